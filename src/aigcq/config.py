@@ -1,0 +1,214 @@
+"""Settings (``AIGCQ_*`` env, ``.env``, and the seed's names) and the platform files.
+
+The platform files keep the seed's shapes:
+
+* ``model.json``  ``{AIGC: {platform: {"apikey": ..., "concurrency": N, ...}}}``
+* ``Platform.json`` ``{"callback": [...], "polling": [...]}``
+* ``code.json`` ``{"ERROR": {code: message}, "SUCCESS": {code: message}}``
+
+A file that exists but is malformed stops start-up with :class:`ConfigError`, naming the
+file, the field and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _env(name: str, *seed_names: str) -> AliasChoices:
+    return AliasChoices(f"AIGCQ_{name}", *seed_names)
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class Settings(BaseSettings):
+    """Process settings. Every field reads ``AIGCQ_<NAME>``; some also the seed's name."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", populate_by_name=True, case_sensitive=False
+    )
+
+    project_prefix: str = Field("aigcq", validation_alias=_env("PROJECT_PREFIX", "PROJECT_PREFIX"))
+    token_secret: str = Field("", validation_alias=_env("TOKEN_SECRET", "TOKEN_SECRET"))
+    client_tokens: list[str] = Field(
+        default_factory=list,
+        validation_alias=_env("CLIENT_TOKENS"),
+        description="Static client tokens accepted besides JWTs signed with TOKEN_SECRET.",
+    )
+    admin_token: str = Field("", validation_alias=_env("ADMIN_TOKEN"))
+    bridge_token: str = Field("", validation_alias=_env("BRIDGE_TOKEN"))
+    callback_secret: str = Field(
+        "",
+        validation_alias=_env("CALLBACK_SECRET"),
+        description="HMAC key for per-task webhook URLs; defaults to TOKEN_SECRET.",
+    )
+
+    host: str = Field("127.0.0.1", validation_alias=_env("HOST"))
+    ws_port: int = Field(8087, validation_alias=_env("WS_PORT", "WS_PORT"))
+    callback_port: int = Field(8089, validation_alias=_env("CALLBACK_PORT", "CALLBACK_PORT"))
+    bridge_port: int = Field(
+        0, validation_alias=_env("BRIDGE_PORT"), description="Extra port for bridges (seed: 8080)."
+    )
+    callback_url: str = Field(
+        "",
+        validation_alias=_env("CALLBACK_URL", "CALLBACK_URL"),
+        description="Public base URL of this server's callback endpoint.",
+    )
+
+    redis_url: str = Field("", validation_alias=_env("REDIS_URL", "REDIS_URL"))
+    database_url: str = Field("", validation_alias=_env("DATABASE_URL"))
+    runninghub_url: str = Field(
+        "https://www.runninghub.cn",
+        validation_alias=_env("RUNNINGHUB_URL", "RunningHub_URL", "RUNNINGHUB_URL"),
+    )
+    coze_url: str = Field("https://api.coze.cn", validation_alias=_env("COZE_URL", "COZE_URL"))
+    message_dispatcher_url: str = Field(
+        "", validation_alias=_env("MESSAGE_DISPATCHER_URL", "MESSAGE_DISPATCHER_URL")
+    )
+
+    config_dir: Path = Field(Path("config"), validation_alias=_env("CONFIG_DIR"))
+    data_dir: Path = Field(Path(".aigcq"), validation_alias=_env("DATA_DIR"))
+
+    max_payload_bytes: int = Field(1 << 20, validation_alias=_env("MAX_PAYLOAD_BYTES"))
+    result_retention_s: int = Field(86400, validation_alias=_env("RESULT_RETENTION_S"))
+    outbox_retention_s: int = Field(2 * 86400, validation_alias=_env("OUTBOX_RETENTION_S"))
+    task_deadline_s: float = Field(600.0, validation_alias=_env("TASK_DEADLINE_S"))
+    max_attempts: int = Field(3, validation_alias=_env("MAX_ATTEMPTS"))
+    sweep_interval_s: float = Field(1.0, validation_alias=_env("SWEEP_INTERVAL_S"))
+    full_backoff_s: float = Field(
+        2.0, validation_alias=_env("FULL_BACKOFF_S"), description="Back-off after 421/415/1520."
+    )
+    http_timeout_s: float = Field(30.0, validation_alias=_env("HTTP_TIMEOUT_S"))
+
+    admission: str = Field(
+        "none", validation_alias=_env("ADMISSION"), description="none | quota | billing"
+    )
+    admission_quota: int = Field(
+        0, validation_alias=_env("ADMISSION_QUOTA"), description="Default per-client task quota."
+    )
+    billing_url: str = Field("", validation_alias=_env("BILLING_URL"))
+
+    def public_callback_base(self) -> str:
+        return (self.callback_url or f"http://{self.host}:{self.callback_port}").rstrip("/")
+
+    def signing_key(self) -> bytes:
+        return (self.callback_secret or self.token_secret).encode()
+
+
+class ConfigError(Exception):
+    """A configuration file is unreadable or invalid; the message names file and field."""
+
+
+class PlatformAccount(BaseModel):
+    """One entry of model.json: the credentials and limits of a platform for one AIGC."""
+
+    model_config = ConfigDict(extra="allow")
+
+    apikey: str = ""
+    concurrency: int = Field(1, ge=0)
+    deadline_s: float | None = Field(None, gt=0)
+    max_attempts: int | None = Field(None, ge=1)
+
+
+class PlatformKinds(BaseModel):
+    """Platform.json: which platforms report by callback and which are polled."""
+
+    callback: list[str] = Field(default_factory=lambda: ["comfyui", "runninghub"])
+    polling: list[str] = Field(default_factory=lambda: ["coze"])
+
+
+DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
+    "ERROR": {
+        "JSONError": "消息格式错误，请联系服务商。",
+        "OpcodeError": "错误提交，请稍后再试。",
+        "BalanceError": "余额不足，请充值后继续使用。",
+        "AssessmentError": "任务提交失败，请稍后再试。",
+    },
+    "SUCCESS": {"AssessmentSuccess": "任务提交成功，正在排队中..."},
+}
+
+
+class Messages:
+    """code.json: client-facing messages by code, with the seed's Chinese defaults."""
+
+    def __init__(self, data: dict[str, dict[str, str]] | None = None) -> None:
+        self._by_code: dict[str, str] = {}
+        for section in (DEFAULT_MESSAGES, data or {}):
+            for messages in section.values():
+                self._by_code.update(messages)
+
+    def get(self, code: str, default: str = "") -> str:
+        return self._by_code.get(code, default or code)
+
+
+class PlatformConfig:
+    """model.json + Platform.json + code.json, loaded and validated together."""
+
+    def __init__(
+        self,
+        accounts: dict[str, dict[str, PlatformAccount]],
+        kinds: PlatformKinds,
+        messages: Messages,
+    ) -> None:
+        self.accounts = accounts
+        self.kinds = kinds
+        self.messages = messages
+
+    def account(self, aigc: str, platform: str) -> PlatformAccount | None:
+        return self.accounts.get(aigc, {}).get(platform)
+
+    def kind_of(self, platform: str) -> str:
+        return "polling" if platform in self.kinds.polling else "callback"
+
+    def queues(self) -> list[tuple[str, str]]:
+        return [(aigc, p) for aigc, platforms in self.accounts.items() for p in platforms]
+
+    @classmethod
+    def load(cls, config_dir: Path) -> PlatformConfig:
+        raw_models = _read_json(config_dir / "model.json", {})
+        if not isinstance(raw_models, dict):
+            raise ConfigError(f"{config_dir / 'model.json'}: top level must be an object")
+        accounts: dict[str, dict[str, PlatformAccount]] = {}
+        for aigc, platforms in raw_models.items():
+            if not isinstance(platforms, dict):
+                raise ConfigError(f"{config_dir / 'model.json'}: field {aigc!r} must be an object")
+            accounts[aigc] = {
+                name: _validate(PlatformAccount, entry, config_dir / "model.json", f"{aigc}.{name}")
+                for name, entry in platforms.items()
+            }
+        kinds_raw = _read_json(config_dir / "Platform.json", None)
+        kinds = (
+            PlatformKinds()
+            if kinds_raw is None
+            else _validate(PlatformKinds, kinds_raw, config_dir / "Platform.json", "")
+        )
+        code_raw = _read_json(config_dir / "code.json", {})
+        if not isinstance(code_raw, dict) or not all(isinstance(v, dict) for v in code_raw.values()):
+            raise ConfigError(f"{config_dir / 'code.json'}: sections must be objects of messages")
+        return cls(accounts, kinds, Messages(code_raw))
+
+
+def _read_json(path: Path, default: Any) -> Any:
+    if not path.exists():
+        return default
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+
+
+def _validate(model: type[_M], data: Any, path: Path, where: str) -> _M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in (where, *first["loc"]) if p != "")
+        raise ConfigError(f"{path}: field {field!r}: {first['msg']}") from exc

@@ -1,0 +1,140 @@
+"""The platform adapter interface (seed 000 §3.2.1's method set), kept free of I/O.
+
+An adapter only *builds* requests and *parses* responses; :mod:`aigcq.platforms.client`
+performs the HTTP calls. That keeps every adapter a pure, unit-testable module, and a new
+platform (seed 001 names JimuAI) is one new module registered with :func:`register`.
+
+seed name            -> here
+getGenerateUrl/Header/Body -> submit_request
+getSuccessTasks      -> parse_submit
+getTaskResult        -> parse_result (callback body) / parse_query (polling answer)
+getQueryUrl          -> query_request
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
+
+from aigcq.domain import Task
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    json: Any = None
+
+
+# ---- what a submit can lead to -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """The platform took the task; its result will come by callback or polling."""
+
+    remote_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Full:
+    """The platform is at capacity (RunningHub 421/415/1520): wait and try again later."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """The platform refused the task. ``retryable`` errors are retried, others fail it."""
+
+    code: str
+    message: str
+    retryable: bool = False
+    detail: Any = None
+
+
+SubmitOutcome = Accepted | Full | Rejected
+
+
+# ---- what a result (callback body or query answer) can say ----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    status: str = "RUNNING"
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    """Finished; ``data`` is what the client receives as the task's result."""
+
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    code: str
+    message: str
+    detail: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class NotFound:
+    reason: str = ""
+
+
+ResultOutcome = Pending | Succeeded | Failed | NotFound
+
+Kind = Literal["callback", "polling"]
+
+
+class PlatformAdapter(ABC):
+    """One external (or internal) target. Subclasses set ``name``, ``kind`` and ``serves``."""
+
+    name: ClassVar[str]
+    kind: ClassVar[Kind]
+    #: task platforms (the client's ``platform`` field) this target can run.
+    serves: ClassVar[tuple[str, ...]]
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+
+    @abstractmethod
+    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> HttpRequest: ...
+
+    @abstractmethod
+    def parse_submit(self, status: int, body: Any) -> SubmitOutcome: ...
+
+    def parse_result(self, body: Any) -> ResultOutcome:
+        """Parse a callback (webhook) body. Polling platforms need not override this."""
+        raise NotImplementedError(f"{self.name} does not receive callbacks")
+
+    @abstractmethod
+    def query_request(self, task: Task, apikey: str) -> HttpRequest: ...
+
+    @abstractmethod
+    def parse_query(self, status: int, body: Any) -> ResultOutcome: ...
+
+    def cancel_request(self, task: Task, apikey: str) -> HttpRequest | None:
+        return None
+
+
+_REGISTRY: dict[str, type[PlatformAdapter]] = {}
+
+
+_A = TypeVar("_A", bound=type[PlatformAdapter])
+
+
+def register(cls: _A) -> _A:
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def adapter_class(name: str) -> type[PlatformAdapter]:
+    return _REGISTRY[name]
+
+
+def registered() -> dict[str, type[PlatformAdapter]]:
+    return dict(_REGISTRY)

@@ -1,0 +1,41 @@
+"""Shared fixtures: a private Redis server per test session, flushed per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from aigcq.embedded.redis import EmbeddedRedis
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), persist=False)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    """A Redis of the test's own, with persistence, that the test may kill and restart."""
+    server = EmbeddedRedis(tmp_path / "redis", persist=True)
+    server.start()
+    yield server
+    server.stop()
