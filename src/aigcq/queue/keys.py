@@ -1,0 +1,69 @@
+"""The Redis key layout (seed 001 §5, extended). One place builds every key name.
+
+Scripts that must find a task's other keys from its hash (wait list, running set) derive
+them from the same patterns in Lua, so aigcq targets a standalone Redis or Sentinel, not
+Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}:task:{task_id}"
+
+    def timeline(self, task_id: str) -> str:
+        return f"{self.prefix}:timeline:{task_id}"
+
+    def wait(self, aigc: str, platform: str) -> str:
+        """Seed 001 §5.1: ``{prefix}:{AIGC}:{platform}:wait``, a list of task ids."""
+        return f"{self.prefix}:{aigc}:{platform}:wait"
+
+    def running(self, aigc: str, target: str) -> str:
+        """Tasks in flight on one target for one AIGC project (ZSET id -> deadline)."""
+        return f"{self.prefix}:running:{aigc}:{target}"
+
+    @property
+    def inflight(self) -> str:
+        """Every task in flight, scored by its deadline (the sweeper's index)."""
+        return f"{self.prefix}:inflight"
+
+    @property
+    def delayed(self) -> str:
+        """Pending tasks backing off (ZSET id -> time they may be dispatched again)."""
+        return f"{self.prefix}:delayed"
+
+    @property
+    def queues(self) -> str:
+        """Set of ``AIGC:platform`` pairs that have ever had a wait queue."""
+        return f"{self.prefix}:queues"
+
+    def callback(self, remote_id: str) -> str:
+        """Seed 001 §5.3: ``{prefix}:callback:{remoteTaskId}`` -> taskId."""
+        return f"{self.prefix}:callback:{remote_id}"
+
+    def polling(self, aigc: str, platform: str) -> str:
+        """Seed 001 §5.1: ``{prefix}:processPolling:{AIGC}:{platform}`` remoteId -> taskId."""
+        return f"{self.prefix}:processPolling:{aigc}:{platform}"
+
+    def outbox(self, backend_id: str) -> str:
+        return f"{self.prefix}:outbox:{backend_id}"
+
+    def quota(self, backend_id: str) -> str:
+        return f"{self.prefix}:quota:{backend_id}"
+
+    def lock(self, name: str) -> str:
+        return f"{self.prefix}:lock:{name}"
+
+    def workflow(self, workflow_id: str) -> str:
+        return f"{self.prefix}:workflow:{workflow_id}"
+
+    @property
+    def events(self) -> str:
+        """Pub/sub channel: ``wake`` (work to dispatch) and ``outbox:<backendId>``."""
+        return f"{self.prefix}:events"

@@ -1,0 +1,24 @@
+-- Move a live task to a terminal state, and queue its message for the client, atomically.
+-- ARGV: prefix, taskId, to-state, now, retention_s, result json, error json, message body,
+-- outbox MINID, note, allowed-from
+local id, to, now, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local k = tkey(id)
+local h = redis.call('HMGET', k, unpack(FIELDS))
+if not h[1] then return {-1, ''} end
+if not allowed(ARGV[11], h[1]) then return {0, h[1]} end
+if h[1] == 'pending' then
+  redis.call('LREM', waitkey(h[3], h[4]), 1, id)
+  redis.call('ZREM', P .. ':delayed', id)
+end
+unlink_inflight(id, h)
+redis.call('HSET', k, 'status', to, 'updated', now, 'resultData', ARGV[6], 'error', ARGV[7])
+note(id, now, to, h[2], h[5], ARGV[10])
+redis.call('EXPIRE', k, ttl)
+redis.call('EXPIRE', tlkey(id), ttl)
+if h[8] == '1' then
+  redis.call('XADD', P .. ':outbox:' .. h[7], 'MINID', '~', ARGV[9], '*',
+    'taskId', id, 'status', to, 'body', ARGV[8])
+  redis.call('PUBLISH', P .. ':events', 'outbox:' .. h[7])
+end
+redis.call('PUBLISH', P .. ':events', 'wake')
+return {1, to}

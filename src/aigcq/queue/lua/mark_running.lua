@@ -1,0 +1,16 @@
+-- The target accepted the task. ARGV: prefix, taskId, attempt, now, remoteId, deadline,
+-- kind ('callback' | 'polling'), callback-map ttl, allowed-from
+local id, attempt, now, remote, deadline = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local k = tkey(id)
+local h = redis.call('HMGET', k, unpack(FIELDS))
+if not allowed(ARGV[9], h[1]) or h[2] ~= attempt then return 0 end
+redis.call('HSET', k, 'status', 'running', 'remoteTaskId', remote, 'updated', now,
+  'deadline', deadline)
+if remote ~= '' then
+  redis.call('SET', P .. ':callback:' .. remote, id, 'EX', ARGV[8])
+  if ARGV[7] == 'polling' then redis.call('HSET', pollkey(h[3], h[4]), remote, id) end
+end
+redis.call('ZADD', runkey(h[3], h[5]), 'XX', deadline, id)
+redis.call('ZADD', P .. ':inflight', 'XX', deadline, id)
+note(id, now, 'running', attempt, h[5], remote)
+return 1

@@ -1,0 +1,232 @@
+"""TaskStore: the only code that writes task state. Each method is one atomic Lua call."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+from aigcq.domain import Task, TaskState, allowed_from
+from aigcq.queue.keys import Keys
+
+
+def _load(name: str) -> str:
+    lua = resources.files("aigcq.queue") / "lua"
+    return (lua / "_prelude.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+
+
+def _allowed(to: TaskState) -> str:
+    return ",".join(allowed_from(to))
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    created: bool
+    state: TaskState
+    backend_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A task just moved to DISPATCHING for ``target`` (what the dispatcher needs)."""
+
+    task_id: str
+    attempt: int
+    payload: dict[str, Any]
+    backend_id: str
+    workflow_id: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    applied: bool
+    state: TaskState | None  # None: the task does not exist (or has expired)
+
+
+class TaskStore:
+    def __init__(self, redis: Redis, prefix: str, *, retention_s: int, outbox_retention_s: int):
+        self.redis = redis
+        self.keys = Keys(prefix)
+        self.retention_s = retention_s
+        self.outbox_retention_s = outbox_retention_s
+        self._scripts: dict[str, AsyncScript] = {
+            name: redis.register_script(_load(name))
+            for name in ("submit", "claim", "mark_running", "requeue", "finish", "promote")
+        }
+
+    async def _run(self, name: str, *args: Any) -> Any:
+        return await self._scripts[name](keys=[], args=[self.keys.prefix, *args])
+
+    # ---- writes ---------------------------------------------------------------------
+
+    async def submit(
+        self,
+        task_id: str,
+        *,
+        aigc: str,
+        platform: str,
+        backend_id: str,
+        payload: dict[str, Any],
+        deliver: bool = True,
+    ) -> Submitted:
+        """Create a task and queue it; an existing ``task_id`` is returned unchanged."""
+        workflow_id = str(payload.get("workflowId") or payload.get("workflow_id") or "")
+        created, state, owner = await self._run(
+            "submit",
+            task_id,
+            time.time(),
+            aigc,
+            platform,
+            backend_id,
+            orjson.dumps(payload),
+            workflow_id,
+            "1" if deliver else "0",
+        )
+        return Submitted(bool(created), TaskState(_s(state)), _s(owner))
+
+    async def claim(
+        self, aigc: str, platform: str, target: str, *, cap: int, n: int, deadline_s: float
+    ) -> list[Claimed]:
+        """Move up to ``n`` waiting tasks to ``target`` while its in-flight count < ``cap``."""
+        if n <= 0:
+            return []
+        rows = await self._run(
+            "claim",
+            time.time(),
+            aigc,
+            platform,
+            target,
+            cap,
+            n,
+            deadline_s,
+            _allowed(TaskState.DISPATCHING),
+        )
+        return [
+            Claimed(_s(r[0]), int(r[1]), orjson.loads(r[2]), _s(r[3]), _s(r[4]), float(r[5]))
+            for r in rows
+        ]
+
+    async def mark_running(
+        self, task_id: str, attempt: int, remote_id: str, *, deadline_s: float, kind: str
+    ) -> bool:
+        now = time.time()
+        return bool(
+            await self._run(
+                "mark_running",
+                task_id,
+                attempt,
+                now,
+                remote_id,
+                now + deadline_s,
+                kind,
+                int(deadline_s + self.retention_s),
+                _allowed(TaskState.RUNNING),
+            )
+        )
+
+    async def requeue(
+        self,
+        task_id: str,
+        *,
+        attempt: int | None = None,
+        delay_s: float = 0.0,
+        front: bool = True,
+        refund: bool = False,
+        reason: str = "",
+    ) -> bool:
+        """Back to waiting. ``refund`` undoes the attempt count (the target never ran it)."""
+        now = time.time()
+        result = await self._run(
+            "requeue",
+            task_id,
+            "" if attempt is None else attempt,
+            now,
+            now + delay_s if delay_s > 0 else 0,
+            int(front),
+            int(refund),
+            reason,
+            _allowed(TaskState.PENDING),
+        )
+        return int(result) == 1
+
+    async def finish(
+        self,
+        task_id: str,
+        state: TaskState,
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        message: dict[str, Any] | None = None,
+        note: str = "",
+    ) -> Finished:
+        """Move a live task to a terminal ``state`` and queue ``message`` for its client."""
+        assert state.terminal
+        now = time.time()
+        minid = int((now - self.outbox_retention_s) * 1000)
+        applied, current = await self._run(
+            "finish",
+            task_id,
+            state.value,
+            now,
+            self.retention_s,
+            orjson.dumps(result),
+            orjson.dumps(error),
+            orjson.dumps(message or {}),
+            minid,
+            note,
+            _allowed(state),
+        )
+        code = int(applied)
+        return Finished(code == 1, TaskState(_s(current)) if code >= 0 else None)
+
+    async def promote_delayed(self, limit: int = 500) -> int:
+        return int(await self._run("promote", time.time(), limit))
+
+    # ---- reads ----------------------------------------------------------------------
+
+    async def get(self, task_id: str) -> Task | None:
+        raw = await self.redis.hgetall(self.keys.task(task_id))
+        return task_from_hash(raw) if raw else None
+
+    async def timeline(self, task_id: str) -> list[dict[str, Any]]:
+        rows = await self.redis.lrange(self.keys.timeline(task_id), 0, -1)
+        return [orjson.loads(r) for r in rows]
+
+    async def task_for_remote(self, remote_id: str) -> str | None:
+        value = await self.redis.get(self.keys.callback(remote_id))
+        return _s(value) if value else None
+
+    async def expired(self, limit: int = 200) -> list[str]:
+        ids = await self.redis.zrangebyscore(self.keys.inflight, "-inf", time.time(), 0, limit)
+        return [_s(i) for i in ids]
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def task_from_hash(raw: dict[Any, Any]) -> Task:
+    h = {_s(k): _s(v) for k, v in raw.items()}
+    return Task(
+        task_id=h["taskId"],
+        platform=h.get("platform", ""),
+        aigc=h.get("AIGC", ""),
+        backend_id=h.get("backendId", ""),
+        payload=orjson.loads(h.get("payload") or "{}"),
+        state=TaskState(h.get("status", "pending")),
+        attempt=int(h.get("attempt") or 0),
+        target=h.get("target", ""),
+        remote_id=h.get("remoteTaskId", ""),
+        workflow_id=h.get("workflowId", ""),
+        created_at=float(h.get("created") or 0),
+        updated_at=float(h.get("updated") or 0),
+        deadline=float(h.get("deadline") or 0),
+        result=orjson.loads(h["resultData"]) if h.get("resultData") else None,
+        error=orjson.loads(h["error"]) if h.get("error") else None,
+    )

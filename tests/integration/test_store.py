@@ -1,0 +1,114 @@
+"""TaskStore against a real Redis: every transition is atomic and guarded."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis.asyncio as aioredis
+
+from aigcq.domain import TaskState
+from aigcq.queue.store import TaskStore
+
+
+def make_store(redis: aioredis.Redis) -> TaskStore:
+    return TaskStore(redis, "t", retention_s=60, outbox_retention_s=3600)
+
+
+async def submit(store: TaskStore, task_id: str, aigc: str = "p") -> None:
+    await store.submit(
+        task_id, aigc=aigc, platform="comfyui", backend_id="b1", payload={"workflowId": "w"}
+    )
+
+
+async def test_submit_is_idempotent(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    first = await store.submit("a", aigc="p", platform="comfyui", backend_id="b1", payload={})
+    again = await store.submit("a", aigc="p", platform="comfyui", backend_id="b2", payload={})
+    assert first.created and not again.created
+    assert again.backend_id == "b1"
+    assert await redis.llen("t:p:comfyui:wait") == 1
+
+
+async def test_claim_respects_cap_and_counts_are_derived(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    for i in range(5):
+        await submit(store, f"t{i}")
+    claimed = await store.claim("p", "comfyui", "runninghub", cap=3, n=10, deadline_s=60)
+    assert [c.task_id for c in claimed] == ["t0", "t1", "t2"]
+    assert all(c.attempt == 1 for c in claimed)
+    assert await store.claim("p", "comfyui", "runninghub", cap=3, n=10, deadline_s=60) == []
+    assert await redis.zcard("t:running:p:runninghub") == 3
+    assert await redis.llen("t:p:comfyui:wait") == 2
+
+
+async def test_concurrent_claims_never_exceed_cap(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    for i in range(50):
+        await submit(store, f"t{i}")
+    results = await asyncio.gather(
+        *(store.claim("p", "comfyui", "rh", cap=7, n=5, deadline_s=60) for _ in range(20))
+    )
+    ids = [c.task_id for batch in results for c in batch]
+    assert len(ids) == 7 == len(set(ids))
+
+
+async def test_lifecycle_to_success_queues_one_outbox_message(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    await submit(store, "a")
+    [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
+    assert await store.mark_running("a", c.attempt, "R1", deadline_s=60, kind="callback")
+    assert await store.task_for_remote("R1") == "a"
+    done = await store.finish("a", TaskState.SUCCESS, result={"x": 1}, message={"data": 1})
+    assert done.applied and done.state is TaskState.SUCCESS
+    again = await store.finish("a", TaskState.SUCCESS, result={"x": 2})
+    assert not again.applied and again.state is TaskState.SUCCESS
+    task = await store.get("a")
+    assert task is not None and task.result == {"x": 1}
+    assert await redis.xlen("t:outbox:b1") == 1
+    assert await redis.zcard("t:inflight") == 0
+    assert 0 < await redis.ttl("t:task:a") <= 60
+    states = [e["state"] for e in await store.timeline("a")]
+    assert states == ["pending", "dispatching", "running", "success"]
+
+
+async def test_live_task_has_no_ttl(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    await submit(store, "a")
+    assert await redis.ttl("t:task:a") == -1
+
+
+async def test_requeue_with_stale_attempt_is_refused(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    await submit(store, "a")
+    [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
+    assert not await store.requeue("a", attempt=c.attempt + 1)
+    assert await store.requeue("a", attempt=c.attempt, refund=True)
+    task = await store.get("a")
+    assert task is not None and task.state is TaskState.PENDING and task.attempt == 0
+    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["a"]
+
+
+async def test_delayed_requeue_is_promoted_to_the_head(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    await submit(store, "a")
+    await submit(store, "b")
+    await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
+    await store.requeue("a", delay_s=0.05, refund=True)
+    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["b"]
+    await asyncio.sleep(0.1)
+    assert await store.promote_delayed() == 1
+    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["a", "b"]
+
+
+async def test_cancel_pending_removes_it_from_the_queue(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    await submit(store, "a")
+    done = await store.finish("a", TaskState.CANCELLED)
+    assert done.applied
+    assert await redis.llen("t:p:comfyui:wait") == 0
+
+
+async def test_finish_unknown_task(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    done = await store.finish("nope", TaskState.SUCCESS)
+    assert not done.applied and done.state is None
