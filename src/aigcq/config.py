@@ -85,6 +85,11 @@ class Settings(BaseSettings):
         2.0, validation_alias=_env("FULL_BACKOFF_S"), description="Back-off after 421/415/1520."
     )
     http_timeout_s: float = Field(30.0, validation_alias=_env("HTTP_TIMEOUT_S"))
+    poll_interval_s: float | None = Field(
+        None,
+        validation_alias=_env("POLL_INTERVAL_S"),
+        description="Fixed polling interval; unset = the seed's adaptive 5-30 s.",
+    )
 
     admission: str = Field(
         "none", validation_alias=_env("ADMISSION"), description="none | quota | billing"
@@ -129,6 +134,15 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "OpcodeError": "错误提交，请稍后再试。",
         "BalanceError": "余额不足，请充值后继续使用。",
         "AssessmentError": "任务提交失败，请稍后再试。",
+    },
+    "TASK": {
+        "TaskFailed": "任务执行失败，请稍后再试。",
+        "TaskTimeout": "任务超时，请稍后再试。",
+        "TaskCancelled": "任务已取消。",
+        "AuthError": "认证失败，请检查 token。",
+        "PlatformError": "不支持的平台。",
+        "PayloadTooLarge": "消息过大。",
+        "TaskConflict": "任务编号已被其他客户端使用。",
     },
     "SUCCESS": {"AssessmentSuccess": "任务提交成功，正在排队中..."},
 }

@@ -55,7 +55,18 @@ class Rejected:
     detail: Any = None
 
 
-SubmitOutcome = Accepted | Full | Rejected
+@dataclass(frozen=True, slots=True)
+class Uncertain:
+    """The request may or may not have created the task (e.g. a read timeout).
+
+    It is never re-sent blindly (it may already be billed): the task waits for its webhook
+    or its deadline, whichever comes first.
+    """
+
+    reason: str
+
+
+SubmitOutcome = Accepted | Full | Rejected | Uncertain
 
 
 # ---- what a result (callback body or query answer) can say ----------------------------

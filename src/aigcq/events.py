@@ -1,0 +1,64 @@
+"""One Redis pub/sub subscription per process, fanning cluster-wide events out locally.
+
+Messages on ``{prefix}:events``: ``wake`` (something to dispatch), ``outbox:<backendId>``
+(a client has a new message) and ``client:<backendId>:<connId>`` (a client connected).
+Pub/sub may drop messages while reconnecting; the periodic sweeps cover that gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from redis.asyncio import Redis
+
+log = logging.getLogger(__name__)
+
+
+class EventBus:
+    def __init__(
+        self,
+        redis: Redis,
+        channel: str,
+        *,
+        on_wake: Callable[[], None],
+        on_outbox: Callable[[str], None],
+        on_client: Callable[[str, str], Awaitable[None]],
+    ) -> None:
+        self.redis = redis
+        self.channel = channel
+        self.on_wake = on_wake
+        self.on_outbox = on_outbox
+        self.on_client = on_client
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._listen()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("event subscription lost (%r); resubscribing", exc)
+                await asyncio.sleep(1.0)
+
+    async def _listen(self) -> None:
+        async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+            await pubsub.subscribe(self.channel)
+            self.on_wake()  # catch up on anything published while we were away
+            async for message in pubsub.listen():
+                await self._handle(_text(message["data"]))
+
+    async def _handle(self, data: str) -> None:
+        kind, _, rest = data.partition(":")
+        if kind == "wake":
+            self.on_wake()
+        elif kind == "outbox":
+            self.on_outbox(rest)
+        elif kind == "client":
+            backend_id, _, conn_id = rest.rpartition(":")
+            await self.on_client(backend_id, conn_id)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

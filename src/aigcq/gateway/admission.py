@@ -1,0 +1,69 @@
+"""The admission check before a task is queued (seed 001's BalanceError).
+
+* ``none``    every task is admitted (default);
+* ``quota``   a per-client counter in Redis (``{prefix}:quota:{backendId}``), taken
+              atomically; a client without a counter starts at AIGCQ_ADMISSION_QUOTA;
+* ``billing`` ``POST {billing_url}`` with the task; a 2xx ``{"allowed": true}`` admits it.
+
+A refusal answers BalanceError and creates nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+from redis.asyncio import Redis
+
+from aigcq.config import Settings
+from aigcq.queue.keys import Keys
+
+log = logging.getLogger(__name__)
+
+_TAKE = """
+local v = redis.call('GET', KEYS[1])
+if not v then v = ARGV[1]; redis.call('SET', KEYS[1], v) end
+if tonumber(v) <= 0 then return -1 end
+return redis.call('DECR', KEYS[1])
+"""
+
+
+class Admission:
+    def __init__(self, settings: Settings, redis: Redis, keys: Keys) -> None:
+        self.mode = settings.admission
+        self.settings = settings
+        self.redis = redis
+        self.keys = keys
+        self._take = redis.register_script(_TAKE)
+        self._http = httpx.AsyncClient(timeout=5.0) if self.mode == "billing" else None
+
+    async def admit(self, backend_id: str, task: dict[str, Any]) -> bool:
+        if self.mode == "quota":
+            left = await self._take(
+                keys=[self.keys.quota(backend_id)], args=[self.settings.admission_quota]
+            )
+            return int(left) >= 0
+        if self.mode == "billing" and self._http is not None:
+            return await self._ask_billing(backend_id, task)
+        return True
+
+    async def refund(self, backend_id: str) -> None:
+        """Give back a quota unit taken for a submission that created nothing."""
+        if self.mode == "quota":
+            await self.redis.incr(self.keys.quota(backend_id))
+
+    async def _ask_billing(self, backend_id: str, task: dict[str, Any]) -> bool:
+        assert self._http is not None
+        try:
+            resp = await self._http.post(
+                self.settings.billing_url, json={"backendId": backend_id, **task}
+            )
+            return resp.is_success and bool(resp.json().get("allowed"))
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("billing check for task %s failed: %r", task.get("taskId"), exc)
+            return False
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()

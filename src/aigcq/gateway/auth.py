@@ -1,0 +1,57 @@
+"""Who may talk to us: client tokens (JWT signed with TOKEN_SECRET, or static tokens),
+the bridge token and the admin token."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from typing import Any
+
+import jwt
+
+from aigcq.config import Settings
+
+
+def _equal(a: str, b: str) -> bool:
+    return bool(a) and bool(b) and hmac.compare_digest(a.encode(), b.encode())
+
+
+class Auth:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def client(self, token: str | None) -> dict[str, Any] | None:
+        """The token's claims when it is a valid client token, else ``None``."""
+        if not token:
+            return None
+        if any(_equal(token, t) for t in self.settings.client_tokens):
+            return {"static": True}
+        if self.admin(token):
+            return {"admin": True}
+        if not self.settings.token_secret:
+            return None
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, self.settings.token_secret, algorithms=["HS256"]
+            )
+        except jwt.PyJWTError:
+            return None
+        return claims
+
+    def admin(self, token: str | None) -> bool:
+        return _equal(token or "", self.settings.admin_token)
+
+    def bridge(self, token: str | None) -> bool:
+        return _equal(token or "", self.settings.bridge_token) or self.admin(token)
+
+
+def issue_client_token(secret: str, backend_id: str, ttl_s: int = 86400) -> str:
+    """A client JWT (HS256) as business backends would mint it with TOKEN_SECRET."""
+    now = int(time.time())
+    return jwt.encode({"sub": backend_id, "iat": now, "exp": now + ttl_s}, secret, "HS256")
+
+
+def bearer(header: str | None) -> str | None:
+    if header and header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return None

@@ -1,0 +1,99 @@
+"""Connected clients of this process and the delivery of their outbox messages.
+
+Any process may finish a task; the process holding the client's socket is told through
+the ``events`` channel and drains that client's outbox. A client that connects again
+(here or on another process) replaces its older connection, so one socket at a time
+receives a client's results, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+from starlette.websockets import WebSocket
+
+from aigcq.delivery.outbox import Outbox
+from aigcq.queue.keys import Keys
+
+log = logging.getLogger(__name__)
+
+CLOSE_REPLACED = 4000
+
+
+class ClientConnection:
+    def __init__(self, ws: WebSocket, backend_id: str, *, auto_ack: bool) -> None:
+        self.ws = ws
+        self.backend_id = backend_id
+        self.auto_ack = auto_ack
+        self.conn_id = uuid.uuid4().hex
+        self.cursor = "-"
+        self.dirty = False
+        self.draining: asyncio.Task[None] | None = None
+        self.send_lock = asyncio.Lock()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        async with self.send_lock:
+            await self.ws.send_text(orjson.dumps(message).decode())
+
+
+class ClientHub:
+    def __init__(self, redis: Redis, keys: Keys, outbox: Outbox) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.outbox = outbox
+        self.conns: dict[str, ClientConnection] = {}
+
+    async def attach(self, conn: ClientConnection) -> None:
+        old = self.conns.get(conn.backend_id)
+        self.conns[conn.backend_id] = conn
+        if old is not None:
+            await self._close(old)
+        await self.redis.publish(self.keys.events, f"client:{conn.backend_id}:{conn.conn_id}")
+        self.notify(conn.backend_id)
+
+    def detach(self, conn: ClientConnection) -> None:
+        if self.conns.get(conn.backend_id) is conn:
+            del self.conns[conn.backend_id]
+
+    async def replaced(self, backend_id: str, conn_id: str) -> None:
+        """Another process accepted a newer connection for ``backend_id``."""
+        conn = self.conns.get(backend_id)
+        if conn is not None and conn.conn_id != conn_id:
+            self.detach(conn)
+            await self._close(conn)
+
+    async def _close(self, conn: ClientConnection) -> None:
+        log.info("client %s: replaced by a newer connection", conn.backend_id)
+        with contextlib.suppress(Exception):
+            await conn.ws.close(CLOSE_REPLACED, "replaced by a newer connection")
+
+    def notify(self, backend_id: str) -> None:
+        conn = self.conns.get(backend_id)
+        if conn is None:
+            return
+        if conn.draining is not None and not conn.draining.done():
+            conn.dirty = True
+            return
+        conn.draining = asyncio.create_task(self._drain(conn))
+
+    def notify_all(self) -> None:
+        for backend_id in list(self.conns):
+            self.notify(backend_id)
+
+    async def _drain(self, conn: ClientConnection) -> None:
+        try:
+            while True:
+                conn.dirty = False
+                conn.cursor = await self.outbox.drain(
+                    conn.backend_id, conn.send, after=conn.cursor, auto_ack=conn.auto_ack
+                )
+                if not conn.dirty or self.conns.get(conn.backend_id) is not conn:
+                    return
+        except Exception as exc:  # the socket went away mid-send: the rest waits in Redis
+            log.info("client %s: delivery paused: %r", conn.backend_id, exc)

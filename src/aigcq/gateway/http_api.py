@@ -1,0 +1,151 @@
+"""The HTTP API (OpenAPI at ``/docs``): submit, inspect, cancel, queues, workflows."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Body, Header, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+
+from aigcq.domain import ErrorCode
+from aigcq.gateway.auth import bearer
+from aigcq.gateway.errors import ClientError
+from aigcq.gateway.service import Gateway
+from aigcq.gateway.submission import parse_generate
+
+Authorization = Annotated[str | None, Header()]
+
+
+class SubmitBody(BaseModel):
+    taskId: str
+    platform: str
+    payload: dict[str, Any]
+    AIGC: str | None = None
+    backendId: str | None = None
+
+
+def api_router(gw: Gateway) -> APIRouter:
+    router = APIRouter(prefix="/api", tags=["api"])
+
+    def client_of(authorization: str | None) -> dict[str, Any]:
+        claims = gw.auth.client(bearer(authorization))
+        if claims is None:
+            raise ClientError(ErrorCode.AUTH, "invalid or missing bearer token")
+        return claims
+
+    def require_admin(authorization: str | None) -> None:
+        if not gw.auth.admin(bearer(authorization)):
+            raise ClientError(ErrorCode.AUTH, "admin token required")
+
+    @router.post("/tasks", status_code=202, summary="Submit a task")
+    async def submit(request: Request, authorization: Authorization = None) -> dict[str, Any]:
+        claims = client_of(authorization)
+        raw = await request.body()
+        if len(raw) > gw.settings.max_payload_bytes:
+            raise ClientError(ErrorCode.PAYLOAD_TOO_LARGE, "request body too large")
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ClientError(ErrorCode.JSON, "malformed JSON") from exc
+        if not isinstance(data, dict):
+            raise ClientError(ErrorCode.JSON, "body must be an object")
+        req = parse_generate(data)
+        backend_id = data.get("backendId") or claims.get("sub") or ""
+        if not isinstance(backend_id, str):
+            raise ClientError(ErrorCode.JSON, "backendId: a string is required")
+        created = await gw.submission.submit(req, backend_id, deliver=bool(backend_id))
+        return {
+            "taskId": req.taskId,
+            "duplicate": not created,
+            "code": "AssessmentSuccess",
+            "msg": gw.messages.get("AssessmentSuccess"),
+        }
+
+    @router.get("/tasks/{task_id}", summary="A task's state, timeline and result")
+    async def get_task(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
+        client_of(authorization)
+        task = await gw.rt.store.get(task_id)
+        if task is None:
+            raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
+        return {
+            "taskId": task.task_id,
+            "state": task.state.value,
+            "platform": task.platform,
+            "AIGC": task.aigc,
+            "backendId": task.backend_id,
+            "attempt": task.attempt,
+            "target": task.target,
+            "remoteTaskId": task.remote_id,
+            "result": task.result,
+            "error": task.error,
+            "timeline": await gw.rt.store.timeline(task_id),
+        }
+
+    @router.post("/tasks/{task_id}/cancel", summary="Cancel a live task")
+    async def cancel(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
+        claims = client_of(authorization)
+        owner = None if claims.get("admin") or claims.get("static") else claims.get("sub")
+        return {"taskId": task_id, "state": await gw.cancel(task_id, owner)}
+
+    @router.get("/queues", summary="Waiting, in flight and capacity per queue")
+    async def queues(authorization: Authorization = None) -> list[dict[str, Any]]:
+        client_of(authorization)
+        return await queue_overview(gw)
+
+    @router.put("/workflows/{workflow_id}", summary="Store an API-format ComfyUI workflow")
+    async def put_workflow(
+        workflow_id: str,
+        workflow: Annotated[dict[str, Any], Body()],
+        authorization: Authorization = None,
+    ) -> dict[str, Any]:
+        require_admin(authorization)
+        await gw.rt.redis.set(gw.rt.store.keys.workflow(workflow_id), orjson.dumps(workflow))
+        return {"workflowId": workflow_id, "nodes": len(workflow)}
+
+    @router.get("/workflows/{workflow_id}", summary="Fetch a stored workflow (bridges)")
+    async def get_workflow(workflow_id: str, authorization: Authorization = None) -> Response:
+        if not gw.auth.bridge(bearer(authorization)):
+            raise ClientError(ErrorCode.AUTH, "bridge or admin token required")
+        raw = await gw.rt.redis.get(gw.rt.store.keys.workflow(workflow_id))
+        if raw is None:
+            raise ClientError(ErrorCode.NOT_FOUND, f"no workflow {workflow_id!r}")
+        return Response(raw, media_type="application/json")
+
+    return router
+
+
+async def queue_overview(gw: Gateway) -> list[dict[str, Any]]:
+    rt = gw.rt
+    keys = rt.store.keys
+    rows: list[dict[str, Any]] = []
+    pipe = rt.redis.pipeline(transaction=False)
+    queues = rt.config.queues()
+    targets: list[str] = []
+    for aigc, platform in queues:
+        ext = rt.platforms.adapter_for(platform)
+        targets.append(ext.name if ext else "")
+        pipe.llen(keys.wait(aigc, platform))
+        pipe.zcard(keys.running(aigc, targets[-1] or "-"))
+    counts = await pipe.execute()
+    for i, (aigc, platform) in enumerate(queues):
+        account = rt.config.account(aigc, platform)
+        rows.append(
+            {
+                "AIGC": aigc,
+                "platform": platform,
+                "waiting": int(counts[2 * i]),
+                "inFlight": {targets[i]: int(counts[2 * i + 1])} if targets[i] else {},
+                "capacity": {targets[i]: account.concurrency if account else 0},
+            }
+        )
+    return rows
+
+
+def client_error_handler(gw: Gateway) -> Any:
+    async def handle(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ClientError)
+        return JSONResponse(exc.body(gw.messages), status_code=exc.status)
+
+    return handle

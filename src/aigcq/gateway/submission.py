@@ -1,0 +1,81 @@
+"""Validating and admitting a ``generate`` request, shared by WebSocket and HTTP."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis.exceptions
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from aigcq.domain import ErrorCode
+from aigcq.gateway.admission import Admission
+from aigcq.gateway.errors import ClientError
+from aigcq.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
+
+
+class GenerateRequest(BaseModel):
+    """Seed 001: ``{"type":"generate", taskId, platform, payload, AIGC?}``."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    taskId: str = Field(pattern=ID_PATTERN)
+    platform: str = Field(min_length=1, max_length=64)
+    payload: dict[str, Any]
+    AIGC: str | None = Field(None, min_length=1, max_length=128)
+
+
+def parse_generate(data: dict[str, Any]) -> GenerateRequest:
+    try:
+        return GenerateRequest.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "message"
+        raise ClientError(
+            ErrorCode.JSON, f"{field}: {first['msg']}", _task_id(data)
+        ) from exc
+
+
+def _task_id(data: dict[str, Any]) -> str | None:
+    value = data.get("taskId")
+    return value if isinstance(value, str) else None
+
+
+class Submission:
+    def __init__(self, rt: Runtime, admission: Admission) -> None:
+        self.rt = rt
+        self.admission = admission
+
+    async def submit(self, req: GenerateRequest, backend_id: str, *, deliver: bool) -> bool:
+        """Queue the task; returns False when it already existed (idempotent re-submit)."""
+        aigc = req.AIGC or self.rt.settings.project_prefix
+        if self.rt.config.account(aigc, req.platform) is None:
+            raise ClientError(
+                ErrorCode.PLATFORM, f"unknown platform {req.platform!r} for {aigc!r}", req.taskId
+            )
+        task = {"taskId": req.taskId, "platform": req.platform, "AIGC": aigc}
+        if not await self.admission.admit(backend_id, task):
+            raise ClientError(ErrorCode.BALANCE, "admission refused", req.taskId)
+        try:
+            result = await self.rt.store.submit(
+                req.taskId,
+                aigc=aigc,
+                platform=req.platform,
+                backend_id=backend_id,
+                payload=req.payload,
+                deliver=deliver,
+            )
+        except redis.exceptions.RedisError as exc:
+            await self.admission.refund(backend_id)
+            log.error("task %s: could not be stored: %r", req.taskId, exc)
+            raise ClientError(ErrorCode.ASSESSMENT, "storage unavailable", req.taskId) from exc
+        if not result.created:
+            await self.admission.refund(backend_id)
+            if result.backend_id != backend_id:
+                raise ClientError(ErrorCode.CONFLICT, "taskId belongs to another client", req.taskId)
+        log.info("task %s: submitted by %s (created=%s)", req.taskId, backend_id, result.created)
+        return result.created

@@ -1,0 +1,104 @@
+"""The client WebSocket (seed 001): ``ws://host:WS_PORT/?token=...&id=<backendId>``.
+
+Client -> server: ``generate`` (submit), ``ack`` (with ``id`` or ``ids`` of results, when
+connected with ``ack=1``), ``cancel`` (``taskId``), ``ping``.
+Server -> client: ``submitted``, ``result`` (from the outbox), ``error``, ``pong``.
+Bad input gets an ``error`` message with its code; the connection stays up.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from aigcq.domain import ErrorCode
+from aigcq.gateway.clients import ClientConnection
+from aigcq.gateway.errors import ClientError
+from aigcq.gateway.service import Gateway
+from aigcq.gateway.submission import parse_generate
+
+log = logging.getLogger(__name__)
+
+CLOSE_AUTH = 4401
+CLOSE_BAD_REQUEST = 4400
+
+
+async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
+    token = ws.query_params.get("token")
+    backend_id = ws.query_params.get("id", "")
+    await ws.accept()
+    failure: tuple[ClientError, int] | None = None
+    if gw.auth.client(token) is None:
+        failure = (ClientError(ErrorCode.AUTH, "invalid or missing token"), CLOSE_AUTH)
+    elif not backend_id or len(backend_id) > 128:
+        failure = (ClientError(ErrorCode.JSON, "query parameter id is required"), CLOSE_BAD_REQUEST)
+    if failure is not None:
+        await ws.send_text(orjson.dumps(failure[0].body(gw.messages)).decode())
+        await ws.close(failure[1], failure[0].code.value)
+        return
+    conn = ClientConnection(ws, backend_id, auto_ack=ws.query_params.get("ack") != "1")
+    await gw.clients.attach(conn)
+    log.info("client %s: connected", backend_id)
+    try:
+        while True:
+            raw = await ws.receive_text()
+            reply = await handle_message(gw, conn, raw)
+            if reply is not None:
+                await conn.send(reply)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        gw.clients.detach(conn)
+        log.info("client %s: disconnected", backend_id)
+
+
+async def handle_message(gw: Gateway, conn: ClientConnection, raw: str) -> dict[str, Any] | None:
+    try:
+        return await _dispatch(gw, conn, _decode(raw, gw.settings.max_payload_bytes))
+    except ClientError as exc:
+        log.info("client %s: rejected message: %s", conn.backend_id, exc)
+        return exc.body(gw.messages)
+
+
+def _decode(raw: str, limit: int) -> dict[str, Any]:
+    if len(raw) > limit:
+        raise ClientError(ErrorCode.PAYLOAD_TOO_LARGE, f"message over {limit} bytes")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ClientError(ErrorCode.JSON, f"malformed JSON: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise ClientError(ErrorCode.JSON, "a message is an object with a string 'type'")
+    return data
+
+
+async def _dispatch(gw: Gateway, conn: ClientConnection, data: dict[str, Any]) -> dict[str, Any] | None:
+    kind = data["type"]
+    if kind == "generate":
+        req = parse_generate(data)
+        created = await gw.submission.submit(req, conn.backend_id, deliver=True)
+        return {
+            "type": "submitted",
+            "code": "AssessmentSuccess",
+            "msg": gw.messages.get("AssessmentSuccess"),
+            "taskId": req.taskId,
+            "duplicate": not created,
+        }
+    if kind == "ack":
+        ids = data.get("ids") or ([data["id"]] if isinstance(data.get("id"), str) else [])
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise ClientError(ErrorCode.JSON, "ack needs 'id' or 'ids' (strings)")
+        await gw.outbox.ack(conn.backend_id, ids)
+        return None
+    if kind == "cancel":
+        task_id = data.get("taskId")
+        if not isinstance(task_id, str):
+            raise ClientError(ErrorCode.JSON, "taskId: a string is required")
+        state = await gw.cancel(task_id, conn.backend_id)
+        return {"type": "cancelled", "taskId": task_id, "state": state}
+    if kind == "ping":
+        return {"type": "pong"}
+    raise ClientError(ErrorCode.OPCODE, f"unknown message type {kind!r}")

@@ -1,0 +1,35 @@
+"""The shared parts of one aigcq process, built once and handed to every component."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from aigcq.config import PlatformAccount, PlatformConfig, Settings
+from aigcq.platforms.client import PlatformClient
+from aigcq.queue.store import TaskStore
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    config: PlatformConfig
+    redis: Redis
+    store: TaskStore
+    platforms: PlatformClient
+
+    def deadline_s(self, account: PlatformAccount | None) -> float:
+        if account is not None and account.deadline_s is not None:
+            return account.deadline_s
+        return self.settings.task_deadline_s
+
+    def max_attempts(self, account: PlatformAccount | None) -> int:
+        if account is not None and account.max_attempts is not None:
+            return account.max_attempts
+        return self.settings.max_attempts
+
+    @property
+    def dispatch_deadline_s(self) -> float:
+        """How long a task may stay DISPATCHING (a process died mid-submit) before retry."""
+        return self.settings.http_timeout_s + 5.0

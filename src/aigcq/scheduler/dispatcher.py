@@ -1,0 +1,191 @@
+"""Event-driven dispatch: on enqueue, on a freed slot, on a callback — plus a slow sweep.
+
+Each round reads every queue's backlog and in-flight counts in one pipeline, asks
+:func:`aigcq.scheduler.routing.plan` how to split each backlog between internal capacity
+(bridges) and the external platform, and claims exactly that many tasks atomically.
+Caps are enforced inside the claim script, so several processes never exceed them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.platforms.base import Accepted, Full, PlatformAdapter, Rejected, Uncertain
+from aigcq.queue.store import Claimed
+from aigcq.runtime import Runtime
+from aigcq.scheduler.outcomes import Outcomes
+from aigcq.scheduler.routing import plan, share_round_robin
+from aigcq.signing import webhook_url
+
+log = logging.getLogger(__name__)
+
+BATCH = 256  # most tasks one queue hands out per round
+
+
+class InternalTarget(Protocol):
+    """Our own GPUs (bridges): the capacity they offer and how tasks reach them."""
+
+    name: str
+    serves: tuple[str, ...]
+
+    def free_slots(self) -> int: ...
+
+    async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None: ...
+
+
+class Dispatcher:
+    def __init__(
+        self, rt: Runtime, outcomes: Outcomes, internal: InternalTarget | None = None
+    ) -> None:
+        self.rt = rt
+        self.outcomes = outcomes
+        self.internal = internal
+        self._wake = asyncio.Event()
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._rr = itertools.count()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.rt.settings.sweep_interval_s)
+            self._wake.clear()
+            try:
+                await self.dispatch_round()
+            except Exception:
+                log.exception("dispatch round failed")
+                await asyncio.sleep(0.5)
+
+    async def drain(self, timeout: float) -> None:
+        """Let submissions already under way finish (graceful shutdown)."""
+        if self._inflight:
+            await asyncio.wait(self._inflight, timeout=timeout)
+
+    async def dispatch_round(self) -> None:
+        queues = self.rt.config.queues()
+        if not queues:
+            return
+        keys, store = self.rt.store.keys, self.rt.store
+        externals = [self.rt.platforms.adapter_for(platform) for _, platform in queues]
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for (aigc, platform), ext in zip(queues, externals, strict=True):
+            pipe.llen(keys.wait(aigc, platform))
+            pipe.zcard(keys.running(aigc, ext.name if ext else "-"))
+        counts = await pipe.execute()
+        backlogs = [int(c) for c in counts[0::2]]
+        running = [int(c) for c in counts[1::2]]
+        internal = self._internal_shares(queues, backlogs)
+        for i, (aigc, platform) in enumerate(queues):
+            if backlogs[i] == 0:
+                continue
+            account = self.rt.config.account(aigc, platform)
+            ext = externals[i]
+            ext_free = account.concurrency - running[i] if ext and account else 0
+            split = plan(min(backlogs[i], BATCH), internal[i], ext_free)
+            if split.internal and self.internal is not None:
+                claimed = await store.claim(
+                    aigc,
+                    platform,
+                    self.internal.name,
+                    cap=-1,
+                    n=split.internal,
+                    deadline_s=self.rt.dispatch_deadline_s,
+                )
+                if claimed:
+                    self._spawn(self.internal.assign(aigc, platform, claimed))
+            if split.external and ext is not None and account is not None:
+                claimed = await store.claim(
+                    aigc,
+                    platform,
+                    ext.name,
+                    cap=account.concurrency,
+                    n=split.external,
+                    deadline_s=self.rt.dispatch_deadline_s,
+                )
+                for c in claimed:
+                    self._spawn(self._submit_external(ext, aigc, platform, c))
+
+    def _internal_shares(self, queues: list[tuple[str, str]], backlogs: list[int]) -> list[int]:
+        """Internal slots per queue: round-robin across AIGC projects sharing a platform."""
+        shares = [0] * len(queues)
+        if self.internal is None:
+            return shares
+        eligible = [i for i, (_, p) in enumerate(queues) if p in self.internal.serves]
+        demands = [min(backlogs[i], BATCH) for i in eligible]
+        split = share_round_robin(demands, self.internal.free_slots(), next(self._rr))
+        for i, n in zip(eligible, split, strict=True):
+            shares[i] = n
+        return shares
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def _submit_external(
+        self, adapter: PlatformAdapter, aigc: str, platform: str, c: Claimed
+    ) -> None:
+        rt = self.rt
+        account = rt.config.account(aigc, platform)
+        task = Task(
+            task_id=c.task_id,
+            platform=platform,
+            aigc=aigc,
+            backend_id=c.backend_id,
+            payload=c.payload,
+            state=TaskState.DISPATCHING,
+            attempt=c.attempt,
+            target=adapter.name,
+            workflow_id=c.workflow_id,
+        )
+        hook = webhook_url(
+            rt.settings.public_callback_base(), rt.settings.signing_key(), c.task_id, c.attempt
+        )
+        outcome = await rt.platforms.submit(adapter, task, account.apikey if account else "", hook)
+        deadline_s = rt.deadline_s(account)
+        match outcome:
+            case Accepted(remote_id=remote_id):
+                await rt.store.mark_running(
+                    c.task_id, c.attempt, remote_id, deadline_s=deadline_s, kind=adapter.kind
+                )
+            case Uncertain(reason=reason):
+                log.warning("task %s: submit uncertain (%s); awaiting webhook", c.task_id, reason)
+                await rt.store.mark_running(
+                    c.task_id, c.attempt, "", deadline_s=deadline_s, kind=adapter.kind
+                )
+            case Full(reason=reason):
+                await rt.store.requeue(
+                    c.task_id,
+                    attempt=c.attempt,
+                    delay_s=rt.settings.full_backoff_s,
+                    refund=True,
+                    reason=f"{adapter.name} full: {reason}",
+                )
+            case Rejected(retryable=True) as rej:
+                await self.outcomes.retry_or_fail(
+                    c.task_id,
+                    aigc=aigc,
+                    platform=platform,
+                    attempt=c.attempt,
+                    reason=f"{adapter.name}: {rej.code} {rej.message}",
+                    code=ErrorCode.TASK_FAILED,
+                    detail=rej.detail,
+                )
+            case Rejected() as rej:
+                error = {"code": rej.code, "message": rej.message, "detail": rej.detail}
+                await rt.store.finish(
+                    c.task_id,
+                    TaskState.FAILED,
+                    error=error,
+                    message=self.outcomes.error_body(ErrorCode.TASK_FAILED, error),
+                    note=f"{adapter.name} rejected: {rej.code}",
+                )
+                log.warning("task %s: rejected by %s: %s", c.task_id, adapter.name, rej)

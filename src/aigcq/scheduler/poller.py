@@ -1,0 +1,76 @@
+"""Result polling for polling-type platforms (Coze): batches of 100, adaptive interval.
+
+Only one process polls a platform at a time (a short Redis lock per round); the others
+skip. Settling is idempotent, so a lost lock only costs a duplicate query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+
+from aigcq.domain import TaskState
+from aigcq.platforms.base import PlatformAdapter
+from aigcq.platforms.coze import POLL_BATCH, next_poll_interval
+from aigcq.runtime import Runtime
+from aigcq.scheduler.outcomes import Outcomes
+
+log = logging.getLogger(__name__)
+
+
+class Poller:
+    def __init__(self, rt: Runtime, outcomes: Outcomes, adapter: PlatformAdapter) -> None:
+        self.rt = rt
+        self.outcomes = outcomes
+        self.adapter = adapter
+
+    async def run(self) -> None:
+        while True:
+            try:
+                polled = await self.poll_once()
+            except Exception:
+                log.exception("%s: polling round failed", self.adapter.name)
+                polled = 0
+            fixed = self.rt.settings.poll_interval_s
+            await asyncio.sleep(fixed if fixed is not None else next_poll_interval(polled))
+
+    def _queues(self) -> list[tuple[str, str]]:
+        return [(a, p) for a, p in self.rt.config.queues() if p in self.adapter.serves]
+
+    async def poll_once(self) -> int:
+        """Query every running task once; returns how many were in flight."""
+        keys = self.rt.store.keys
+        lock = keys.lock(f"poll:{self.adapter.name}")
+        if not await self.rt.redis.set(lock, "1", nx=True, px=2000):
+            return 0
+        try:
+            pairs: list[tuple[str, str, str]] = []
+            for aigc, platform in self._queues():
+                polling = await self.rt.redis.hgetall(keys.polling(aigc, platform))  # type: ignore[misc]
+                pairs += [(aigc, platform, str(tid)) for tid in polling.values()]
+            for start in range(0, len(pairs), POLL_BATCH):
+                batch = pairs[start : start + POLL_BATCH]
+                await asyncio.gather(*(self._poll(a, p, t) for a, p, t in batch))
+            return len(pairs)
+        finally:
+            await self.rt.redis.delete(lock)
+
+    async def _poll(self, aigc: str, platform: str, task_id: str) -> None:
+        task = await self.rt.store.get(task_id)
+        if task is None or task.state is not TaskState.RUNNING:
+            return
+        account = self.rt.config.account(aigc, platform)
+        try:
+            outcome = await self.rt.platforms.query(
+                self.adapter, task, account.apikey if account else ""
+            )
+        except httpx.HTTPError:
+            return
+        await self.outcomes.settle(task_id, outcome, note=f"polled {self.adapter.name}")
+
+
+def polling_adapters(rt: Runtime) -> list[PlatformAdapter]:
+    return [a for a in rt.platforms.adapters.values() if a.kind == "polling"]
+

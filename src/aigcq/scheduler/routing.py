@@ -1,0 +1,43 @@
+"""The routing decision (seed 000 §3.6): a pure function of backlog and capacities.
+
+backlog ≤ internal capacity   -> everything internal;
+otherwise                     -> internal first, overflow to the external platform up to its
+                                 capacity, the rest keeps waiting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    internal: int
+    external: int
+    waiting: int
+
+
+def plan(backlog: int, internal_capacity: int, external_capacity: int) -> Plan:
+    backlog = max(backlog, 0)
+    internal = min(backlog, max(internal_capacity, 0))
+    external = min(backlog - internal, max(external_capacity, 0))
+    return Plan(internal, external, backlog - internal - external)
+
+
+def share_round_robin(demands: list[int], capacity: int, start: int = 0) -> list[int]:
+    """Split ``capacity`` over queues with ``demands`` one slot at a time, from ``start``.
+
+    Queues sharing one pool (AIGC projects on the same platform) each get a fair share;
+    a queue never gets more than it asks for, and no slot is left unused while any queue
+    still has demand.
+    """
+    shares = [0] * len(demands)
+    remaining = min(max(capacity, 0), sum(max(d, 0) for d in demands))
+    n = len(demands)
+    i = start % n if n else 0
+    while remaining > 0:
+        if shares[i] < demands[i]:
+            shares[i] += 1
+            remaining -= 1
+        i = (i + 1) % n
+    return shares

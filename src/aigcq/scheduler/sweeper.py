@@ -1,0 +1,69 @@
+"""The slow safety sweep: back-off expiry and in-flight deadlines.
+
+A task past its deadline is not blindly re-sent: the platform is asked first
+(RunningHub ``/outputs``), so a task that finished while its webhook was lost is
+settled, never paid for twice. Only then is it cancelled remotely and retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import httpx
+
+from aigcq.domain import TaskState
+from aigcq.platforms.base import Pending
+from aigcq.runtime import Runtime
+from aigcq.scheduler.outcomes import Outcomes
+
+log = logging.getLogger(__name__)
+
+
+class Sweeper:
+    def __init__(self, rt: Runtime, outcomes: Outcomes) -> None:
+        self.rt = rt
+        self.outcomes = outcomes
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.rt.settings.sweep_interval_s)
+            try:
+                await self.sweep_once()
+            except Exception:
+                log.exception("sweep failed")
+
+    async def sweep_once(self) -> None:
+        await self.rt.store.promote_delayed()
+        expired = await self.rt.store.expired()
+        if expired:
+            await asyncio.gather(*(self._expire(task_id) for task_id in expired))
+
+    async def _expire(self, task_id: str) -> None:
+        rt = self.rt
+        task = await rt.store.get(task_id)
+        if task is None or task.state.terminal:
+            await rt.redis.zrem(rt.store.keys.inflight, task_id)
+            return
+        if task.deadline > time.time():
+            return  # another process got here first and moved it on
+        adapter = rt.platforms.adapters.get(task.target)
+        account = rt.config.account(task.aigc, task.platform)
+        apikey = account.apikey if account else ""
+        if adapter is not None and task.state is TaskState.RUNNING and task.remote_id:
+            try:
+                outcome = await rt.platforms.query(adapter, task, apikey)
+            except httpx.HTTPError:
+                return  # platform unreachable: ask again on the next sweep
+            if await self.outcomes.settle(task_id, outcome, note="queried after deadline"):
+                return
+            if isinstance(outcome, Pending):
+                await rt.platforms.cancel(adapter, task, apikey)
+        await self.outcomes.retry_or_fail(
+            task_id,
+            aigc=task.aigc,
+            platform=task.platform,
+            attempt=task.attempt,
+            reason=f"deadline passed on {task.target or 'dispatch'} ({task.state})",
+        )
