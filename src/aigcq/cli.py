@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import logging
+import uuid
+from pathlib import Path
+from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from aigcq.config import ConfigError, PlatformConfig, Settings
 
 app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal GPUs first.")
 emulate_app = typer.Typer(no_args_is_help=True, help="Run an emulator of an external service.")
 app.add_typer(emulate_app, name="emulate")
+console = Console()
 
 
 def configure_logging(level: str = "INFO") -> None:
@@ -16,6 +24,127 @@ def configure_logging(level: str = "INFO") -> None:
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+def _load_config() -> tuple[Settings, PlatformConfig]:
+    settings = Settings()
+    try:
+        config = PlatformConfig.load(settings.config_dir)
+    except ConfigError as exc:
+        console.print(f"[red]configuration error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    return settings, config
+
+
+@app.command()
+def up(log_level: str = "INFO") -> None:
+    """Run the server; starts a private Redis under ./.aigcq when AIGCQ_REDIS_URL is unset."""
+    from aigcq.launch import ensure_secrets, listen_ports, run_with_redis
+
+    configure_logging(log_level)
+    settings, config = _load_config()
+    fresh = ensure_secrets(settings)
+    _print_banner(settings, config, fresh, listen_ports(settings))
+    run_with_redis(settings, config, embedded_dir=settings.data_dir / "redis")
+
+
+@app.command()
+def serve(log_level: str = "INFO") -> None:
+    """Run one server process against AIGCQ_REDIS_URL (several may share one Redis)."""
+    import asyncio
+
+    from aigcq.launch import serve as serve_forever
+
+    configure_logging(log_level)
+    settings, config = _load_config()
+    if not settings.redis_url:
+        console.print("[red]AIGCQ_REDIS_URL is required for `serve` (`up` embeds one)[/red]")
+        raise typer.Exit(2)
+    asyncio.run(serve_forever(settings, config))
+
+
+def _print_banner(
+    settings: Settings, config: PlatformConfig, fresh: dict[str, str], ports: list[int]
+) -> None:
+    host = settings.host
+    console.print(f"[bold]aigcq[/bold] listening on {', '.join(f'{host}:{p}' for p in ports)}")
+    console.print(f"  clients    ws://{host}:{settings.ws_port}/?token=<token>&id=<backendId>")
+    console.print(f"  HTTP API   http://{host}:{settings.ws_port}/docs")
+    console.print(f"  callbacks  {settings.public_callback_base()}/callback/all")
+    console.print(
+        f"  redis      {settings.redis_url or 'embedded, data in ' + str(settings.data_dir)}"
+    )
+    if not config.queues():
+        console.print(f"  [yellow]no platforms configured: add {settings.config_dir}/model.json[/]")
+    for name, value in fresh.items():
+        console.print(f"  generated {name}: [bold]{value}[/bold] (kept in {settings.data_dir})")
+
+
+@app.command()
+def token(backend_id: str, ttl: int = 86400) -> None:
+    """Print a client JWT for BACKEND_ID signed with TOKEN_SECRET."""
+    from aigcq.gateway.auth import issue_client_token
+    from aigcq.launch import ensure_secrets
+
+    settings = Settings()
+    ensure_secrets(settings)
+    typer.echo(issue_client_token(settings.token_secret, backend_id, ttl))
+
+
+@app.command()
+def submit(
+    platform: str,
+    payload: Annotated[str, typer.Argument(help="JSON, or @file.json")],
+    server: str = "ws://127.0.0.1:8087/",
+    token: Annotated[str, typer.Option(envvar="AIGCQ_CLIENT_TOKEN")] = "",
+    backend_id: str = "cli",
+    aigc: str | None = None,
+    task_id: str | None = None,
+    timeout: float = 600.0,
+) -> None:
+    """Submit one task over the client WebSocket, show progress and print the result."""
+    import asyncio
+    import json
+
+    from aigcq.cli_client import submit_and_wait
+
+    body = Path(payload[1:]).read_text() if payload.startswith("@") else payload
+    message = {
+        "type": "generate",
+        "taskId": task_id or uuid.uuid4().hex,
+        "platform": platform,
+        "payload": json.loads(body),
+    }
+    if aigc:
+        message["AIGC"] = aigc
+    result = asyncio.run(submit_and_wait(server, token, backend_id, message, timeout, console))
+    typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
+    if result.get("status") != "success":
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(
+    server: str = "http://127.0.0.1:8087",
+    token: Annotated[str, typer.Option(envvar="AIGCQ_CLIENT_TOKEN")] = "",
+) -> None:
+    """Show queues (waiting / in flight / capacity) as a table."""
+    import httpx
+
+    resp = httpx.get(f"{server}/api/queues", headers={"Authorization": f"Bearer {token}"})
+    if resp.status_code != 200:
+        console.print(f"[red]{resp.status_code}[/red] {resp.text}")
+        raise typer.Exit(1)
+    table = Table("AIGC", "platform", "waiting", "in flight", "capacity")
+    for row in resp.json():
+        table.add_row(
+            row["AIGC"],
+            row["platform"],
+            str(row["waiting"]),
+            ", ".join(f"{k}:{v}" for k, v in row["inFlight"].items()),
+            ", ".join(f"{k}:{v}" for k, v in row["capacity"].items()),
+        )
+    console.print(table)
 
 
 # ---- sub-applications (each owned by its package) --------------------------------------

@@ -1,0 +1,3 @@
+from aigcq.cli import main
+
+main()

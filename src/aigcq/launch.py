@@ -1,0 +1,91 @@
+"""Starting a server process: secrets, embedded Redis, sockets, uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import socket
+from pathlib import Path
+
+import redis.asyncio as aioredis
+import uvicorn
+
+from aigcq.config import PlatformConfig, Settings
+from aigcq.embedded.redis import EmbeddedRedis
+
+log = logging.getLogger(__name__)
+
+GENERATED = ("token_secret", "admin_token", "bridge_token")
+
+
+def ensure_secrets(settings: Settings) -> dict[str, str]:
+    """Fill unset secrets from ``<data_dir>/secrets.json``, generating them the first time.
+
+    Returns the secrets generated just now (to print once).
+    """
+    path = settings.data_dir / "secrets.json"
+    stored: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    fresh: dict[str, str] = {}
+    for name in GENERATED:
+        if getattr(settings, name):
+            continue
+        value = stored.get(name) or secrets.token_urlsafe(24)
+        if name not in stored:
+            fresh[name] = value
+            stored[name] = value
+        setattr(settings, name, value)
+    if fresh:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(stored, indent=2))
+        path.chmod(0o600)
+    return fresh
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def listen_ports(settings: Settings) -> list[int]:
+    ports = [settings.ws_port, settings.callback_port, settings.bridge_port]
+    return [p for i, p in enumerate(ports) if p and p not in ports[:i]]
+
+
+async def serve(settings: Settings, config: PlatformConfig) -> None:
+    """Run ``aigcq serve`` until SIGINT/SIGTERM, then shut down cleanly."""
+    from aigcq.server import Service
+
+    redis = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
+    service = Service(settings, config, redis)
+    sockets = [bind(settings.host, port) for port in listen_ports(settings)]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            service.app,
+            log_config=None,
+            ws_max_size=max(settings.max_payload_bytes * 2, 1 << 20),
+            timeout_graceful_shutdown=10,
+        )
+    )
+    try:
+        await server.serve(sockets=sockets)
+    finally:
+        await redis.aclose()
+
+
+def run_with_redis(settings: Settings, config: PlatformConfig, *, embedded_dir: Path) -> None:
+    """Serve; start a private Redis first when no ``AIGCQ_REDIS_URL`` is configured."""
+    embedded: EmbeddedRedis | None = None
+    if not settings.redis_url:
+        embedded = EmbeddedRedis(embedded_dir)
+        settings.redis_url = embedded.start()
+    try:
+        asyncio.run(serve(settings, config))
+    finally:
+        if embedded is not None:
+            embedded.stop()

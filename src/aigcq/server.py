@@ -1,0 +1,146 @@
+"""One ``aigcq serve`` process: the runtime, its background loops and the ASGI app."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, WebSocket
+from fastapi.responses import JSONResponse
+from redis.asyncio import Redis
+
+from aigcq import platforms
+from aigcq.config import PlatformConfig, Settings
+from aigcq.domain import Task
+from aigcq.events import EventBus
+from aigcq.gateway.callbacks import callback_router
+from aigcq.gateway.errors import ClientError
+from aigcq.gateway.http_api import api_router, client_error_handler
+from aigcq.gateway.service import Gateway
+from aigcq.gateway.ws import client_endpoint
+from aigcq.platforms.base import PlatformAdapter, ResultOutcome, adapter_class, registered
+from aigcq.platforms.client import PlatformClient
+from aigcq.queue.store import TaskStore
+from aigcq.runtime import Runtime
+from aigcq.scheduler.dispatcher import Dispatcher, InternalTarget
+from aigcq.scheduler.outcomes import Outcomes
+from aigcq.scheduler.poller import Poller
+from aigcq.scheduler.sweeper import Sweeper
+
+log = logging.getLogger(__name__)
+
+assert platforms  # the package import registers every adapter
+
+
+def build_adapters(settings: Settings) -> dict[str, PlatformAdapter]:
+    return {name: cls(settings.platform_url(name)) for name, cls in registered().items()}
+
+
+class Service:
+    def __init__(
+        self,
+        settings: Settings,
+        config: PlatformConfig,
+        redis: Redis,
+        internal: InternalTarget | None = None,
+    ) -> None:
+        self.rt = Runtime(
+            settings=settings,
+            config=config,
+            redis=redis,
+            store=TaskStore(
+                redis,
+                settings.project_prefix,
+                retention_s=settings.result_retention_s,
+                outbox_retention_s=settings.outbox_retention_s,
+            ),
+            platforms=PlatformClient(build_adapters(settings), timeout_s=settings.http_timeout_s),
+        )
+        self.outcomes = Outcomes(self.rt)
+        self.dispatcher = Dispatcher(self.rt, self.outcomes, internal)
+        self.sweeper = Sweeper(self.rt, self.outcomes)
+        self.gateway = Gateway(self.rt, self.outcomes)
+        self.pollers = [
+            Poller(self.rt, self.outcomes, a)
+            for a in self.rt.platforms.adapters.values()
+            if a.kind == "polling"
+        ]
+        self.events = EventBus(
+            redis,
+            self.rt.store.keys.events,
+            on_wake=self.dispatcher.wake,
+            on_outbox=self.gateway.clients.notify,
+            on_client=self.gateway.clients.replaced,
+        )
+        self._loops: list[asyncio.Task[None]] = []
+        self.app = self._build_app()
+
+    def parse_callback(self, task: Task, body: dict[str, Any]) -> ResultOutcome:
+        """TASK_END bodies share RunningHub's format, whichever target sent them."""
+        adapter = self.rt.platforms.adapters.get(task.target)
+        if adapter is None or adapter.kind != "callback":
+            adapter = self.rt.platforms.adapters.get("runninghub") or adapter_class("runninghub")(
+                ""
+            )
+        return adapter.parse_result(body)
+
+    async def _deliver_sweep(self) -> None:
+        """Covers pub/sub messages lost while a subscription was reconnecting."""
+        while True:
+            await asyncio.sleep(self.rt.settings.sweep_interval_s * 5)
+            self.gateway.clients.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
+        runs = [
+            self.events.run(),
+            self.dispatcher.run(),
+            self.sweeper.run(),
+            self._deliver_sweep(),
+            *(p.run() for p in self.pollers),
+        ]
+        self._loops = [asyncio.create_task(r) for r in runs]
+        log.info("aigcq serving (prefix %s)", self.rt.settings.project_prefix)
+        try:
+            yield
+        finally:
+            await self.dispatcher.drain(timeout=5.0)
+            for loop in self._loops:
+                loop.cancel()
+            await asyncio.gather(*self._loops, return_exceptions=True)
+            await self.gateway.aclose()
+            await self.rt.platforms.aclose()
+            log.info("aigcq stopped")
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI(
+            title="aigcq",
+            summary="AIGC task queue: internal GPUs first, paid platforms on overflow.",
+            lifespan=self.lifespan,
+        )
+        app.add_exception_handler(ClientError, client_error_handler(self.gateway))
+        app.include_router(api_router(self.gateway))
+        app.include_router(callback_router(self.gateway, self.parse_callback))
+
+        async def client_ws(ws: WebSocket) -> None:
+            await client_endpoint(ws, self.gateway)
+
+        app.add_api_websocket_route("/", client_ws)
+        app.add_api_websocket_route("/client", client_ws)
+
+        async def healthz() -> dict[str, str]:
+            return {"status": "ok"}
+
+        async def readyz() -> JSONResponse:
+            try:
+                await self.rt.redis.ping()
+            except Exception as exc:
+                return JSONResponse({"status": "redis unavailable", "error": str(exc)}, 503)
+            return JSONResponse({"status": "ready"})
+
+        app.add_api_route("/healthz", healthz, methods=["GET"])
+        app.add_api_route("/readyz", readyz, methods=["GET"])
+        return app

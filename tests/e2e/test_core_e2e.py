@@ -1,0 +1,127 @@
+"""Issue 2's end-to-end checks: real processes, real Redis, RunningHub/Coze emulators."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, Client, Cluster, generate
+
+pytestmark = pytest.mark.e2e
+
+
+def setup_rh(cluster: Cluster, *, cap: int = 3, duration: str = "0.3", **env: str) -> int:
+    rh = cluster.emulator("runninghub", "--max-concurrent", str(cap), "--duration", duration)
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": cap}}})
+    _, port = cluster.server(AIGCQ_RUNNINGHUB_URL=rh, **env)
+    cluster.rh_url = rh  # type: ignore[attr-defined]
+    return port
+
+
+async def test_runninghub_cap_is_never_exceeded_and_all_results_arrive(cluster: Cluster) -> None:
+    port = setup_rh(cluster, cap=3)
+    client = await Client(port, "biz-1").connect()
+    for i in range(10):
+        reply = await client.request(generate(f"rh-{i}"))
+        assert reply["type"] == "submitted" and reply["code"] == "AssessmentSuccess"
+    await client.collect(10, timeout=30)
+    await client.linger(0.5)
+    assert all(len(r) == 1 for r in client.results.values())
+    assert all(r[0]["status"] == "success" for r in client.results.values())
+    first = client.results["rh-0"][0]
+    assert first["data"]["code"] == 0 and first["data"]["data"][0]["fileUrl"]
+    stats = httpx.get(f"{cluster.rh_url}/_emulator/stats").json()  # type: ignore[attr-defined]
+    assert max(stats["peak_concurrent"].values()) <= 3
+    await client.close()
+
+
+async def test_http_api_submit_get_and_queues(cluster: Cluster) -> None:
+    port = setup_rh(cluster)
+    base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
+    async with httpx.AsyncClient(base_url=base, headers=auth) as http:
+        body = {"taskId": "http-1", "platform": "comfyui", "AIGC": "proj",
+                "payload": {"workflowId": "1", "nodeInfoList": []}}  # fmt: skip
+        resp = await http.post("/api/tasks", json=body)
+        assert resp.status_code == 202, resp.text
+        for _ in range(100):
+            task = (await http.get("/api/tasks/http-1")).json()
+            if task["state"] == "success":
+                break
+            await asyncio.sleep(0.1)
+        assert task["state"] == "success"
+        assert [e["state"] for e in task["timeline"]] == [
+            "pending", "dispatching", "running", "success"
+        ]  # fmt: skip
+        queues = (await http.get("/api/queues")).json()
+        assert queues[0]["AIGC"] == "proj" and queues[0]["capacity"] == {"runninghub": 3}
+        assert (await http.get("/api/tasks/nope")).status_code == 404
+        assert (await http.get("/api/queues", headers={"Authorization": "Bearer x"})).status_code == 401
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        assert (await http.put("/api/workflows/w1", json={"1": {}}, headers=admin)).status_code == 200
+
+
+async def test_coze_runs_by_polling(cluster: Cluster) -> None:
+    coze = cluster.emulator("coze", "--duration", "0.3")
+    cluster.write_models({"proj": {"coze": {"apikey": "pat_test", "concurrency": 5}}})
+    _, port = cluster.server(AIGCQ_COZE_URL=coze, AIGCQ_POLL_INTERVAL_S="0.2")
+    client = await Client(port, "biz-coze").connect()
+    for i in range(3):
+        await client.request(
+            generate(f"coze-{i}", platform="coze", workflow_id="7", parameters={"q": i})
+        )
+    await client.collect(3, timeout=30)
+    assert {r[0]["status"] for r in client.results.values()} == {"success"}
+    await client.close()
+
+
+async def test_results_wait_for_an_offline_client(cluster: Cluster) -> None:
+    port = setup_rh(cluster, duration="0.1")
+    client = await Client(port, "biz-off").connect()
+    for i in range(5):
+        await client.request(generate(f"off-{i}"))
+    await client.close()
+    await asyncio.sleep(2.0)
+    again = await Client(port, "biz-off").connect()
+    await again.collect(5, timeout=20)
+    await again.linger(0.3)
+    assert sorted(again.results) == [f"off-{i}" for i in range(5)]
+    assert all(len(r) == 1 for r in again.results.values())
+    await again.close()
+
+
+async def test_two_servers_deliver_across_processes(cluster: Cluster) -> None:
+    port_a = setup_rh(cluster, duration="0.1")
+    _, port_b = cluster.server(AIGCQ_RUNNINGHUB_URL=cluster.rh_url)  # type: ignore[attr-defined]
+    submitter = await Client(port_a, "biz-x").connect()
+    await submitter.request(generate("cross-0"))
+    await submitter.close()
+    receiver = await Client(port_b, "biz-x").connect()
+    await receiver.collect(1, timeout=20)
+    assert receiver.results["cross-0"][0]["status"] == "success"
+    await receiver.close()
+
+
+async def test_sigkill_server_with_50_in_flight_loses_nothing(cluster: Cluster) -> None:
+    rh = cluster.emulator("runninghub", "--max-concurrent", "100", "--duration", "1.5")
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 100}}})
+    server, port = cluster.server(AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_TASK_DEADLINE_S="6")
+    client = await Client(port, "biz-kill").connect()
+    for i in range(50):
+        await client.request(generate(f"k-{i}"))
+    await asyncio.sleep(0.5)
+    server.kill()
+    await client.ws.close()
+    cluster.server(port, AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_TASK_DEADLINE_S="6")
+    again = await Client(port, "biz-kill").connect()
+    for msg in client.results.values():
+        again.results.setdefault(msg[0]["taskId"], []).extend(msg)
+    await again.collect(50, timeout=60)
+    await again.linger(1.0)
+    assert sorted(again.results) == sorted(f"k-{i}" for i in range(50))
+    assert all(len(r) == 1 for r in again.results.values()), {
+        k: len(v) for k, v in again.results.items() if len(v) != 1
+    }
+    await again.close()
