@@ -24,7 +24,7 @@ from aigcq.embedded.redis import EmbeddedRedis
 
 CLIENT_TOKEN = "e2e-client-token"
 ADMIN_TOKEN = "e2e-admin-token"
-SECRET = "e2e-secret"
+SECRET = "e2e-secret-with-at-least-32-bytes-of-key"
 
 
 def free_port() -> int:

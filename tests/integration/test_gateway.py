@@ -1,0 +1,162 @@
+"""The gateway in-process against a real Redis: bad input of every kind changes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import redis.asyncio as aioredis
+
+from aigcq.config import PlatformConfig, Settings
+from aigcq.gateway.auth import issue_client_token
+from aigcq.server import Service
+from aigcq.signing import webhook_url
+from tests.e2e.conftest import Client
+from tests.helpers import serve_app
+
+SECRET = "gw-secret-with-at-least-32-bytes-of-key"
+
+
+async def snapshot(redis: aioredis.Redis) -> dict[str, Any]:
+    """Every key with its type and size: what 'changes nothing' is checked against."""
+    out: dict[str, Any] = {}
+    for key in await redis.keys("*"):
+        kind = await redis.type(key)
+        size = {
+            "hash": redis.hlen, "list": redis.llen, "zset": redis.zcard,
+            "set": redis.scard, "stream": redis.xlen, "string": redis.strlen,
+        }[kind](key)  # fmt: skip
+        out[key] = (kind, await size)
+    return out
+
+
+@pytest.fixture
+async def gateway(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> AsyncIterator[tuple[int, aioredis.Redis]]:
+    (tmp_path / "model.json").write_text(
+        '{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}'
+    )
+    settings = Settings(
+        redis_url=redis_url,
+        token_secret=SECRET,
+        config_dir=tmp_path,
+        max_payload_bytes=4096,
+        admin_token="admin",
+    )
+    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    async with serve_app(service.app) as base:
+        yield int(base.rsplit(":", 1)[1]), redis
+
+
+def token(backend_id: str = "b1") -> str:
+    return issue_client_token(SECRET, backend_id)
+
+
+BAD_MESSAGES: list[tuple[str, str]] = [
+    ("{not json", "JSONError"),
+    ("[1, 2]", "JSONError"),
+    ('{"type": "explode"}', "OpcodeError"),
+    ('{"type": "generate", "platform": "comfyui", "payload": {}}', "JSONError"),
+    ('{"type": "generate", "taskId": 7, "platform": "comfyui", "payload": {}}', "JSONError"),
+    ('{"type": "generate", "taskId": "a", "platform": "comfyui", "payload": "x"}', "JSONError"),
+    ('{"type": "generate", "taskId": "a b", "platform": "comfyui", "payload": {}}', "JSONError"),
+    (
+        '{"type": "generate", "taskId": "a", "platform": "jimuai", "AIGC": "proj", "payload": {}}',
+        "PlatformError",
+    ),
+    (
+        orjson.dumps({"type": "generate", "taskId": "a", "platform": "comfyui",
+                      "AIGC": "proj", "payload": {"x": "y" * 5000}}).decode(),
+        "PayloadTooLarge",
+    ),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize(("raw", "code"), BAD_MESSAGES)
+async def test_bad_client_messages_get_their_code_and_change_nothing(
+    gateway: tuple[int, aioredis.Redis], raw: str, code: str
+) -> None:
+    port, redis = gateway
+    client = await Client(port, "b1", token()).connect()
+    before = await snapshot(redis)
+    reply = await client.request(raw)
+    assert reply["type"] == "error" and reply["code"] == code and reply["msg"]
+    assert await snapshot(redis) == before
+    assert (await client.request({"type": "ping"}))["type"] == "pong"  # still usable
+    await client.close()
+
+
+async def test_bad_token_is_refused(gateway: tuple[int, aioredis.Redis]) -> None:
+    port, _ = gateway
+    client = await Client(port, "b1", "forged.jwt.token").connect()
+    reply = await client.next()
+    assert reply["code"] == "AuthError"
+    await client.close()
+
+
+async def test_resubmit_is_idempotent_and_foreign_task_ids_conflict(
+    gateway: tuple[int, aioredis.Redis],
+) -> None:
+    port, redis = gateway
+    msg = {"type": "generate", "taskId": "dup", "platform": "comfyui", "AIGC": "proj",
+           "payload": {"workflowId": "1"}}  # fmt: skip
+    client = await Client(port, "b1", token()).connect()
+    assert (await client.request(msg))["duplicate"] is False
+    assert (await client.request(msg))["duplicate"] is True
+    other = await Client(port, "b2", token("b2")).connect()
+    assert (await other.request(msg))["code"] == "TaskConflict"
+    assert await redis.llen("aigcq:proj:comfyui:wait") == 1
+    await client.close()
+    await other.close()
+
+
+async def test_forged_and_replayed_callbacks_change_nothing(
+    gateway: tuple[int, aioredis.Redis],
+) -> None:
+    port, redis = gateway
+    client = await Client(port, "b1", token()).connect()
+    await client.request({"type": "generate", "taskId": "cb", "platform": "comfyui",
+                          "AIGC": "proj", "payload": {"workflowId": "1"}})  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    body = {"event": "TASK_END", "taskId": "remote-1",
+            "eventData": orjson.dumps({"code": 0, "msg": "success", "data": []}).decode()}  # fmt: skip
+    async with httpx.AsyncClient() as http:
+        before = await snapshot(redis)
+        unsigned = await http.post(f"{base}/callback/all", json=body)
+        assert unsigned.status_code == 403
+        forged = webhook_url(base, b"wrong-key", "cb", 1)
+        assert (await http.post(forged, json=body)).status_code == 403
+        unknown = webhook_url(base, SECRET.encode(), "nope", 1)
+        assert (await http.post(unknown, json=body)).status_code == 404
+        assert await snapshot(redis) == before
+        good = webhook_url(base, SECRET.encode(), "cb", 1)
+        assert (await http.post(good, content=b"{oops")).status_code == 400
+        assert (await http.post(good, json=body)).status_code == 200
+        result = await client.next()
+        assert result["type"] == "result" and result["status"] == "success"
+        after = await snapshot(redis)
+        assert (await http.post(good, json=body)).status_code == 410  # replay
+        assert await snapshot(redis) == after
+    await client.close()
+
+
+async def test_quota_admission_refuses_with_balance_error(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
+    settings = Settings(redis_url=redis_url, token_secret=SECRET, config_dir=tmp_path,
+                        admission="quota", admission_quota=1)  # fmt: skip
+    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    async with serve_app(service.app) as base:
+        client = await Client(int(base.rsplit(":", 1)[1]), "b1", token()).connect()
+        msg = {"type": "generate", "platform": "comfyui", "AIGC": "proj", "payload": {}}
+        assert (await client.request({**msg, "taskId": "q1"}))["type"] == "submitted"
+        before = await snapshot(redis)
+        assert (await client.request({**msg, "taskId": "q2"}))["code"] == "BalanceError"
+        assert await snapshot(redis) == before
+        await client.close()
