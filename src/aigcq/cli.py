@@ -149,6 +149,102 @@ def status(
 
 # ---- sub-applications (each owned by its package) --------------------------------------
 # (added below by the packages that provide them)
+from aigcq.asynch.cli import asynch_app  # noqa: E402
+
+app.add_typer(asynch_app, name="asynch")
+
+
+@app.command()
+def bridge(
+    server: Annotated[str | None, typer.Option(help="aigcq bridge URL, ws://host:port/ws")] = None,
+    token: Annotated[str | None, typer.Option(help="Bridge token (AIGCQ_BRIDGE_TOKEN)")] = None,
+    comfyui: Annotated[
+        list[str] | None, typer.Option(help="ComfyUI base URL; repeat for more instances")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address of the admin/files server")] = None,
+    port: Annotated[int | None, typer.Option(help="Port of the admin/files server [8190]")] = None,
+    public_url: Annotated[str | None, typer.Option(help="Base of fileUrls")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="State dir [.aigcq/bridge]")] = None,
+    workflows: Annotated[Path | None, typer.Option(help="Folder of <workflowId>.json")] = None,
+    heartbeat: Annotated[float | None, typer.Option(help="HEARTBEAT interval, s [30]")] = None,
+    log_level: str = "INFO",
+) -> None:
+    """Run the reference bridge: connects out to aigcq and drives ComfyUI instances.
+
+    Every option may also come from AIGCQ_BRIDGE_<NAME> (e.g. AIGCQ_BRIDGE_SERVER).
+    """
+    from aigcq.agent.app import run
+    from aigcq.agent.settings import BridgeSettings
+
+    configure_logging(log_level)
+    given = {
+        "server": server,
+        "token": token,
+        "comfyui": comfyui or None,
+        "host": host,
+        "port": port,
+        "public_url": public_url,
+        "data_dir": data_dir,
+        "workflows": workflows,
+        "heartbeat": heartbeat,
+    }
+    run(BridgeSettings(**{k: v for k, v in given.items() if v is not None}))
+
+
+@emulate_app.command("comfyui")
+def emulate_comfyui(
+    host: str = "127.0.0.1",
+    port: int = 8188,
+    step_time: Annotated[float, typer.Option(help="Seconds per progress step")] = 0.05,
+    steps: Annotated[int, typer.Option(help="Progress steps per executed node")] = 4,
+    fail_rate: Annotated[float, typer.Option(help="Probability a prompt fails")] = 0.0,
+    output_dir: Path = Path(".aigcq/comfyui/output"),
+    log_level: str = "INFO",
+) -> None:
+    """Run a ComfyUI emulator (EmptyImage, ImageInvert, SaveImage, PreviewImage)."""
+    from aigcq.emulators.comfyui import ComfyUIConfig, run
+
+    configure_logging(log_level)
+    config = ComfyUIConfig(
+        output_dir=output_dir, step_time=step_time, steps=steps, fail_rate=fail_rate
+    )
+    run(host, port, config)
+
+
+@emulate_app.command("model-service")
+def emulate_model_service(
+    host: str = "127.0.0.1",
+    port: int = 8092,
+    latency: Annotated[float, typer.Option(help="Seconds per call")] = 0.0,
+    failure_rate: Annotated[float, typer.Option(help="Share of calls answered HTTP 500")] = 0.0,
+    response: Annotated[str, typer.Option(help="json | text | image")] = "json",
+    log_level: str = "WARNING",
+) -> None:
+    """Run an HTTP model service emulator (stats at /_emulator/stats)."""
+    from aigcq.emulators.model_service import ModelBehaviour, run
+
+    configure_logging(log_level)
+    run(host, port, ModelBehaviour(latency, failure_rate, response))  # type: ignore[arg-type]
+
+
+@emulate_app.command("oss")
+def emulate_oss(host: str = "127.0.0.1", port: int = 8093, log_level: str = "WARNING") -> None:
+    """Run the OSS file service emulator (oss/file/uploadFile)."""
+    from aigcq.emulators.oss import run
+
+    configure_logging(log_level)
+    run(host, port)
+
+
+@emulate_app.command("prompts-core")
+def emulate_prompts_core(
+    host: str = "127.0.0.1", port: int = 8094, log_level: str = "WARNING"
+) -> None:
+    """Run the prompts-core emulator (prompt/createPrompt)."""
+    from aigcq.emulators.prompts_core import run
+
+    configure_logging(log_level)
+    run(host, port)
 
 
 def main() -> None:

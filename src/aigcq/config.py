@@ -68,6 +68,11 @@ class Settings(BaseSettings):
         validation_alias=_env("RUNNINGHUB_URL", "RunningHub_URL", "RUNNINGHUB_URL"),
     )
     coze_url: str = Field("https://api.coze.cn", validation_alias=_env("COZE_URL", "COZE_URL"))
+    platform_urls: dict[str, str] = Field(
+        default_factory=dict,
+        validation_alias=_env("PLATFORM_URLS"),
+        description="Base URL per platform adapter (JSON), for platforms without a field.",
+    )
     message_dispatcher_url: str = Field(
         "", validation_alias=_env("MESSAGE_DISPATCHER_URL", "MESSAGE_DISPATCHER_URL")
     )
@@ -98,6 +103,10 @@ class Settings(BaseSettings):
         0, validation_alias=_env("ADMISSION_QUOTA"), description="Default per-client task quota."
     )
     billing_url: str = Field("", validation_alias=_env("BILLING_URL"))
+
+    def platform_url(self, name: str) -> str:
+        defaults = {"runninghub": self.runninghub_url, "coze": self.coze_url}
+        return self.platform_urls.get(name) or defaults.get(name, "")
 
     def public_callback_base(self) -> str:
         return (self.callback_url or f"http://{self.host}:{self.callback_port}").rstrip("/")
@@ -203,7 +212,9 @@ class PlatformConfig:
             else _validate(PlatformKinds, kinds_raw, config_dir / "Platform.json", "")
         )
         code_raw = _read_json(config_dir / "code.json", {})
-        if not isinstance(code_raw, dict) or not all(isinstance(v, dict) for v in code_raw.values()):
+        if not isinstance(code_raw, dict) or not all(
+            isinstance(v, dict) for v in code_raw.values()
+        ):
             raise ConfigError(f"{config_dir / 'code.json'}: sections must be objects of messages")
         return cls(accounts, kinds, Messages(code_raw))
 

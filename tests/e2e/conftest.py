@@ -194,6 +194,14 @@ class Client:
                 return
 
 
-def generate(task_id: str, platform: str = "comfyui", aigc: str = "proj", **payload: Any) -> dict[str, Any]:
+def generate(
+    task_id: str, platform: str = "comfyui", aigc: str = "proj", **payload: Any
+) -> dict[str, Any]:
     payload = payload or {"workflowId": "1904136902449209346", "nodeInfoList": []}
-    return {"type": "generate", "taskId": task_id, "platform": platform, "AIGC": aigc, "payload": payload}
+    return {
+        "type": "generate",
+        "taskId": task_id,
+        "platform": platform,
+        "AIGC": aigc,
+        "payload": payload,
+    }

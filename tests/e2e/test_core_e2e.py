@@ -42,8 +42,12 @@ async def test_http_api_submit_get_and_queues(cluster: Cluster) -> None:
     base = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
     async with httpx.AsyncClient(base_url=base, headers=auth) as http:
-        body = {"taskId": "http-1", "platform": "comfyui", "AIGC": "proj",
-                "payload": {"workflowId": "1", "nodeInfoList": []}}  # fmt: skip
+        body = {
+            "taskId": "http-1",
+            "platform": "comfyui",
+            "AIGC": "proj",
+            "payload": {"workflowId": "1", "nodeInfoList": []},
+        }
         resp = await http.post("/api/tasks", json=body)
         assert resp.status_code == 202, resp.text
         for _ in range(100):
@@ -53,14 +57,21 @@ async def test_http_api_submit_get_and_queues(cluster: Cluster) -> None:
             await asyncio.sleep(0.1)
         assert task["state"] == "success"
         assert [e["state"] for e in task["timeline"]] == [
-            "pending", "dispatching", "running", "success"
-        ]  # fmt: skip
+            "pending",
+            "dispatching",
+            "running",
+            "success",
+        ]
         queues = (await http.get("/api/queues")).json()
         assert queues[0]["AIGC"] == "proj" and queues[0]["capacity"] == {"runninghub": 3}
         assert (await http.get("/api/tasks/nope")).status_code == 404
-        assert (await http.get("/api/queues", headers={"Authorization": "Bearer x"})).status_code == 401
+        assert (
+            await http.get("/api/queues", headers={"Authorization": "Bearer x"})
+        ).status_code == 401
         admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        assert (await http.put("/api/workflows/w1", json={"1": {}}, headers=admin)).status_code == 200
+        assert (
+            await http.put("/api/workflows/w1", json={"1": {}}, headers=admin)
+        ).status_code == 200
 
 
 async def test_coze_runs_by_polling(cluster: Cluster) -> None:

@@ -27,9 +27,13 @@ async def snapshot(redis: aioredis.Redis) -> dict[str, Any]:
     for key in await redis.keys("*"):
         kind = await redis.type(key)
         size = {
-            "hash": redis.hlen, "list": redis.llen, "zset": redis.zcard,
-            "set": redis.scard, "stream": redis.xlen, "string": redis.strlen,
-        }[kind](key)  # fmt: skip
+            "hash": redis.hlen,
+            "list": redis.llen,
+            "zset": redis.zcard,
+            "set": redis.scard,
+            "stream": redis.xlen,
+            "string": redis.strlen,
+        }[kind](key)
         out[key] = (kind, await size)
     return out
 
@@ -38,9 +42,7 @@ async def snapshot(redis: aioredis.Redis) -> dict[str, Any]:
 async def gateway(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> AsyncIterator[tuple[int, aioredis.Redis]]:
-    (tmp_path / "model.json").write_text(
-        '{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}'
-    )
+    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
     settings = Settings(
         redis_url=redis_url,
         token_secret=SECRET,
@@ -70,10 +72,17 @@ BAD_MESSAGES: list[tuple[str, str]] = [
         "PlatformError",
     ),
     (
-        orjson.dumps({"type": "generate", "taskId": "a", "platform": "comfyui",
-                      "AIGC": "proj", "payload": {"x": "y" * 5000}}).decode(),
+        orjson.dumps(
+            {
+                "type": "generate",
+                "taskId": "a",
+                "platform": "comfyui",
+                "AIGC": "proj",
+                "payload": {"x": "y" * 5000},
+            }
+        ).decode(),
         "PayloadTooLarge",
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -103,8 +112,13 @@ async def test_resubmit_is_idempotent_and_foreign_task_ids_conflict(
     gateway: tuple[int, aioredis.Redis],
 ) -> None:
     port, redis = gateway
-    msg = {"type": "generate", "taskId": "dup", "platform": "comfyui", "AIGC": "proj",
-           "payload": {"workflowId": "1"}}  # fmt: skip
+    msg = {
+        "type": "generate",
+        "taskId": "dup",
+        "platform": "comfyui",
+        "AIGC": "proj",
+        "payload": {"workflowId": "1"},
+    }
     client = await Client(port, "b1", token()).connect()
     assert (await client.request(msg))["duplicate"] is False
     assert (await client.request(msg))["duplicate"] is True
@@ -120,11 +134,21 @@ async def test_forged_and_replayed_callbacks_change_nothing(
 ) -> None:
     port, redis = gateway
     client = await Client(port, "b1", token()).connect()
-    await client.request({"type": "generate", "taskId": "cb", "platform": "comfyui",
-                          "AIGC": "proj", "payload": {"workflowId": "1"}})  # fmt: skip
+    await client.request(
+        {
+            "type": "generate",
+            "taskId": "cb",
+            "platform": "comfyui",
+            "AIGC": "proj",
+            "payload": {"workflowId": "1"},
+        }
+    )
     base = f"http://127.0.0.1:{port}"
-    body = {"event": "TASK_END", "taskId": "remote-1",
-            "eventData": orjson.dumps({"code": 0, "msg": "success", "data": []}).decode()}  # fmt: skip
+    body = {
+        "event": "TASK_END",
+        "taskId": "remote-1",
+        "eventData": orjson.dumps({"code": 0, "msg": "success", "data": []}).decode(),
+    }
     async with httpx.AsyncClient() as http:
         before = await snapshot(redis)
         unsigned = await http.post(f"{base}/callback/all", json=body)
@@ -149,8 +173,13 @@ async def test_quota_admission_refuses_with_balance_error(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
     (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
-    settings = Settings(redis_url=redis_url, token_secret=SECRET, config_dir=tmp_path,
-                        admission="quota", admission_quota=1)  # fmt: skip
+    settings = Settings(
+        redis_url=redis_url,
+        token_secret=SECRET,
+        config_dir=tmp_path,
+        admission="quota",
+        admission_quota=1,
+    )
     service = Service(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base:
         client = await Client(int(base.rsplit(":", 1)[1]), "b1", token()).connect()

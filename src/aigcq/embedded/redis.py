@@ -52,15 +52,23 @@ class EmbeddedRedis:
         self.socket_path.unlink(missing_ok=True)
         args = [
             find_redis_server(),
-            "--port", "0",
-            "--unixsocket", str(self.socket_path),
-            "--unixsocketperm", "700",
-            "--dir", str(self.data_dir),
-            "--save", "",
-            "--appendonly", "yes" if self.persist else "no",
-            "--appendfsync", "everysec",
-            "--logfile", str(self.data_dir / "redis.log"),
-        ]  # fmt: skip
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket_path),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.persist else "no",
+            "--appendfsync",
+            "everysec",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+        ]
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         while not self.socket_path.exists():

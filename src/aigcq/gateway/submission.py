@@ -35,9 +35,7 @@ def parse_generate(data: dict[str, Any]) -> GenerateRequest:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "message"
-        raise ClientError(
-            ErrorCode.JSON, f"{field}: {first['msg']}", _task_id(data)
-        ) from exc
+        raise ClientError(ErrorCode.JSON, f"{field}: {first['msg']}", _task_id(data)) from exc
 
 
 def _task_id(data: dict[str, Any]) -> str | None:
@@ -76,6 +74,8 @@ class Submission:
         if not result.created:
             await self.admission.refund(backend_id)
             if result.backend_id != backend_id:
-                raise ClientError(ErrorCode.CONFLICT, "taskId belongs to another client", req.taskId)
+                raise ClientError(
+                    ErrorCode.CONFLICT, "taskId belongs to another client", req.taskId
+                )
         log.info("task %s: submitted by %s (created=%s)", req.taskId, backend_id, result.created)
         return result.created

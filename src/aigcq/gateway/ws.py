@@ -75,7 +75,9 @@ def _decode(raw: str, limit: int) -> dict[str, Any]:
     return data
 
 
-async def _dispatch(gw: Gateway, conn: ClientConnection, data: dict[str, Any]) -> dict[str, Any] | None:
+async def _dispatch(
+    gw: Gateway, conn: ClientConnection, data: dict[str, Any]
+) -> dict[str, Any] | None:
     kind = data["type"]
     if kind == "generate":
         req = parse_generate(data)

@@ -73,4 +73,3 @@ class Poller:
 
 def polling_adapters(rt: Runtime) -> list[PlatformAdapter]:
     return [a for a in rt.platforms.adapters.values() if a.kind == "polling"]
-

@@ -1,0 +1,131 @@
+"""Submit -> result through the RunningHub emulator at instant completion. Prints JSON.
+
+Measures: sustained throughput (open loop, as fast as possible), p50/p99 latency at a
+paced rate, server RSS, and Redis memory per waiting task at two backlog sizes.
+
+    python bench/submit_bench.py [--tasks 3000] [--rate 500] [--waiting 100,100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.e2e.conftest import Client, Cluster, generate
+
+from aigcq.embedded.redis import EmbeddedRedis
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def run_load(port: int, n: int, rate: float | None, clients: int = 4) -> dict[str, Any]:
+    """Submit ``n`` tasks over ``clients`` sockets; latency = submit -> result."""
+    conns = [await Client(port, f"bench-{i}").connect() for i in range(clients)]
+    sent: dict[str, float] = {}
+    done: dict[str, float] = {}
+
+    async def reader(c: Client) -> None:
+        while len(done) < n:  # the first reader to see the n-th result ends the run
+            msg = orjson.loads(await c.ws.recv())
+            if msg["type"] == "result":
+                done[msg["taskId"]] = time.perf_counter()
+
+    readers = [asyncio.create_task(reader(c)) for c in conns]
+    start = time.perf_counter()
+    for i in range(n):
+        tid = f"b{time.time_ns()}-{i}"
+        sent[tid] = time.perf_counter()
+        await conns[i % clients].send(generate(tid))
+        if rate:
+            await asyncio.sleep(max(0.0, start + (i + 1) / rate - time.perf_counter()))
+    await asyncio.wait(readers, return_when=asyncio.FIRST_COMPLETED)
+    elapsed = time.perf_counter() - start
+    for r in readers:
+        r.cancel()
+    for c in conns:
+        await c.close()
+    lat = sorted((done[t] - sent[t]) * 1000 for t in sent)
+    return {
+        "tasks": n,
+        "seconds": round(elapsed, 3),
+        "throughput_per_s": round(n / elapsed, 1),
+        "p50_ms": round(statistics.median(lat), 2),
+        "p99_ms": round(lat[int(len(lat) * 0.99) - 1], 2),
+    }
+
+
+async def memory_per_waiting_task(redis_url: str, port: int, waiting: int) -> dict[str, Any]:
+    """Fill a queue nothing dispatches (concurrency 0) and read Redis memory growth."""
+    redis = aioredis.Redis.from_url(redis_url)
+    before = (await redis.info("memory"))["used_memory"]
+    client = await Client(port, "bench-mem").connect()
+    start = time.perf_counter()
+    batch = 500
+    for i in range(0, waiting, batch):
+        for j in range(i, min(i + batch, waiting)):
+            await client.send(generate(f"w{waiting}-{j}", aigc="idle"))
+        for _ in range(i, min(i + batch, waiting)):
+            await client.next(timeout=60)
+    elapsed = time.perf_counter() - start
+    after = (await redis.info("memory"))["used_memory"]
+    await client.close()
+    await redis.aclose()
+    return {
+        "waiting": waiting,
+        "redis_bytes_per_task": round((after - before) / waiting, 1),
+        "submit_us_per_task": round(elapsed / waiting * 1e6, 1),
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="aigcq-bench-"))
+    redis = EmbeddedRedis(tmp / "redis", persist=False)
+    cluster = Cluster(tmp, redis.start())
+    try:
+        rh = cluster.emulator("runninghub", "--max-concurrent", "100000", "--duration", "0")
+        cluster.write_models(
+            {
+                "proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 1000}},
+                "idle": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}},
+            }
+        )
+        server, port = cluster.server(AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_SWEEP_INTERVAL_S="1")
+        assert server.p is not None
+        await run_load(port, 200, None)  # warm-up
+        report: dict[str, Any] = {
+            "sustained": await run_load(port, args.tasks, None),
+            "paced": await run_load(port, args.rate * 4, args.rate),
+            "server_rss_kib": rss_kib(server.p.pid),
+            "waiting": [
+                await memory_per_waiting_task(cluster.redis_url, port, int(w))
+                for w in args.waiting.split(",")
+            ],
+        }
+        return report
+    finally:
+        cluster.close()
+        redis.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tasks", type=int, default=3000)
+    parser.add_argument("--rate", type=int, default=500)
+    parser.add_argument("--waiting", default="100,10000")
+    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
