@@ -36,14 +36,18 @@ def rss_kib(pid: int) -> int:
 
 async def run_load(port: int, n: int, rate: float | None, clients: int = 4) -> dict[str, Any]:
     """Submit ``n`` tasks over ``clients`` sockets; latency = submit -> result."""
-    conns = [await Client(port, f"bench-{i}").connect() for i in range(clients)]
+    run = time.time_ns()
+    conns = [await Client(port, f"bench-{run}-{i}").connect() for i in range(clients)]
     sent: dict[str, float] = {}
     done: dict[str, float] = {}
+    duplicates = 0
 
     async def reader(c: Client) -> None:
         while len(done) < n:  # the first reader to see the n-th result ends the run
             msg = orjson.loads(await c.ws.recv())
             if msg["type"] == "result":
+                nonlocal duplicates
+                duplicates += msg["taskId"] in done
                 done[msg["taskId"]] = time.perf_counter()
 
     readers = [asyncio.create_task(reader(c)) for c in conns]
@@ -67,6 +71,7 @@ async def run_load(port: int, n: int, rate: float | None, clients: int = 4) -> d
         "throughput_per_s": round(n / elapsed, 1),
         "p50_ms": round(statistics.median(lat), 2),
         "p99_ms": round(lat[int(len(lat) * 0.99) - 1], 2),
+        "duplicates": duplicates,
     }
 
 
@@ -108,15 +113,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         server, port = cluster.server(AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_SWEEP_INTERVAL_S="1")
         assert server.p is not None
         await run_load(port, 200, None)  # warm-up
-        report: dict[str, Any] = {
-            "sustained": await run_load(port, args.tasks, None),
-            "paced": await run_load(port, args.rate * 4, args.rate),
-            "server_rss_kib": rss_kib(server.p.pid),
-            "waiting": [
-                await memory_per_waiting_task(cluster.redis_url, port, int(w))
-                for w in args.waiting.split(",")
-            ],
-        }
+        report: dict[str, Any] = {}
+        report["sustained"] = await run_load(port, args.tasks, None)
+        print("sustained", report["sustained"], file=sys.stderr)
+        report["paced"] = await run_load(port, args.rate * 4, args.rate)
+        print("paced", report["paced"], file=sys.stderr)
+        report["server_rss_kib"] = rss_kib(server.p.pid)
+        report["waiting"] = [
+            await memory_per_waiting_task(cluster.redis_url, port, int(w))
+            for w in args.waiting.split(",")
+        ]
         return report
     finally:
         cluster.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -51,8 +51,7 @@ def up(log_level: str = "INFO") -> None:
 @app.command()
 def serve(log_level: str = "INFO") -> None:
     """Run one server process against AIGCQ_REDIS_URL (several may share one Redis)."""
-    import asyncio
-
+    from aigcq.launch import run_async
     from aigcq.launch import serve as serve_forever
 
     configure_logging(log_level)
@@ -60,7 +59,7 @@ def serve(log_level: str = "INFO") -> None:
     if not settings.redis_url:
         console.print("[red]AIGCQ_REDIS_URL is required for `serve` (`up` embeds one)[/red]")
         raise typer.Exit(2)
-    asyncio.run(serve_forever(settings, config))
+    run_async(serve_forever(settings, config))
 
 
 def _print_banner(
@@ -177,7 +176,7 @@ def bridge(
     from aigcq.agent.settings import BridgeSettings
 
     configure_logging(log_level)
-    given = {
+    given: dict[str, Any] = {
         "server": server,
         "token": token,
         "comfyui": comfyui or None,
@@ -245,6 +244,59 @@ def emulate_prompts_core(
 
     configure_logging(log_level)
     run(host, port)
+
+
+_ApiKeys = Annotated[
+    list[str] | None, typer.Option("--api-key", help="Accepted key; repeat. Default: any")
+]
+_Duration = Annotated[float, typer.Option("--duration", help="Seconds a task runs (0 = instant)")]
+_FailureRate = Annotated[float, typer.Option(help="Share of tasks that fail, 0..1")]
+
+
+@emulate_app.command("runninghub")
+def emulate_runninghub(
+    host: str = "127.0.0.1",
+    port: int = 9101,
+    max_concurrent: Annotated[int, typer.Option(help="QUEUED+RUNNING per apiKey, then 421")] = 3,
+    duration: _Duration = 1.0,
+    failure_rate: _FailureRate = 0.0,
+    api_key: _ApiKeys = None,
+    log_level: str = "INFO",
+) -> None:
+    """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats)."""
+    from aigcq.emulators.runninghub import run
+
+    configure_logging(log_level)
+    run(
+        host,
+        port,
+        max_concurrent=max_concurrent,
+        duration_s=duration,
+        failure_rate=failure_rate,
+        api_keys=set(api_key) if api_key else None,
+    )
+
+
+@emulate_app.command("coze")
+def emulate_coze(
+    host: str = "127.0.0.1",
+    port: int = 9102,
+    duration: _Duration = 1.0,
+    failure_rate: _FailureRate = 0.0,
+    api_key: _ApiKeys = None,
+    log_level: str = "INFO",
+) -> None:
+    """Run a Coze emulator (workflow run + run_histories; stats at /_emulator/stats)."""
+    from aigcq.emulators.coze import run
+
+    configure_logging(log_level)
+    run(
+        host,
+        port,
+        duration_s=duration,
+        failure_rate=failure_rate,
+        tokens=set(api_key) if api_key else None,
+    )
 
 
 def main() -> None:

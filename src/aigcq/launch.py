@@ -7,7 +7,9 @@ import json
 import logging
 import secrets
 import socket
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import redis.asyncio as aioredis
 import uvicorn
@@ -78,6 +80,17 @@ async def serve(settings: Settings, config: PlatformConfig) -> None:
         await redis.aclose()
 
 
+def run_async(main: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop (shipped with uvicorn[standard]) when available."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
+
+
 def run_with_redis(settings: Settings, config: PlatformConfig, *, embedded_dir: Path) -> None:
     """Serve; start a private Redis first when no ``AIGCQ_REDIS_URL`` is configured."""
     embedded: EmbeddedRedis | None = None
@@ -85,7 +98,7 @@ def run_with_redis(settings: Settings, config: PlatformConfig, *, embedded_dir: 
         embedded = EmbeddedRedis(embedded_dir)
         settings.redis_url = embedded.start()
     try:
-        asyncio.run(serve(settings, config))
+        run_async(serve(settings, config))
     finally:
         if embedded is not None:
             embedded.stop()

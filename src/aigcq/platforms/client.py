@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -21,13 +22,22 @@ from aigcq.platforms.base import (
 log = logging.getLogger(__name__)
 
 
+#: Requests in flight at once. httpcore's pool does O(waiting x connections) work per
+#: request, so hundreds of queued requests cost more CPU than the requests themselves;
+#: waiting on a semaphore instead keeps each call O(1).
+MAX_IN_FLIGHT = 64
+
+
 class PlatformClient:
     def __init__(self, adapters: dict[str, PlatformAdapter], *, timeout_s: float) -> None:
         self.adapters = adapters
         self.http = httpx.AsyncClient(
             timeout=timeout_s,
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=128),
+            limits=httpx.Limits(
+                max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT
+            ),
         )
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
 
     def adapter_for(self, platform: str) -> PlatformAdapter | None:
         """The external target that runs tasks of ``platform`` (comfyui -> runninghub)."""
@@ -40,7 +50,10 @@ class PlatformClient:
         await self.http.aclose()
 
     async def _send(self, req: HttpRequest) -> tuple[int, Any]:
-        resp = await self.http.request(req.method, req.url, headers=req.headers, json=req.json)
+        async with self._slots:
+            resp = await self.http.request(
+                req.method, req.url, headers=req.headers, json=req.json
+            )
         try:
             return resp.status_code, resp.json()
         except ValueError:
