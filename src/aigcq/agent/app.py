@@ -1,0 +1,241 @@
+"""The reference bridge, wired together: ``aigcq bridge``.
+
+``async with Bridge(settings) as bridge:`` starts the HTTP server, the instance checks and
+WebSockets, the hub link, and re-sends spooled results; leaving the block stops it all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+import uvicorn
+
+from aigcq import __version__
+from aigcq.agent.connection import HubLink, redact
+from aigcq.agent.instances import ComfyInstance, InstancePool
+from aigcq.agent.runner import RunnerSettings, TaskRunner
+from aigcq.agent.settings import BridgeSettings, http_base
+from aigcq.agent.spool import Spool, WebhookSender
+from aigcq.agent.web import create_web_app
+from aigcq.agent.workflow import WorkflowSource
+from aigcq.bridges.protocol import (
+    BridgeMessage,
+    HeartbeatData,
+    HeartbeatMessage,
+    RegisterData,
+    RegisterMessage,
+    TaskAssignData,
+    utc_timestamp,
+)
+
+log = logging.getLogger(__name__)
+
+
+def load_bridge_id(data_dir: Path) -> str:
+    """The bridge's id, created once and kept in ``<data dir>/bridge_id``."""
+    path = data_dir / "bridge_id"
+    if path.is_file() and (existing := path.read_text().strip()):
+        return existing
+    bridge_id = str(uuid.uuid4())
+    path.write_text(bridge_id + "\n")
+    return bridge_id
+
+
+class Bridge:
+    """One bridge process: fronts ``settings.comfyui`` instances for aigcq."""
+
+    def __init__(self, settings: BridgeSettings) -> None:
+        self.settings = settings
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self.bridge_id = load_bridge_id(settings.data_dir)
+        self.token = settings.token
+        self.files_dir = settings.data_dir / "files"
+        self.public_url = settings.public_url.rstrip("/")
+        self.http = httpx.AsyncClient(timeout=30.0)
+        self.pool = InstancePool(
+            [
+                ComfyInstance(url, self.http, self.bridge_id, settings.slots_per_instance)
+                for url in settings.comfyui
+            ]
+        )
+        self.sender = WebhookSender(
+            self.http, Spool(settings.data_dir / "spool"), settings.webhook_max_delay
+        )
+        self.source = WorkflowSource(
+            self.http, http_base(settings.server), settings.token, settings.workflows
+        )
+        self.runner = TaskRunner(
+            self.pool,
+            self.source,
+            self.sender,
+            self._send,
+            self.files_dir,
+            lambda: self.public_url,
+            RunnerSettings(settings.ws_silence, settings.task_timeout, settings.progress_interval),
+        )
+        self.link = HubLink(
+            settings.server,
+            settings.token,
+            self.bridge_id,
+            settings.heartbeat,
+            settings.reconnect_max,
+            self._register_message,
+            self._heartbeat_message,
+            self._on_assign,
+        )
+        self._server: uvicorn.Server | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # -- messages --
+    async def _send(self, msg: BridgeMessage) -> bool:
+        return await self.link.send(msg)
+
+    async def _on_assign(self, assign: TaskAssignData) -> None:
+        await self.runner.handle(assign)
+
+    def _register_message(self) -> RegisterMessage:
+        total, free, _ = self.pool.counts()
+        data = RegisterData(
+            bridge_id=self.bridge_id,
+            instance_count=total,
+            available_instance_count=free,
+            timestamp=utc_timestamp(),
+            instances=self.pool.infos(),
+            tasks=self.runner.held(),
+            version=__version__,
+        )
+        return RegisterMessage(data=data)
+
+    def _heartbeat_message(self) -> HeartbeatMessage:
+        total, free, busy = self.pool.counts()
+        data = HeartbeatData(
+            instance_count=total,
+            available_instance_count=free,
+            busy_instance_count=busy,
+            timestamp=utc_timestamp(),
+            instances=self.pool.infos(),
+            tasks=self.runner.held(),
+        )
+        return HeartbeatMessage(data=data)
+
+    # -- control (used by the admin page) --
+    async def set_server(self, url: str) -> None:
+        self.source.registry_base = http_base(url)
+        await self.link.set_server(url)
+
+    def status(self) -> dict[str, Any]:
+        total, free, busy = self.pool.counts()
+        now = time.monotonic()
+        return {
+            "bridgeId": self.bridge_id,
+            "server": redact(self.link.url),
+            "connection": {
+                "state": self.link.state,
+                "since": self.link.since,
+                "lastError": self.link.last_error,
+            },
+            "instanceCount": total,
+            "availableInstanceCount": free,
+            "busyInstanceCount": busy,
+            "instances": [i.model_dump() for i in self.pool.infos()],
+            "tasks": [
+                {
+                    "taskId": t.task_id,
+                    "promptId": t.prompt_id,
+                    "instanceId": t.instance.instance_id,
+                    "progress": t.progress,
+                    "seconds": round(now - t.started, 1),
+                }
+                for t in self.runner.running.values()
+            ],
+            "spooled": self.sender.spool.task_ids(),
+        }
+
+    # -- lifecycle --
+    async def start(self) -> None:
+        self.files_dir.mkdir(parents=True, exist_ok=True)
+        await self._start_web()
+        await self.pool.check_all()
+        self._spawn(self.pool.health_loop(self.settings.health_interval), "health")
+        for instance in self.pool.instances:
+            self._spawn(instance.listen(), f"comfyui-ws-{instance.instance_id}")
+        self._spawn(self.link.run(), "hub-link")
+        resent = self.sender.resend_spooled()
+        log.info(
+            "bridge %s: started, %d instance(s), %d spooled result(s) to re-send, files at %s",
+            self.bridge_id,
+            len(self.pool.instances),
+            resent,
+            self.public_url,
+        )
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def _start_web(self) -> None:
+        s = self.settings
+        config = uvicorn.Config(
+            create_web_app(self), host=s.host, port=s.port, log_config=None, lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        task = asyncio.create_task(self._server.serve(), name="bridge-web")
+        while not self._server.started:
+            if task.done():
+                raise RuntimeError(f"bridge {self.bridge_id}: cannot listen on {s.host}:{s.port}")
+            await asyncio.sleep(0.01)
+        self._tasks.append(task)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        if not self.public_url:
+            self.public_url = f"http://{s.host}:{port}"
+            if s.host in ("0.0.0.0", "::"):
+                log.warning("bridge %s: set --public-url; fileUrls use %s", self.bridge_id, s.host)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        await self.link.close()
+        await self.sender.close()
+        for task in reversed(self._tasks):
+            if task.get_name() != "bridge-web":
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await self.http.aclose()
+        log.info("bridge %s: stopped", self.bridge_id)
+
+    async def __aenter__(self) -> Bridge:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def serve(settings: BridgeSettings) -> None:
+    """Run a bridge until SIGINT or SIGTERM (or cancellation), then stop it cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with Bridge(settings):
+        await stop.wait()
+
+
+def run(settings: BridgeSettings) -> None:
+    """Blocking entry point for ``aigcq bridge``."""
+    asyncio.run(serve(settings))

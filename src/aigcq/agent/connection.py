@@ -1,0 +1,192 @@
+"""The bridge's link to aigcq: connect, REGISTER, HEARTBEAT, answer PING, take TASK_ASSIGN.
+
+Reconnects forever with exponential backoff and jitter, capped at ``reconnect_max`` seconds
+(seed 002: at least once a minute). :meth:`HubLink.set_server` switches to a new address
+at run time and reconnects at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Coroutine
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidStatus, WebSocketException
+
+from aigcq.bridges.protocol import (
+    BridgeMessage,
+    ErrorMessage,
+    HeartbeatMessage,
+    PingMessage,
+    PongMessage,
+    ProtocolError,
+    RegisterMessage,
+    TaskAssignData,
+    TaskAssignMessage,
+    encode,
+    parse_bridge_message,
+)
+
+log = logging.getLogger(__name__)
+
+#: A connection that lasted this long resets the backoff.
+STABLE_AFTER_S = 10.0
+
+
+def with_token(url: str, token: str) -> str:
+    """``url`` with ``?token=`` set (kept as is without a token)."""
+    if not token:
+        return url
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "token"] + [("token", token)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def redact(url: str) -> str:
+    """``url`` without its query string (which may hold the token), for logs."""
+    return urlunsplit(urlsplit(url)._replace(query=""))
+
+
+def backoff_delay(attempt: int, cap: float) -> float:
+    """Seconds before reconnect ``attempt`` (0-based): 1, 2, 4, … capped, times 0.5–1."""
+    return min(cap, 2.0 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
+
+
+class HubLink:
+    """One outgoing WebSocket to aigcq, kept up for the bridge's lifetime."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        bridge_id: str,
+        heartbeat: float,
+        reconnect_max: float,
+        register: Callable[[], RegisterMessage],
+        heartbeat_message: Callable[[], HeartbeatMessage],
+        on_assign: Callable[[TaskAssignData], Coroutine[object, object, None]],
+    ) -> None:
+        self.url = url
+        self.token = token
+        self.bridge_id = bridge_id
+        self.heartbeat = heartbeat
+        self.reconnect_max = reconnect_max
+        self._register = register
+        self._heartbeat_message = heartbeat_message
+        self._on_assign = on_assign
+        self.state = "disconnected"
+        self.since = time.time()
+        self.last_error = ""
+        self._ws: ClientConnection | None = None
+        self._changed = asyncio.Event()
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    def _set_state(self, state: str) -> None:
+        self.state, self.since = state, time.time()
+
+    async def set_server(self, url: str) -> None:
+        """Use ``url`` from now on; drops the current connection to reconnect at once."""
+        log.info("bridge %s: server changed to %s", self.bridge_id, redact(url))
+        self.url = url
+        self._changed.set()
+        if self._ws is not None:
+            await self._ws.close()
+
+    async def send(self, msg: BridgeMessage) -> bool:
+        """Send if connected; False when there is no connection (the message is dropped)."""
+        ws = self._ws
+        if ws is None:
+            return False
+        try:
+            await ws.send(encode(msg))
+        except WebSocketException:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Cancel the running TASK_ASSIGN handlers (the run loop is cancelled by its owner)."""
+        for task in list(self._handlers):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def run(self) -> None:
+        """Connect, serve, reconnect — forever."""
+        attempt = 0
+        while True:
+            started = time.monotonic()
+            await self._connect_once()
+            if time.monotonic() - started >= STABLE_AFTER_S:
+                attempt = 0
+            if not self._changed.is_set():
+                delay = backoff_delay(attempt, self.reconnect_max)
+                attempt += 1
+                log.info("bridge %s: reconnecting in %.1fs", self.bridge_id, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), delay)
+            if self._changed.is_set():  # a new address: try it at once
+                self._changed.clear()
+                attempt = 0
+
+    async def _connect_once(self) -> None:
+        url = self.url
+        self._set_state("connecting")
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            async with connect(
+                with_token(url, self.token), additional_headers=headers, max_size=64 << 20
+            ) as ws:
+                if url != self.url:  # changed during the handshake
+                    return
+                self._ws = ws
+                self._set_state("connected")
+                self.last_error = ""
+                await ws.send(encode(self._register()))
+                log.info("bridge %s: connected to %s, REGISTER sent", self.bridge_id, redact(url))
+                await self._session(ws)
+        except InvalidStatus as e:
+            self.last_error = f"refused: HTTP {e.response.status_code}"
+        except (OSError, WebSocketException, TimeoutError) as e:
+            self.last_error = str(e) or type(e).__name__
+        finally:
+            self._ws = None
+            self._set_state("disconnected")
+        reason = self.last_error or "closed"
+        log.warning("bridge %s: disconnected from %s: %s", self.bridge_id, redact(url), reason)
+
+    async def _session(self, ws: ClientConnection) -> None:
+        beats = asyncio.create_task(self._beat(ws), name=f"heartbeat-{self.bridge_id}")
+        try:
+            async for raw in ws:
+                await self._handle(ws, raw)
+        finally:
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
+        if ws.close_code not in (None, 1000, 1001):
+            self.last_error = f"closed: {ws.close_code} {ws.close_reason}"
+
+    async def _beat(self, ws: ClientConnection) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            await ws.send(encode(self._heartbeat_message()))
+
+    async def _handle(self, ws: ClientConnection, raw: str | bytes) -> None:
+        try:
+            msg = parse_bridge_message(raw, sender="hub")
+        except ProtocolError as e:
+            log.warning("bridge %s: bad message from hub: %s", self.bridge_id, e)
+            return
+        if isinstance(msg, PingMessage):
+            await ws.send(encode(PongMessage()))
+        elif isinstance(msg, TaskAssignMessage):
+            task = asyncio.create_task(self._on_assign(msg.data))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+        elif isinstance(msg, ErrorMessage):
+            log.warning("bridge %s: hub error %s: %s", self.bridge_id, msg.data.code, msg.data.msg)

@@ -1,0 +1,256 @@
+"""ComfyUI instances: an HTTP + WebSocket client per instance, and the pool that picks one.
+
+Each instance keeps one WebSocket open as the bridge's ``clientId``; execution events are
+routed by ``prompt_id`` to whoever :meth:`ComfyInstance.watch`-es that prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit
+
+import httpx
+from websockets.asyncio.client import connect
+from websockets.exceptions import WebSocketException
+
+from aigcq.bridges.protocol import InstanceInfo
+
+log = logging.getLogger(__name__)
+
+Event = dict[str, Any]
+InstanceState = Literal["idle", "busy", "offline"]
+
+
+class PromptRejected(Exception):
+    """ComfyUI refused the prompt (HTTP 400); the message summarises its errors."""
+
+
+class InstanceDown(Exception):
+    """The instance could not be reached or answered with a server error."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRef:
+    """One file in a history entry's ``outputs``."""
+
+    node_id: str
+    filename: str
+    subfolder: str
+    type: str
+
+
+def history_outputs(entry: dict[str, Any]) -> list[OutputRef]:
+    """The saved files (``type: output``) of a ``/history`` entry, in node order."""
+    refs = []
+    for node_id, output in (entry.get("outputs") or {}).items():
+        for items in output.values():
+            if not isinstance(items, list):
+                continue
+            refs += [
+                OutputRef(str(node_id), f["filename"], f.get("subfolder", ""), f["type"])
+                for f in items
+                if isinstance(f, dict) and "filename" in f and f.get("type") == "output"
+            ]
+    return refs
+
+
+def history_error(entry: dict[str, Any]) -> str | None:
+    """None for a successful entry, else a one-line description of what went wrong."""
+    status = entry.get("status") or {}
+    if status.get("status_str") == "success":
+        return None
+    for name, data in reversed(status.get("messages") or []):
+        if name == "execution_error":
+            return (
+                f"{data.get('node_type')} (node {data.get('node_id')}): "
+                f"{data.get('exception_type')}: {data.get('exception_message')}"
+            )
+        if name == "execution_interrupted":
+            return f"interrupted at {data.get('node_type')} (node {data.get('node_id')})"
+    return "ComfyUI reported an error"
+
+
+def rejection_summary(body: Any) -> str:
+    """One line from a 400 ``/prompt`` answer: the error and each node's errors."""
+    if not isinstance(body, dict):
+        return f"prompt rejected: {body}"
+    error = body.get("error") or {}
+    parts = [f"{error.get('type')}: {error.get('message')}"]
+    for node_id, node in (body.get("node_errors") or {}).items():
+        for e in node.get("errors", []):
+            parts.append(
+                f"node {node_id} ({node.get('class_type')}): {e.get('message')}: {e.get('details')}"
+            )
+    return "; ".join(parts)
+
+
+class ComfyInstance:
+    """One ComfyUI server."""
+
+    def __init__(self, url: str, http: httpx.AsyncClient, client_id: str, slots: int) -> None:
+        self.url = url.rstrip("/")
+        self.instance_id = urlsplit(self.url).netloc or self.url
+        self.http = http
+        self.client_id = client_id
+        self.slots = slots
+        self.healthy = False
+        self.external_load = 0  # queued prompts that are not ours
+        self.running: set[str] = set()  # our task ids
+        self.ws_connected = asyncio.Event()
+        self._watchers: dict[str, asyncio.Queue[Event]] = {}
+
+    # -- state --
+    @property
+    def free_slots(self) -> int:
+        return max(self.slots - len(self.running), 0) if self.healthy else 0
+
+    def info(self) -> InstanceInfo:
+        state: InstanceState = "offline" if not self.healthy else "busy" if self.running else "idle"
+        task = min(self.running) if self.running else None
+        return InstanceInfo(instance_id=self.instance_id, url=self.url, state=state, task_id=task)
+
+    # -- health --
+    async def check(self) -> bool:
+        """``/system_stats`` and ``/queue`` both answer: healthy. Updates ``external_load``."""
+        try:
+            stats = await self.http.get(f"{self.url}/system_stats", timeout=5.0)
+            queue = await self.http.get(f"{self.url}/queue", timeout=5.0)
+            stats.raise_for_status()
+            queue.raise_for_status()
+            q = queue.json()
+            load = len(q.get("queue_running", [])) + len(q.get("queue_pending", []))
+        except (httpx.HTTPError, ValueError, AttributeError) as e:
+            if self.healthy:
+                log.warning("instance %s: health check failed: %s", self.instance_id, e)
+            self.healthy = False
+            return False
+        if not self.healthy:
+            log.info("instance %s: healthy", self.instance_id)
+        self.healthy = True
+        self.external_load = max(load - len(self.running), 0)
+        return True
+
+    # -- events --
+    def watch(self, prompt_id: str) -> asyncio.Queue[Event]:
+        """Start collecting events for ``prompt_id`` (call before submitting it)."""
+        return self._watchers.setdefault(prompt_id, asyncio.Queue())
+
+    def unwatch(self, prompt_id: str) -> None:
+        self._watchers.pop(prompt_id, None)
+
+    async def listen(self) -> None:
+        """Keep the WebSocket open forever, routing events to watchers."""
+        ws_url = self.url.replace("http", "ws", 1) + f"/ws?clientId={quote(self.client_id)}"
+        delay = 1.0
+        while True:
+            try:
+                async with connect(ws_url, max_size=None, open_timeout=5) as ws:
+                    self.ws_connected.set()
+                    delay = 1.0
+                    async for raw in ws:
+                        if isinstance(raw, str):
+                            self._route(raw)
+            except (OSError, WebSocketException, TimeoutError) as e:
+                log.debug("instance %s: websocket: %s", self.instance_id, e)
+            finally:
+                self.ws_connected.clear()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+    def _route(self, raw: str) -> None:
+        with contextlib.suppress(ValueError, LookupError, TypeError):
+            event = json.loads(raw)
+            queue = self._watchers.get(event["data"]["prompt_id"])
+            if queue is not None:
+                queue.put_nowait(event)
+
+    # -- prompts --
+    async def submit(self, prompt: dict[str, Any], prompt_id: str) -> None:
+        """``POST /prompt``; raises :class:`PromptRejected` or :class:`InstanceDown`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.ws_connected.wait(), 2.0)
+        body = {"prompt": prompt, "client_id": self.client_id, "prompt_id": prompt_id}
+        try:
+            resp = await self.http.post(f"{self.url}/prompt", json=body, timeout=30.0)
+        except httpx.HTTPError as e:
+            raise InstanceDown(f"{self.instance_id}: {e}") from None
+        if resp.status_code == 400:
+            try:
+                answer: Any = resp.json()
+            except ValueError:
+                answer = resp.text[:500]
+            raise PromptRejected(rejection_summary(answer))
+        if resp.status_code != 200:
+            raise InstanceDown(f"{self.instance_id}: /prompt answered {resp.status_code}")
+
+    async def history(self, prompt_id: str) -> dict[str, Any] | None:
+        """The finished prompt's history entry, None while it is not finished or unreachable."""
+        try:
+            resp = await self.http.get(f"{self.url}/history/{quote(prompt_id, safe='')}")
+            resp.raise_for_status()
+            entry = resp.json().get(prompt_id)
+        except (httpx.HTTPError, ValueError, AttributeError) as e:
+            log.debug("instance %s: history %s: %s", self.instance_id, prompt_id, e)
+            return None
+        return entry if isinstance(entry, dict) else None
+
+    async def download(self, ref: OutputRef, dest: Path) -> None:
+        """Stream ``/view`` for ``ref`` into ``dest``."""
+        params = {"filename": ref.filename, "subfolder": ref.subfolder, "type": ref.type}
+        tmp = dest.with_suffix(dest.suffix + ".part")
+        async with self.http.stream("GET", f"{self.url}/view", params=params) as resp:
+            resp.raise_for_status()
+            with tmp.open("wb") as f:
+                async for chunk in resp.aiter_bytes():
+                    f.write(chunk)
+        tmp.replace(dest)
+
+    async def cancel(self, prompt_id: str) -> None:
+        """Remove the prompt from the queue and interrupt it if running (best effort)."""
+        with contextlib.suppress(httpx.HTTPError):
+            await self.http.post(f"{self.url}/queue", json={"delete": [prompt_id]})
+            await self.http.post(f"{self.url}/interrupt", json={"prompt_id": prompt_id})
+
+
+class InstancePool:
+    """The bridge's instances; counts are in slots (one slot = one running prompt)."""
+
+    def __init__(self, instances: list[ComfyInstance]) -> None:
+        self.instances = instances
+
+    def acquire(self, task_id: str, exclude: frozenset[str] = frozenset()) -> ComfyInstance | None:
+        """Reserve a slot on the least-busy healthy instance, or None if all are full."""
+        free = [i for i in self.instances if i.free_slots and i.instance_id not in exclude]
+        if not free:
+            return None
+        best = min(free, key=lambda i: (len(i.running), i.external_load))
+        best.running.add(task_id)
+        return best
+
+    @staticmethod
+    def release(instance: ComfyInstance, task_id: str) -> None:
+        instance.running.discard(task_id)
+
+    def counts(self) -> tuple[int, int, int]:
+        """(slots in all, free slots on healthy instances, busy slots)."""
+        total = sum(i.slots for i in self.instances)
+        free = sum(i.free_slots for i in self.instances)
+        busy = sum(len(i.running) for i in self.instances)
+        return total, free, busy
+
+    def infos(self) -> list[InstanceInfo]:
+        return [i.info() for i in self.instances]
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(i.check() for i in self.instances))
+
+    async def health_loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            await self.check_all()

@@ -1,0 +1,271 @@
+"""One TASK_ASSIGN from start to TASK_END: ACK, workflow, ComfyUI, files, result.
+
+The ComfyUI ``prompt_id`` is our taskId (``<taskId>-<attempt>`` for attempts after the
+first, so a retry on the same instance never meets the old attempt's history).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from aigcq.agent.instances import (
+    ComfyInstance,
+    Event,
+    InstanceDown,
+    InstancePool,
+    PromptRejected,
+    history_error,
+    history_outputs,
+)
+from aigcq.agent.spool import SpooledResult, WebhookSender
+from aigcq.agent.workflow import (
+    Workflow,
+    WorkflowError,
+    WorkflowNotFound,
+    WorkflowSource,
+    apply_node_info,
+)
+from aigcq.bridges.protocol import (
+    ACK_NO_CAPACITY,
+    ACK_OK,
+    ACK_WORKFLOW_NOT_FOUND,
+    AckBody,
+    BridgeMessage,
+    OutputFile,
+    TaskAckData,
+    TaskAckMessage,
+    TaskAssignData,
+    TaskEndBody,
+    TaskEndResult,
+    TaskProgressData,
+    TaskProgressMessage,
+)
+
+log = logging.getLogger(__name__)
+
+_FINAL_EVENTS = frozenset({"execution_success", "execution_error", "execution_interrupted"})
+
+
+class TaskFailed(Exception):
+    """The task ends with TASK_END code 1 and this message."""
+
+
+def prompt_id_for(task_id: str, attempt: int | None) -> str:
+    return task_id if attempt is None or attempt <= 1 else f"{task_id}-{attempt}"
+
+
+def _is_final(event: Event) -> bool:
+    kind = event.get("type")
+    return kind in _FINAL_EVENTS or (kind == "executing" and event["data"].get("node") is None)
+
+
+@dataclass
+class RunningTask:
+    task_id: str
+    prompt_id: str
+    instance: ComfyInstance
+    started: float = field(default_factory=time.monotonic)
+    progress: dict[str, Any] = field(default_factory=dict)
+    last_progress_sent: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    ws_silence: float = 5.0
+    task_timeout: float = 3600.0
+    progress_interval: float = 0.5
+
+
+class TaskRunner:
+    """Runs assignments; ``running`` and ``claimed`` feed the status page and REGISTER."""
+
+    def __init__(
+        self,
+        pool: InstancePool,
+        source: WorkflowSource,
+        sender: WebhookSender,
+        send: Callable[[BridgeMessage], Awaitable[bool]],
+        files_dir: Path,
+        public_url: Callable[[], str],
+        settings: RunnerSettings,
+    ) -> None:
+        self.pool = pool
+        self.source = source
+        self.sender = sender
+        self.send = send
+        self.files_dir = files_dir
+        self.public_url = public_url
+        self.settings = settings
+        self.claimed: set[str] = set()  # accepted, no result yet
+        self.running: dict[str, RunningTask] = {}
+
+    def held(self) -> list[str]:
+        """Task ids this bridge holds: in progress or with an undelivered result."""
+        return sorted(self.claimed | set(self.sender.spool.task_ids()))
+
+    async def handle(self, assign: TaskAssignData) -> None:
+        """Answer one TASK_ASSIGN and, if taken, run it to its TASK_END."""
+        task_id = assign.task_id or uuid.uuid4().hex  # a seed hub sends no taskId
+        if task_id in self.claimed or task_id in self.sender.spool:
+            log.info("task %s: assigned again while held; ACK only", task_id)
+            await self._ack(task_id, assign.attempt)
+            return
+        self.claimed.add(task_id)
+        try:
+            await self._take(task_id, assign)
+        finally:
+            self.claimed.discard(task_id)
+
+    async def _take(self, task_id: str, assign: TaskAssignData) -> None:
+        try:
+            workflow = apply_node_info(await self.source.resolve(assign), assign.node_info_list)
+        except WorkflowNotFound as e:
+            await self._ack(task_id, assign.attempt, ACK_WORKFLOW_NOT_FOUND, str(e))
+            return
+        except WorkflowError as e:
+            await self._ack(task_id, assign.attempt)
+            self._finish(task_id, assign.webhook_url, TaskEndResult.failure(str(e)))
+            return
+        instance = self.pool.acquire(task_id)
+        if instance is None:
+            await self._ack(task_id, assign.attempt, ACK_NO_CAPACITY, "no free ComfyUI instance")
+            return
+        await self._ack(task_id, assign.attempt)
+        task = RunningTask(task_id, prompt_id_for(task_id, assign.attempt), instance)
+        self.running[task_id] = task
+        try:
+            result = await self._run(task, workflow)
+        finally:
+            self.running.pop(task_id, None)
+            self.pool.release(task.instance, task_id)
+        self._finish(task_id, assign.webhook_url, result)
+
+    async def _ack(
+        self, task_id: str, attempt: int | None, code: int = ACK_OK, msg: str = "success"
+    ) -> None:
+        status = "RUNNING" if code == ACK_OK else "REJECTED"
+        body = AckBody(task_id=task_id, task_status=status, attempt=attempt)
+        sent = await self.send(TaskAckMessage(data=TaskAckData(code=code, msg=msg, data=body)))
+        log.info("task %s: TASK_ACK code %d%s", task_id, code, "" if sent else " (not connected)")
+
+    def _finish(self, task_id: str, webhook_url: str, result: TaskEndResult) -> None:
+        log.info("task %s: finished, code %d: %s", task_id, result.code, result.msg)
+        self.sender.send(SpooledResult(webhook_url, TaskEndBody.build(task_id, result)))
+
+    async def _run(self, task: RunningTask, workflow: Workflow) -> TaskEndResult:
+        try:
+            entry = await self._execute(task, workflow)
+            files = await self._collect(task, entry)
+        except (TaskFailed, PromptRejected) as e:
+            return TaskEndResult.failure(str(e))
+        except Exception as e:  # a bridge bug must still end the task
+            log.exception("task %s: unexpected error", task.task_id)
+            return TaskEndResult.failure(f"bridge error: {type(e).__name__}: {e}")
+        return TaskEndResult(code=0, msg="success", data=files)
+
+    async def _execute(self, task: RunningTask, workflow: Workflow) -> dict[str, Any]:
+        """Run the prompt, moving to another instance while instances are down."""
+        tried: set[str] = set()
+        while True:
+            try:
+                return await self._run_on(task, workflow)
+            except InstanceDown as e:
+                log.warning(
+                    "task %s: instance %s down: %s", task.task_id, task.instance.instance_id, e
+                )
+                task.instance.healthy = False
+                tried.add(task.instance.instance_id)
+                self.pool.release(task.instance, task.task_id)
+                other = self.pool.acquire(task.task_id, exclude=frozenset(tried))
+                if other is None:
+                    raise TaskFailed(f"no ComfyUI instance reachable ({e})") from None
+                task.instance = other
+
+    async def _run_on(self, task: RunningTask, workflow: Workflow) -> dict[str, Any]:
+        instance = task.instance
+        events = instance.watch(task.prompt_id)
+        try:
+            await instance.submit(workflow, task.prompt_id)
+            log.info(
+                "task %s: submitted to %s as %s", task.task_id, instance.instance_id, task.prompt_id
+            )
+            return await self._follow(task, events)
+        finally:
+            instance.unwatch(task.prompt_id)
+
+    async def _follow(self, task: RunningTask, events: asyncio.Queue[Event]) -> dict[str, Any]:
+        """Wait for the prompt's end from WS events, polling /history when they go quiet."""
+        instance = task.instance
+        deadline = time.monotonic() + self.settings.task_timeout
+        while time.monotonic() < deadline:
+            try:
+                event: Event | None = await asyncio.wait_for(events.get(), self.settings.ws_silence)
+            except TimeoutError:
+                event = None
+            if event is not None and event.get("type") == "progress":
+                await self._progress(task, event["data"])
+            if event is not None and not _is_final(event):
+                continue
+            if not instance.healthy:
+                raise InstanceDown("lost while running the prompt")
+            entry = await instance.history(task.prompt_id)
+            if entry is not None:
+                error = history_error(entry)
+                if error:
+                    raise TaskFailed(error)
+                return entry
+        await instance.cancel(task.prompt_id)
+        raise TaskFailed(f"ComfyUI did not finish within {self.settings.task_timeout:.0f}s")
+
+    async def _progress(self, task: RunningTask, data: dict[str, Any]) -> None:
+        task.progress = {
+            "value": data.get("value"),
+            "max": data.get("max"),
+            "node": data.get("node"),
+        }
+        now = time.monotonic()
+        if now - task.last_progress_sent < self.settings.progress_interval:
+            return
+        task.last_progress_sent = now
+        node = data.get("node")
+        msg = TaskProgressData(
+            task_id=task.task_id,
+            value=int(data.get("value", 0)),
+            max=int(data.get("max", 0)),
+            node=str(node) if node is not None else None,
+        )
+        await self.send(TaskProgressMessage(data=msg))
+
+    async def _collect(self, task: RunningTask, entry: dict[str, Any]) -> list[OutputFile]:
+        """Download every output file and return its public fileUrl."""
+        folder_name = quote(task.task_id, safe="")
+        folder = self.files_dir / folder_name
+        folder.mkdir(parents=True, exist_ok=True)
+        cost = int(time.monotonic() - task.started)
+        files, used = [], set()
+        for ref in history_outputs(entry):
+            name = PurePosixPath(ref.filename).name
+            name = name if name not in used else f"{ref.node_id}_{name}"
+            used.add(name)
+            try:
+                await task.instance.download(ref, folder / name)
+            except (httpx.HTTPError, OSError) as e:
+                raise TaskFailed(f"could not fetch output {ref.filename}: {e}") from None
+            url = f"{self.public_url()}/files/{folder_name}/{quote(name)}"
+            file_type = PurePosixPath(name).suffix.lstrip(".").lower()
+            files.append(
+                OutputFile(
+                    file_url=url, file_type=file_type, task_cost_time=cost, node_id=ref.node_id
+                )
+            )
+        return files

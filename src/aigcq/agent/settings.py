@@ -1,0 +1,43 @@
+"""Settings of the reference bridge (env ``AIGCQ_BRIDGE_*``, ``.env``, CLI options)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BridgeSettings(BaseSettings):
+    """Every field reads ``AIGCQ_BRIDGE_<NAME>`` (e.g. ``AIGCQ_BRIDGE_SERVER``)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AIGCQ_BRIDGE_", env_file=".env", extra="ignore", case_sensitive=False
+    )
+
+    server: str = Field("ws://localhost:8080/ws", description="aigcq's bridge WebSocket URL.")
+    token: str = Field("", description="Bridge token sent to aigcq.")
+    comfyui: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8188"])
+    host: str = "127.0.0.1"
+    port: int = 8190
+    public_url: str = Field("", description="Base of fileUrls; default http://<host>:<port>.")
+    data_dir: Path = Path(".aigcq/bridge")
+    workflows: Path | None = Field(None, description="Folder of <workflowId>.json files.")
+    heartbeat: float = Field(30.0, gt=0, description="Seconds between HEARTBEATs.")
+    slots_per_instance: int = Field(1, ge=1, description="Prompts run at once per instance.")
+    health_interval: float = Field(5.0, gt=0, description="Seconds between instance checks.")
+    reconnect_max: float = Field(60.0, gt=0, description="Cap of the reconnect backoff.")
+    ws_silence: float = Field(
+        5.0, gt=0, description="Poll /history when ComfyUI's WebSocket is silent this long."
+    )
+    task_timeout: float = Field(3600.0, gt=0, description="Give up on a prompt after this.")
+    progress_interval: float = Field(0.5, ge=0, description="Min seconds between TASK_PROGRESS.")
+    webhook_max_delay: float = Field(60.0, gt=0, description="Cap of the TASK_END retry delay.")
+
+
+def http_base(ws_url: str) -> str:
+    """aigcq's HTTP base for a bridge WebSocket URL: ws→http, wss→https, path dropped."""
+    parts = urlsplit(ws_url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    return urlunsplit((scheme, parts.netloc, "", "", ""))

@@ -1,0 +1,137 @@
+"""TASK_END delivery that survives restarts.
+
+A finished result is written to ``<data dir>/spool/<taskId>.json`` *before* the first POST,
+and removed only once the hub answered 2xx (taken), 404 or 410 (no longer wanted). On
+start-up every spooled result is sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import httpx
+
+from aigcq.bridges.protocol import TaskEndBody
+
+log = logging.getLogger(__name__)
+
+DROP_STATUSES = frozenset({404, 410})
+
+
+@dataclass(frozen=True, slots=True)
+class SpooledResult:
+    webhook_url: str
+    body: TaskEndBody
+
+    @property
+    def task_id(self) -> str:
+        return self.body.task_id
+
+
+class Spool:
+    """One JSON file per undelivered result, written atomically."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, task_id: str) -> Path:
+        return self.directory / f"{quote(task_id, safe='')}.json"
+
+    def put(self, item: SpooledResult) -> None:
+        data = {"webhookUrl": item.webhook_url, "body": item.body.model_dump()}
+        tmp = self._path(item.task_id).with_suffix(".tmp")
+        with tmp.open("w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(self._path(item.task_id))
+
+    def remove(self, task_id: str) -> None:
+        self._path(task_id).unlink(missing_ok=True)
+
+    def __contains__(self, task_id: str) -> bool:
+        return self._path(task_id).exists()
+
+    def task_ids(self) -> list[str]:
+        return sorted(unquote(p.stem) for p in self.directory.glob("*.json"))
+
+    def load_all(self) -> list[SpooledResult]:
+        items = []
+        for path in sorted(self.directory.glob("*.json")):
+            try:
+                data = json.loads(path.read_text())
+                body = TaskEndBody.model_validate(data["body"])
+                items.append(SpooledResult(data["webhookUrl"], body))
+            except (OSError, ValueError, KeyError) as e:
+                log.error("spool: unreadable %s left in place: %s", path, e)
+        return items
+
+
+class WebhookSender:
+    """POSTs spooled results until the hub takes them, with capped exponential backoff."""
+
+    def __init__(self, http: httpx.AsyncClient, spool: Spool, max_delay: float = 60.0) -> None:
+        self.http = http
+        self.spool = spool
+        self.max_delay = max_delay
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def send(self, item: SpooledResult) -> None:
+        """Spool ``item`` (if not yet) and deliver it in the background."""
+        if item.task_id not in self.spool:
+            self.spool.put(item)
+        if item.task_id not in self._tasks:
+            task = asyncio.create_task(self._deliver(item), name=f"task-end-{item.task_id}")
+            self._tasks[item.task_id] = task
+            task.add_done_callback(lambda _: self._tasks.pop(item.task_id, None))
+
+    def resend_spooled(self) -> int:
+        items = self.spool.load_all()
+        for item in items:
+            self.send(item)
+        return len(items)
+
+    async def close(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _deliver(self, item: SpooledResult) -> None:
+        payload = item.body.model_dump(mode="json")
+        attempt = 0
+        while True:
+            attempt += 1
+            status = await self._post(item, payload)
+            if status is not None and (200 <= status < 300 or status in DROP_STATUSES):
+                log.info(
+                    "task %s: TASK_END delivered (HTTP %s, try %d)", item.task_id, status, attempt
+                )
+                self.spool.remove(item.task_id)
+                return
+            delay = min(self.max_delay, 0.5 * 2 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
+            log.warning(
+                "task %s: TASK_END try %d failed (%s); retry in %.1fs",
+                item.task_id,
+                attempt,
+                status,
+                delay,
+            )
+            await asyncio.sleep(delay)
+
+    async def _post(self, item: SpooledResult, payload: dict[str, object]) -> int | None:
+        try:
+            resp = await self.http.post(item.webhook_url, json=payload, timeout=15.0)
+        except httpx.HTTPError as e:
+            log.debug("task %s: TASK_END POST error: %s", item.task_id, e)
+            return None
+        return resp.status_code

@@ -1,0 +1,113 @@
+"""The bridge's own HTTP server: admin page, status API, server-address change, output files.
+
+* ``GET /`` — small HTML page: aigcq address and connection state, instances, running
+  tasks, and a form to change the address.
+* ``GET /api/status`` — the same as JSON.
+* ``POST /api/server`` — ``{"url": "ws://host:port/ws"}`` (JSON or form). When the bridge
+  has a token, the request must carry it (``Authorization: Bearer`` or a ``token`` field).
+* ``GET /files/{taskId}/{filename}`` — the output files named in TASK_END ``fileUrl``s.
+"""
+
+from __future__ import annotations
+
+import hmac
+import html
+import json
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, quote, urlsplit
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+
+
+class BridgeControl(Protocol):
+    token: str
+    files_dir: Path
+
+    def status(self) -> dict[str, Any]: ...
+
+    async def set_server(self, url: str) -> None: ...
+
+
+def _page(status: dict[str, Any]) -> str:
+    conn = status["connection"]
+    rows = "".join(
+        f"<tr><td>{html.escape(i['instanceId'])}</td><td>{html.escape(i['url'])}</td>"
+        f"<td>{i['state']}</td><td>{html.escape(i.get('taskId') or '')}</td></tr>"
+        for i in status["instances"]
+    )
+    tasks = "".join(
+        f"<tr><td>{html.escape(t['taskId'])}</td><td>{html.escape(t['instanceId'])}</td>"
+        f"<td>{html.escape(json.dumps(t['progress']))}</td><td>{t['seconds']}</td></tr>"
+        for t in status["tasks"]
+    )
+    server = html.escape(status["server"])
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>aigcq bridge</title>
+<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .8em;text-align:left}}</style>
+</head><body><h1>aigcq bridge {html.escape(status["bridgeId"])}</h1>
+<p>Server <code>{server}</code>: <b>{conn["state"]}</b> {html.escape(conn["lastError"])}</p>
+<form method="post" action="/api/server">
+<input name="url" size="50" value="{server}"> <input name="token" type="password"
+placeholder="bridge token"> <button>Change server</button></form>
+<h2>Instances</h2><table><tr><th>id</th><th>url</th><th>state</th><th>task</th></tr>{rows}
+</table><h2>Running tasks</h2><table><tr><th>task</th><th>instance</th><th>progress</th>
+<th>seconds</th></tr>{tasks}</table>
+<p>Undelivered results: {len(status["spooled"])}</p></body></html>"""
+
+
+async def _server_request(request: Request) -> tuple[str, str, bool]:
+    """(url, token, is_form) from a JSON or form body."""
+    raw = (await request.body()).decode("utf-8", "replace")
+    if request.headers.get("content-type", "").startswith("application/json"):
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise HTTPException(400, "malformed JSON") from None
+        if not isinstance(body, dict):
+            raise HTTPException(400, "a JSON object is required")
+        return str(body.get("url", "")), str(body.get("token", "")), False
+    form = dict(parse_qsl(raw))
+    return form.get("url", ""), form.get("token", ""), True
+
+
+def _authorized(request: Request, given: str, expected: str) -> bool:
+    if not expected:
+        return True
+    header = request.headers.get("authorization", "")
+    candidate = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else given
+    return hmac.compare_digest(candidate.encode(), expected.encode())
+
+
+def create_web_app(bridge: BridgeControl) -> FastAPI:
+    app = FastAPI(title="aigcq bridge")
+
+    @app.get("/", response_class=HTMLResponse)
+    async def index() -> str:
+        return _page(bridge.status())
+
+    @app.get("/api/status")
+    async def status() -> dict[str, Any]:
+        return bridge.status()
+
+    @app.post("/api/server")
+    async def set_server(request: Request) -> Response:
+        url, token, is_form = await _server_request(request)
+        if not _authorized(request, token, bridge.token):
+            raise HTTPException(401, "bridge token required")
+        if urlsplit(url).scheme not in ("ws", "wss") or not urlsplit(url).netloc:
+            raise HTTPException(400, "url must be ws://host:port/path or wss://…")
+        await bridge.set_server(url)
+        if is_form:
+            return RedirectResponse("/", status_code=303)
+        return JSONResponse({"server": url})
+
+    @app.get("/files/{task_id}/{filename}")
+    async def files(task_id: str, filename: str) -> FileResponse:
+        folder = bridge.files_dir / quote(task_id, safe="")
+        path = folder / filename
+        if filename in ("", ".", "..") or "/" in filename or not path.is_file():
+            raise HTTPException(404, "no such file")
+        return FileResponse(path, filename=filename, content_disposition_type="inline")
+
+    return app

@@ -1,0 +1,291 @@
+"""The reference bridge against two ComfyUI emulators and a tiny test hub + webhook receiver.
+
+The hub here is a test fixture (any WebSocket server speaking the bridge protocol would
+do): it records what the bridge sends, lets the test send TASK_ASSIGN/PING, and serves
+one workflow from ``/api/workflows/{id}`` as aigcq's registry does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from aigcq.agent.app import Bridge
+from aigcq.agent.settings import BridgeSettings
+from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
+from tests.helpers import Received, Recorder, serve_app, until
+from tests.integration.test_emulator_comfyui import GRAPH, read_png
+
+TOKEN = "bridge-secret"
+
+
+class Hub:
+    """A minimal bridge hub: one WebSocket endpoint and a workflow registry."""
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sockets: list[WebSocket] = []
+        self.app = Starlette(
+            routes=[
+                WebSocketRoute("/ws", self._ws),
+                Route("/api/workflows/{wid}", self._workflow),
+            ]
+        )
+
+    async def _ws(self, ws: WebSocket) -> None:
+        if ws.query_params.get("token") != TOKEN:
+            await ws.close(code=4401)
+            return
+        await ws.accept()
+        self.sockets.append(ws)
+        try:
+            while True:
+                self.inbox.put_nowait(json.loads(await ws.receive_text()))
+        except WebSocketDisconnect:
+            pass
+        finally:
+            self.sockets.remove(ws)
+
+    async def _workflow(self, request: Request) -> Response:
+        if request.headers.get("authorization") != f"Bearer {TOKEN}":
+            return Response(status_code=401)
+        if request.path_params["wid"] != "wf-1":
+            return Response(status_code=404)
+        return JSONResponse(GRAPH)
+
+    async def send(self, type_: str, data: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"type": type_} | ({"data": data} if data else {})
+        await self.sockets[-1].send_text(json.dumps(message))
+
+    async def next(self, type_: str, timeout: float = 10.0) -> dict[str, Any]:
+        """The next message of ``type_`` (others are skipped)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                message = await self.inbox.get()
+                if message["type"] == type_:
+                    data: dict[str, Any] = message.get("data", {})
+                    return data
+
+
+@dataclass
+class Env:
+    hub: Hub
+    hub_url: str
+    webhook: Recorder
+    webhook_url: str
+    comfy: list[str]
+    emulators: list[ComfyUIEmulator]
+    settings: BridgeSettings
+    http: httpx.AsyncClient
+
+    def assign(self, task_id: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "taskId": task_id,
+            "attempt": 1,
+            "workflowId": "wf-1",
+            "nodeInfoList": [],
+            "webhookUrl": f"{self.webhook_url}/callback/{task_id}?sig=abc",
+            **extra,
+        }
+
+    async def end_for(self, task_id: str) -> dict[str, Any]:
+        """The eventData of the first accepted TASK_END for ``task_id``."""
+
+        async def accepted() -> list[Received]:
+            received = self.webhook.received[self.webhook.fail_first :]
+            return [r for r in received if r.path == f"/callback/{task_id}"]
+
+        first = (await until(accepted, bool, within=10.0))[0]
+        body = first.json()
+        assert (body["event"], body["taskId"], first.query) == ("TASK_END", task_id, "sig=abc")
+        result: dict[str, Any] = json.loads(body["eventData"])
+        return result
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    hub, webhook = Hub(), Recorder()
+    comfy_configs = [
+        ComfyUIConfig(output_dir=tmp_path / f"comfy{i}" / "output", step_time=0.03, steps=2)
+        for i in range(2)
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        hub_url = await stack.enter_async_context(serve_app(hub.app))
+        webhook_url = await stack.enter_async_context(serve_app(webhook.app))
+        apps = [create_app(c) for c in comfy_configs]
+        comfy = [await stack.enter_async_context(serve_app(app)) for app in apps]
+        http = await stack.enter_async_context(httpx.AsyncClient())
+        settings = BridgeSettings(
+            _env_file=None,  # type: ignore[call-arg]
+            server=hub_url.replace("http", "ws") + "/ws",
+            token=TOKEN,
+            comfyui=comfy,
+            port=free_port(),
+            data_dir=tmp_path / "bridge",
+            heartbeat=0.3,
+            health_interval=0.2,
+            reconnect_max=0.5,
+            ws_silence=0.5,
+            progress_interval=0.0,
+            webhook_max_delay=0.2,
+        )
+        emulators = [app.state.emulator for app in apps]
+        yield Env(hub, hub_url, webhook, webhook_url, comfy, emulators, settings, http)
+
+
+async def test_assign_ack_task_end_with_a_png(env: Env) -> None:
+    async with Bridge(env.settings) as bridge:
+        register = await env.hub.next("REGISTER")
+        assert register["bridgeId"] == bridge.bridge_id
+        assert (env.settings.data_dir / "bridge_id").read_text().strip() == bridge.bridge_id
+        assert (register["instanceCount"], register["availableInstanceCount"]) == (2, 2)
+        assert {i["state"] for i in register["instances"]} == {"idle"}
+        assert register["tasks"] == []
+        node_info = [
+            {"nodeId": "1", "fieldName": "color", "fieldValue": "255"},
+            {"nodeId": "3", "fieldName": "filename_prefix", "fieldValue": "out"},
+        ]
+        await env.hub.send("TASK_ASSIGN", env.assign("t1", nodeInfoList=node_info))
+        ack = await env.hub.next("TASK_ACK")
+        assert ack == {
+            "code": 0,
+            "msg": "success",
+            "data": {"taskId": "t1", "taskStatus": "RUNNING", "attempt": 1},
+        }
+        progress = await env.hub.next("TASK_PROGRESS")
+        assert progress["taskId"] == "t1"
+        assert progress["max"] == 2
+        result = await env.end_for("t1")
+        assert result["code"] == 0
+        [file] = result["data"]
+        assert (file["fileType"], file["nodeId"]) == ("png", "3")
+        assert file["fileUrl"] == f"{bridge.public_url}/files/t1/out_00001_.png"
+        image = await env.http.get(file["fileUrl"])
+        assert image.status_code == 200
+        assert read_png(image.content) == (64, 48, bytes([255, 255, 0]))  # blue, inverted
+        await env.hub.send("PING")
+        assert await env.hub.next("PONG") == {}
+        beat = await env.hub.next("HEARTBEAT")
+        assert (beat["availableInstanceCount"], beat["busyInstanceCount"]) == (2, 0)
+        assert beat["tasks"] == []
+
+
+async def test_least_busy_instance_and_capacity(env: Env) -> None:
+    async with Bridge(env.settings):
+        await env.hub.next("REGISTER")
+        for task_id in ("a", "b", "c"):
+            await env.hub.send("TASK_ASSIGN", env.assign(task_id, workflow=GRAPH))
+        acks = {}
+        for _ in range(3):
+            ack = await env.hub.next("TASK_ACK")
+            acks[ack["data"]["taskId"]] = ack["code"]
+        assert acks == {"a": 0, "b": 0, "c": 421}
+        assert (await env.end_for("a"))["code"] == 0
+        assert (await env.end_for("b"))["code"] == 0
+    prompts = [
+        set((await env.http.get(f"{url}/history")).json()) for url in env.comfy
+    ]  # one prompt on each instance, named after the task
+    assert sorted(prompts, key=sorted) == [{"a"}, {"b"}]
+
+
+async def test_silent_comfyui_websocket_falls_back_to_history(env: Env) -> None:
+    async def silent(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    for emulator in env.emulators:
+        emulator.send = silent  # type: ignore[method-assign]
+    async with Bridge(env.settings):
+        await env.hub.next("REGISTER")
+        await env.hub.send("TASK_ASSIGN", env.assign("quiet"))
+        assert (await env.end_for("quiet"))["code"] == 0
+
+
+async def test_failures_end_with_code_1_or_a_rejection(env: Env) -> None:
+    for url in env.comfy:
+        await env.http.post(f"{url}/emulator/fail", json={"next": 1})
+    async with Bridge(env.settings):
+        await env.hub.next("REGISTER")
+        await env.hub.send("TASK_ASSIGN", env.assign("boom"))
+        assert (await env.hub.next("TASK_ACK"))["code"] == 0
+        result = await env.end_for("boom")
+        assert result["code"] == 1
+        assert "Injected failure" in result["msg"]
+        assert result["data"] == []
+
+        bad_node = [{"nodeId": "42", "fieldName": "color", "fieldValue": 1}]
+        await env.hub.send("TASK_ASSIGN", env.assign("bad-node", nodeInfoList=bad_node))
+        assert (await env.hub.next("TASK_ACK"))["code"] == 0
+        assert "node '42' is not in the workflow" in (await env.end_for("bad-node"))["msg"]
+
+        await env.hub.send("TASK_ASSIGN", env.assign("lost", workflowId="nope"))
+        ack = await env.hub.next("TASK_ACK")
+        assert (ack["code"], ack["data"]["taskId"]) == (380, "lost")
+
+
+async def test_spooled_result_survives_a_restart(env: Env) -> None:
+    env.webhook.fail_first = 10**6  # the hub refuses every TASK_END for now
+    spooled = env.settings.data_dir / "spool" / "keep.json"
+    async with Bridge(env.settings):
+        await env.hub.next("REGISTER")
+        await env.hub.send("TASK_ASSIGN", env.assign("keep"))
+        await env.webhook.wait_for(1, within=10)
+        assert spooled.exists()
+    assert spooled.exists()
+    tries = len(env.webhook.received)
+    env.webhook.fail_first = tries  # from now on, accept
+    async with Bridge(env.settings):
+        register = await env.hub.next("REGISTER")
+        assert register["tasks"] == ["keep"]
+        result = await env.end_for("keep")
+        assert result["code"] == 0
+        image = await env.http.get(result["data"][0]["fileUrl"])
+        assert read_png(image.content)[:2] == (64, 48)
+
+        async def spool_present() -> bool:
+            return spooled.exists()
+
+        await until(spool_present, lambda present: not present)
+
+
+async def test_server_address_changes_at_run_time(env: Env, tmp_path: Path) -> None:
+    other = Hub()
+    async with serve_app(other.app) as other_url, Bridge(env.settings) as bridge:
+        first = await env.hub.next("REGISTER")
+        admin = bridge.public_url
+        new = other_url.replace("http", "ws") + "/ws"
+        refused = await env.http.post(f"{admin}/api/server", json={"url": new})
+        assert refused.status_code == 401
+        resp = await env.http.post(
+            f"{admin}/api/server",
+            json={"url": new},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        assert resp.status_code == 200
+        again = await other.next("REGISTER")
+        assert again["bridgeId"] == first["bridgeId"]
+        status = (await env.http.get(f"{admin}/api/status")).json()
+        assert status["server"] == new
+        assert status["connection"]["state"] == "connected"
+        page = await env.http.get(f"{admin}/")
+        assert new in page.text
