@@ -1,0 +1,162 @@
+"""What the emulators share: config basics, ids, failure dice, JSON replies, files, serving."""
+
+from __future__ import annotations
+
+import random
+import struct
+import time
+import zlib
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import uvicorn
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+
+@dataclass
+class EmulatorConfig:
+    """Settings every emulator has.
+
+    ``duration_s`` is how long a task runs (0 = it ends at once), ``failure_rate`` the share
+    of tasks that fail (drawn from a ``seed``-ed RNG when given), ``public_url`` the base URL
+    put in result file links (default: the base URL of the first request received),
+    ``retention_s`` how long a finished task is kept (then it is unknown, which bounds memory).
+    """
+
+    duration_s: float = 1.0
+    failure_rate: float = 0.0
+    seed: int | None = None
+    public_url: str | None = None
+    retention_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.duration_s < 0:
+            raise ValueError("duration_s must be >= 0")
+        if not 0.0 <= self.failure_rate <= 1.0:
+            raise ValueError("failure_rate must be within 0..1")
+
+
+class SnowflakeIds:
+    """Strictly increasing 19-digit decimal ids (milliseconds << 22, plus a sequence)."""
+
+    def __init__(self) -> None:
+        self._last = 0
+
+    def __call__(self) -> str:
+        self._last = max(self._last + 1, int(time.time() * 1000) << 22)
+        return str(self._last)
+
+
+class Retention:
+    """Keys queued by the time they end (added in time order); old ones are handed back."""
+
+    def __init__(self, keep_s: float) -> None:
+        self._keep_s = keep_s
+        self._ends: deque[tuple[float, str]] = deque()
+
+    def add(self, ended_at: float, key: str) -> None:
+        self._ends.append((ended_at, key))
+
+    def expired(self, now: float) -> Iterator[str]:
+        """Pop and yield the keys that ended more than ``keep_s`` before ``now``."""
+        horizon = now - self._keep_s
+        while self._ends and self._ends[0][0] < horizon:
+            yield self._ends.popleft()[1]
+
+
+def tiny_png(rgb: tuple[int, int, int], size: int = 8) -> bytes:
+    """A valid ``size``×``size`` PNG of one colour, built with zlib and struct only."""
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(tag + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)  # 8-bit RGB
+    rows = (b"\x00" + bytes(rgb) * size) * size  # filter byte 0 before each row
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+async def read_json(request: Request) -> Any:
+    """The request's JSON body, or None when it is not valid JSON."""
+    try:
+        return orjson.loads(await request.body())
+    except orjson.JSONDecodeError:
+        return None
+
+
+class EmulatorCore(ABC):
+    """State common to emulators: config, ids, failure dice, the public base URL."""
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.config = config
+        self.new_id = SnowflakeIds()
+        self._rng = random.Random(config.seed)
+        self._public_url = config.public_url.rstrip("/") if config.public_url else None
+        self.retention = Retention(config.retention_s)
+
+    def draw_failure(self) -> bool:
+        rate = self.config.failure_rate
+        return rate > 0 and self._rng.random() < rate
+
+    def remember_base(self, request: Request) -> None:
+        """Use the first request's base URL for file links unless ``public_url`` is set."""
+        if self._public_url is None:
+            self._public_url = str(request.base_url).rstrip("/")
+
+    def file_url(self, item_id: str) -> str:
+        return f"{self._public_url}/files/{item_id}/output.png"
+
+    @abstractmethod
+    def has_file(self, item_id: str) -> bool:
+        """Whether ``item_id`` produced an output file (the file route answers 404 if not)."""
+
+    @abstractmethod
+    def stats(self) -> dict[str, Any]: ...
+
+
+def add_common_routes(app: FastAPI, core: EmulatorCore) -> None:
+    """``GET /files/{id}/{name}`` (a small PNG per result) and ``GET /_emulator/stats``."""
+
+    async def file(request: Request) -> Response:
+        item_id = request.path_params["item_id"]
+        if not core.has_file(item_id):
+            return reply({"detail": "not found"}, 404)
+        digest = zlib.crc32(item_id.encode())
+        rgb = (digest & 0xFF, (digest >> 8) & 0xFF, (digest >> 16) & 0xFF)
+        return Response(tiny_png(rgb), media_type="image/png")
+
+    async def stats(request: Request) -> Response:
+        return reply(core.stats())
+
+    app.add_route("/files/{item_id}/{name}", file, methods=["GET"])
+    app.add_route("/_emulator/stats", stats, methods=["GET"])
+
+
+def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    return uvicorn.Server(config)
+
+
+async def serve_app(app: FastAPI, host: str, port: int) -> None:
+    """Serve ``app`` with uvicorn in the running loop until stopped; logging is the caller's."""
+    await _server(app, host, port).serve()
+
+
+def run_app(app: FastAPI, host: str, port: int) -> None:
+    """Serve ``app`` until interrupted, on uvicorn's fastest loop (uvloop when installed)."""
+    _server(app, host, port).run()

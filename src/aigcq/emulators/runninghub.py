@@ -1,0 +1,401 @@
+"""RunningHub emulator: the legacy ``/task/openapi/*`` API as a real HTTP server.
+
+Follows platform-apis.md §1: every call is ``POST`` JSON, business errors are HTTP 200 with a
+non-zero ``code``, task ids are 19-digit strings, a per-apiKey concurrency cap answers
+``421 TASK_QUEUE_MAXED``, and each finished task (including a cancelled one) is reported by a
+``TASK_END`` webhook whose ``eventData`` is the ``/outputs`` answer as a JSON string, sent by
+a few sender tasks off the request path and retried with backoff. A task is QUEUED for
+``queue_s``, then RUNNING for ``duration_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Set
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from aigcq.emulators._common import (
+    EmulatorConfig,
+    EmulatorCore,
+    add_common_routes,
+    read_json,
+    reply,
+    run_app,
+    serve_app,
+)
+from aigcq.emulators._webhook import WebhookPoster
+
+logger = logging.getLogger(__name__)
+
+QUEUED, RUNNING, SUCCESS, FAILED = "QUEUED", "RUNNING", "SUCCESS", "FAILED"
+OUTPUT_NODE_ID = "9"  # SaveImage in ComfyUI's default workflow
+PROMPT_TIPS = orjson.dumps(
+    {"result": True, "error": None, "outputs_to_execute": [OUTPUT_NODE_ID], "node_errors": {}}
+).decode()
+FAILURE_MESSAGE = "emulated failure"
+CANCEL_MESSAGE = "task cancelled by user"
+INSTANCE_TYPES = frozenset({"default", "plus", "ultra"})
+REMAIN_COINS = "177814"
+#: concurrent webhook senders, each with its own kept-alive connection per origin.
+WEBHOOK_SENDERS = 16
+
+PARAMS_INVALID = (301, "PARAMS_INVALID")
+WORKFLOW_NOT_EXISTS = (380, "WORKFLOW_NOT_EXISTS")
+TASK_QUEUE_MAXED = (421, "TASK_QUEUE_MAXED")
+VALIDATE_PROMPT_FAILED = (433, "VALIDATE_PROMPT_FAILED")
+APIKEY_UNAUTHORIZED = (802, "APIKEY_UNAUTHORIZED")
+APIKEY_INVALID_NODE_INFO = (803, "APIKEY_INVALID_NODE_INFO")
+APIKEY_TASK_NOT_FOUND = (807, "APIKEY_TASK_NOT_FOUND")
+
+
+@dataclass
+class RunningHubEmulatorConfig(EmulatorConfig):
+    """``api_keys``/``workflow_ids`` None accept any; ``max_concurrent`` counts QUEUED+RUNNING."""
+
+    max_concurrent: int = 3
+    queue_s: float = 0.0
+    api_keys: Set[str] | None = None
+    workflow_ids: Set[str] | None = None
+    webhook_retries: int = 3
+    webhook_backoff_s: float = 0.5
+    webhook_timeout_s: float = 10.0
+
+
+class _Task:
+    __slots__ = ("api_key", "failure", "handle", "run_at", "state", "webhook_url")
+
+    def __init__(self, api_key: str, webhook_url: str, run_at: float, failure: str | None):
+        self.api_key = api_key
+        self.webhook_url = webhook_url
+        self.run_at = run_at
+        self.failure = failure  # None: it will succeed
+        self.state: str | None = None  # None while live, then SUCCESS or FAILED
+        self.handle: asyncio.TimerHandle | None = None
+
+    def status(self, now: float) -> str:
+        if self.state is not None:
+            return self.state
+        return QUEUED if now < self.run_at else RUNNING
+
+
+def _error(code_msg: tuple[int, str], data: Any = None) -> Response:
+    return reply({"code": code_msg[0], "msg": code_msg[1], "data": data})
+
+
+def _ok(data: Any) -> Response:
+    return reply({"code": 0, "msg": "success", "data": data})
+
+
+def _node_info_valid(nodes: Any) -> bool:
+    return isinstance(nodes, list) and all(
+        isinstance(n, dict) and n.get("nodeId") not in (None, "") and n.get("fieldName")
+        for n in nodes
+    )
+
+
+def _workflow_json_valid(workflow: Any) -> bool:
+    try:
+        return isinstance(orjson.loads(workflow), dict)
+    except (orjson.JSONDecodeError, TypeError):
+        return False
+
+
+class _RunningHub(EmulatorCore):
+    config: RunningHubEmulatorConfig
+
+    def __init__(self, config: RunningHubEmulatorConfig) -> None:
+        super().__init__(config)
+        self.tasks: dict[str, _Task] = {}
+        self.current: Counter[str] = Counter()
+        self.peak: dict[str, int] = {}
+        self.counts: Counter[str] = Counter()
+        self.per_workflow: Counter[str] = Counter()
+        self._webhook_urls: set[str] = set()
+        #: webhooks to send: (url, body, attempt)
+        self._outbox: asyncio.Queue[tuple[str, bytes, int]] = asyncio.Queue()
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the webhook senders; on exit stop them and every task timer."""
+        senders = [asyncio.create_task(self._send_webhooks()) for _ in range(WEBHOOK_SENDERS)]
+        try:
+            yield
+        finally:
+            for task in self.tasks.values():
+                if task.handle is not None:
+                    task.handle.cancel()
+            for sender in senders:
+                sender.cancel()
+            await asyncio.gather(*senders, return_exceptions=True)
+
+    # ---- routes -----------------------------------------------------------------------
+
+    async def create(self, request: Request) -> Response:
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            return _error(PARAMS_INVALID)
+        if (refused := self._refuse_create(body)) is not None:
+            return refused
+        api_key: str = body["apiKey"]
+        if self.current[api_key] >= self.config.max_concurrent:
+            self.counts["rejected_full"] += 1
+            return _error(TASK_QUEUE_MAXED)
+        self.remember_base(request)
+        task_id = self._start(api_key, body)
+        return _ok(
+            {
+                "netWssUrl": None,
+                "taskId": task_id,
+                "clientId": uuid.uuid4().hex,
+                "taskStatus": QUEUED if self.config.queue_s > 0 else RUNNING,
+                "promptTips": PROMPT_TIPS,
+            }
+        )
+
+    async def status(self, request: Request) -> Response:
+        found = await self._lookup(request)
+        if isinstance(found, Response):
+            return found
+        return _ok(found[1].status(time.monotonic()))
+
+    async def outputs(self, request: Request) -> Response:
+        found = await self._lookup(request)
+        if isinstance(found, Response):
+            return found
+        return reply(self._outputs_body(*found))
+
+    async def cancel(self, request: Request) -> Response:
+        found = await self._lookup(request)
+        if isinstance(found, Response):
+            return found
+        task_id, task = found
+        if task.state is None:
+            if task.handle is not None:
+                task.handle.cancel()
+            task.failure = CANCEL_MESSAGE
+            self.counts["cancelled"] += 1
+            self._finish(task_id)
+        return _ok(None)
+
+    async def account_status(self, request: Request) -> Response:
+        body = await read_json(request)
+        api_key = body.get("apikey") if isinstance(body, dict) else None
+        refused = self._refuse_key(api_key)
+        if refused is not None:
+            return refused
+        data = {
+            "remainCoins": REMAIN_COINS,
+            "currentTaskCounts": str(self.current[str(api_key)]),
+            "remainMoney": None,
+            "currency": None,
+            "apiType": "NORMAL",
+        }
+        return _ok(data)
+
+    # ---- introspection ----------------------------------------------------------------
+
+    def has_file(self, item_id: str) -> bool:
+        task = self.tasks.get(item_id)
+        return task is not None and task.state == SUCCESS
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "created": self.counts["created"],
+            "rejected_full": self.counts["rejected_full"],
+            "cancelled": self.counts["cancelled"],
+            "succeeded": self.counts["succeeded"],
+            "failed": self.counts["failed"],
+            "webhooks_delivered": self.counts["webhooks_delivered"],
+            "webhooks_failed": self.counts["webhooks_failed"],
+            "duplicate_creates": self.counts["duplicate_creates"],
+            "current": {k: v for k, v in self.current.items() if v},
+            "peak_concurrent": dict(self.peak),
+            "creates_per_workflow": dict(self.per_workflow),
+        }
+
+    # ---- internals --------------------------------------------------------------------
+
+    def _refuse_key(self, api_key: Any) -> Response | None:
+        if not isinstance(api_key, str) or not api_key:
+            return _error(PARAMS_INVALID)
+        if self.config.api_keys is not None and api_key not in self.config.api_keys:
+            return _error(APIKEY_UNAUTHORIZED)
+        return None
+
+    def _refuse_create(self, body: dict[str, Any]) -> Response | None:
+        """The error answer for an invalid create body, or None when it is acceptable."""
+        if (refused := self._refuse_key(body.get("apiKey"))) is not None:
+            return refused
+        workflow_id, workflow = body.get("workflowId"), body.get("workflow")
+        webhook_url, instance = body.get("webhookUrl"), body.get("instanceType")
+        if workflow is None and (workflow_id == "" or not isinstance(workflow_id, str | int)):
+            return _error(PARAMS_INVALID)
+        if webhook_url is not None and not isinstance(webhook_url, str):
+            return _error(PARAMS_INVALID)
+        if instance is not None and instance not in INSTANCE_TYPES:
+            return _error(PARAMS_INVALID)
+        if workflow is not None and not _workflow_json_valid(workflow):
+            return _error(VALIDATE_PROMPT_FAILED)
+        known = self.config.workflow_ids
+        if workflow is None and known is not None and str(workflow_id) not in known:
+            return _error(WORKFLOW_NOT_EXISTS)
+        if not _node_info_valid(body.get("nodeInfoList", [])):
+            return _error(APIKEY_INVALID_NODE_INFO)
+        return None
+
+    def _start(self, api_key: str, body: dict[str, Any]) -> str:
+        """Record a new task, count it against its key, and schedule its end."""
+        task_id = self.new_id()
+        webhook_url = body.get("webhookUrl") or ""
+        failure = FAILURE_MESSAGE if self.draw_failure() else None
+        run_at = time.monotonic() + self.config.queue_s
+        task = self.tasks[task_id] = _Task(api_key, webhook_url, run_at, failure)
+        loop = asyncio.get_running_loop()
+        task.handle = loop.call_later(
+            self.config.queue_s + self.config.duration_s, self._finish, task_id
+        )
+        in_flight = self.current[api_key] = self.current[api_key] + 1
+        if in_flight > self.peak.get(api_key, 0):
+            self.peak[api_key] = in_flight
+        self.counts["created"] += 1
+        self.per_workflow[str(body.get("workflowId", ""))] += 1
+        if webhook_url:
+            if webhook_url in self._webhook_urls:
+                self.counts["duplicate_creates"] += 1
+            self._webhook_urls.add(webhook_url)
+        return task_id
+
+    async def _lookup(self, request: Request) -> tuple[str, _Task] | Response:
+        """The task named by ``{apiKey, taskId}``, or the error answer."""
+        body = await read_json(request)
+        if not isinstance(body, dict) or body.get("taskId") in (None, ""):
+            return _error(PARAMS_INVALID)
+        if (refused := self._refuse_key(body.get("apiKey"))) is not None:
+            return refused
+        task_id = str(body["taskId"])
+        task = self.tasks.get(task_id)
+        if task is None or task.api_key != body["apiKey"]:
+            return _error(APIKEY_TASK_NOT_FOUND)
+        return task_id, task
+
+    def _outputs_body(self, task_id: str, task: _Task) -> dict[str, Any]:
+        status = task.status(time.monotonic())
+        if status == QUEUED:
+            return {"code": 813, "msg": "APIKEY_TASK_IS_QUEUED", "data": None}
+        if status == RUNNING:
+            return {"code": 804, "msg": "APIKEY_TASK_IS_RUNNING", "data": None}
+        if status == FAILED:
+            reason = {
+                "node_id": OUTPUT_NODE_ID,
+                "node_name": "SaveImage",
+                "exception_type": "RuntimeError",
+                "exception_message": task.failure,
+                "traceback": "[]",
+                "current_inputs": "{}",
+                "current_outputs": "{}",
+            }
+            return {
+                "code": 805,
+                "msg": "APIKEY_TASK_STATUS_ERROR",
+                "data": {"failedReason": reason},
+            }
+        output = {
+            "fileUrl": self.file_url(task_id),
+            "fileType": "png",
+            "taskCostTime": str(round(self.config.duration_s)),
+            "nodeId": OUTPUT_NODE_ID,
+        }
+        return {"code": 0, "msg": "success", "data": [output]}
+
+    def _finish(self, task_id: str) -> None:
+        """End a task: free its slot, queue its webhook, forget tasks past retention."""
+        task = self.tasks[task_id]
+        task.handle = None
+        task.state = FAILED if task.failure else SUCCESS
+        self.current[task.api_key] -= 1
+        self.counts["failed" if task.failure else "succeeded"] += 1
+        if task.webhook_url:
+            event = {
+                "event": "TASK_END",
+                "taskId": task_id,
+                "eventData": orjson.dumps(self._outputs_body(task_id, task)).decode(),
+            }
+            self._outbox.put_nowait((task.webhook_url, orjson.dumps(event), 0))
+        now = time.monotonic()
+        for old_id in self.retention.expired(now):
+            self._webhook_urls.discard(self.tasks.pop(old_id).webhook_url)
+        self.retention.add(now, task_id)
+
+    async def _send_webhooks(self) -> None:
+        """One of the senders: POST queued webhooks; requeue a failed one after a backoff."""
+        loop = asyncio.get_running_loop()
+        poster = WebhookPoster(self.config.webhook_timeout_s)
+        try:
+            while True:
+                url, body, attempt = await self._outbox.get()
+                problem = await _post(poster, url, body)
+                if problem is None:
+                    self.counts["webhooks_delivered"] += 1
+                elif attempt < self.config.webhook_retries:
+                    logger.debug("webhook to %s failed (try %d): %s", url, attempt + 1, problem)
+                    delay = self.config.webhook_backoff_s * 2**attempt
+                    loop.call_later(delay, self._outbox.put_nowait, (url, body, attempt + 1))
+                else:
+                    self.counts["webhooks_failed"] += 1
+                    logger.warning("webhook to %s given up after %d tries", url, attempt + 1)
+        finally:
+            poster.close()
+
+
+async def _post(poster: WebhookPoster, url: str, body: bytes) -> str | None:
+    """POST a webhook body; None on a 2xx answer, else what went wrong."""
+    try:
+        status = await poster.post(url, body)
+    except (OSError, EOFError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None if 200 <= status < 300 else f"HTTP {status}"
+
+
+def create_app(config: RunningHubEmulatorConfig) -> FastAPI:
+    """A RunningHub-compatible ASGI app (plus ``/files/...`` and ``/_emulator/stats``)."""
+    emulator = _RunningHub(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with emulator.running():
+            yield
+
+    app = FastAPI(title="RunningHub emulator", lifespan=lifespan)
+    routes = {
+        "/task/openapi/create": emulator.create,
+        "/task/openapi/status": emulator.status,
+        "/task/openapi/outputs": emulator.outputs,
+        "/task/openapi/cancel": emulator.cancel,
+        "/uc/openapi/accountStatus": emulator.account_status,
+    }
+    for path, handler in routes.items():
+        app.add_route(path, handler, methods=["POST"])
+    add_common_routes(app, emulator)
+    return app
+
+
+async def serve(host: str, port: int, config: RunningHubEmulatorConfig) -> None:
+    await serve_app(create_app(config), host, port)
+
+
+def run(host: str = "127.0.0.1", port: int = 9101, **options: Any) -> None:
+    """Serve until interrupted; ``options`` are :class:`RunningHubEmulatorConfig` fields."""
+    run_app(create_app(RunningHubEmulatorConfig(**options)), host, port)

@@ -1,0 +1,38 @@
+"""Small tolerant parsing helpers shared by the HTTP platform adapters."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aigcq.platforms.base import Full, Rejected
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` as an int (platforms send codes as numbers or strings), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+def loads_if_json(value: Any) -> Any:
+    """Decode ``value`` when it is a string (or bytes) holding a JSON object or array."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str) or value.lstrip()[:1] not in ("{", "["):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def http_outcome(prefix: str, status: int) -> Full | Rejected:
+    """A submit answered without a usable body: judge by the HTTP status alone."""
+    if status == 429:
+        return Full(f"HTTP {status}")
+    retryable = status == 408 or not 400 <= status < 500
+    return Rejected(f"{prefix}_HTTP_{status}", f"no valid reply (HTTP {status})", retryable)

@@ -1,0 +1,128 @@
+"""Coze adapter (polling platform): async workflow runs and their run histories.
+
+The task payload carries ``workflow_id``, ``parameters`` and optionally ``bot_id``,
+``app_id``, ``ext``; we add ``is_async: true``. The remote id is the ``execute_id``; the
+poll URL also needs the workflow id, read back from the payload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from aigcq.domain import Task
+from aigcq.platforms._parse import as_int, http_outcome, loads_if_json
+from aigcq.platforms.base import (
+    Accepted,
+    Failed,
+    Full,
+    HttpRequest,
+    NotFound,
+    Pending,
+    PlatformAdapter,
+    Rejected,
+    ResultOutcome,
+    SubmitOutcome,
+    Succeeded,
+    register,
+)
+
+#: how many polling tasks one round queries at most (seed 001 §5B.2).
+POLL_BATCH = 100
+MIN_POLL_S, MAX_POLL_S = 5.0, 30.0
+#: in-flight tasks at which polling reaches its fastest pace.
+BUSY_IN_FLIGHT = 50
+
+#: rate limits: system request limit ("retry later"), RPM exceeded.
+FULL_CODES = frozenset({4009, 4020})
+#: transient: model error, internal error. Anything else (4000 params, 4100 token,
+#: 4101 permission, 4200 workflow, 6003 async not allowed on the plan, ...) is permanent.
+TRANSIENT_CODES = frozenset({4013, 5000})
+NOT_FOUND = 4314
+
+
+def next_poll_interval(in_flight: int) -> float:
+    """Seconds until the next polling round, 5–30 s, shorter when more tasks are in flight.
+
+    ``30 - 25 * min(in_flight, 50) / 50``: 30 s with nothing in flight, 5 s from 50 tasks
+    on, linear in between (so more tasks, and so more results due, are checked more often).
+    """
+    load = min(max(in_flight, 0), BUSY_IN_FLIGHT) / BUSY_IN_FLIGHT
+    return MAX_POLL_S - (MAX_POLL_S - MIN_POLL_S) * load
+
+
+def decode_output(raw: Any) -> Any:
+    """Undo Coze's double encoding of ``output``.
+
+    ``output`` is a JSON string of an object (``{"Output": "<end node JSON>", ...}``); each
+    of its string values that is itself a JSON object or array is decoded too, other
+    strings (plain text) are kept as they are.
+    """
+    output = loads_if_json(raw)
+    if isinstance(output, dict):
+        return {key: loads_if_json(value) for key, value in output.items()}
+    return output
+
+
+def _failed(record: dict[str, Any]) -> Failed:
+    code = record.get("error_code")
+    message = record.get("error_message") or record.get("error_msg") or "workflow failed"
+    detail = {"debug_url": record.get("debug_url", ""), "logid": record.get("logid", "")}
+    return Failed(str(code) if code not in (None, "") else "Fail", str(message), detail=detail)
+
+
+@register
+class CozeAdapter(PlatformAdapter):
+    name = "coze"
+    kind = "polling"
+    serves = ("coze",)
+
+    @staticmethod
+    def _headers(apikey: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {apikey}", "Content-Type": "application/json"}
+
+    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> HttpRequest:
+        body = {**task.payload, "is_async": True}
+        return HttpRequest("POST", f"{self.base_url}/v1/workflow/run", self._headers(apikey), body)
+
+    def parse_submit(self, status: int, body: Any) -> SubmitOutcome:
+        # A missing ``code`` means 0 (one documented async reply omits it).
+        if not isinstance(body, dict) or (code := as_int(body.get("code", 0))) is None:
+            return http_outcome("COZE", status)
+        if code == 0 and status >= 400:
+            return http_outcome("COZE", status)
+        msg = str(body.get("msg") or "")
+        if code == 0:
+            execute_id = body.get("execute_id")
+            if execute_id in (None, ""):
+                return Rejected("COZE_BAD_RESPONSE", "success without execute_id", detail=body)
+            return Accepted(str(execute_id))
+        if code in FULL_CODES:
+            return Full(f"COZE_{code} {msg}".rstrip())
+        return Rejected(f"COZE_{code}", msg, retryable=code in TRANSIENT_CODES, detail=body)
+
+    def query_request(self, task: Task, apikey: str) -> HttpRequest:
+        workflow_id = quote(str(task.payload.get("workflow_id") or task.workflow_id), safe="")
+        execute_id = quote(task.remote_id, safe="")
+        url = f"{self.base_url}/v1/workflows/{workflow_id}/run_histories/{execute_id}"
+        return HttpRequest("GET", url, self._headers(apikey))
+
+    def parse_query(self, status: int, body: Any) -> ResultOutcome:
+        if not isinstance(body, dict) or (code := as_int(body.get("code", 0))) is None:
+            return Pending(f"HTTP_{status}")
+        if code == NOT_FOUND:
+            return NotFound(str(body.get("msg") or "execution record not found"))
+        if code != 0:
+            return Pending(f"COZE_{code}")  # not known yet; the task's deadline decides
+        records = body.get("data")
+        record = records[0] if isinstance(records, list) and records else None
+        if not isinstance(record, dict):
+            return NotFound("empty run history")
+        status_text = str(record.get("execute_status", ""))
+        match status_text.lower():
+            case "success":
+                return Succeeded(decode_output(record.get("output")))
+            case "fail":
+                return _failed(record)
+            case _:
+                return Pending(status_text or "Running")

@@ -1,0 +1,149 @@
+"""RunningHub adapter (callback platform): the legacy ``/task/openapi/*`` API.
+
+The task payload carries RunningHub's create fields (``workflowId``, ``nodeInfoList``,
+``workflow``, ``instanceType``, ``addMetadata``, ...); we add ``apiKey`` and our own
+``webhookUrl``. Results arrive as ``TASK_END`` webhooks whose ``eventData`` is the
+``/outputs`` answer; a query of ``/outputs`` is parsed the same way, so a client sees one
+result shape: ``{"code": 0, "msg": ..., "data": [{fileUrl, fileType, taskCostTime, nodeId}]}``
+with ``taskCostTime`` as an int.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from aigcq.domain import Task
+from aigcq.platforms._parse import as_int, http_outcome, loads_if_json
+from aigcq.platforms.base import (
+    Accepted,
+    Failed,
+    Full,
+    HttpRequest,
+    NotFound,
+    Pending,
+    PlatformAdapter,
+    Rejected,
+    ResultOutcome,
+    SubmitOutcome,
+    Succeeded,
+    register,
+)
+
+#: success codes: 0 as documented; some deployments answer 200.
+SUCCESS_CODES = frozenset({0, 200})
+#: capacity: queue maxed, no dedicated instance, per-user cap, rate limit, model busy.
+FULL_CODES = frozenset({421, 415, 1520, 1003, 1011})
+#: transient server-side errors (plus any 5xx-looking code).
+TRANSIENT_CODES = frozenset({500, 1005, 1010, 1012})
+PENDING_CODES = {804: "RUNNING", 813: "QUEUED"}
+TASK_FAILED = 805
+NOT_FOUND_CODES = frozenset({807, 423})
+#: payload fields we always set ourselves.
+OWN_FIELDS = frozenset({"apiKey", "webhookUrl"})
+
+
+def _normalized_outputs(body: dict[str, Any]) -> dict[str, Any]:
+    """The success answer with ``taskCostTime`` as an int wherever it is numeric."""
+    items = body.get("data")
+    data = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and "taskCostTime" in item:
+            cost = as_int(item["taskCostTime"])
+            item = {**item, "taskCostTime": item["taskCostTime"] if cost is None else cost}
+        data.append(item)
+    return {"code": 0, "msg": str(body.get("msg") or "success"), "data": data}
+
+
+def _failed(body: dict[str, Any], msg: str) -> Failed:
+    data = loads_if_json(body.get("data"))
+    reason = loads_if_json(data.get("failedReason")) if isinstance(data, dict) else None
+    message = reason.get("exception_message") if isinstance(reason, dict) else None
+    return Failed(f"RH_{TASK_FAILED}", str(message or msg or "task failed"), detail=reason)
+
+
+def _outputs_outcome(body: dict[str, Any], ended: bool) -> ResultOutcome:
+    """Parse an ``/outputs`` answer (or a webhook's ``eventData``).
+
+    ``ended`` (a TASK_END webhook) turns an unexpected non-zero code into a failure; in a
+    query it only means "not known yet" and the task's deadline decides.
+    """
+    code = as_int(body.get("code"))
+    msg = str(body.get("msg") or "")
+    if code is None:
+        return Pending("INVALID_REPLY")
+    if code in SUCCESS_CODES:
+        return Succeeded(_normalized_outputs(body))
+    if code in PENDING_CODES:
+        return Pending(PENDING_CODES[code])
+    if code == TASK_FAILED:
+        return _failed(body, msg)
+    if code in NOT_FOUND_CODES:
+        return NotFound(msg or f"RH_{code}")
+    if ended:
+        return Failed(f"RH_{code}", msg, detail=body.get("data"))
+    return Pending(f"RH_{code}")
+
+
+@register
+class RunningHubAdapter(PlatformAdapter):
+    name = "runninghub"
+    kind = "callback"
+    serves = ("comfyui", "runninghub")
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url)
+        # RunningHub requires an exact Host header (platform-apis.md §1.1).
+        self._headers = {
+            "Content-Type": "application/json",
+            "Host": urlsplit(self.base_url).netloc,
+        }
+
+    def _post(self, path: str, body: dict[str, Any]) -> HttpRequest:
+        return HttpRequest("POST", self.base_url + path, dict(self._headers), body)
+
+    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> HttpRequest:
+        body = {k: v for k, v in task.payload.items() if k not in OWN_FIELDS}
+        if isinstance(body.get("workflow"), dict):  # the API wants the workflow as a string
+            body["workflow"] = json.dumps(body["workflow"], ensure_ascii=False)
+        body["apiKey"] = apikey
+        if webhook_url:
+            body["webhookUrl"] = webhook_url
+        return self._post("/task/openapi/create", body)
+
+    def parse_submit(self, status: int, body: Any) -> SubmitOutcome:
+        if not isinstance(body, dict) or (code := as_int(body.get("code"))) is None:
+            return http_outcome("RH", status)
+        msg = str(body.get("msg") or "")
+        if code in SUCCESS_CODES:
+            data = body.get("data")
+            task_id = data.get("taskId") if isinstance(data, dict) else None
+            if task_id in (None, ""):
+                return Rejected("RH_BAD_RESPONSE", "success without taskId", detail=body)
+            return Accepted(str(task_id))
+        if code in FULL_CODES:
+            return Full(f"RH_{code} {msg}".rstrip())
+        retryable = code in TRANSIENT_CODES or 500 <= code < 600
+        return Rejected(f"RH_{code}", msg, retryable=retryable, detail=body.get("data"))
+
+    def parse_result(self, body: Any) -> ResultOutcome:
+        """Parse a ``TASK_END`` webhook; its ``eventData`` is a JSON string (or a dict)."""
+        body = loads_if_json(body)
+        if not isinstance(body, dict) or body.get("event", "TASK_END") != "TASK_END":
+            return Pending("INVALID_CALLBACK")
+        event_data = loads_if_json(body.get("eventData"))
+        if not isinstance(event_data, dict):
+            return Pending("INVALID_CALLBACK")
+        return _outputs_outcome(event_data, ended=True)
+
+    def query_request(self, task: Task, apikey: str) -> HttpRequest:
+        return self._post("/task/openapi/outputs", {"apiKey": apikey, "taskId": task.remote_id})
+
+    def parse_query(self, status: int, body: Any) -> ResultOutcome:
+        if not isinstance(body, dict):
+            return Pending(f"HTTP_{status}")
+        return _outputs_outcome(body, ended=False)
+
+    def cancel_request(self, task: Task, apikey: str) -> HttpRequest | None:
+        return self._post("/task/openapi/cancel", {"apiKey": apikey, "taskId": task.remote_id})

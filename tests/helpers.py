@@ -1,0 +1,122 @@
+"""Reusable test helpers: serve an ASGI app on a free port, record incoming requests,
+perform a platform adapter's request, wait for a condition."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from aigcq.platforms.base import HttpRequest
+
+T = TypeVar("T")
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Run ``app`` with uvicorn (lifespan included) in this event loop on a free port.
+
+    ``async with serve_app(app) as base_url:`` yields ``http://127.0.0.1:<port>`` once the
+    server accepts connections, and shuts it down on exit.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # start-up failed: raise its error
+                raise RuntimeError("server stopped during start-up")
+            await asyncio.sleep(0.005)
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+@dataclass(frozen=True)
+class Received:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+class Recorder:
+    """An app that records every request (any path) and answers 200 — or ``fail_status``
+    for the first ``fail_first`` requests. Serve ``recorder.app`` with :func:`serve_app`."""
+
+    def __init__(self, fail_first: int = 0, fail_status: int = 500) -> None:
+        self.received: list[Received] = []
+        self.fail_first = fail_first
+        self.fail_status = fail_status
+        self._changed = asyncio.Condition()
+        methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+        self.app = Starlette(routes=[Route("/{path:path}", self._handle, methods=methods)])
+
+    async def _handle(self, request: Request) -> Response:
+        body = await request.body()
+        item = Received(
+            request.method, request.url.path, request.url.query, dict(request.headers), body
+        )
+        async with self._changed:
+            self.received.append(item)
+            self._changed.notify_all()
+        failing = len(self.received) <= self.fail_first
+        return Response(status_code=self.fail_status if failing else 200)
+
+    async def wait_for(self, count: int, within: float = 5.0) -> list[Received]:
+        """Wait until at least ``count`` requests arrived; return all received so far."""
+        async with self._changed:
+            await asyncio.wait_for(
+                self._changed.wait_for(lambda: len(self.received) >= count), within
+            )
+        return list(self.received)
+
+
+async def send(client: httpx.AsyncClient, request: HttpRequest) -> tuple[int, Any]:
+    """Perform an adapter's request; return the status and the JSON body (else the text)."""
+    response = await client.request(
+        request.method, request.url, headers=request.headers, json=request.json
+    )
+    try:
+        return response.status_code, response.json()
+    except ValueError:
+        return response.status_code, response.text
+
+
+async def until(
+    probe: Callable[[], Awaitable[T]],
+    done: Callable[[T], bool],
+    within: float = 5.0,
+    interval: float = 0.02,
+) -> T:
+    """Call ``probe`` until ``done(result)``; return that result, or fail after ``within`` s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not done(result := await probe()):
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s; last: {result!r}")
+        await asyncio.sleep(interval)
+    return result
