@@ -51,9 +51,7 @@ class PlatformClient:
 
     async def _send(self, req: HttpRequest) -> tuple[int, Any]:
         async with self._slots:
-            resp = await self.http.request(
-                req.method, req.url, headers=req.headers, json=req.json
-            )
+            resp = await self.http.request(req.method, req.url, headers=req.headers, json=req.json)
         try:
             return resp.status_code, resp.json()
         except ValueError:

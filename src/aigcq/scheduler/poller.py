@@ -48,7 +48,7 @@ class Poller:
         try:
             pairs: list[tuple[str, str, str]] = []
             for aigc, platform in self._queues():
-                polling = await self.rt.redis.hgetall(keys.polling(aigc, platform))  # type: ignore[misc]
+                polling = await self.rt.redis.hgetall(keys.polling(aigc, platform))
                 pairs += [(aigc, platform, str(tid)) for tid in polling.values()]
             for start in range(0, len(pairs), POLL_BATCH):
                 batch = pairs[start : start + POLL_BATCH]

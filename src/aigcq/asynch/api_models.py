@@ -1,0 +1,98 @@
+"""Model and model-type endpoints, and autoTune."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request, Response
+
+from aigcq.asynch.autotune import auto_tune
+from aigcq.asynch.http import camel, parse_body, reply, service
+from aigcq.asynch.schemas import (
+    AutoTune,
+    ModelCreate,
+    ModelRef,
+    ModelTypeCreate,
+    ModelTypeRef,
+    ModelTypeUpdate,
+    ModelUpdate,
+)
+
+router = APIRouter(prefix="/model")
+
+
+@router.post("/createModel")
+async def create_model(request: Request) -> Response:
+    body = await parse_body(request, ModelCreate)
+    row = await service(request).models.create(body.model_name, body.columns())
+    return reply(camel(row))
+
+
+@router.post("/updateModel")
+async def update_model(request: Request) -> Response:
+    body = await parse_body(request, ModelUpdate)
+    row = await service(request).models.update(body.model_name, body.columns())
+    return reply(camel(row))
+
+
+@router.post("/deleteModel")
+async def delete_model(request: Request) -> Response:
+    body = await parse_body(request, ModelRef)
+    await service(request).models.delete(body.model_name)
+    return reply({"modelName": body.model_name})
+
+
+@router.get("/getModel")
+async def get_model(request: Request, model_name: str = Query(alias="modelName")) -> Response:
+    return reply(camel(await service(request).models.get(model_name)))
+
+
+@router.get("/listModel")
+async def list_models(
+    request: Request,
+    enabled: int | None = Query(None, ge=0, le=1),
+    page: int = Query(1, ge=1),
+    page_size: int = Query(20, ge=1, le=500, alias="pageSize"),
+) -> Response:
+    rows = await service(request).models.list_models(enabled, (page - 1) * page_size, page_size)
+    return reply([camel(r) for r in rows])
+
+
+@router.post("/type/createModelType")
+async def create_model_type(request: Request) -> Response:
+    body = await parse_body(request, ModelTypeCreate)
+    return reply(camel(await service(request).types.create(body.columns())))
+
+
+@router.post("/type/updateModelType")
+async def update_model_type(request: Request) -> Response:
+    body = await parse_body(request, ModelTypeUpdate)
+    return reply(camel(await service(request).types.update(body.type_id, body.columns())))
+
+
+@router.post("/type/deleteModelType")
+async def delete_model_type(request: Request) -> Response:
+    body = await parse_body(request, ModelTypeRef)
+    await service(request).types.delete(body.type_id)
+    return reply({"typeId": body.type_id})
+
+
+@router.get("/type/getModelType")
+async def get_model_type(request: Request, type_id: int = Query(alias="typeId")) -> Response:
+    return reply(camel(await service(request).types.get(type_id)))
+
+
+@router.get("/type/listModelType")
+async def list_model_types(
+    request: Request,
+    page: int = Query(1, ge=1),
+    page_size: int = Query(20, ge=1, le=500, alias="pageSize"),
+) -> Response:
+    rows = await service(request).types.list_types((page - 1) * page_size, page_size)
+    return reply([camel(r) for r in rows])
+
+
+@router.post("/autoTune")
+async def auto_tune_route(request: Request) -> Response:
+    body = await parse_body(request, AutoTune)
+    svc = service(request)
+    ttl = svc.settings.runtime_ttl_seconds
+    return reply({"models": await auto_tune(svc.pool, svc.redis, body.window_seconds, ttl)})

@@ -1,0 +1,48 @@
+"""The asynch FastAPI application."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse
+
+from aigcq.asynch.api_models import router as model_router
+from aigcq.asynch.api_tasks import router as task_router
+from aigcq.asynch.errors import AsynchError, Code
+from aigcq.asynch.http import error_response, reply, service, validation_error
+from aigcq.asynch.service import AsynchService
+from aigcq.storage import StorageError
+
+
+def create_app(svc: AsynchService | None = None) -> FastAPI:
+    """The HTTP API over an opened service; the caller owns the service's lifetime and may
+    attach it later (``app.state.asynch = svc``), e.g. once the app's own URL is known."""
+    app = FastAPI(title="aigcq asynch", docs_url="/docs", redoc_url=None)
+    app.state.asynch = svc
+    app.include_router(model_router)
+    app.include_router(task_router)
+
+    @app.exception_handler(AsynchError)
+    async def _asynch_error(request: Request, exc: AsynchError) -> Response:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(validation_error(exc))
+
+    @app.get("/health")
+    async def health() -> Response:
+        return reply({"status": "ok"})
+
+    @app.get("/files/{name:path}")
+    async def files(request: Request, name: str) -> Response:
+        local = service(request).local_files
+        try:
+            path = local.path_of(name) if local else None
+        except StorageError:
+            path = None
+        if path is None or not path.is_file():
+            return error_response(AsynchError(Code.FILE_NOT_FOUND, f"no file {name!r}"))
+        return FileResponse(path)
+
+    return app

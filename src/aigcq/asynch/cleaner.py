@@ -1,0 +1,171 @@
+"""One cleaner pass (cleanWork, or the loop with ``AIGCQ_ASYNCH_CLEANER_ENABLED``).
+
+Rules, in order:
+
+1. state 4 whose ``expire_at`` has passed → deleted;
+2. state 3 with no retry left (``retry_count >= retry_times``) and finished more than
+   ``auto_clean_seconds`` ago → deleted (the delay lets the business see the failure);
+3. state 1 running longer than ``timeout_seconds`` + grace, and state 0 queued longer than
+   ``queue_timeout_seconds`` → state 3 (their gate and semaphore slots are released);
+4. state 3 with retries left → state 0 with ``retry_count + 1`` once the gate gives it a slot
+   again: to the head of the queue when ``retry_queue_max_seconds`` is 0 or the task is older
+   than that, else to the tail; a queued retry that has waited longer than
+   ``retry_queue_max_seconds`` is moved to the head;
+5. the queue-limit gates are reconciled with the rows (slots of tasks that are no longer
+   queued or running are freed; live tasks missing from a gate get their slot back).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+from aigcq.asynch.db import Pool, Row
+from aigcq.asynch.gate import QueueGate
+from aigcq.asynch.semaphore import Semaphore
+from aigcq.asynch.tasks_repo import lease_id
+
+log = logging.getLogger(__name__)
+
+_DELETE_DOWNLOADED = "DELETE FROM asynch_task WHERE state = 4 AND expire_at < now()"
+_DELETE_EXHAUSTED = """
+DELETE FROM asynch_task t USING asynch_models m
+WHERE t.state = 3 AND m.model_name = t.model_name AND t.retry_count >= m.retry_times
+  AND t.finished_at < now() - make_interval(secs => m.auto_clean_seconds)
+"""
+_DELETE_ORPHANED = """
+DELETE FROM asynch_task t WHERE t.state = 3 AND t.finished_at < now() - interval '1 day'
+  AND NOT EXISTS (SELECT 1 FROM asynch_models m WHERE m.model_name = t.model_name)
+"""
+_TIME_OUT = """
+UPDATE asynch_task t SET state = 3, finished_at = now(), updated_at = now(),
+    error = CASE WHEN t.state = 1 THEN 'timed out after ' || m.timeout_seconds || ' s running'
+                 ELSE 'timed out in the queue' END
+FROM asynch_models m
+WHERE m.model_name = t.model_name AND (
+    (t.state = 1 AND t.started_at
+        < now() - make_interval(secs => m.timeout_seconds + %(grace)s))
+    OR (t.state = 0 AND t.enqueue_at < now() - make_interval(secs => %(queue_timeout)s)))
+RETURNING t.task_id, t.model_name, t.tenant_id, t.attempt
+"""
+_RETRY_CANDIDATES = """
+SELECT t.task_id, t.model_name, m.queue_limit,
+       (m.retry_queue_max_seconds = 0
+        OR t.created_at < now() - make_interval(secs => m.retry_queue_max_seconds)) AS head
+FROM asynch_task t JOIN asynch_models m ON m.model_name = t.model_name
+WHERE t.state = 3 AND t.retry_count < m.retry_times
+ORDER BY t.finished_at LIMIT 1000 FOR UPDATE OF t SKIP LOCKED
+"""
+_REQUEUE = """
+UPDATE asynch_task SET state = 0, retry_count = retry_count + 1, enqueue_at = now(),
+    priority = CASE WHEN task_id = ANY(%(head)s) THEN 1 ELSE 0 END,
+    started_at = NULL, finished_at = NULL, updated_at = now()
+WHERE task_id = ANY(%(ids)s)
+"""
+_PROMOTE = """
+UPDATE asynch_task t SET priority = 1, updated_at = now() FROM asynch_models m
+WHERE t.state = 0 AND t.retry_count > 0 AND t.priority = 0 AND m.model_name = t.model_name
+  AND m.retry_queue_max_seconds > 0
+  AND t.enqueue_at < now() - make_interval(secs => m.retry_queue_max_seconds)
+"""
+
+
+@dataclass
+class CleanReport:
+    deleted_downloaded: int = 0
+    deleted_failed: int = 0
+    timed_out: int = 0
+    requeued: int = 0
+    promoted: int = 0
+    gate_released: int = 0
+    gate_restored: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Cleaner:
+    def __init__(
+        self,
+        pool: Pool,
+        gate: QueueGate,
+        semaphore: Semaphore,
+        *,
+        running_grace: float,
+        queue_timeout: float,
+        gate_grace: float,
+    ) -> None:
+        self.pool = pool
+        self.gate = gate
+        self.semaphore = semaphore
+        self.running_grace = running_grace
+        self.queue_timeout = queue_timeout
+        self.gate_grace = gate_grace
+
+    async def run_once(self) -> CleanReport:
+        report = CleanReport()
+        async with self.pool.connection() as conn:
+            report.deleted_downloaded = (await conn.execute(_DELETE_DOWNLOADED)).rowcount
+            report.deleted_failed = (await conn.execute(_DELETE_EXHAUSTED)).rowcount
+            report.deleted_failed += (await conn.execute(_DELETE_ORPHANED)).rowcount
+        report.timed_out = await self._time_out()
+        report.requeued = await self._requeue()
+        async with self.pool.connection() as conn:
+            report.promoted = (await conn.execute(_PROMOTE)).rowcount
+        report.gate_released, report.gate_restored = await self._reconcile_gates()
+        if any(report.as_dict().values()):
+            log.info("cleaner: %s", report.as_dict())
+        return report
+
+    async def _time_out(self) -> int:
+        params = {"grace": self.running_grace, "queue_timeout": self.queue_timeout}
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(_TIME_OUT, params)).fetchall()
+        for row in rows:
+            log.warning("task %s: timed out, marked failed", row["task_id"])
+            await self.gate.release(row["model_name"], row["task_id"])
+            lease = lease_id(row["task_id"], row["attempt"])
+            await self.semaphore.release(row["model_name"], row["tenant_id"], lease)
+        return len(rows)
+
+    async def _requeue(self) -> int:
+        async with self.pool.connection() as conn, conn.transaction():
+            candidates = await (await conn.execute(_RETRY_CANDIDATES)).fetchall()
+            admitted = [c for c in candidates if await self._take_gate(c)]
+            if not admitted:
+                return 0
+            head = [c["task_id"] for c in admitted if c["head"]]
+            ids = [c["task_id"] for c in admitted]
+            await conn.execute(_REQUEUE, {"head": head, "ids": ids})
+        for task_id in ids:
+            log.info("task %s: requeued for a retry", task_id)
+        return len(ids)
+
+    async def _take_gate(self, candidate: Row) -> bool:
+        model, task_id = candidate["model_name"], candidate["task_id"]
+        return await self.gate.take(model, task_id, candidate["queue_limit"])
+
+    async def _reconcile_gates(self) -> tuple[int, int]:
+        released = restored = 0
+        cutoff = time.time() - self.gate_grace
+        async with self.pool.connection() as conn:
+            for model in await self.gate.models():
+                holders = await self.gate.holders(model, cutoff)
+                if holders:
+                    cur = await conn.execute(
+                        "SELECT task_id FROM asynch_task WHERE task_id = ANY(%s)"
+                        " AND state IN (0, 1)",
+                        (holders,),
+                    )
+                    live = {r["task_id"] for r in await cur.fetchall()}
+                    stale = [h for h in holders if h not in live]
+                    await self.gate.release(model, *stale)
+                    released += len(stale)
+            cur = await conn.execute(
+                "SELECT model_name, array_agg(task_id) AS ids FROM asynch_task"
+                " WHERE state IN (0, 1) GROUP BY model_name"
+            )
+            for row in await cur.fetchall():
+                restored += await self.gate.restore(row["model_name"], row["ids"])
+        return released, restored

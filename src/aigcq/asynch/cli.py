@@ -1,0 +1,100 @@
+"""``aigcq asynch [serve]`` and ``aigcq asynch migrate``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import typer
+import uvicorn
+
+from aigcq.asynch.app import create_app
+from aigcq.asynch.backing import backing_services
+from aigcq.asynch.migrate import migrate
+from aigcq.asynch.service import open_service
+from aigcq.asynch.settings import AsynchSettings
+from aigcq.config import Settings
+
+log = logging.getLogger(__name__)
+
+asynch_app = typer.Typer(help="model-asynch: async middleware for HTTP model services (seed 003).")
+
+
+def _logging(level: str) -> None:
+    from aigcq.cli import configure_logging
+
+    configure_logging(level)
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+@asynch_app.callback(invoke_without_command=True)
+def main(ctx: typer.Context) -> None:
+    """Without a sub-command: serve."""
+    if ctx.invoked_subcommand is None:
+        serve()
+
+
+@asynch_app.command()
+def serve(
+    host: str | None = typer.Option(None, help="Listen address (AIGCQ_ASYNCH_HOST)."),
+    port: int | None = typer.Option(None, help="Port (AIGCQ_ASYNCH_PORT, default 8091)."),
+    worker: bool | None = typer.Option(None, help="Run the worker loop."),
+    cleaner: bool | None = typer.Option(None, help="Run the cleaner loop."),
+    log_level: str = typer.Option("INFO", help="Logging level."),
+) -> None:
+    """Apply migrations and serve the API (private PostgreSQL/Redis when no URL is set)."""
+    _logging(log_level)
+    overrides: dict[str, Any] = {
+        "host": host, "port": port, "worker_enabled": worker, "cleaner_enabled": cleaner
+    }  # fmt: skip
+    given = {k: v for k, v in overrides.items() if v is not None}
+    settings = AsynchSettings(**given)
+    base = Settings()
+    with (
+        backing_services(base.database_url, base.redis_url, base.data_dir) as (db, rd),
+        asyncio.Runner(loop_factory=_loop_factory()) as runner,
+    ):
+        runner.run(_serve(settings, db, rd, base))
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when installed (uvicorn[standard] brings it), else asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+async def _serve(
+    settings: AsynchSettings, database_url: str, redis_url: str, base: Settings
+) -> None:
+    applied = await migrate(database_url)
+    log.info("schema up to date (applied now: %s)", applied or "none")
+    async with (
+        open_service(
+            settings, database_url=database_url, redis_url=redis_url, data_dir=base.data_dir
+        ) as svc,
+        svc.background(),
+    ):
+        config = uvicorn.Config(
+            create_app(svc),
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+        )
+        await uvicorn.Server(config).serve()
+
+
+@asynch_app.command("migrate")
+def migrate_command(log_level: str = typer.Option("INFO", help="Logging level.")) -> None:
+    """Apply pending schema migrations and exit."""
+    _logging(log_level)
+    base = Settings()
+    with backing_services(base.database_url, "unused", base.data_dir) as (db, _):
+        applied = asyncio.run(migrate(db))
+    typer.echo(f"applied: {applied or 'nothing, schema up to date'}")

@@ -1,0 +1,130 @@
+"""``asynch_models``: CRUD, and a short per-process cache of configs for the hot path."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from aigcq.asynch.db import Pool, Row
+from aigcq.asynch.errors import AsynchError, Code
+from aigcq.asynch.states import LIVE
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What the gate, the worker and the cleaner need of a model."""
+
+    model_name: str
+    base_url: str
+    route: str
+    http_method: str
+    head_msg: str
+    enabled: int
+    max_concurrency: int
+    queue_limit: int
+    timeout_seconds: int
+    expected_seconds: int
+    retry_times: int
+    retry_queue_max_seconds: int
+    auto_clean_seconds: int
+
+    @classmethod
+    def from_row(cls, row: Row) -> ModelConfig:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+    @property
+    def url(self) -> str:
+        route = self.route if not self.route or self.route.startswith("/") else f"/{self.route}"
+        return self.base_url.rstrip("/") + route
+
+
+class ModelRepo:
+    def __init__(self, pool: Pool, cache_seconds: float) -> None:
+        self.pool = pool
+        self.cache_seconds = cache_seconds
+        self._cache: dict[str, tuple[float, ModelConfig]] = {}
+
+    async def create(self, name: str, cols: Row) -> Row:
+        cols = {"model_name": name, **cols}
+        query = sql.SQL("INSERT INTO asynch_models ({}) VALUES ({}) RETURNING *").format(
+            sql.SQL(", ").join(map(sql.Identifier, cols)),
+            sql.SQL(", ").join(sql.Placeholder() * len(cols)),
+        )
+        try:
+            row = await self._fetch_one(query, list(cols.values()))
+        except psycopg.errors.UniqueViolation:
+            raise AsynchError(Code.MODEL_EXISTS, f"model {name!r} already exists") from None
+        assert row is not None
+        return row
+
+    async def update(self, name: str, cols: Row) -> Row:
+        assignments: list[sql.Composable] = [
+            sql.SQL("{} = %s").format(sql.Identifier(c)) for c in cols
+        ]
+        assignments.append(sql.SQL("updated_at = now()"))
+        query = sql.SQL("UPDATE asynch_models SET {} WHERE model_name = %s RETURNING *").format(
+            sql.SQL(", ").join(assignments)
+        )
+        row = await self._fetch_one(query, [*cols.values(), name])
+        self._cache.pop(name, None)
+        if row is None:
+            raise _not_found(name)
+        return row
+
+    async def delete(self, name: str) -> None:
+        """Delete a model that has no queued or running task."""
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "SELECT 1 FROM asynch_models WHERE model_name = %s FOR UPDATE", (name,)
+            )
+            if await cur.fetchone() is None:
+                raise _not_found(name)
+            cur = await conn.execute(
+                "SELECT count(*) AS count FROM asynch_task"
+                " WHERE model_name = %s AND state = ANY(%s)",
+                (name, list(LIVE)),
+            )
+            live = (await cur.fetchone() or {"count": 0})["count"]
+            if live:
+                raise AsynchError(Code.MODEL_BUSY, f"model {name!r} has {live} live tasks")
+            await conn.execute("DELETE FROM asynch_models WHERE model_name = %s", (name,))
+        self._cache.pop(name, None)
+
+    async def get(self, name: str) -> Row:
+        row = await self._fetch_one(
+            sql.SQL("SELECT * FROM asynch_models WHERE model_name = %s"), [name]
+        )
+        if row is None:
+            raise _not_found(name)
+        return row
+
+    async def list_models(self, enabled: int | None, offset: int, limit: int) -> list[Row]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT * FROM asynch_models WHERE (%s::int IS NULL OR enabled = %s::int)"
+                " ORDER BY id OFFSET %s LIMIT %s",
+                (enabled, enabled, offset, limit),
+            )
+            return await cur.fetchall()
+
+    async def config(self, name: str) -> ModelConfig:
+        """The model's config, cached for ``cache_seconds``."""
+        cached = self._cache.get(name)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        config = ModelConfig.from_row(await self.get(name))
+        self._cache[name] = (time.monotonic() + self.cache_seconds, config)
+        return config
+
+    async def _fetch_one(self, query: sql.SQL | sql.Composed, params: list[Any]) -> Row | None:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchone()
+
+
+def _not_found(name: str) -> AsynchError:
+    return AsynchError(Code.MODEL_NOT_FOUND, f"model {name!r} does not exist")

@@ -1,0 +1,63 @@
+"""The per tenant + model concurrency semaphore, with crash-safe leases.
+
+``asynch:sem:{model}:{tenant}`` is a ZSET task_id → lease expiry. Acquiring first drops
+expired leases, so a holder that died frees its slot after at most one lease; a live holder
+renews its lease while it runs. The limit is the runtime ``max_concurrency`` when set, capped
+by the configured one.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis.asyncio as aioredis
+
+from aigcq.asynch.runtime import EFFECTIVE_LIMIT, runtime_max_concurrency_key, semaphore_key
+
+_ACQUIRE = (
+    EFFECTIVE_LIMIT
+    + """
+local now = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if redis.call('ZCARD', KEYS[1]) >= effective_limit(KEYS[2], tonumber(ARGV[2])) then
+    return 0
+  end
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[1])
+return 1
+"""
+)
+_RENEW = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
+class Semaphore:
+    def __init__(self, redis: aioredis.Redis, lease_seconds: float) -> None:
+        self.redis = redis
+        self.lease_seconds = lease_seconds
+        self._acquire = redis.register_script(_ACQUIRE)
+        self._renew = redis.register_script(_RENEW)
+
+    async def acquire(self, model: str, tenant: str, task_id: str, cap: int) -> bool:
+        keys = [semaphore_key(model, tenant), runtime_max_concurrency_key(model)]
+        args: list[str | float] = [task_id, cap, time.time(), self.lease_seconds]
+        return bool(await self._acquire(keys=keys, args=args))
+
+    async def renew(self, model: str, tenant: str, task_id: str) -> bool:
+        """Extend the lease; False when it was lost (expired and dropped)."""
+        args: list[str | float] = [task_id, time.time() + self.lease_seconds]
+        return bool(await self._renew(keys=[semaphore_key(model, tenant)], args=args))
+
+    async def release(self, model: str, tenant: str, task_id: str) -> None:
+        await self.redis.zrem(semaphore_key(model, tenant), task_id)
+
+    async def holders(self, model: str, tenant: str) -> list[str]:
+        """Task ids holding a live lease."""
+        members = await self.redis.zrangebyscore(semaphore_key(model, tenant), time.time(), "+inf")
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in members]

@@ -1,0 +1,55 @@
+"""createTask: validate, pass the queue-limit gate, insert, and start at once if a slot is free."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from aigcq.asynch.errors import AsynchError, Code
+from aigcq.asynch.identity import Identity
+from aigcq.asynch.schemas import TaskCreate
+from aigcq.asynch.service import AsynchService
+from aigcq.asynch.tasks_repo import ClaimedTask, lease_id
+
+log = logging.getLogger(__name__)
+
+
+async def create_task(svc: AsynchService, body: TaskCreate, who: Identity) -> str:
+    """Create a task and return its id; on any refusal nothing is left behind."""
+    model = await svc.models.config(body.model_name)
+    if not model.enabled:
+        raise AsynchError(Code.MODEL_DISABLED, f"model {model.model_name!r} is disabled")
+    task_id = uuid.uuid4().hex
+    if not await svc.gate.take(model.model_name, task_id, model.queue_limit):
+        raise AsynchError(Code.QUEUE_FULL, f"the queue of model {model.model_name!r} is full")
+    lease = lease_id(task_id, 1)
+    running = await svc.semaphore.acquire(
+        model.model_name, who.tenant_id, lease, model.max_concurrency
+    )
+    task = ClaimedTask(
+        task_id=task_id,
+        model_name=model.model_name,
+        tenant_id=who.tenant_id,
+        creator=who.creator,
+        biz_name=body.biz_name,
+        callback_url=str(body.callback_url or ""),
+        model_key=body.model_key,
+        request_payload=body.request_payload,
+        auth_header=who.authorization,
+        user_info=who.user_info,
+        attempt=1 if running else 0,
+    )
+    try:
+        await svc.tasks.insert(task, running=running)
+    except BaseException:
+        await svc.gate.release(model.model_name, task_id)
+        if running:
+            await svc.semaphore.release(model.model_name, who.tenant_id, lease)
+        raise
+    log.info("task %s: created for model %s (%s)", task_id, model.model_name,
+             "started" if running else "queued")  # fmt: skip
+    if running:
+        svc.worker.start(task)
+    elif not svc.settings.worker_enabled:  # the worker loop, when on, picks it up
+        svc.worker.follow(task_id)
+    return task_id

@@ -1,0 +1,49 @@
+"""prompts-core, for tests and demos (``aigcq emulate prompts-core``).
+
+* ``POST /prompt/createPrompt`` ``{modelTypeId, modelType, promptInfo, responseJsonSchema,
+  version}`` → ``{"code": 200, ...}``; ``modelTypeId`` and ``modelType`` are required.
+* ``GET /_emulator/prompts`` → the prompts received.
+* ``POST /_emulator/config`` ``{"fail": true}`` → answer every create with HTTP 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+
+from aigcq.emulators._common import read_json, reply, serve_app
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="prompts-core emulator")
+    prompts: list[dict[str, Any]] = []
+    app.state.prompts = prompts
+    app.state.fail = False
+
+    @app.post("/prompt/createPrompt")
+    async def create_prompt(request: Request) -> Response:
+        if app.state.fail:
+            return reply({"code": 500, "msg": "emulated failure"}, 500)
+        body = await read_json(request)
+        if not isinstance(body, dict) or not body.get("modelTypeId") or not body.get("modelType"):
+            return reply({"code": 400, "msg": "modelTypeId and modelType are required"}, 400)
+        prompts.append(body)
+        return reply({"code": 200, "msg": "success", "data": {"id": len(prompts)}})
+
+    @app.get("/_emulator/prompts")
+    async def list_prompts() -> Response:
+        return reply(prompts)
+
+    @app.post("/_emulator/config")
+    async def configure(request: Request) -> Response:
+        body = await read_json(request) or {}
+        app.state.fail = bool(body.get("fail", app.state.fail))
+        return reply({"fail": app.state.fail})
+
+    return app
+
+
+def run(host: str, port: int) -> None:
+    asyncio.run(serve_app(create_app(), host, port))

@@ -1,0 +1,63 @@
+"""Run ``python -m aigcq.asynch serve`` as real worker processes for the tests and the bench."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_asynch(
+    database_url: str, redis_url: str, data_dir: Path, *, log: Path, **env: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start one asynch process (worker loop on) and wait until it answers; ``(proc, url)``."""
+    port = free_port()
+    environ = {
+        **os.environ,
+        "AIGCQ_DATABASE_URL": database_url,
+        "AIGCQ_REDIS_URL": redis_url,
+        "AIGCQ_DATA_DIR": str(data_dir),
+        "AIGCQ_ASYNCH_PORT": str(port),
+        "AIGCQ_ASYNCH_WORKER_ENABLED": "true",
+        **env,
+    }
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aigcq.asynch", "serve", "--log-level", "WARNING"],
+            env=environ,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"asynch process did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,99 @@
+"""The queue-limit gate and the concurrency semaphore: atomic, runtime-first, never leaked."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aigcq.asynch.runtime import runtime_max_concurrency_key, runtime_queue_limit_key
+from tests.asynch.conftest import Asynch, Served
+
+
+async def _create_many(asynch: Asynch, model: str, n: int) -> list[int]:
+    body = {"modelName": model, "requestPayload": {}, "bizName": "b"}
+    responses = await asyncio.gather(
+        *(asynch.call("POST", "/task/createTask", json=body) for _ in range(n))
+    )
+    return [r.status_code for r in responses]
+
+
+async def test_exactly_queue_limit_of_50_concurrent_creates(
+    asynch: Asynch, model_emu: Served
+) -> None:
+    model_emu.app.state.behaviour.latency = 0.5
+    await asynch.create_model("m", model_emu.url, queueLimit=7, maxConcurrency=3)
+    statuses = await _create_many(asynch, "m", 50)
+    assert statuses.count(200) == 7 and statuses.count(429) == 43
+    cur = await asynch.db.execute("SELECT count(*) FROM asynch_task")
+    assert await cur.fetchone() == (7,)
+    assert await asynch.redis.zcard("asynch:gate:m") == 7
+    await asynch.error("POST", "/task/createTask", "QUEUE_FULL",
+                       json={"modelName": "m", "requestPayload": {}, "bizName": "b"})  # fmt: skip
+    cur = await asynch.db.execute("SELECT task_id FROM asynch_task")
+    for (task_id,) in await cur.fetchall():
+        await asynch.wait_state(task_id, 2)
+    assert await asynch.redis.zcard("asynch:gate:m") == 0  # released on success
+    assert (await model_emu.stats())["peak"] == 3
+    assert await asynch.redis.zcard("asynch:sem:m:default") == 0
+
+
+async def test_runtime_limits_come_first_but_never_above_the_cap(
+    asynch: Asynch, model_emu: Served
+) -> None:
+    model_emu.app.state.behaviour.latency = 0.3
+    await asynch.create_model("m", model_emu.url, queueLimit=5, maxConcurrency=3)
+    await asynch.redis.set(runtime_queue_limit_key("m"), 2)
+    await asynch.redis.set(runtime_max_concurrency_key("m"), 1)
+    assert (await _create_many(asynch, "m", 6)).count(200) == 2
+    await asyncio.sleep(0.1)
+    assert (await model_emu.stats())["peak"] == 1
+
+    await asynch.db.execute("TRUNCATE asynch_task")
+    await asynch.redis.delete("asynch:gate:m")
+    await asynch.redis.set(runtime_queue_limit_key("m"), 50)
+    assert (await _create_many(asynch, "m", 8)).count(200) == 5
+
+
+async def test_failure_releases_and_retry_retakes_the_gate(
+    asynch: Asynch, model_emu: Served
+) -> None:
+    await asynch.create_model("m", model_emu.url, queueLimit=1, retryTimes=1)
+    model_emu.app.state.behaviour.failure_rate = 1.0
+    task_id = await asynch.create_task("m")
+    await asynch.wait_state(task_id, 3)
+    assert await asynch.redis.zcard("asynch:gate:m") == 0
+    other = await asynch.create_task("m")  # the freed slot is usable at once
+    await asynch.wait_state(other, 3)
+    model_emu.app.state.behaviour.failure_rate = 0.0
+    report = await asynch.ok("POST", "/task/cleanWork")
+    assert report["requeued"] == 1  # the queue holds one: the second retry must wait
+    (requeued,) = [t for t in (task_id, other) if (await asynch.row(t))["state"] == 0]
+    assert await asynch.redis.zrange("asynch:gate:m", 0, -1) == [requeued]
+    await asynch.ok("POST", "/task/runWork")
+    assert (await asynch.row(requeued))["state"] == 2
+    assert (await asynch.ok("POST", "/task/cleanWork"))["requeued"] == 1
+
+
+async def test_reconcile_frees_leaked_and_restores_lost_slots(
+    asynch: Asynch, model_emu: Served
+) -> None:
+    model_emu.app.state.behaviour.latency = 1.0
+    await asynch.create_model("m", model_emu.url, queueLimit=3)
+    live = await asynch.create_task("m")
+    await asynch.redis.zadd("asynch:gate:m", {"ghost-1": 1.0, "ghost-2": 2.0})  # leaked
+    report = await asynch.ok("POST", "/task/cleanWork")
+    assert report["gate_released"] == 2
+    assert await asynch.redis.zrange("asynch:gate:m", 0, -1) == [live]
+    await asynch.redis.delete("asynch:gate:m")  # e.g. Redis lost its data
+    report = await asynch.ok("POST", "/task/cleanWork")
+    assert report["gate_restored"] == 1
+    assert await asynch.redis.zrange("asynch:gate:m", 0, -1) == [live]
+
+
+async def test_expired_semaphore_leases_are_reclaimed(asynch: Asynch) -> None:
+    sem = asynch.svc.semaphore
+    assert await sem.acquire("m", "t", "a:1", 1)
+    assert not await sem.acquire("m", "t", "b:1", 1)
+    assert await sem.acquire("m", "other-tenant", "c:1", 1)  # per tenant + model
+    await asynch.redis.zadd("asynch:sem:m:t", {"a:1": 0})  # its holder died long ago
+    assert await sem.acquire("m", "t", "b:1", 1)
+    assert await sem.holders("m", "t") == ["b:1"]

@@ -1,0 +1,117 @@
+"""Model CRUD, model types with the prompts-core sync, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.asynch.conftest import Asynch, Served
+
+
+async def test_model_crud(asynch: Asynch) -> None:
+    created = await asynch.create_model(
+        "m1", "http://127.0.0.1:9/", headMsg="API_KEY:k,API_STATE:true", httpMethod="get",
+        form='[{"field": "prompt", "label": "Prompt", "type": "text", "required": true}]',
+        modelsType="1,2,3", maxConcurrency=5, queueLimit=20, retryTimes=3,
+    )  # fmt: skip
+    assert created["baseUrl"] == "http://127.0.0.1:9"
+    assert created["httpMethod"] == "GET" and created["form"][0]["field"] == "prompt"
+    assert created["timeoutSeconds"] == 1800 and created["enabled"] == 1
+
+    updated = await asynch.ok("POST", "/model/updateModel", json={
+        "modelName": "m1", "enabled": 0, "queueLimit": 7, "remark": "r"
+    })  # fmt: skip
+    assert (updated["enabled"], updated["queueLimit"], updated["remark"]) == (0, 7, "r")
+    assert updated["maxConcurrency"] == 5
+
+    got = await asynch.ok("GET", "/model/getModel", params={"modelName": "m1"})
+    assert got["queueLimit"] == 7
+    await asynch.create_model("m2", "http://127.0.0.1:9")
+    assert [m["modelName"] for m in await asynch.ok("GET", "/model/listModel")] == ["m1", "m2"]
+    enabled = await asynch.ok("GET", "/model/listModel", params={"enabled": 1})
+    assert [m["modelName"] for m in enabled] == ["m2"]
+
+    await asynch.ok("POST", "/model/deleteModel", json={"modelName": "m1"})
+    await asynch.error("GET", "/model/getModel", "MODEL_NOT_FOUND", params={"modelName": "m1"})
+
+
+BASE = {"modelName": "x", "baseUrl": "http://h"}
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "fragment"),
+    [
+        ({"modelName": "x"}, "INVALID_ARGUMENT", "baseUrl"),
+        ({"modelName": "x", "baseUrl": "not a url"}, "INVALID_ARGUMENT", "baseUrl"),
+        ({**BASE, "httpMethod": "PUT"}, "INVALID_ARGUMENT", "httpMethod"),
+        ({**BASE, "headMsg": "novalue"}, "INVALID_HEAD_MSG", "entry 1"),
+        ({**BASE, "headMsg": "A:1,:v"}, "INVALID_HEAD_MSG", "entry 2"),
+        ({**BASE, "headMsg": "bad name:v"}, "INVALID_HEAD_MSG", "header name"),
+        ({**BASE, "maxConcurrency": 0}, "INVALID_ARGUMENT", "maxConcurrency"),
+        ({**BASE, "modelsType": "1,a"}, "INVALID_ARGUMENT", "modelsType"),
+        ({**BASE, "form": "{oops"}, "INVALID_ARGUMENT", "form"),
+        ({**BASE, "unknown": 1}, "INVALID_ARGUMENT", "unknown"),
+        ({"modelName": "bad name", "baseUrl": "http://h"}, "INVALID_ARGUMENT", "modelName"),
+    ],
+)  # fmt: skip
+async def test_bad_model_input_changes_nothing(
+    asynch: Asynch, body: dict[str, object], code: str, fragment: str
+) -> None:
+    message = await asynch.error("POST", "/model/createModel", code, json=body)
+    assert fragment in message
+    assert await asynch.ok("GET", "/model/listModel") == []
+
+
+async def test_model_conflicts(model_emu: Served, asynch: Asynch) -> None:
+    await asynch.create_model("m", model_emu.url, queueLimit=5)
+    await asynch.error("POST", "/model/createModel", "MODEL_EXISTS",
+                       json={"modelName": "m", "baseUrl": "http://h"})  # fmt: skip
+    await asynch.error("POST", "/model/updateModel", "MODEL_NOT_FOUND",
+                       json={"modelName": "zz", "enabled": 0})  # fmt: skip
+    await asynch.error("POST", "/model/deleteModel", "MODEL_NOT_FOUND", json={"modelName": "zz"})
+    model_emu.app.state.behaviour.latency = 1  # keep the task live
+    await asynch.create_task("m")
+    await asynch.error("POST", "/model/deleteModel", "MODEL_BUSY", json={"modelName": "m"})
+    assert (await asynch.ok("GET", "/model/getModel", params={"modelName": "m"}))["modelName"]
+
+
+async def test_model_type_crud_syncs_to_prompts_core(asynch: Asynch, prompts_emu: Served) -> None:
+    asynch.svc.types.prompts_core_url = prompts_emu.url
+    created = await asynch.ok("POST", "/model/type/createModelType", json={
+        "type": "text2img", "promptInfo": "draw {x}", "responseJsonSchema": {"type": "object"},
+        "version": 2,
+    })  # fmt: skip
+    assert created["typeId"] == 1 and created["version"] == "2"
+    assert prompts_emu.app.state.prompts == [{
+        "modelTypeId": 1, "modelType": "text2img", "promptInfo": "draw {x}",
+        "responseJsonSchema": '{"type": "object"}', "version": "2",
+    }]  # fmt: skip
+    updated = await asynch.ok("POST", "/model/type/updateModelType",
+                              json={"typeId": 1, "version": "3"})  # fmt: skip
+    assert updated["version"] == "3" and prompts_emu.app.state.prompts[-1]["version"] == "3"
+    assert (await asynch.ok("GET", "/model/type/getModelType", params={"typeId": 1}))["type"]
+    assert len(await asynch.ok("GET", "/model/type/listModelType")) == 1
+    await asynch.error("POST", "/model/type/createModelType", "MODEL_TYPE_EXISTS",
+                       json={"type": "text2img"})  # fmt: skip
+    await asynch.ok("POST", "/model/type/deleteModelType", json={"typeId": 1})
+    await asynch.error("GET", "/model/type/getModelType", "MODEL_TYPE_NOT_FOUND",
+                       params={"typeId": 1})  # fmt: skip
+
+
+async def test_prompts_core_down_leaves_no_row(asynch: Asynch, prompts_emu: Served) -> None:
+    asynch.svc.types.prompts_core_url = "http://127.0.0.1:9"  # nothing listens there
+    message = await asynch.error("POST", "/model/type/createModelType",
+                                 "PROMPTS_CORE_SYNC_FAILED", json={"type": "t"})  # fmt: skip
+    assert "createPrompt" in message
+    assert await asynch.ok("GET", "/model/type/listModelType") == []
+
+    asynch.svc.types.prompts_core_url = prompts_emu.url
+    kept = await asynch.ok(
+        "POST", "/model/type/createModelType", json={"type": "t", "version": "1"}
+    )
+    prompts_emu.app.state.fail = True
+    await asynch.error("POST", "/model/type/createModelType", "PROMPTS_CORE_SYNC_FAILED",
+                       json={"type": "u"})  # fmt: skip
+    await asynch.error("POST", "/model/type/updateModelType", "PROMPTS_CORE_SYNC_FAILED",
+                       json={"typeId": kept["typeId"], "version": "9"})  # fmt: skip
+    rows = await asynch.ok("GET", "/model/type/listModelType")
+    assert [(r["type"], r["version"]) for r in rows] == [("t", "1")]

@@ -1,0 +1,136 @@
+"""Task endpoints end to end against the model emulator: states, headers, results, stats."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from tests.asynch.conftest import Asynch, Served
+
+USER = {
+    "X-User-Info": json.dumps({"tenantId": "t1", "userId": "alice"}),
+    "Authorization": "Bearer x",
+}
+
+
+async def test_json_result_head_msg_and_model_key(asynch: Asynch, model_emu: Served) -> None:
+    await asynch.create_model("m", model_emu.url, headMsg="API_KEY:cfg,API_NUM:123,X-Keep:1")
+    task_id = await asynch.create_task("m", {"prompt": "cat"}, modelKey="api_key:dyn,X-New:n")
+    assert await asynch.wait_state(task_id, 2) == 2
+    result = await asynch.ok("GET", "/task/getTaskResult", params={"taskId": task_id})
+    assert result["state"] == 2 and result["file_type"] == "json"
+    echoed = json.loads(result["text"])
+    assert echoed["echo"] == {"prompt": "cat"} and echoed["path"] == "/gen"
+    headers = echoed["headers"]
+    assert headers["api_key"] == "dyn" and headers["api_num"] == "123"
+    assert headers["x-keep"] == "1" and headers["x-new"] == "n"
+    assert headers["x-asynch-task-id"] == task_id
+    async with httpx.AsyncClient() as c:  # the local storage serves the file
+        stored = await c.get(result["oss_file"])
+    assert stored.status_code == 200 and stored.json()["echo"] == {"prompt": "cat"}
+
+
+async def test_get_method_and_image_result(asynch: Asynch, model_emu: Served) -> None:
+    await asynch.create_model("m", model_emu.url, httpMethod="GET")
+    task_id = await asynch.create_task("m", {"prompt": "dog", "n": 2, "_response": "image"})
+    await asynch.wait_state(task_id, 2)
+    row = await asynch.row(task_id)
+    assert row["file_type"] == "png" and row["text"] is None
+    assert row["oss_file"].endswith(f"/asynch/{task_id}.png")
+
+
+async def test_batch_moves_success_to_downloaded(asynch: Asynch, model_emu: Served) -> None:
+    await asynch.create_model("m", model_emu.url, autoCleanSeconds=120)
+    ok_id = await asynch.create_task("m")
+    bad_id = await asynch.create_task("m", {"_fail": True})
+    await asynch.wait_state(ok_id, 2)
+    await asynch.wait_state(bad_id, 3)
+    before = datetime.now(UTC)
+    data = await asynch.ok("POST", "/task/getTaskBatch",
+                           json={"taskIds": [ok_id, bad_id, "missing", ok_id]})  # fmt: skip
+    by_id = {t["task_id"]: t for t in data["tasks"]}
+    assert data["not_found"] == ["missing"] and set(by_id) == {ok_id, bad_id}
+    assert by_id[ok_id]["state"] == 4 and by_id[ok_id]["oss_file"]
+    expire = datetime.fromisoformat(by_id[ok_id]["expire_at"])
+    assert before + timedelta(seconds=110) < expire < before + timedelta(seconds=130)
+    assert by_id[bad_id]["state"] == 3 and "HTTP 500" in by_id[bad_id]["error"]
+    again = await asynch.ok("POST", "/task/getTaskBatch", json={"taskIds": [ok_id]})
+    assert again["tasks"][0]["expire_at"] == by_id[ok_id]["expire_at"]
+
+
+async def test_stats_count_real_model_calls_only(asynch: Asynch, model_emu: Served) -> None:
+    await asynch.create_model("m", model_emu.url)
+    await asynch.create_model("down", "http://127.0.0.1:9")
+    ids = [await asynch.create_task("m", headers=USER) for _ in range(3)]
+    ids.append(await asynch.create_task("m", {"_fail": True}, headers=USER))
+    ids.append(await asynch.create_task("down", headers=USER))
+    for task_id in ids:
+        await asynch.wait_state(task_id, 2, 3)
+    cur = await asynch.db.execute(
+        "SELECT day, tenant_id, creator, model_name, request_count FROM asynch_model_stat"
+    )
+    rows = await cur.fetchall()
+    assert [r[1:] for r in rows] == [("t1", "alice", "m", 4)]
+    assert rows[0][0] == datetime.now(UTC).date() or rows[0][0]
+
+
+async def test_queued_task_starts_when_a_slot_frees(asynch: Asynch, model_emu: Served) -> None:
+    await asynch.create_model("m", model_emu.url, maxConcurrency=1)
+    model_emu.app.state.behaviour.latency = 0.3
+    first = await asynch.create_task("m")
+    second = await asynch.create_task("m")
+    assert (await asynch.row(first))["state"] == 1
+    assert (await asynch.row(second))["state"] == 0
+    await asynch.wait_state(second, 2)  # the directed poll picked it up
+    assert (await model_emu.stats())["peak"] == 1
+
+
+async def test_run_work_claims_the_backlog(asynch: Asynch, model_emu: Served) -> None:
+    await asynch.create_model("m", model_emu.url, maxConcurrency=10)
+    await asynch.db.execute(
+        "INSERT INTO asynch_task (task_id, model_name, request_payload, biz_name)"
+        " SELECT 'bk' || g, 'm', '{}', 'biz' FROM generate_series(1, 5) g"
+    )
+    data = await asynch.ok("POST", "/task/runWork", json={"batchSize": 3})
+    assert data == {"claimed": 3, "succeeded": 3, "failed": 0}
+    data = await asynch.ok("POST", "/task/runWork", json={})
+    assert data == {"claimed": 2, "succeeded": 2, "failed": 0}
+    assert (await asynch.ok("POST", "/task/runWork", json={}))["claimed"] == 0
+
+
+OK = {"modelName": "m", "requestPayload": {}, "bizName": "b"}
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"modelName": "nope", "requestPayload": {}, "bizName": "b"}, "MODEL_NOT_FOUND"),
+        ({"modelName": "off", "requestPayload": {}, "bizName": "b"}, "MODEL_DISABLED"),
+        ({"modelName": "m", "bizName": "b"}, "INVALID_ARGUMENT"),
+        ({"modelName": "m", "requestPayload": {}}, "INVALID_ARGUMENT"),
+        ({**OK, "modelKey": "x"}, "INVALID_HEAD_MSG"),
+        ({**OK, "callbackUrl": "ftp:/x"}, "INVALID_ARGUMENT"),
+        ({**OK, "requestPayload": "x" * (1 << 20)}, "PAYLOAD_TOO_LARGE"),
+    ],
+)  # fmt: skip
+async def test_bad_task_input_changes_nothing(
+    asynch: Asynch, model_emu: Served, body: dict[str, object], code: str
+) -> None:
+    await asynch.create_model("m", model_emu.url)
+    await asynch.create_model("off", model_emu.url, enabled=0)
+    await asynch.error("POST", "/task/createTask", code, json=body)
+    cur = await asynch.db.execute("SELECT count(*) FROM asynch_task")
+    assert (await cur.fetchone()) == (0,)
+    assert await asynch.redis.keys("asynch:gate:*") == []
+
+
+async def test_unknown_task_ids(asynch: Asynch) -> None:
+    await asynch.error("GET", "/task/getTaskResult", "TASK_NOT_FOUND", params={"taskId": "x"})
+    await asynch.error("GET", "/task/getTaskResult", "INVALID_ARGUMENT")
+    data = await asynch.ok("POST", "/task/getTaskBatch", json={"taskIds": ["a", "b"]})
+    assert data == {"tasks": [], "not_found": ["a", "b"]}
+    await asynch.error("POST", "/task/getTaskBatch", "INVALID_ARGUMENT", json={"taskIds": []})
+    await asynch.error("POST", "/task/getTaskBatch", "INVALID_ARGUMENT", content=b"{not json")

@@ -1,0 +1,85 @@
+"""Deadlines: ask the platform before retrying (never pay twice), then retry, then fail."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+
+from aigcq.config import PlatformConfig, Settings
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
+from aigcq.server import Service
+from tests.e2e.conftest import Client, generate
+from tests.helpers import serve_app
+
+TOKEN = "deadline-client-token"
+
+Stack = Callable[..., AbstractAsyncContextManager[tuple[Client, str]]]
+
+
+async def emulator_stats(base: str) -> dict[str, Any]:
+    async with httpx.AsyncClient() as http:
+        stats: dict[str, Any] = (await http.get(f"{base}/_emulator/stats")).json()
+        return stats
+
+
+def stack_factory(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> Stack:
+    @asynccontextmanager
+    async def stack(
+        emulator: RunningHubEmulatorConfig, **settings: Any
+    ) -> AsyncIterator[tuple[Client, str]]:
+        (tmp_path / "model.json").write_text(
+            '{"proj": {"comfyui": {"apikey": "k", "concurrency": 5, "max_attempts": 2}}}'
+        )
+        async with serve_app(create_app(emulator)) as rh:
+            s = Settings(
+                redis_url=redis_url,
+                token_secret="d" * 32,
+                client_tokens=[TOKEN],
+                config_dir=tmp_path,
+                runninghub_url=rh,
+                sweep_interval_s=0.1,
+                **settings,
+            )
+            service = Service(s, PlatformConfig.load(tmp_path), redis)
+            async with serve_app(service.app) as base:
+                client = await Client(int(base.rsplit(":", 1)[1]), "b1", TOKEN).connect()
+                yield client, rh
+                await client.close()
+
+    return stack
+
+
+async def test_lost_webhook_is_settled_by_asking_the_platform(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    stack = stack_factory(tmp_path, redis, redis_url)
+    # Webhooks go nowhere (nothing listens on port 9): only the deadline query can tell.
+    emulator = RunningHubEmulatorConfig(duration_s=0.1, webhook_retries=0)
+    async with stack(emulator, callback_url="http://127.0.0.1:9", task_deadline_s=0.8) as (
+        client,
+        rh,
+    ):
+        await client.request(generate("lost-1"))
+        await client.collect(1, timeout=15)
+        assert client.results["lost-1"][0]["status"] == "success"
+        stats = await emulator_stats(rh)
+        assert stats["created"] == 1  # settled from /outputs, not paid for again
+
+
+async def test_stuck_task_is_cancelled_retried_then_failed(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    stack = stack_factory(tmp_path, redis, redis_url)
+    emulator = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
+    async with stack(emulator, task_deadline_s=0.5) as (client, rh):
+        await client.request(generate("stuck-1"))
+        await client.collect(1, timeout=20)
+        result = client.results["stuck-1"][0]
+        assert result["status"] == "failed" and result["code"] == "TaskTimeout"
+        stats = await emulator_stats(rh)
+        assert stats["created"] == 2 and stats["cancelled"] == 2  # max_attempts = 2
