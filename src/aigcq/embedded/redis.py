@@ -69,7 +69,10 @@ class EmbeddedRedis:
             "--logfile",
             str(self.data_dir / "redis.log"),
         ]
-        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Its own session: Ctrl-C reaches aigcq, which shuts down first and then stops Redis.
+        self._proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         while not self.socket_path.exists():
             if self._proc.poll() is not None:
