@@ -24,6 +24,8 @@ def configure_logging(level: str = "INFO") -> None:
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # One line per outgoing request is noise at thousands of tasks a second.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))
 
 
 def _load_config() -> tuple[Settings, PlatformConfig]:

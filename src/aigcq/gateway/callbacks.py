@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from aigcq.domain import ErrorCode, Task
 from aigcq.gateway.errors import ClientError
@@ -28,9 +29,12 @@ log = logging.getLogger(__name__)
 ParseCallback = Callable[[Task, dict[str, Any]], ResultOutcome]
 
 
-def callback_router(gw: Gateway, parse: ParseCallback) -> APIRouter:
-    """``parse(task, body) -> ResultOutcome`` picks the adapter that reads the body."""
-    router = APIRouter(tags=["callbacks"])
+def callback_routes(gw: Gateway, parse: ParseCallback) -> list[Route]:
+    """``parse(task, body) -> ResultOutcome`` picks the adapter that reads the body.
+
+    Plain Starlette routes: this is the hottest inbound path, and it needs none of
+    FastAPI's dependency injection.
+    """
 
     async def receive(request: Request) -> JSONResponse:
         try:
@@ -45,9 +49,10 @@ def callback_router(gw: Gateway, parse: ParseCallback) -> APIRouter:
             return JSONResponse(err.body(gw.messages), status_code=err.status)
         return JSONResponse({"code": 0, "msg": "success"})
 
-    router.add_api_route("/callback", receive, methods=["POST"])
-    router.add_api_route("/callback/all", receive, methods=["POST"])
-    return router
+    return [
+        Route("/callback", receive, methods=["POST"]),
+        Route("/callback/all", receive, methods=["POST"]),
+    ]
 
 
 async def _accept(gw: Gateway, parse: ParseCallback, request: Request) -> tuple[ResultOutcome, str]:
@@ -77,5 +82,5 @@ async def _accept(gw: Gateway, parse: ParseCallback, request: Request) -> tuple[
         raise ClientError(ErrorCode.JSON, f"unreadable eventData: {exc}", task_id) from exc
     if not isinstance(outcome, Succeeded | Failed | Pending):
         raise ClientError(ErrorCode.JSON, "unreadable eventData", task_id)
-    log.info("task %s: TASK_END for attempt %s", task_id, attempt)
+    log.debug("task %s: TASK_END for attempt %s", task_id, attempt)
     return outcome, task_id

@@ -77,5 +77,5 @@ class Submission:
                 raise ClientError(
                     ErrorCode.CONFLICT, "taskId belongs to another client", req.taskId
                 )
-        log.info("task %s: submitted by %s (created=%s)", req.taskId, backend_id, result.created)
+        log.debug("task %s: submitted by %s (created=%s)", req.taskId, backend_id, result.created)
         return result.created

@@ -42,7 +42,7 @@ class Outcomes:
                 )
             case Pending() | NotFound():
                 return None
-        log.info("task %s: %s via %s (applied=%s)", task_id, done.state, note, done.applied)
+        log.debug("task %s: %s via %s (applied=%s)", task_id, done.state, note, done.applied)
         return done
 
     async def retry_or_fail(

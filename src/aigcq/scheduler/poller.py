@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import httpx
-
 from aigcq.domain import TaskState
 from aigcq.platforms.base import PlatformAdapter
+from aigcq.platforms.client import PlatformUnavailable
 from aigcq.platforms.coze import POLL_BATCH, next_poll_interval
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
@@ -66,7 +65,7 @@ class Poller:
             outcome = await self.rt.platforms.query(
                 self.adapter, task, account.apikey if account else ""
             )
-        except httpx.HTTPError:
+        except PlatformUnavailable:
             return
         await self.outcomes.settle(task_id, outcome, note=f"polled {self.adapter.name}")
 

@@ -11,10 +11,9 @@ import asyncio
 import logging
 import time
 
-import httpx
-
 from aigcq.domain import TaskState
 from aigcq.platforms.base import Pending
+from aigcq.platforms.client import PlatformUnavailable
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
 
@@ -54,7 +53,7 @@ class Sweeper:
         if adapter is not None and task.state is TaskState.RUNNING and task.remote_id:
             try:
                 outcome = await rt.platforms.query(adapter, task, apikey)
-            except httpx.HTTPError:
+            except PlatformUnavailable:
                 return  # platform unreachable: ask again on the next sweep
             if await self.outcomes.settle(task_id, outcome, note="queried after deadline"):
                 return
