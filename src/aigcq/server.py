@@ -13,10 +13,11 @@ from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
 from aigcq import platforms
+from aigcq.bridges.hub import BridgeHub
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
 from aigcq.events import EventBus
-from aigcq.gateway.callbacks import callback_router
+from aigcq.gateway.callbacks import callback_routes
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.http_api import api_router, client_error_handler
 from aigcq.gateway.service import Gateway
@@ -60,7 +61,10 @@ class Service:
             platforms=PlatformClient(build_adapters(settings), timeout_s=settings.http_timeout_s),
         )
         self.outcomes = Outcomes(self.rt)
-        self.dispatcher = Dispatcher(self.rt, self.outcomes, internal)
+        self.hub: BridgeHub | None = None
+        if internal is None:  # our own bridges, connecting to /ws
+            self.hub = BridgeHub(self.rt, self.outcomes, wake=lambda: self.dispatcher.wake())
+        self.dispatcher = Dispatcher(self.rt, self.outcomes, internal or self.hub)
         self.sweeper = Sweeper(self.rt, self.outcomes)
         self.gateway = Gateway(self.rt, self.outcomes)
         self.pollers = [
@@ -110,7 +114,8 @@ class Service:
             await self.dispatcher.drain(timeout=5.0)
             for loop in self._loops:
                 loop.cancel()
-            await asyncio.gather(*self._loops, return_exceptions=True)
+            # Bounded: a loop stuck in a client library's cleanup must not hang shutdown.
+            await asyncio.wait(self._loops, timeout=5.0)
             await self.gateway.aclose()
             await self.rt.platforms.aclose()
             log.info("aigcq stopped")
@@ -123,13 +128,15 @@ class Service:
         )
         app.add_exception_handler(ClientError, client_error_handler(self.gateway))
         app.include_router(api_router(self.gateway))
-        app.include_router(callback_router(self.gateway, self.parse_callback))
+        app.router.routes.extend(callback_routes(self.gateway, self.parse_callback))
 
         async def client_ws(ws: WebSocket) -> None:
             await client_endpoint(ws, self.gateway)
 
         app.add_api_websocket_route("/", client_ws)
         app.add_api_websocket_route("/client", client_ws)
+        if self.hub is not None:
+            app.add_api_websocket_route("/ws", self.hub.endpoint)
 
         async def healthz() -> dict[str, str]:
             return {"status": "ok"}

@@ -1,0 +1,403 @@
+"""The bridge hub: bridges connect to ``/ws``, we assign them tasks (an ``InternalTarget``).
+
+A slot is taken when TASK_ASSIGN is sent and reconciled with each HEARTBEAT. TASK_ACK code 0
+marks the task RUNNING (its TASK_END arrives over HTTP); a refusal, a missing ACK or a lost
+bridge puts an unacknowledged task back at the head of its queue, refunded. Bad input gets
+an ``ERROR`` frame and changes nothing; a bad token closes with 4401, a flood with 4008.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+
+from aigcq.bridges.protocol import (
+    ACK_OK,
+    BridgeMessage,
+    ErrorData,
+    ErrorMessage,
+    HeartbeatData,
+    HeartbeatMessage,
+    PingMessage,
+    PongMessage,
+    ProtocolError,
+    RegisterData,
+    RegisterMessage,
+    TaskAckData,
+    TaskAckMessage,
+    TaskAssignData,
+    TaskAssignMessage,
+    TaskProgressMessage,
+    encode,
+    parse_bridge_message,
+)
+from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Pending
+from aigcq.domain import ErrorCode, TaskState
+from aigcq.gateway.auth import Auth, bearer
+from aigcq.queue.store import Claimed
+from aigcq.runtime import Runtime
+from aigcq.scheduler.outcomes import Outcomes
+from aigcq.signing import webhook_url
+
+log = logging.getLogger(__name__)
+
+CLOSE_AUTH = 4401
+CLOSE_FLOOD = 4008
+CLOSE_TIMEOUT = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class HubConfig:
+    ping_interval_s: float = 30.0
+    heartbeat_interval_s: float = 30.0
+    missed_heartbeats: int = 3
+    ack_timeout_s: float = 5.0
+    max_msgs_per_s: int = 100
+
+
+class _Rate:
+    """At most ``limit`` messages per one-second window."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.window = 0
+        self.count = 0
+
+    def allow(self) -> bool:
+        now = int(time.monotonic())
+        if now != self.window:
+            self.window, self.count = now, 0
+        self.count += 1
+        return self.count <= self.limit
+
+
+@dataclass(slots=True)
+class _Session:
+    """One WebSocket: authenticated yet?, the bridge registered on it, its PING loop."""
+
+    ws: WebSocket
+    authed: bool
+    rate: _Rate
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    conn: BridgeConn | None = None
+    keepalive: asyncio.Task[None] | None = None
+
+    async def send(self, text: str) -> None:
+        async with self.lock:
+            await self.ws.send_text(text)
+
+
+class BridgeHub:
+    """Bridges connected to this process, as the dispatcher's internal target."""
+
+    name = "bridge"
+    serves: tuple[str, ...] = ("comfyui",)
+
+    def __init__(
+        self,
+        rt: Runtime,
+        outcomes: Outcomes,
+        *,
+        wake: Callable[[], None] = lambda: None,
+        config: HubConfig | None = None,
+    ) -> None:
+        self.rt = rt
+        self.outcomes = outcomes
+        self.wake = wake
+        self.config = config or HubConfig()
+        self.auth = Auth(rt.settings)
+        ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
+        self.registry = BridgeRegistry(rt.redis, rt.settings.project_prefix, ttl_s=ttl)
+        self._background: set[asyncio.Task[None]] = set()
+
+    # ---- InternalTarget ----------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        return self.registry.free_slots()
+
+    async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
+        """Each task to the least-loaded bridge with a free slot, else back to waiting."""
+        for c in tasks:
+            conn = self.registry.pick()
+            if conn is None:
+                await self._requeue(c.task_id, c.attempt, "no bridge has a free slot")
+                continue
+            await self._send_assign(conn, aigc, platform, c)
+
+    # ---- the WebSocket endpoint ---------------------------------------------------------
+
+    async def endpoint(self, ws: WebSocket) -> None:
+        """``/ws``: token in ``?token=``, ``Authorization: Bearer`` or REGISTER ``data.token``."""
+        await ws.accept()
+        token = ws.query_params.get("token") or bearer(ws.headers.get("authorization"))
+        session = _Session(ws, authed=token is not None, rate=_Rate(self.config.max_msgs_per_s))
+        if token is not None and not self.auth.bridge(token):
+            await self._refuse(session)
+            return
+        try:
+            while (raw := await _receive(ws)) is not None:
+                if not session.rate.allow():
+                    log.warning("bridge %s: message flood, closing", _bid(session))
+                    await ws.close(CLOSE_FLOOD, "too many messages")
+                    break
+                if not await self._on_frame(session, raw):
+                    break
+        except WebSocketDisconnect:
+            pass
+        finally:
+            if session.keepalive is not None:
+                session.keepalive.cancel()
+            if session.conn is not None:
+                await self._lost(session.conn, "socket closed")
+
+    async def _on_frame(self, session: _Session, raw: str | bytes) -> bool:
+        """Handle one frame; ``False`` when the connection was closed."""
+        try:
+            msg = parse_bridge_message(raw, sender="bridge")
+        except ProtocolError as exc:
+            if not session.authed:
+                await self._refuse(session)
+                return False
+            log.info("bridge %s: bad message: %s", _bid(session), exc)
+            await session.send(encode(exc.to_message()))
+            return True
+        if not session.authed:
+            if not (isinstance(msg, RegisterMessage) and self.auth.bridge(msg.data.token)):
+                await self._refuse(session)
+                return False
+            session.authed = True
+        await self._on_message(session, msg)
+        return True
+
+    async def _on_message(self, session: _Session, msg: BridgeMessage) -> None:
+        conn = session.conn
+        if isinstance(msg, RegisterMessage):
+            await self._register(session, msg.data)
+        elif conn is None:
+            await _error(session, "NotRegistered", f"{msg.type} before REGISTER")
+        elif isinstance(msg, HeartbeatMessage):
+            await self._heartbeat(conn, msg.data)
+        elif isinstance(msg, TaskAckMessage):
+            await self._ack(session, conn, msg.data)
+        elif isinstance(msg, PongMessage):
+            conn.last_pong = time.monotonic()
+        elif isinstance(msg, TaskProgressMessage):
+            d = msg.data
+            log.debug(
+                "bridge %s: task %s progress %s/%s", conn.bridge_id, d.task_id, d.value, d.max
+            )
+
+    async def _refuse(self, session: _Session) -> None:
+        log.warning("bridge connection refused: invalid or missing token")
+        await _error(session, "AuthError", "invalid or missing bridge token")
+        await session.ws.close(CLOSE_AUTH, "AuthError")
+
+    # ---- bridge messages ----------------------------------------------------------------
+
+    async def _register(self, session: _Session, data: RegisterData) -> None:
+        bridge_id = data.bridge_id
+        if session.conn is not None and session.conn.bridge_id != bridge_id:
+            await _error(session, "InvalidMessage", "bridgeId cannot change on a connection")
+            return
+        old = self.registry.bridges.get(bridge_id)
+        if old is not None and old is not session.conn:
+            await self._lost(old, "replaced by a new connection")
+        conn = session.conn or BridgeConn(bridge_id, session.send)
+        conn.online = True
+        conn.reconcile(data.instance_count, data.available_instance_count)
+        self.registry.bridges[bridge_id] = conn
+        session.conn = conn
+        if session.keepalive is None:
+            session.keepalive = asyncio.create_task(self._keepalive(session, conn))
+        await self.registry.save(conn)
+        if data.tasks is not None:
+            await self._reconcile_held(conn, set(data.tasks))
+        log.info(
+            "bridge %s: registered, %d/%d free",
+            bridge_id,
+            conn.free(),
+            data.instance_count,
+        )
+        self.wake()
+
+    async def _reconcile_held(self, conn: BridgeConn, listed: set[str]) -> None:
+        """Requeue acknowledged tasks the bridge no longer lists (fenced by attempt)."""
+        ttl = int(self.rt.settings.task_deadline_s) + 60
+        for task_id, attempt in (await self.registry.take_held(conn.bridge_id)).items():
+            if task_id in listed:
+                await self.registry.remember(conn.bridge_id, task_id, attempt, ttl)
+                continue
+            log.warning("bridge %s: task %s no longer held, requeued", conn.bridge_id, task_id)
+            await self.rt.store.requeue(
+                task_id, attempt=attempt, front=True, reason=f"bridge {conn.bridge_id} lost it"
+            )
+
+    async def _heartbeat(self, conn: BridgeConn, data: HeartbeatData) -> None:
+        before = conn.free()
+        conn.reconcile(data.instance_count, data.available_instance_count)
+        await self.registry.save(conn)
+        log.debug("bridge %s: heartbeat, %d free", conn.bridge_id, conn.free())
+        if conn.free() > before:
+            self.wake()
+
+    async def _ack(self, session: _Session, conn: BridgeConn, data: TaskAckData) -> None:
+        task_id = data.data.task_id
+        pending = conn.pending.pop(task_id, None)
+        if pending is None:
+            await _error(session, "UnknownTask", f"task {task_id!r} is not awaiting an ACK")
+            return
+        if pending.timer is not None:
+            pending.timer.cancel()
+        if data.code == ACK_OK:
+            await self._acked(conn, task_id, pending)
+        else:
+            reason = f"bridge {conn.bridge_id} refused: {data.code} {data.msg}"
+            await self._release(conn, task_id, pending, reason)
+
+    async def _acked(self, conn: BridgeConn, task_id: str, pending: Pending) -> None:
+        deadline_s = self.rt.deadline_s(self.rt.config.account(pending.aigc, pending.platform))
+        ok = await self.rt.store.mark_running(
+            task_id, pending.attempt, task_id, deadline_s=deadline_s, kind="callback"
+        )
+        if ok:
+            await self.registry.remember(
+                conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
+            )
+        log.info("bridge %s: task %s acknowledged (running=%s)", conn.bridge_id, task_id, ok)
+
+    # ---- assignment ---------------------------------------------------------------------
+
+    async def _send_assign(self, conn: BridgeConn, aigc: str, platform: str, c: Claimed) -> None:
+        try:
+            msg = self._assign_message(c)
+        except ValidationError as exc:
+            await self._reject(c, str(exc))
+            return
+        pending = Pending(c.attempt, aigc, platform)
+        conn.available -= 1
+        conn.pending[c.task_id] = pending
+        pending.timer = asyncio.get_running_loop().call_later(
+            self.config.ack_timeout_s, self._spawn_ack_timeout, conn, c.task_id
+        )
+        try:
+            await conn.send(encode(msg))
+        except Exception as exc:  # the socket went away mid-send
+            log.warning("bridge %s: task %s send failed: %r", conn.bridge_id, c.task_id, exc)
+            await self._lost(conn, "send failed")
+            return
+        log.info("bridge %s: task %s assigned (attempt %d)", conn.bridge_id, c.task_id, c.attempt)
+
+    def _assign_message(self, c: Claimed) -> TaskAssignMessage:
+        settings = self.rt.settings
+        hook = webhook_url(
+            settings.public_callback_base(), settings.signing_key(), c.task_id, c.attempt
+        )
+        data = TaskAssignData.model_validate(
+            {
+                "taskId": c.task_id,
+                "attempt": c.attempt,
+                "workflowId": c.workflow_id or None,
+                "nodeInfoList": c.payload.get("nodeInfoList") or [],
+                "webhookUrl": hook,
+                "workflow": c.payload.get("workflow"),
+            }
+        )
+        return TaskAssignMessage(data=data)
+
+    async def _reject(self, c: Claimed, reason: str) -> None:
+        """A payload no bridge can run: the task fails for its client."""
+        error = {"code": "InvalidPayload", "message": "not a valid bridge task", "detail": reason}
+        await self.rt.store.finish(
+            c.task_id,
+            TaskState.FAILED,
+            error=error,
+            message=self.outcomes.error_body(ErrorCode.TASK_FAILED, error),
+            note="bridge: invalid payload",
+        )
+        log.warning("task %s: not assignable to a bridge: %s", c.task_id, reason)
+
+    def _spawn_ack_timeout(self, conn: BridgeConn, task_id: str) -> None:
+        self._spawn(self._ack_timeout(conn, task_id))
+
+    async def _ack_timeout(self, conn: BridgeConn, task_id: str) -> None:
+        pending = conn.pending.pop(task_id, None)
+        if pending is not None:
+            reason = f"bridge {conn.bridge_id}: no TASK_ACK"
+            log.warning("bridge %s: task %s not acknowledged in time", conn.bridge_id, task_id)
+            await self._release(conn, task_id, pending, reason)
+
+    async def _release(self, conn: BridgeConn, task_id: str, pending: Pending, reason: str) -> None:
+        """Give back an unacknowledged task's slot and put the task back at the head."""
+        conn.available += 1
+        await self._requeue(task_id, pending.attempt, reason)
+        self.wake()
+
+    async def _requeue(self, task_id: str, attempt: int, reason: str) -> None:
+        await self.rt.store.requeue(
+            task_id, attempt=attempt, refund=True, front=True, reason=reason
+        )
+        log.info("task %s: back to waiting (%s)", task_id, reason)
+
+    # ---- losing a bridge ----------------------------------------------------------------
+
+    async def _keepalive(self, session: _Session, conn: BridgeConn) -> None:
+        """PING periodically; declare the bridge lost after too many silent intervals."""
+        cfg = self.config
+        silence = cfg.heartbeat_interval_s * cfg.missed_heartbeats
+        tick = min(cfg.ping_interval_s, cfg.heartbeat_interval_s)
+        next_ping = time.monotonic() + cfg.ping_interval_s
+        while conn.online:
+            await asyncio.sleep(tick)
+            if time.monotonic() - conn.last_seen > silence:
+                await self._lost(conn, "missed heartbeats")
+                await session.ws.close(CLOSE_TIMEOUT, "missed heartbeats")
+                return
+            if time.monotonic() >= next_ping:
+                next_ping += cfg.ping_interval_s
+                await session.send(encode(PingMessage()))
+
+    async def _lost(self, conn: BridgeConn, reason: str) -> None:
+        """Offline: stop sending; unacknowledged tasks go back to waiting at once."""
+        if not conn.online:
+            return
+        conn.online = False
+        if self.registry.bridges.get(conn.bridge_id) is conn:
+            del self.registry.bridges[conn.bridge_id]
+        pending, conn.pending = conn.pending, {}
+        log.warning("bridge %s: offline (%s), %d unacked", conn.bridge_id, reason, len(pending))
+        for task_id, p in pending.items():
+            if p.timer is not None:
+                p.timer.cancel()
+            await self._requeue(task_id, p.attempt, f"bridge {conn.bridge_id} lost: {reason}")
+        await self.registry.save(conn)
+        if pending:
+            self.wake()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+async def _receive(ws: WebSocket) -> str | bytes | None:
+    """The next frame's text (or bytes); ``None`` once the socket is closed."""
+    msg = await ws.receive()
+    if msg["type"] == "websocket.disconnect":
+        return None
+    text: str | None = msg.get("text")
+    return text if text is not None else bytes(msg.get("bytes") or b"")
+
+
+async def _error(session: _Session, code: str, msg: str) -> None:
+    await session.send(encode(ErrorMessage(data=ErrorData(code=code, msg=msg))))
+
+
+def _bid(session: _Session) -> str:
+    return session.conn.bridge_id if session.conn else "-"

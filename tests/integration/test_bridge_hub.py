@@ -1,0 +1,285 @@
+"""The bridge hub in-process against a real Redis, driven by a bridge written with websockets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+import pytest
+import redis.asyncio as aioredis
+import websockets
+
+from aigcq.bridges.hub import HubConfig
+from aigcq.config import PlatformConfig, Settings
+from aigcq.domain import Task
+from aigcq.gateway.auth import issue_client_token
+from aigcq.server import Service
+from tests.e2e.conftest import Client, generate
+from tests.helpers import serve_app, until
+
+SECRET = "hub-secret-with-at-least-32-bytes-of-key"
+BRIDGE_TOKEN = "bridge-token"
+
+
+@dataclass
+class Env:
+    port: int
+    redis: aioredis.Redis
+    service: Service
+    sockets: list[Any] = field(default_factory=list)  # closed at teardown, even on failure
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def client(self) -> Client:
+        client = await Client(self.port, "b1", issue_client_token(SECRET, "b1")).connect()
+        self.sockets.append(client.ws)
+        return client
+
+    async def bridge(self, token: str | None = BRIDGE_TOKEN) -> Bridge:
+        bridge = await Bridge.connect(self.port, token)
+        self.sockets.append(bridge.ws)
+        return bridge
+
+    async def task(self, task_id: str) -> Task:
+        task = await self.service.rt.store.get(task_id)
+        assert task is not None
+        return task
+
+
+@pytest.fixture
+async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
+    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
+    settings = Settings(
+        redis_url=redis_url,
+        token_secret=SECRET,
+        config_dir=tmp_path,
+        bridge_token=BRIDGE_TOKEN,
+    )
+    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    assert service.hub is not None
+    service.hub.config = HubConfig(ack_timeout_s=1.0)
+    async with serve_app(service.app) as base:
+        env = Env(int(base.rsplit(":", 1)[1]), redis, service)
+        yield env
+        for ws in env.sockets:
+            await ws.close()
+
+
+async def snapshot(redis: aioredis.Redis) -> dict[str, tuple[str, int]]:
+    """Every key with its type and size: what 'changes nothing' is checked against."""
+    sizes = {
+        "hash": redis.hlen,
+        "list": redis.llen,
+        "zset": redis.zcard,
+        "set": redis.scard,
+        "string": redis.strlen,
+        "stream": redis.xlen,
+    }
+    out: dict[str, tuple[str, int]] = {}
+    for key in await redis.keys("*"):
+        kind = str(await redis.type(key))
+        size = sizes.get(kind)
+        out[str(key)] = (kind, int(await size(key)) if size else 0)
+    return out
+
+
+class Bridge:
+    """A minimal bridge: send frames, read the hub's frames (PINGs are skipped)."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+
+    @classmethod
+    async def connect(cls, port: int, token: str | None = BRIDGE_TOKEN) -> Bridge:
+        query = f"?token={token}" if token is not None else ""
+        return cls(await websockets.connect(f"ws://127.0.0.1:{port}/ws{query}"))
+
+    async def send(self, kind: str | dict[str, Any], data: dict[str, Any] | None = None) -> None:
+        raw = kind if isinstance(kind, dict) else {"type": kind, "data": data or {}}
+        await self.ws.send(orjson.dumps(raw).decode())
+
+    async def register(self, bridge_id: str = "br1", count: int = 2, **extra: Any) -> None:
+        data = {"bridgeId": bridge_id, "instanceCount": count, "availableInstanceCount": count}
+        await self.send("REGISTER", data | extra)
+
+    async def next(self, timeout: float = 5.0) -> dict[str, Any]:
+        while True:
+            msg: dict[str, Any] = orjson.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+            if msg["type"] != "PING":
+                return msg
+
+    async def ack(self, task_id: str, code: int = 0) -> None:
+        await self.send("TASK_ACK", {"code": code, "msg": "ok", "data": {"taskId": task_id}})
+
+    async def close_code(self) -> int | None:
+        with pytest.raises(websockets.ConnectionClosed):
+            await self.next()
+        code: int | None = self.ws.close_code
+        return code
+
+
+async def task_end(env: Env, webhook: str) -> int:
+    """POST a successful TASK_END to the signed URL (its host rewritten to the test server)."""
+    body = {
+        "event": "TASK_END",
+        "taskId": "x",
+        "eventData": orjson.dumps({"code": 0, "msg": "success", "data": []}).decode(),
+    }
+    async with httpx.AsyncClient() as http:
+        url = f"{env.base}{urlsplit(webhook).path}?{urlsplit(webhook).query}"
+        return (await http.post(url, json=body)).status_code
+
+
+async def test_assigns_free_slots_only_and_delivers_the_result(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    client = await env.client()
+    for i in range(3):
+        await client.request(generate(f"t{i}"))
+    assigns = [await bridge.next(), await bridge.next()]
+    assert [a["type"] for a in assigns] == ["TASK_ASSIGN", "TASK_ASSIGN"]
+    with pytest.raises(TimeoutError):
+        await bridge.next(timeout=0.5)  # no third: both slots are taken
+    first = assigns[0]["data"]
+    assert first["workflowId"] and first["attempt"] == 1 and first["webhookUrl"]
+    for a in assigns:
+        await bridge.ack(a["data"]["taskId"])
+    await until(lambda: env.task(first["taskId"]), lambda t: t.state == "running")
+    assert await task_end(env, first["webhookUrl"]) == 200
+    result = await client.next()
+    assert result["type"] == "result" and result["taskId"] == first["taskId"]
+    assert await task_end(env, first["webhookUrl"]) == 410  # the first result wins
+    await bridge.send("HEARTBEAT", {"instanceCount": 2, "availableInstanceCount": 1})
+    third = await bridge.next()
+    assert third["type"] == "TASK_ASSIGN"
+    assert third["data"]["taskId"] not in {a["data"]["taskId"] for a in assigns}
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_closing_the_bridge_before_ack_requeues_its_tasks(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    client = await env.client()
+    for i in range(2):
+        await client.request(generate(f"c{i}"))
+    ids = [(await bridge.next())["data"]["taskId"] for _ in range(2)]
+    await bridge.ws.close()
+    for task_id in ids:
+        task = await until(partial(env.task, task_id), lambda t: t.state == "pending")
+        assert task.attempt == 0  # refunded: the bridge never ran it
+    assert env.service.hub is not None and env.service.hub.free_slots() == 0
+    await client.close()
+
+
+async def test_refused_ack_gives_the_task_back_for_another_try(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    await client.request(generate("r1"))
+    first = await bridge.next()
+    await bridge.ack("r1", code=421)
+    again = await bridge.next()
+    assert again["type"] == "TASK_ASSIGN" and again["data"]["taskId"] == "r1"
+    assert again["data"]["attempt"] == first["data"]["attempt"]  # refunded
+    third = await bridge.next(timeout=3.0)  # no ACK at all: the hub times out and retries
+    assert third["data"]["taskId"] == "r1"
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_reregister_requeues_acked_tasks_the_bridge_no_longer_holds(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    await client.request(generate("h1"))
+    await bridge.next()
+    await bridge.ack("h1")
+    await until(lambda: env.task("h1"), lambda t: t.state == "running")
+    await bridge.ws.close()
+    await asyncio.sleep(0.2)
+    assert (await env.task("h1")).state == "running"  # acked: waits for its TASK_END
+    bridge = await env.bridge()
+    await bridge.register(count=1, availableInstanceCount=0, tasks=[])
+    await until(lambda: env.task("h1"), lambda t: t.state == "pending")
+    await bridge.ws.close()
+    await client.close()
+
+
+BAD_FRAMES: list[tuple[str, str]] = [
+    ("{not json", "JSONError"),
+    ('{"type": "EXPLODE", "data": {}}', "UnknownType"),
+    ('{"type": "TASK_ASSIGN", "data": {}}', "UnknownType"),
+    ('{"type": "REGISTER", "data": {"bridgeId": "br1"}}', "InvalidMessage"),
+    ('{"type": "TASK_ACK", "data": {"code": 0, "data": {"taskId": "nope"}}}', "UnknownTask"),
+]
+
+
+@pytest.mark.parametrize(("raw", "code"), BAD_FRAMES)
+async def test_bad_bridge_input_gets_an_error_and_changes_nothing(
+    env: Env, raw: str, code: str
+) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    await until(lambda: env.redis.exists("aigcq:bridge:br1"), bool)
+    before = await snapshot(env.redis)
+    await bridge.ws.send(raw)
+    reply = await bridge.next()
+    assert reply == {"type": "ERROR", "data": {"code": code, "msg": reply["data"]["msg"]}}
+    assert await snapshot(env.redis) == before
+    assert env.service.hub is not None and env.service.hub.free_slots() == 1
+    await bridge.ws.send(raw)  # still connected
+    assert (await bridge.next())["data"]["code"] == code
+    await bridge.ws.close()
+
+
+async def test_wrong_token_is_closed_with_4401(env: Env) -> None:
+    bridge = await env.bridge(token="forged")
+    assert (await bridge.next())["data"]["code"] == "AuthError"
+    assert await bridge.close_code() == 4401
+    bridge = await env.bridge(token=None)
+    await bridge.register(token="forged")
+    assert (await bridge.next())["data"]["code"] == "AuthError"
+    assert await bridge.close_code() == 4401
+    assert env.service.hub is not None and env.service.hub.free_slots() == 0
+
+
+async def test_token_in_register_is_accepted(env: Env) -> None:
+    bridge = await env.bridge(token=None)
+    await bridge.register(count=3, token=BRIDGE_TOKEN)
+    hub = env.service.hub
+    assert hub is not None
+    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 3)
+    await bridge.ws.close()
+
+
+async def test_a_message_flood_is_closed_with_4008(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    frame = orjson.dumps({"type": "PONG"}).decode()
+    with pytest.raises(websockets.ConnectionClosed):
+        for _ in range(500):
+            await bridge.ws.send(frame)
+        await bridge.next()
+    assert bridge.ws.close_code == 4008
+
+
+async def test_missed_heartbeats_take_the_bridge_offline(env: Env) -> None:
+    hub = env.service.hub
+    assert hub is not None
+    hub.config = HubConfig(ping_interval_s=0.05, heartbeat_interval_s=0.1, ack_timeout_s=1.0)
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    assert await bridge.close_code() == 4000
+    assert hub.free_slots() == 0
+    saved = await env.redis.hgetall("aigcq:bridge:br1")
+    assert saved["online"] == "0" and saved["instanceCount"] == "2"
