@@ -32,7 +32,8 @@ async def test_runninghub_cap_is_never_exceeded_and_all_results_arrive(cluster: 
     assert all(r[0]["status"] == "success" for r in client.results.values())
     first = client.results["rh-0"][0]
     assert first["data"]["code"] == 0 and first["data"]["data"][0]["fileUrl"]
-    stats = httpx.get(f"{cluster.rh_url}/_emulator/stats").json()  # type: ignore[attr-defined]
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{cluster.rh_url}/_emulator/stats")).json()  # type: ignore[attr-defined]
     assert max(stats["peak_concurrent"].values()) <= 3
     await client.close()
 
@@ -136,3 +137,19 @@ async def test_sigkill_server_with_50_in_flight_loses_nothing(cluster: Cluster) 
         k: len(v) for k, v in again.results.items() if len(v) != 1
     }
     await again.close()
+
+
+async def test_421_from_runninghub_never_fails_a_task(cluster: Cluster) -> None:
+    rh = cluster.emulator("runninghub", "--max-concurrent", "3", "--duration", "0.3")
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 10}}})
+    _, port = cluster.server(AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_FULL_BACKOFF_S="0.2")
+    client = await Client(port, "biz-421").connect()
+    for i in range(10):
+        await client.request(generate(f"full-{i}"))
+    await client.collect(10, timeout=40)
+    assert {r[0]["status"] for r in client.results.values()} == {"success"}
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{rh}/_emulator/stats")).json()
+    assert stats["rejected_full"] > 0  # RunningHub did say 421 ...
+    assert max(stats["peak_concurrent"].values()) <= 3  # ... and never ran more than 3
+    await client.close()
