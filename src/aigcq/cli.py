@@ -128,15 +128,17 @@ def submit(
 def status(
     server: str = "http://127.0.0.1:8087",
     token: Annotated[str, typer.Option(envvar="AIGCQ_CLIENT_TOKEN")] = "",
+    limit: int = 10,
 ) -> None:
-    """Show queues (waiting / in flight / capacity) as a table."""
+    """Show queues (waiting / in flight / capacity) and recently finished tasks."""
     import httpx
 
-    resp = httpx.get(f"{server}/api/queues", headers={"Authorization": f"Bearer {token}"})
+    headers = {"Authorization": f"Bearer {token}"}
+    resp = httpx.get(f"{server}/api/queues", headers=headers)
     if resp.status_code != 200:
         console.print(f"[red]{resp.status_code}[/red] {resp.text}")
         raise typer.Exit(1)
-    table = Table("AIGC", "platform", "waiting", "in flight", "capacity")
+    table = Table("AIGC", "platform", "waiting", "in flight", "capacity", title="queues")
     for row in resp.json():
         table.add_row(
             row["AIGC"],
@@ -146,6 +148,15 @@ def status(
             ", ".join(f"{k}:{v}" for k, v in row["capacity"].items()),
         )
     console.print(table)
+    recent = httpx.get(f"{server}/api/tasks", headers=headers, params={"limit": limit})
+    tasks = Table("taskId", "state", "AIGC", "platform", "target", "attempt", "seconds")
+    tasks.title = "recent tasks"
+    for t in recent.json():
+        tasks.add_row(
+            t["taskId"], t["state"], t["AIGC"], t["platform"], t["target"],
+            str(t["attempt"]), str(t["seconds"]),
+        )  # fmt: skip
+    console.print(tasks)
 
 
 # ---- sub-applications (each owned by its package) --------------------------------------

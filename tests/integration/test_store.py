@@ -69,6 +69,7 @@ async def test_lifecycle_to_success_queues_one_outbox_message(redis: aioredis.Re
     assert 0 < await redis.ttl("t:task:a") <= 60
     states = [e["state"] for e in await store.timeline("a")]
     assert states == ["pending", "dispatching", "running", "success"]
+    assert [t.task_id for t in await store.recent(10)] == ["a"]
 
 
 async def test_live_task_has_no_ttl(redis: aioredis.Redis) -> None:

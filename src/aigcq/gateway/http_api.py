@@ -63,6 +63,24 @@ def api_router(gw: Gateway) -> APIRouter:
             "msg": gw.messages.get("AssessmentSuccess"),
         }
 
+    @router.get("/tasks", summary="Recently finished tasks, newest first")
+    async def recent_tasks(
+        limit: int = 20, authorization: Authorization = None
+    ) -> list[dict[str, Any]]:
+        client_of(authorization)
+        return [
+            {
+                "taskId": t.task_id,
+                "state": t.state.value,
+                "platform": t.platform,
+                "AIGC": t.aigc,
+                "target": t.target,
+                "attempt": t.attempt,
+                "seconds": round(t.updated_at - t.created_at, 3),
+            }
+            for t in await gw.rt.store.recent(min(limit, 1000))
+        ]
+
     @router.get("/tasks/{task_id}", summary="A task's state, timeline and result")
     async def get_task(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
         client_of(authorization)

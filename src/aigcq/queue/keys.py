@@ -39,6 +39,11 @@ class Keys:
         return f"{self.prefix}:delayed"
 
     @property
+    def recent(self) -> str:
+        """The last 1000 tasks to finish, newest first."""
+        return f"{self.prefix}:recent"
+
+    @property
     def queues(self) -> str:
         """Set of ``AIGC:platform`` pairs that have ever had a wait queue."""
         return f"{self.prefix}:queues"

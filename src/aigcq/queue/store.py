@@ -198,6 +198,14 @@ class TaskStore:
         rows = await self.redis.lrange(self.keys.timeline(task_id), 0, -1)
         return [orjson.loads(r) for r in rows]
 
+    async def recent(self, limit: int) -> list[Task]:
+        """The most recently finished tasks that are still retained, newest first."""
+        ids = await self.redis.lrange(self.keys.recent, 0, max(limit, 1) - 1)
+        pipe = self.redis.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hgetall(self.keys.task(_s(task_id)))
+        return [task_from_hash(raw) for raw in await pipe.execute() if raw]
+
     async def task_for_remote(self, remote_id: str) -> str | None:
         value = await self.redis.get(self.keys.callback(remote_id))
         return _s(value) if value else None

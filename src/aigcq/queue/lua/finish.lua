@@ -15,6 +15,8 @@ redis.call('HSET', k, 'status', to, 'updated', now, 'resultData', ARGV[6], 'erro
 note(id, now, to, h[2], h[5], ARGV[10])
 redis.call('EXPIRE', k, ttl)
 redis.call('EXPIRE', tlkey(id), ttl)
+redis.call('LPUSH', P .. ':recent', id)
+redis.call('LTRIM', P .. ':recent', 0, 999)
 if h[8] == '1' then
   redis.call('XADD', P .. ':outbox:' .. h[7], 'MINID', '~', ARGV[9], '*',
     'taskId', id, 'status', to, 'body', ARGV[8])
