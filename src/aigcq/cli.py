@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,11 +38,21 @@ def _load_config() -> tuple[Settings, PlatformConfig]:
 
 
 @app.command()
-def up(log_level: str = "INFO") -> None:
+def up(
+    log_level: str = "INFO",
+    demo: Annotated[
+        bool, typer.Option(help="Also run emulated GPUs (ComfyUI + bridge) and RunningHub")
+    ] = False,
+) -> None:
     """Run the server; starts a private Redis under ./.aigcq when AIGCQ_REDIS_URL is unset."""
     from aigcq.launch import ensure_secrets, listen_ports, run_with_redis
 
     configure_logging(log_level)
+    if demo:
+        from aigcq.demo import run as run_demo
+
+        run_demo(Settings(), console)
+        return
     settings, config = _load_config()
     fresh = ensure_secrets(settings)
     _print_banner(settings, config, fresh, listen_ports(settings))
@@ -82,6 +91,25 @@ def _print_banner(
 
 
 @app.command()
+def dispatcher(log_level: str = "INFO") -> None:
+    """Run the message-dispatcher (seed 000): bridges at /ws, JWT API, RunningHub routes.
+
+    Port AIGCQ_MD_PORT (4000), Redis prefix AIGCQ_MD_PREFIX (md), login MD_USERNAME /
+    MD_PASSWORD; an unset password is generated and printed once.
+    """
+    from aigcq.dispatcher.service import prepare, run
+
+    configure_logging(log_level)
+    md, settings, fresh = prepare()
+    console.print(f"[bold]message-dispatcher[/bold] on http://{settings.host}:{md.port}")
+    console.print(f"  bridges    ws://{settings.host}:{md.port}/ws?token=<bridge token>")
+    console.print(f"  login      POST /api/auth/login as {md.username!r}")
+    for name, value in fresh.items():
+        console.print(f"  generated {name}: [bold]{value}[/bold] (kept in {settings.data_dir})")
+    run(md, settings)
+
+
+@app.command()
 def token(backend_id: str, ttl: int = 86400) -> None:
     """Print a client JWT for BACKEND_ID signed with TOKEN_SECRET."""
     from aigcq.gateway.auth import issue_client_token
@@ -110,15 +138,19 @@ def submit(
     from aigcq.cli_client import submit_and_wait
 
     body = Path(payload[1:]).read_text() if payload.startswith("@") else payload
-    message = {
-        "type": "generate",
-        "taskId": task_id or uuid.uuid4().hex,
-        "platform": platform,
-        "payload": json.loads(body),
-    }
-    if aigc:
-        message["AIGC"] = aigc
-    result = asyncio.run(submit_and_wait(server, token, backend_id, message, timeout, console))
+    result = asyncio.run(
+        submit_and_wait(
+            server,
+            token,
+            backend_id,
+            platform,
+            json.loads(body),
+            task_id=task_id,
+            aigc=aigc or None,
+            timeout=timeout,
+            console=console,
+        )
+    )
     typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
     if result.get("status") != "success":
         raise typer.Exit(1)

@@ -1,39 +1,49 @@
-"""The CLI's submit: one task over the client WebSocket, with a live status line."""
+"""The CLI's submit: one task through the client SDK, with a live status line."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
-from urllib.parse import urlencode
 
-import orjson
-import websockets
 from rich.console import Console
+
+from aigcq.client import AsyncClient, Progress, Result, SubmitError
 
 
 async def submit_and_wait(
     server: str,
     token: str,
     backend_id: str,
-    message: dict[str, Any],
+    platform: str,
+    payload: dict[str, Any],
+    *,
+    task_id: str | None,
+    aigc: str | None,
     timeout: float,
     console: Console,
 ) -> dict[str, Any]:
-    url = f"{server.rstrip('/')}/?{urlencode({'token': token, 'id': backend_id})}"
-    task_id = message["taskId"]
-    async with websockets.connect(url, max_size=None) as ws:
-        await ws.send(orjson.dumps(message).decode())
-        with console.status(f"task {task_id}: submitting") as status:
-            async with asyncio.timeout(timeout):
-                async for raw in ws:
-                    reply = orjson.loads(raw)
-                    if reply.get("taskId") != task_id:
-                        continue
-                    if reply["type"] == "submitted":
-                        status.update(f"task {task_id}: {reply.get('msg', 'queued')}")
-                    elif reply["type"] == "progress":
-                        status.update(f"task {task_id}: {reply.get('value')}/{reply.get('max')}")
-                    elif reply["type"] in ("result", "error"):
-                        result: dict[str, Any] = reply
-                        return result
+    """Submit, show progress until the result arrives; returns the result (or the error)."""
+    try:
+        async with AsyncClient(server, token, backend_id) as client, asyncio.timeout(timeout):
+            with console.status("submitting") as status:
+                task_id = await client.submit(platform, payload, task_id=task_id, aigc=aigc)
+                status.update(f"task {task_id}: queued")
+                async for event in client.events(task_id):
+                    if isinstance(event, Result):
+                        return dataclasses.asdict(event)
+                    status.update(f"task {task_id}: {describe(event)}")
+    except SubmitError as exc:
+        return {"type": "error", "code": exc.code, "msg": exc.msg, "detail": exc.detail}
     return {"type": "error", "taskId": task_id, "code": "Disconnected"}
+
+
+def describe(progress: Progress) -> str:
+    """``running on runninghub`` or ``[#####...] 5/20 KSampler``."""
+    if progress.state is not None:
+        return f"{progress.state} on {progress.target}"
+    bar = ""
+    if progress.value is not None and progress.max:
+        done = round(20 * progress.value / progress.max)
+        bar = f"[{'#' * done}{'.' * (20 - done)}] "
+    return f"{bar}{progress.value}/{progress.max} {progress.node or ''}".rstrip()

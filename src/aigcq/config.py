@@ -95,6 +95,25 @@ class Settings(BaseSettings):
         validation_alias=_env("POLL_INTERVAL_S"),
         description="Fixed polling interval; unset = the seed's adaptive 5-30 s.",
     )
+    health_interval_s: float = Field(10.0, gt=0, validation_alias=_env("HEALTH_INTERVAL_S"))
+    health_recover_passes: int = Field(
+        3, ge=1, validation_alias=_env("HEALTH_RECOVER_PASSES"), description="Seed 000 §8.3.3."
+    )
+    bridge_silence_s: float = Field(
+        60.0, gt=0, validation_alias=_env("BRIDGE_SILENCE_S"), description="Unheard -> degraded."
+    )
+    overflow_after_ms: int = Field(
+        0,
+        ge=0,
+        validation_alias=_env("OVERFLOW_AFTER_MS"),
+        description="Wait this long for healthy internal capacity before paying (0 = seed).",
+    )
+    bridge_failure_limit: int = Field(
+        3, ge=1, validation_alias=_env("BRIDGE_FAILURE_LIMIT"), description="-> out of rotation."
+    )
+    bridge_quarantine_s: float = Field(
+        60.0, ge=0, validation_alias=_env("BRIDGE_QUARANTINE_S"), description="Before re-admission."
+    )
 
     admission: str = Field(
         "none", validation_alias=_env("ADMISSION"), description="none | quota | billing"
@@ -105,7 +124,11 @@ class Settings(BaseSettings):
     billing_url: str = Field("", validation_alias=_env("BILLING_URL"))
 
     def platform_url(self, name: str) -> str:
-        defaults = {"runninghub": self.runninghub_url, "coze": self.coze_url}
+        defaults = {
+            "runninghub": self.runninghub_url,
+            "coze": self.coze_url,
+            "message_dispatcher": self.message_dispatcher_url,
+        }
         return self.platform_urls.get(name) or defaults.get(name, "")
 
     def public_callback_base(self) -> str:

@@ -1,7 +1,8 @@
 """One Redis pub/sub subscription per process, fanning cluster-wide events out locally.
 
 Messages on ``{prefix}:events``: ``wake`` (something to dispatch), ``outbox:<backendId>``
-(a client has a new message) and ``client:<backendId>:<connId>`` (a client connected).
+(a client has a new message), ``client:<backendId>:<connId>`` (a client connected) and
+``progress:{"backendId":..,"message":{..}}`` (live news for a client, never stored).
 Pub/sub may drop messages while reconnecting; the periodic sweeps cover that gap.
 """
 
@@ -10,8 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+import orjson
 from redis.asyncio import Redis
+
+from aigcq.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +30,14 @@ class EventBus:
         on_wake: Callable[[], None],
         on_outbox: Callable[[str], None],
         on_client: Callable[[str, str], Awaitable[None]],
+        on_progress: Callable[[str, dict[str, Any]], None],
     ) -> None:
         self.redis = redis
         self.channel = channel
         self.on_wake = on_wake
         self.on_outbox = on_outbox
         self.on_client = on_client
+        self.on_progress = on_progress
 
     async def run(self) -> None:
         while True:
@@ -58,6 +65,26 @@ class EventBus:
         elif kind == "client":
             backend_id, _, conn_id = rest.rpartition(":")
             await self.on_client(backend_id, conn_id)
+        elif kind == "progress":
+            body = orjson.loads(rest)
+            self.on_progress(body["backendId"], body["message"])
+
+
+async def publish_progress(rt: Runtime, backend_id: str, message: dict[str, Any]) -> None:
+    """Send ``message`` to ``backend_id``'s socket, whichever process holds it (best effort)."""
+    if not backend_id:
+        return
+    body = orjson.dumps({"backendId": backend_id, "message": message}).decode()
+    try:
+        await rt.redis.publish(rt.store.keys.events, f"progress:{body}")
+    except Exception as exc:  # progress is optional: never fail the caller for it
+        log.warning("progress for %s not published: %r", backend_id, exc)
+
+
+async def announce_running(rt: Runtime, task_id: str, backend_id: str, target: str) -> None:
+    """Tell the task's client that ``target`` accepted it."""
+    message = {"type": "progress", "taskId": task_id, "state": "running", "target": target}
+    await publish_progress(rt, backend_id, message)
 
 
 def _text(value: object) -> str:

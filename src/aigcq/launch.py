@@ -6,8 +6,9 @@ import asyncio
 import json
 import logging
 import secrets
+import signal
 import socket
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +23,30 @@ log = logging.getLogger(__name__)
 GENERATED = ("token_secret", "admin_token", "bridge_token")
 
 
-def ensure_secrets(settings: Settings) -> dict[str, str]:
+def ensure_secrets(
+    settings: Settings,
+    owner: object | None = None,
+    names: tuple[str, ...] = GENERATED,
+    key_prefix: str = "",
+) -> dict[str, str]:
     """Fill unset secrets from ``<data_dir>/secrets.json``, generating them the first time.
 
-    Returns the secrets generated just now (to print once).
+    ``owner`` (default ``settings``) holds the attributes ``names``; they are stored under
+    ``key_prefix + name``. Returns the secrets generated just now (to print once).
     """
+    owner = settings if owner is None else owner
     path = settings.data_dir / "secrets.json"
     stored: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
     fresh: dict[str, str] = {}
-    for name in GENERATED:
-        if getattr(settings, name):
+    for name in names:
+        if getattr(owner, name):
             continue
-        value = stored.get(name) or secrets.token_urlsafe(24)
-        if name not in stored:
-            fresh[name] = value
-            stored[name] = value
-        setattr(settings, name, value)
+        key = key_prefix + name
+        value = stored.get(key) or secrets.token_urlsafe(24)
+        if key not in stored:
+            fresh[key] = value
+            stored[key] = value
+        setattr(owner, name, value)
     if fresh:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(stored, indent=2))
@@ -61,10 +70,17 @@ def listen_ports(settings: Settings) -> list[int]:
 
 async def serve(settings: Settings, config: PlatformConfig) -> None:
     """Run ``aigcq serve`` until SIGINT/SIGTERM, then shut down cleanly."""
+    from aigcq.dispatcher.client import internal_target
     from aigcq.server import Service
 
-    redis = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
-    service = Service(settings, config, redis)
+    # redis-py 8's default pool fails the 101st concurrent command (MaxConnectionsError,
+    # e.g. 160 TASK_ENDs at once); a blocking pool waits for a free connection instead.
+    redis = aioredis.Redis.from_pool(
+        aioredis.BlockingConnectionPool.from_url(
+            settings.redis_url, decode_responses=True, max_connections=256, timeout=20
+        )
+    )
+    service = Service(settings, config, redis, internal=internal_target(settings))
     sockets = [bind(settings.host, port) for port in listen_ports(settings)]
     server = uvicorn.Server(
         uvicorn.Config(
@@ -91,14 +107,29 @@ def run_async(main: Coroutine[Any, Any, None]) -> None:
         runner.run(main)
 
 
-def run_with_redis(settings: Settings, config: PlatformConfig, *, embedded_dir: Path) -> None:
-    """Serve; start a private Redis first when no ``AIGCQ_REDIS_URL`` is configured."""
+def run_with_redis(
+    settings: Settings,
+    config: PlatformConfig,
+    *,
+    embedded_dir: Path,
+    main: Callable[[], Coroutine[Any, Any, None]] | None = None,
+) -> None:
+    """Serve (or run ``main``); start a private Redis first when no ``AIGCQ_REDIS_URL``."""
     embedded: EmbeddedRedis | None = None
     if not settings.redis_url:
         embedded = EmbeddedRedis(embedded_dir)
         settings.redis_url = embedded.start()
+    # uvicorn re-raises SIGTERM/SIGINT once it has shut down; turn them into exceptions
+    # so the embedded Redis below is still stopped.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        run_async(serve(settings, config))
+        run_async(main() if main else serve(settings, config))
+    except (KeyboardInterrupt, SystemExit):
+        log.info("stopped by signal")
     finally:
         if embedded is not None:
             embedded.stop()
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)

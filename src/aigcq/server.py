@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from fastapi import FastAPI, WebSocket
@@ -46,8 +46,10 @@ class Service:
         settings: Settings,
         config: PlatformConfig,
         redis: Redis,
-        internal: InternalTarget | None = None,
+        internal: Callable[[Service], InternalTarget] | None = None,
     ) -> None:
+        """``internal`` builds the internal target once ``rt`` exists (default: a bridge
+        hub); it may add loops to ``background``, which run while the app is up."""
         self.rt = Runtime(
             settings=settings,
             config=config,
@@ -61,10 +63,13 @@ class Service:
             platforms=PlatformClient(build_adapters(settings), timeout_s=settings.http_timeout_s),
         )
         self.outcomes = Outcomes(self.rt)
+        self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        target = internal(self) if internal is not None else None
         self.hub: BridgeHub | None = None
-        if internal is None:  # our own bridges, connecting to /ws
+        if target is None:  # our own bridges, connecting to /ws
             self.hub = BridgeHub(self.rt, self.outcomes, wake=lambda: self.dispatcher.wake())
-        self.dispatcher = Dispatcher(self.rt, self.outcomes, internal or self.hub)
+            self.outcomes.on_task_end = self.hub.task_ended
+        self.dispatcher = Dispatcher(self.rt, self.outcomes, target or self.hub)
         self.sweeper = Sweeper(self.rt, self.outcomes)
         self.gateway = Gateway(self.rt, self.outcomes)
         self.pollers = [
@@ -78,6 +83,7 @@ class Service:
             on_wake=self.dispatcher.wake,
             on_outbox=self.gateway.clients.notify,
             on_client=self.gateway.clients.replaced,
+            on_progress=self.gateway.clients.progress,
         )
         self._loops: list[asyncio.Task[None]] = []
         self.app = self._build_app()
@@ -105,6 +111,8 @@ class Service:
             self.sweeper.run(),
             self._deliver_sweep(),
             *(p.run() for p in self.pollers),
+            *([self.hub.health.run()] if self.hub else []),
+            *(loop() for loop in self.background),
         ]
         self._loops = [asyncio.create_task(r) for r in runs]
         log.info("aigcq serving (prefix %s)", self.rt.settings.project_prefix)

@@ -25,6 +25,7 @@ from aigcq.embedded.redis import EmbeddedRedis
 CLIENT_TOKEN = "e2e-client-token"
 ADMIN_TOKEN = "e2e-admin-token"
 SECRET = "e2e-secret-with-at-least-32-bytes-of-key"
+BRIDGE_TOKEN = "e2e-bridge-token"
 
 
 def free_port() -> int:
@@ -91,12 +92,43 @@ class Cluster:
 
     def emulator(self, kind: str, *args: str) -> str:
         port = free_port()
+        if kind == "comfyui":  # its outputs under the test's tmp dir, not ./.aigcq
+            args = ("--output-dir", str(self.tmp / f"comfyui-{port}"), *args)
         proc = Proc(
             ["emulate", kind, "--port", str(port), *args], {}, self.tmp / f"{kind}-{port}.log"
         )
         self.procs.append(proc.start())
-        wait_http(f"http://127.0.0.1:{port}/_emulator/stats")
+        ready = "/system_stats" if kind == "comfyui" else "/_emulator/stats"
+        wait_http(f"http://127.0.0.1:{port}{ready}")
         return f"http://127.0.0.1:{port}"
+
+    def bridge(
+        self,
+        server_port: int,
+        comfyui: list[str],
+        *args: str,
+        port: int | None = None,
+        **env: str,
+    ) -> tuple[Proc, int]:
+        """``aigcq bridge`` to the server's ``/ws``; its state dir is kept per port."""
+        port = port or free_port()
+        opts = [f"--comfyui={url}" for url in comfyui]
+        proc = Proc(
+            [
+                "bridge",
+                f"--server=ws://127.0.0.1:{server_port}/ws",
+                f"--token={BRIDGE_TOKEN}",
+                f"--port={port}",
+                f"--data-dir={self.tmp / f'bridge-{port}'}",
+                *opts,
+                *args,
+            ],
+            env,
+            self.tmp / f"bridge-{port}.log",
+        )
+        self.procs.append(proc.start())
+        wait_http(f"http://127.0.0.1:{port}/api/status")
+        return proc, port
 
     def server_env(self, port: int, **extra: str) -> dict[str, str]:
         return {
@@ -108,7 +140,7 @@ class Cluster:
             "AIGCQ_TOKEN_SECRET": SECRET,
             "AIGCQ_CLIENT_TOKENS": json.dumps([CLIENT_TOKEN]),
             "AIGCQ_ADMIN_TOKEN": ADMIN_TOKEN,
-            "AIGCQ_BRIDGE_TOKEN": "e2e-bridge-token",
+            "AIGCQ_BRIDGE_TOKEN": BRIDGE_TOKEN,
             "AIGCQ_SWEEP_INTERVAL_S": "0.2",
             **extra,
         }

@@ -127,12 +127,13 @@ class Bridge:
         return code
 
 
-async def task_end(env: Env, webhook: str) -> int:
-    """POST a successful TASK_END to the signed URL (its host rewritten to the test server)."""
+async def task_end(env: Env, webhook: str, code: int = 0) -> int:
+    """POST a TASK_END (``code`` 0 = success) to the signed URL, its host rewritten to the
+    test server."""
     body = {
         "event": "TASK_END",
         "taskId": "x",
-        "eventData": orjson.dumps({"code": 0, "msg": "success", "data": []}).decode(),
+        "eventData": orjson.dumps({"code": code, "msg": "success", "data": []}).decode(),
     }
     async with httpx.AsyncClient() as http:
         url = f"{env.base}{urlsplit(webhook).path}?{urlsplit(webhook).query}"
@@ -283,3 +284,25 @@ async def test_missed_heartbeats_take_the_bridge_offline(env: Env) -> None:
     assert hub.free_slots() == 0
     saved = await env.redis.hgetall("aigcq:bridge:br1")
     assert saved["online"] == "0" and saved["instanceCount"] == "2"
+
+
+async def test_progress_reaches_the_client_rate_limited(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = Client(env.port, "b1", issue_client_token(SECRET, "b1"))
+    client.url += "&progress=1"  # progress messages are opt-in
+    env.sockets.append((await client.connect()).ws)
+    await client.request(generate("p1"))
+    assert (await bridge.next())["type"] == "TASK_ASSIGN"
+    await bridge.ack("p1")
+    running = await client.next()
+    assert running == {"type": "progress", "taskId": "p1", "state": "running", "target": "bridge"}
+    for step in range(1, 6):  # a burst: only the first gets through
+        await bridge.send("TASK_PROGRESS", {"taskId": "p1", "value": step, "max": 20, "node": "3"})
+    first = await client.next()
+    assert first == {"type": "progress", "taskId": "p1", "value": 1, "max": 20, "node": "3"}
+    with pytest.raises(TimeoutError):
+        await client.next(timeout=0.3)
+    await asyncio.sleep(0.3)  # past the 0.5 s interval
+    await bridge.send("TASK_PROGRESS", {"taskId": "p1", "value": 9, "max": 20})
+    assert (await client.next())["value"] == 9

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
+from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
     ACK_OK,
     BridgeMessage,
@@ -39,8 +40,10 @@ from aigcq.bridges.protocol import (
     parse_bridge_message,
 )
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Pending
-from aigcq.domain import ErrorCode, TaskState
+from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.events import announce_running
 from aigcq.gateway.auth import Auth, bearer
+from aigcq.health import HealthMonitor
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
@@ -115,12 +118,21 @@ class BridgeHub:
         self.auth = Auth(rt.settings)
         ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
         self.registry = BridgeRegistry(rt.redis, rt.settings.project_prefix, ttl_s=ttl)
+        self.health = HealthMonitor(
+            rt.redis, self.registry.live, rt.settings, on_change=lambda: self.wake()
+        )
+        self.progress = ProgressRelay(rt)
         self._background: set[asyncio.Task[None]] = set()
 
     # ---- InternalTarget ----------------------------------------------------------------
 
+    @property
+    def healthy(self) -> bool:
+        return self.health.healthy
+
     def free_slots(self) -> int:
-        return self.registry.free_slots()
+        """Free slots on bridges in rotation; none while health is not ``healthy``."""
+        return self.registry.free_slots() if self.health.healthy else 0
 
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
         """Each task to the least-loaded bridge with a free slot, else back to waiting."""
@@ -189,10 +201,7 @@ class BridgeHub:
         elif isinstance(msg, PongMessage):
             conn.last_pong = time.monotonic()
         elif isinstance(msg, TaskProgressMessage):
-            d = msg.data
-            log.debug(
-                "bridge %s: task %s progress %s/%s", conn.bridge_id, d.task_id, d.value, d.max
-            )
+            await self.progress.forward(msg.data)
 
     async def _refuse(self, session: _Session) -> None:
         log.warning("bridge connection refused: invalid or missing token")
@@ -208,7 +217,7 @@ class BridgeHub:
             return
         old = self.registry.bridges.get(bridge_id)
         if old is not None and old is not session.conn:
-            await self._lost(old, "replaced by a new connection")
+            await self._lost(old, "replaced by a new connection", check=False)
         conn = session.conn or BridgeConn(bridge_id, session.send)
         conn.online = True
         conn.reconcile(data.instance_count, data.available_instance_count)
@@ -233,7 +242,9 @@ class BridgeHub:
         for task_id, attempt in (await self.registry.take_held(conn.bridge_id)).items():
             if task_id in listed:
                 await self.registry.remember(conn.bridge_id, task_id, attempt, ttl)
+                conn.running.add(task_id)
                 continue
+            conn.running.discard(task_id)
             log.warning("bridge %s: task %s no longer held, requeued", conn.bridge_id, task_id)
             await self.rt.store.requeue(
                 task_id, attempt=attempt, front=True, reason=f"bridge {conn.bridge_id} lost it"
@@ -242,6 +253,10 @@ class BridgeHub:
     async def _heartbeat(self, conn: BridgeConn, data: HeartbeatData) -> None:
         before = conn.free()
         conn.reconcile(data.instance_count, data.available_instance_count)
+        cooled = time.monotonic() - (conn.quarantined_at or 0.0) >= self._quarantine_s
+        if conn.quarantined_at is not None and cooled and data.available_instance_count > 0:
+            conn.failures = self.rt.settings.bridge_failure_limit - 1  # on probation
+            self._readmit(conn, "heartbeat with free instances after cool-down")
         await self.registry.save(conn)
         log.debug("bridge %s: heartbeat, %d free", conn.bridge_id, conn.free())
         if conn.free() > before:
@@ -267,9 +282,11 @@ class BridgeHub:
             task_id, pending.attempt, task_id, deadline_s=deadline_s, kind="callback"
         )
         if ok:
+            conn.running.add(task_id)
             await self.registry.remember(
                 conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
             )
+            await announce_running(self.rt, task_id, pending.backend_id, self.name)
         log.info("bridge %s: task %s acknowledged (running=%s)", conn.bridge_id, task_id, ok)
 
     # ---- assignment ---------------------------------------------------------------------
@@ -280,7 +297,7 @@ class BridgeHub:
         except ValidationError as exc:
             await self._reject(c, str(exc))
             return
-        pending = Pending(c.attempt, aigc, platform)
+        pending = Pending(c.attempt, aigc, platform, c.backend_id)
         conn.available -= 1
         conn.pending[c.task_id] = pending
         pending.timer = asyncio.get_running_loop().call_later(
@@ -345,6 +362,48 @@ class BridgeHub:
         )
         log.info("task %s: back to waiting (%s)", task_id, reason)
 
+    # ---- failing bridges -----------------------------------------------------------------
+
+    @property
+    def _quarantine_s(self) -> float:
+        return self.rt.settings.bridge_quarantine_s
+
+    def task_ended(self, task: Task, ok: bool) -> None:
+        """TASK_END hook: consecutive failures take a bridge out of rotation, a success
+        re-admits it. A bridge is also re-admitted by its first HEARTBEAT with free
+        instances after ``bridge_quarantine_s``, on probation: one more failure and it is
+        out again."""
+        if task.target != self.name:
+            return
+        conn = next((b for b in self.registry.live() if task.task_id in b.running), None)
+        if conn is None:
+            return
+        conn.running.discard(task.task_id)
+        if ok:
+            conn.failures = 0
+            if conn.quarantined_at is None:
+                return
+            self._readmit(conn, f"task {task.task_id} succeeded")
+        else:
+            conn.failures += 1
+            limit = self.rt.settings.bridge_failure_limit
+            if conn.failures < limit or conn.quarantined_at is not None:
+                return
+            conn.quarantined_at = time.monotonic()
+            log.warning(
+                "bridge %s: out of rotation after %d failed tasks in a row (last: task %s)",
+                conn.bridge_id,
+                conn.failures,
+                task.task_id,
+            )
+            self.health.poke()
+        self._spawn(self.registry.save(conn))
+
+    def _readmit(self, conn: BridgeConn, why: str) -> None:
+        conn.quarantined_at = None
+        log.warning("bridge %s: back in rotation (%s)", conn.bridge_id, why)
+        self.wake()
+
     # ---- losing a bridge ----------------------------------------------------------------
 
     async def _keepalive(self, session: _Session, conn: BridgeConn) -> None:
@@ -363,13 +422,18 @@ class BridgeHub:
                 next_ping += cfg.ping_interval_s
                 await session.send(encode(PingMessage()))
 
-    async def _lost(self, conn: BridgeConn, reason: str) -> None:
-        """Offline: stop sending; unacknowledged tasks go back to waiting at once."""
+    async def _lost(self, conn: BridgeConn, reason: str, *, check: bool = True) -> None:
+        """Offline: stop sending; unacknowledged tasks go back to waiting at once.
+
+        ``check``: run a health check at once (not when the bridge is reconnecting).
+        """
         if not conn.online:
             return
         conn.online = False
         if self.registry.bridges.get(conn.bridge_id) is conn:
             del self.registry.bridges[conn.bridge_id]
+        if check:
+            self.health.poke()
         pending, conn.pending = conn.pending, {}
         log.warning("bridge %s: offline (%s), %d unacked", conn.bridge_id, reason, len(pending))
         for task_id, p in pending.items():

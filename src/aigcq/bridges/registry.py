@@ -25,6 +25,7 @@ class Pending:
     attempt: int
     aigc: str
     platform: str
+    backend_id: str = ""
     timer: asyncio.TimerHandle | None = None
 
 
@@ -40,9 +41,12 @@ class BridgeConn:
     last_seen: float = field(default_factory=time.monotonic)  # last REGISTER/HEARTBEAT
     last_pong: float = 0.0
     pending: dict[str, Pending] = field(default_factory=dict)
+    running: set[str] = field(default_factory=set)  # acknowledged, awaiting TASK_END
+    failures: int = 0  # consecutive failed TASK_ENDs
+    quarantined_at: float | None = None  # out of rotation since (monotonic)
 
     def free(self) -> int:
-        return max(0, self.available) if self.online else 0
+        return max(0, self.available) if self.online and self.quarantined_at is None else 0
 
     def load(self) -> float:
         """Share of instances in use (0 = idle); least-loaded bridges are picked first."""
@@ -94,6 +98,7 @@ class BridgeRegistry:
                 "instanceCount": conn.instance_count,
                 "availableInstanceCount": conn.free(),
                 "online": int(conn.online),
+                "inRotation": int(conn.quarantined_at is None),
                 "lastSeen": time.time(),
             },
         )

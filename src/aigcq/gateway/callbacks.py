@@ -38,15 +38,16 @@ def callback_routes(gw: Gateway, parse: ParseCallback) -> list[Route]:
 
     async def receive(request: Request) -> JSONResponse:
         try:
-            outcome, task_id = await _accept(gw, parse, request)
+            outcome, task = await _accept(gw, parse, request)
         except ClientError as exc:
             return JSONResponse(exc.body(gw.messages), status_code=exc.status)
-        done = await gw.outcomes.settle(task_id, outcome, note="callback")
+        done = await gw.outcomes.settle(task.task_id, outcome, note="callback")
         if done is None:
             return JSONResponse({"code": 0, "msg": "noted"})
         if not done.applied:
-            err = ClientError(ErrorCode.GONE, f"task already {done.state}", task_id)
+            err = ClientError(ErrorCode.GONE, f"task already {done.state}", task.task_id)
             return JSONResponse(err.body(gw.messages), status_code=err.status)
+        gw.outcomes.on_task_end(task, isinstance(outcome, Succeeded))
         return JSONResponse({"code": 0, "msg": "success"})
 
     return [
@@ -55,7 +56,9 @@ def callback_routes(gw: Gateway, parse: ParseCallback) -> list[Route]:
     ]
 
 
-async def _accept(gw: Gateway, parse: ParseCallback, request: Request) -> tuple[ResultOutcome, str]:
+async def _accept(
+    gw: Gateway, parse: ParseCallback, request: Request
+) -> tuple[ResultOutcome, Task]:
     q = request.query_params
     task_id, attempt, sig = q.get("t", ""), q.get("a", ""), q.get("s", "")
     if not (task_id and attempt.isdigit() and sig):
@@ -83,4 +86,4 @@ async def _accept(gw: Gateway, parse: ParseCallback, request: Request) -> tuple[
     if not isinstance(outcome, Succeeded | Failed | Pending):
         raise ClientError(ErrorCode.JSON, "unreadable eventData", task_id)
     log.debug("task %s: TASK_END for attempt %s", task_id, attempt)
-    return outcome, task_id
+    return outcome, task

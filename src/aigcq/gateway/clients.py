@@ -27,10 +27,13 @@ CLOSE_REPLACED = 4000
 
 
 class ClientConnection:
-    def __init__(self, ws: WebSocket, backend_id: str, *, auto_ack: bool) -> None:
+    def __init__(
+        self, ws: WebSocket, backend_id: str, *, auto_ack: bool, progress: bool = False
+    ) -> None:
         self.ws = ws
         self.backend_id = backend_id
         self.auto_ack = auto_ack
+        self.progress = progress  # opted in to ``progress`` messages
         self.conn_id = uuid.uuid4().hex
         self.cursor = "-"
         self.dirty = False
@@ -48,6 +51,7 @@ class ClientHub:
         self.keys = keys
         self.outbox = outbox
         self.conns: dict[str, ClientConnection] = {}
+        self._sends: set[asyncio.Task[None]] = set()
 
     async def attach(self, conn: ClientConnection) -> None:
         old = self.conns.get(conn.backend_id)
@@ -82,6 +86,14 @@ class ClientHub:
             return
         conn.draining = asyncio.create_task(self._drain(conn))
 
+    def progress(self, backend_id: str, message: dict[str, Any]) -> None:
+        """Send a ``progress`` message if ``backend_id`` is connected here and opted in."""
+        conn = self.conns.get(backend_id)
+        if conn is not None and conn.progress:
+            task = asyncio.create_task(_send_quietly(conn, message))
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
+
     def notify_all(self) -> None:
         for backend_id in list(self.conns):
             self.notify(backend_id)
@@ -97,3 +109,8 @@ class ClientHub:
                     return
         except Exception as exc:  # the socket went away mid-send: the rest waits in Redis
             log.info("client %s: delivery paused: %r", conn.backend_id, exc)
+
+
+async def _send_quietly(conn: ClientConnection, message: dict[str, Any]) -> None:
+    with contextlib.suppress(Exception):  # a closed socket: progress is not worth more
+        await conn.send(message)

@@ -2,7 +2,8 @@
 
 Client -> server: ``generate`` (submit), ``ack`` (with ``id`` or ``ids`` of results, when
 connected with ``ack=1``), ``cancel`` (``taskId``), ``ping``.
-Server -> client: ``submitted``, ``result`` (from the outbox), ``error``, ``pong``.
+Server -> client: ``submitted``, ``result`` (from the outbox), ``error``, ``pong``, and with
+``progress=1`` live ``progress`` messages.
 Bad input gets an ``error`` message with its code; the connection stays up.
 """
 
@@ -39,7 +40,10 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
         await ws.send_text(orjson.dumps(failure[0].body(gw.messages)).decode())
         await ws.close(failure[1], failure[0].code.value)
         return
-    conn = ClientConnection(ws, backend_id, auto_ack=ws.query_params.get("ack") != "1")
+    query = ws.query_params
+    conn = ClientConnection(
+        ws, backend_id, auto_ack=query.get("ack") != "1", progress=query.get("progress") == "1"
+    )
     await gw.clients.attach(conn)
     log.info("client %s: connected", backend_id)
     try:

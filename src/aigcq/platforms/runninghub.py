@@ -11,7 +11,7 @@ with ``taskCostTime`` as an int.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from aigcq.domain import Task
@@ -90,7 +90,7 @@ def _outputs_outcome(body: dict[str, Any], ended: bool) -> ResultOutcome:
 class RunningHubAdapter(PlatformAdapter):
     name = "runninghub"
     kind = "callback"
-    serves = ("comfyui", "runninghub")
+    serves: ClassVar[tuple[str, ...]] = ("comfyui", "runninghub")
 
     def __init__(self, base_url: str) -> None:
         super().__init__(base_url)

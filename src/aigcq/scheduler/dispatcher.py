@@ -4,6 +4,10 @@ Each round reads every queue's backlog and in-flight counts in one pipeline, ask
 :func:`aigcq.scheduler.routing.plan` how to split each backlog between internal capacity
 (bridges) and the external platform, and claims exactly that many tasks atomically.
 Caps are enforced inside the claim script, so several processes never exceed them.
+
+The internal target reports no free slots while its health is not ``healthy``, so tasks
+overflow at once then. With ``overflow_after_ms`` > 0 and internal healthy, a task goes
+external only once it has waited that long (from its ``created`` time).
 """
 
 from __future__ import annotations
@@ -12,15 +16,17 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.events import announce_running
 from aigcq.platforms.base import Accepted, Full, PlatformAdapter, Rejected, Uncertain
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
-from aigcq.scheduler.routing import plan, share_round_robin
+from aigcq.scheduler.routing import overflow_ready, plan, share_round_robin
 from aigcq.signing import webhook_url
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,9 @@ class InternalTarget(Protocol):
 
     name: str
     serves: tuple[str, ...]
+
+    @property
+    def healthy(self) -> bool: ...
 
     def free_slots(self) -> int: ...
 
@@ -49,6 +58,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
         self._rr = itertools.count()
+        self._recheck: asyncio.TimerHandle | None = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -90,6 +100,9 @@ class Dispatcher:
             ext = externals[i]
             ext_free = account.concurrency - running[i] if ext and account else 0
             split = plan(min(backlogs[i], BATCH), internal[i], ext_free)
+            external = split.external
+            if external and self._waits_for_internal(platform):
+                external = await self._old_enough(aigc, platform, split.internal, external)
             if split.internal and self.internal is not None:
                 claimed = await store.claim(
                     aigc,
@@ -101,13 +114,13 @@ class Dispatcher:
                 )
                 if claimed:
                     self._spawn(self.internal.assign(aigc, platform, claimed))
-            if split.external and ext is not None and account is not None:
+            if external and ext is not None and account is not None:
                 claimed = await store.claim(
                     aigc,
                     platform,
                     ext.name,
                     cap=account.concurrency,
-                    n=split.external,
+                    n=external,
                     deadline_s=self.rt.dispatch_deadline_s,
                 )
                 for c in claimed:
@@ -124,6 +137,41 @@ class Dispatcher:
         for i, n in zip(eligible, split, strict=True):
             shares[i] = n
         return shares
+
+    def _waits_for_internal(self, platform: str) -> bool:
+        """Overflow of ``platform`` waits ``overflow_after_ms`` for a healthy internal target."""
+        return (
+            self.rt.settings.overflow_after_ms > 0
+            and self.internal is not None
+            and platform in self.internal.serves
+            and self.internal.healthy
+        )
+
+    async def _old_enough(self, aigc: str, platform: str, skip: int, n: int) -> int:
+        """How many of the ``n`` tasks after the first ``skip`` (which go internal) have
+        waited long enough to overflow; plans a wake-up for when the next one has."""
+        keys, redis = self.rt.store.keys, self.rt.redis
+        ids = await redis.lrange(keys.wait(aigc, platform), skip, skip + n - 1)
+        pipe = redis.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hget(keys.task(str(task_id)), "created")  # decode_responses: already str
+        now = time.time()
+        waited = [now - float(created or now) for created in await pipe.execute()]
+        after_s = self.rt.settings.overflow_after_ms / 1000
+        ready = overflow_ready(waited, after_s)
+        if ready < len(waited):
+            self._wake_in(after_s - waited[ready])
+        return ready
+
+    def _wake_in(self, delay_s: float) -> None:
+        """Wake in ``delay_s``, unless an earlier wake-up is already planned."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay_s
+        planned = self._recheck
+        if planned is None or planned.when() <= loop.time() or planned.when() > when:
+            if planned is not None:
+                planned.cancel()
+            self._recheck = loop.call_at(when, self.wake)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -153,9 +201,10 @@ class Dispatcher:
         deadline_s = rt.deadline_s(account)
         match outcome:
             case Accepted(remote_id=remote_id):
-                await rt.store.mark_running(
+                if await rt.store.mark_running(
                     c.task_id, c.attempt, remote_id, deadline_s=deadline_s, kind=adapter.kind
-                )
+                ):
+                    await announce_running(rt, c.task_id, c.backend_id, adapter.name)
             case Uncertain(reason=reason):
                 log.warning("task %s: submit uncertain (%s); awaiting webhook", c.task_id, reason)
                 await rt.store.mark_running(

@@ -7,9 +7,10 @@ reaches the client the same way whichever path noticed it first.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from aigcq.domain import ErrorCode, TaskState
+from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.platforms.base import Failed, NotFound, Pending, ResultOutcome, Succeeded
 from aigcq.queue.store import Finished
 from aigcq.runtime import Runtime
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 class Outcomes:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        #: called with (task, succeeded) once a TASK_END callback finished a task
+        self.on_task_end: Callable[[Task, bool], None] = lambda task, ok: None
 
     def error_body(self, code: ErrorCode, detail: Any = None) -> dict[str, Any]:
         return {"code": code.value, "msg": self.rt.config.messages.get(code.value), "error": detail}

@@ -7,6 +7,7 @@ otherwise                     -> internal first, overflow to the external platfo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -22,6 +23,17 @@ def plan(backlog: int, internal_capacity: int, external_capacity: int) -> Plan:
     internal = min(backlog, max(internal_capacity, 0))
     external = min(backlog - internal, max(external_capacity, 0))
     return Plan(internal, external, backlog - internal - external)
+
+
+def overflow_ready(waited_s: Iterable[float], after_s: float) -> int:
+    """How many tasks at the head of the line (``waited_s`` in queue order) may overflow:
+    those that have waited ``after_s`` or longer, up to the first that has not."""
+    ready = 0
+    for waited in waited_s:
+        if waited < after_s:
+            break
+        ready += 1
+    return ready
 
 
 def share_round_robin(demands: list[int], capacity: int, start: int = 0) -> list[int]:

@@ -1,0 +1,81 @@
+"""What the client SDK hands to its caller: results, progress events and errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Self
+
+
+class AigcqError(Exception):
+    """An ``error`` reply from aigcq (or a connection it refused)."""
+
+    def __init__(self, code: str, msg: str = "", detail: Any = None, task_id: str | None = None):
+        super().__init__(f"{code}: {msg} {detail or ''}".rstrip())
+        self.code = code
+        self.msg = msg
+        self.detail = detail
+        self.task_id = task_id
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> Self:
+        code, msg = str(reply.get("code", "")), str(reply.get("msg", ""))
+        return cls(code, msg, reply.get("detail"), reply.get("taskId"))
+
+
+class SubmitError(AigcqError):
+    """A ``generate`` was refused (``JSONError``, ``PlatformError``, ``TaskConflict``…)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A task's final result: ``status`` is ``success``, ``failed`` or ``cancelled``."""
+
+    task_id: str
+    status: str
+    data: Any = None
+    code: str | None = None
+    msg: str | None = None
+    error: dict[str, Any] | None = None
+    id: str = ""  # the outbox entry, acknowledged once the result is handed over
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "success"
+
+    @classmethod
+    def from_message(cls, msg: dict[str, Any]) -> Result:
+        return cls(
+            task_id=msg["taskId"],
+            status=msg.get("status", ""),
+            data=msg.get("data"),
+            code=msg.get("code"),
+            msg=msg.get("msg"),
+            error=msg.get("error"),
+            id=msg.get("id", ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Live, best-effort news of a task: steps (``value``/``max``, ``node``) or a ``state``."""
+
+    task_id: str
+    value: int | None = None
+    max: int | None = None
+    node: str | None = None
+    state: str | None = None
+    target: str | None = None
+
+    @classmethod
+    def from_message(cls, msg: dict[str, Any]) -> Progress:
+        return cls(
+            task_id=msg["taskId"],
+            value=msg.get("value"),
+            max=msg.get("max"),
+            node=msg.get("node"),
+            state=msg.get("state"),
+            target=msg.get("target"),
+        )
+
+
+Event = Progress | Result

@@ -1,0 +1,263 @@
+"""``aigcq up --demo``: the server plus emulated GPUs and an emulated RunningHub.
+
+Beside the server it starts, as child processes: two ComfyUI emulators, one ``aigcq
+bridge`` in front of them, and a RunningHub emulator with a small cap. The demo's
+``model.json`` (comfyui → that RunningHub) and every log live under
+``<data dir>/demo/``; the user's ``config/`` is not read. The demo workflow (the
+weight-free EmptyImage → ImageInvert → SaveImage graph) is put in the workflow registry as
+``demo``, so ``aigcq submit comfyui '{"workflowId":"demo"}'`` works at once: the first
+tasks run on the bridge, the next ones overflow to RunningHub up to its cap, the rest wait.
+Ctrl-C (or SIGTERM) stops the server, then the children.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import orjson
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from rich.console import Console
+
+from aigcq.config import PlatformConfig, Settings
+from aigcq.embedded.redis import EmbeddedRedis
+from aigcq.queue.keys import Keys
+
+WORKFLOW_ID = "demo"
+GRAPH = {
+    "1": {
+        "class_type": "EmptyImage",
+        "inputs": {"width": 256, "height": 256, "batch_size": 1, "color": 0x3366CC},
+    },
+    "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
+    "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "demo"}},
+}
+DEMO_APIKEY = "demo-runninghub-key-0123456789abcdef"
+
+
+class DemoOptions(BaseSettings):
+    """How busy the demo's GPUs are: a prompt takes ``3 nodes × steps × step_time`` s.
+
+    Every field reads ``AIGCQ_DEMO_<NAME>`` (e.g. ``AIGCQ_DEMO_STEP_TIME=0.1``).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="AIGCQ_DEMO_", extra="ignore")
+
+    instances: int = Field(2, ge=1)
+    step_time: float = Field(0.5, ge=0)
+    steps: int = Field(4, ge=1)
+    runninghub_cap: int = Field(2, ge=0)
+    runninghub_duration: float = Field(4.0, ge=0)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class Child:
+    """One ``python -m aigcq ...`` child in its own session (Ctrl-C reaches us first)."""
+
+    def __init__(self, name: str, args: list[str], log: Path) -> None:
+        self.name, self.args, self.log = name, args, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._out: IO[bytes] | None = None
+
+    def start(self) -> Child:
+        self._out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "aigcq", *self.args],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._out is not None:
+            self._out.close()
+
+
+@dataclass(slots=True)
+class Demo:
+    """Where everything runs; :meth:`plan` decides, :func:`run` starts it."""
+
+    settings: Settings
+    options: DemoOptions
+    root: Path
+    host: str
+    runninghub: str
+    comfyui: list[str]
+    bridge_port: int
+
+    @classmethod
+    def plan(cls, settings: Settings, options: DemoOptions) -> Demo:
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+        root = settings.data_dir / "demo"
+        return cls(
+            settings=settings,
+            options=options,
+            root=root,
+            host=host,
+            runninghub=f"http://{host}:{free_port(host)}",
+            comfyui=[f"http://{host}:{free_port(host)}" for _ in range(options.instances)],
+            bridge_port=free_port(host),
+        )
+
+    @property
+    def server_ws(self) -> str:
+        return f"ws://{self.host}:{self.settings.ws_port}"
+
+    def write_config(self) -> PlatformConfig:
+        """The demo's model.json under the data dir; the server reads it instead of config/."""
+        config_dir = self.root / "config"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        (self.root / "logs").mkdir(exist_ok=True)
+        account = {"apikey": DEMO_APIKEY, "concurrency": self.options.runninghub_cap}
+        models = {self.settings.project_prefix: {"comfyui": account}}
+        (config_dir / "model.json").write_text(json.dumps(models, indent=2))
+        self.settings.config_dir = config_dir
+        self.settings.runninghub_url = self.runninghub
+        return PlatformConfig.load(config_dir)
+
+    def emulators(self) -> list[Child]:
+        o, logs = self.options, self.root / "logs"
+        port = self.runninghub.rsplit(":", 1)[1]
+        children = [
+            Child(
+                "runninghub",
+                [
+                    *("emulate", "runninghub", "--host", self.host, "--port", port),
+                    *("--max-concurrent", str(o.runninghub_cap)),
+                    *("--duration", str(o.runninghub_duration), "--api-key", DEMO_APIKEY),
+                ],
+                logs / "runninghub.log",
+            )
+        ]
+        for i, url in enumerate(self.comfyui, 1):
+            children.append(
+                Child(
+                    f"comfyui-{i}",
+                    [
+                        *("emulate", "comfyui", "--host", self.host),
+                        *("--port", url.rsplit(":", 1)[1]),
+                        *("--step-time", str(o.step_time), "--steps", str(o.steps)),
+                        *("--output-dir", str(self.root / f"comfyui-{i}")),
+                    ],
+                    logs / f"comfyui-{i}.log",
+                )
+            )
+        return children
+
+    def bridge(self) -> Child:
+        args = ["bridge", "--server", f"{self.server_ws}/ws", "--token", self.settings.bridge_token]
+        args += ["--host", self.host, "--port", str(self.bridge_port), "--heartbeat", "5"]
+        args += ["--data-dir", str(self.root / "bridge")]
+        for url in self.comfyui:
+            args += ["--comfyui", url]
+        return Child("bridge", args, self.root / "logs" / "bridge.log")
+
+    def banner(self, console: Console, client_token: str) -> None:
+        o, s = self.options, self.settings
+        seconds = 3 * o.steps * o.step_time
+        payload = json.dumps({"workflowId": WORKFLOW_ID, "nodeInfoList": []}, separators=(",", ":"))
+        submit = f"aigcq submit comfyui {shlex.quote(payload)} --server {self.server_ws}/"
+        http = f"http://{self.host}:{s.ws_port}"
+        lines = [
+            "[bold]aigcq demo[/bold]: your GPUs first, RunningHub on overflow",
+            f"  server      {self.server_ws}/ (clients), {http}/docs (HTTP API)",
+            f"  GPUs        {o.instances} emulated ComfyUI instances, {seconds:g} s a prompt: "
+            + ", ".join(self.comfyui),
+            f"  bridge      http://{self.host}:{self.bridge_port}/ (admin page) in front of them",
+            f"  RunningHub  {self.runninghub} (emulated: at most {o.runninghub_cap} at once, "
+            f"{o.runninghub_duration:g} s a task)",
+            f"  config      {self.root / 'config' / 'model.json'} (./config is not used)",
+            f"  logs        {self.root / 'logs'}/",
+            "",
+            "One task (its fileUrl shows where it ran: the bridge, or RunningHub):",
+            f"  {submit} --token {client_token}",
+            "",
+            f"Six at once: {o.instances} run on the GPUs, {o.runninghub_cap} overflow to "
+            "RunningHub, the rest wait for a free slot:",
+            f"  export AIGCQ_CLIENT_TOKEN={client_token}",
+            f"  for i in 1 2 3 4 5 6; do {submit} --backend-id demo-$i & done; wait",
+            f"  aigcq status --server {http}",
+            "",
+        ]
+        for line in lines:
+            console.print(line, soft_wrap=True, highlight=False)
+
+
+def put_workflow(redis_url: str, prefix: str) -> None:
+    """The demo workflow into the registry (what ``PUT /api/workflows/demo`` does)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.set(Keys(prefix).workflow(WORKFLOW_ID), orjson.dumps(GRAPH))
+    finally:
+        client.close()
+
+
+async def _serve_then_bridge(demo: Demo, config: PlatformConfig, bridge: Child) -> None:
+    """Run the server; start the bridge once the server accepts connections."""
+    from aigcq.launch import serve
+
+    server = asyncio.create_task(serve(demo.settings, config))
+    deadline = time.monotonic() + 30
+    while not server.done() and time.monotonic() < deadline:
+        try:
+            _, writer = await asyncio.open_connection(demo.host, demo.settings.ws_port)
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        writer.close()
+        bridge.start()
+        break
+    await server
+
+
+def run(settings: Settings, console: Console, options: DemoOptions | None = None) -> None:
+    """Blocking entry point of ``aigcq up --demo``."""
+    from aigcq.gateway.auth import issue_client_token
+    from aigcq.launch import ensure_secrets, run_async
+
+    ensure_secrets(settings)
+    demo = Demo.plan(settings, options or DemoOptions())
+    config = demo.write_config()
+    embedded: EmbeddedRedis | None = None
+    if not settings.redis_url:
+        embedded = EmbeddedRedis(settings.data_dir / "redis")
+        settings.redis_url = embedded.start()
+    children = [c.start() for c in demo.emulators()]
+    bridge = demo.bridge()
+    try:
+        put_workflow(settings.redis_url, settings.project_prefix)
+        demo.banner(console, issue_client_token(settings.token_secret, "demo", 7 * 86400))
+        run_async(_serve_then_bridge(demo, config, bridge))
+    finally:
+        for child in [bridge, *reversed(children)]:
+            child.stop()
+        if embedded is not None:
+            embedded.stop()
+        console.print("aigcq demo stopped")

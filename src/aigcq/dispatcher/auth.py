@@ -1,0 +1,57 @@
+"""Login and JWTs of the message-dispatcher (seed 000 §3.5): HS256, 24 h by default.
+
+Tokens carry their own audience, so a client token signed with the same secret is refused.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+
+import jwt
+
+AUDIENCE = "aigcq-message-dispatcher"
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    access_token: str
+    expires_in: int
+    expires_at: int  # epoch seconds
+
+    def body(self) -> dict[str, object]:
+        return {
+            "access_token": self.access_token,
+            "token_type": "Bearer",
+            "expires_in": self.expires_in,
+            "expires_at": self.expires_at,
+        }
+
+
+class DispatcherAuth:
+    def __init__(self, username: str, password: str, secret: str, ttl_s: int) -> None:
+        self.username = username
+        self.password = password
+        self.secret = secret
+        self.ttl_s = ttl_s
+
+    def login(self, username: str, password: str) -> IssuedToken | None:
+        """A fresh token for the right credentials, else ``None``."""
+        ok = hmac.compare_digest(username.encode(), self.username.encode())
+        ok &= hmac.compare_digest(password.encode(), self.password.encode())
+        if not ok:
+            return None
+        now = int(time.time())
+        claims = {"sub": username, "aud": AUDIENCE, "iat": now, "exp": now + self.ttl_s}
+        return IssuedToken(jwt.encode(claims, self.secret, "HS256"), self.ttl_s, now + self.ttl_s)
+
+    def valid(self, token: object) -> bool:
+        """Whether ``token`` is an unexpired token issued by :meth:`login`."""
+        if not isinstance(token, str) or not token:
+            return False
+        try:
+            jwt.decode(token, self.secret, algorithms=["HS256"], audience=AUDIENCE)
+        except jwt.PyJWTError:
+            return False
+        return True

@@ -1,0 +1,181 @@
+"""``aigcq serve`` in the split topology: the message-dispatcher as its internal target.
+
+Capacity comes from polling the dispatcher's ``GET /api/health`` every
+``MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL`` ms. A failed check, a submit that timed out
+or failed degrade it (no capacity: tasks overflow to RunningHub); it recovers after
+``AIGCQ_HEALTH_RECOVER_PASSES`` (3) passing checks (seed 000 §3.4, §8.3). A task the
+dispatcher did not take goes back to the head of its queue, refunded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from aigcq.config import Settings
+from aigcq.dispatcher.settings import MdClientSettings
+from aigcq.domain import Task, TaskState
+from aigcq.health import Health
+from aigcq.platforms.base import Accepted, Full, Rejected, SubmitOutcome, Uncertain
+from aigcq.platforms.client import PlatformClient
+from aigcq.platforms.md_auth import JwtManager
+from aigcq.platforms.message_dispatcher import MessageDispatcherAdapter
+from aigcq.queue.store import Claimed
+from aigcq.runtime import Runtime
+from aigcq.scheduler.dispatcher import InternalTarget
+from aigcq.scheduler.outcomes import Outcomes
+from aigcq.server import Service
+from aigcq.signing import webhook_url
+
+log = logging.getLogger(__name__)
+
+
+class MessageDispatcherTarget:
+    name = MessageDispatcherAdapter.name
+    serves: tuple[str, ...] = ("comfyui",)
+
+    def __init__(self, rt: Runtime, outcomes: Outcomes, md: MdClientSettings) -> None:
+        self.rt = rt
+        self.outcomes = outcomes
+        self.md = md
+        self.jwt = JwtManager(
+            md.url, md.username, md.password, refresh_ahead_s=md.jwt_refresh_ahead_s
+        )
+        self.adapter = MessageDispatcherAdapter(md.url)
+        self.adapter.token = self.jwt.current
+        # The sweeper and client cancels find it here: their queries carry the JWT too.
+        rt.platforms.adapters[self.name] = self.adapter
+        self.http = PlatformClient({self.name: self.adapter}, timeout_s=md.timeout_ms / 1000)
+        self.health = Health(recover_passes=rt.settings.health_recover_passes)
+        self._free = 0
+
+    # ---- InternalTarget ----------------------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        return self.health.healthy and self.jwt.current() is not None
+
+    def free_slots(self) -> int:
+        """Free slots last reported, minus those used since; none while degraded."""
+        return self._free if self.healthy else 0
+
+    async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
+        await asyncio.gather(*(self._submit(aigc, platform, c) for c in tasks))
+
+    # ---- background ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Keep the token fresh and the capacity known, until cancelled."""
+        try:
+            await asyncio.gather(self.jwt.run(), self._watch())
+        finally:
+            await self.http.aclose()
+
+    async def _watch(self) -> None:
+        timeout = min(self.md.timeout_ms, self.md.health_check_interval_ms) / 1000
+        async with httpx.AsyncClient(timeout=timeout) as http:
+            while True:
+                await self.check(http)
+                await asyncio.sleep(self.md.health_check_interval_ms / 1000)
+
+    async def check(self, http: httpx.AsyncClient) -> None:
+        """One health check: updates free slots and the health state."""
+        try:
+            resp = await http.get(self.md.url.rstrip("/") + "/api/health")
+            data: Any = resp.json().get("data")
+            healthy, free = bool(data["healthy"]), int(data["freeSlots"])
+            reason = "" if healthy else f"dispatcher reports {data.get('status', 'unhealthy')}"
+        except (httpx.HTTPError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            free, reason = 0, f"health check failed: {exc!r}"
+        before = self.free_slots()
+        self._free = free
+        self._observe(reason)
+        if self.free_slots() > before:
+            await self.rt.redis.publish(self.rt.store.keys.events, "wake")
+
+    def _observe(self, reason: str) -> None:
+        changed = self.health.observe(reason)
+        if changed is not None:
+            level = logging.INFO if self.health.healthy else logging.WARNING
+            log.log(level, "message-dispatcher %s%s", changed, f": {reason}" if reason else "")
+
+    # ---- submitting ---------------------------------------------------------------------
+
+    async def _submit(self, aigc: str, platform: str, c: Claimed) -> None:
+        token = self.jwt.current()
+        if token is None:
+            await self._requeue(c, "no message-dispatcher token")
+            return
+        self._free = max(0, self._free - 1)
+        task = Task(
+            task_id=c.task_id,
+            platform=platform,
+            aigc=aigc,
+            backend_id=c.backend_id,
+            payload=c.payload,
+            state=TaskState.DISPATCHING,
+            attempt=c.attempt,
+            target=self.name,
+            workflow_id=c.workflow_id,
+        )
+        settings = self.rt.settings
+        hook = webhook_url(
+            settings.public_callback_base(), settings.signing_key(), c.task_id, c.attempt
+        )
+        outcome = await self.http.submit(self.adapter, task, token, hook)
+        await self._apply(aigc, platform, c, outcome)
+
+    async def _apply(self, aigc: str, platform: str, c: Claimed, outcome: SubmitOutcome) -> None:
+        deadline_s = self.rt.deadline_s(self.rt.config.account(aigc, platform))
+        match outcome:
+            case Accepted(remote_id=remote_id):
+                await self.rt.store.mark_running(
+                    c.task_id, c.attempt, remote_id, deadline_s=deadline_s, kind="callback"
+                )
+                log.info("task %s: accepted by the message-dispatcher as %s", c.task_id, remote_id)
+            case Uncertain(reason=reason):
+                # It may have been queued: wait for its webhook or its deadline.
+                await self.rt.store.mark_running(
+                    c.task_id, c.attempt, "", deadline_s=deadline_s, kind="callback"
+                )
+                self._observe(f"submit uncertain: {reason}")
+            case Full(reason=reason):
+                self._free = 0
+                await self._requeue(c, f"message-dispatcher full: {reason}")
+            case Rejected(retryable=True) as rej:
+                self._observe(f"submit failed: {rej.code} {rej.message}")
+                await self._requeue(c, f"message-dispatcher: {rej.code} {rej.message}")
+            case Rejected() as rej:
+                await self.outcomes.retry_or_fail(
+                    c.task_id,
+                    aigc=aigc,
+                    platform=platform,
+                    attempt=c.attempt,
+                    reason=f"message-dispatcher rejected: {rej.code} {rej.message}",
+                )
+
+    async def _requeue(self, c: Claimed, reason: str) -> None:
+        await self.rt.store.requeue(
+            c.task_id, attempt=c.attempt, refund=True, front=True, reason=reason
+        )
+        log.info("task %s: back to waiting (%s)", c.task_id, reason)
+
+
+def internal_target(settings: Settings) -> Callable[[Service], InternalTarget] | None:
+    """The message-dispatcher target when ``MESSAGE_DISPATCHER_URL`` is set and enabled."""
+    md = MdClientSettings()
+    md.url = settings.message_dispatcher_url or md.url
+    if not md.active:
+        return None
+
+    def build(service: Service) -> InternalTarget:
+        target = MessageDispatcherTarget(service.rt, service.outcomes, md)
+        service.background.append(target.run)
+        log.info("internal target: message-dispatcher at %s", md.url)
+        return target
+
+    return build

@@ -1,0 +1,98 @@
+"""``aigcq dispatcher``: the standalone message-dispatcher of seed 000.
+
+It is an aigcq :class:`~aigcq.server.Service` of its own (own Redis key prefix) whose only
+target is its bridge hub at ``/ws`` — no paid overflow — plus the dispatcher API
+(:mod:`aigcq.dispatcher.api`) and the webhook relay that returns results to whoever
+submitted them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis.asyncio as aioredis
+import uvicorn
+from fastapi import FastAPI
+from redis.asyncio import Redis
+
+from aigcq.config import Messages, PlatformAccount, PlatformConfig, PlatformKinds, Settings
+from aigcq.dispatcher.api import PLATFORM, DispatcherApi
+from aigcq.dispatcher.auth import DispatcherAuth
+from aigcq.dispatcher.settings import DispatcherSettings
+from aigcq.dispatcher.webhooks import WebhookRelay
+from aigcq.launch import bind, ensure_secrets, run_with_redis
+from aigcq.server import Service
+
+log = logging.getLogger(__name__)
+
+#: the AIGC project every dispatcher task is queued under.
+AIGC = "api"
+
+
+def core_settings(md: DispatcherSettings, base: Settings) -> Settings:
+    """``base`` with the dispatcher's prefix, single port and public URL."""
+    return base.model_copy(
+        update={
+            "project_prefix": md.prefix,
+            "ws_port": md.port,
+            "callback_port": md.port,
+            "bridge_port": 0,
+            "callback_url": md.public_url,
+            "message_dispatcher_url": "",
+        }
+    )
+
+
+def dispatcher_config() -> PlatformConfig:
+    """One queue, ComfyUI on our bridges only: concurrency 0 leaves nothing to overflow."""
+    accounts = {AIGC: {PLATFORM: PlatformAccount(concurrency=0)}}
+    return PlatformConfig(accounts, PlatformKinds(), Messages())
+
+
+class MessageDispatcher:
+    def __init__(self, md: DispatcherSettings, settings: Settings, redis: Redis) -> None:
+        if not (md.password and md.jwt_secret):
+            raise ValueError("the dispatcher needs a password and a JWT secret")
+        self.service = Service(settings, dispatcher_config(), redis)
+        self.service.pollers.clear()  # its only target is the hub: no platform to poll
+        self.auth = DispatcherAuth(md.username, md.password, md.jwt_secret, md.jwt_ttl_s)
+        self.relay = WebhookRelay(redis, self.service.rt.store, attempts=md.webhook_attempts)
+        self.service.background.append(self.relay.run)
+        self.service.app.router.routes.extend(DispatcherApi(self.service, self.auth, AIGC).routes())
+
+    @property
+    def app(self) -> FastAPI:
+        return self.service.app
+
+
+def prepare() -> tuple[DispatcherSettings, Settings, dict[str, str]]:
+    """Settings from the environment, unset secrets filled in; also those generated now."""
+    md = DispatcherSettings()
+    settings = core_settings(md, Settings())
+    fresh = ensure_secrets(settings)
+    fresh |= ensure_secrets(settings, md, ("password", "jwt_secret"), key_prefix="md_")
+    return md, settings, fresh
+
+
+def run(md: DispatcherSettings, settings: Settings) -> None:
+    """Serve; start a private Redis first when no ``AIGCQ_REDIS_URL`` is configured."""
+    run_with_redis(
+        settings,
+        dispatcher_config(),
+        embedded_dir=settings.data_dir / "md-redis",
+        main=lambda: serve(md, settings),
+    )
+
+
+async def serve(md: DispatcherSettings, settings: Settings) -> None:
+    """Run ``aigcq dispatcher`` until SIGINT/SIGTERM."""
+    redis = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
+    dispatcher = MessageDispatcher(md, settings, redis)
+    server = uvicorn.Server(
+        uvicorn.Config(dispatcher.app, log_config=None, timeout_graceful_shutdown=10)
+    )
+    log.info("message-dispatcher on %s:%s (prefix %s)", settings.host, md.port, md.prefix)
+    try:
+        await server.serve(sockets=[bind(settings.host, md.port)])
+    finally:
+        await redis.aclose()

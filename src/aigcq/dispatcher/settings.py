@@ -1,0 +1,85 @@
+"""Settings of the split topology (seed 000 §3.7), by the seed's names where it has them.
+
+:class:`DispatcherSettings` configures ``aigcq dispatcher`` (the message-dispatcher);
+:class:`MdClientSettings` configures ``aigcq serve`` as its client. Both read the same
+``MD_USERNAME`` / ``MD_PASSWORD``, so one ``.env`` serves both processes.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_CONFIG = SettingsConfigDict(
+    env_file=".env", extra="ignore", populate_by_name=True, case_sensitive=False
+)
+
+
+def _env(name: str, *seed_names: str) -> AliasChoices:
+    return AliasChoices(f"AIGCQ_MD_{name}", *seed_names)
+
+
+class DispatcherSettings(BaseSettings):
+    """``aigcq dispatcher``: its port, Redis key prefix, login and JWT lifetime."""
+
+    model_config = _CONFIG
+
+    port: int = Field(4000, validation_alias=_env("PORT"))
+    prefix: str = Field("md", min_length=1, validation_alias=_env("PREFIX"))
+    public_url: str = Field(
+        "",
+        validation_alias=_env("PUBLIC_URL"),
+        description="Base URL bridges post TASK_END to; default http://<host>:<port>.",
+    )
+    username: str = Field("admin", min_length=1, validation_alias=_env("USERNAME", "MD_USERNAME"))
+    password: str = Field(
+        "", validation_alias=_env("PASSWORD", "MD_PASSWORD"), description="Unset: generated."
+    )
+    jwt_secret: str = Field(
+        "", validation_alias=_env("JWT_SECRET"), description="Unset: generated."
+    )
+    jwt_ttl_s: int = Field(86400, gt=0, validation_alias=_env("JWT_TTL_S"))
+    webhook_attempts: int = Field(8, ge=1, validation_alias=_env("WEBHOOK_ATTEMPTS"))
+
+
+class MdClientSettings(BaseSettings):
+    """``aigcq serve`` using a message-dispatcher as its internal target."""
+
+    model_config = _CONFIG
+
+    url: str = Field(
+        "", validation_alias=AliasChoices("AIGCQ_MESSAGE_DISPATCHER_URL", "MESSAGE_DISPATCHER_URL")
+    )
+    enabled: bool = Field(
+        True,
+        validation_alias=AliasChoices(
+            "AIGCQ_MESSAGE_DISPATCHER_ENABLED", "MESSAGE_DISPATCHER_ENABLED"
+        ),
+    )
+    timeout_ms: int = Field(
+        30000,
+        gt=0,
+        validation_alias=AliasChoices(
+            "AIGCQ_MESSAGE_DISPATCHER_TIMEOUT", "MESSAGE_DISPATCHER_TIMEOUT"
+        ),
+    )
+    health_check_interval_ms: int = Field(
+        10000,
+        gt=0,
+        validation_alias=AliasChoices(
+            "AIGCQ_MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL",
+            "MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL",
+        ),
+    )
+    username: str = Field("admin", validation_alias=_env("USERNAME", "MD_USERNAME"))
+    password: str = Field("", validation_alias=_env("PASSWORD", "MD_PASSWORD"))
+    jwt_refresh_ahead_s: float = Field(
+        4 * 3600.0,
+        gt=0,
+        validation_alias=_env("JWT_REFRESH_AHEAD_S"),
+        description="Log in again this long before the token expires (at most half its life).",
+    )
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and bool(self.url)

@@ -1,0 +1,144 @@
+"""Health (seed 000 §8) in-process against a real Redis: degrade on bridge loss, overflow to
+the RunningHub emulator at once, recover after 3 passing checks; failing bridges."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from aigcq.config import PlatformConfig, Settings
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
+from aigcq.health import HealthState
+from aigcq.server import Service
+from tests.e2e.conftest import Client, generate
+from tests.helpers import serve_app, until
+from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end
+
+INTERVAL_S = 0.25
+
+
+@pytest.fixture
+async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
+    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 5}}}')
+    emulator = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
+    async with serve_app(create_app(emulator)) as rh:
+        settings = Settings(
+            redis_url=redis_url,
+            token_secret=SECRET,
+            config_dir=tmp_path,
+            bridge_token=BRIDGE_TOKEN,
+            runninghub_url=rh,
+            health_interval_s=INTERVAL_S,
+            bridge_quarantine_s=0.3,
+        )
+        service = Service(settings, PlatformConfig.load(tmp_path), redis)
+        async with serve_app(service.app) as base:
+            env = Env(int(base.rsplit(":", 1)[1]), redis, service)
+            yield env
+            for ws in env.sockets:
+                await ws.close()
+
+
+async def health(env: Env) -> dict[str, Any]:
+    return dict(await env.redis.hgetall("md:state:health"))
+
+
+def status(expected: HealthState) -> Any:
+    return lambda h: h.get("status") == expected.value
+
+
+async def goes_to(env: Env, client: Client, task_id: str, target: str) -> None:
+    """Submit ``task_id`` and wait (at most 1 s) until it is dispatched to ``target``."""
+    await client.request(generate(task_id))
+    task = await until(partial(env.task, task_id), lambda t: t.target != "", within=1.0)
+    assert task.target == target
+
+
+async def assign(bridge: Bridge) -> str:
+    msg = await bridge.next()
+    assert msg["type"] == "TASK_ASSIGN"
+    await bridge.ack(msg["data"]["taskId"])
+    return str(msg["data"]["webhookUrl"])
+
+
+async def test_bridge_loss_degrades_at_once_and_recovery_takes_three_checks(env: Env) -> None:
+    hub = env.service.hub
+    assert hub is not None
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    await until(lambda: health(env), lambda h: h.get("status") == "healthy", within=2.0)
+    assert (await env.redis.hgetall("md:state:connection"))["status"] == "connected"
+    capacity = await env.redis.hgetall("md:state:capacity")
+    assert capacity["totalBridges"] == "1" and capacity["totalInstances"] == "2"
+    assert await env.redis.ttl("md:state:capacity") > 0
+    assert await env.redis.get("md:state:last_heartbeat")
+    client = await env.client()
+    await goes_to(env, client, "in-1", "bridge")
+    await assign(bridge)
+
+    await bridge.ws.close()
+    await until(lambda: asyncio.sleep(0, hub.healthy), lambda ok: not ok, within=1.0)
+    await goes_to(env, client, "out-1", "runninghub")
+    state = await until(lambda: health(env), status(HealthState.DEGRADED), within=1.0)
+    assert state["reason"] == "no bridge connected" and state["degradeCount"] == "1"
+    connection = await env.redis.hgetall("md:state:connection")
+    assert connection["status"] == "disconnected" and connection["disconnectedAt"]
+
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    assert not hub.healthy and hub.free_slots() == 0  # back, but not stable yet
+    await goes_to(env, client, "out-2", "runninghub")
+    await until(lambda: health(env), status(HealthState.RECOVERING), within=1.0)
+    state = await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
+    assert state["recoverCount"] == "1" and state["degradeCount"] == "1"
+    await goes_to(env, client, "in-2", "bridge")
+    await client.close()
+
+
+async def test_a_bridge_whose_tasks_keep_failing_is_out_of_rotation_until_a_probe(
+    env: Env,
+) -> None:
+    hub = env.service.hub
+    assert hub is not None
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
+    client = await env.client()
+    for i in range(3):
+        await goes_to(env, client, f"f{i}", "bridge")
+        hook = await assign(bridge)
+        await until(partial(env.task, f"f{i}"), lambda t: t.state == "running")
+        assert await task_end(env, hook, code=1) == 200
+        await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1})
+    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 0, within=1.0)
+    state = await until(lambda: health(env), status(HealthState.DEGRADED), within=1.0)
+    assert state["reason"] == "every bridge is out of rotation"
+    assert (await env.redis.hgetall("aigcq:bridge:br1"))["inRotation"] == "0"
+    await goes_to(env, client, "f-out", "runninghub")
+
+    await asyncio.sleep(0.3)  # the cool-down; then a HEARTBEAT with free instances re-admits
+    await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1})
+    await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
+    await goes_to(env, client, "f-back", "bridge")
+    await client.close()
+
+
+async def test_overflow_after_ms_holds_overflow_while_internal_is_healthy(env: Env) -> None:
+    env.service.rt.settings.overflow_after_ms = 400
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
+    client = await env.client()
+    await goes_to(env, client, "w-in", "bridge")
+    await client.request(generate("w-out"))
+    await asyncio.sleep(0.2)
+    assert (await env.task("w-out")).state == "pending"  # internal is busy but healthy
+    task = await until(partial(env.task, "w-out"), lambda t: t.target != "", within=1.0)
+    assert task.target == "runninghub"
+    await client.close()

@@ -1,0 +1,359 @@
+"""The message-dispatcher in-process against a real Redis: login, JWT, ``/api/task``, the
+RunningHub-compatible routes driven by our ``runninghub`` adapter, and webhook delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+import pytest
+import redis.asyncio as aioredis
+
+from aigcq.bridges.hub import HubConfig
+from aigcq.config import PlatformConfig, Settings
+from aigcq.dispatcher.auth import DispatcherAuth
+from aigcq.dispatcher.client import internal_target
+from aigcq.dispatcher.service import MessageDispatcher, core_settings
+from aigcq.dispatcher.settings import DispatcherSettings
+from aigcq.domain import Task
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
+from aigcq.gateway.auth import issue_client_token
+from aigcq.platforms.base import Accepted, NotFound, Pending, Rejected, Succeeded
+from aigcq.platforms.md_auth import JwtManager
+from aigcq.platforms.runninghub import RunningHubAdapter
+from aigcq.server import Service
+from tests.e2e.conftest import Client, generate
+from tests.helpers import Recorder, send, serve_app, until
+from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge, snapshot
+
+PASSWORD = "md-test-password"
+JWT_SECRET = "md-jwt-secret-with-at-least-32-bytes-of-key"
+BODY: dict[str, Any] = {
+    "workflowId": "1904136902449209346",
+    "nodeInfoList": [{"nodeId": "6", "fieldName": "text", "fieldValue": "a cat"}],
+}
+
+
+@dataclass
+class Md:
+    base: str
+    http: httpx.AsyncClient
+    redis: aioredis.Redis
+    dispatcher: MessageDispatcher
+
+    @property
+    def port(self) -> int:
+        return int(self.base.rsplit(":", 1)[1])
+
+    async def token(self) -> str:
+        resp = await self.http.post("/api/auth/login", json=LOGIN)
+        token: str = resp.json()["data"]["access_token"]
+        return token
+
+    async def task(self, task_id: str) -> Task | None:
+        return await self.dispatcher.service.rt.store.get(task_id)
+
+
+LOGIN = {"username": "admin", "password": PASSWORD}
+
+
+@pytest.fixture
+async def md(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Md]:
+    md_settings = DispatcherSettings(password=PASSWORD, jwt_secret=JWT_SECRET)
+    base = Settings(
+        redis_url=redis_url,
+        token_secret="t" * 40,
+        bridge_token=BRIDGE_TOKEN,
+        data_dir=tmp_path,
+        config_dir=tmp_path,
+    )
+    dispatcher = MessageDispatcher(md_settings, core_settings(md_settings, base), redis)
+    assert dispatcher.service.hub is not None
+    dispatcher.service.hub.config = HubConfig(ack_timeout_s=2.0)
+    async with serve_app(dispatcher.app) as url, httpx.AsyncClient(base_url=url) as http:
+        yield Md(url, http, redis, dispatcher)
+
+
+async def test_login_issues_a_24h_token_and_refuses_bad_credentials(md: Md) -> None:
+    ok = await md.http.post("/api/auth/login", json=LOGIN)
+    assert ok.status_code == 200 and ok.json()["success"] is True
+    data = ok.json()["data"]
+    assert data["access_token"] and data["expires_in"] == 86400 and data["expires_at"] > 0
+    wrong = await md.http.post("/api/auth/login", json={**LOGIN, "password": "nope"})
+    assert wrong.status_code == 401 and wrong.json()["success"] is False
+    malformed = await md.http.post("/api/auth/login", content=b"{not json")
+    assert malformed.status_code == 400
+
+
+async def test_task_is_queued_without_its_api_key(md: Md) -> None:
+    token = await md.token()
+    resp = await md.http.post("/api/task", json={**BODY, "apiKey": token})
+    assert resp.status_code == 200, resp.text
+    data = resp.json()["data"]
+    assert resp.json()["success"] is True and data["requestId"] == data["taskId"]
+    task = await md.task(data["taskId"])
+    assert task is not None and task.state == "pending" and task.platform == "comfyui"
+    assert task.payload == BODY  # apiKey dropped, the rest as sent
+
+
+@pytest.mark.parametrize(
+    "api_key",
+    [None, "", "garbage", "expired", "client-token"],
+)
+async def test_bad_tokens_get_401_and_queue_nothing(md: Md, api_key: str | None) -> None:
+    if api_key == "expired":
+        api_key = DispatcherAuth("admin", PASSWORD, JWT_SECRET, -10).login("admin", PASSWORD)
+        api_key = api_key.access_token if api_key else None
+    elif api_key == "client-token":  # signed with the same secret, but not a login token
+        api_key = issue_client_token(JWT_SECRET, "admin")
+    before = await _tasks_state(md)
+    body = {**BODY, **({"apiKey": api_key} if api_key is not None else {})}
+    resp = await md.http.post("/api/task", json=body)
+    assert resp.status_code == 401 and resp.json()["success"] is False
+    rh = await md.http.post("/task/openapi/create", json=body)
+    assert rh.json()["code"] == 802
+    assert await _tasks_state(md) == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[1, 2]",
+        orjson.dumps({"nodeInfoList": []}),  # neither workflowId nor workflow
+        orjson.dumps({**BODY, "nodeInfoList": [{"nodeId": 6}]}),
+        orjson.dumps({**BODY, "webhookUrl": "ftp://x"}),
+    ],
+)
+async def test_malformed_bodies_get_400_and_queue_nothing(md: Md, body: bytes) -> None:
+    headers = {"Authorization": f"Bearer {await md.token()}"}
+    before = await _tasks_state(md)
+    resp = await md.http.post("/api/task", content=body, headers=headers)
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "InvalidBody"
+    assert await _tasks_state(md) == before
+
+
+async def test_health_counts_bridges_and_free_slots(md: Md) -> None:
+    empty = (await md.http.get("/api/health")).json()["data"]
+    assert empty["bridges"] == 0 and empty["freeSlots"] == 0
+    bridge = await Bridge.connect(md.port)
+    await bridge.register(count=3)
+    data = await until(
+        lambda: _health(md), lambda d: d["bridges"] == 1 and d["instances"] == 3, within=5
+    )
+    assert data["healthy"] and data["freeSlots"] == 3
+    overview = await md.http.get("/api/overview")
+    assert overview.status_code == 401
+    headers = {"Authorization": f"Bearer {await md.token()}"}
+    view = (await md.http.get("/api/overview", headers=headers)).json()["data"]
+    assert view["bridgeList"][0]["bridgeId"] == "br1" and "recentTasks" in view
+    await bridge.ws.close()
+
+
+async def _health(md: Md) -> dict[str, Any]:
+    data: dict[str, Any] = (await md.http.get("/api/health")).json()["data"]
+    return data
+
+
+async def test_runninghub_adapter_end_to_end_with_webhook(md: Md) -> None:
+    """Our ``runninghub`` adapter pointed at the dispatcher: create, query, TASK_END."""
+    recorder = Recorder(fail_first=1)  # the first delivery fails: it is retried
+    token = await md.token()
+    rh = RunningHubAdapter(md.base)
+    bridge = await Bridge.connect(md.port)
+    await bridge.register(count=1)
+    async with serve_app(recorder.app) as hook_base:
+        task = Task("client-1", "comfyui", "img", "b1", dict(BODY))
+        status, body = await send(md.http, rh.submit_request(task, token, f"{hook_base}/hook"))
+        accepted = rh.parse_submit(status, body)
+        assert isinstance(accepted, Accepted)
+        remote = Task("client-1", "comfyui", "img", "b1", {}, remote_id=accepted.remote_id)
+        assign = await bridge.next()
+        assert (
+            assign["type"] == "TASK_ASSIGN" and assign["data"]["workflowId"] == BODY["workflowId"]
+        )
+        await bridge.ack(assign["data"]["taskId"])
+        assert rh.parse_query(*await send(md.http, rh.query_request(remote, token))) == Pending(
+            "RUNNING"
+        )
+        await _task_end(md, assign["data"]["webhookUrl"])
+        received = await recorder.wait_for(2, within=10)
+        event = received[-1].json()
+        assert received[-1].path == "/hook" and event["taskId"] == accepted.remote_id
+        assert isinstance(rh.parse_result(event), Succeeded)
+        outcome = rh.parse_query(*await send(md.http, rh.query_request(remote, token)))
+        assert isinstance(outcome, Succeeded)
+        status_req = rh.query_request(remote, token)
+        status_url = status_req.url.replace("/outputs", "/status")
+        assert (await md.http.post(status_url, json=status_req.json)).json()["data"] == "SUCCESS"
+    unknown = Task("x", "comfyui", "img", "b1", {}, remote_id="no-such-task")
+    assert isinstance(
+        rh.parse_query(*await send(md.http, rh.query_request(unknown, token))), NotFound
+    )
+    refused = rh.parse_submit(*await send(md.http, rh.submit_request(task, "bad", "")))
+    assert isinstance(refused, Rejected) and refused.code == "RH_802"
+    account = await md.http.post("/uc/openapi/accountStatus", json={"apikey": token})
+    assert account.json()["code"] == 0
+    await bridge.ws.close()
+
+
+async def test_cancel_finishes_the_task_and_tells_the_webhook(md: Md) -> None:
+    recorder = Recorder()
+    token = await md.token()
+    async with serve_app(recorder.app) as hook_base:
+        body = {**BODY, "apiKey": token, "webhookUrl": f"{hook_base}/hook"}
+        task_id = (await md.http.post("/task/openapi/create", json=body)).json()["data"]["taskId"]
+        cancel = {"apiKey": token, "taskId": task_id}
+        assert (await md.http.post("/task/openapi/cancel", json=cancel)).json()["code"] == 0
+        event = (await recorder.wait_for(1, within=5))[0].json()
+        assert event["taskId"] == task_id
+        assert orjson.loads(event["eventData"])["code"] == 805
+    task = await md.task(task_id)
+    assert task is not None and task.state == "cancelled"
+
+
+async def _task_end(md: Md, webhook: str) -> None:
+    """The bridge's TASK_END, posted to the dispatcher's signed callback URL."""
+    body = {
+        "event": "TASK_END",
+        "taskId": "x",
+        "eventData": orjson.dumps(
+            {"code": 0, "msg": "success", "data": [{"fileUrl": "http://f/1.png"}]}
+        ).decode(),
+    }
+    parts = urlsplit(webhook)
+    resp = await md.http.post(f"{parts.path}?{parts.query}", json=body)
+    assert resp.status_code == 200, resp.text
+
+
+# ---- the split topology: aigcq serve -> message-dispatcher -> bridge ---------------------
+
+CLIENT_SECRET = "serve-secret-with-at-least-32-bytes-of-key"
+
+
+@contextlib.asynccontextmanager
+async def serve_split(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, md_url: str, rh_url: str = ""
+) -> AsyncIterator[tuple[Service, Client]]:
+    """``aigcq serve`` with ``md_url`` as its internal target, and a connected client."""
+    concurrency = 1 if rh_url else 0
+    model = {"proj": {"comfyui": {"apikey": "rh-key", "concurrency": concurrency}}}
+    (tmp_path / "model.json").write_text(orjson.dumps(model).decode())
+    settings = Settings(
+        redis_url=redis_url,
+        token_secret=CLIENT_SECRET,
+        config_dir=tmp_path,
+        data_dir=tmp_path / "serve",
+        message_dispatcher_url=md_url,
+        runninghub_url=rh_url or "http://127.0.0.1:9",
+    )
+    target = internal_target(settings)
+    assert target is not None
+    service = Service(settings, PlatformConfig.load(tmp_path), redis, internal=target)
+    async with serve_app(service.app) as base:
+        settings.callback_url = base  # where TASK_END webhooks reach this server
+        port = int(base.rsplit(":", 1)[1])
+        client = await Client(port, "b1", issue_client_token(CLIENT_SECRET, "b1")).connect()
+        try:
+            yield service, client
+        finally:
+            await client.close()
+
+
+@pytest.fixture
+def fast_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL", "100")
+    monkeypatch.setenv("MD_PASSWORD", PASSWORD)
+
+
+@pytest.mark.usefixtures("fast_checks")
+async def test_split_topology_end_to_end(
+    md: Md, tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    bridge = await Bridge.connect(md.port)
+    await bridge.register(count=1)
+    async with serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
+        reply = await client.request(generate("split-1"))
+        assert reply["type"] != "error", reply
+        assign = await bridge.next(timeout=10)
+        assert assign["type"] == "TASK_ASSIGN"
+        md_task_id = assign["data"]["taskId"]
+        await bridge.ack(md_task_id)
+        task = await until(
+            lambda: service.rt.store.get("split-1"),
+            lambda t: t is not None and t.state == "running",
+        )
+        assert task is not None and task.target == "message_dispatcher"
+        assert task.remote_id == md_task_id
+        await _task_end(md, assign["data"]["webhookUrl"])
+        result = await client.next(timeout=10)
+        assert result["type"] == "result" and result["taskId"] == "split-1"
+        assert result["status"] == "success", result
+    await bridge.ws.close()
+
+
+@pytest.mark.usefixtures("fast_checks")
+async def test_unreachable_dispatcher_overflows_to_runninghub(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    rh_config = RunningHubEmulatorConfig(duration_s=0.1)
+    async with (
+        serve_app(create_app(rh_config)) as rh_url,
+        serve_split(tmp_path, redis, redis_url, "http://127.0.0.1:9", rh_url) as (service, client),
+    ):
+        await client.request(generate("over-1"))
+        result = await client.next(timeout=10)
+        assert result["type"] == "result" and result["status"] == "success", result
+        task = await service.rt.store.get("over-1")
+        assert task is not None and task.target == "runninghub"
+
+
+async def test_short_lived_token_is_renewed_before_it_expires(md: Md) -> None:
+    md.dispatcher.auth.ttl_s = 2
+    manager = JwtManager(md.base, "admin", PASSWORD, refresh_ahead_s=3600)
+    runner = asyncio.create_task(manager.run())
+    try:
+        first = await until(_current(manager), lambda t: t is not None)
+        seen = {first}
+        for _ in range(80):  # 4 s: two lifetimes, the token is never missing
+            token = manager.current()
+            assert token is not None
+            seen.add(token)
+            await asyncio.sleep(0.05)
+        assert len(seen) >= 3
+        resp = await md.http.post("/api/task", json={**BODY, "apiKey": manager.current()})
+        assert resp.status_code == 200
+    finally:
+        runner.cancel()
+
+
+async def test_login_is_retried_until_it_succeeds(md: Md) -> None:
+    manager = JwtManager(md.base, "admin", "wrong", refresh_ahead_s=3600, max_backoff_s=0.2)
+    runner = asyncio.create_task(manager.run())
+    try:
+        await asyncio.sleep(0.5)
+        assert manager.current() is None  # refused, retrying; dispatch is never blocked
+        manager.password = PASSWORD
+        await until(_current(manager), lambda t: t is not None, within=3)
+    finally:
+        runner.cancel()
+
+
+def _current(manager: JwtManager) -> Callable[[], Awaitable[str | None]]:
+    async def probe() -> str | None:
+        return manager.current()
+
+    return probe
+
+
+async def _tasks_state(md: Md) -> dict[str, tuple[str, int]]:
+    """Every key but the health state the hub republishes on its own schedule."""
+    keys = await snapshot(md.redis)
+    return {k: v for k, v in keys.items() if not k.startswith("md:state:")}

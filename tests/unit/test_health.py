@@ -1,0 +1,97 @@
+"""The health state machine (seed 000 §8), the bridge check and the overflow delay rule."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aigcq.bridges.registry import BridgeConn
+from aigcq.health import Health, HealthState, check_bridges
+from aigcq.scheduler.routing import overflow_ready
+
+FAIL, PASS = "no bridge connected", ""
+
+
+def test_a_failure_degrades_at_once_and_three_passes_recover() -> None:
+    h = Health()
+    assert h.healthy
+    assert h.observe(FAIL) is HealthState.DEGRADED and h.reason == FAIL
+    assert h.observe(PASS) is HealthState.RECOVERING
+    assert h.observe(PASS) is None and h.passes == 2 and not h.healthy
+    assert h.observe(PASS) is HealthState.HEALTHY and h.reason == ""
+    assert (h.degrades, h.recovers) == (1, 1)
+
+
+def test_a_failure_while_recovering_starts_over_without_counting_a_new_degrade() -> None:
+    h = Health()
+    h.observe(FAIL)
+    h.observe(PASS)
+    assert h.observe("no instances") is HealthState.DEGRADED
+    assert h.passes == 0 and h.degrades == 1
+    for _ in range(2):
+        h.observe(PASS)
+    assert not h.healthy
+
+
+def test_one_pass_recovers_when_configured_so() -> None:
+    h = Health(recover_passes=1)
+    h.observe(FAIL)
+    assert h.observe(PASS) is HealthState.HEALTHY
+
+
+@given(st.lists(st.booleans(), max_size=60), st.integers(1, 5))
+def test_never_healthy_before_n_consecutive_passes_after_a_failure(
+    checks: list[bool], n: int
+) -> None:
+    h = Health(recover_passes=n)
+    streak, failed = 0, False
+    for passed in checks:
+        h.observe(PASS if passed else FAIL)
+        streak = streak + 1 if passed else 0
+        failed = failed or not passed
+        if not passed:
+            assert h.state is HealthState.DEGRADED
+        assert h.healthy == (not failed or streak >= n)
+    assert h.recovers <= h.degrades <= checks.count(False)
+
+
+async def _noop(_: str) -> None:
+    return None
+
+
+def bridge(count: int = 2, *, seen: float = 100.0, online: bool = True) -> BridgeConn:
+    conn = BridgeConn("b", _noop, instance_count=count, available=count, online=online)
+    conn.last_seen = seen
+    return conn
+
+
+def test_check_bridges_names_the_first_failing_condition() -> None:
+    now, silence = 100.0, 60.0
+    assert check_bridges([], now, silence) == "no bridge connected"
+    assert check_bridges([bridge(online=False)], now, silence) == "no bridge connected"
+    assert check_bridges([bridge(seen=30.0)], now, silence) == "no heartbeat within 60 s"
+    assert check_bridges([bridge(count=0)], now, silence) == "no instances"
+    out = bridge()
+    out.quarantined_at = 90.0
+    assert check_bridges([out], now, silence) == "every bridge is out of rotation"
+    assert check_bridges([out, bridge(count=0), bridge(seen=90.0)], now, silence) == ""
+
+
+def test_busy_bridges_are_still_healthy() -> None:
+    busy = bridge()
+    busy.available = 0
+    assert check_bridges([busy], 100.0, 60.0) == ""
+
+
+def test_overflow_waits_for_the_delay_in_queue_order() -> None:
+    assert overflow_ready([], 0.5) == 0
+    assert overflow_ready([0.7, 0.6, 0.1, 0.9], 0.5) == 2
+    assert overflow_ready([0.1, 0.9], 0.5) == 0
+    assert overflow_ready([0.0, 0.0], 0.0) == 2  # no delay: the seed's behaviour
+
+
+@given(st.lists(st.floats(0, 10), max_size=20), st.floats(0, 10))
+def test_only_tasks_that_waited_long_enough_overflow(waited: list[float], after: float) -> None:
+    ready = overflow_ready(waited, after)
+    assert all(w >= after for w in waited[:ready])
+    assert ready == len(waited) or waited[ready] < after
