@@ -13,6 +13,8 @@ Ctrl-C (or SIGTERM) stops the server, then the children.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import json
 import shlex
 import signal
@@ -30,7 +32,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.queue.keys import Keys
 
 WORKFLOW_ID = "demo"
@@ -43,6 +44,7 @@ GRAPH = {
     "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "demo"}},
 }
 DEMO_APIKEY = "demo-runninghub-key-0123456789abcdef"
+PR_SET_PDEATHSIG = 1
 
 
 class DemoOptions(BaseSettings):
@@ -66,6 +68,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the demo process dies (even SIGKILLed)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class Child:
     """One ``python -m aigcq ...`` child in its own session (Ctrl-C reaches us first)."""
 
@@ -82,6 +90,7 @@ class Child:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         return self
 
@@ -171,7 +180,8 @@ class Demo:
 
     def bridge(self) -> Child:
         args = ["bridge", "--server", f"{self.server_ws}/ws", "--token", self.settings.bridge_token]
-        args += ["--host", self.host, "--port", str(self.bridge_port), "--heartbeat", "5"]
+        # The hub frees a slot on the next HEARTBEAT, so beat often: freed GPUs show at once.
+        args += ["--host", self.host, "--port", str(self.bridge_port), "--heartbeat", "1"]
         args += ["--data-dir", str(self.root / "bridge")]
         for url in self.comfyui:
             args += ["--comfyui", url]
@@ -208,21 +218,22 @@ class Demo:
             console.print(line, soft_wrap=True, highlight=False)
 
 
-def put_workflow(redis_url: str, prefix: str) -> None:
+async def put_workflow(redis_url: str, prefix: str) -> None:
     """The demo workflow into the registry (what ``PUT /api/workflows/demo`` does)."""
-    import redis
+    import redis.asyncio as aioredis
 
-    client = redis.Redis.from_url(redis_url)
+    client = aioredis.Redis.from_url(redis_url)
     try:
-        client.set(Keys(prefix).workflow(WORKFLOW_ID), orjson.dumps(GRAPH))
+        await client.set(Keys(prefix).workflow(WORKFLOW_ID), orjson.dumps(GRAPH))
     finally:
-        client.close()
+        await client.aclose()
 
 
 async def _serve_then_bridge(demo: Demo, config: PlatformConfig, bridge: Child) -> None:
     """Run the server; start the bridge once the server accepts connections."""
     from aigcq.launch import serve
 
+    await put_workflow(demo.settings.redis_url, demo.settings.project_prefix)
     server = asyncio.create_task(serve(demo.settings, config))
     deadline = time.monotonic() + 30
     while not server.done() and time.monotonic() < deadline:
@@ -240,24 +251,24 @@ async def _serve_then_bridge(demo: Demo, config: PlatformConfig, bridge: Child) 
 def run(settings: Settings, console: Console, options: DemoOptions | None = None) -> None:
     """Blocking entry point of ``aigcq up --demo``."""
     from aigcq.gateway.auth import issue_client_token
-    from aigcq.launch import ensure_secrets, run_async
+    from aigcq.launch import ensure_secrets, run_with_redis
 
     ensure_secrets(settings)
     demo = Demo.plan(settings, options or DemoOptions())
     config = demo.write_config()
-    embedded: EmbeddedRedis | None = None
-    if not settings.redis_url:
-        embedded = EmbeddedRedis(settings.data_dir / "redis")
-        settings.redis_url = embedded.start()
     children = [c.start() for c in demo.emulators()]
     bridge = demo.bridge()
     try:
-        put_workflow(settings.redis_url, settings.project_prefix)
         demo.banner(console, issue_client_token(settings.token_secret, "demo", 7 * 86400))
-        run_async(_serve_then_bridge(demo, config, bridge))
+        # run_with_redis: the embedded Redis when AIGCQ_REDIS_URL is unset; SIGTERM and
+        # Ctrl-C end it normally, so the children are stopped below either way.
+        run_with_redis(
+            settings,
+            config,
+            embedded_dir=settings.data_dir / "redis",
+            main=lambda: _serve_then_bridge(demo, config, bridge),
+        )
     finally:
         for child in [bridge, *reversed(children)]:
             child.stop()
-        if embedded is not None:
-            embedded.stop()
         console.print("aigcq demo stopped")

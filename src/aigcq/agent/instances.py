@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -232,6 +233,19 @@ class InstancePool:
         best = min(free, key=lambda i: (len(i.running), i.external_load))
         best.running.add(task_id)
         return best
+
+    async def acquire_within(
+        self, task_id: str, exclude: frozenset[str], timeout: float
+    ) -> ComfyInstance | None:
+        """Like :meth:`acquire`, waiting up to ``timeout`` for a busy instance to free up;
+        None at once when no other healthy instance exists."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.acquire(task_id, exclude)
+            others = [i for i in self.instances if i.healthy and i.instance_id not in exclude]
+            if found is not None or not others or time.monotonic() >= deadline:
+                return found
+            await asyncio.sleep(0.2)
 
     @staticmethod
     def release(instance: ComfyInstance, task_id: str) -> None:

@@ -186,7 +186,9 @@ class TaskRunner:
                 task.instance.healthy = False
                 tried.add(task.instance.instance_id)
                 self.pool.release(task.instance, task.task_id)
-                other = self.pool.acquire(task.task_id, exclude=frozenset(tried))
+                other = await self.pool.acquire_within(
+                    task.task_id, frozenset(tried), self.settings.task_timeout
+                )
                 if other is None:
                     raise TaskFailed(f"no ComfyUI instance reachable ({e})") from None
                 task.instance = other

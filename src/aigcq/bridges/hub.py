@@ -369,16 +369,20 @@ class BridgeHub:
         return self.rt.settings.bridge_quarantine_s
 
     def task_ended(self, task: Task, ok: bool) -> None:
-        """TASK_END hook: consecutive failures take a bridge out of rotation, a success
-        re-admits it. A bridge is also re-admitted by its first HEARTBEAT with free
-        instances after ``bridge_quarantine_s``, on probation: one more failure and it is
-        out again."""
+        """TASK_END hook: the slot is free again; consecutive failures take a bridge out of
+        rotation, a success re-admits it. A bridge is also re-admitted by its first
+        HEARTBEAT with free instances after ``bridge_quarantine_s``, on probation: one more
+        failure and it is out again."""
         if task.target != self.name:
             return
         conn = next((b for b in self.registry.live() if task.task_id in b.running), None)
         if conn is None:
             return
         conn.running.discard(task.task_id)
+        # The instance is free again now, not at the bridge's next HEARTBEAT (up to 30 s
+        # away): without this, finished GPUs would look busy and tasks would overflow.
+        conn.available = min(conn.available + 1, conn.instance_count)
+        self.wake()
         if ok:
             conn.failures = 0
             if conn.quarantined_at is None:

@@ -1,0 +1,408 @@
+"""Bridges end to end: a real ``aigcq serve`` and fake bridges completing instantly. Prints JSON.
+
+Measures (issue 3's targets in brackets):
+
+* ``dispatch``   submit → TASK_ASSIGN latency at a paced rate (p99 < 5 ms at 500/s);
+* ``lifecycle``  client → bridge → TASK_END → client throughput, 20 bridges × 8 instances
+  completing at once (≥ 2,000 tasks/s);
+* ``loss``       bridge socket lost → the first task reaching RunningHub (< 200 ms);
+* ``routing``    ``routing.plan`` + the hub's free-slot sum over 1,000 bridges, in-process
+  (< 1 ms).
+
+The fake bridges speak the bridge protocol with the ``websockets`` client: REGISTER, TASK_ACK
+per TASK_ASSIGN, TASK_END POSTed to the ``webhookUrl`` over kept-alive aiohttp connections,
+and a HEARTBEAT after each batch of completions so the hub reconciles its free slots.
+The hub closes a bridge that sends more than ``HubConfig.max_msgs_per_s`` (100) frames a
+second; at 100 tasks/s per bridge that limit, not the hub, is the ceiling, so by default
+the server runs with it lifted (``--flood-limit 100`` keeps it).
+
+    python bench/bridge_bench.py [--rates 500,200] [--tasks 4000] [--flood-limit 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import aiohttp
+import orjson
+import websockets
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.e2e.conftest import BRIDGE_TOKEN, Client, Cluster, Proc, free_port, generate, wait_http
+
+from aigcq.bridges.registry import BridgeConn, BridgeRegistry
+from aigcq.embedded.redis import EmbeddedRedis
+from aigcq.scheduler.routing import plan
+
+SLOTS = 8
+BEAT_S = 0.02  # completions are reported by a HEARTBEAT at most this late
+END_DATA = orjson.dumps(
+    {
+        "code": 0,
+        "msg": "success",
+        "data": [{"fileUrl": "http://b/x.png", "fileType": "png", "taskCostTime": 0}],
+    }
+).decode()
+# `aigcq serve` with the hub's per-connection flood limit replaced (argv: serve).
+LAUNCH = (
+    "import functools, sys; import aigcq.bridges.hub as h; "
+    "h.HubConfig = functools.partial(h.HubConfig, max_msgs_per_s=int(sys.argv.pop(1))); "
+    "from aigcq.cli import main; main()"
+)
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+class FakeBridge:
+    """One bridge with ``slots`` instances that finish every task the moment it arrives."""
+
+    def __init__(self, url: str, bridge_id: str, http: aiohttp.ClientSession) -> None:
+        self.url, self.bridge_id, self.http = url, bridge_id, http
+        self.slots = SLOTS
+        self.running = 0
+        self.assigned: dict[str, float] = {}  # taskId -> perf_counter at TASK_ASSIGN
+        self.ws: Any = None
+        self._beat_due = False
+        self._reader: asyncio.Task[None] | None = None
+        self._posts: set[asyncio.Task[None]] = set()
+
+    def _counts(self) -> dict[str, Any]:
+        free = self.slots - self.running
+        return {"instanceCount": self.slots, "availableInstanceCount": free}
+
+    async def connect(self) -> FakeBridge:
+        self.ws = await websockets.connect(f"{self.url}?token={BRIDGE_TOKEN}", max_size=None)
+        await self._send("REGISTER", {"bridgeId": self.bridge_id, **self._counts(), "tasks": []})
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def _send(self, type_: str, data: dict[str, Any]) -> None:
+        await self.ws.send(orjson.dumps({"type": type_, "data": data}).decode())
+
+    async def _read(self) -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for raw in self.ws:
+                msg = orjson.loads(raw)
+                if msg["type"] == "TASK_ASSIGN":
+                    data = msg["data"]
+                    self.assigned[data["taskId"]] = now()
+                    self.running += 1
+                    ack = {"taskId": data["taskId"], "taskStatus": "RUNNING"}
+                    await self._send("TASK_ACK", {"code": 0, "msg": "success", "data": ack})
+                    post = asyncio.create_task(self._end(data["taskId"], data["webhookUrl"]))
+                    self._posts.add(post)
+                    post.add_done_callback(self._posts.discard)
+                elif msg["type"] == "PING":
+                    await self.ws.send('{"type":"PONG"}')
+                elif msg["type"] == "ERROR":
+                    print(f"{self.bridge_id}: {msg}", file=sys.stderr)
+
+    async def _end(self, task_id: str, hook: str) -> None:
+        body = {"event": "TASK_END", "taskId": task_id, "eventData": END_DATA}
+        for _ in range(5):
+            with contextlib.suppress(aiohttp.ClientError):
+                async with self.http.post(hook, json=body) as resp:
+                    await resp.read()
+                    if resp.status < 500:
+                        break
+            await asyncio.sleep(0.05)
+        self.running -= 1
+        if not self._beat_due:  # one HEARTBEAT per BEAT_S of completions
+            self._beat_due = True
+            asyncio.get_running_loop().call_later(BEAT_S, self._beat)
+
+    def _beat(self) -> None:
+        self._beat_due = False
+        if self.ws is not None:
+            task = asyncio.create_task(self._heartbeat())
+            self._posts.add(task)
+            task.add_done_callback(self._posts.discard)
+
+    async def _heartbeat(self) -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await self._send("HEARTBEAT", {**self._counts(), "busyInstanceCount": self.running})
+
+    def abort(self) -> None:
+        """Lose the connection the way a killed process does (no closing handshake)."""
+        self.ws.transport.abort()
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        with contextlib.suppress(Exception):
+            await self.ws.close()
+
+
+class Load:
+    """Client sockets submitting tasks and timing their results."""
+
+    def __init__(self, port: int, clients: int = 4) -> None:
+        self.port, self.n_clients = port, clients
+        self.sent: dict[str, float] = {}
+        self.done: dict[str, float] = {}
+        self.duplicates = 0
+        self.pending: set[str] = set()
+        self.all_done = asyncio.Event()
+
+    async def run(self, n: int, rate: float | None, prefix: str) -> float:
+        conns = [await Client(self.port, f"{prefix}-c{i}").connect() for i in range(self.n_clients)]
+
+        async def reader(c: Client) -> None:
+            while True:
+                msg = orjson.loads(await c.ws.recv())
+                if msg["type"] == "result":
+                    self.duplicates += msg["taskId"] in self.done
+                    self.done[msg["taskId"]] = now()
+                    self.pending.discard(msg["taskId"])
+                    if not self.pending:
+                        self.all_done.set()
+
+        ids = [f"{prefix}-{i}" for i in range(n)]
+        self.pending, self.all_done = set(ids), asyncio.Event()
+        readers = [asyncio.create_task(reader(c)) for c in conns]
+        start = now()
+        payload: dict[str, Any] = {"workflowId": "bench", "nodeInfoList": []}
+        for i, tid in enumerate(ids):
+            self.sent[tid] = now()
+            await conns[i % len(conns)].send(generate(tid, **payload))
+            if rate:
+                await asyncio.sleep(max(0.0, start + (i + 1) / rate - now()))
+        deadline = now() + 60
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.all_done.wait(), 60)
+        elapsed = max(self.done.get(t, deadline) for t in ids) - start
+        for r in readers:
+            r.cancel()
+        for c in conns:
+            await c.close()
+        return elapsed
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(len(values) * q))], 3)
+
+
+def start_server(cluster: Cluster, flood_limit: int, **env: str) -> tuple[Proc, int]:
+    port = free_port()
+    log = cluster.tmp / f"serve-{port}.log"
+    proc = Proc(["serve"], cluster.server_env(port, **env), log)
+    limit = str(flood_limit or 1_000_000)
+    proc.p = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, limit, "serve", "--log-level", "WARNING"],
+        env={**os.environ, **proc.env},
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+    cluster.procs.append(proc)
+    wait_http(f"http://127.0.0.1:{port}/healthz")
+    return proc, port
+
+
+async def bridges_up(port: int, n: int, http: aiohttp.ClientSession, tag: str) -> list[FakeBridge]:
+    url = f"ws://127.0.0.1:{port}/ws"
+    bridges = [await FakeBridge(url, f"{tag}-{i}", http).connect() for i in range(n)]
+    await asyncio.sleep(0.3)  # REGISTERs processed
+    return bridges
+
+
+async def dispatch_and_lifecycle(
+    cluster: Cluster, args: argparse.Namespace, http: aiohttp.ClientSession
+) -> dict[str, Any]:
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}}})
+    server, port = start_server(cluster, args.flood_limit)
+    bridges = await bridges_up(port, args.bridges, http, "life")
+    try:
+        await Load(port).run(500, None, "warm")
+        dispatch, duplicates = [], 0
+        for rate in (int(r) for r in args.rates.split(",")):
+            paced = Load(port)
+            n = rate * 3
+            await paced.run(n, rate, f"paced{rate}")
+            duplicates += paced.duplicates
+            assigned = {t: ts for b in bridges for t, ts in b.assigned.items()}
+            lat = [(assigned[t] - paced.sent[t]) * 1000 for t in paced.sent if t in assigned]
+            e2e = [(paced.done[t] - paced.sent[t]) * 1000 for t in paced.sent if t in paced.done]
+            dispatch.append(
+                {
+                    "rate_per_s": rate,
+                    "tasks": n,
+                    "assigned": len(lat),
+                    "submit_to_assign_p50_ms": pct(lat, 0.5),
+                    "submit_to_assign_p99_ms": pct(lat, 0.99),
+                    "submit_to_result_p50_ms": pct(e2e, 0.5),
+                    "submit_to_result_p99_ms": pct(e2e, 0.99),
+                }
+            )
+            print("dispatch", dispatch[-1], file=sys.stderr)
+        flood = Load(port, clients=8)
+        elapsed = await flood.run(args.tasks, None, "flood")
+        lifecycle = {
+            "bridges": args.bridges,
+            "instances_each": SLOTS,
+            "tasks": args.tasks,
+            "results": sum(t.startswith("flood") for t in flood.done),
+            "duplicates": flood.duplicates + duplicates,
+            "seconds": round(elapsed, 3),
+            "throughput_per_s": round(args.tasks / elapsed, 1),
+            "flood_limit_per_bridge": args.flood_limit or "lifted",
+        }
+        print("lifecycle", lifecycle, file=sys.stderr)
+        return {"dispatch": dispatch, "lifecycle": lifecycle}
+    finally:
+        for b in bridges:
+            await b.close()
+        server.stop()
+
+
+class FakeRunningHub:
+    """Answers ``/task/openapi/create`` and records when each request arrived."""
+
+    def __init__(self) -> None:
+        self.created: list[float] = []
+        self.arrived = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/task/openapi/create", self._create)
+        self.runner = web.AppRunner(app, access_log=None)
+        self.url = ""
+
+    async def _create(self, _request: web.Request) -> web.Response:
+        self.created.append(now())
+        self.arrived.set()
+        n = len(self.created)
+        data = {"taskId": f"{1900000000000000000 + n}", "taskStatus": "RUNNING"}
+        return web.json_response({"code": 0, "msg": "success", "data": data})
+
+    async def start(self) -> FakeRunningHub:
+        await self.runner.setup()
+        port = free_port()
+        await web.TCPSite(self.runner, "127.0.0.1", port).start()
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+
+async def bridge_loss(
+    cluster: Cluster, args: argparse.Namespace, http: aiohttp.ClientSession
+) -> dict[str, Any]:
+    """One bridge serves a steady 200 tasks/s; its socket dies; when does RunningHub see one?"""
+    rh = await FakeRunningHub().start()
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 100000}}})
+    server, port = start_server(
+        cluster,
+        args.flood_limit,
+        AIGCQ_RUNNINGHUB_URL=rh.url,
+        AIGCQ_HEALTH_INTERVAL_S="0.1",
+    )
+    trials: list[float] = []
+    internal_before: list[int] = []
+    overflow_before: list[int] = []
+    try:
+        for trial in range(args.loss_trials):
+            bridge = (await bridges_up(port, 1, http, f"loss{trial}"))[0]
+            await asyncio.sleep(0.5)  # 3 healthy checks at 0.1 s: internal again
+            load = Load(port, clients=1)
+            before = len(rh.created)
+            runner = asyncio.create_task(load.run(300, 200, f"loss{trial}"))
+            await asyncio.sleep(0.5)
+            internal_before.append(len(bridge.assigned))
+            overflow_before.append(len(rh.created) - before)
+            t0 = now()
+            bridge.abort()
+            while not any(t > t0 for t in rh.created) and now() - t0 < 5:
+                rh.arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(rh.arrived.wait(), 5)
+            first = min((t for t in rh.created if t > t0), default=t0 + 5)
+            trials.append((first - t0) * 1000)
+            print(f"loss trial {trial}: {trials[-1]:.1f} ms", file=sys.stderr)
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner
+            await bridge.close()
+        return {
+            "trials": len(trials),
+            "loss_to_first_overflow_ms": [round(t, 1) for t in trials],
+            "median_ms": round(statistics.median(trials), 1),
+            "max_ms": round(max(trials), 1),
+            "internal_before_loss": internal_before,
+            "overflowed_before_loss": overflow_before,
+        }
+    finally:
+        server.stop()
+        await rh.runner.cleanup()
+
+
+def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any]:
+    """``routing.plan`` + the free-slot sum over ``n_bridges`` (what a dispatch round does)."""
+
+    async def noop(_text: str) -> None:
+        return None
+
+    registry = BridgeRegistry(cast(Any, None), "bench", ttl_s=60)
+    for i in range(n_bridges):
+        conn = BridgeConn(f"b{i}", noop)
+        conn.reconcile(SLOTS, i % (SLOTS + 1))
+        registry.bridges[conn.bridge_id] = conn
+    decide, picks, plan_only = [], [], []
+    for r in range(rounds):
+        t = time.perf_counter_ns()
+        split = plan(5000 + r, registry.free_slots(), 50)
+        decide.append((time.perf_counter_ns() - t) / 1e6)
+        t = time.perf_counter_ns()
+        pick = registry.pick()
+        picks.append((time.perf_counter_ns() - t) / 1e6)
+        t = time.perf_counter_ns()
+        plan(5000 + r, 4000, 50)
+        plan_only.append((time.perf_counter_ns() - t) / 1e6)
+    assert split.internal > 0 and pick is not None
+    return {
+        "bridges": n_bridges,
+        "plan_plus_free_slot_sum_p50_ms": pct(decide, 0.5),
+        "plan_plus_free_slot_sum_p99_ms": pct(decide, 0.99),
+        "plan_only_p50_us": round(statistics.median(plan_only) * 1000, 2),
+        "pick_least_loaded_p50_ms": pct(picks, 0.5),
+        "pick_least_loaded_p99_ms": pct(picks, 0.99),
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="aigcq-bridge-bench-"))
+    redis = EmbeddedRedis(tmp / "redis", persist=False)
+    cluster = Cluster(tmp, redis.start())
+    connector = aiohttp.TCPConnector(limit=256)
+    report: dict[str, Any] = {"routing": routing_decision()}
+    print("routing", report["routing"], file=sys.stderr)
+    try:
+        async with aiohttp.ClientSession(connector=connector) as http:
+            report.update(await dispatch_and_lifecycle(cluster, args, http))
+            report["loss"] = await bridge_loss(cluster, args, http)
+        return report
+    finally:
+        cluster.close()
+        redis.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rates", default="500,200", help="paced rates for dispatch latency")
+    parser.add_argument("--tasks", type=int, default=4000)
+    parser.add_argument("--bridges", type=int, default=20)
+    parser.add_argument("--loss-trials", type=int, default=5)
+    parser.add_argument(
+        "--flood-limit", type=int, default=0, help="hub frames/s per bridge (0 = lifted)"
+    )
+    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

@@ -1,0 +1,310 @@
+"""Issue 3 end to end: client → ``aigcq serve`` → ``aigcq bridge`` → emulated ComfyUI.
+
+Every piece is a real process (server, bridge, ComfyUI and RunningHub emulators, Redis);
+the tests kill some of them with SIGKILL and check that every result reaches its client
+exactly once. A ComfyUI prompt of the graph below takes ``3 nodes × steps × step_time``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, Client, Cluster, Proc, generate
+
+pytestmark = pytest.mark.e2e
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+GRAPH: dict[str, Any] = {
+    "1": {
+        "class_type": "EmptyImage",
+        "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0xFF0000},
+    },
+    "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
+    "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "e2e"}},
+}
+AUTH = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
+
+
+class Setup:
+    """A server, optionally a RunningHub emulator, and one bridge with its ComfyUI emulators."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.rh = ""
+        self.port = 0
+        self.server: Proc | None = None
+        self.server_env: dict[str, str] = {}
+        self.comfy: list[str] = []
+        self.bridge: Proc | None = None
+        self.bridge_port = 0
+        self.redis = redis.Redis.from_url(cluster.redis_url, decode_responses=True)
+
+    def start(
+        self,
+        *,
+        rh_cap: int = 0,
+        rh_duration: float = 0.5,
+        instances: int = 2,
+        step_time: float = 0.02,
+        **env: str,
+    ) -> Setup:
+        c = self.cluster
+        # RunningHub is configured in every test; cap 0 means "never overflow".
+        rh_args = ("--max-concurrent", str(max(rh_cap, 1)), "--duration", str(rh_duration))
+        comfy_args = ("--step-time", str(step_time), "--steps", "2")
+        with ThreadPoolExecutor() as pool:  # start-up is CPU-bound imports: overlap them
+            rh = pool.submit(c.emulator, "runninghub", *rh_args)
+            comfy = [pool.submit(c.emulator, "comfyui", *comfy_args) for _ in range(instances)]
+            self.rh, self.comfy = rh.result(), [f.result() for f in comfy]
+        c.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": rh_cap}}})
+        # Health checks every 0.2 s: a returning bridge is internal again after 0.6 s.
+        self.server_env = {"AIGCQ_RUNNINGHUB_URL": self.rh, "AIGCQ_HEALTH_INTERVAL_S": "0.2"}
+        self.server_env.update(env)
+        self.server, self.port = c.server(**self.server_env)
+        self.start_bridge()
+        return self
+
+    def start_bridge(self) -> None:
+        self.bridge, self.bridge_port = self.cluster.bridge(
+            self.port,
+            self.comfy,
+            "--heartbeat=0.5",
+            port=self.bridge_port or None,
+            AIGCQ_BRIDGE_HEALTH_INTERVAL="0.5",
+            AIGCQ_BRIDGE_WS_SILENCE="1",
+        )
+        self.wait_bridge_free(len(self.comfy))
+
+    def wait_bridge_free(self, free: int, timeout: float = 20.0) -> None:
+        """Until the hub has published the bridge with ``free`` free slots."""
+        bridge_id = httpx.get(f"http://127.0.0.1:{self.bridge_port}/api/status").json()["bridgeId"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            record = self.redis.hgetall(f"aigcq:bridge:{bridge_id}")
+            # (and internal capacity healthy again: it recovers after 3 passing checks)
+            ready = record.get("online") == "1" and int(record["availableInstanceCount"]) == free
+            if ready and self.redis.hget("md:state:health", "status") in (None, "healthy"):
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"bridge {bridge_id} never had {free} free slots: {record}")
+
+    def rh_stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = httpx.get(f"{self.rh}/_emulator/stats").json()
+        return stats
+
+    async def tasks(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}") as http:
+            got = await asyncio.gather(*(http.get(f"/api/tasks/{i}", headers=AUTH) for i in ids))
+        return {i: r.json() for i, r in zip(ids, got, strict=True)}
+
+
+def bridge_task(task_id: str, **payload: Any) -> dict[str, Any]:
+    return generate(task_id, **(payload or {"workflowId": "e2e-inline", "workflow": GRAPH}))
+
+
+def exactly_once(client: Client, ids: list[str]) -> None:
+    assert sorted(client.results) == sorted(ids)
+    dupes = {k: len(v) for k, v in client.results.items() if len(v) != 1}
+    assert not dupes, dupes
+    failed = {k: v[0] for k, v in client.results.items() if v[0]["status"] != "success"}
+    assert not failed, failed
+
+
+async def submit(client: Client, ids: list[str]) -> None:
+    for task_id in ids:
+        reply = await client.request(bridge_task(task_id))
+        assert reply["type"] == "submitted", reply
+
+
+async def until_running(s: Setup, ids: list[str], target: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = await s.tasks(ids)
+        if all(t["state"] == "running" and t["target"] == target for t in states.values()):
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"not all running on {target}: {states}")
+
+
+async def test_client_to_bridge_to_comfyui_and_back_with_a_png(cluster: Cluster) -> None:
+    """Seed 002 tests 1 and 2, and issue 3's first check, over the whole chain."""
+    s = Setup(cluster).start(rh_cap=2)
+    base = f"http://127.0.0.1:{s.port}"
+    resp = httpx.put(
+        f"{base}/api/workflows/wf-e2e",
+        json=GRAPH,
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+    )
+    assert resp.status_code == 200, resp.text
+    client = await Client(s.port, "biz-png").connect()
+    await client.request(bridge_task("png-inline"))
+    width = {"nodeId": "1", "fieldName": "width", "fieldValue": "32"}
+    await client.request(bridge_task("png-registry", workflowId="wf-e2e", nodeInfoList=[width]))
+    await client.collect(2, timeout=20)
+    await client.linger(0.3)
+    exactly_once(client, ["png-inline", "png-registry"])
+    for task_id, expected_width in (("png-inline", 64), ("png-registry", 32)):
+        data = client.results[task_id][0]["data"]
+        assert data["code"] == 0, data
+        url = data["data"][0]["fileUrl"]
+        assert url.startswith(f"http://127.0.0.1:{s.bridge_port}/files/"), url
+        png = httpx.get(url).content
+        assert png[:8] == PNG_SIGNATURE
+        assert int.from_bytes(png[16:20], "big") == expected_width  # IHDR width
+    tasks = await s.tasks(["png-inline", "png-registry"])
+    assert {t["target"] for t in tasks.values()} == {"bridge"}
+    assert s.rh_stats()["created"] == 0
+    await client.close()
+
+
+async def test_two_internal_then_overflow_up_to_the_cap_then_wait(cluster: Cluster) -> None:
+    """1 bridge × 2 busy instances, 5 more tasks: 2 to RunningHub (its cap), 3 wait."""
+    s = Setup(cluster).start(rh_cap=2, rh_duration=1.0, step_time=0.3)  # 1.8 s a prompt
+    client = await Client(s.port, "biz-split").connect()
+    first, more = ["split-0", "split-1"], [f"split-{i}" for i in range(2, 7)]
+    await submit(client, first)
+    await until_running(s, first, "bridge")
+    await submit(client, more)
+    await asyncio.sleep(0.5)
+    tasks = await s.tasks(first + more)
+    where = [(t["state"], t["target"]) for t in tasks.values()]
+    assert where.count(("running", "bridge")) == 2, where
+    assert where.count(("running", "runninghub")) == 2, where
+    assert sum(state == "pending" for state, _ in where) == 3, where
+    await client.collect(7, timeout=30)
+    await client.linger(0.5)
+    exactly_once(client, first + more)
+    stats = s.rh_stats()
+    assert max(stats["peak_concurrent"].values()) <= 2
+    final = await s.tasks(first + more)
+    assert sum(t["target"] == "bridge" for t in final.values()) >= 2
+    await client.close()
+
+
+async def test_sigkill_bridge_and_restart_requeues_what_it_lost(cluster: Cluster) -> None:
+    """Seed 002 test 3: the bridge comes back (same id); the tasks it lost run again on it."""
+    s = Setup(cluster).start(step_time=0.4)  # no RunningHub capacity: internal only
+    client = await Client(s.port, "biz-rb").connect()
+    ids = [f"rb-{i}" for i in range(4)]
+    await submit(client, ids)
+    await until_running(s, ids[:2], "bridge")
+    assert s.bridge is not None
+    s.bridge.kill()
+    await asyncio.sleep(0.5)
+    s.start_bridge()
+    await client.collect(4, timeout=30)
+    await client.linger(0.5)
+    exactly_once(client, ids)
+    tasks = await s.tasks(ids)
+    assert all(t["target"] == "bridge" for t in tasks.values()), tasks
+    await client.close()
+
+
+async def test_sigkill_server_mid_task_every_result_once(cluster: Cluster) -> None:
+    s = Setup(cluster).start(step_time=0.3, AIGCQ_TASK_DEADLINE_S="60")
+    client = await Client(s.port, "biz-ks").connect()
+    ids = [f"ks-{i}" for i in range(6)]
+    await submit(client, ids)
+    await until_running(s, ids[:2], "bridge")
+    assert s.server is not None
+    s.server.kill()
+    await client.ws.close()
+    await asyncio.sleep(1.0)  # the bridge's TASK_ENDs meet a closed port and are retried
+    s.server, _ = cluster.server(s.port, **s.server_env)
+    again = await Client(s.port, "biz-ks").connect()
+    for task_id, msgs in client.results.items():
+        again.results.setdefault(task_id, []).extend(msgs)
+    await again.collect(6, timeout=40)
+    await again.linger(0.5)
+    exactly_once(again, ids)
+    await again.close()
+
+
+async def test_more_tasks_than_instances_and_an_instance_lost(cluster: Cluster) -> None:
+    """Seed 000 §10: 10 tasks on 2 instances, one instance dies mid-run; nothing lost."""
+    s = Setup(cluster).start(step_time=0.1)
+    client = await Client(s.port, "biz-many").connect()
+    ids = [f"many-{i}" for i in range(10)]
+    await submit(client, ids)
+    await asyncio.sleep(0.8)
+    victim = next(p for p in cluster.procs if p.args[:2] == ["emulate", "comfyui"])
+    victim.kill()
+    await client.collect(10, timeout=40)
+    await client.linger(0.5)
+    exactly_once(client, ids)
+    tasks = await s.tasks(ids)
+    assert all(t["target"] == "bridge" for t in tasks.values()), tasks
+    await client.close()
+
+
+async def health_becomes(s: Setup, status: str, timeout: float) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if s.redis.hget("md:state:health", "status") == status:
+            return
+        await asyncio.sleep(0.02)
+    raise TimeoutError(f"health never {status}: {s.redis.hgetall('md:state:health')}")
+
+
+async def test_degrade_on_bridge_loss_and_recover_after_three_checks(cluster: Cluster) -> None:
+    """Issue 3: bridge SIGKILLed mid-task → new tasks to RunningHub in < 1 s, and the task it
+    held is retried after its deadline; bridge back → internal again after 3 checks."""
+    s = Setup(cluster).start(
+        rh_cap=4,
+        rh_duration=0.3,
+        step_time=0.5,  # 3 s a prompt: h-0 is still running when the bridge dies
+        AIGCQ_HEALTH_INTERVAL_S="1",
+        AIGCQ_TASK_DEADLINE_S="4",
+    )
+    health = "md:state:health"
+    client = await Client(s.port, "biz-health").connect()
+
+    async def target_of(task_id: str, since: float) -> tuple[str, float]:
+        while time.monotonic() - since < 10:
+            task = (await s.tasks([task_id]))[task_id]
+            if task["target"]:
+                return task["target"], time.monotonic() - since
+            await asyncio.sleep(0.02)
+        raise TimeoutError(task_id)
+
+    await client.request(bridge_task("h-0"))
+    await until_running(s, ["h-0"], "bridge")
+    assert s.redis.hget(health, "status") == "healthy"
+
+    assert s.bridge is not None
+    s.bridge.kill()
+    lost = time.monotonic()
+    await client.request(bridge_task("h-1"))
+    target, elapsed = await target_of("h-1", lost)
+    assert target == "runninghub" and elapsed < 1.0, (target, elapsed)
+    assert s.redis.hget(health, "status") == "degraded"
+    assert s.redis.hget(health, "reason") == "no bridge connected"
+
+    s.bridge, _ = cluster.bridge(
+        s.port, s.comfy, "--heartbeat=0.5", port=s.bridge_port, AIGCQ_BRIDGE_HEALTH_INTERVAL="0.5"
+    )
+    await health_becomes(s, "recovering", 10)  # registered: the first passing check
+    back = time.monotonic()
+    await client.request(bridge_task("h-2"))
+    assert (await target_of("h-2", back))[0] == "runninghub"
+    assert s.redis.hget(health, "status") == "recovering"
+    await health_becomes(s, "healthy", 8)
+    recovered = time.monotonic() - back
+    assert recovered >= 1.5, recovered  # two more checks after the first pass
+    await client.request(bridge_task("h-3"))
+    assert (await target_of("h-3", time.monotonic()))[0] == "bridge"
+    assert int(s.redis.hget(health, "recoverCount") or 0) >= 1
+
+    ids = [f"h-{i}" for i in range(4)]
+    await client.collect(4, timeout=20)
+    await client.linger(0.3)
+    exactly_once(client, ids)
+    retried = (await s.tasks(["h-0"]))["h-0"]
+    assert retried["attempt"] == 2, retried  # after the deadline, not before
+    await client.close()

@@ -1,0 +1,94 @@
+"""``aigcq up --demo`` as a newcomer runs it: tasks go to the GPUs first, then overflow."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from tests.e2e.conftest import Client, Proc, free_port, generate, wait_http
+
+pytestmark = pytest.mark.e2e
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def test_up_demo_runs_internal_first_then_overflows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()
+    data = tmp_path / "data"
+    env = {
+        "AIGCQ_WS_PORT": str(port),
+        "AIGCQ_CALLBACK_PORT": str(port),
+        "AIGCQ_DATA_DIR": str(data),
+        "AIGCQ_DEMO_STEP_TIME": "0.25",  # 3 nodes × 4 steps: 3 s a prompt
+        "AIGCQ_DEMO_RUNNINGHUB_DURATION": "1",
+    }
+    for name in ("AIGCQ_REDIS_URL", "REDIS_URL", "AIGCQ_CONFIG_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    demo = Proc(["up", "--demo"], env, tmp_path / "demo.log").start()
+    assert demo.p is not None
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+        banner = (tmp_path / "demo.log").read_text()
+        assert "aigcq submit comfyui" in banner and "--token ey" in banner
+        token = banner.split("--token ", 1)[1].split()[0]
+        store = redis.Redis.from_url(f"unix://{data}/redis/redis.sock", decode_responses=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            bridges = [store.hgetall(k) for k in store.keys("aigcq:bridge:*") if ":tasks" not in k]
+            if any(b.get("availableInstanceCount") == "2" for b in bridges):
+                break
+            time.sleep(0.1)
+        else:
+            raise TimeoutError(f"the demo bridge never registered: {banner}")
+        assert (data / "demo" / "config" / "model.json").exists()
+
+        client = await Client(port, "newcomer", token=token).connect()
+        ids = [f"demo-{i}" for i in range(6)]
+        payload = {"workflowId": "demo", "nodeInfoList": []}
+        for task_id in ids:
+            await client.request(generate(task_id, aigc="aigcq", **payload))
+        await client.collect(6, timeout=40)
+        assert all(len(r) == 1 and r[0]["status"] == "success" for r in client.results.values())
+        await client.close()
+        auth = {"Authorization": f"Bearer {token}"}
+        targets = [
+            httpx.get(f"http://127.0.0.1:{port}/api/tasks/{i}", headers=auth).json()["target"]
+            for i in ids
+        ]
+        assert targets[:2] == ["bridge", "bridge"], targets
+        assert "runninghub" in targets, targets
+        children = children_of(demo.p.pid)
+        assert len(children) >= 4, children  # 2 ComfyUI, RunningHub, bridge (and Redis)
+    finally:
+        demo.p.send_signal(signal.SIGINT)  # Ctrl-C
+        demo.p.wait(20)
+    time.sleep(0.2)
+    assert not [pid for pid in children if alive(pid)], children
