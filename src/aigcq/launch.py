@@ -68,18 +68,25 @@ def listen_ports(settings: Settings) -> list[int]:
     return [p for i, p in enumerate(ports) if p and p not in ports[:i]]
 
 
+def redis_client(url: str) -> aioredis.Redis:
+    """The Redis client of a server process.
+
+    redis-py 8's default pool fails the 101st concurrent command (MaxConnectionsError,
+    e.g. 160 TASK_ENDs at once); a blocking pool waits for a free connection instead.
+    """
+    return aioredis.Redis.from_pool(
+        aioredis.BlockingConnectionPool.from_url(
+            url, decode_responses=True, max_connections=256, timeout=20
+        )
+    )
+
+
 async def serve(settings: Settings, config: PlatformConfig) -> None:
     """Run ``aigcq serve`` until SIGINT/SIGTERM, then shut down cleanly."""
     from aigcq.dispatcher.client import internal_target
     from aigcq.server import Service
 
-    # redis-py 8's default pool fails the 101st concurrent command (MaxConnectionsError,
-    # e.g. 160 TASK_ENDs at once); a blocking pool waits for a free connection instead.
-    redis = aioredis.Redis.from_pool(
-        aioredis.BlockingConnectionPool.from_url(
-            settings.redis_url, decode_responses=True, max_connections=256, timeout=20
-        )
-    )
+    redis = redis_client(settings.redis_url)
     service = Service(settings, config, redis, internal=internal_target(settings))
     sockets = [bind(settings.host, port) for port in listen_ports(settings)]
     server = uvicorn.Server(

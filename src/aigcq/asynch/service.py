@@ -23,6 +23,7 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.asynch.tasks_repo import TaskRepo
 from aigcq.asynch.types_repo import ModelTypeRepo
 from aigcq.asynch.worker import Worker
+from aigcq.launch import redis_client
 from aigcq.storage import Storage, StorageSettings, build_storage
 from aigcq.storage.local import LocalStorage
 
@@ -90,7 +91,7 @@ async def open_service(
 ) -> AsyncIterator[AsynchService]:
     """Open pools and clients, yield the service, then stop its work and close them."""
     pool = await open_pool(database_url, settings.db_pool_max)
-    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    redis = redis_client(redis_url)
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
     http = httpx.AsyncClient(limits=limits, timeout=30.0)
     public = (settings.public_url or f"http://{settings.host}:{settings.port}").rstrip("/")

@@ -2,7 +2,8 @@
 
 It is an aigcq :class:`~aigcq.server.Service` of its own (own Redis key prefix) whose only
 target is its bridge hub at ``/ws`` — no paid overflow — plus the dispatcher API
-(:mod:`aigcq.dispatcher.api`) and the webhook relay that returns results to whoever
+(:mod:`aigcq.dispatcher.api`), the capacity feed for queue backends
+(:mod:`aigcq.dispatcher.capacity`) and the webhook relay that returns results to whoever
 submitted them.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import logging
 
-import redis.asyncio as aioredis
 import uvicorn
 from fastapi import FastAPI
 from redis.asyncio import Redis
@@ -18,9 +18,10 @@ from redis.asyncio import Redis
 from aigcq.config import Messages, PlatformAccount, PlatformConfig, PlatformKinds, Settings
 from aigcq.dispatcher.api import PLATFORM, DispatcherApi
 from aigcq.dispatcher.auth import DispatcherAuth
+from aigcq.dispatcher.capacity import FEED_PATH, CapacityFeed
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.dispatcher.webhooks import WebhookRelay
-from aigcq.launch import bind, ensure_secrets, run_with_redis
+from aigcq.launch import bind, ensure_secrets, redis_client, run_with_redis
 from aigcq.server import Service
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ class MessageDispatcher:
         self.relay = WebhookRelay(redis, self.service.rt.store, attempts=md.webhook_attempts)
         self.service.background.append(self.relay.run)
         self.service.app.router.routes.extend(DispatcherApi(self.service, self.auth, AIGC).routes())
+        assert self.service.hub is not None
+        self.feed = CapacityFeed(self.service.hub, self.auth)
+        self.service.background.append(self.feed.run)
+        self.service.app.add_api_websocket_route(FEED_PATH, self.feed.endpoint)
 
     @property
     def app(self) -> FastAPI:
@@ -86,7 +91,7 @@ def run(md: DispatcherSettings, settings: Settings) -> None:
 
 async def serve(md: DispatcherSettings, settings: Settings) -> None:
     """Run ``aigcq dispatcher`` until SIGINT/SIGTERM."""
-    redis = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
+    redis = redis_client(settings.redis_url)
     dispatcher = MessageDispatcher(md, settings, redis)
     server = uvicorn.Server(
         uvicorn.Config(dispatcher.app, log_config=None, timeout_graceful_shutdown=10)

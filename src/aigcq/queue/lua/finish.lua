@@ -22,5 +22,9 @@ if h[8] == '1' then
     'taskId', id, 'status', to, 'body', ARGV[8])
   redis.call('PUBLISH', P .. ':events', 'outbox:' .. h[7])
 end
-redis.call('PUBLISH', P .. ':events', 'wake')
+-- A slot is free: wake the dispatchers when tasks wait for it. Bridge slots are shared
+-- by every AIGC project, so freeing one always wakes them.
+if h[1] ~= 'pending' and (h[5] == 'bridge' or redis.call('LLEN', waitkey(h[3], h[4])) > 0) then
+  redis.call('PUBLISH', P .. ':events', 'wake')
+end
 return {1, to}
