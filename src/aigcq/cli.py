@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,18 +13,38 @@ from rich.console import Console
 from rich.table import Table
 
 from aigcq.config import ConfigError, PlatformConfig, Settings
+from aigcq.jsonlog import JsonFormatter
 
 app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal GPUs first.")
 emulate_app = typer.Typer(no_args_is_help=True, help="Run an emulator of an external service.")
 app.add_typer(emulate_app, name="emulate")
 console = Console()
+LOG_FORMAT_ENV = "AIGCQ_LOG_FORMAT"
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+@app.callback()
+def _global_options(
+    log_format: Annotated[
+        LogFormat, typer.Option(envvar=LOG_FORMAT_ENV, help="Log lines as text or JSON objects.")
+    ] = LogFormat.TEXT,
+) -> None:
+    # Through the environment, so child processes (``up --demo``) log the same way.
+    os.environ[LOG_FORMAT_ENV] = log_format.value
 
 
 def configure_logging(level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    """Root logging at ``level``, as text or JSON lines (``AIGCQ_LOG_FORMAT``)."""
+    handler = logging.StreamHandler()
+    if os.environ.get(LOG_FORMAT_ENV, "").lower() == LogFormat.JSON:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     # One line per outgoing request is noise at thousands of tasks a second.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))
 

@@ -85,6 +85,18 @@ class Settings(BaseSettings):
     outbox_retention_s: int = Field(2 * 86400, validation_alias=_env("OUTBOX_RETENTION_S"))
     task_deadline_s: float = Field(600.0, validation_alias=_env("TASK_DEADLINE_S"))
     max_attempts: int = Field(3, validation_alias=_env("MAX_ATTEMPTS"))
+    internal_capacity_max: int = Field(
+        0,
+        ge=0,
+        validation_alias=_env("INTERNAL_CAPACITY_MAX", "INTERNAL_CAPACITY_MAX"),
+        description="Most tasks one dispatch round gives the internal target (0 = no cap).",
+    )
+    external_capacity_max: int = Field(
+        0,
+        ge=0,
+        validation_alias=_env("EXTERNAL_CAPACITY_MAX", "EXTERNAL_CAPACITY_MAX"),
+        description="Most tasks one dispatch round gives a queue's external platform (0 = no cap).",
+    )
     sweep_interval_s: float = Field(1.0, validation_alias=_env("SWEEP_INTERVAL_S"))
     full_backoff_s: float = Field(
         2.0, validation_alias=_env("FULL_BACKOFF_S"), description="Back-off after 421/415/1520."
@@ -107,6 +119,11 @@ class Settings(BaseSettings):
         ge=0,
         validation_alias=_env("OVERFLOW_AFTER_MS"),
         description="Wait this long for healthy internal capacity before paying (0 = seed).",
+    )
+    overflow_price: dict[str, float] = Field(
+        default_factory=dict,
+        validation_alias=_env("OVERFLOW_PRICE"),
+        description='Estimated price per task by external target (JSON, e.g. {"runninghub": 0.1}).',
     )
     bridge_failure_limit: int = Field(
         3, ge=1, validation_alias=_env("BRIDGE_FAILURE_LIMIT"), description="-> out of rotation."

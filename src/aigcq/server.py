@@ -12,11 +12,12 @@ from fastapi import FastAPI, WebSocket
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
-from aigcq import platforms
+from aigcq import metrics, platforms
 from aigcq.bridges.hub import BridgeHub
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
 from aigcq.events import EventBus
+from aigcq.gateway.admin_api import admin_router
 from aigcq.gateway.callbacks import callback_routes
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.http_api import api_router, client_error_handler
@@ -30,6 +31,7 @@ from aigcq.scheduler.dispatcher import Dispatcher, InternalTarget
 from aigcq.scheduler.outcomes import Outcomes
 from aigcq.scheduler.poller import Poller
 from aigcq.scheduler.sweeper import Sweeper
+from aigcq.service_metrics import ServiceState
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,7 @@ class Service:
         )
         app.add_exception_handler(ClientError, client_error_handler(self.gateway))
         app.include_router(api_router(self.gateway))
+        app.include_router(admin_router(self))
         app.router.routes.extend(callback_routes(self.gateway, self.parse_callback))
 
         async def client_ws(ws: WebSocket) -> None:
@@ -158,4 +161,5 @@ class Service:
 
         app.add_api_route("/healthz", healthz, methods=["GET"])
         app.add_api_route("/readyz", readyz, methods=["GET"])
+        app.add_route("/metrics", metrics.endpoint(ServiceState(self)), include_in_schema=False)
         return app

@@ -219,14 +219,13 @@ async def test_cancel_finishes_the_task_and_tells_the_webhook(md: Md) -> None:
     assert task is not None and task.state == "cancelled"
 
 
-async def _task_end(md: Md, webhook: str) -> None:
+async def _task_end(md: Md, webhook: str, code: int = 0) -> None:
     """The bridge's TASK_END, posted to the dispatcher's signed callback URL."""
+    data = [{"fileUrl": "http://f/1.png"}] if code == 0 else None
     body = {
         "event": "TASK_END",
         "taskId": "x",
-        "eventData": orjson.dumps(
-            {"code": 0, "msg": "success", "data": [{"fileUrl": "http://f/1.png"}]}
-        ).decode(),
+        "eventData": orjson.dumps({"code": code, "msg": "done", "data": data}).decode(),
     }
     parts = urlsplit(webhook)
     resp = await md.http.post(f"{parts.path}?{parts.query}", json=body)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from aigcq.domain import Task
 from aigcq.platforms.base import Accepted, Full, Rejected, Succeeded, registered
 from aigcq.platforms.client import PlatformClient
-from aigcq.platforms.message_dispatcher import MessageDispatcherAdapter
+from aigcq.platforms.message_dispatcher import TOKEN_REFUSED, MessageDispatcherAdapter
 from aigcq.platforms.runninghub import RunningHubAdapter
 
 PAYLOAD: dict[str, Any] = {
@@ -63,7 +64,9 @@ def test_errors(md: MessageDispatcherAdapter, status: int, body: Any, expected: 
 
 def test_401_and_5xx_are_retryable_400_is_not(md: MessageDispatcherAdapter) -> None:
     err = {"success": False, "error": {"code": "E", "message": ""}}
-    assert md.parse_submit(401, err) == Rejected("MD_E", "", retryable=True, detail=err["error"])
+    refused = Rejected(TOKEN_REFUSED, "token refused", retryable=True, detail=err["error"])
+    assert md.parse_submit(401, err) == refused
+    assert md.parse_submit(401, "Unauthorized") == replace(refused, detail=None)
     server, client = md.parse_submit(500, err), md.parse_submit(400, err)
     assert isinstance(server, Rejected) and server.retryable
     assert isinstance(client, Rejected) and not client.retryable

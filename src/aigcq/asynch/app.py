@@ -10,7 +10,9 @@ from aigcq.asynch.api_models import router as model_router
 from aigcq.asynch.api_tasks import router as task_router
 from aigcq.asynch.errors import AsynchError, Code
 from aigcq.asynch.http import error_response, reply, service, validation_error
+from aigcq.asynch.metrics import asynch_state
 from aigcq.asynch.service import AsynchService
+from aigcq.metrics import endpoint
 from aigcq.storage import StorageError
 
 
@@ -21,6 +23,7 @@ def create_app(svc: AsynchService | None = None) -> FastAPI:
     app.state.asynch = svc
     app.include_router(model_router)
     app.include_router(task_router)
+    app.add_route("/metrics", endpoint(asynch_state(app)), include_in_schema=False)
 
     @app.exception_handler(AsynchError)
     async def _asynch_error(request: Request, exc: AsynchError) -> Response:

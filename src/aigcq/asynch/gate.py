@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import redis.asyncio as aioredis
 
+from aigcq import metrics
 from aigcq.asynch.runtime import EFFECTIVE_LIMIT, gate_key, runtime_queue_limit_key
 
 _TAKE = (
@@ -35,7 +36,8 @@ class QueueGate:
     async def take(self, model: str, task_id: str, cap: int) -> bool:
         """Take a slot for ``task_id``; False when the model's queue is full."""
         keys = [gate_key(model), runtime_queue_limit_key(model)]
-        return bool(await self._take(keys=keys, args=[task_id, cap, time.time()]))
+        ok = bool(await self._take(keys=keys, args=[task_id, cap, time.time()]))
+        return metrics.gate_taken(model, ok)
 
     async def release(self, model: str, *task_ids: str) -> None:
         if task_ids:

@@ -12,6 +12,7 @@ import time
 
 import redis.asyncio as aioredis
 
+from aigcq import metrics
 from aigcq.asynch.runtime import EFFECTIVE_LIMIT, runtime_max_concurrency_key, semaphore_key
 
 _ACQUIRE = (
@@ -47,7 +48,8 @@ class Semaphore:
     async def acquire(self, model: str, tenant: str, task_id: str, cap: int) -> bool:
         keys = [semaphore_key(model, tenant), runtime_max_concurrency_key(model)]
         args: list[str | float] = [task_id, cap, time.time(), self.lease_seconds]
-        return bool(await self._acquire(keys=keys, args=args))
+        ok = bool(await self._acquire(keys=keys, args=args))
+        return metrics.semaphore_acquired(model, ok)
 
     async def renew(self, model: str, tenant: str, task_id: str) -> bool:
         """Extend the lease; False when it was lost (expired and dropped)."""

@@ -135,13 +135,26 @@ class BridgeHub:
         return self.registry.free_slots() if self.health.healthy else 0
 
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
-        """Each task to the least-loaded bridge with a free slot, else back to waiting."""
+        """Each task to the least-loaded bridge with a free slot (see
+        :meth:`BridgeRegistry.pick`), else back to waiting."""
         for c in tasks:
-            conn = self.registry.pick()
+            conn = self.registry.pick(c.workflow_id)
             if conn is None:
                 await self._requeue(c.task_id, c.attempt, "no bridge has a free slot")
                 continue
             await self._send_assign(conn, aigc, platform, c)
+
+    async def drain(self, bridge_id: str, drained: bool) -> bool:
+        """Stop (or resume) assigning to ``bridge_id``; ``False`` if it is not connected here
+        (then it takes effect when it connects)."""
+        conn = self.registry.set_drained(bridge_id, drained)
+        log.warning("bridge %s: %s", bridge_id, "drained" if drained else "undrained")
+        if conn is None:
+            return False
+        await self.registry.save(conn)
+        if not drained:
+            self.wake()
+        return True
 
     # ---- the WebSocket endpoint ---------------------------------------------------------
 
@@ -220,6 +233,7 @@ class BridgeHub:
             await self._lost(old, "replaced by a new connection", check=False)
         conn = session.conn or BridgeConn(bridge_id, session.send)
         conn.online = True
+        conn.drained = bridge_id in self.registry.drained
         conn.reconcile(data.instance_count, data.available_instance_count)
         self.registry.bridges[bridge_id] = conn
         session.conn = conn

@@ -9,6 +9,7 @@ remembers the acknowledged tasks so a re-REGISTER anywhere can find the ones it 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -44,9 +45,11 @@ class BridgeConn:
     running: set[str] = field(default_factory=set)  # acknowledged, awaiting TASK_END
     failures: int = 0  # consecutive failed TASK_ENDs
     quarantined_at: float | None = None  # out of rotation since (monotonic)
+    drained: bool = False  # by an operator: no new tasks, running ones finish
 
     def free(self) -> int:
-        return max(0, self.available) if self.online and self.quarantined_at is None else 0
+        usable = self.online and self.quarantined_at is None and not self.drained
+        return max(0, self.available) if usable else 0
 
     def load(self) -> float:
         """Share of instances in use (0 = idle); least-loaded bridges are picked first."""
@@ -69,6 +72,9 @@ class BridgeRegistry:
         self.prefix = prefix
         self.ttl_s = ttl_s
         self.bridges: dict[str, BridgeConn] = {}
+        #: workflowId -> the bridge last given it (its models are likely loaded there)
+        self.last_bridge: dict[str, str] = {}
+        self.drained: set[str] = set()  # kept across reconnects
 
     def key(self, bridge_id: str) -> str:
         return f"{self.prefix}:bridge:{bridge_id}"
@@ -76,16 +82,37 @@ class BridgeRegistry:
     def tasks_key(self, bridge_id: str) -> str:
         return f"{self.prefix}:bridge:{bridge_id}:tasks"
 
+    def set_drained(self, bridge_id: str, drained: bool) -> BridgeConn | None:
+        """Drain (or undrain) ``bridge_id``; its connection here, if any."""
+        if drained:
+            self.drained.add(bridge_id)
+        else:
+            self.drained.discard(bridge_id)
+        conn = self.bridges.get(bridge_id)
+        if conn is not None:
+            conn.drained = drained
+        return conn
+
     def live(self) -> list[BridgeConn]:
         return [b for b in self.bridges.values() if b.online]
 
     def free_slots(self) -> int:
         return sum(b.free() for b in self.bridges.values())
 
-    def pick(self) -> BridgeConn | None:
-        """The least-loaded live bridge with a free slot."""
+    def pick(self, workflow_id: str = "") -> BridgeConn | None:
+        """The least-loaded live bridge with a free slot. Among equally loaded ones: the
+        bridge that last ran ``workflow_id`` (seed 000 §9.2.3, same bridge first), else a
+        random one, so ties do not always land on the same bridge."""
         candidates = [b for b in self.bridges.values() if b.free() > 0]
-        return min(candidates, key=lambda b: (b.load(), -b.free()), default=None)
+        if not candidates:
+            return None
+        best = min((b.load(), -b.free()) for b in candidates)
+        tied = [b for b in candidates if (b.load(), -b.free()) == best]
+        last = self.last_bridge.get(workflow_id) if workflow_id else None
+        conn = next((b for b in tied if b.bridge_id == last), None) or random.choice(tied)
+        if workflow_id:
+            self.last_bridge[workflow_id] = conn.bridge_id
+        return conn
 
     async def save(self, conn: BridgeConn) -> None:
         """Publish the bridge's capacity and last-seen time."""
@@ -99,6 +126,7 @@ class BridgeRegistry:
                 "availableInstanceCount": conn.free(),
                 "online": int(conn.online),
                 "inRotation": int(conn.quarantined_at is None),
+                "drained": int(conn.drained),
                 "lastSeen": time.time(),
             },
         )

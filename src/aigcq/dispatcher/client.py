@@ -1,10 +1,13 @@
 """``aigcq serve`` in the split topology: the message-dispatcher as its internal target.
 
-Capacity comes from polling the dispatcher's ``GET /api/health`` every
-``MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL`` ms. A failed check, a submit that timed out
+Capacity comes from the dispatcher's capacity feed (:mod:`aigcq.dispatcher.feed_client`)
+and, while the feed is down, from polling ``GET /api/health`` every
+``MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL`` ms; the polling also judges health. A failed
+check, a submit that timed out
 or failed degrade it (no capacity: tasks overflow to RunningHub); it recovers after
 ``AIGCQ_HEALTH_RECOVER_PASSES`` (3) passing checks (seed 000 §3.4, §8.3). A task the
-dispatcher did not take goes back to the head of its queue, refunded.
+dispatcher did not take goes back to the head of its queue, refunded; one refused for
+its token (401) also makes the JWT manager log in again at once.
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ from typing import Any
 import httpx
 
 from aigcq.config import Settings
+from aigcq.dispatcher.feed_client import CapacityFeedClient
+from aigcq.dispatcher.file_config import apply_md_file, load_md_file
 from aigcq.dispatcher.settings import MdClientSettings
 from aigcq.domain import Task, TaskState
 from aigcq.health import Health
 from aigcq.platforms.base import Accepted, Full, Rejected, SubmitOutcome, Uncertain
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.md_auth import JwtManager
-from aigcq.platforms.message_dispatcher import MessageDispatcherAdapter
+from aigcq.platforms.message_dispatcher import TOKEN_REFUSED, MessageDispatcherAdapter
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.dispatcher import InternalTarget
@@ -42,8 +47,13 @@ class MessageDispatcherTarget:
         self.rt = rt
         self.outcomes = outcomes
         self.md = md
+        every_ms = md.jwt_refresh_interval_ms
         self.jwt = JwtManager(
-            md.url, md.username, md.password, refresh_ahead_s=md.jwt_refresh_ahead_s
+            md.url,
+            md.username,
+            md.password,
+            refresh_ahead_s=md.jwt_refresh_ahead_s,
+            refresh_every_s=every_ms / 1000 if every_ms else None,
         )
         self.adapter = MessageDispatcherAdapter(md.url)
         self.adapter.token = self.jwt.current
@@ -51,6 +61,7 @@ class MessageDispatcherTarget:
         rt.platforms.adapters[self.name] = self.adapter
         self.http = PlatformClient({self.name: self.adapter}, timeout_s=md.timeout_ms / 1000)
         self.health = Health(recover_passes=rt.settings.health_recover_passes)
+        self.feed = CapacityFeedClient(md.url, self.jwt.current, self._on_feed)
         self._free = 0
 
     # ---- InternalTarget ----------------------------------------------------------------
@@ -64,26 +75,26 @@ class MessageDispatcherTarget:
         return self._free if self.healthy else 0
 
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
-        await asyncio.gather(*(self._submit(aigc, platform, c) for c in tasks))
+        accepted = await asyncio.gather(*(self._submit(aigc, platform, c) for c in tasks))
+        await self.feed.allocate([remote_id for remote_id in accepted if remote_id])
 
     # ---- background ---------------------------------------------------------------------
 
     async def run(self) -> None:
         """Keep the token fresh and the capacity known, until cancelled."""
         try:
-            await asyncio.gather(self.jwt.run(), self._watch())
+            await asyncio.gather(self.jwt.run(), self._watch(), self.feed.run())
         finally:
             await self.http.aclose()
 
     async def _watch(self) -> None:
-        timeout = min(self.md.timeout_ms, self.md.health_check_interval_ms) / 1000
-        async with httpx.AsyncClient(timeout=timeout) as http:
+        async with httpx.AsyncClient(timeout=self.md.health_check_timeout_ms / 1000) as http:
             while True:
                 await self.check(http)
                 await asyncio.sleep(self.md.health_check_interval_ms / 1000)
 
     async def check(self, http: httpx.AsyncClient) -> None:
-        """One health check: updates free slots and the health state."""
+        """One health check: updates the health state, and free slots while the feed is down."""
         try:
             resp = await http.get(self.md.url.rstrip("/") + "/api/health")
             data: Any = resp.json().get("data")
@@ -92,8 +103,19 @@ class MessageDispatcherTarget:
         except (httpx.HTTPError, ValueError, TypeError, KeyError, AttributeError) as exc:
             free, reason = 0, f"health check failed: {exc!r}"
         before = self.free_slots()
-        self._free = free
+        if not self.feed.connected:
+            self._free = free
         self._observe(reason)
+        await self._wake_if_more(before)
+
+    async def _on_feed(self, summary: dict[str, Any]) -> None:
+        """A CAPACITY_UPDATE: its ``availableCapacity`` replaces the free slots at once."""
+        before = self.free_slots()
+        free = summary.get("availableCapacity")
+        self._free = free if isinstance(free, int) else 0
+        await self._wake_if_more(before)
+
+    async def _wake_if_more(self, before: int) -> None:
         if self.free_slots() > before:
             await self.rt.redis.publish(self.rt.store.keys.events, "wake")
 
@@ -105,11 +127,12 @@ class MessageDispatcherTarget:
 
     # ---- submitting ---------------------------------------------------------------------
 
-    async def _submit(self, aigc: str, platform: str, c: Claimed) -> None:
+    async def _submit(self, aigc: str, platform: str, c: Claimed) -> str | None:
+        """Submit one task; the dispatcher's task id when it accepted it."""
         token = self.jwt.current()
         if token is None:
             await self._requeue(c, "no message-dispatcher token")
-            return
+            return None
         self._free = max(0, self._free - 1)
         task = Task(
             task_id=c.task_id,
@@ -127,9 +150,11 @@ class MessageDispatcherTarget:
             settings.public_callback_base(), settings.signing_key(), c.task_id, c.attempt
         )
         outcome = await self.http.submit(self.adapter, task, token, hook)
-        await self._apply(aigc, platform, c, outcome)
+        return await self._apply(aigc, platform, c, outcome)
 
-    async def _apply(self, aigc: str, platform: str, c: Claimed, outcome: SubmitOutcome) -> None:
+    async def _apply(
+        self, aigc: str, platform: str, c: Claimed, outcome: SubmitOutcome
+    ) -> str | None:
         deadline_s = self.rt.deadline_s(self.rt.config.account(aigc, platform))
         match outcome:
             case Accepted(remote_id=remote_id):
@@ -137,6 +162,7 @@ class MessageDispatcherTarget:
                     c.task_id, c.attempt, remote_id, deadline_s=deadline_s, kind="callback"
                 )
                 log.info("task %s: accepted by the message-dispatcher as %s", c.task_id, remote_id)
+                return remote_id
             case Uncertain(reason=reason):
                 # It may have been queued: wait for its webhook or its deadline.
                 await self.rt.store.mark_running(
@@ -146,6 +172,9 @@ class MessageDispatcherTarget:
             case Full(reason=reason):
                 self._free = 0
                 await self._requeue(c, f"message-dispatcher full: {reason}")
+            case Rejected(code=code) as rej if code == TOKEN_REFUSED:
+                self.jwt.renew_now()
+                await self._requeue(c, f"message-dispatcher refused the token: {rej.message}")
             case Rejected(retryable=True) as rej:
                 self._observe(f"submit failed: {rej.code} {rej.message}")
                 await self._requeue(c, f"message-dispatcher: {rej.code} {rej.message}")
@@ -157,6 +186,7 @@ class MessageDispatcherTarget:
                     attempt=c.attempt,
                     reason=f"message-dispatcher rejected: {rej.code} {rej.message}",
                 )
+        return None
 
     async def _requeue(self, c: Claimed, reason: str) -> None:
         await self.rt.store.requeue(
@@ -166,9 +196,13 @@ class MessageDispatcherTarget:
 
 
 def internal_target(settings: Settings) -> Callable[[Service], InternalTarget] | None:
-    """The message-dispatcher target when ``MESSAGE_DISPATCHER_URL`` is set and enabled."""
+    """The message-dispatcher target when ``MESSAGE_DISPATCHER_URL`` is set and enabled;
+    ``config/messageDispatcher.json`` fills in what the environment does not set."""
     md = MdClientSettings()
     md.url = settings.message_dispatcher_url or md.url
+    file = load_md_file(settings.config_dir)
+    if file is not None:
+        apply_md_file(file, md, settings)
     if not md.active:
         return None
 

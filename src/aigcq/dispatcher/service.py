@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import logging
 
-import uvicorn
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
 from aigcq.config import Messages, PlatformAccount, PlatformConfig, PlatformKinds, Settings
 from aigcq.dispatcher.api import PLATFORM, DispatcherApi
 from aigcq.dispatcher.auth import DispatcherAuth
+from aigcq.dispatcher.cache import CacheQueue
 from aigcq.dispatcher.capacity import FEED_PATH, CapacityFeed
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.dispatcher.webhooks import WebhookRelay
-from aigcq.launch import bind, ensure_secrets, redis_client, run_with_redis
+from aigcq.launch import bind, ensure_secrets, redis_client, run_with_redis, uvicorn_server
 from aigcq.server import Service
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,11 @@ def core_settings(md: DispatcherSettings, base: Settings) -> Settings:
     )
 
 
-def dispatcher_config() -> PlatformConfig:
-    """One queue, ComfyUI on our bridges only: concurrency 0 leaves nothing to overflow."""
-    accounts = {AIGC: {PLATFORM: PlatformAccount(concurrency=0)}}
+def dispatcher_config(md: DispatcherSettings) -> PlatformConfig:
+    """One queue, ComfyUI on our bridges only: concurrency 0 leaves nothing to overflow;
+    a failed task is tried ``failure_retries`` more times."""
+    account = PlatformAccount(concurrency=0, max_attempts=1 + md.failure_retries)
+    accounts = {AIGC: {PLATFORM: account}}
     return PlatformConfig(accounts, PlatformKinds(), Messages())
 
 
@@ -54,7 +56,8 @@ class MessageDispatcher:
     def __init__(self, md: DispatcherSettings, settings: Settings, redis: Redis) -> None:
         if not (md.password and md.jwt_secret):
             raise ValueError("the dispatcher needs a password and a JWT secret")
-        self.service = Service(settings, dispatcher_config(), redis)
+        self.service = Service(settings, dispatcher_config(md), redis)
+        self.service.outcomes.retry_failures = True
         self.service.pollers.clear()  # its only target is the hub: no platform to poll
         self.auth = DispatcherAuth(md.username, md.password, md.jwt_secret, md.jwt_ttl_s)
         self.relay = WebhookRelay(redis, self.service.rt.store, attempts=md.webhook_attempts)
@@ -64,6 +67,16 @@ class MessageDispatcher:
         self.feed = CapacityFeed(self.service.hub, self.auth)
         self.service.background.append(self.feed.run)
         self.service.app.add_api_websocket_route(FEED_PATH, self.feed.endpoint)
+        self.cache = CacheQueue(
+            self.service.rt,
+            self.service.outcomes,
+            (AIGC, PLATFORM),
+            self.service.hub.name,
+            self.feed.placed,
+            stale_after_s=md.stale_after_s,
+            interval_s=md.cache_interval_s,
+        )
+        self.service.background.append(self.cache.run)
 
     @property
     def app(self) -> FastAPI:
@@ -83,7 +96,7 @@ def run(md: DispatcherSettings, settings: Settings) -> None:
     """Serve; start a private Redis first when no ``AIGCQ_REDIS_URL`` is configured."""
     run_with_redis(
         settings,
-        dispatcher_config(),
+        dispatcher_config(md),
         embedded_dir=settings.data_dir / "md-redis",
         main=lambda: serve(md, settings),
     )
@@ -93,9 +106,7 @@ async def serve(md: DispatcherSettings, settings: Settings) -> None:
     """Run ``aigcq dispatcher`` until SIGINT/SIGTERM."""
     redis = redis_client(settings.redis_url)
     dispatcher = MessageDispatcher(md, settings, redis)
-    server = uvicorn.Server(
-        uvicorn.Config(dispatcher.app, log_config=None, timeout_graceful_shutdown=10)
-    )
+    server = uvicorn_server(dispatcher.app, settings)
     log.info("message-dispatcher on %s:%s (prefix %s)", settings.host, md.port, md.prefix)
     try:
         await server.serve(sockets=[bind(settings.host, md.port)])

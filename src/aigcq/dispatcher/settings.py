@@ -40,6 +40,18 @@ class DispatcherSettings(BaseSettings):
     )
     jwt_ttl_s: int = Field(86400, gt=0, validation_alias=_env("JWT_TTL_S"))
     webhook_attempts: int = Field(8, ge=1, validation_alias=_env("WEBHOOK_ATTEMPTS"))
+    failure_retries: int = Field(
+        3, ge=0, validation_alias=_env("FAILURE_RETRIES"), description="Seed 000 §9.3.2."
+    )
+    stale_after_s: float = Field(
+        1800.0,
+        gt=0,
+        validation_alias=_env("STALE_AFTER_S"),
+        description="A task pending this long fails, with a failure webhook (§9.4.2).",
+    )
+    cache_interval_s: float = Field(
+        5.0, gt=0, validation_alias=_env("CACHE_INTERVAL_S"), description="Expiry/mirror pass."
+    )
 
 
 class MdClientSettings(BaseSettings):
@@ -71,8 +83,22 @@ class MdClientSettings(BaseSettings):
             "MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL",
         ),
     )
+    health_check_timeout_ms: int = Field(
+        5000,
+        gt=0,
+        validation_alias=AliasChoices(
+            "AIGCQ_MESSAGE_DISPATCHER_HEALTH_CHECK_TIMEOUT",
+            "MESSAGE_DISPATCHER_HEALTH_CHECK_TIMEOUT",
+        ),
+    )
     username: str = Field("admin", validation_alias=_env("USERNAME", "MD_USERNAME"))
     password: str = Field("", validation_alias=_env("PASSWORD", "MD_PASSWORD"))
+    jwt_refresh_interval_ms: int | None = Field(
+        None,
+        gt=0,
+        validation_alias=_env("JWT_REFRESH_INTERVAL_MS"),
+        description="Also log in again this long after each login (seed jwt.refreshInterval).",
+    )
     jwt_refresh_ahead_s: float = Field(
         4 * 3600.0,
         gt=0,

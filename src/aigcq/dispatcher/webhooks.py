@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import httpx
 from redis.asyncio import Redis
 
+from aigcq import metrics
 from aigcq.dispatcher.formats import task_end
 from aigcq.queue.store import TaskStore
 
@@ -86,6 +87,7 @@ class WebhookRelay:
             return
         retry = self._retries.setdefault(entry_id, _Retry(0, 0.0))
         retry.attempts += 1
+        metrics.webhook_failed(dropped=retry.attempts >= self.attempts)
         if retry.attempts >= self.attempts:
             log.error("task %s: TASK_END to %s dropped: %s", task_id, url, failure)
             await self._done(entry_id)

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from aigcq import metrics
 from aigcq.domain import ErrorCode, Task
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.service import Gateway
@@ -40,6 +41,7 @@ def callback_routes(gw: Gateway, parse: ParseCallback) -> list[Route]:
         try:
             outcome, task = await _accept(gw, parse, request)
         except ClientError as exc:
+            metrics.callback_rejected(exc.code.value)
             return JSONResponse(exc.body(gw.messages), status_code=exc.status)
         done = await gw.outcomes.settle(task.task_id, outcome, note="callback")
         if done is None:

@@ -1,5 +1,6 @@
 """The message-dispatcher JWT (seed 000 §3.5): log in at start-up, log in again ahead of
-expiry, retry failures with exponential back-off.
+expiry or at once when the dispatcher refuses the token (:meth:`JwtManager.renew_now`),
+retry failures with exponential back-off.
 
 Dispatch never waits for it: :meth:`JwtManager.current` answers at once, ``None`` while
 there is no valid token (the internal target then offers no capacity and tasks overflow).
@@ -8,6 +9,7 @@ there is no valid token (the internal target then offers no capacity and tasks o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -29,6 +31,7 @@ class JwtManager:
         password: str,
         *,
         refresh_ahead_s: float = 4 * 3600.0,
+        refresh_every_s: float | None = None,
         timeout_s: float = 10.0,
         max_backoff_s: float = 32.0,
     ) -> None:
@@ -36,20 +39,32 @@ class JwtManager:
         self.username = username
         self.password = password
         self.refresh_ahead_s = refresh_ahead_s
+        self.refresh_every_s = refresh_every_s
         self.timeout_s = timeout_s
         self.max_backoff_s = max_backoff_s
         self.token: str | None = None
         self.expires_at = 0.0  # local epoch seconds
         self.lifetime_s = 0.0
+        self._renew = asyncio.Event()
 
     def current(self) -> str | None:
         """The token while it is valid, else ``None``."""
         return self.token if self.token and time.time() < self.expires_at else None
 
+    def renew_now(self) -> None:
+        """Drop the token (the dispatcher refused it) and log in again at once."""
+        if self.token is not None:
+            log.warning("message-dispatcher refused our token: logging in again")
+        self.token = None
+        self._renew.set()
+
     def refresh_in(self) -> float:
-        """Seconds until the next login: ``refresh_ahead_s`` early, at most half the life."""
-        ahead = min(self.refresh_ahead_s, self.lifetime_s / 2)
-        return max(self.expires_at - ahead - time.time(), 0.1)
+        """Seconds until the next login: ``refresh_ahead_s`` early, at most half the life,
+        and at most ``refresh_every_s`` after the last login."""
+        due = self.expires_at - min(self.refresh_ahead_s, self.lifetime_s / 2)
+        if self.refresh_every_s is not None:
+            due = min(due, self.expires_at - self.lifetime_s + self.refresh_every_s)
+        return max(due - time.time(), 0.1)
 
     async def login(self, http: httpx.AsyncClient) -> None:
         resp = await http.post(
@@ -72,8 +87,10 @@ class JwtManager:
         """Keep a valid token until cancelled."""
         async with httpx.AsyncClient(timeout=self.timeout_s) as http:
             while True:
+                self._renew.clear()
                 await self._login_with_retries(http)
-                await asyncio.sleep(self.refresh_in())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._renew.wait(), self.refresh_in())
 
     async def _login_with_retries(self, http: httpx.AsyncClient) -> None:
         retrying = AsyncRetrying(

@@ -24,6 +24,8 @@ from aigcq.platforms.base import Full, HttpRequest, Rejected, SubmitOutcome, reg
 from aigcq.platforms.runninghub import RunningHubAdapter
 
 SUBMIT_PATH = "/api/task"
+#: code of a submit refused with 401: our JWT lapsed or was revoked; log in again and retry.
+TOKEN_REFUSED = "MD_TOKEN_REFUSED"
 
 
 def to_runninghub(body: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +61,9 @@ class MessageDispatcherAdapter(RunningHubAdapter):
         return super().cancel_request(task, self._key(apikey))
 
     def parse_submit(self, status: int, body: Any) -> SubmitOutcome:
+        if status == 401:
+            error = body.get("error") if isinstance(body, dict) else None
+            return Rejected(TOKEN_REFUSED, "token refused", retryable=True, detail=error)
         if not isinstance(body, dict) or "success" not in body:
             return http_outcome("MD", status)
         if body["success"] is True:
@@ -68,6 +73,5 @@ class MessageDispatcherAdapter(RunningHubAdapter):
         code, message = str(error.get("code") or status), str(error.get("message") or "")
         if status == 503:
             return Full(f"MD {code} {message}".rstrip())
-        # 401: our token lapsed (retry with a fresh one); 5xx: transient.
-        retryable = status == 401 or status >= 500
+        retryable = status >= 500  # transient
         return Rejected(f"MD_{code}", message, retryable=retryable, detail=body.get("error"))

@@ -11,6 +11,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from aigcq import metrics
 from aigcq.domain import Task, TaskState, allowed_from
 from aigcq.queue.keys import Keys
 
@@ -18,6 +19,9 @@ from aigcq.queue.keys import Keys
 def _load(name: str) -> str:
     lua = resources.files("aigcq.queue") / "lua"
     return (lua / "_prelude.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+
+
+#: task hash fields that label the finished-task metrics
 
 
 def _allowed(to: TaskState) -> str:
@@ -57,7 +61,7 @@ class TaskStore:
         self.outbox_retention_s = outbox_retention_s
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load(name))
-            for name in ("submit", "claim", "mark_running", "requeue", "finish", "promote")
+            for name in ("submit", "claim", "mark_running", "requeue", "finish", "promote", "retry")
         }
 
     async def _run(self, name: str, *args: Any) -> Any:
@@ -107,10 +111,12 @@ class TaskStore:
             deadline_s,
             _allowed(TaskState.DISPATCHING),
         )
-        return [
+        claimed = [
             Claimed(_s(r[0]), int(r[1]), orjson.loads(r[2]), _s(r[3]), _s(r[4]), float(r[5]))
             for r in rows
         ]
+        metrics.tasks_claimed(platform, target, (c.created_at for c in claimed), time.time())
+        return claimed
 
     async def mark_running(
         self, task_id: str, attempt: int, remote_id: str, *, deadline_s: float, kind: str
@@ -169,7 +175,7 @@ class TaskStore:
         assert state.terminal
         now = time.time()
         minid = int((now - self.outbox_retention_s) * 1000)
-        applied, current = await self._run(
+        applied, current, *labels = await self._run(
             "finish",
             task_id,
             state.value,
@@ -182,6 +188,16 @@ class TaskStore:
             note,
             _allowed(state),
         )
+        code = int(applied)
+        if code == 1:
+            metrics.task_finished(labels, state.value, now)
+        return Finished(code == 1, TaskState(_s(current)) if code >= 0 else None)
+
+    async def retry(self, task_id: str, note: str = "retried") -> Finished:
+        """Queue a failed or cancelled task again (an operator's retry). Its client gets
+        the new attempt's result too. ``applied`` False: not retryable in ``state``."""
+        allowed = ",".join(sorted((TaskState.FAILED.value, TaskState.CANCELLED.value)))
+        applied, current = await self._run("retry", task_id, time.time(), allowed, note)
         code = int(applied)
         return Finished(code == 1, TaskState(_s(current)) if code >= 0 else None)
 

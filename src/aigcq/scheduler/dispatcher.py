@@ -20,6 +20,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from aigcq import metrics
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.events import announce_running
 from aigcq.platforms.base import Accepted, Full, PlatformAdapter, Rejected, Uncertain
@@ -99,6 +100,7 @@ class Dispatcher:
             account = self.rt.config.account(aigc, platform)
             ext = externals[i]
             ext_free = account.concurrency - running[i] if ext and account else 0
+            ext_free = _capped(ext_free, self.rt.settings.external_capacity_max)
             split = plan(min(backlogs[i], BATCH), internal[i], ext_free)
             external = split.external
             if external and self._waits_for_internal(platform):
@@ -133,7 +135,8 @@ class Dispatcher:
             return shares
         eligible = [i for i, (_, p) in enumerate(queues) if p in self.internal.serves]
         demands = [min(backlogs[i], BATCH) for i in eligible]
-        split = share_round_robin(demands, self.internal.free_slots(), next(self._rr))
+        free = _capped(self.internal.free_slots(), self.rt.settings.internal_capacity_max)
+        split = share_round_robin(demands, free, next(self._rr))
         for i, n in zip(eligible, split, strict=True):
             shares[i] = n
         return shares
@@ -201,6 +204,7 @@ class Dispatcher:
         deadline_s = rt.deadline_s(account)
         match outcome:
             case Accepted(remote_id=remote_id):
+                metrics.overflowed(aigc, platform, adapter.name, rt.settings.overflow_price)
                 if await rt.store.mark_running(
                     c.task_id, c.attempt, remote_id, deadline_s=deadline_s, kind=adapter.kind
                 ):
@@ -238,3 +242,8 @@ class Dispatcher:
                     note=f"{adapter.name} rejected: {rej.code}",
                 )
                 log.warning("task %s: rejected by %s: %s", c.task_id, adapter.name, rej)
+
+
+def _capped(capacity: int, cap: int) -> int:
+    """``capacity`` limited to ``cap`` (seed 000 §3.7 ``*_CAPACITY_MAX``; 0 = no cap)."""
+    return min(capacity, cap) if cap > 0 else capacity

@@ -23,6 +23,9 @@ class Outcomes:
         self.rt = rt
         #: called with (task, succeeded) once a TASK_END callback finished a task
         self.on_task_end: Callable[[Task, bool], None] = lambda task, ok: None
+        #: a failed result puts the task back while it has attempts left (the
+        #: message-dispatcher's retries, seed 000 §9.3.2); otherwise it fails at once
+        self.retry_failures = False
 
     def error_body(self, code: ErrorCode, detail: Any = None) -> dict[str, Any]:
         return {"code": code.value, "msg": self.rt.config.messages.get(code.value), "error": detail}
@@ -36,6 +39,8 @@ class Outcomes:
                 )
             case Failed(code=code, message=message, detail=detail):
                 error = {"code": code, "message": message, "detail": detail}
+                if await self._retried(task_id, f"failed: {code} {message}"):
+                    return Finished(True, TaskState.PENDING)
                 done = await self.rt.store.finish(
                     task_id,
                     TaskState.FAILED,
@@ -47,6 +52,20 @@ class Outcomes:
                 return None
         log.debug("task %s: %s via %s (applied=%s)", task_id, done.state, note, done.applied)
         return done
+
+    async def _retried(self, task_id: str, reason: str) -> bool:
+        """With ``retry_failures``: requeue a failed task that has attempts left."""
+        if not self.retry_failures:
+            return False
+        task = await self.rt.store.get(task_id)
+        if task is None or task.state.terminal:
+            return False
+        if task.attempt >= self.rt.max_attempts(self.rt.config.account(task.aigc, task.platform)):
+            return False
+        retried = await self.rt.store.requeue(task_id, attempt=task.attempt, reason=reason)
+        if retried:
+            log.warning("task %s: attempt %s %s, retrying", task_id, task.attempt, reason)
+        return retried
 
     async def retry_or_fail(
         self,

@@ -27,4 +27,5 @@ end
 if h[1] ~= 'pending' and (h[5] == 'bridge' or redis.call('LLEN', waitkey(h[3], h[4])) > 0) then
   redis.call('PUBLISH', P .. ':events', 'wake')
 end
-return {1, to}
+-- the labels of the task's metrics: AIGC, platform, target, created
+return {1, to, h[3], h[4], h[5], redis.call('HGET', k, 'created')}

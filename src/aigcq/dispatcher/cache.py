@@ -1,0 +1,153 @@
+"""The message-dispatcher's cache queue (seed 000 §9) on top of aigcq's own queue.
+
+The queue itself is aigcq's: the wait list ``{prefix}:api:comfyui:wait`` (plus tasks backing
+off in ``{prefix}:delayed``) is the pending cache, the hub's running set is the processing
+one. Every ``interval_s`` this loop
+
+- fails pending tasks older than ``stale_after_s`` (30 min); finishing them sends the
+  failure to their ``webhookUrl`` like any other result;
+- rewrites the seed's keys as read-only **mirrors** of that state: ``{prefix}:cache:pending``
+  (list of ``{taskId, payload, submittedAt, retryCount}``), ``{prefix}:cache:processing``
+  (hash taskId → ``{instanceId, bridgeId, startTime, payload}``, instances as numbered by
+  the capacity feed) and ``{prefix}:cache:completed`` (list of ``{taskId, status,
+  completedAt}``, the last 1000, newest first). Writing to them changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import orjson
+
+from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.queue.store import task_from_hash
+from aigcq.runtime import Runtime
+from aigcq.scheduler.outcomes import Outcomes
+
+log = logging.getLogger(__name__)
+
+COMPLETED_KEPT = 1000
+EXPIRED = "TaskExpired"
+
+#: taskId -> (bridgeId, instanceId, startTime) of the tasks on the bridges
+Placed = Callable[[], dict[str, tuple[str, str, str | None]]]
+
+
+def iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds")
+
+
+class CacheQueue:
+    def __init__(
+        self,
+        rt: Runtime,
+        outcomes: Outcomes,
+        queue: tuple[str, str],
+        hub_name: str,
+        placed: Placed,
+        *,
+        stale_after_s: float,
+        interval_s: float = 5.0,
+    ) -> None:
+        self.rt = rt
+        self.outcomes = outcomes
+        self.queue = queue
+        self.hub_name = hub_name
+        self.placed = placed
+        self.stale_after_s = stale_after_s
+        self.interval_s = interval_s
+        prefix = rt.store.keys.prefix
+        self.pending_key = f"{prefix}:cache:pending"
+        self.processing_key = f"{prefix}:cache:processing"
+        self.completed_key = f"{prefix}:cache:completed"
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.pass_once()
+            except Exception:
+                log.exception("cache queue pass failed")
+
+    async def pass_once(self) -> None:
+        keys, redis = self.rt.store.keys, self.rt.redis
+        pipe = redis.pipeline(transaction=False)
+        pipe.lrange(keys.wait(*self.queue), 0, -1)
+        pipe.zrange(keys.delayed, 0, -1)
+        pipe.zrange(keys.running(self.queue[0], self.hub_name), 0, -1)
+        pipe.lrange(keys.recent, 0, COMPLETED_KEPT - 1)
+        waiting, delayed, running, recent = await pipe.execute()
+        queued = await self._tasks([*waiting, *delayed])
+        pending = [t for t in queued if t.state is TaskState.PENDING and not await self._expired(t)]
+        await self._mirror(pending, await self._tasks(running), await self._tasks(recent))
+
+    async def _expired(self, task: Task) -> bool:
+        """Fail ``task`` when it has waited longer than ``stale_after_s``."""
+        waited = time.time() - task.created_at
+        if waited < self.stale_after_s:
+            return False
+        error = {"code": EXPIRED, "message": f"pending for {waited:.0f} s", "detail": None}
+        done = await self.rt.store.finish(
+            task.task_id,
+            TaskState.FAILED,
+            error=error,
+            message=self.outcomes.error_body(ErrorCode.TASK_TIMEOUT, error),
+            note="expired in the cache queue",
+        )
+        if done.applied:
+            log.warning("task %s: expired after %.0f s pending", task.task_id, waited)
+        return True
+
+    async def _tasks(self, ids: list[str]) -> list[Task]:
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hgetall(self.rt.store.keys.task(task_id))
+        return [task_from_hash(raw) for raw in await pipe.execute() if raw]
+
+    async def _mirror(self, pending: list[Task], running: list[Task], done: list[Task]) -> None:
+        placed = self.placed()
+        pipe = self.rt.redis.pipeline(transaction=True)
+        pipe.delete(self.pending_key, self.processing_key, self.completed_key)
+        if pending:
+            pipe.rpush(self.pending_key, *map(_pending_entry, pending))
+        if running:
+            pipe.hset(
+                self.processing_key,
+                mapping={t.task_id: _processing_entry(t, placed.get(t.task_id)) for t in running},
+            )
+        if done:
+            pipe.rpush(self.completed_key, *map(_completed_entry, done))
+        await pipe.execute()
+
+
+def _pending_entry(t: Task) -> bytes:
+    return orjson.dumps(
+        {
+            "taskId": t.task_id,
+            "payload": t.payload,
+            "submittedAt": iso(t.created_at),
+            "retryCount": t.attempt,
+        }
+    )
+
+
+def _processing_entry(t: Task, where: tuple[str, str, str | None] | None) -> bytes:
+    bridge_id, instance_id, started = where or (None, None, None)
+    return orjson.dumps(
+        {
+            "instanceId": instance_id,
+            "bridgeId": bridge_id,
+            "startTime": started or iso(t.updated_at),
+            "payload": t.payload,
+        }
+    )
+
+
+def _completed_entry(t: Task) -> bytes:
+    return orjson.dumps(
+        {"taskId": t.task_id, "status": t.state.value, "completedAt": iso(t.updated_at)}
+    )

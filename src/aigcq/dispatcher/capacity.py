@@ -1,0 +1,312 @@
+"""The capacity feed for queue backends (seed 000 §7), served at :data:`FEED_PATH`.
+
+A backend connects with the dispatcher JWT (``?token=``, ``Authorization: Bearer`` or
+CONNECT ``data.token``), sends CONNECT and gets CONNECT_ACK plus a CAPACITY_UPDATE. Then:
+HEARTBEAT → HEARTBEAT_ACK (a backend silent for ``heartbeat + timeout`` is closed),
+CAPACITY_UPDATE on every change and at least every ``interval_s``, INSTANCE_ONLINE /
+OFFLINE / BUSY / IDLE per instance, and TASK_ALLOCATION from the backend, recorded and
+answered with TASK_ALLOCATION_ACK. The summary adds ``healthy`` to the seed's fields.
+
+Bridges report instance *counts*, not identities, so instances are numbered per bridge
+(``{bridgeId}#{n}``) and a task keeps its number while it runs. An instance is ``busy``
+with a task assigned to it, or busy with something else when the bridge reports fewer free
+instances than it has idle ones; ``offline`` when its bridge is out of rotation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from fastapi import WebSocket, WebSocketDisconnect
+
+from aigcq.bridges.hub import CLOSE_AUTH, BridgeHub
+from aigcq.bridges.registry import BridgeConn
+from aigcq.dispatcher.auth import DispatcherAuth
+from aigcq.gateway.auth import bearer
+
+log = logging.getLogger(__name__)
+
+FEED_PATH = "/ws/capacity"
+SERVER_ID = "message-dispatcher"
+CLOSE_TIMEOUT = 4000
+#: most recent TASK_ALLOCATION entries kept
+ALLOCATIONS_KEPT = 1000
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def message(kind: str, **data: Any) -> str:
+    return orjson.dumps({"type": kind, "data": {"timestamp": now_iso(), **data}}).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class FeedConfig:
+    interval_s: float = 10.0  # periodic CAPACITY_UPDATE
+    change_check_s: float = 0.2  # how often the bridges are compared with the last update
+    heartbeat_s: float = 30.0
+    heartbeat_timeout_s: float = 10.0
+    connect_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    bridge_id: str
+    instance_id: str
+    status: str  # online | busy | offline
+    task_id: str | None = None
+    started: str | None = None
+
+
+class InstanceBook:
+    """Numbers each bridge's instances, keeping a task on the same number while it runs."""
+
+    def __init__(self) -> None:
+        #: bridgeId -> taskId -> (instance number, start time)
+        self._slots: dict[str, dict[str, tuple[int, str]]] = {}
+
+    def instances(self, bridges: list[BridgeConn]) -> list[Instance]:
+        self._slots = {b.bridge_id: self._place(b) for b in bridges}
+        return [i for b in bridges for i in self._of(b)]
+
+    def _place(self, b: BridgeConn) -> dict[str, tuple[int, str]]:
+        tasks = [*b.running, *b.pending]
+        kept = {t: s for t, s in self._slots.get(b.bridge_id, {}).items() if t in tasks}
+        taken = {n for n, _ in kept.values()}
+        unused = (n for n in range(b.instance_count) if n not in taken)
+        for task_id in tasks:
+            if task_id not in kept and (n := next(unused, None)) is not None:
+                kept[task_id] = (n, now_iso())
+        return kept
+
+    def _of(self, b: BridgeConn) -> list[Instance]:
+        by_slot = {n: (t, at) for t, (n, at) in self._slots[b.bridge_id].items()}
+        idle_status = "offline" if b.quarantined_at is not None else "online"
+        free = b.free()
+        out = []
+        for n in range(b.instance_count):
+            task_id, started = by_slot.get(n, (None, None))
+            if task_id is not None:
+                status = "busy"
+            elif free > 0 or idle_status == "offline":
+                status, free = idle_status, free - 1
+            else:
+                status = "busy"  # the bridge reports it in use (not by one of our tasks)
+            out.append(Instance(b.bridge_id, f"{b.bridge_id}#{n}", status, task_id, started))
+        return out
+
+
+def instance_events(old: dict[str, Instance], new: dict[str, Instance]) -> list[str]:
+    """INSTANCE_* messages that take ``old`` to ``new`` (both keyed by instance id)."""
+    out = [_offline(i, "disconnected") for k, i in old.items() if k not in new]
+    for key, now in new.items():
+        out += _changes(old.get(key), now)
+    return out
+
+
+def _changes(before: Instance | None, now: Instance) -> list[str]:
+    ids = {"bridgeId": now.bridge_id, "instanceId": now.instance_id}
+    if before == now:
+        return []
+    if now.status == "offline":
+        return [_offline(now, "out of rotation")]
+    out = []
+    if before is None or before.status == "offline":
+        out.append(message("INSTANCE_ONLINE", **ids))
+    elif before.task_id is not None or before.status == "busy":
+        out.append(message("INSTANCE_IDLE", **ids, completedTaskId=before.task_id))
+    if now.status == "busy":
+        out.append(message("INSTANCE_BUSY", **ids, taskId=now.task_id))
+    return out
+
+
+def _offline(i: Instance, reason: str) -> str:
+    ids = {"bridgeId": i.bridge_id, "instanceId": i.instance_id}
+    return message("INSTANCE_OFFLINE", **ids, reason=reason)
+
+
+@dataclass(slots=True, eq=False)
+class _Subscriber:
+    ws: WebSocket
+    client_id: str
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def send(self, *texts: str) -> None:
+        async with self.lock:
+            for text in texts:
+                await self.ws.send_text(text)
+
+
+class CapacityFeed:
+    """The WebSocket endpoint and the loop that pushes capacity to every subscriber."""
+
+    def __init__(
+        self, hub: BridgeHub, auth: DispatcherAuth, config: FeedConfig | None = None
+    ) -> None:
+        self.hub = hub
+        self.auth = auth
+        self.config = config or FeedConfig()
+        self.book = InstanceBook()
+        self.subscribers: set[_Subscriber] = set()
+        self.instances: dict[str, Instance] = {}
+        self.connected_at: dict[str, str] = {}
+        #: taskId -> {targetInstance, clientId, at}: the backends' TASK_ALLOCATIONs
+        self.allocations: dict[str, dict[str, Any]] = {}
+
+    # ---- state --------------------------------------------------------------------------
+
+    def refresh(self) -> list[str]:
+        """Re-read the bridges; the INSTANCE_* events since the last refresh."""
+        live = self.hub.registry.live()
+        for b in live:
+            self.connected_at.setdefault(b.bridge_id, now_iso())
+        ids = {b.bridge_id for b in live}
+        self.connected_at = {k: v for k, v in self.connected_at.items() if k in ids}
+        new = {i.instance_id: i for i in self.book.instances(live)}
+        events = instance_events(self.instances, new)
+        self.instances = new
+        return events
+
+    def placed(self) -> dict[str, tuple[str, str, str | None]]:
+        """taskId -> (bridgeId, instanceId, startTime) as last refreshed."""
+        return {
+            i.task_id: (i.bridge_id, i.instance_id, i.started)
+            for i in self.instances.values()
+            if i.task_id
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """``availableCapacity`` is what the hub offers: 0 while it is not healthy."""
+        statuses = [i.status for i in self.instances.values()]
+        return {
+            "totalBridges": len(self.connected_at),
+            "totalInstances": len(statuses),
+            "onlineInstances": len(statuses) - statuses.count("offline"),
+            "busyInstances": statuses.count("busy"),
+            "availableCapacity": self.hub.free_slots(),
+            "healthy": self.hub.healthy,
+        }
+
+    def update(self) -> str:
+        """CAPACITY_UPDATE of the state last refreshed."""
+        bridges: dict[str, list[dict[str, Any]]] = {b: [] for b in self.connected_at}
+        for i in self.instances.values():
+            task = {"taskId": i.task_id, "startTime": i.started} if i.task_id else None
+            bridges[i.bridge_id].append(
+                {"instanceId": i.instance_id, "status": i.status, "currentTask": task}
+            )
+        rows = [
+            {"bridgeId": b, "connectedAt": self.connected_at[b], "instances": insts}
+            for b, insts in bridges.items()
+        ]
+        return message("CAPACITY_UPDATE", bridges=rows, summary=self.summary())
+
+    # ---- pushing ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Push on every change (checked every ``change_check_s``), else every ``interval_s``."""
+        last: dict[str, Any] = {}
+        sent_at = time.monotonic()
+        while True:
+            await asyncio.sleep(self.config.change_check_s)
+            events = self.refresh()
+            summary = self.summary()
+            due = time.monotonic() - sent_at >= self.config.interval_s
+            if events or summary != last or due:
+                await self.broadcast(*events, self.update())
+                last, sent_at = summary, time.monotonic()
+
+    async def broadcast(self, *texts: str) -> None:
+        for sub in list(self.subscribers):
+            try:
+                await sub.send(*texts)
+            except Exception as exc:  # gone: its endpoint loop cleans up
+                log.info("capacity feed %s: send failed: %r", sub.client_id, exc)
+                self.subscribers.discard(sub)
+
+    # ---- the endpoint -------------------------------------------------------------------
+
+    async def endpoint(self, ws: WebSocket) -> None:
+        await ws.accept()
+        token = ws.query_params.get("token") or bearer(ws.headers.get("authorization"))
+        try:
+            sub = await self._connect(ws, token)
+            if sub is None:
+                return
+            self.subscribers.add(sub)
+            self.refresh()
+            await sub.send(message("CONNECT_ACK", serverId=SERVER_ID), self.update())
+            log.info("capacity feed: %s connected", sub.client_id)
+            await self._serve(sub)
+        except (WebSocketDisconnect, TimeoutError):
+            pass
+        finally:
+            self.subscribers = {s for s in self.subscribers if s.ws is not ws}
+
+    async def _connect(self, ws: WebSocket, token: str | None) -> _Subscriber | None:
+        """Wait for CONNECT; the subscriber, or ``None`` once refused and closed."""
+        frame = await asyncio.wait_for(ws.receive_text(), self.config.connect_timeout_s)
+        msg = _parse(frame)
+        data = msg.get("data") if msg and msg.get("type") == "CONNECT" else None
+        if not isinstance(data, dict) or not self.auth.valid(token or data.get("token")):
+            log.warning("capacity feed: connection refused (no CONNECT or invalid token)")
+            await ws.send_text(message("ERROR", code="AuthError", msg="CONNECT with a valid JWT"))
+            await ws.close(CLOSE_AUTH, "AuthError")
+            return None
+        return _Subscriber(ws, str(data.get("clientId") or "task-queue-backend"))
+
+    async def _serve(self, sub: _Subscriber) -> None:
+        silence = self.config.heartbeat_s + self.config.heartbeat_timeout_s
+        while True:
+            try:
+                frame = await asyncio.wait_for(sub.ws.receive_text(), silence)
+            except TimeoutError:
+                log.warning("capacity feed %s: no heartbeat, closing", sub.client_id)
+                with contextlib.suppress(Exception):
+                    await sub.ws.close(CLOSE_TIMEOUT, "missed heartbeats")
+                return
+            await self._on_message(sub, _parse(frame))
+
+    async def _on_message(self, sub: _Subscriber, msg: dict[str, Any] | None) -> None:
+        kind = msg.get("type") if msg else None
+        data = msg.get("data") if msg else None
+        if kind == "HEARTBEAT":
+            await sub.send(message("HEARTBEAT_ACK"))
+        elif kind == "TASK_ALLOCATION" and isinstance(data, dict):
+            count = self._allocate(sub, data.get("allocatedTasks"))
+            await sub.send(message("TASK_ALLOCATION_ACK", accepted=count))
+        else:
+            await sub.send(message("ERROR", code="InvalidMessage", msg=f"unexpected {kind!r}"))
+
+    def _allocate(self, sub: _Subscriber, tasks: Any) -> int:
+        """Record the well-formed entries of ``allocatedTasks``; how many there were."""
+        entries = [
+            t for t in tasks or [] if isinstance(t, dict) and isinstance(t.get("taskId"), str)
+        ]
+        for t in entries:
+            self.allocations.pop(t["taskId"], None)
+            self.allocations[t["taskId"]] = {
+                "targetInstance": t.get("targetInstance"),
+                "clientId": sub.client_id,
+                "at": now_iso(),
+            }
+        for stale in list(self.allocations)[: max(0, len(self.allocations) - ALLOCATIONS_KEPT)]:
+            del self.allocations[stale]
+        log.info("capacity feed %s: %d tasks allocated", sub.client_id, len(entries))
+        return len(entries)
+
+
+def _parse(frame: str) -> dict[str, Any] | None:
+    try:
+        msg = orjson.loads(frame)
+    except orjson.JSONDecodeError:
+        return None
+    return msg if isinstance(msg, dict) else None

@@ -1,0 +1,288 @@
+"""The operator's view: ``/dashboard`` (static files in ``aigcq/web``) and its admin API.
+
+``GET /api/admin/events`` streams a snapshot every second as Server-Sent Events (bridges,
+queues, internal / external split, health, recent tasks); drain / undrain a bridge and retry
+a failed or cancelled task. Every data call needs the admin token as a Bearer token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import TYPE_CHECKING, Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Header
+from fastapi.responses import Response, StreamingResponse
+
+from aigcq.domain import ErrorCode, Task
+from aigcq.gateway.auth import bearer
+from aigcq.gateway.errors import ClientError
+
+if TYPE_CHECKING:
+    from aigcq.server import Service
+
+log = logging.getLogger(__name__)
+
+Authorization = Annotated[str | None, Header()]
+HISTORY_S = 120  # seconds of internal / external split kept for the chart
+RECENT_TASKS = 15
+STATIC = {
+    "dashboard.html": "text/html; charset=utf-8",
+    "dashboard.css": "text/css; charset=utf-8",
+    "dashboard.js": "text/javascript; charset=utf-8",
+}
+
+
+class Monitor:
+    """Builds a snapshot every second and keeps the per-second split of finished tasks."""
+
+    def __init__(self, service: Service, interval_s: float = 1.0) -> None:
+        self.service = service
+        self.interval_s = interval_s
+        self.split: deque[dict[str, Any]] = deque(maxlen=HISTORY_S)
+        self.totals = {"internal": 0, "external": 0}
+        self.health_history: deque[dict[str, Any]] = deque(maxlen=20)
+        self.latest: dict[str, Any] | None = None
+        self._seen: set[str] | None = None  # the finished tasks already counted
+        self._tick = asyncio.Condition()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.sample()
+            except Exception:
+                log.exception("dashboard snapshot failed")
+            await asyncio.sleep(self.interval_s)
+
+    async def sample(self) -> dict[str, Any]:
+        """Count newly finished tasks, build a snapshot and wake the event streams."""
+        await self._count_finished()
+        snapshot = await self.snapshot()
+        async with self._tick:
+            self.latest = snapshot
+            self._tick.notify_all()
+        return snapshot
+
+    async def next(self, after: dict[str, Any] | None) -> dict[str, Any]:
+        """The first snapshot newer than ``after``."""
+        async with self._tick:
+            await self._tick.wait_for(lambda: self.latest is not None and self.latest is not after)
+            assert self.latest is not None
+            return self.latest
+
+    def _external(self, target: str) -> bool:
+        return target in self.service.rt.platforms.adapters
+
+    async def _count_finished(self) -> None:
+        store = self.service.rt.store
+        ids = [str(i) for i in await store.redis.lrange(store.keys.recent, 0, -1)]
+        # Tasks finished before this process started are not ours to chart.
+        fresh = [i for i in ids if i not in self._seen] if self._seen is not None else []
+        self._seen = set(ids)
+        pipe = store.redis.pipeline(transaction=False)
+        for task_id in fresh:
+            pipe.hget(store.keys.task(task_id), "target")
+        targets = [str(t or "") for t in await pipe.execute()] if fresh else []
+        external = sum(1 for t in targets if self._external(t))
+        internal = len(targets) - external
+        self.totals["internal"] += internal
+        self.totals["external"] += external
+        self.split.append({"t": time.time(), "internal": internal, "external": external})
+
+    async def snapshot(self) -> dict[str, Any]:
+        return {
+            "time": time.time(),
+            "bridges": await self._bridges(),
+            "queues": await self._queues(),
+            "split": {"history": list(self.split), "totals": dict(self.totals)},
+            "health": self._health(),
+            "recent": [task_row(t) for t in await self.service.rt.store.recent(RECENT_TASKS)],
+        }
+
+    async def _bridges(self) -> list[dict[str, Any]]:
+        """Bridges connected here, plus those other processes (or the past) recorded."""
+        hub = self.service.hub
+        now_mono, now = time.monotonic(), time.time()
+        rows: dict[str, dict[str, Any]] = {}
+        redis, prefix = self.service.rt.redis, self.service.rt.settings.project_prefix
+        async for key in redis.scan_iter(match=f"{prefix}:bridge:*", count=200):
+            if str(key).endswith(":tasks"):
+                continue
+            h = {str(k): str(v) for k, v in (await redis.hgetall(key)).items()}
+            if h.get("bridgeId"):
+                rows[h["bridgeId"]] = bridge_row_from_hash(h)
+        for conn in hub.registry.bridges.values() if hub else []:
+            rows[conn.bridge_id] = {
+                "bridgeId": conn.bridge_id,
+                "online": conn.online,
+                "instances": conn.instance_count,
+                "free": conn.free(),
+                "running": sorted(conn.running),
+                "pending": sorted(conn.pending),
+                "lastHeartbeat": now - (now_mono - conn.last_seen),
+                "failures": conn.failures,
+                "inRotation": conn.quarantined_at is None,
+                "drained": conn.drained,
+                "local": True,
+            }
+        return sorted(rows.values(), key=lambda r: str(r["bridgeId"]))
+
+    async def _queues(self) -> list[dict[str, Any]]:
+        rt, hub = self.service.rt, self.service.hub
+        keys, now = rt.store.keys, time.time()
+        rows: list[dict[str, Any]] = []
+        for aigc, platform in rt.config.queues():
+            ext = rt.platforms.adapter_for(platform)
+            targets = [t for t in (hub.name if hub and platform in hub.serves else "",) if t]
+            targets += [ext.name] if ext else []
+            pipe = rt.redis.pipeline(transaction=False)
+            pipe.llen(keys.wait(aigc, platform))
+            pipe.lindex(keys.wait(aigc, platform), 0)
+            for target in targets:
+                pipe.zcard(keys.running(aigc, target))
+            waiting, head, *inflight = await pipe.execute()
+            created = await rt.redis.hget(keys.task(str(head)), "created") if head else None
+            rows.append(
+                {
+                    "AIGC": aigc,
+                    "platform": platform,
+                    "waiting": int(waiting),
+                    "inFlight": dict(zip(targets, map(int, inflight), strict=True)),
+                    "oldestWaitS": round(now - float(created), 1) if created else 0.0,
+                }
+            )
+        return rows
+
+    def _health(self) -> dict[str, Any] | None:
+        hub = self.service.hub
+        if hub is None:
+            return None
+        h = hub.health.health
+        last = self.health_history[-1]["state"] if self.health_history else None
+        if last != h.state.value:
+            self.health_history.append(
+                {"t": time.time(), "state": h.state.value, "reason": h.reason}
+            )
+        return {
+            "state": h.state.value,
+            "reason": h.reason,
+            "passes": h.passes,
+            "degradeCount": h.degrades,
+            "recoverCount": h.recovers,
+            "freeSlots": hub.free_slots(),
+            "history": list(self.health_history),
+        }
+
+
+def bridge_row_from_hash(h: dict[str, str]) -> dict[str, Any]:
+    """A bridge as another process (or an earlier connection) published it."""
+    return {
+        "bridgeId": h["bridgeId"],
+        "online": h.get("online") == "1",
+        "instances": int(h.get("instanceCount") or 0),
+        "free": int(h.get("availableInstanceCount") or 0),
+        "running": [],
+        "pending": [],
+        "lastHeartbeat": float(h.get("lastSeen") or 0),
+        "failures": 0,
+        "inRotation": h.get("inRotation", "1") == "1",
+        "drained": h.get("drained") == "1",
+        "local": False,
+    }
+
+
+def task_row(t: Task) -> dict[str, Any]:
+    return {
+        "taskId": t.task_id,
+        "state": t.state.value,
+        "AIGC": t.aigc,
+        "platform": t.platform,
+        "target": t.target,
+        "attempt": t.attempt,
+        "seconds": round(t.updated_at - t.created_at, 3),
+        "updated": t.updated_at,
+    }
+
+
+def admin_router(service: Service) -> APIRouter:
+    """The dashboard and its API; registers the snapshot loop in ``service.background``."""
+    router = APIRouter(tags=["admin"])
+    monitor = Monitor(service)
+    service.background.append(monitor.run)
+    gw = service.gateway
+
+    def require_admin(authorization: str | None) -> None:
+        if not gw.auth.admin(bearer(authorization)):
+            raise ClientError(ErrorCode.AUTH, "admin token required")
+
+    @router.get("/dashboard", include_in_schema=False)
+    async def dashboard() -> Response:
+        return static_file("dashboard.html")
+
+    @router.get("/dashboard/{name}", include_in_schema=False)
+    async def dashboard_asset(name: str) -> Response:
+        return static_file(name)
+
+    @router.get("/api/admin/snapshot", summary="One dashboard snapshot")
+    async def snapshot(authorization: Authorization = None) -> dict[str, Any]:
+        require_admin(authorization)
+        return monitor.latest or await monitor.snapshot()
+
+    @router.get("/api/admin/events", summary="Dashboard snapshots as Server-Sent Events")
+    async def events(authorization: Authorization = None) -> StreamingResponse:
+        require_admin(authorization)
+        return StreamingResponse(
+            sse(monitor),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    @router.post("/api/admin/bridges/{bridge_id}/drain", summary="No new tasks for a bridge")
+    async def drain(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
+        require_admin(authorization)
+        return await set_drained(service, bridge_id, True)
+
+    @router.post("/api/admin/bridges/{bridge_id}/undrain", summary="Assign to a bridge again")
+    async def undrain(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
+        require_admin(authorization)
+        return await set_drained(service, bridge_id, False)
+
+    @router.post("/api/admin/tasks/{task_id}/retry", summary="Queue a failed task again")
+    async def retry(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
+        require_admin(authorization)
+        done = await service.rt.store.retry(task_id, note="retried by an operator")
+        if done.state is None:
+            raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
+        if not done.applied:
+            raise ClientError(ErrorCode.CONFLICT, f"a {done.state} task cannot be retried", task_id)
+        log.info("task %s: retried by an operator", task_id)
+        return {"taskId": task_id, "state": done.state.value}
+
+    return router
+
+
+async def set_drained(service: Service, bridge_id: str, drained: bool) -> dict[str, Any]:
+    if service.hub is None:
+        raise ClientError(ErrorCode.NOT_FOUND, "this process has no bridge hub")
+    connected = await service.hub.drain(bridge_id, drained)
+    return {"bridgeId": bridge_id, "drained": drained, "connected": connected}
+
+
+async def sse(monitor: Monitor) -> AsyncIterator[bytes]:
+    """Each new snapshot as one ``data:`` event, starting with the current one."""
+    snapshot = monitor.latest or await monitor.next(None)
+    while True:
+        yield b"data: " + orjson.dumps(snapshot) + b"\n\n"
+        snapshot = await monitor.next(snapshot)
+
+
+def static_file(name: str) -> Response:
+    if name not in STATIC:
+        raise ClientError(ErrorCode.NOT_FOUND, f"no file {name!r}")
+    body = (resources.files("aigcq.web") / name).read_bytes()
+    return Response(body, media_type=STATIC[name], headers={"Cache-Control": "no-cache"})

@@ -1,0 +1,173 @@
+"""Prometheus metrics: every ``aigcq_*`` metric object and the ``/metrics`` endpoint.
+
+Two kinds:
+
+* **Events** (counters, histograms) are counted by the process that saw them, with one-line
+  calls where they happen. With several processes each one exports its own counts; sum
+  them in PromQL (``sum by (outcome) (rate(aigcq_tasks_finished_total[5m]))``).
+* **State** is derived at scrape time from where the truth lives — Redis (queue depth,
+  in flight, oldest wait, health) or the bridge hub (bridges, instances, free slots) — by
+  the *sources* given to :func:`endpoint`. Redis-derived state is the same in every process;
+  aggregate it with ``max``, not ``sum``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.metrics_core import Metric
+from starlette.requests import Request
+from starlette.responses import Response
+
+log = logging.getLogger(__name__)
+
+#: seconds, from a sub-second hand-off to a task that waited the whole default deadline
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+
+TASKS_FINISHED = Counter(
+    "aigcq_tasks_finished_total",
+    "Tasks that reached a terminal state, by where they ran and how they ended.",
+    ["aigc", "platform", "target", "outcome"],
+)
+DISPATCH_LATENCY = Histogram(
+    "aigcq_dispatch_latency_seconds",
+    "From a task's creation to a claim handing it to a target (every attempt).",
+    ["platform", "target"],
+    buckets=LATENCY_BUCKETS,
+)
+END_TO_END_LATENCY = Histogram(
+    "aigcq_end_to_end_latency_seconds",
+    "From a task's creation to its terminal state.",
+    ["platform", "target", "outcome"],
+    buckets=LATENCY_BUCKETS,
+)
+OVERFLOW_TASKS = Counter(
+    "aigcq_overflow_tasks_total",
+    "Tasks accepted by a paid external platform.",
+    ["aigc", "platform", "target"],
+)
+OVERFLOW_COST = Counter(
+    "aigcq_overflow_cost_total",
+    "Estimated spend on external platforms (AIGCQ_OVERFLOW_PRICE per accepted task).",
+    ["target"],
+)
+CALLBACK_REJECTIONS = Counter(
+    "aigcq_callback_rejections_total", "TASK_END callbacks refused, by error code.", ["code"]
+)
+WEBHOOK_FAILURES = Counter(
+    "aigcq_webhook_failures_total",
+    "Failed TASK_END deliveries of the message-dispatcher: retried, or dropped for good.",
+    ["result"],
+)
+ASYNCH_GATE = Counter(
+    "aigcq_asynch_gate_total", "model-asynch queue-limit gate requests.", ["model", "result"]
+)
+ASYNCH_SEMAPHORE = Counter(
+    "aigcq_asynch_semaphore_total",
+    "model-asynch concurrency semaphore requests.",
+    ["model", "result"],
+)
+
+#: an async function returning metric families read at scrape time
+Source = Callable[[], Awaitable[list[Metric]]]
+
+
+# ---- event hooks (one call each where the event happens) ----------------------------------
+
+
+def task_finished(fields: Sequence[str | bytes | None], outcome: str, now: float) -> None:
+    """``fields``: the task hash's ``AIGC``, ``platform``, ``target``, ``created``."""
+    aigc, platform, target, created = (_text(f) for f in fields)
+    target = target or "none"  # ended before any target took it (e.g. cancelled waiting)
+    TASKS_FINISHED.labels(aigc, platform, target, outcome).inc()
+    if created:
+        END_TO_END_LATENCY.labels(platform, target, outcome).observe(now - float(created))
+
+
+def tasks_claimed(platform: str, target: str, created: Iterable[float], now: float) -> None:
+    histogram = DISPATCH_LATENCY.labels(platform, target)
+    for at in created:
+        histogram.observe(max(0.0, now - at))
+
+
+def overflowed(aigc: str, platform: str, target: str, prices: Mapping[str, float]) -> None:
+    OVERFLOW_TASKS.labels(aigc, platform, target).inc()
+    OVERFLOW_COST.labels(target).inc(prices.get(target, 0.0))
+
+
+def callback_rejected(code: str) -> None:
+    CALLBACK_REJECTIONS.labels(code).inc()
+
+
+def webhook_failed(dropped: bool) -> None:
+    WEBHOOK_FAILURES.labels("dropped" if dropped else "retry").inc()
+
+
+def gate_taken(model: str, ok: bool) -> bool:
+    """Count and pass through one gate request."""
+    ASYNCH_GATE.labels(model, "taken" if ok else "full").inc()
+    return ok
+
+
+def semaphore_acquired(model: str, ok: bool) -> bool:
+    """Count and pass through one semaphore request."""
+    ASYNCH_SEMAPHORE.labels(model, "acquired" if ok else "busy").inc()
+    return ok
+
+
+# ---- exposition -------------------------------------------------------------------------
+
+
+class _Snapshot:
+    """A collector over families already read (collectors are sync; Redis reads are not)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+async def exposition(sources: Iterable[Source]) -> bytes:
+    """The text format: process-wide event metrics, then each source's state."""
+    families: list[Metric] = []
+    for source in sources:
+        try:
+            families += await source()
+        except Exception:  # a scrape must not fail because one source did
+            log.exception("metrics source %s failed", getattr(source, "__qualname__", source))
+    scrape = CollectorRegistry(auto_describe=False)
+    scrape.register(_Snapshot(families))
+    return generate_latest(REGISTRY) + generate_latest(scrape)
+
+
+def endpoint(*sources: Source) -> Callable[[Request], Awaitable[Response]]:
+    """A ``GET /metrics`` handler over the event metrics and ``sources``."""
+
+    async def metrics(_request: Request) -> Response:
+        return Response(await exposition(sources), media_type=CONTENT_TYPE_LATEST)
+
+    return metrics
+
+
+def _text(value: str | bytes | None) -> str:
+    return value.decode() if isinstance(value, bytes) else value or ""
+
+
+def age(created: Any, now: float | None = None) -> float:
+    """Seconds since the epoch time ``created`` (0 when unknown)."""
+    return max(0.0, (now or time.time()) - float(created)) if created else 0.0

@@ -1,0 +1,143 @@
+"""The state an ``aigcq serve`` process exports on ``/metrics``, read at scrape time.
+
+Queues, in-flight counts, back-off and health come from Redis (the same in every process
+sharing it); bridges and internal free slots from this process's own target.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from aigcq.health import HEALTH_KEY, HealthState
+from aigcq.metrics import age
+
+if TYPE_CHECKING:
+    from aigcq.server import Service
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+class ServiceState:
+    """A metrics source (see :func:`aigcq.metrics.endpoint`) for one :class:`Service`."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def __call__(self) -> list[Metric]:
+        return [*await self._redis_state(), *self._internal()]
+
+    def _targets(self) -> list[tuple[str, str]]:
+        """(AIGC, target) pairs that may have tasks in flight."""
+        rt, internal = self.service.rt, self.service.dispatcher.internal
+        pairs: set[tuple[str, str]] = set()
+        for aigc, platform in rt.config.queues():
+            ext = rt.platforms.adapter_for(platform)
+            if ext is not None:
+                pairs.add((aigc, ext.name))
+            if internal is not None and platform in internal.serves:
+                pairs.add((aigc, internal.name))
+        return sorted(pairs)
+
+    async def _redis_state(self) -> list[Metric]:
+        rt = self.service.rt
+        keys, queues, targets = rt.store.keys, rt.config.queues(), self._targets()
+        pipe = rt.redis.pipeline(transaction=False)
+        for aigc, platform in queues:
+            pipe.llen(keys.wait(aigc, platform))
+            pipe.lindex(keys.wait(aigc, platform), 0)
+        for aigc, target in targets:
+            pipe.zcard(keys.running(aigc, target))
+        pipe.zcard(keys.delayed)
+        pipe.hgetall(HEALTH_KEY)
+        *counts, delayed, health = await pipe.execute()
+        heads = counts[1 : 2 * len(queues) : 2]
+        created = await self._created(heads)
+        now = time.time()
+        depth = _gauge("aigcq_queue_depth", "Tasks waiting, per queue.", ["aigc", "platform"])
+        oldest = _gauge(
+            "aigcq_queue_oldest_wait_seconds",
+            "How long the task at the head of the queue has existed.",
+            ["aigc", "platform"],
+        )
+        for i, (aigc, platform) in enumerate(queues):
+            depth.add_metric([aigc, platform], int(counts[2 * i]))
+            oldest.add_metric([aigc, platform], age(created[i], now))
+        inflight = _gauge("aigcq_tasks_in_flight", "Tasks on a target.", ["aigc", "target"])
+        for i, (aigc, target) in enumerate(targets):
+            inflight.add_metric([aigc, target], int(counts[2 * len(queues) + i]))
+        backoff = GaugeMetricFamily("aigcq_tasks_delayed", "Tasks backing off.", value=delayed)
+        return [depth, oldest, inflight, backoff, *self._capacity(), *_health(health)]
+
+    async def _created(self, heads: list[Any]) -> list[Any]:
+        """The ``created`` time of each head task (None for an empty queue)."""
+        pipe = self.service.rt.redis.pipeline(transaction=False)
+        for task_id in heads:
+            pipe.hget(self.service.rt.store.keys.task(str(task_id or "")), "created")
+        return list(await pipe.execute()) if heads else []
+
+    def _capacity(self) -> list[Metric]:
+        rt = self.service.rt
+        cap = _gauge(
+            "aigcq_external_capacity",
+            "Configured concurrency of a queue's external platform (model.json).",
+            ["aigc", "platform", "target"],
+        )
+        for aigc, platform in rt.config.queues():
+            ext, account = rt.platforms.adapter_for(platform), rt.config.account(aigc, platform)
+            if ext is not None and account is not None:
+                cap.add_metric([aigc, platform, ext.name], account.concurrency)
+        return [cap]
+
+    def _internal(self) -> list[Metric]:
+        """Internal capacity as this process sees it; per bridge when it runs the hub."""
+        internal, hub = self.service.dispatcher.internal, self.service.hub
+        if internal is None:
+            return []
+        free = GaugeMetricFamily(
+            "aigcq_internal_free_slots",
+            "Free internal slots offered to the dispatcher (0 while not healthy).",
+            labels=["target"],
+        )
+        free.add_metric([internal.name], internal.free_slots())
+        if hub is None:
+            return [free]
+        bridges = hub.registry.live()
+        count = GaugeMetricFamily(
+            "aigcq_bridges_connected", "Bridges connected to this process.", value=len(bridges)
+        )
+        instances = _gauge("aigcq_bridge_instances", "Instances per bridge.", ["bridge"])
+        slots = _gauge("aigcq_bridge_free_slots", "Free slots per bridge.", ["bridge"])
+        quarantined = _gauge(
+            "aigcq_bridge_quarantined", "1 while a bridge is out of rotation.", ["bridge"]
+        )
+        for b in bridges:
+            instances.add_metric([b.bridge_id], b.instance_count)
+            slots.add_metric([b.bridge_id], b.free())
+            quarantined.add_metric([b.bridge_id], int(b.quarantined_at is not None))
+        return [free, count, instances, slots, quarantined]
+
+
+def _health(raw: dict[str, Any]) -> list[Metric]:
+    """``md:state:health``: the state as a one-hot gauge, degrade / recover counts."""
+    if not raw:
+        return []
+    state = _gauge("aigcq_internal_health", "Internal capacity health (1 = current).", ["state"])
+    for s in HealthState:
+        state.add_metric([s.value], int(raw.get("status") == s.value))
+    degrades = CounterMetricFamily(
+        "aigcq_internal_degrades",
+        "Times internal capacity went from healthy to degraded (kept by the publisher).",
+        value=int(raw.get("degradeCount") or 0),
+    )
+    recovers = CounterMetricFamily(
+        "aigcq_internal_recovers",
+        "Times internal capacity recovered.",
+        value=int(raw.get("recoverCount") or 0),
+    )
+    return [state, degrades, recovers]

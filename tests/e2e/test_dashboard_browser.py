@@ -1,0 +1,175 @@
+"""The dashboard in real headless Chromium: an in-process server with a test bridge (2 GPUs)
+and the RunningHub emulator; the page loads, its live counts follow the tasks, drain works.
+Screenshots go to ``test-artifacts/dashboard/``. Skipped when no Chromium is installed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from aigcq.config import PlatformConfig, Settings
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
+from aigcq.server import Service
+from tests.e2e.cdp import Page, chromium, find_chromium
+from tests.e2e.conftest import Client, generate
+from tests.helpers import serve_app, until
+from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end
+
+pytestmark = pytest.mark.e2e
+
+ADMIN = "dashboard-admin-token"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
+GPU_SECONDS = 2.0
+
+
+@pytest.fixture
+def chromium_path() -> str:
+    path = find_chromium()
+    if path is None:
+        pytest.skip("no Chromium found (install Debian's `chromium` or set AIGCQ_CHROMIUM)")
+    try:
+        subprocess.run([path, "--version"], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"Chromium at {path} does not run: {exc}")
+    return path
+
+
+@pytest.fixture
+async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
+    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 2}}}')
+    emulator = RunningHubEmulatorConfig(duration_s=GPU_SECONDS, max_concurrent=2)
+    async with serve_app(create_app(emulator)) as rh:
+        settings = Settings(
+            redis_url=redis_url,
+            token_secret=SECRET,
+            config_dir=tmp_path,
+            bridge_token=BRIDGE_TOKEN,
+            admin_token=ADMIN,
+            runninghub_url=rh,
+            sweep_interval_s=0.2,
+        )
+        service = Service(settings, PlatformConfig.load(tmp_path), redis)
+        async with serve_app(service.app) as base:
+            settings.callback_url = base  # RunningHub's webhooks come back here
+            env = Env(int(base.rsplit(":", 1)[1]), redis, service)
+            yield env
+            for ws in env.sockets:
+                await ws.close()
+
+
+@contextlib.asynccontextmanager
+async def gpus(env: Env, count: int = 2) -> AsyncIterator[Bridge]:
+    """A bridge that acknowledges every task and ends it successfully after GPU_SECONDS."""
+    bridge = await env.bridge()
+    await bridge.register(count=count)
+
+    async def finish(webhook: str) -> None:
+        await asyncio.sleep(GPU_SECONDS)
+        await task_end(env, webhook)
+
+    async def serve() -> None:
+        async with asyncio.TaskGroup() as running:
+            while True:
+                msg = await bridge.next(timeout=3600)
+                if msg["type"] == "TASK_ASSIGN":
+                    await bridge.ack(msg["data"]["taskId"])
+                    running.create_task(finish(msg["data"]["webhookUrl"]))
+
+    loop = asyncio.create_task(serve())
+    try:
+        yield bridge
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await loop
+
+
+def cell(table: str, row_text: str, column: int) -> str:
+    """JS: the text of ``column`` in the first row of ``table`` containing ``row_text``."""
+    return (
+        f"([...document.querySelectorAll('#{table} tbody tr')]"
+        f".filter(r => r.textContent.includes({row_text!r}))"
+        f".map(r => r.cells[{column}].textContent)[0] || '')"
+    )
+
+
+async def submit(client: Client, ids: list[str]) -> None:
+    for task_id in ids:
+        await client.request(generate(task_id))
+
+
+async def test_dashboard_shows_live_tasks_and_drains_a_bridge(
+    chromium_path: str, env: Env, tmp_path: Path
+) -> None:
+    profile = tmp_path / "chromium"
+    profile.mkdir()
+    async with gpus(env), chromium(chromium_path, profile) as page:
+        await page.goto(f"{env.base}/dashboard?token={ADMIN}")
+        assert await page.eval("location.search") == ""  # the token left the address bar
+        await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'idle'")
+        assert await page.eval("document.querySelector('#health').textContent") == "healthy"
+        await page.screenshot(ARTIFACTS / "01-loaded.png")
+
+        client = await env.client()
+        await submit(client, [f"t{i}" for i in range(6)])  # 2 GPUs, 2 RunningHub, 2 wait
+        await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'busy'")
+        await page.wait_for(f"{cell('queues', 'comfyui', 3)} === 'bridge: 2, runninghub: 2'")
+        await page.wait_for(f"{cell('queues', 'comfyui', 2)} === '2'")  # waiting
+        await page.screenshot(ARTIFACTS / "02-tasks-flowing.png")
+
+        totals = "document.querySelector('#split-totals').textContent"
+        await page.wait_for(f"/internal [1-9]/.test({totals}) && /external [1-9]/.test({totals})")
+        await page.wait_for(f"{cell('queues', 'comfyui', 2)} === '0'", within=15)
+        await page.screenshot(ARTIFACTS / "03-split-chart.png")
+
+        await drain_from_the_page(env, page, client)
+        await show_timeline(page, "t0")
+        await client.close()
+
+
+async def drain_from_the_page(env: Env, page: Page, client: Client) -> None:
+    """Drain br1 with its button: new tasks go to RunningHub; undrain brings it back."""
+    await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'idle'", within=15)
+    await click_bridge_button(page, "Drain")
+    await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'drained'")
+    assert await page.eval(cell("bridges", "br1", 3)) == "0"  # free
+    await submit(client, ["d1"])
+    task = await until(partial(env.task, "d1"), lambda t: t.target != "")
+    assert task.target == "runninghub"
+    await page.screenshot(ARTIFACTS / "04-drained.png")
+    await click_bridge_button(page, "Undrain")
+    await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'idle'")
+    await submit(client, ["u1"])
+    assert (await until(partial(env.task, "u1"), lambda t: t.target != "")).target == "bridge"
+
+
+async def click_bridge_button(page: Page, label: str) -> None:
+    assert await page.eval(cell("bridges", "br1", 8)) == label
+    await page.eval(
+        "[...document.querySelectorAll('#bridges tbody tr')]"
+        ".find(r => r.cells[0].textContent === 'br1').querySelector('button').click()"
+    )
+
+
+async def show_timeline(page: Page, task_id: str) -> None:
+    """Search a task: its timeline runs from submission to success, with both buttons."""
+    await page.eval(
+        f"document.querySelector('#task-id').value = {task_id!r};"
+        "document.querySelector('#search').requestSubmit()"
+    )
+    states = await page.wait_for(
+        "[...document.querySelectorAll('#timeline tr')].slice(1).map(r => r.cells[1].textContent)"
+    )
+    assert states[0] == "pending" and states[-1] == "success"
+    buttons = await page.eval(
+        "[...document.querySelectorAll('#task button')].map(b => b.textContent)"
+    )
+    assert buttons == ["Cancel", "Retry"]
+    await page.screenshot(ARTIFACTS / "05-task-timeline.png")

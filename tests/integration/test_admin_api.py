@@ -1,0 +1,164 @@
+"""The admin API in-process against a real Redis: auth, the SSE snapshot, drain, retry."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import redis.asyncio as aioredis
+
+from aigcq.config import PlatformConfig, Settings
+from aigcq.gateway.auth import issue_client_token
+from aigcq.server import Service
+from tests.e2e.conftest import generate
+from tests.helpers import serve_app, until
+from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Env, task_end
+
+ADMIN = "admin-token"
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+
+
+@pytest.fixture
+async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
+    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
+    settings = Settings(
+        redis_url=redis_url,
+        token_secret=SECRET,
+        config_dir=tmp_path,
+        bridge_token=BRIDGE_TOKEN,
+        admin_token=ADMIN,
+    )
+    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    async with serve_app(service.app) as base:
+        env = Env(int(base.rsplit(":", 1)[1]), redis, service)
+        yield env
+        for ws in env.sockets:
+            await ws.close()
+
+
+async def first_event(http: httpx.AsyncClient, count: int = 1) -> list[dict[str, Any]]:
+    """The first ``count`` snapshots of the event stream."""
+    events: list[dict[str, Any]] = []
+    async with http.stream("GET", "/api/admin/events", headers=ADMIN_HEADERS) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        async for line in r.aiter_lines():
+            if line.startswith("data: "):
+                events.append(orjson.loads(line[6:]))
+                if len(events) == count:
+                    return events
+    raise AssertionError("the event stream ended")
+
+
+async def snapshot(http: httpx.AsyncClient) -> dict[str, Any]:
+    r = await http.get("/api/admin/snapshot", headers=ADMIN_HEADERS)
+    assert r.status_code == 200
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def bridge_row(snap: dict[str, Any], bridge_id: str = "br1") -> dict[str, Any]:
+    return next(b for b in snap["bridges"] if b["bridgeId"] == bridge_id)
+
+
+async def test_every_admin_call_needs_the_admin_token(env: Env) -> None:
+    client = {"Authorization": f"Bearer {issue_client_token(SECRET, 'b1')}"}
+    async with httpx.AsyncClient(base_url=env.base) as http:
+        for headers in ({}, client, {"Authorization": "Bearer wrong"}):
+            assert (await http.get("/api/admin/snapshot", headers=headers)).status_code == 401
+            assert (await http.get("/api/admin/events", headers=headers)).status_code == 401
+            for path in ("/api/admin/bridges/br1/drain", "/api/admin/tasks/x/retry"):
+                assert (await http.post(path, headers=headers)).status_code == 401
+        page = await http.get("/dashboard")  # the page itself holds no data
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        assert (await http.get("/dashboard/dashboard.js")).status_code == 200
+        assert (await http.get("/dashboard/secrets.txt")).status_code == 404
+
+
+async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    async with httpx.AsyncClient(base_url=env.base, timeout=10) as http:
+        first, second = await first_event(http, count=2)
+    assert set(first) == {"time", "bridges", "queues", "split", "health", "recent"}
+    assert 0.5 < second["time"] - first["time"] < 3
+    row = bridge_row(second)
+    assert row["online"] and row["instances"] == 2 and row["free"] == 2
+    assert not row["drained"] and row["inRotation"] and row["lastHeartbeat"] > 0
+    assert second["queues"] == [
+        {
+            "AIGC": "proj",
+            "platform": "comfyui",
+            "waiting": 0,
+            "inFlight": {"bridge": 0, "runninghub": 0},
+            "oldestWaitS": 0.0,
+        }
+    ]
+    assert second["health"]["state"] == "healthy"
+    assert set(second["split"]["totals"]) == {"internal", "external"}
+
+
+async def test_a_drained_bridge_gets_no_new_tasks_but_finishes_its_own(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    client = await env.client()
+    async with httpx.AsyncClient(base_url=env.base) as http:
+        await client.request(generate("d1"))
+        assign = await bridge.next()
+        await bridge.ack("d1")
+        r = await http.post("/api/admin/bridges/br1/drain", headers=ADMIN_HEADERS)
+        assert r.json() == {"bridgeId": "br1", "drained": True, "connected": True}
+        await client.request(generate("d2"))
+        with pytest.raises(TimeoutError):
+            await bridge.next(timeout=0.5)
+        snap = await until(partial(snapshot, http), lambda s: s["queues"][0]["waiting"] == 1)
+        row = bridge_row(snap)
+        assert row["drained"] and row["free"] == 0 and row["running"] == ["d1"]
+        assert await task_end(env, assign["data"]["webhookUrl"]) == 200  # still accepted
+        await until(
+            partial(snapshot, http), lambda s: s["split"]["totals"]["internal"] == 1, within=5
+        )
+        await http.post("/api/admin/bridges/br1/undrain", headers=ADMIN_HEADERS)
+        again = await bridge.next()
+        assert again["type"] == "TASK_ASSIGN" and again["data"]["taskId"] == "d2"
+    await client.close()
+
+
+async def test_a_drained_bridge_stays_drained_when_it_reconnects(env: Env) -> None:
+    async with httpx.AsyncClient(base_url=env.base) as http:
+        r = await http.post("/api/admin/bridges/br9/drain", headers=ADMIN_HEADERS)
+        assert r.json()["connected"] is False
+        bridge = await env.bridge()
+        await bridge.register("br9", count=1)
+        row = bridge_row(await until(partial(snapshot, http), lambda s: s["bridges"]), "br9")
+        assert row["drained"] and row["free"] == 0
+        assert env.service.hub is not None and env.service.hub.free_slots() == 0
+
+
+async def test_retry_queues_a_cancelled_task_for_a_new_attempt(env: Env) -> None:
+    client = await env.client()
+    await client.request(generate("r1"))
+    async with httpx.AsyncClient(base_url=env.base) as http:
+        retry = "/api/admin/tasks/r1/retry"
+        conflict = await http.post(retry, headers=ADMIN_HEADERS)
+        assert conflict.status_code == 409  # still pending
+        missing = await http.post("/api/admin/tasks/nope/retry", headers=ADMIN_HEADERS)
+        assert missing.status_code == 404
+        await http.post("/api/tasks/r1/cancel", headers=ADMIN_HEADERS)
+        assert (await env.task("r1")).state == "cancelled"
+        r = await http.post(retry, headers=ADMIN_HEADERS)
+        assert r.json() == {"taskId": "r1", "state": "pending"}
+        assert await env.redis.ttl(env.service.rt.store.keys.task("r1")) == -1
+        bridge = await env.bridge()
+        await bridge.register(count=1)
+        assign = await bridge.next()
+        assert assign["data"]["taskId"] == "r1" and assign["data"]["attempt"] == 1
+        timeline = (await http.get("/api/tasks/r1", headers=ADMIN_HEADERS)).json()["timeline"]
+        assert [e["state"] for e in timeline] == ["pending", "cancelled", "pending", "dispatching"]
+        assert timeline[2]["note"] == "retried by an operator"
+    await client.close()

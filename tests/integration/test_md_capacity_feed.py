@@ -1,0 +1,204 @@
+"""The capacity feed (seed 000 §7) against a real dispatcher: its messages and their
+structure, a change reaching ``aigcq serve`` at once, and polling while the feed is down."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+import websockets
+
+import tests.integration.test_md_service as mds
+from aigcq.dispatcher.auth import DispatcherAuth
+from aigcq.dispatcher.capacity import FEED_PATH, FeedConfig
+from aigcq.dispatcher.client import MessageDispatcherTarget
+from aigcq.server import Service
+from tests.e2e.conftest import generate
+from tests.helpers import until
+from tests.integration.test_bridge_hub import Bridge
+
+md = mds.md  # the dispatcher fixture
+
+
+class Feed:
+    """A backend's end of the feed, reading frames in order."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+
+    @classmethod
+    async def connect(cls, md: mds.Md, token: str | None) -> Feed:
+        query = f"?token={token}" if token else ""
+        return cls(await websockets.connect(f"ws://127.0.0.1:{md.port}{FEED_PATH}{query}"))
+
+    async def send(self, kind: str, **data: Any) -> None:
+        await self.ws.send(orjson.dumps({"type": kind, "data": data}).decode())
+
+    async def until(self, kind: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Frames up to and including the next ``kind``."""
+        seen: list[dict[str, Any]] = []
+        async with asyncio.timeout(timeout):
+            while not seen or seen[-1]["type"] != kind:
+                seen.append(orjson.loads(await self.ws.recv()))
+        return seen
+
+
+def _kinds(frames: list[dict[str, Any]]) -> list[str]:
+    return [f["type"] for f in frames]
+
+
+async def test_connect_needs_a_valid_jwt(md: mds.Md) -> None:
+    feed = await Feed.connect(md, None)
+    await feed.send("CONNECT", clientId="x")
+    assert (await feed.until("ERROR"))[-1]["data"]["code"] == "AuthError"
+    with pytest.raises(websockets.ConnectionClosed):
+        await feed.ws.recv()
+    assert feed.ws.close_code == 4401
+
+
+async def test_feed_messages_and_their_structure(md: mds.Md) -> None:
+    md.dispatcher.feed.config = FeedConfig(interval_s=0.5, change_check_s=0.05)
+    token = await md.token()
+    feed = await Feed.connect(md, token)
+    await feed.send("CONNECT", clientId="backend-1", timestamp="2024-01-01T00:00:00.000Z")
+    ack, first = await feed.until("CAPACITY_UPDATE")
+    assert ack["type"] == "CONNECT_ACK" and ack["data"]["serverId"] == "message-dispatcher"
+    assert first["data"]["bridges"] == [] and first["data"]["summary"]["totalInstances"] == 0
+    await feed.send("HEARTBEAT")
+    assert (await feed.until("HEARTBEAT_ACK"))[-1]["data"]["timestamp"].endswith("Z")
+
+    bridge = await Bridge.connect(md.port)
+    await bridge.register(count=2)
+    frames = await feed.until("CAPACITY_UPDATE")
+    assert _kinds(frames) == ["INSTANCE_ONLINE", "INSTANCE_ONLINE", "CAPACITY_UPDATE"]
+    data = frames[-1]["data"]
+    assert data["summary"] == {
+        "totalBridges": 1,
+        "totalInstances": 2,
+        "onlineInstances": 2,
+        "busyInstances": 0,
+        "availableCapacity": 2,
+        "healthy": True,
+    }
+    (row,) = data["bridges"]
+    assert row["bridgeId"] == "br1" and row["connectedAt"]
+    assert row["instances"][0] == {"instanceId": "br1#0", "status": "online", "currentTask": None}
+
+    resp = await md.http.post("/api/task", json={**mds.BODY, "apiKey": token})
+    task_id = resp.json()["data"]["taskId"]
+    assign = await bridge.next()
+    busy = await feed.until("CAPACITY_UPDATE")
+    assert busy[0]["type"] == "INSTANCE_BUSY" and busy[0]["data"]["taskId"] == task_id
+    current = busy[-1]["data"]["bridges"][0]["instances"][0]["currentTask"]
+    assert current["taskId"] == task_id and current["startTime"]
+    await bridge.ack(task_id)
+    await mds._task_end(md, assign["data"]["webhookUrl"])
+    idle = await feed.until("INSTANCE_IDLE")
+    assert idle[-1]["data"]["instanceId"] == "br1#0"
+    assert idle[-1]["data"]["completedTaskId"] == task_id
+
+    await feed.send("TASK_ALLOCATION", allocatedTasks=[{"taskId": "t-9", "targetInstance": None}])
+    assert (await feed.until("TASK_ALLOCATION_ACK"))[-1]["data"]["accepted"] == 1
+    assert md.dispatcher.feed.allocations["t-9"]["clientId"] == "backend-1"
+    await feed.send("NONSENSE")
+    assert (await feed.until("ERROR"))[-1]["data"]["code"] == "InvalidMessage"
+    assert _kinds(await feed.until("CAPACITY_UPDATE", timeout=2)) == ["CAPACITY_UPDATE"]
+
+    await bridge.ws.close()
+    gone = await feed.until("CAPACITY_UPDATE")
+    offline = [f["data"] for f in gone if f["type"] == "INSTANCE_OFFLINE"]
+    assert len(offline) == 2 and offline[0]["reason"] == "disconnected"
+    assert gone[-1]["data"]["summary"]["totalBridges"] == 0
+    await feed.ws.close()
+
+
+def _target(service: Service) -> MessageDispatcherTarget:
+    target = service.dispatcher.internal
+    assert isinstance(target, MessageDispatcherTarget)
+    return target
+
+
+async def _connected(target: MessageDispatcherTarget) -> bool:
+    return target.feed.connected
+
+
+async def test_capacity_change_reaches_serve_at_once(
+    md: mds.Md,
+    tmp_path: Path,
+    redis: aioredis.Redis,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL", "600000")  # one check only
+    monkeypatch.setenv("MD_PASSWORD", mds.PASSWORD)
+    md.dispatcher.feed.config = FeedConfig(change_check_s=0.05)
+    async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
+        target = _target(service)
+        await until(lambda: _connected(target), lambda ok: ok)
+        bridge = await Bridge.connect(md.port)
+        await bridge.register(count=2)
+        await until(lambda: _free(target), lambda n: n == 2, within=1)
+        await client.request(generate("feed-1"))
+        assign = await bridge.next()
+        md_task_id = assign["data"]["taskId"]
+        allocations = md.dispatcher.feed.allocations
+        await until(lambda: _has(allocations, md_task_id), lambda ok: ok)
+        await bridge.ws.close()
+        await until(lambda: _free(target), lambda n: n == 0, within=1)
+
+
+@pytest.mark.usefixtures("fast_checks")
+async def test_feed_down_falls_back_to_polling(
+    md: mds.Md, tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    feed = md.dispatcher.feed
+    async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, _client):
+        target = _target(service)
+        await until(lambda: _connected(target), lambda ok: ok)
+        auth, feed.auth = feed.auth, DispatcherAuth("admin", mds.PASSWORD, "x" * 40, 60)
+        for sub in list(feed.subscribers):
+            await sub.ws.close()
+        await until(lambda: _connected(target), lambda ok: not ok)
+        bridge = await Bridge.connect(md.port)
+        await bridge.register(count=3)
+        await until(lambda: _free(target), lambda n: n == 3)  # from GET /api/health
+        feed.auth = auth
+        await until(lambda: _connected(target), lambda ok: ok, within=10)  # reconnected
+        await bridge.ws.close()
+
+
+async def test_refused_token_logs_in_again_at_once(
+    md: mds.Md,
+    tmp_path: Path,
+    redis: aioredis.Redis,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MD_PASSWORD", mds.PASSWORD)
+    bridge = await Bridge.connect(md.port)
+    await bridge.register(count=1)
+    async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
+        target = _target(service)
+        await until(lambda: _free(target), lambda n: n == 1)
+        old = target.jwt.current()
+        md.dispatcher.auth.secret = "rotated-secret-with-at-least-32-bytes-of-key"
+        await client.request(generate("relogin-1"))
+        assign = await bridge.next(timeout=10)  # the retry, with a fresh token
+        assert assign["type"] == "TASK_ASSIGN"
+        assert target.jwt.current() not in (None, old)
+    await bridge.ws.close()
+
+
+fast_checks = mds.fast_checks
+
+
+async def _free(target: MessageDispatcherTarget) -> int:
+    return target.free_slots()
+
+
+async def _has(mapping: dict[str, Any], key: str) -> bool:
+    return key in mapping

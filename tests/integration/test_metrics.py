@@ -1,0 +1,96 @@
+"""``/metrics`` during a run through an in-process aigcq and RunningHub emulator: the
+counters add up to the tasks that ran, and the derived gauges return to zero."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import redis.asyncio as aioredis
+from prometheus_client.parser import text_string_to_metric_families
+
+from aigcq.client import AsyncClient
+from aigcq.config import PlatformConfig, Settings
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
+from aigcq.server import Service
+from tests.helpers import serve_app, until
+
+TOKEN = "metrics-client-token"
+AIGC = "metrics-proj"  # metrics are process-wide: a project no other test uses
+PAYLOAD = {"workflowId": "1904136902449209346", "nodeInfoList": []}
+TASKS = 5
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+async def scrape(base: str) -> Samples:
+    async with httpx.AsyncClient() as http:
+        resp = await http.get(f"{base}/metrics")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(resp.text)
+        for s in family.samples
+    }
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+async def test_counters_add_up_to_the_tasks_that_ran(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    (tmp_path / "model.json").write_text(
+        f'{{"{AIGC}": {{"comfyui": {{"apikey": "k", "concurrency": 2}}}}}}'
+    )
+    async with serve_app(create_app(RunningHubEmulatorConfig(duration_s=0.2))) as rh:
+        settings = Settings(
+            redis_url=redis_url,
+            token_secret="m" * 32,
+            client_tokens=[TOKEN],
+            config_dir=tmp_path,
+            runninghub_url=rh,
+            sweep_interval_s=0.1,
+            overflow_price={"runninghub": 0.25},
+        )
+        service = Service(settings, PlatformConfig.load(tmp_path), redis)
+        async with serve_app(service.app) as base:
+            settings.callback_url = base
+            async with AsyncClient(base.replace("http", "ws", 1) + "/", TOKEN, "m1") as client:
+                ids = [
+                    await client.submit("comfyui", PAYLOAD, task_id=f"m{i}", aigc=AIGC)
+                    for i in range(TASKS)
+                ]
+                during = await scrape(base)
+                results = [await client.result(task_id, timeout=15) for task_id in ids]
+            assert all(r.ok for r in results)
+            async with httpx.AsyncClient() as http:
+                await http.post(f"{base}/callback/all", json={})  # unsigned: rejected
+            after = await until(
+                lambda: scrape(base),
+                lambda s: total(s, "aigcq_tasks_in_flight", aigc=AIGC) == 0,
+            )
+
+    queue = {"aigc": AIGC, "platform": "comfyui"}
+    assert (
+        total(during, "aigcq_queue_depth", **queue)
+        + total(during, "aigcq_tasks_in_flight", aigc=AIGC)
+        + total(during, "aigcq_tasks_finished_total", aigc=AIGC)
+        == TASKS
+    )
+    assert total(during, "aigcq_external_capacity", **queue) == 2
+    ran = {"aigc": AIGC, "platform": "comfyui", "target": "runninghub"}
+    assert total(after, "aigcq_tasks_finished_total", outcome="success", **ran) == TASKS
+    assert total(after, "aigcq_tasks_finished_total", aigc=AIGC) == TASKS
+    assert total(after, "aigcq_overflow_tasks_total", **ran) == TASKS
+    assert total(after, "aigcq_queue_depth", **queue) == 0
+    assert total(after, "aigcq_queue_oldest_wait_seconds", **queue) == 0
+    e2e = {"platform": "comfyui", "target": "runninghub", "outcome": "success"}
+    assert total(after, "aigcq_end_to_end_latency_seconds_count", **e2e) >= TASKS
+    dispatched = {"platform": "comfyui", "target": "runninghub"}
+    assert total(after, "aigcq_dispatch_latency_seconds_count", **dispatched) >= TASKS
+    assert total(after, "aigcq_overflow_cost_total", target="runninghub") >= TASKS * 0.25
+    assert total(after, "aigcq_callback_rejections_total", code="SignatureError") >= 1
