@@ -95,7 +95,7 @@ class Settings(BaseSettings):
         0,
         ge=0,
         validation_alias=_env("EXTERNAL_CAPACITY_MAX", "EXTERNAL_CAPACITY_MAX"),
-        description="Most tasks one dispatch round gives a queue's external platform (0 = no cap).",
+        description="Most tasks of one queue in flight on its external platform (0 = no cap).",
     )
     sweep_interval_s: float = Field(1.0, validation_alias=_env("SWEEP_INTERVAL_S"))
     full_backoff_s: float = Field(

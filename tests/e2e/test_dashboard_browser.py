@@ -136,7 +136,9 @@ async def test_dashboard_shows_live_tasks_and_drains_a_bridge(
 
 async def drain_from_the_page(env: Env, page: Page, client: Client) -> None:
     """Drain br1 with its button: new tasks go to RunningHub; undrain brings it back."""
-    await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'idle'", within=15)
+    idle = "bridge: 0, runninghub: 0"
+    await page.wait_for(f"{cell('queues', 'comfyui', 3)} === {idle!r}", within=15)
+    await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'idle'")
     await click_bridge_button(page, "Drain")
     await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'drained'")
     assert await page.eval(cell("bridges", "br1", 3)) == "0"  # free

@@ -22,6 +22,7 @@ from tests.helpers import until
 from tests.integration.test_bridge_hub import Bridge
 
 md = mds.md  # the dispatcher fixture
+fast_checks = mds.fast_checks
 
 
 class Feed:
@@ -58,6 +59,17 @@ async def test_connect_needs_a_valid_jwt(md: mds.Md) -> None:
     with pytest.raises(websockets.ConnectionClosed):
         await feed.ws.recv()
     assert feed.ws.close_code == 4401
+
+
+async def test_a_silent_backend_is_closed(md: mds.Md) -> None:
+    md.dispatcher.feed.config = FeedConfig(heartbeat_s=0.2, heartbeat_timeout_s=0.1)
+    feed = await Feed.connect(md, await md.token())
+    await feed.send("CONNECT")
+    await feed.until("CAPACITY_UPDATE")
+    with pytest.raises(websockets.ConnectionClosed):
+        await feed.until("NEVER", timeout=3)
+    assert feed.ws.close_code == 4000
+    assert not md.dispatcher.feed.subscribers
 
 
 async def test_feed_messages_and_their_structure(md: mds.Md) -> None:
@@ -191,9 +203,6 @@ async def test_refused_token_logs_in_again_at_once(
         assert assign["type"] == "TASK_ASSIGN"
         assert target.jwt.current() not in (None, old)
     await bridge.ws.close()
-
-
-fast_checks = mds.fast_checks
 
 
 async def _free(target: MessageDispatcherTarget) -> int:

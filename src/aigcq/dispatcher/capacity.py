@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from fastapi import WebSocket, WebSocketDisconnect
 
-from aigcq.bridges.hub import CLOSE_AUTH, BridgeHub
+from aigcq.bridges.hub import CLOSE_AUTH, CLOSE_TIMEOUT, BridgeHub, _receive
 from aigcq.bridges.registry import BridgeConn
 from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.gateway.auth import bearer
@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 
 FEED_PATH = "/ws/capacity"
 SERVER_ID = "message-dispatcher"
-CLOSE_TIMEOUT = 4000
 #: most recent TASK_ALLOCATION entries kept
 ALLOCATIONS_KEPT = 1000
 
@@ -242,7 +241,6 @@ class CapacityFeed:
             if sub is None:
                 return
             self.subscribers.add(sub)
-            self.refresh()
             await sub.send(message("CONNECT_ACK", serverId=SERVER_ID), self.update())
             log.info("capacity feed: %s connected", sub.client_id)
             await self._serve(sub)
@@ -253,8 +251,8 @@ class CapacityFeed:
 
     async def _connect(self, ws: WebSocket, token: str | None) -> _Subscriber | None:
         """Wait for CONNECT; the subscriber, or ``None`` once refused and closed."""
-        frame = await asyncio.wait_for(ws.receive_text(), self.config.connect_timeout_s)
-        msg = _parse(frame)
+        frame = await asyncio.wait_for(_receive(ws), self.config.connect_timeout_s)
+        msg = _parse(frame) if frame is not None else None
         data = msg.get("data") if msg and msg.get("type") == "CONNECT" else None
         if not isinstance(data, dict) or not self.auth.valid(token or data.get("token")):
             log.warning("capacity feed: connection refused (no CONNECT or invalid token)")
@@ -267,11 +265,14 @@ class CapacityFeed:
         silence = self.config.heartbeat_s + self.config.heartbeat_timeout_s
         while True:
             try:
-                frame = await asyncio.wait_for(sub.ws.receive_text(), silence)
+                frame = await asyncio.wait_for(_receive(sub.ws), silence)
             except TimeoutError:
                 log.warning("capacity feed %s: no heartbeat, closing", sub.client_id)
                 with contextlib.suppress(Exception):
                     await sub.ws.close(CLOSE_TIMEOUT, "missed heartbeats")
+                return
+            if frame is None:
+                log.info("capacity feed: %s disconnected", sub.client_id)
                 return
             await self._on_message(sub, _parse(frame))
 
@@ -304,7 +305,7 @@ class CapacityFeed:
         return len(entries)
 
 
-def _parse(frame: str) -> dict[str, Any] | None:
+def _parse(frame: str | bytes) -> dict[str, Any] | None:
     try:
         msg = orjson.loads(frame)
     except orjson.JSONDecodeError:

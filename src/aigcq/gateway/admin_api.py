@@ -81,7 +81,7 @@ class Monitor:
     async def _count_finished(self) -> None:
         store = self.service.rt.store
         ids = [str(i) for i in await store.redis.lrange(store.keys.recent, 0, -1)]
-        # Tasks finished before this process started are not ours to chart.
+        # Tasks that finished before this process started are not charted.
         fresh = [i for i in ids if i not in self._seen] if self._seen is not None else []
         self._seen = set(ids)
         pipe = store.redis.pipeline(transaction=False)
@@ -89,7 +89,7 @@ class Monitor:
             pipe.hget(store.keys.task(task_id), "target")
         targets = [str(t or "") for t in await pipe.execute()] if fresh else []
         external = sum(1 for t in targets if self._external(t))
-        internal = len(targets) - external
+        internal = sum(1 for t in targets if t) - external  # "": ended before dispatch
         self.totals["internal"] += internal
         self.totals["external"] += external
         self.split.append({"t": time.time(), "internal": internal, "external": external})
@@ -110,7 +110,7 @@ class Monitor:
         now_mono, now = time.monotonic(), time.time()
         rows: dict[str, dict[str, Any]] = {}
         redis, prefix = self.service.rt.redis, self.service.rt.settings.project_prefix
-        async for key in redis.scan_iter(match=f"{prefix}:bridge:*", count=200):
+        async for key in redis.scan_iter(match=f"{prefix}:bridge:*", count=200, _type="hash"):
             if str(key).endswith(":tasks"):
                 continue
             h = {str(k): str(v) for k, v in (await redis.hgetall(key)).items()}

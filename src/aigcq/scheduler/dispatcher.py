@@ -99,8 +99,9 @@ class Dispatcher:
                 continue
             account = self.rt.config.account(aigc, platform)
             ext = externals[i]
-            ext_free = account.concurrency - running[i] if ext and account else 0
-            ext_free = _capped(ext_free, self.rt.settings.external_capacity_max)
+            ext_max = self.rt.settings.external_capacity_max
+            ext_cap = _capped(account.concurrency, ext_max) if account else 0
+            ext_free = ext_cap - running[i] if ext and account else 0
             split = plan(min(backlogs[i], BATCH), internal[i], ext_free)
             external = split.external
             if external and self._waits_for_internal(platform):
@@ -121,7 +122,7 @@ class Dispatcher:
                     aigc,
                     platform,
                     ext.name,
-                    cap=account.concurrency,
+                    cap=ext_cap,
                     n=external,
                     deadline_s=self.rt.dispatch_deadline_s,
                 )
@@ -245,5 +246,6 @@ class Dispatcher:
 
 
 def _capped(capacity: int, cap: int) -> int:
-    """``capacity`` limited to ``cap`` (seed 000 §3.7 ``*_CAPACITY_MAX``; 0 = no cap)."""
+    """``capacity`` limited to ``cap`` (seed 000 §3.7 ``*_CAPACITY_MAX``; 0 = no cap): the
+    internal free slots one round considers, a queue's external tasks in flight."""
     return min(capacity, cap) if cap > 0 else capacity
