@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from aigcq.config import ConfigError, PlatformConfig, Settings
 from aigcq.jsonlog import JsonFormatter
@@ -183,34 +182,56 @@ def status(
     server: str = "http://127.0.0.1:8087",
     token: Annotated[str, typer.Option(envvar="AIGCQ_CLIENT_TOKEN")] = "",
     limit: int = 10,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C")] = False,
+    interval: float = 2.0,
 ) -> None:
-    """Show queues (waiting / in flight / capacity) and recently finished tasks."""
+    """Bridges, health (with an admin token), queues and recent tasks as tables."""
+    import time
+
     import httpx
+    from rich.live import Live
+
+    from aigcq.cli_status import StatusError, fetch_snapshot, render
 
     headers = {"Authorization": f"Bearer {token}"}
-    resp = httpx.get(f"{server}/api/queues", headers=headers)
-    if resp.status_code != 200:
-        console.print(f"[red]{resp.status_code}[/red] {resp.text}")
-        raise typer.Exit(1)
-    table = Table("AIGC", "platform", "waiting", "in flight", "capacity", title="queues")
-    for row in resp.json():
-        table.add_row(
-            row["AIGC"],
-            row["platform"],
-            str(row["waiting"]),
-            ", ".join(f"{k}:{v}" for k, v in row["inFlight"].items()),
-            ", ".join(f"{k}:{v}" for k, v in row["capacity"].items()),
-        )
-    console.print(table)
-    recent = httpx.get(f"{server}/api/tasks", headers=headers, params={"limit": limit})
-    tasks = Table("taskId", "state", "AIGC", "platform", "target", "attempt", "seconds")
-    tasks.title = "recent tasks"
-    for t in recent.json():
-        tasks.add_row(
-            t["taskId"], t["state"], t["AIGC"], t["platform"], t["target"],
-            str(t["attempt"]), str(t["seconds"]),
-        )  # fmt: skip
-    console.print(tasks)
+    with httpx.Client(base_url=server, headers=headers) as http:
+        try:
+            view = render(fetch_snapshot(http, limit))
+            if not watch:
+                console.print(view)
+                return
+            with Live(view, console=console, refresh_per_second=4) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(render(fetch_snapshot(http, limit)))
+        except StatusError as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(1) from exc
+        except KeyboardInterrupt:
+            return
+
+
+tasks_app = typer.Typer(no_args_is_help=True, help="Inspect tasks.")
+app.add_typer(tasks_app, name="tasks")
+
+
+@tasks_app.command("show")
+def tasks_show(
+    task_id: str,
+    server: str = "http://127.0.0.1:8087",
+    token: Annotated[str, typer.Option(envvar="AIGCQ_CLIENT_TOKEN")] = "",
+) -> None:
+    """Print a task's timeline: every transition with its time, target and attempt."""
+    import httpx
+
+    from aigcq.cli_status import StatusError, timeline
+
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {token}"}) as http:
+        try:
+            console.print(timeline(http, task_id))
+        except StatusError as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(1) from exc
 
 
 # ---- sub-applications (each owned by its package) --------------------------------------

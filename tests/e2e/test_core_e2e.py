@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -10,6 +13,16 @@ import pytest
 from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, Client, Cluster, generate
 
 pytestmark = pytest.mark.e2e
+
+
+def cli(*args: str) -> str:
+    """Run ``aigcq ARGS`` as a user would and return what it printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "aigcq", *args],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def setup_rh(cluster: Cluster, *, cap: int = 3, duration: str = "0.3", **env: str) -> int:
@@ -72,6 +85,10 @@ async def test_http_api_submit_get_and_queues(cluster: Cluster) -> None:
             await http.get("/api/queues", headers={"Authorization": "Bearer x"})
         ).status_code == 401
         admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        status = cli("status", "--server", base, "--token", ADMIN_TOKEN)
+        assert "queues" in status and "bridges" in status and "http-1" in status
+        shown = cli("tasks", "show", "http-1", "--server", base, "--token", CLIENT_TOKEN)
+        assert "dispatching" in shown and "runninghub" in shown
         assert (
             await http.put("/api/workflows/w1", json={"1": {}}, headers=admin)
         ).status_code == 200

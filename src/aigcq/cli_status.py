@@ -1,0 +1,94 @@
+"""``aigcq status`` and ``aigcq tasks show``: the server's state as terminal tables."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+from rich.console import Group
+from rich.table import Table
+
+
+class StatusError(Exception):
+    pass
+
+
+def _get(http: httpx.Client, path: str, **params: Any) -> Any:
+    resp = http.get(path, params=params)
+    if resp.status_code != 200:
+        raise StatusError(f"{path}: {resp.status_code} {resp.text[:200]}")
+    return resp.json()
+
+
+def fetch_snapshot(http: httpx.Client, limit: int) -> dict[str, Any]:
+    """The admin snapshot (bridges, queues, health) or, for client tokens, queues only."""
+    resp = http.get("/api/admin/snapshot")
+    if resp.status_code == 200:
+        snap: dict[str, Any] = resp.json()
+        snap["recent"] = snap.get("recent", [])[:limit]
+        return snap
+    return {"queues": _get(http, "/api/queues"), "recent": _get(http, "/api/tasks", limit=limit)}
+
+
+def render(snap: dict[str, Any]) -> Group:
+    parts: list[Table] = []
+    if "health" in snap:
+        parts.append(_health(snap["health"]))
+    if "bridges" in snap:
+        parts.append(_bridges(snap["bridges"]))
+    parts.append(_queues(snap["queues"]))
+    parts.append(_recent(snap["recent"]))
+    return Group(*parts)
+
+
+def _health(h: dict[str, Any]) -> Table:
+    table = Table("state", "reason", "free slots", "degraded", "recovered", title="internal")
+    table.add_row(
+        h["state"], h.get("reason") or "-", str(h["freeSlots"]),
+        str(h["degradeCount"]), str(h["recoverCount"]),
+    )  # fmt: skip
+    return table
+
+
+def _bridges(rows: list[dict[str, Any]]) -> Table:
+    table = Table("bridge", "online", "instances", "free", "running", "heard", title="bridges")
+    now = time.time()
+    for b in rows:
+        heard = f"{now - b['lastHeartbeat']:.0f} s ago" if b.get("lastHeartbeat") else "-"
+        state = "drained" if b.get("drained") else "yes" if b["online"] else "no"
+        table.add_row(
+            b["bridgeId"], state, str(b["instances"]), str(b["free"]),
+            str(len(b.get("running", []))), heard,
+        )  # fmt: skip
+    return table
+
+
+def _queues(rows: list[dict[str, Any]]) -> Table:
+    table = Table("AIGC", "platform", "waiting", "in flight", "oldest wait", title="queues")
+    for q in rows:
+        inflight = ", ".join(f"{k}:{v}" for k, v in q["inFlight"].items()) or "-"
+        oldest = f"{q['oldestWaitS']} s" if "oldestWaitS" in q else "-"
+        table.add_row(q["AIGC"], q["platform"], str(q["waiting"]), inflight, oldest)
+    return table
+
+
+def _recent(rows: list[dict[str, Any]]) -> Table:
+    table = Table("taskId", "state", "AIGC", "platform", "target", "attempt", "seconds")
+    table.title = "recent tasks"
+    for t in rows:
+        table.add_row(
+            t["taskId"], t["state"], t["AIGC"], t["platform"], t["target"] or "-",
+            str(t["attempt"]), str(t["seconds"]),
+        )  # fmt: skip
+    return table
+
+
+def timeline(http: httpx.Client, task_id: str) -> Table:
+    task = _get(http, f"/api/tasks/{task_id}")
+    table = Table("time", "state", "target", "attempt", "note")
+    table.title = f"task {task_id}: {task['state']} ({task['AIGC']} / {task['platform']})"
+    for e in task["timeline"]:
+        stamp = time.strftime("%H:%M:%S", time.localtime(e["t"])) + f".{int(e['t'] % 1 * 1000):03d}"
+        table.add_row(stamp, e["state"], e["target"] or "-", str(e["attempt"]), e["note"] or "")
+    return table
