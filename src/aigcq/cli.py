@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from aigcq.config import ConfigError, PlatformConfig, Settings
-from aigcq.jsonlog import JsonFormatter
+from aigcq.jsonlog import JsonFormatter, RedactSecrets
 
 app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal GPUs first.")
 emulate_app = typer.Typer(no_args_is_help=True, help="Run an emulator of an external service.")
@@ -43,6 +43,7 @@ def configure_logging(level: str = "INFO") -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactSecrets())
     logging.basicConfig(level=level.upper(), handlers=[handler])
     # One line per outgoing request is noise at thousands of tasks a second.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))

@@ -43,3 +43,19 @@ async def test_asynch_serves_metrics_before_its_service_is_attached() -> None:
         resp = await http.get("/metrics")
     assert resp.status_code == 200
     assert "# TYPE aigcq_asynch_gate_total counter" in resp.text
+
+
+def test_credentials_in_logged_urls_are_masked() -> None:
+    from aigcq.jsonlog import RedactSecrets
+
+    record = logging.LogRecord(
+        "uvicorn.error", logging.INFO, "", 0, '%s - "WebSocket %s" [accepted]',
+        ("127.0.0.1:5", "/ws?token=abc123&x=1&tasks=3"), None,
+    )  # fmt: skip
+    RedactSecrets().filter(record)
+    assert record.getMessage() == '127.0.0.1:5 - "WebSocket /ws?token=***&x=1&tasks=3" [accepted]'
+    hook = logging.LogRecord(
+        "x", logging.INFO, "", 0, "POST /callback/all?t=1&a=1&s=f00d", (), None
+    )
+    RedactSecrets().filter(hook)
+    assert hook.getMessage() == "POST /callback/all?t=1&a=1&s=***"
