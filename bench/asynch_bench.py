@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -22,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,6 +32,31 @@ from tests.asynch.processes import free_port, start_asynch, stop
 
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
+
+POLL_SECONDS = 0.25  # getTaskBatch period of the result collector (each poll costs server CPU)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far (``/proc/<pid>/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backing_cpu_seconds(pg: EmbeddedPostgres, redis: EmbeddedRedis) -> float:
+    """CPU time so far of PostgreSQL (postmaster and its live backends, each its own process
+    group) and Redis."""
+    postmaster = int((pg.pgdata / "postmaster.pid").read_text().split()[0])
+    pids = {postmaster, redis._proc.pid}  # type: ignore[union-attr]
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid = int(stat.parent.name)
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        if pid in pids or int(fields[1]) == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def start_model_service() -> tuple[subprocess.Popen[bytes], str]:
@@ -47,41 +74,49 @@ def start_model_service() -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("model service emulator did not start")
 
 
-async def drive(urls: list[str], model_url: str, tasks: int, concurrency: int) -> dict[str, float]:
-    limits = httpx.Limits(
-        max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8
-    )
-    async with httpx.AsyncClient(timeout=60, limits=limits) as c:
+async def drive(
+    urls: list[str], model_url: str, tasks: int, concurrency: int, rate: float
+) -> dict[str, float]:
+    # aiohttp: with httpx the client itself saturated a core (its pool is O(connections) per
+    # request) and became the bottleneck of the measurement
+    connector = aiohttp.TCPConnector(limit=concurrency + 8)
+    async with aiohttp.ClientSession(connector=connector) as c:
         model = {"modelName": "bench", "baseUrl": model_url, "route": "/gen",
                  "maxConcurrency": 200, "queueLimit": 1_000_000}  # fmt: skip
-        (await c.post(f"{urls[0]}/model/createModel", json=model)).raise_for_status()
+        async with c.post(f"{urls[0]}/model/createModel", json=model) as r:
+            r.raise_for_status()
         latencies: list[float] = []
         pending: set[str] = set()
         created = asyncio.Event()
         counter = iter(range(tasks))
+        start = time.perf_counter()
 
         async def creator() -> None:
             for i in counter:
+                if rate:  # open loop: task i is due at start + i / rate
+                    await asyncio.sleep(start + i / rate - time.perf_counter())
                 body = {"modelName": "bench", "requestPayload": {"i": i}, "bizName": "bench"}
                 t0 = time.perf_counter()
-                r = await c.post(f"{urls[i % len(urls)]}/task/createTask", json=body)
+                async with c.post(f"{urls[i % len(urls)]}/task/createTask", json=body) as r:
+                    reply = await r.json()
                 latencies.append(time.perf_counter() - t0)
-                pending.add(r.json()["data"]["task_id"])
+                pending.add(reply["data"]["task_id"])
 
         async def collector() -> int:
             done = 0
             while not (created.is_set() and not pending):
                 batch = list(itertools.islice(pending, 500))
                 if batch:
-                    r = await c.post(f"{urls[0]}/task/getTaskBatch", json={"taskIds": batch})
-                    for t in r.json()["data"]["tasks"]:
+                    url = f"{urls[0]}/task/getTaskBatch"
+                    async with c.post(url, json={"taskIds": batch}) as r:
+                        reply = await r.json()
+                    for t in reply["data"]["tasks"]:
                         if t["state"] in (3, 4):
                             pending.discard(t["task_id"])
                             done += 1
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(POLL_SECONDS)
             return done
 
-        start = time.perf_counter()
         collecting = asyncio.create_task(collector())
         await asyncio.gather(*(creator() for _ in range(concurrency)))
         create_seconds = time.perf_counter() - start
@@ -104,6 +139,14 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0,
+        help="open loop: send createTask at this many per second (at most --concurrency in"
+        " flight) so latency is measured at a given load; 0 (default): closed loop, as fast"
+        " as --concurrency allows",
+    )
     parser.add_argument("--durable", action="store_true", help="PostgreSQL with fsync on")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="aigcq-bench-"))
@@ -120,8 +163,21 @@ def main() -> None:
             proc, url = start_asynch(db_url, redis_url, root, log=root / f"asynch-{i}.log")
             procs.append(proc)
             urls.append(url)
-        result = asyncio.run(drive(urls, model_url, args.tasks, args.concurrency))
-        result.update(workers=args.workers, concurrency=args.concurrency,
+        server_pids = [p.pid for p in procs[1:]]
+        cpu_before = [cpu_seconds(pid) for pid in server_pids]
+        model_before = cpu_seconds(model_proc.pid)
+        backing_before = backing_cpu_seconds(pg, redis)
+        client_before = time.process_time()
+        result = asyncio.run(drive(urls, model_url, args.tasks, args.concurrency, args.rate))
+        client_cpu = time.process_time() - client_before
+        server_cpu = sum(cpu_seconds(pid) for pid in server_pids) - sum(cpu_before)
+        model_cpu = cpu_seconds(model_proc.pid) - model_before
+        backing_cpu = backing_cpu_seconds(pg, redis) - backing_before
+        done = max(int(result["tasks"]), 1)
+        for name, seconds in [("server", server_cpu), ("model", model_cpu),
+                              ("pg_redis", backing_cpu), ("client", client_cpu)]:  # fmt: skip
+            result[f"{name}_cpu_ms_per_task"] = round(seconds * 1000 / done, 3)
+        result.update(workers=args.workers, concurrency=args.concurrency, rate=args.rate,
                       postgres="durable" if args.durable else "fsync=off")  # fmt: skip
         print(json.dumps(result))
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -34,8 +35,21 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-async def run_load(port: int, n: int, rate: float | None, clients: int = 4) -> dict[str, Any]:
-    """Submit ``n`` tasks over ``clients`` sockets; latency = submit -> result."""
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of ``pid`` in clock ticks (``/proc/<pid>/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+async def run_load(
+    port: int, n: int, rate: float | None, clients: int = 4, pid: int | None = None
+) -> dict[str, Any]:
+    """Submit ``n`` tasks over ``clients`` sockets; latency = submit -> result.
+
+    With ``pid`` (the server's), also its CPU time per task: the wall figures depend on
+    whatever else runs on the machine, this one much less.
+    """
+    ticks = cpu_ticks(pid) if pid else 0
     run = time.time_ns()
     conns = [await Client(port, f"bench-{run}-{i}").connect() for i in range(clients)]
     sent: dict[str, float] = {}
@@ -65,7 +79,7 @@ async def run_load(port: int, n: int, rate: float | None, clients: int = 4) -> d
     for c in conns:
         await c.close()
     lat = sorted((done[t] - sent[t]) * 1000 for t in sent)
-    return {
+    report: dict[str, Any] = {
         "tasks": n,
         "seconds": round(elapsed, 3),
         "throughput_per_s": round(n / elapsed, 1),
@@ -73,6 +87,10 @@ async def run_load(port: int, n: int, rate: float | None, clients: int = 4) -> d
         "p99_ms": round(lat[int(len(lat) * 0.99) - 1], 2),
         "duplicates": duplicates,
     }
+    if pid:
+        used_ms = (cpu_ticks(pid) - ticks) * 1000 / os.sysconf("SC_CLK_TCK")
+        report["server_cpu_ms_per_task"] = round(used_ms / n, 3)
+    return report
 
 
 async def memory_per_waiting_task(redis_url: str, port: int, waiting: int) -> dict[str, Any]:
@@ -114,9 +132,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         assert server.p is not None
         await run_load(port, 200, None)  # warm-up
         report: dict[str, Any] = {}
-        report["sustained"] = await run_load(port, args.tasks, None)
+        pid = server.p.pid
+        report["sustained"] = await run_load(port, args.tasks, None, pid=pid)
         print("sustained", report["sustained"], file=sys.stderr)
-        report["paced"] = await run_load(port, args.rate * 4, args.rate)
+        report["paced"] = await run_load(port, args.rate * 4, args.rate, pid=pid)
         print("paced", report["paced"], file=sys.stderr)
         report["server_rss_kib"] = rss_kib(server.p.pid)
         report["waiting"] = [

@@ -63,6 +63,11 @@ class Settings(BaseSettings):
 
     redis_url: str = Field("", validation_alias=_env("REDIS_URL", "REDIS_URL"))
     database_url: str = Field("", validation_alias=_env("DATABASE_URL"))
+    asynch_url: str = Field(
+        "",
+        validation_alias=_env("ASYNCH_URL"),
+        description="Base URL of model-asynch: the dashboard shows its /admin/overview.",
+    )
     runninghub_url: str = Field(
         "https://www.runninghub.cn",
         validation_alias=_env("RUNNINGHUB_URL", "RunningHub_URL", "RUNNINGHUB_URL"),

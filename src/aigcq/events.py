@@ -74,7 +74,7 @@ async def publish_progress(rt: Runtime, backend_id: str, message: dict[str, Any]
     """Send ``message`` to ``backend_id``'s socket, whichever process holds it (best effort)."""
     if not backend_id:
         return
-    body = orjson.dumps({"backendId": backend_id, "message": message}).decode()
+    body = progress_event(backend_id, message)
     try:
         await rt.redis.publish(rt.store.keys.events, f"progress:{body}")
     except Exception as exc:  # progress is optional: never fail the caller for it
@@ -83,8 +83,18 @@ async def publish_progress(rt: Runtime, backend_id: str, message: dict[str, Any]
 
 async def announce_running(rt: Runtime, task_id: str, backend_id: str, target: str) -> None:
     """Tell the task's client that ``target`` accepted it."""
-    message = {"type": "progress", "taskId": task_id, "state": "running", "target": target}
-    await publish_progress(rt, backend_id, message)
+    await publish_progress(rt, backend_id, running_message(task_id, target))
+
+
+def running_message(task_id: str, target: str) -> dict[str, Any]:
+    return {"type": "progress", "taskId": task_id, "state": "running", "target": target}
+
+
+def progress_event(backend_id: str, message: dict[str, Any]) -> str:
+    """The body of a ``progress:`` event (for scripts that publish it themselves)."""
+    if not backend_id:
+        return ""
+    return orjson.dumps({"backendId": backend_id, "message": message}).decode()
 
 
 def _text(value: object) -> str:

@@ -68,13 +68,27 @@ def listen_ports(settings: Settings) -> list[int]:
     return [p for i, p in enumerate(ports) if p and p not in ports[:i]]
 
 
-def uvicorn_server(app: Any, settings: Settings) -> uvicorn.Server:
-    """A uvicorn server for one of our apps (sockets are passed to ``serve``).
+class _Server(uvicorn.Server):
+    """Calls ``on_exit`` as soon as SIGTERM / SIGINT arrives, before connections close."""
+
+    on_exit: Callable[[], None] | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.on_exit is not None:
+            self.on_exit()
+        super().handle_exit(sig, frame)
+
+
+def uvicorn_server(
+    app: Any, settings: Settings, on_exit: Callable[[], None] | None = None
+) -> uvicorn.Server:
+    """A uvicorn server for one of our apps (sockets are passed to ``serve``);
+    ``on_exit`` runs first thing on SIGTERM / SIGINT (e.g. stop claiming tasks).
 
     No access log (a line per callback is noise at thousands a second) and no WebSocket
     compression (small JSON messages; deflate only costs CPU on both ends).
     """
-    return uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             app,
             log_config=None,
@@ -84,6 +98,8 @@ def uvicorn_server(app: Any, settings: Settings) -> uvicorn.Server:
             timeout_graceful_shutdown=10,
         )
     )
+    server.on_exit = on_exit
+    return server
 
 
 def redis_client(url: str) -> aioredis.Redis:
@@ -103,11 +119,12 @@ async def serve(settings: Settings, config: PlatformConfig) -> None:
     """Run ``aigcq serve`` until SIGINT/SIGTERM, then shut down cleanly."""
     from aigcq.dispatcher.client import internal_target
     from aigcq.server import Service
+    from aigcq.shutdown import stop_claiming
 
     redis = redis_client(settings.redis_url)
     service = Service(settings, config, redis, internal=internal_target(settings))
     sockets = [bind(settings.host, port) for port in listen_ports(settings)]
-    server = uvicorn_server(service.app, settings)
+    server = uvicorn_server(service.app, settings, on_exit=lambda: stop_claiming(service))
     try:
         await server.serve(sockets=sockets)
     finally:

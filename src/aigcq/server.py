@@ -12,7 +12,7 @@ from fastapi import FastAPI, WebSocket
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
-from aigcq import metrics, platforms
+from aigcq import metrics, platforms, shutdown
 from aigcq.bridges.hub import BridgeHub
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
@@ -88,6 +88,7 @@ class Service:
             on_progress=self.gateway.clients.progress,
         )
         self._loops: list[asyncio.Task[None]] = []
+        self.shutdown_grace_s = 5.0  # hand-offs under way at shutdown may finish this long
         self.app = self._build_app()
 
     def parse_callback(self, task: Task, body: dict[str, Any]) -> ResultOutcome:
@@ -121,7 +122,8 @@ class Service:
         try:
             yield
         finally:
-            await self.dispatcher.drain(timeout=5.0)
+            # Stop claiming, let hand-offs finish, requeue what never reached a target.
+            await shutdown.hand_back(self, self.shutdown_grace_s)
             for loop in self._loops:
                 loop.cancel()
             # Bounded: a loop stuck in a client library's cleanup must not hang shutdown.

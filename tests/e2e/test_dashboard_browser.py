@@ -21,6 +21,7 @@ from tests.e2e.cdp import Page, chromium, find_chromium
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end
+from tests.integration.test_dashboard_panels import fake_asynch
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +46,7 @@ def chromium_path() -> str:
 async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
     (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 2}}}')
     emulator = RunningHubEmulatorConfig(duration_s=GPU_SECONDS, max_concurrent=2)
-    async with serve_app(create_app(emulator)) as rh:
+    async with serve_app(create_app(emulator)) as rh, serve_app(fake_asynch(ADMIN)) as asynch:
         settings = Settings(
             redis_url=redis_url,
             token_secret=SECRET,
@@ -54,6 +55,8 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
             admin_token=ADMIN,
             runninghub_url=rh,
             sweep_interval_s=0.2,
+            overflow_price={"runninghub": 0.25},
+            asynch_url=asynch,
         )
         service = Service(settings, PlatformConfig.load(tmp_path), redis)
         async with serve_app(service.app) as base:
@@ -131,6 +134,7 @@ async def test_dashboard_shows_live_tasks_and_drains_a_bridge(
 
         await drain_from_the_page(env, page, client)
         await show_timeline(page, "t0")
+        await show_spend_and_asynch(page)
         await client.close()
 
 
@@ -175,3 +179,19 @@ async def show_timeline(page: Page, task_id: str) -> None:
     )
     assert buttons == ["Cancel", "Retry"]
     await page.screenshot(ARTIFACTS / "05-task-timeline.png")
+
+
+async def show_spend_and_asynch(page: Page) -> None:
+    """Overflow spend counts the tasks RunningHub took (this process: ≥ 2 at 0.25 each,
+    plus d1); the model-asynch panel shows its models and recent tasks."""
+    spent = await page.wait_for(
+        f"+{cell('overflow', 'runninghub', 1)} >= 3 && {cell('overflow', 'runninghub', 2)}"
+    )
+    assert float(spent) >= 0.75
+    assert "per process" in await page.eval("document.querySelector('#overflow-total').textContent")
+    assert await page.eval("document.querySelector('#asynch-panel').hidden") is False
+    await page.wait_for(f"{cell('asynch-models', 'sdxl', 2)} === '3 / 20'")
+    assert await page.eval(cell("asynch-models", "sdxl", 3)) == "2 / 2 per tenant"
+    assert await page.eval(cell("asynch-recent", "a1", 3)) == "running"
+    await page.eval("document.querySelector('#asynch-panel').scrollIntoView()")
+    await page.screenshot(ARTIFACTS / "06-overflow-spend-and-asynch.png")

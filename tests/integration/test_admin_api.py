@@ -85,7 +85,11 @@ async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
     await bridge.register(count=2)
     async with httpx.AsyncClient(base_url=env.base, timeout=10) as http:
         first, second = await first_event(http, count=2)
-    assert set(first) == {"time", "bridges", "queues", "split", "health", "recent"}
+    assert set(first) == {
+        *("time", "bridges", "queues", "split", "health", "recent"),
+        *("overflow", "asynch"),  # asynch: None without AIGCQ_ASYNCH_URL
+    }
+    assert first["asynch"] is None
     assert 0.5 < second["time"] - first["time"] < 3
     row = bridge_row(second)
     assert row["online"] and row["instances"] == 2 and row["free"] == 2

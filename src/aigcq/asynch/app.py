@@ -11,18 +11,21 @@ from aigcq.asynch.api_tasks import router as task_router
 from aigcq.asynch.errors import AsynchError, Code
 from aigcq.asynch.http import error_response, reply, service, validation_error
 from aigcq.asynch.metrics import asynch_state
+from aigcq.asynch.overview import overview_router
 from aigcq.asynch.service import AsynchService
 from aigcq.metrics import endpoint
 from aigcq.storage import StorageError
 
 
-def create_app(svc: AsynchService | None = None) -> FastAPI:
+def create_app(svc: AsynchService | None = None, admin_token: str = "") -> FastAPI:
     """The HTTP API over an opened service; the caller owns the service's lifetime and may
-    attach it later (``app.state.asynch = svc``), e.g. once the app's own URL is known."""
+    attach it later (``app.state.asynch = svc``), e.g. once the app's own URL is known.
+    ``admin_token`` guards the dashboard's read-only ``/admin/overview``."""
     app = FastAPI(title="aigcq asynch", docs_url="/docs", redoc_url=None)
     app.state.asynch = svc
     app.include_router(model_router)
     app.include_router(task_router)
+    app.include_router(overview_router(admin_token))
     app.add_route("/metrics", endpoint(asynch_state(app)), include_in_schema=False)
 
     @app.exception_handler(AsynchError)

@@ -80,7 +80,7 @@ async def _serve(
         svc.background(),
     ):
         config = uvicorn.Config(
-            create_app(svc),
+            create_app(svc, admin_token=base.admin_token),
             host=settings.host,
             port=settings.port,
             log_config=None,

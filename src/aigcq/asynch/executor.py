@@ -7,8 +7,10 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+import aiohttp
 import httpx
 
+from aigcq.asynch.admission import Admission
 from aigcq.asynch.callback import Callbacks, callback_request
 from aigcq.asynch.gate import QueueGate
 from aigcq.asynch.invoke import CallError, call_model
@@ -24,12 +26,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Executor:
-    http: httpx.AsyncClient
+    http: aiohttp.ClientSession  # model calls (uploads and callbacks use their own clients)
     models: ModelRepo
     tasks: TaskRepo
     storage: Storage
     gate: QueueGate
     semaphore: Semaphore
+    admission: Admission
     callbacks: Callbacks
     upload_attempts: int
     text_max_chars: int
@@ -41,15 +44,19 @@ class Executor:
             outcome = await self._attempt(task)
         finally:
             renewer.cancel()
+        recorded = False
         try:
             recorded = await self.tasks.finish(task, outcome)
         finally:
-            await self.semaphore.release(task.model_name, task.tenant_id, task.lease_id)
+            # the lease always goes; the gate slot only with a recorded end (else the cleaner
+            # owns the task again), both in one round trip
+            await self.admission.release(
+                task.model_name, task.tenant_id, task.task_id, task.lease_id, gate=recorded
+            )
         if not recorded:
             log.warning("task %s: attempt %d was timed out meanwhile", task.task_id, task.attempt)
             return None
-        await self.gate.release(task.model_name, task.task_id)
-        log.info("task %s: attempt %d → %s %s", task.task_id, task.attempt, outcome.state.name,
+        log.debug("task %s: attempt %d → %s %s", task.task_id, task.attempt, outcome.state.name,
                  outcome.error or outcome.oss_file)  # fmt: skip
         if outcome.state is State.SUCCEEDED and task.callback_url and task.biz_name:
             self._callback(task, outcome)

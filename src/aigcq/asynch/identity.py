@@ -44,6 +44,8 @@ def identity_from(headers: Mapping[str, str]) -> Identity:
 
 
 def _decode(raw: str) -> dict[str, Any]:
+    if not raw:
+        return {}
     for text in (raw, _b64(raw)):
         try:
             value = json.loads(text)

@@ -9,14 +9,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import httpx
 import redis.asyncio as aioredis
 
+from aigcq.asynch.admission import Admission
 from aigcq.asynch.callback import Callbacks
 from aigcq.asynch.cleaner import Cleaner
 from aigcq.asynch.db import Pool, open_pool
 from aigcq.asynch.executor import Executor
 from aigcq.asynch.gate import QueueGate
+from aigcq.asynch.invoke import model_session
 from aigcq.asynch.models_repo import ModelRepo
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.settings import AsynchSettings
@@ -36,12 +39,14 @@ class AsynchService:
     pool: Pool
     redis: aioredis.Redis
     http: httpx.AsyncClient
+    model_http: aiohttp.ClientSession
     storage: Storage
     models: ModelRepo
     types: ModelTypeRepo
     tasks: TaskRepo
     gate: QueueGate
     semaphore: Semaphore
+    admission: Admission
     callbacks: Callbacks
     worker: Worker
     cleaner: Cleaner
@@ -94,6 +99,7 @@ async def open_service(
     redis = redis_client(redis_url)
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
     http = httpx.AsyncClient(limits=limits, timeout=30.0)
+    model_http = model_session()
     public = (settings.public_url or f"http://{settings.host}:{settings.port}").rstrip("/")
     storage = build_storage(
         storage_settings or StorageSettings(),
@@ -103,16 +109,18 @@ async def open_service(
     )
     semaphore = Semaphore(redis, settings.lease_seconds)
     gate = QueueGate(redis)
+    admission = Admission(redis, settings.lease_seconds)
     models = ModelRepo(pool, settings.model_cache_seconds)
     tasks = TaskRepo(pool)
     callbacks = Callbacks(http, settings.callback_attempts, settings.callback_backoff_seconds)
     executor = Executor(
-        http=http,
+        http=model_http,
         models=models,
         tasks=tasks,
         storage=storage,
         gate=gate,
         semaphore=semaphore,
+        admission=admission,
         callbacks=callbacks,
         upload_attempts=settings.upload_attempts,
         text_max_chars=settings.result_text_max_chars,
@@ -138,12 +146,14 @@ async def open_service(
         pool=pool,
         redis=redis,
         http=http,
+        model_http=model_http,
         storage=storage,
         models=models,
         types=ModelTypeRepo(pool, http, settings.prompts_core_url),
         tasks=tasks,
         gate=gate,
         semaphore=semaphore,
+        admission=admission,
         callbacks=callbacks,
         worker=worker,
         cleaner=cleaner,
@@ -154,5 +164,6 @@ async def open_service(
         await worker.aclose()
         await callbacks.aclose()
         await http.aclose()
+        await model_http.close()
         await redis.aclose()
         await pool.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 
+from aigcq.asynch.admission import Admitted
 from aigcq.asynch.errors import AsynchError, Code
 from aigcq.asynch.identity import Identity
 from aigcq.asynch.schemas import TaskCreate
@@ -20,12 +21,13 @@ async def create_task(svc: AsynchService, body: TaskCreate, who: Identity) -> st
     if not model.enabled:
         raise AsynchError(Code.MODEL_DISABLED, f"model {model.model_name!r} is disabled")
     task_id = uuid.uuid4().hex
-    if not await svc.gate.take(model.model_name, task_id, model.queue_limit):
-        raise AsynchError(Code.QUEUE_FULL, f"the queue of model {model.model_name!r} is full")
     lease = lease_id(task_id, 1)
-    running = await svc.semaphore.acquire(
-        model.model_name, who.tenant_id, lease, model.max_concurrency
+    admitted = await svc.admission.take(
+        model.model_name, who.tenant_id, task_id, lease, model.queue_limit, model.max_concurrency
     )
+    if admitted is Admitted.QUEUE_FULL:
+        raise AsynchError(Code.QUEUE_FULL, f"the queue of model {model.model_name!r} is full")
+    running = admitted is Admitted.RUNNING
     task = ClaimedTask(
         task_id=task_id,
         model_name=model.model_name,
@@ -42,11 +44,11 @@ async def create_task(svc: AsynchService, body: TaskCreate, who: Identity) -> st
     try:
         await svc.tasks.insert(task, running=running)
     except BaseException:
-        await svc.gate.release(model.model_name, task_id)
-        if running:
-            await svc.semaphore.release(model.model_name, who.tenant_id, lease)
+        await svc.admission.release(
+            model.model_name, who.tenant_id, task_id, lease if running else None, gate=True
+        )
         raise
-    log.info("task %s: created for model %s (%s)", task_id, model.model_name,
+    log.debug("task %s: created for model %s (%s)", task_id, model.model_name,
              "started" if running else "queued")  # fmt: skip
     if running:
         svc.worker.start(task)

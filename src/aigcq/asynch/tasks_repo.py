@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
-from psycopg.types.json import Jsonb
+import orjson
+import psycopg
 
+from aigcq.asynch.coalesce import Coalescer
 from aigcq.asynch.db import Pool, Row
 from aigcq.asynch.states import State
 
@@ -30,19 +33,42 @@ _START = f"""
 UPDATE asynch_task SET state = 1, started_at = now(), attempt = attempt + 1, updated_at = now()
 WHERE task_id = ANY(%s) RETURNING {_CLAIM_COLUMNS}
 """
+# Finishes a batch of attempts: one row per attempt (fenced by state 1 and its attempt
+# number) and one model call counted per attempt that reached the model service.
+# The batch goes as one JSON document: psycopg dumps one text parameter far cheaper than a
+# dozen arrays, and PostgreSQL unpacks it in C.
 _FINISH = """
-WITH stat AS (
-    INSERT INTO asynch_model_stat (day, tenant_id, creator, model_name, request_count)
-    SELECT current_date, %(tenant_id)s, %(creator)s, %(model_name)s, 1 WHERE %(called)s
+WITH i AS (
+    SELECT * FROM json_to_recordset(%s::json) AS i(task_id text, attempt int, state smallint,
+        oss_file text, file_type text, text text, error text, called bool, tenant_id text,
+        creator text, model_name text)
+), stat AS (
+    INSERT INTO asynch_model_stat AS s (day, tenant_id, creator, model_name, request_count)
+    SELECT current_date, i.tenant_id, i.creator, i.model_name, count(*)
+    FROM i WHERE i.called
+    GROUP BY i.tenant_id, i.creator, i.model_name
+    ORDER BY i.tenant_id, i.creator, i.model_name
     ON CONFLICT (day, tenant_id, creator, model_name) DO UPDATE
-    SET request_count = asynch_model_stat.request_count + 1, updated_at = now()
+    SET request_count = s.request_count + EXCLUDED.request_count, updated_at = now()
 )
-UPDATE asynch_task
-SET state = %(state)s, oss_file = %(oss_file)s, file_type = %(file_type)s, text = %(text)s,
-    error = %(error)s, finished_at = now(), updated_at = now()
-WHERE task_id = %(task_id)s AND state = 1 AND attempt = %(attempt)s
-RETURNING task_id
+UPDATE asynch_task t
+SET state = i.state, oss_file = i.oss_file, file_type = i.file_type, text = i.text,
+    error = i.error, finished_at = now(), updated_at = now()
+FROM i
+WHERE t.task_id = i.task_id AND t.state = 1 AND t.attempt = i.attempt
+RETURNING t.task_id, t.attempt
 """
+_INSERT = """
+INSERT INTO asynch_task (task_id, model_name, tenant_id, creator, biz_name, callback_url,
+    model_key, request_payload, auth_header, user_info, state, started_at, attempt)
+SELECT i.task_id, i.model_name, i.tenant_id, i.creator, i.biz_name, i.callback_url,
+    i.model_key, i.request_payload, i.auth_header, i.user_info, i.state,
+    CASE WHEN i.state = 1 THEN now() END, i.attempt
+FROM json_to_recordset(%s::json) AS i(task_id text, model_name text, tenant_id text,
+    creator text, biz_name text, callback_url text, model_key text, request_payload jsonb,
+    auth_header text, user_info text, state smallint, attempt int)
+"""
+_DEADLOCK_RETRIES = 3
 _BATCH = f"""
 WITH claimed AS (
     UPDATE asynch_task t SET state = 4, updated_at = now(),
@@ -85,6 +111,14 @@ class ClaimedTask:
         return lease_id(self.task_id, self.attempt)
 
 
+def _json(value: Any) -> str:
+    """orjson, or the standard library for what orjson refuses (integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value)
+
+
 def lease_id(task_id: str, attempt: int) -> str:
     return f"{task_id}:{attempt}"
 
@@ -112,24 +146,40 @@ Admit = Callable[[str, str, str, int, int], Awaitable[bool]]
 class TaskRepo:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+        self._inserts: Coalescer[tuple[ClaimedTask, bool], None] = Coalescer(self._insert_batch)
+        self._finishes: Coalescer[tuple[ClaimedTask, Outcome], bool] = Coalescer(self._finish_batch)
 
     async def insert(self, task: ClaimedTask, *, running: bool) -> None:
-        """Insert a new task, queued (state 0) or already started (state 1, attempt 1)."""
+        """Insert a new task, queued (state 0) or already started (state 1, attempt 1).
+
+        Concurrent inserts go to PostgreSQL together (see :mod:`aigcq.asynch.coalesce`)."""
+        await self._inserts.submit((task, running))
+
+    async def _insert_batch(
+        self, items: Sequence[tuple[ClaimedTask, bool]]
+    ) -> list[Exception | None]:
+        try:
+            await self._insert_rows(items)
+            return [None] * len(items)
+        except Exception as exc:
+            if len(items) == 1:
+                return [exc]
+        results: list[Exception | None] = []  # one bad row must not fail the others
+        for item in items:
+            try:
+                await self._insert_rows([item])
+                results.append(None)
+            except Exception as exc:
+                results.append(exc)
+        return results
+
+    async def _insert_rows(self, items: Sequence[tuple[ClaimedTask, bool]]) -> None:
+        rows = [
+            {**task.__dict__, "state": int(State.RUNNING if running else State.QUEUED)}
+            for task, running in items
+        ]
         async with self.pool.connection() as conn:
-            await conn.execute(
-                "INSERT INTO asynch_task (task_id, model_name, tenant_id, creator, biz_name,"
-                " callback_url, model_key, request_payload, auth_header, user_info,"
-                " state, started_at, attempt)"
-                " VALUES (%(task_id)s, %(model_name)s, %(tenant_id)s, %(creator)s, %(biz_name)s,"
-                " %(callback_url)s, %(model_key)s, %(payload)s, %(auth_header)s, %(user_info)s,"
-                " %(state)s, CASE WHEN %(running)s THEN now() END, %(attempt)s)",
-                {
-                    **asdict(task),
-                    "payload": Jsonb(task.request_payload),
-                    "running": running,
-                    "state": State.RUNNING if running else State.QUEUED,
-                },
-            )
+            await conn.execute(_INSERT, (_json(rows),))
 
     async def claim(self, admit: Admit, limit: int, task_id: str | None = None) -> Claim:
         """Claim up to ``limit`` queued tasks (or just ``task_id``) that ``admit`` lets start.
@@ -156,26 +206,40 @@ class TaskRepo:
     async def finish(self, task: ClaimedTask, outcome: Outcome) -> bool:
         """Record the attempt's outcome (and one model call when ``outcome.called``).
 
-        False when the attempt is stale: the cleaner timed it out meanwhile.
+        False when the attempt is stale: the cleaner timed it out meanwhile. Concurrent
+        finishes go to PostgreSQL as one statement (see :mod:`aigcq.asynch.coalesce`).
         """
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                _FINISH,
-                {
-                    "task_id": task.task_id,
-                    "attempt": task.attempt,
-                    "tenant_id": task.tenant_id,
-                    "creator": task.creator,
-                    "model_name": task.model_name,
-                    "called": outcome.called,
-                    "state": outcome.state,
-                    "oss_file": outcome.oss_file,
-                    "file_type": outcome.file_type,
-                    "text": outcome.text,
-                    "error": outcome.error,
-                },
-            )
-            return await cur.fetchone() is not None
+        return await self._finishes.submit((task, outcome))
+
+    async def _finish_batch(self, items: Sequence[tuple[ClaimedTask, Outcome]]) -> list[bool]:
+        rows = [
+            {
+                "task_id": t.task_id,
+                "attempt": t.attempt,
+                "state": int(o.state),
+                "oss_file": o.oss_file,
+                "file_type": o.file_type,
+                "text": o.text,
+                "error": o.error,
+                "called": o.called,
+                "tenant_id": t.tenant_id,
+                "creator": t.creator,
+                "model_name": t.model_name,
+            }
+            for t, o in items
+        ]
+        params = (_json(rows),)
+        for retry in range(_DEADLOCK_RETRIES + 1):
+            try:
+                async with self.pool.connection() as conn:
+                    cur = await conn.execute(_FINISH, params)
+                    done = {(r["task_id"], r["attempt"]) for r in await cur.fetchall()}
+                break
+            except psycopg.errors.DeadlockDetected:
+                # nothing was written; only the cleaner's bulk updates can cross ours
+                if retry == _DEADLOCK_RETRIES:
+                    raise
+        return [(t.task_id, t.attempt) in done for t, _ in items]
 
     async def state_of(self, task_id: str) -> int | None:
         async with self.pool.connection() as conn:

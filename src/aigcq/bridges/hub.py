@@ -376,6 +376,20 @@ class BridgeHub:
         )
         log.info("task %s: back to waiting (%s)", task_id, reason)
 
+    async def hand_back(self, reason: str = "aigcq shutting down") -> list[str]:
+        """Graceful shutdown: every task assigned here and not yet acknowledged goes back to
+        the head of its queue, refunded (a bridge's late TASK_ACK is then ignored)."""
+        handed: list[str] = []
+        for conn in list(self.registry.bridges.values()):
+            pending, conn.pending = conn.pending, {}
+            for task_id, p in pending.items():
+                if p.timer is not None:
+                    p.timer.cancel()
+                conn.available += 1
+                await self._requeue(task_id, p.attempt, f"bridge {conn.bridge_id}: {reason}")
+                handed.append(task_id)
+        return handed
+
     # ---- failing bridges -----------------------------------------------------------------
 
     @property

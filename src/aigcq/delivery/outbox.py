@@ -10,7 +10,7 @@ Entries older than the retention are trimmed by ``XADD MINID``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -34,16 +34,21 @@ def compose(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
 
 
 class Outbox:
-    def __init__(self, redis: Redis, keys: Keys) -> None:
+    def __init__(
+        self, redis: Redis, keys: Keys, command: Callable[..., Awaitable[Any]] | None = None
+    ) -> None:
+        """``command(*args)`` runs a Redis command (default: on ``redis``); the server
+        passes :meth:`TaskStore.command`, which pipelines concurrent drains together."""
         self.redis = redis
         self.keys = keys
+        self.command = command or self._direct
 
     async def drain(self, backend_id: str, send: Send, *, after: str, auto_ack: bool) -> str:
         """Send every message after stream id ``after``; returns the last id sent."""
         key = self.keys.outbox(backend_id)
         while True:
             start = f"({after}" if after != "-" else "-"
-            entries = await self.redis.xrange(key, min=start, count=PAGE)
+            entries = await self.command("XRANGE", key, start, "+", "COUNT", PAGE)
             if not entries:
                 return after
             sent: list[str] = []
@@ -53,9 +58,13 @@ class Outbox:
                 sent.append(entry_id)
                 after = entry_id
             if auto_ack:
-                await self.redis.xdel(key, *sent)
+                await self.command("XDEL", key, *sent)
             if len(entries) < PAGE:
                 return after
+
+    async def _direct(self, *args: Any) -> Any:
+        command = cast(Callable[..., Awaitable[Any]], self.redis.execute_command)
+        return await command(*args)
 
     async def ack(self, backend_id: str, entry_ids: list[str]) -> int:
         if not entry_ids:

@@ -23,6 +23,7 @@ from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.dispatcher.webhooks import WebhookRelay
 from aigcq.launch import bind, ensure_secrets, redis_client, run_with_redis, uvicorn_server
 from aigcq.server import Service
+from aigcq.shutdown import stop_claiming
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,9 @@ async def serve(md: DispatcherSettings, settings: Settings) -> None:
     """Run ``aigcq dispatcher`` until SIGINT/SIGTERM."""
     redis = redis_client(settings.redis_url)
     dispatcher = MessageDispatcher(md, settings, redis)
-    server = uvicorn_server(dispatcher.app, settings)
+    server = uvicorn_server(
+        dispatcher.app, settings, on_exit=lambda: stop_claiming(dispatcher.service)
+    )
     log.info("message-dispatcher on %s:%s (prefix %s)", settings.host, md.port, md.prefix)
     try:
         await server.serve(sockets=[bind(settings.host, md.port)])

@@ -1,7 +1,8 @@
 """The operator's view: ``/dashboard`` (static files in ``aigcq/web``) and its admin API.
 
 ``GET /api/admin/events`` streams a snapshot every second as Server-Sent Events (bridges,
-queues, internal / external split, health, recent tasks); drain / undrain a bridge and retry
+queues, internal / external split, health, recent tasks, overflow spend, model-asynch —
+see :mod:`aigcq.gateway.admin_panels`); drain / undrain a bridge and retry
 a failed or cancelled task. Every data call needs the admin token as a Bearer token.
 """
 
@@ -20,6 +21,7 @@ from fastapi import APIRouter, Header
 from fastapi.responses import Response, StreamingResponse
 
 from aigcq.domain import ErrorCode, Task
+from aigcq.gateway.admin_panels import AsynchPanel, overflow_spend
 from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError
 
@@ -50,14 +52,19 @@ class Monitor:
         self.latest: dict[str, Any] | None = None
         self._seen: set[str] | None = None  # the finished tasks already counted
         self._tick = asyncio.Condition()
+        settings = service.rt.settings
+        self.asynch = AsynchPanel(settings.asynch_url, settings.admin_token)
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.sample()
-            except Exception:
-                log.exception("dashboard snapshot failed")
-            await asyncio.sleep(self.interval_s)
+        try:
+            while True:
+                try:
+                    await self.sample()
+                except Exception:
+                    log.exception("dashboard snapshot failed")
+                await asyncio.sleep(self.interval_s)
+        finally:
+            await self.asynch.aclose()
 
     async def sample(self) -> dict[str, Any]:
         """Count newly finished tasks, build a snapshot and wake the event streams."""
@@ -102,6 +109,8 @@ class Monitor:
             "split": {"history": list(self.split), "totals": dict(self.totals)},
             "health": self._health(),
             "recent": [task_row(t) for t in await self.service.rt.store.recent(RECENT_TASKS)],
+            "overflow": overflow_spend(),
+            "asynch": await self.asynch.read(),
         }
 
     async def _bridges(self) -> list[dict[str, Any]]:

@@ -76,7 +76,7 @@ async def _accept(
         raise ClientError(ErrorCode.JSON, "malformed JSON", task_id) from exc
     if not isinstance(body, dict) or body.get("event", "TASK_END") != "TASK_END":
         raise ClientError(ErrorCode.JSON, "expected a TASK_END event", task_id)
-    task = await gw.rt.store.get(task_id)
+    task = await gw.rt.store.head(task_id)  # TASK_END routes on target; no payload needed
     if task is None:
         raise ClientError(ErrorCode.NOT_FOUND, "unknown task", task_id)
     if task.state.terminal:

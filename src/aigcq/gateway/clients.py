@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -24,6 +25,12 @@ from aigcq.queue.keys import Keys
 log = logging.getLogger(__name__)
 
 CLOSE_REPLACED = 4000
+
+#: forget a progress subscriber only if it is still this connection (not a newer one)
+_UNSUBSCRIBE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+return redis.call('HDEL', KEYS[1], ARGV[1])
+"""
 
 
 class ClientConnection:
@@ -52,18 +59,35 @@ class ClientHub:
         self.outbox = outbox
         self.conns: dict[str, ClientConnection] = {}
         self._sends: set[asyncio.Task[None]] = set()
+        self._unsubscribe = redis.register_script(_UNSUBSCRIBE)
 
     async def attach(self, conn: ClientConnection) -> None:
         old = self.conns.get(conn.backend_id)
         self.conns[conn.backend_id] = conn
         if old is not None:
             await self._close(old)
-        await self.redis.publish(self.keys.events, f"client:{conn.backend_id}:{conn.conn_id}")
+        # Who wants progress, cluster-wide: scripts publish progress only for them.
+        pipe = self.redis.pipeline(transaction=False)
+        if conn.progress:
+            pipe.hset(self.keys.progress, conn.backend_id, conn.conn_id)
+        else:
+            pipe.hdel(self.keys.progress, conn.backend_id)
+        pipe.publish(self.keys.events, f"client:{conn.backend_id}:{conn.conn_id}")
+        await pipe.execute()
         self.notify(conn.backend_id)
 
     def detach(self, conn: ClientConnection) -> None:
         if self.conns.get(conn.backend_id) is conn:
             del self.conns[conn.backend_id]
+        if conn.progress:
+            self._background(
+                self._unsubscribe(keys=[self.keys.progress], args=[conn.backend_id, conn.conn_id])
+            )
+
+    def _background(self, aw: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(_quietly(aw))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
 
     async def replaced(self, backend_id: str, conn_id: str) -> None:
         """Another process accepted a newer connection for ``backend_id``."""
@@ -109,6 +133,13 @@ class ClientHub:
                     return
         except Exception as exc:  # the socket went away mid-send: the rest waits in Redis
             log.info("client %s: delivery paused: %r", conn.backend_id, exc)
+
+
+async def _quietly(aw: Awaitable[Any]) -> None:
+    try:
+        await aw
+    except Exception as exc:  # a stale entry only costs a few unread progress messages
+        log.info("progress subscription not cleared: %r", exc)
 
 
 async def _send_quietly(conn: ClientConnection, message: dict[str, Any]) -> None:

@@ -64,9 +64,12 @@ class PlatformClient:
             await self._session.close()
 
     async def _send(self, req: HttpRequest) -> tuple[int, Any]:
-        async with self.session.request(
-            req.method, req.url, headers=req.headers, json=req.json
-        ) as resp:
+        headers, body = req.headers, None
+        if req.json is not None:  # serialised once to bytes (aiohttp's json= encodes twice)
+            body = orjson.dumps(req.json)
+            if not any(k.lower() == "content-type" for k in headers):
+                headers = {**headers, "Content-Type": "application/json"}
+        async with self.session.request(req.method, req.url, headers=headers, data=body) as resp:
             raw = await resp.read()
             try:
                 return resp.status, orjson.loads(raw)

@@ -59,6 +59,11 @@ class Keys:
     def outbox(self, backend_id: str) -> str:
         return f"{self.prefix}:outbox:{backend_id}"
 
+    @property
+    def progress(self) -> str:
+        """HASH backendId -> connId of clients connected with ``progress=1`` (anywhere)."""
+        return f"{self.prefix}:progress"
+
     def quota(self, backend_id: str) -> str:
         return f"{self.prefix}:quota:{backend_id}"
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError, RedisError
 
 from aigcq import metrics
 from aigcq.domain import Task, TaskState, allowed_from
@@ -21,7 +24,8 @@ def _load(name: str) -> str:
     return (lua / "_prelude.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
 
 
-#: task hash fields that label the finished-task metrics
+#: a queued call: script name ("" for a plain command), its arguments, the caller's future
+_Call = tuple[str, list[Any], "asyncio.Future[Any]"]
 
 
 def _allowed(to: TaskState) -> str:
@@ -63,9 +67,78 @@ class TaskStore:
             name: redis.register_script(_load(name))
             for name in ("submit", "claim", "mark_running", "requeue", "finish", "promote", "retry")
         }
+        self._batch: list[_Call] = []
+        self._flushing: set[asyncio.Task[None]] = set()
 
     async def _run(self, name: str, *args: Any) -> Any:
-        return await self._scripts[name](keys=[], args=[self.keys.prefix, *args])
+        """Run script ``name``. Calls made in the same event-loop turn (concurrent
+        submits, callbacks, dispatches) share one pipelined round trip; each script
+        stays one atomic step, and one caller's calls stay in order."""
+        return await self._call(name, [self.keys.prefix, *args])
+
+    async def command(self, *args: Any) -> Any:
+        """A plain Redis command, sharing a round trip with calls made alongside it."""
+        return await self._call("", list(args))
+
+    async def _call(self, name: str, args: list[Any]) -> Any:
+        """Queue script ``name`` (``""``: the plain command ``args``) for the next flush."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._batch.append((name, args, fut))
+        if len(self._batch) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        return await fut
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        task = asyncio.ensure_future(self._execute(batch))
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _execute(self, batch: list[_Call]) -> None:
+        if len(batch) == 1:
+            await self._one(*batch[0])
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for name, args, _ in batch:
+            if name:
+                pipe.execute_command("EVALSHA", self._scripts[name].sha, 0, *args)
+            else:
+                pipe.execute_command(*args)
+        try:
+            results = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:
+            for _, _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc if isinstance(exc, Exception) else RedisError(exc))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for call, result in zip(batch, results, strict=True):
+            if isinstance(result, NoScriptError):  # Redis restarted: load it, run it alone
+                await self._one(*call)
+            elif not call[2].done():
+                if isinstance(result, Exception):
+                    call[2].set_exception(result)
+                else:
+                    call[2].set_result(result)
+
+    async def _one(self, name: str, args: list[Any], fut: asyncio.Future[Any]) -> None:
+        try:
+            if name:
+                result = await self._scripts[name](keys=[], args=args)
+            else:
+                command = cast(Callable[..., Awaitable[Any]], self.redis.execute_command)
+                result = await command(*args)
+        except Exception as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+        except BaseException as exc:
+            if not fut.done():
+                fut.set_exception(RedisError(repr(exc)))
+            raise
+        else:
+            if not fut.done():
+                fut.set_result(result)
 
     # ---- writes ---------------------------------------------------------------------
 
@@ -119,8 +192,18 @@ class TaskStore:
         return claimed
 
     async def mark_running(
-        self, task_id: str, attempt: int, remote_id: str, *, deadline_s: float, kind: str
+        self,
+        task_id: str,
+        attempt: int,
+        remote_id: str,
+        *,
+        deadline_s: float,
+        kind: str,
+        progress: str = "",
     ) -> bool:
+        """``progress``: the body of a ``progress:`` event, published in the same step
+        only when the task's client is connected with ``progress=1`` (no round trip, and
+        no message every process decodes for nothing)."""
         now = time.time()
         return bool(
             await self._run(
@@ -133,6 +216,7 @@ class TaskStore:
                 kind,
                 int(deadline_s + self.retention_s),
                 _allowed(TaskState.RUNNING),
+                progress,
             )
         )
 
@@ -210,6 +294,14 @@ class TaskStore:
         raw = await self.redis.hgetall(self.keys.task(task_id))
         return task_from_hash(raw) if raw else None
 
+    async def head(self, task_id: str) -> Task | None:
+        """The task without its payload, result and error (left empty): one HMGET of the
+        small fields, for hot paths that only route on state and target."""
+        values = await self._call("", ["HMGET", self.keys.task(task_id), *_HEAD])
+        if values[0] is None:
+            return None
+        return task_from_hash({k: v for k, v in zip(_HEAD, values, strict=True) if v is not None})
+
     async def timeline(self, task_id: str) -> list[dict[str, Any]]:
         rows = await self.redis.lrange(self.keys.timeline(task_id), 0, -1)
         return [orjson.loads(r) for r in rows]
@@ -229,6 +321,22 @@ class TaskStore:
     async def expired(self, limit: int = 200) -> list[str]:
         ids = await self.redis.zrangebyscore(self.keys.inflight, "-inf", time.time(), 0, limit)
         return [_s(i) for i in ids]
+
+
+_HEAD = [
+    "taskId",
+    "platform",
+    "AIGC",
+    "backendId",
+    "status",
+    "attempt",
+    "target",
+    "remoteTaskId",
+    "workflowId",
+    "created",
+    "updated",
+    "deadline",
+]
 
 
 def _s(value: Any) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from aigcq import metrics
 from aigcq.domain import ErrorCode, Task, TaskState
-from aigcq.events import announce_running
+from aigcq.events import progress_event, running_message
 from aigcq.platforms.base import Accepted, Full, PlatformAdapter, Rejected, Uncertain
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
@@ -60,6 +60,8 @@ class Dispatcher:
         self._inflight: set[asyncio.Task[None]] = set()
         self._rr = itertools.count()
         self._recheck: asyncio.TimerHandle | None = None
+        self._claims: dict[asyncio.Task[None], list[Claimed]] = {}  # handed-off work
+        self.stopped = False  # graceful shutdown: claim nothing more
 
     def wake(self) -> None:
         self._wake.set()
@@ -69,6 +71,8 @@ class Dispatcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.rt.settings.sweep_interval_s)
             self._wake.clear()
+            if self.stopped:
+                return
             try:
                 await self.dispatch_round()
             except Exception:
@@ -79,6 +83,17 @@ class Dispatcher:
         """Let submissions already under way finish (graceful shutdown)."""
         if self._inflight:
             await asyncio.wait(self._inflight, timeout=timeout)
+
+    async def hand_back(self) -> list[Claimed]:
+        """Cancel hand-offs still under way after :meth:`drain`; their claimed tasks (the
+        caller requeues those still dispatching)."""
+        left = [t for t in self._inflight if not t.done()]
+        claims = [c for t in left for c in self._claims.get(t, [])]
+        for t in left:
+            t.cancel()
+        if left:
+            await asyncio.wait(left, timeout=1.0)
+        return claims
 
     async def dispatch_round(self) -> None:
         queues = self.rt.config.queues()
@@ -116,7 +131,7 @@ class Dispatcher:
                     deadline_s=self.rt.dispatch_deadline_s,
                 )
                 if claimed:
-                    self._spawn(self.internal.assign(aigc, platform, claimed))
+                    self._spawn(self.internal.assign(aigc, platform, claimed), claimed)
             if external and ext is not None and account is not None:
                 claimed = await store.claim(
                     aigc,
@@ -127,7 +142,7 @@ class Dispatcher:
                     deadline_s=self.rt.dispatch_deadline_s,
                 )
                 for c in claimed:
-                    self._spawn(self._submit_external(ext, aigc, platform, c))
+                    self._spawn(self._submit_external(ext, aigc, platform, c), [c])
 
     def _internal_shares(self, queues: list[tuple[str, str]], backlogs: list[int]) -> list[int]:
         """Internal slots per queue: round-robin across AIGC projects sharing a platform."""
@@ -177,10 +192,15 @@ class Dispatcher:
                 planned.cancel()
             self._recheck = loop.call_at(when, self.wake)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None], claims: list[Claimed]) -> None:
         task = asyncio.ensure_future(coro)
         self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+        self._claims[task] = claims
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._claims.pop(task, None)
 
     async def _submit_external(
         self, adapter: PlatformAdapter, aigc: str, platform: str, c: Claimed
@@ -206,10 +226,14 @@ class Dispatcher:
         match outcome:
             case Accepted(remote_id=remote_id):
                 metrics.overflowed(aigc, platform, adapter.name, rt.settings.overflow_price)
-                if await rt.store.mark_running(
-                    c.task_id, c.attempt, remote_id, deadline_s=deadline_s, kind=adapter.kind
-                ):
-                    await announce_running(rt, c.task_id, c.backend_id, adapter.name)
+                await rt.store.mark_running(
+                    c.task_id,
+                    c.attempt,
+                    remote_id,
+                    deadline_s=deadline_s,
+                    kind=adapter.kind,
+                    progress=progress_event(c.backend_id, running_message(c.task_id, adapter.name)),
+                )
             case Uncertain(reason=reason):
                 log.warning("task %s: submit uncertain (%s); awaiting webhook", c.task_id, reason)
                 await rt.store.mark_running(

@@ -113,6 +113,41 @@ function renderRecent(recent) {
   }));
 }
 
+function renderOverflow(o) {
+  if (!o) return;
+  const money = (n) => n.toFixed(2);
+  fillTable("#overflow", o.targets.length
+    ? o.targets.map((r) => [r.target, r.tasks, money(r.cost)])
+    : [["-", 0, money(0)]]);
+  $("#overflow-total").textContent = `total ${o.totalTasks} tasks · estimated ${money(o.totalCost)}` +
+    " (AIGCQ_OVERFLOW_PRICE per accepted task; per process — sum /metrics across processes)";
+}
+
+function renderAsynch(a) {
+  const panel = $("#asynch-panel");
+  panel.hidden = !a;
+  if (!a) return;
+  if (a.error) {
+    $("#asynch-status").textContent = `${a.url}: ${a.error}`;
+    $("#asynch-status").className = "error";
+    return;
+  }
+  const counts = Object.entries(a.taskCounts || {}).map(([s, n]) => `${s} ${n}`).join(" · ");
+  $("#asynch-status").textContent = `${a.url} · ${counts || "no tasks"}`;
+  $("#asynch-status").className = "muted";
+  const limit = (rt, cap) => (rt !== null && rt < cap ? rt : cap);
+  fillTable("#asynch-models", a.models.map((m) => [
+    m.modelName, m.enabled ? "yes" : "no",
+    `${m.gateUsed} / ${limit(m.runtimeQueueLimit, m.queueLimit)}`,
+    `${m.semaphoreUsed} / ${limit(m.runtimeMaxConcurrency, m.maxConcurrency)} per tenant`,
+    `concurrency ${m.runtimeMaxConcurrency ?? "-"} · queue ${m.runtimeQueueLimit ?? "-"}`,
+  ]));
+  fillTable("#asynch-recent", a.recent.map((t) => [
+    t.taskId, t.modelName, t.tenantId || "-", t.state, t.retryCount,
+    t.created ? clock(t.created) : "-",
+  ]));
+}
+
 let snapshots = 0;
 function render(s) {
   renderBridges(s.bridges);
@@ -120,6 +155,8 @@ function render(s) {
   renderChart(s.split);
   renderHealth(s.health);
   renderRecent(s.recent);
+  renderOverflow(s.overflow);
+  renderAsynch(s.asynch);
   document.body.dataset.snapshots = String(++snapshots);
 }
 

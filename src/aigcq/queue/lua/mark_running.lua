@@ -1,5 +1,6 @@
 -- The target accepted the task. ARGV: prefix, taskId, attempt, now, remoteId, deadline,
--- kind ('callback' | 'polling'), callback-map ttl, allowed-from
+-- kind ('callback' | 'polling'), callback-map ttl, allowed-from, progress ('' = none: the
+-- ``progress:`` event published when the task's client asked for progress messages)
 local id, attempt, now, remote, deadline = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local k = tkey(id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
@@ -13,4 +14,8 @@ end
 redis.call('ZADD', runkey(h[3], h[5]), 'XX', deadline, id)
 redis.call('ZADD', P .. ':inflight', 'XX', deadline, id)
 note(id, now, 'running', attempt, h[5], remote)
+if ARGV[10] and ARGV[10] ~= '' and h[7] and h[7] ~= ''
+    and redis.call('HEXISTS', P .. ':progress', h[7]) == 1 then
+  redis.call('PUBLISH', P .. ':events', 'progress:' .. ARGV[10])
+end
 return 1

@@ -1,0 +1,80 @@
+"""Extra parts of the dashboard snapshot: overflow spend and the model-asynch panel.
+
+* **Overflow spend** is read from the same Prometheus counters ``/metrics`` exports
+  (``aigcq_overflow_tasks_total``, ``aigcq_overflow_cost_total``, priced by
+  ``AIGCQ_OVERFLOW_PRICE``). Like those counters it is **per process** since it started;
+  with several serve processes, sum their ``/metrics`` for the fleet.
+* **Model-asynch** is fetched, when ``AIGCQ_ASYNCH_URL`` is set, from that service's
+  read-only ``GET /admin/overview`` with this process's admin token (the asynch service
+  needs the same ``AIGCQ_ADMIN_TOKEN``). Without the setting the snapshot has
+  ``"asynch": null`` and the page hides the panel.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+
+from aigcq import metrics
+
+log = logging.getLogger(__name__)
+
+
+def overflow_spend() -> dict[str, Any]:
+    """Tasks accepted per external target and their estimated cost, this process only."""
+    tasks: dict[str, float] = {}
+    cost: dict[str, float] = {}
+    for family in metrics.OVERFLOW_TASKS.collect():
+        for s in family.samples:
+            if s.name.endswith("_total"):
+                target = s.labels["target"]
+                tasks[target] = tasks.get(target, 0.0) + s.value
+    for family in metrics.OVERFLOW_COST.collect():
+        for s in family.samples:
+            if s.name.endswith("_total"):
+                cost[s.labels["target"]] = cost.get(s.labels["target"], 0.0) + s.value
+    targets = sorted(set(tasks) | set(cost))
+    rows: list[dict[str, Any]] = [
+        {"target": t, "tasks": int(tasks.get(t, 0)), "cost": round(cost.get(t, 0.0), 4)}
+        for t in targets
+    ]
+    return {
+        "scope": "process",
+        "targets": rows,
+        "totalTasks": int(sum(tasks.values())),
+        "totalCost": round(sum(cost.values()), 4),
+    }
+
+
+class AsynchPanel:
+    """Reads model-asynch's ``/admin/overview``; ``None`` when not configured."""
+
+    def __init__(self, url: str, admin_token: str, timeout_s: float = 2.0) -> None:
+        self.url = url.rstrip("/")
+        self.admin_token = admin_token
+        self._http: httpx.AsyncClient | None = None
+        self.timeout_s = timeout_s
+
+    async def read(self) -> dict[str, Any] | None:
+        if not self.url:
+            return None
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self.timeout_s)
+        try:
+            r = await self._http.get(
+                f"{self.url}/admin/overview",
+                headers={"Authorization": f"Bearer {self.admin_token}"},
+            )
+            if r.status_code != 200:
+                return {"url": self.url, "error": f"HTTP {r.status_code}: {r.text[:200]}"}
+            body: dict[str, Any] = r.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            return {"url": self.url, "error": f"{type(exc).__name__}: {exc}"}
+        return {"url": self.url, "error": None, **body}
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None

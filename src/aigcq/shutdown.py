@@ -1,0 +1,56 @@
+"""Graceful shutdown of a serve process: hand in-flight work back instead of stranding it.
+
+On SIGTERM (see :func:`aigcq.launch.uvicorn_server`) the dispatcher stops claiming at once.
+When the app's lifespan ends, :func:`hand_back`:
+
+1. waits up to ``grace_s`` for hand-offs already under way (a platform submit, a
+   TASK_ASSIGN being sent) to finish;
+2. cancels those still running and requeues their tasks that are still ``dispatching``
+   (claimed here, never handed to a target) at the head of their queue, attempt refunded;
+3. requeues, the same way, every task assigned to one of this process's bridges that the
+   bridge has not acknowledged.
+
+Tasks already running on a bridge or a platform are left alone: their TASK_END reaches
+whichever process serves the callback URL. A platform submit cancelled mid-request is
+ambiguous (the platform may have accepted it); it is requeued like the rest, as the
+alternative is a task that waits for its deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from aigcq.domain import TaskState
+
+if TYPE_CHECKING:
+    from aigcq.server import Service
+
+log = logging.getLogger(__name__)
+
+REASON = "aigcq shutting down"
+
+
+def stop_claiming(service: Service) -> None:
+    """Claim no more tasks (safe to call from a signal handler: it only sets a flag)."""
+    service.dispatcher.stopped = True
+
+
+async def hand_back(service: Service, grace_s: float) -> list[str]:
+    """Requeue (refunded) what this process claimed but did not hand over; the task ids."""
+    stop_claiming(service)
+    await service.dispatcher.drain(timeout=grace_s)
+    claims = await service.dispatcher.hand_back()
+    handed = await service.hub.hand_back(REASON) if service.hub is not None else []
+    store = service.rt.store
+    for c in claims:
+        if c.task_id in handed:
+            continue
+        task = await store.get(c.task_id)
+        if task is None or task.state is not TaskState.DISPATCHING or task.attempt != c.attempt:
+            continue
+        if await store.requeue(c.task_id, attempt=c.attempt, refund=True, reason=REASON):
+            handed.append(c.task_id)
+    if handed:
+        log.warning("shutdown: %d task(s) handed back to their queues", len(handed))
+    return handed

@@ -1,0 +1,153 @@
+"""The dashboard's extra panels: overflow spend (per process, from the metrics counters), the
+model-asynch panel (only with ``AIGCQ_ASYNCH_URL``), and ``aigcq dispatcher``'s own
+``/dashboard``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Header
+from fastapi.responses import JSONResponse
+
+from aigcq import metrics
+from aigcq.config import PlatformConfig, Settings
+from aigcq.dispatcher.service import MessageDispatcher, core_settings
+from aigcq.dispatcher.settings import DispatcherSettings
+from aigcq.server import Service
+from tests.helpers import serve_app
+
+ADMIN = "panels-admin-token"
+HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+OVERVIEW: dict[str, Any] = {
+    "time": 0.0,
+    "models": [
+        {
+            "modelName": "sdxl",
+            "enabled": True,
+            "maxConcurrency": 4,
+            "queueLimit": 20,
+            "runtimeMaxConcurrency": 2,
+            "runtimeQueueLimit": None,
+            "gateUsed": 3,
+            "semaphoreUsed": 2,
+            "semaphoreByTenant": {"t1": 2},
+        }
+    ],
+    "taskCounts": {"queued": 1, "running": 2},
+    "recent": [
+        {
+            "taskId": "a1",
+            "modelName": "sdxl",
+            "tenantId": "t1",
+            "bizName": "b",
+            "state": "running",
+            "retryCount": 0,
+            "created": time.time() - 42,
+            "finished": None,
+        }
+    ],
+}
+
+
+def fake_asynch(token: str = ADMIN) -> FastAPI:
+    """Stands in for model-asynch's ``/admin/overview`` (tested for real in tests/asynch)."""
+    app = FastAPI()
+
+    @app.get("/admin/overview")
+    async def overview(authorization: str = Header("")) -> JSONResponse:
+        if authorization != f"Bearer {token}":
+            return JSONResponse({"code": "UNAUTHORIZED"}, 401)
+        return JSONResponse(OVERVIEW)
+
+    return app
+
+
+def service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, **extra: Any) -> Service:
+    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 1}}}')
+    settings = Settings(
+        redis_url=redis_url,
+        token_secret="s" * 40,
+        config_dir=tmp_path,
+        admin_token=ADMIN,
+        overflow_price={"runninghub": 0.25},
+        **extra,
+    )
+    return Service(settings, PlatformConfig.load(tmp_path), redis)
+
+
+async def snapshot(base: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base) as http:
+        r = await http.get("/api/admin/snapshot", headers=HEADERS)
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        return body
+
+
+def spend(snap: dict[str, Any], target: str) -> tuple[int, float]:
+    row = next((r for r in snap["overflow"]["targets"] if r["target"] == target), None)
+    return (row["tasks"], row["cost"]) if row else (0, 0.0)
+
+
+async def test_overflow_spend_follows_the_metrics_and_no_asynch_panel(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    svc = service(tmp_path, redis, redis_url)
+    async with serve_app(svc.app) as base:
+        first = await snapshot(base)
+        assert first["asynch"] is None and first["overflow"]["scope"] == "process"
+        tasks, cost = spend(first, "runninghub")
+        prices = svc.rt.settings.overflow_price
+        for _ in range(3):
+            metrics.overflowed("proj", "comfyui", "runninghub", prices)
+        # The monitor samples every second; the snapshot endpoint serves the latest.
+        for _ in range(30):
+            later = await snapshot(base)
+            if spend(later, "runninghub")[0] == tasks + 3:
+                break
+            await asyncio.sleep(0.1)
+        assert spend(later, "runninghub") == (tasks + 3, pytest.approx(cost + 0.75))
+        assert later["overflow"]["totalCost"] >= 0.75
+
+
+async def test_asynch_panel_when_configured(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    async with serve_app(fake_asynch()) as asynch_url:
+        svc = service(tmp_path, redis, redis_url, asynch_url=asynch_url)
+        async with serve_app(svc.app) as base:
+            snap = await snapshot(base)
+            assert snap["asynch"]["error"] is None and snap["asynch"]["url"] == asynch_url
+            assert snap["asynch"]["models"] == OVERVIEW["models"]
+            assert snap["asynch"]["recent"] == OVERVIEW["recent"]
+    async with serve_app(fake_asynch("other")) as asynch_url:
+        svc = service(tmp_path, redis, redis_url, asynch_url=asynch_url)
+        async with serve_app(svc.app) as base:
+            snap = await snapshot(base)
+            assert snap["asynch"]["error"].startswith("HTTP 401")  # shown on the panel
+
+
+async def test_the_dispatcher_serves_its_own_dashboard(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    md = DispatcherSettings(password="p" * 12, jwt_secret="j" * 40)
+    base = Settings(
+        redis_url=redis_url,
+        token_secret="t" * 40,
+        admin_token=ADMIN,
+        data_dir=tmp_path,
+        config_dir=tmp_path,
+    )
+    dispatcher = MessageDispatcher(md, core_settings(md, base), redis)
+    async with serve_app(dispatcher.app) as url, httpx.AsyncClient(base_url=url) as http:
+        page = await http.get("/dashboard")
+        assert page.status_code == 200 and "aigcq" in page.text
+        assert (await http.get("/api/admin/snapshot")).status_code == 401
+        snap = await snapshot(url)
+        assert [(q["AIGC"], q["platform"]) for q in snap["queues"]] == [("api", "comfyui")]
+        assert snap["health"] is not None and snap["overflow"]["scope"] == "process"
