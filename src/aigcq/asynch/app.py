@@ -9,6 +9,7 @@ from fastapi.responses import FileResponse
 from aigcq.asynch.api_models import router as model_router
 from aigcq.asynch.api_tasks import router as task_router
 from aigcq.asynch.errors import AsynchError, Code
+from aigcq.asynch.fastpath import TaskFastPath
 from aigcq.asynch.http import error_response, reply, service, validation_error
 from aigcq.asynch.metrics import asynch_state
 from aigcq.asynch.overview import overview_router
@@ -25,6 +26,7 @@ def create_app(svc: AsynchService | None = None, admin_token: str = "") -> FastA
     app.state.asynch = svc
     app.include_router(model_router)
     app.include_router(task_router)
+    app.add_middleware(TaskFastPath)  # the hot task endpoints, same handlers, fewer layers
     app.include_router(overview_router(admin_token))
     app.add_route("/metrics", endpoint(asynch_state(app)), include_in_schema=False)
 
