@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from aigcq.config import PlatformAccount, PlatformConfig, Settings
 from aigcq.platforms.client import PlatformClient
 from aigcq.queue.store import TaskStore
+from aigcq.signing import webhook_url
 
 
 @dataclass
@@ -28,6 +29,11 @@ class Runtime:
         if account is not None and account.max_attempts is not None:
             return account.max_attempts
         return self.settings.max_attempts
+
+    def webhook_url(self, task_id: str, attempt: int) -> str:
+        """The signed TASK_END URL handed to a target for one attempt of a task."""
+        base = self.settings.public_callback_base()
+        return webhook_url(base, self.settings.signing_key(), task_id, attempt)
 
     @property
     def dispatch_deadline_s(self) -> float:

@@ -47,7 +47,6 @@ from aigcq.health import HealthMonitor
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
-from aigcq.signing import webhook_url
 
 log = logging.getLogger(__name__)
 
@@ -326,10 +325,7 @@ class BridgeHub:
         log.info("bridge %s: task %s assigned (attempt %d)", conn.bridge_id, c.task_id, c.attempt)
 
     def _assign_message(self, c: Claimed) -> TaskAssignMessage:
-        settings = self.rt.settings
-        hook = webhook_url(
-            settings.public_callback_base(), settings.signing_key(), c.task_id, c.attempt
-        )
+        hook = self.rt.webhook_url(c.task_id, c.attempt)
         data = TaskAssignData.model_validate(
             {
                 "taskId": c.task_id,

@@ -23,7 +23,6 @@ from aigcq.config import Settings
 from aigcq.dispatcher.feed_client import CapacityFeedClient
 from aigcq.dispatcher.file_config import apply_md_file, load_md_file
 from aigcq.dispatcher.settings import MdClientSettings
-from aigcq.domain import Task, TaskState
 from aigcq.health import Health
 from aigcq.platforms.base import Accepted, Full, Rejected, SubmitOutcome, Uncertain
 from aigcq.platforms.client import PlatformClient
@@ -34,7 +33,6 @@ from aigcq.runtime import Runtime
 from aigcq.scheduler.dispatcher import InternalTarget
 from aigcq.scheduler.outcomes import Outcomes
 from aigcq.server import Service
-from aigcq.signing import webhook_url
 
 log = logging.getLogger(__name__)
 
@@ -134,21 +132,8 @@ class MessageDispatcherTarget:
             await self._requeue(c, "no message-dispatcher token")
             return None
         self._free = max(0, self._free - 1)
-        task = Task(
-            task_id=c.task_id,
-            platform=platform,
-            aigc=aigc,
-            backend_id=c.backend_id,
-            payload=c.payload,
-            state=TaskState.DISPATCHING,
-            attempt=c.attempt,
-            target=self.name,
-            workflow_id=c.workflow_id,
-        )
-        settings = self.rt.settings
-        hook = webhook_url(
-            settings.public_callback_base(), settings.signing_key(), c.task_id, c.attempt
-        )
+        task = c.as_task(aigc, platform, self.name)
+        hook = self.rt.webhook_url(c.task_id, c.attempt)
         outcome = await self.http.submit(self.adapter, task, token, hook)
         return await self._apply(aigc, platform, c, outcome)
 

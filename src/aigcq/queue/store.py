@@ -50,6 +50,20 @@ class Claimed:
     workflow_id: str
     created_at: float
 
+    def as_task(self, aigc: str, platform: str, target: str) -> Task:
+        """The task as a target sees it while it is being dispatched."""
+        return Task(
+            task_id=self.task_id,
+            platform=platform,
+            aigc=aigc,
+            backend_id=self.backend_id,
+            payload=self.payload,
+            state=TaskState.DISPATCHING,
+            attempt=self.attempt,
+            target=target,
+            workflow_id=self.workflow_id,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Finished:

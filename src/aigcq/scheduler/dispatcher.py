@@ -21,14 +21,13 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from aigcq import metrics
-from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.domain import ErrorCode, TaskState
 from aigcq.events import progress_event, running_message
 from aigcq.platforms.base import Accepted, Full, PlatformAdapter, Rejected, Uncertain
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
 from aigcq.scheduler.routing import overflow_ready, plan, share_round_robin
-from aigcq.signing import webhook_url
 
 log = logging.getLogger(__name__)
 
@@ -207,20 +206,8 @@ class Dispatcher:
     ) -> None:
         rt = self.rt
         account = rt.config.account(aigc, platform)
-        task = Task(
-            task_id=c.task_id,
-            platform=platform,
-            aigc=aigc,
-            backend_id=c.backend_id,
-            payload=c.payload,
-            state=TaskState.DISPATCHING,
-            attempt=c.attempt,
-            target=adapter.name,
-            workflow_id=c.workflow_id,
-        )
-        hook = webhook_url(
-            rt.settings.public_callback_base(), rt.settings.signing_key(), c.task_id, c.attempt
-        )
+        task = c.as_task(aigc, platform, adapter.name)
+        hook = rt.webhook_url(c.task_id, c.attempt)
         outcome = await rt.platforms.submit(adapter, task, account.apikey if account else "", hook)
         deadline_s = rt.deadline_s(account)
         match outcome:
