@@ -15,10 +15,8 @@ from typer.testing import CliRunner
 
 from aigcq.cli import app
 from aigcq.client import AsyncClient, Client, Event, Progress, Result, SubmitError
-from aigcq.config import PlatformConfig, Settings
-from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.server import Service
-from tests.helpers import serve_app, until
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig
+from tests.helpers import service_with_runninghub, until
 
 TOKEN = "sdk-client-token"
 PAYLOAD = {"workflowId": "1904136902449209346", "nodeInfoList": []}
@@ -43,21 +41,11 @@ class Stack:
 
 @pytest.fixture
 async def stack(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Stack]:
-    (tmp_path / "model.json").write_text(MODELS)
     emulator = RunningHubEmulatorConfig(duration_s=0.2, max_concurrent=10)
-    async with serve_app(create_app(emulator)) as rh:
-        settings = Settings(
-            redis_url=redis_url,
-            token_secret="s" * 32,
-            client_tokens=[TOKEN],
-            config_dir=tmp_path,
-            runninghub_url=rh,
-            sweep_interval_s=0.1,
-        )
-        service = Service(settings, PlatformConfig.load(tmp_path), redis)
-        async with serve_app(service.app) as base:
-            settings.callback_url = base  # webhooks come back to this server
-            yield Stack(base.replace("http", "ws", 1) + "/", redis)
+    async with service_with_runninghub(
+        tmp_path, redis, redis_url, models=MODELS, emulator=emulator, token=TOKEN
+    ) as env:
+        yield Stack(env.ws_url, redis)
 
 
 async def submit_all(client: AsyncClient, n: int, prefix: str) -> list[str]:

@@ -10,11 +10,9 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-from aigcq.config import PlatformConfig, Settings
-from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.server import Service
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app
+from tests.helpers import service_with_runninghub
 
 TOKEN = "deadline-client-token"
 
@@ -32,24 +30,13 @@ def stack_factory(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> Stac
     async def stack(
         emulator: RunningHubEmulatorConfig, **settings: Any
     ) -> AsyncIterator[tuple[Client, str]]:
-        (tmp_path / "model.json").write_text(
-            '{"proj": {"comfyui": {"apikey": "k", "concurrency": 5, "max_attempts": 2}}}'
-        )
-        async with serve_app(create_app(emulator)) as rh:
-            s = Settings(
-                redis_url=redis_url,
-                token_secret="d" * 32,
-                client_tokens=[TOKEN],
-                config_dir=tmp_path,
-                runninghub_url=rh,
-                sweep_interval_s=0.1,
-                **settings,
-            )
-            service = Service(s, PlatformConfig.load(tmp_path), redis)
-            async with serve_app(service.app) as base:
-                client = await Client(int(base.rsplit(":", 1)[1]), "b1", TOKEN).connect()
-                yield client, rh
-                await client.close()
+        models = '{"proj": {"comfyui": {"apikey": "k", "concurrency": 5, "max_attempts": 2}}}'
+        async with service_with_runninghub(
+            tmp_path, redis, redis_url, models=models, emulator=emulator, token=TOKEN, **settings
+        ) as env:
+            client = await Client(env.port, "b1", TOKEN).connect()
+            yield client, env.rh
+            await client.close()
 
     return stack
 

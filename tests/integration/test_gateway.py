@@ -189,3 +189,31 @@ async def test_quota_admission_refuses_with_balance_error(
         assert (await client.request({**msg, "taskId": "q2"}))["code"] == "BalanceError"
         assert await snapshot(redis) == before
         await client.close()
+
+
+async def test_failure_of_an_abandoned_attempt_is_refused_but_a_late_success_wins(
+    gateway: tuple[int, aioredis.Redis],
+) -> None:
+    port, redis = gateway
+    client = await Client(port, "b1", token()).connect()
+    for task_id in ("gone", "late"):
+        await client.request({"type": "generate", "taskId": task_id, "platform": "comfyui",
+                              "AIGC": "proj", "payload": {"workflowId": "1"}})  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+
+    def end(code: int) -> dict[str, str]:
+        data = {"code": code, "msg": "cancelled" if code else "success", "data": []}
+        return {"event": "TASK_END", "taskId": "r", "eventData": orjson.dumps(data).decode()}
+
+    async with httpx.AsyncClient() as http:
+        before = await snapshot(redis)
+        # Both tasks wait (as after a deadline requeue): a failure report is stale ...
+        failed = await http.post(webhook_url(base, SECRET.encode(), "gone", 0), json=end(805))
+        assert failed.status_code == 410
+        assert await snapshot(redis) == before
+        # ... but a success is a real result, delivered once.
+        ok = await http.post(webhook_url(base, SECRET.encode(), "late", 0), json=end(0))
+        assert ok.status_code == 200
+    result = await client.next()
+    assert result["taskId"] == "late" and result["status"] == "success"
+    await client.close()

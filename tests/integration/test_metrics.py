@@ -10,10 +10,8 @@ import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
 from aigcq.client import AsyncClient
-from aigcq.config import PlatformConfig, Settings
-from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.server import Service
-from tests.helpers import serve_app, until
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig
+from tests.helpers import service_with_runninghub, until
 
 TOKEN = "metrics-client-token"
 AIGC = "metrics-proj"  # metrics are process-wide: a project no other test uses
@@ -43,36 +41,31 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 async def test_counters_add_up_to_the_tasks_that_ran(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    (tmp_path / "model.json").write_text(
-        f'{{"{AIGC}": {{"comfyui": {{"apikey": "k", "concurrency": 2}}}}}}'
-    )
-    async with serve_app(create_app(RunningHubEmulatorConfig(duration_s=0.2))) as rh:
-        settings = Settings(
-            redis_url=redis_url,
-            token_secret="m" * 32,
-            client_tokens=[TOKEN],
-            config_dir=tmp_path,
-            runninghub_url=rh,
-            sweep_interval_s=0.1,
-            overflow_price={"runninghub": 0.25},
+    models = f'{{"{AIGC}": {{"comfyui": {{"apikey": "k", "concurrency": 2}}}}}}'
+    async with service_with_runninghub(
+        tmp_path,
+        redis,
+        redis_url,
+        models=models,
+        emulator=RunningHubEmulatorConfig(duration_s=0.2),
+        token=TOKEN,
+        overflow_price={"runninghub": 0.25},
+    ) as env:
+        base = env.base
+        async with AsyncClient(env.ws_url, TOKEN, "m1") as client:
+            ids = [
+                await client.submit("comfyui", PAYLOAD, task_id=f"m{i}", aigc=AIGC)
+                for i in range(TASKS)
+            ]
+            during = await scrape(base)
+            results = [await client.result(task_id, timeout=15) for task_id in ids]
+        assert all(r.ok for r in results)
+        async with httpx.AsyncClient() as http:
+            await http.post(f"{base}/callback/all", json={})  # unsigned: rejected
+        after = await until(
+            lambda: scrape(base),
+            lambda s: total(s, "aigcq_tasks_in_flight", aigc=AIGC) == 0,
         )
-        service = Service(settings, PlatformConfig.load(tmp_path), redis)
-        async with serve_app(service.app) as base:
-            settings.callback_url = base
-            async with AsyncClient(base.replace("http", "ws", 1) + "/", TOKEN, "m1") as client:
-                ids = [
-                    await client.submit("comfyui", PAYLOAD, task_id=f"m{i}", aigc=AIGC)
-                    for i in range(TASKS)
-                ]
-                during = await scrape(base)
-                results = [await client.result(task_id, timeout=15) for task_id in ids]
-            assert all(r.ok for r in results)
-            async with httpx.AsyncClient() as http:
-                await http.post(f"{base}/callback/all", json={})  # unsigned: rejected
-            after = await until(
-                lambda: scrape(base),
-                lambda s: total(s, "aigcq_tasks_in_flight", aigc=AIGC) == 0,
-            )
 
     queue = {"aigc": AIGC, "platform": "comfyui"}
     assert (

@@ -6,8 +6,6 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from aigcq.domain import Task
 from aigcq.platforms.base import (
@@ -21,10 +19,8 @@ from aigcq.platforms.base import (
     registered,
 )
 from aigcq.platforms.coze import (
-    POLL_BATCH,
     CozeAdapter,
     decode_output,
-    next_poll_interval,
 )
 
 BASE = "https://api.coze.cn"
@@ -48,7 +44,6 @@ def test_registered_as_polling_platform() -> None:
     cls = registered()["coze"]
     assert cls is CozeAdapter
     assert (cls.kind, cls.serves) == ("polling", ("coze",))
-    assert POLL_BATCH == 100
 
 
 def test_submit_request_is_async_with_bearer_auth(coze: CozeAdapter) -> None:
@@ -182,17 +177,3 @@ def test_parse_query_other_answers(
 )
 def test_decode_output(raw: Any, expected: Any) -> None:
     assert decode_output(raw) == expected
-
-
-def test_poll_interval_bounds() -> None:
-    assert next_poll_interval(0) == 30.0
-    assert next_poll_interval(-3) == 30.0
-    assert next_poll_interval(50) == 5.0
-    assert next_poll_interval(10_000) == 5.0
-    assert next_poll_interval(25) == 17.5
-
-
-@given(st.integers(-10, 1000), st.integers(-10, 1000))
-def test_poll_interval_is_monotonic(a: int, b: int) -> None:
-    low, high = sorted((a, b))
-    assert 5.0 <= next_poll_interval(high) <= next_poll_interval(low) <= 30.0

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from aigcq import metrics
-from aigcq.domain import ErrorCode, Task
+from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.service import Gateway
 from aigcq.platforms.base import Failed, Pending, ResultOutcome, Succeeded
@@ -87,5 +87,10 @@ async def _accept(
         raise ClientError(ErrorCode.JSON, f"unreadable eventData: {exc}", task_id) from exc
     if not isinstance(outcome, Succeeded | Failed | Pending):
         raise ClientError(ErrorCode.JSON, "unreadable eventData", task_id)
+    abandoned = int(attempt) != task.attempt or task.state is TaskState.PENDING
+    if isinstance(outcome, Failed) and abandoned:
+        # An attempt we gave up on (e.g. cancelled at its deadline) reports its failure;
+        # the retry decides. A late *success* still wins (first result wins).
+        raise ClientError(ErrorCode.GONE, f"attempt {attempt} was superseded", task_id)
     log.debug("task %s: TASK_END for attempt %s", task_id, attempt)
     return outcome, task

@@ -27,28 +27,12 @@ from aigcq.platforms.base import (
     register,
 )
 
-#: how many polling tasks one round queries at most (seed 001 §5B.2).
-POLL_BATCH = 100
-MIN_POLL_S, MAX_POLL_S = 5.0, 30.0
-#: in-flight tasks at which polling reaches its fastest pace.
-BUSY_IN_FLIGHT = 50
-
 #: rate limits: system request limit ("retry later"), RPM exceeded.
 FULL_CODES = frozenset({4009, 4020})
 #: transient: model error, internal error. Anything else (4000 params, 4100 token,
 #: 4101 permission, 4200 workflow, 6003 async not allowed on the plan, ...) is permanent.
 TRANSIENT_CODES = frozenset({4013, 5000})
 NOT_FOUND = 4314
-
-
-def next_poll_interval(in_flight: int) -> float:
-    """Seconds until the next polling round, 5–30 s, shorter when more tasks are in flight.
-
-    ``30 - 25 * min(in_flight, 50) / 50``: 30 s with nothing in flight, 5 s from 50 tasks
-    on, linear in between (so more tasks, and so more results due, are checked more often).
-    """
-    load = min(max(in_flight, 0), BUSY_IN_FLIGHT) / BUSY_IN_FLIGHT
-    return MAX_POLL_S - (MAX_POLL_S - MIN_POLL_S) * load
 
 
 def decode_output(raw: Any) -> Any:

@@ -12,11 +12,27 @@ import logging
 from aigcq.domain import TaskState
 from aigcq.platforms.base import PlatformAdapter
 from aigcq.platforms.client import PlatformUnavailable
-from aigcq.platforms.coze import POLL_BATCH, next_poll_interval
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
 
 log = logging.getLogger(__name__)
+
+#: how many polling tasks one round queries at most (seed 001 §5B.2).
+POLL_BATCH = 100
+MIN_POLL_S, MAX_POLL_S = 5.0, 30.0
+#: in-flight tasks at which polling reaches its fastest pace.
+BUSY_IN_FLIGHT = 50
+
+
+def next_poll_interval(in_flight: int) -> float:
+    """Seconds until the next polling round, 5–30 s, shorter when more tasks are in flight
+    (seed 001 §5B.1, the same rule for every polling platform).
+
+    ``30 - 25 * min(in_flight, 50) / 50``: 30 s with nothing in flight, 5 s from 50 tasks
+    on, linear in between (so more tasks, and so more results due, are checked more often).
+    """
+    load = min(max(in_flight, 0), BUSY_IN_FLIGHT) / BUSY_IN_FLIGHT
+    return MAX_POLL_S - (MAX_POLL_S - MIN_POLL_S) * load
 
 
 class Poller:

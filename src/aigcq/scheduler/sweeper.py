@@ -50,6 +50,7 @@ class Sweeper:
         adapter = rt.platforms.adapters.get(task.target)
         account = rt.config.account(task.aigc, task.platform)
         apikey = account.apikey if account else ""
+        still_running = False
         if adapter is not None and task.state is TaskState.RUNNING and task.remote_id:
             try:
                 outcome = await rt.platforms.query(adapter, task, apikey)
@@ -57,8 +58,7 @@ class Sweeper:
                 return  # platform unreachable: ask again on the next sweep
             if await self.outcomes.settle(task_id, outcome, note="queried after deadline"):
                 return
-            if isinstance(outcome, Pending):
-                await rt.platforms.cancel(adapter, task, apikey)
+            still_running = isinstance(outcome, Pending)
         await self.outcomes.retry_or_fail(
             task_id,
             aigc=task.aigc,
@@ -66,3 +66,7 @@ class Sweeper:
             attempt=task.attempt,
             reason=f"deadline passed on {task.target or 'dispatch'} ({task.state})",
         )
+        if still_running and adapter is not None:
+            # Only now: the platform reports a cancelled task as failed, and that report
+            # must find the attempt already given up (see gateway/callbacks.py).
+            await rt.platforms.cancel(adapter, task, apikey)
