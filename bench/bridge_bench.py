@@ -6,17 +6,19 @@ Measures (issue 3's targets in brackets):
 * ``lifecycle``  client → bridge → TASK_END → client throughput, 20 bridges × 8 instances
   completing at once (≥ 2,000 tasks/s);
 * ``loss``       bridge socket lost → the first task reaching RunningHub (< 200 ms);
-* ``routing``    ``routing.plan`` + the hub's free-slot sum over 1,000 bridges, in-process
-  (< 1 ms).
+* ``routing``    one routing decision in-process at 1,000 bridges × 8 instances:
+  ``routing.plan`` + the hub's free-slot count + ``BridgeRegistry.pick`` + taking the slot
+  (< 1 ms); the old linear pick alongside for comparison. ``--routing-only`` runs just this.
 
 The fake bridges speak the bridge protocol with the ``websockets`` client: REGISTER, TASK_ACK
 per TASK_ASSIGN, TASK_END POSTed to the ``webhookUrl`` over kept-alive aiohttp connections,
 and a HEARTBEAT after each batch of completions so the hub reconciles its free slots.
-The hub closes a bridge that sends more than ``HubConfig.max_msgs_per_s`` (100) frames a
-second; at 100 tasks/s per bridge that limit, not the hub, is the ceiling, so by default
+The hub closes a bridge that sends more than ``AIGCQ_BRIDGE_MAX_MSGS_PER_S`` (100) frames
+a second; at 100 tasks/s per bridge that limit, not the hub, is the ceiling, so by default
 the server runs with it lifted (``--flood-limit 100`` keeps it).
 
     python bench/bridge_bench.py [--rates 500,200] [--tasks 4000] [--flood-limit 0]
+    python bench/bridge_bench.py --routing-only
 """
 
 from __future__ import annotations
@@ -25,9 +27,8 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
+import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,12 +56,6 @@ END_DATA = orjson.dumps(
         "data": [{"fileUrl": "http://b/x.png", "fileType": "png", "taskCostTime": 0}],
     }
 ).decode()
-# `aigcq serve` with the hub's per-connection flood limit replaced (argv: serve).
-LAUNCH = (
-    "import functools, sys; import aigcq.bridges.hub as h; "
-    "h.HubConfig = functools.partial(h.HubConfig, max_msgs_per_s=int(sys.argv.pop(1))); "
-    "from aigcq.cli import main; main()"
-)
 
 
 def now() -> float:
@@ -200,15 +195,9 @@ def pct(values: list[float], q: float) -> float:
 def start_server(cluster: Cluster, flood_limit: int, **env: str) -> tuple[Proc, int]:
     port = free_port()
     log = cluster.tmp / f"serve-{port}.log"
-    proc = Proc(["serve"], cluster.server_env(port, **env), log)
-    limit = str(flood_limit or 1_000_000)
-    proc.p = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, limit, "serve", "--log-level", "WARNING"],
-        env={**os.environ, **proc.env},
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
-    cluster.procs.append(proc)
+    env = {"AIGCQ_BRIDGE_MAX_MSGS_PER_S": str(flood_limit), **env}  # 0 = no limit
+    proc = Proc(["serve", "--log-level", "WARNING"], cluster.server_env(port, **env), log)
+    cluster.procs.append(proc.start())
     wait_http(f"http://127.0.0.1:{port}/healthz")
     return proc, port
 
@@ -346,8 +335,18 @@ async def bridge_loss(
         await rh.runner.cleanup()
 
 
+def linear_pick(registry: BridgeRegistry) -> BridgeConn | None:
+    """``BridgeRegistry.pick`` as it was before the index: a scan of every bridge."""
+    candidates = [b for b in registry.bridges.values() if b.free() > 0]
+    if not candidates:
+        return None
+    best = min((b.load(), -b.free()) for b in candidates)
+    return random.choice([b for b in candidates if (b.load(), -b.free()) == best])
+
+
 def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any]:
-    """``routing.plan`` + the free-slot sum over ``n_bridges`` (what a dispatch round does)."""
+    """One routing decision over ``n_bridges`` × ``SLOTS``, as a dispatch round makes it:
+    ``routing.plan`` on the free-slot count, then pick a bridge and take its slot."""
 
     async def noop(_text: str) -> None:
         return None
@@ -357,35 +356,47 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
         conn = BridgeConn(f"b{i}", noop)
         conn.reconcile(SLOTS, i % (SLOTS + 1))
         registry.bridges[conn.bridge_id] = conn
-    decide, picks, plan_only = [], [], []
+    decide, picks, plan_only, linear = [], [], [], []
     for r in range(rounds):
         t = time.perf_counter_ns()
         split = plan(5000 + r, registry.free_slots(), 50)
+        pick = registry.pick(f"wf{r % 10}")
+        assert pick is not None
+        pick.available -= 1  # TASK_ASSIGN takes the slot (re-files the bridge)
         decide.append((time.perf_counter_ns() - t) / 1e6)
+        pick.available += 1  # TASK_END frees it again: the next round sees the same bridges
         t = time.perf_counter_ns()
-        pick = registry.pick()
+        registry.pick()
         picks.append((time.perf_counter_ns() - t) / 1e6)
         t = time.perf_counter_ns()
         plan(5000 + r, 4000, 50)
         plan_only.append((time.perf_counter_ns() - t) / 1e6)
-    assert split.internal > 0 and pick is not None
+        if r < rounds // 10:
+            t = time.perf_counter_ns()
+            linear_pick(registry)
+            linear.append((time.perf_counter_ns() - t) / 1e6)
+    assert split.internal > 0
     return {
         "bridges": n_bridges,
-        "plan_plus_free_slot_sum_p50_ms": pct(decide, 0.5),
-        "plan_plus_free_slot_sum_p99_ms": pct(decide, 0.99),
+        "instances_per_bridge": SLOTS,
+        "plan_pick_take_slot_p50_ms": pct(decide, 0.5),
+        "plan_pick_take_slot_p99_ms": pct(decide, 0.99),
         "plan_only_p50_us": round(statistics.median(plan_only) * 1000, 2),
         "pick_least_loaded_p50_ms": pct(picks, 0.5),
         "pick_least_loaded_p99_ms": pct(picks, 0.99),
+        "linear_pick_p50_ms": pct(linear, 0.5),
     }
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    report: dict[str, Any] = {"routing": routing_decision()}
+    print("routing", report["routing"], file=sys.stderr)
+    if args.routing_only:
+        return report
     tmp = Path(tempfile.mkdtemp(prefix="aigcq-bridge-bench-"))
     redis = EmbeddedRedis(tmp / "redis", persist=False)
     cluster = Cluster(tmp, redis.start())
     connector = aiohttp.TCPConnector(limit=256)
-    report: dict[str, Any] = {"routing": routing_decision()}
-    print("routing", report["routing"], file=sys.stderr)
     try:
         async with aiohttp.ClientSession(connector=connector) as http:
             report.update(await dispatch_and_lifecycle(cluster, args, http))
@@ -405,4 +416,5 @@ if __name__ == "__main__":
     parser.add_argument(
         "--flood-limit", type=int, default=0, help="hub frames/s per bridge (0 = lifted)"
     )
+    parser.add_argument("--routing-only", action="store_true", help="in-process routing only")
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from aigcq.config import ConfigError, PlatformConfig, Settings
-from aigcq.jsonlog import JsonFormatter, RedactSecrets
+from aigcq.jsonlog import JsonFormatter, RedactSecrets, TextFormatter
 
 app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal GPUs first.")
 emulate_app = typer.Typer(no_args_is_help=True, help="Run an emulator of an external service.")
@@ -42,15 +42,22 @@ def configure_logging(level: str = "INFO") -> None:
     if os.environ.get(LOG_FORMAT_ENV, "").lower() == LogFormat.JSON:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactSecrets())
     logging.basicConfig(level=level.upper(), handlers=[handler])
     # One line per outgoing request is noise at thousands of tasks a second.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))
 
 
-def _load_config() -> tuple[Settings, PlatformConfig]:
+WorkersOption = Annotated[
+    int, typer.Option(help="Server processes on the same ports (default: AIGCQ_WORKERS, 1)")
+]
+
+
+def _load_config(workers: int = 0) -> tuple[Settings, PlatformConfig]:
     settings = Settings()
+    if workers > 0:
+        settings.workers = workers
     try:
         config = PlatformConfig.load(settings.config_dir)
     except ConfigError as exc:
@@ -65,6 +72,7 @@ def up(
     demo: Annotated[
         bool, typer.Option(help="Also run emulated GPUs (ComfyUI + bridge) and RunningHub")
     ] = False,
+    workers: WorkersOption = 0,
 ) -> None:
     """Run the server; starts a private Redis under ./.aigcq when AIGCQ_REDIS_URL is unset."""
     from aigcq.launch import ensure_secrets, listen_ports, run_with_redis
@@ -75,24 +83,26 @@ def up(
 
         run_demo(Settings(), console)
         return
-    settings, config = _load_config()
+    settings, config = _load_config(workers)
     fresh = ensure_secrets(settings)
     _print_banner(settings, config, fresh, listen_ports(settings))
     run_with_redis(settings, config, embedded_dir=settings.data_dir / "redis")
 
 
 @app.command()
-def serve(log_level: str = "INFO") -> None:
-    """Run one server process against AIGCQ_REDIS_URL (several may share one Redis)."""
-    from aigcq.launch import run_async
-    from aigcq.launch import serve as serve_forever
+def serve(log_level: str = "INFO", workers: WorkersOption = 0) -> None:
+    """Run the server against AIGCQ_REDIS_URL (several processes may share one Redis)."""
+    from aigcq.launch import run_with_redis
 
     configure_logging(log_level)
-    settings, config = _load_config()
+    settings, config = _load_config(workers)
     if not settings.redis_url:
         console.print("[red]AIGCQ_REDIS_URL is required for `serve` (`up` embeds one)[/red]")
         raise typer.Exit(2)
-    run_async(serve_forever(settings, config))
+    # Not run_async(serve(...)) directly: uvicorn re-raises SIGTERM after its graceful
+    # shutdown, which with the default handler kills the process (exit -15 / 143).
+    # run_with_redis (no embedded Redis: the URL is set) turns it into a clean exit 0.
+    run_with_redis(settings, config, embedded_dir=settings.data_dir / "redis")
 
 
 def _print_banner(

@@ -55,6 +55,17 @@ class Settings(BaseSettings):
     bridge_port: int = Field(
         0, validation_alias=_env("BRIDGE_PORT"), description="Extra port for bridges (seed: 8080)."
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        validation_alias=_env("WORKERS"),
+        description="Server processes on the same ports (SO_REUSEPORT); one per core.",
+    )
+    reuse_port: bool = Field(
+        False,
+        validation_alias=_env("REUSE_PORT"),
+        description="Bind with SO_REUSEPORT, so several processes share the ports.",
+    )
     callback_url: str = Field(
         "",
         validation_alias=_env("CALLBACK_URL", "CALLBACK_URL"),
@@ -135,6 +146,12 @@ class Settings(BaseSettings):
     )
     bridge_quarantine_s: float = Field(
         60.0, ge=0, validation_alias=_env("BRIDGE_QUARANTINE_S"), description="Before re-admission."
+    )
+    bridge_max_msgs_per_s: int = Field(
+        100,
+        ge=0,
+        validation_alias=_env("BRIDGE_MAX_MSGS_PER_S"),
+        description="Frames a second one bridge may send; more closes it with 4008 (0 = no limit).",
     )
 
     admission: str = Field(

@@ -1,7 +1,10 @@
 """Internal-capacity health (seed 000 §8): healthy / degraded / recovering.
 
-A failed check degrades at once; recovery needs ``recover_passes`` consecutive passing
-checks (seed: 3, i.e. 30 s at the 10 s interval). While not healthy the hub offers no
+A failed check degrades once ``failure_threshold`` checks in a row have failed (default 1:
+at once; seed 000 §3.7 ``healthCheck.failureThreshold``); a failure observed as
+``immediate`` (a submit error or timeout, §3.4) and any failure while not healthy degrade at
+once. Recovery needs ``recover_passes`` consecutive passing checks (seed: 3, i.e. 30 s at
+the 10 s interval). While not healthy the hub offers no
 internal capacity, so new tasks overflow to the external platform.
 
 In the all-in-one topology a check passes when at least one bridge is connected, in
@@ -53,9 +56,12 @@ class Health:
     """The pure state machine: feed it check results, read ``state``."""
 
     recover_passes: int = 3
+    failure_threshold: int = 1
     state: HealthState = HealthState.HEALTHY
     reason: str = ""
     passes: int = 0
+    #: consecutive failed checks
+    failures: int = 0
     degrades: int = 0
     recovers: int = 0
 
@@ -63,9 +69,15 @@ class Health:
     def healthy(self) -> bool:
         return self.state is HealthState.HEALTHY
 
-    def observe(self, reason: str) -> HealthState | None:
-        """Record one check (``reason`` empty = passed); the new state if it changed."""
+    def observe(self, reason: str, *, immediate: bool = False) -> HealthState | None:
+        """Record one check (``reason`` empty = passed); the new state if it changed.
+        A failure below ``failure_threshold`` (and not ``immediate``) leaves a healthy
+        state as it is."""
         before = self.state
+        self.failures = self.failures + 1 if reason else 0
+        healthy_yet = before is HealthState.HEALTHY and self.failures < self.failure_threshold
+        if reason and healthy_yet and not immediate:
+            return None
         if reason:
             self.state, self.reason, self.passes = HealthState.DEGRADED, reason, 0
             if before is HealthState.HEALTHY:

@@ -11,6 +11,17 @@ from datetime import UTC, datetime
 CONTEXT_FIELDS = ("taskId", "bridgeId")
 
 
+def ctx(task: object = None, bridge: object = None) -> dict[str, str]:
+    """The ``extra`` for a log line about a task and/or a bridge:
+    ``log.info("...", task_id, extra=ctx(task=task_id))``; ``None`` keys are left out."""
+    extra: dict[str, str] = {}
+    if task is not None:
+        extra["taskId"] = str(task)
+    if bridge is not None:
+        extra["bridgeId"] = str(bridge)
+    return extra
+
+
 class JsonFormatter(logging.Formatter):
     """``{"time", "level", "logger", "message"}``, plus ``taskId`` / ``bridgeId`` and the
     exception when present."""
@@ -26,6 +37,18 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """The plain-text format, with `` task=… bridge=…`` appended when the call passed them."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        for key, label in zip(CONTEXT_FIELDS, ("task", "bridge"), strict=True):
+            value = getattr(record, key, None)
+            if value is not None:
+                line += f" {label}={value}"
+        return line
 
 
 class RedactSecrets(logging.Filter):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import secrets
@@ -12,11 +13,11 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
 import uvicorn
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.redis import EmbeddedRedis
+from aigcq.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,12 @@ def ensure_secrets(
     return fresh
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:  # several worker processes on one port; the kernel spreads connections
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock
@@ -102,19 +105,6 @@ def uvicorn_server(
     return server
 
 
-def redis_client(url: str) -> aioredis.Redis:
-    """The Redis client of a server process.
-
-    redis-py 8's default pool fails the 101st concurrent command (MaxConnectionsError,
-    e.g. 160 TASK_ENDs at once); a blocking pool waits for a free connection instead.
-    """
-    return aioredis.Redis.from_pool(
-        aioredis.BlockingConnectionPool.from_url(
-            url, decode_responses=True, max_connections=256, timeout=20
-        )
-    )
-
-
 async def serve(settings: Settings, config: PlatformConfig) -> None:
     """Run ``aigcq serve`` until SIGINT/SIGTERM, then shut down cleanly."""
     from aigcq.dispatcher.client import internal_target
@@ -123,7 +113,9 @@ async def serve(settings: Settings, config: PlatformConfig) -> None:
 
     redis = redis_client(settings.redis_url)
     service = Service(settings, config, redis, internal=internal_target(settings))
-    sockets = [bind(settings.host, port) for port in listen_ports(settings)]
+    sockets = [
+        bind(settings.host, port, reuse_port=settings.reuse_port) for port in listen_ports(settings)
+    ]
     server = uvicorn_server(service.app, settings, on_exit=lambda: stop_claiming(service))
     try:
         await server.serve(sockets=sockets)
@@ -133,6 +125,7 @@ async def serve(settings: Settings, config: PlatformConfig) -> None:
 
 def run_async(main: Coroutine[Any, Any, None]) -> None:
     """Run on uvloop (shipped with uvicorn[standard]) when available."""
+    tune_gc()
     try:
         import uvloop
     except ImportError:
@@ -140,6 +133,19 @@ def run_async(main: Coroutine[Any, Any, None]) -> None:
         return
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(main)
+
+
+def tune_gc() -> None:
+    """Fewer, shorter garbage collections for a long-running server.
+
+    What start-up allocated (modules, app, settings) lives as long as the process: freeze
+    it, so no full collection walks it again. A request allocates far more than the
+    default 700 objects between young-generation collections; collecting every 20,000
+    cuts collections 30-fold, which removes their pauses from the latency tail.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 def run_with_redis(
@@ -157,13 +163,21 @@ def run_with_redis(
     # uvicorn re-raises SIGTERM/SIGINT once it has shut down; turn them into exceptions
     # so the embedded Redis below is still stopped.
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    started = True
     try:
-        run_async(main() if main else serve(settings, config))
+        if main is None and settings.workers > 1:
+            from aigcq.workers import supervise
+
+            started = supervise(settings)
+        else:
+            run_async(main() if main else serve(settings, config))
     except (KeyboardInterrupt, SystemExit):
         log.info("stopped by signal")
     finally:
         if embedded is not None:
             embedded.stop()
+    if not started:
+        raise SystemExit(1)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

@@ -20,6 +20,7 @@ from aigcq.events import EventBus
 from aigcq.gateway.admin_api import admin_router
 from aigcq.gateway.callbacks import callback_routes
 from aigcq.gateway.errors import ClientError
+from aigcq.gateway.hot_paths import HotPaths
 from aigcq.gateway.http_api import api_router, client_error_handler
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.ws import client_endpoint
@@ -32,6 +33,9 @@ from aigcq.scheduler.outcomes import Outcomes
 from aigcq.scheduler.poller import Poller
 from aigcq.scheduler.sweeper import Sweeper
 from aigcq.service_metrics import ServiceState
+
+#: where clients connect their WebSocket (seed 001 uses the root)
+CLIENT_WS_PATHS = ("/", "/client")
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +93,9 @@ class Service:
         )
         self._loops: list[asyncio.Task[None]] = []
         self.shutdown_grace_s = 5.0  # hand-offs under way at shutdown may finish this long
-        self.app = self._build_app()
+        self.callbacks = callback_routes(self.gateway, self.parse_callback)
+        self.api = self._build_app()
+        self.app = self._hot_paths(self.api)
 
     def parse_callback(self, task: Task, body: dict[str, Any]) -> ResultOutcome:
         """TASK_END bodies share RunningHub's format, whichever target sent them."""
@@ -132,6 +138,20 @@ class Service:
             await self.rt.platforms.aclose()
             log.info("aigcq stopped")
 
+    async def client_ws(self, ws: WebSocket) -> None:
+        await client_endpoint(ws, self.gateway)
+
+    def _hot_paths(self, api: FastAPI) -> HotPaths:
+        """Callbacks and sockets skip FastAPI's middleware on their way in."""
+        app = HotPaths(api)
+        for route in self.callbacks:
+            app.http(route)
+        for path in CLIENT_WS_PATHS:
+            app.websocket(path, self.client_ws)
+        if self.hub is not None:
+            app.websocket("/ws", self.hub.endpoint)
+        return app
+
     def _build_app(self) -> FastAPI:
         app = FastAPI(
             title="aigcq",
@@ -141,13 +161,9 @@ class Service:
         app.add_exception_handler(ClientError, client_error_handler(self.gateway))
         app.include_router(api_router(self.gateway))
         app.include_router(admin_router(self))
-        app.router.routes.extend(callback_routes(self.gateway, self.parse_callback))
-
-        async def client_ws(ws: WebSocket) -> None:
-            await client_endpoint(ws, self.gateway)
-
-        app.add_api_websocket_route("/", client_ws)
-        app.add_api_websocket_route("/client", client_ws)
+        app.router.routes.extend(self.callbacks)
+        for path in CLIENT_WS_PATHS:
+            app.add_api_websocket_route(path, self.client_ws)
         if self.hub is not None:
             app.add_api_websocket_route("/ws", self.hub.endpoint)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,6 +22,7 @@ from aigcq.bridges.hub import HubConfig
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
 from aigcq.gateway.auth import issue_client_token
+from aigcq.jsonlog import JsonFormatter
 from aigcq.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until
@@ -306,3 +309,65 @@ async def test_progress_reaches_the_client_rate_limited(env: Env) -> None:
     await asyncio.sleep(0.3)  # past the 0.5 s interval
     await bridge.send("TASK_PROGRESS", {"taskId": "p1", "value": 9, "max": 20})
     assert (await client.next())["value"] == 9
+
+
+async def test_hub_log_lines_carry_task_and_bridge_ids(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="aigcq")
+    bridge = await env.bridge()
+    await bridge.register("br-log", count=1)
+    client = await env.client()
+    await client.request(generate("lg1"))
+    assign = await bridge.next()
+    assert assign["data"]["taskId"] == "lg1"
+    await bridge.ack("lg1")
+    await until(partial(env.task, "lg1"), lambda t: t.state == "running")
+
+    def about(text: str) -> logging.LogRecord:
+        return next(r for r in caplog.records if text in r.getMessage())
+
+    registered = about("bridge br-log: registered")
+    assert registered.__dict__.get("bridgeId") == "br-log" and "taskId" not in registered.__dict__
+    for text in ("task lg1 assigned", "task lg1 acknowledged"):
+        line = json.loads(JsonFormatter().format(about(text)))
+        assert (line["taskId"], line["bridgeId"]) == ("lg1", "br-log")
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_the_flood_limit_is_a_setting_and_a_flood_changes_nothing_else(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIGCQ_BRIDGE_MAX_MSGS_PER_S", "20")
+    assert Settings(_env_file=None).bridge_max_msgs_per_s == 20  # type: ignore[call-arg]
+    hub = env.service.hub
+    assert hub is not None
+    env.service.rt.settings.bridge_max_msgs_per_s = 20  # read at each connection
+    calm, noisy = await env.bridge(), await env.bridge()
+    await calm.register("calm", count=1)
+    await noisy.register("noisy", count=2)
+    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 3)
+    unknown_ack = {"code": 0, "msg": "ok", "data": {"taskId": "nope"}}
+    pong = orjson.dumps({"type": "PONG"}).decode()
+    for _ in range(12):  # with REGISTER and the ACK: 14 frames, under the limit in any second
+        await noisy.ws.send(pong)
+    await noisy.send("TASK_ACK", unknown_ack)
+    assert (await noisy.next())["data"]["code"] == "UnknownTask"  # still served
+
+    async def ours() -> dict[str, tuple[str, int]]:  # (md:state:* is the health monitor's)
+        return {k: v for k, v in (await snapshot(env.redis)).items() if k.startswith("aigcq:")}
+
+    before = await ours()
+    with pytest.raises(websockets.ConnectionClosed):
+        for _ in range(100):
+            await noisy.ws.send(pong)
+        await noisy.next()
+    assert noisy.ws.close_code == 4008
+    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 1)
+    assert await ours() == before  # keys and sizes: none added or removed
+    assert (await env.redis.hgetall("aigcq:bridge:noisy"))["online"] == "0"
+    assert (await env.redis.hgetall("aigcq:bridge:calm"))["online"] == "1"
+    await calm.send("TASK_ACK", unknown_ack)  # the other bridge is untouched
+    assert (await calm.next())["data"]["code"] == "UnknownTask"
+    await calm.ws.close()

@@ -4,6 +4,7 @@ the RunningHub emulator at once, recover after 3 passing checks; failing bridges
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -127,6 +128,64 @@ async def test_a_bridge_whose_tasks_keep_failing_is_out_of_rotation_until_a_prob
     await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
     await goes_to(env, client, "f-back", "bridge")
     await client.close()
+
+
+async def test_failures_reported_to_another_process_count_for_the_bridge(
+    env: Env, tmp_path: Path
+) -> None:
+    """Two aigcq processes on one Redis: the bridge is connected to the first, its TASK_ENDs
+    arrive at the second. The count is shared; the first applies it at the next HEARTBEAT."""
+    hub = env.service.hub
+    assert hub is not None
+    other_dir = tmp_path / "other"  # a process that never overflows (no external slots)
+    other_dir.mkdir()
+    (other_dir / "model.json").write_text(
+        '{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}'
+    )
+    settings = env.service.rt.settings.model_copy(update={"config_dir": other_dir})
+    other = Service(settings, PlatformConfig.load(other_dir), env.redis)
+    async with serve_app(other.app) as other_base:
+        elsewhere = Env(int(other_base.rsplit(":", 1)[1]), env.redis, other)
+        bridge = await env.bridge()
+        await bridge.register(count=1)
+        await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
+        client = await env.client()
+        beat = {"instanceCount": 1, "availableInstanceCount": 1}
+        for i in range(3):
+            await goes_to(env, client, f"x{i}", "bridge")
+            hook = await assign(bridge)
+            await until(partial(env.task, f"x{i}"), lambda t: t.state == "running")
+            assert await task_end(elsewhere, hook, code=1) == 200
+            failures = str(i + 1)  # counted by the other process, after its answer
+            await until(
+                lambda: env.redis.hget("aigcq:bridge:br1", "failures"),
+                partial(operator.eq, failures),
+            )
+            assert await env.redis.hget("aigcq:bridge:br1", "inRotation") == "1"
+            await bridge.send("HEARTBEAT", beat)
+        conn = hub.registry.bridges["br1"]
+        await until(lambda: asyncio.sleep(0, conn.failures), lambda n: n == 3, within=1.0)
+        assert conn.quarantined_at is not None and hub.free_slots() == 0  # though 1 is free
+        await until(
+            lambda: env.redis.hget("aigcq:bridge:br1", "inRotation"), partial(operator.eq, "0")
+        )
+        await goes_to(env, client, "x-out", "runninghub")
+
+        await asyncio.sleep(0.3)  # the cool-down: on probation, then a success elsewhere
+        await bridge.send("HEARTBEAT", beat)
+        await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
+        assert (await env.redis.hget("aigcq:bridge:br1", "failures")) == "2"
+        await goes_to(env, client, "x-back", "bridge")
+        hook = await assign(bridge)
+        await until(partial(env.task, "x-back"), lambda t: t.state == "running")
+        assert await task_end(elsewhere, hook) == 200
+        await until(
+            lambda: env.redis.hget("aigcq:bridge:br1", "failures"), partial(operator.eq, "0")
+        )
+        await bridge.send("HEARTBEAT", beat)
+        await until(lambda: asyncio.sleep(0, conn.failures), lambda n: n == 0, within=1.0)
+        assert conn.quarantined_at is None
+        await client.close()
 
 
 async def test_overflow_after_ms_holds_overflow_while_internal_is_healthy(env: Env) -> None:

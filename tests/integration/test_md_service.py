@@ -238,6 +238,20 @@ CLIENT_SECRET = "serve-secret-with-at-least-32-bytes-of-key"
 
 
 @contextlib.asynccontextmanager
+async def serve_split_with_runninghub(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, md_url: str, duration_s: float
+) -> AsyncIterator[tuple[Service, Client]]:
+    """:func:`serve_split` overflowing to a RunningHub emulator (concurrency 1) whose
+    tasks take ``duration_s``."""
+    config = RunningHubEmulatorConfig(duration_s=duration_s)
+    async with (
+        serve_app(create_app(config)) as rh_url,
+        serve_split(tmp_path, redis, redis_url, md_url, rh_url) as (service, client),
+    ):
+        yield service, client
+
+
+@contextlib.asynccontextmanager
 async def serve_split(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str, md_url: str, rh_url: str = ""
 ) -> AsyncIterator[tuple[Service, Client]]:
@@ -302,11 +316,9 @@ async def test_split_topology_end_to_end(
 async def test_unreachable_dispatcher_overflows_to_runninghub(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    rh_config = RunningHubEmulatorConfig(duration_s=0.1)
-    async with (
-        serve_app(create_app(rh_config)) as rh_url,
-        serve_split(tmp_path, redis, redis_url, "http://127.0.0.1:9", rh_url) as (service, client),
-    ):
+    async with serve_split_with_runninghub(
+        tmp_path, redis, redis_url, "http://127.0.0.1:9", duration_s=0.1
+    ) as (service, client):
         await client.request(generate("over-1"))
         result = await client.next(timeout=10)
         assert result["type"] == "result" and result["status"] == "success", result

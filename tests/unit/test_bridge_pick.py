@@ -1,9 +1,12 @@
 """The hub's choice of bridge (seed 000 §9.2.3): least-loaded first, then same bridge,
-then random."""
+then random. The indexed pick is checked against the plain O(n) definition."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
 
@@ -39,3 +42,77 @@ def test_ties_go_to_the_same_bridge_else_at_random() -> None:
     first = _picked(registry, "wf")
     assert {_picked(registry, "wf") for _ in range(20)} == {first}
     assert {_picked(registry) for _ in range(200)} == {"a", "b", "c"}
+
+
+def test_ties_on_load_go_to_the_bridge_with_more_free_slots() -> None:
+    registry = _registry(("small", 4, 2), ("large", 8, 4))  # both half loaded
+    assert {_picked(registry) for _ in range(20)} == {"large"}
+
+
+def _allowed(registry: BridgeRegistry, workflow_id: str) -> set[str]:
+    """What ``pick`` may return, by the O(n) definition (empty: it must return None)."""
+    candidates = [b for b in registry.bridges.values() if b.free() > 0]
+    if not candidates:
+        return set()
+    best = min((b.load(), -b.free()) for b in candidates)
+    tied = {b.bridge_id for b in candidates if (b.load(), -b.free()) == best}
+    last = registry.last_bridge.get(workflow_id) if workflow_id else None
+    return {last} if last in tied else tied
+
+
+IDS = st.sampled_from(["a", "b", "c", "d", "e"])
+OPS = st.one_of(
+    st.tuples(st.just("add"), IDS, st.integers(0, 8), st.integers(-2, 9)),
+    st.tuples(st.just("remove"), IDS),
+    st.tuples(
+        st.just("set"), IDS, st.sampled_from(["available", "instance_count"]), st.integers(-1, 9)
+    ),
+    st.tuples(st.just("set"), IDS, st.sampled_from(["online", "drained"]), st.booleans()),
+    st.tuples(st.just("set"), IDS, st.just("quarantined_at"), st.sampled_from([None, 1.0])),
+    st.tuples(st.just("reconcile"), IDS, st.integers(0, 8), st.integers(0, 9)),
+    st.tuples(st.just("assign"), st.sampled_from(["", "wf1", "wf2"])),
+    st.tuples(st.just("stale"), st.integers(-1, 9)),  # a replaced connection still changing
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(OPS, max_size=60))
+def test_indexed_pick_matches_the_linear_definition(ops: list[tuple[Any, ...]]) -> None:
+    registry = _registry()
+    replaced: list[BridgeConn] = []
+    for op in ops:
+        kind, *args = op
+        conn = registry.bridges.get(args[0]) if kind not in ("assign", "stale") else None
+        if kind == "add":
+            bridge_id, count, free = args
+            if conn is not None:
+                replaced.append(conn)
+            registry.bridges[bridge_id] = BridgeConn(
+                bridge_id, _nothing, instance_count=count, available=free
+            )
+        elif kind == "remove" and conn is not None:
+            replaced.append(conn)
+            del registry.bridges[conn.bridge_id]
+        elif kind == "set" and conn is not None:
+            setattr(conn, args[1], args[2])
+        elif kind == "reconcile" and conn is not None:
+            conn.reconcile(args[1], args[2])
+        elif kind == "stale" and replaced:
+            replaced[-1].available = args[0]
+            replaced[-1].online = True
+        elif kind == "assign":
+            allowed = _allowed(registry, args[0])
+            picked = registry.pick(args[0])
+            if not allowed:
+                assert picked is None
+                continue
+            assert picked is not None and picked.bridge_id in allowed
+            assert picked is registry.bridges[picked.bridge_id]
+            if args[0]:
+                assert registry.last_bridge[args[0]] == picked.bridge_id
+            picked.available -= 1  # what the hub does on TASK_ASSIGN
+        assert registry.free_slots() == sum(b.free() for b in registry.bridges.values())
+        least = registry._least_loaded()  # the bucket pick chooses from at random
+        assert sorted(least.ids if least else []) == sorted(_allowed(registry, ""))
+        anyone = registry.pick()  # after every step, without a workflow
+        assert (anyone.bridge_id if anyone else None) in (_allowed(registry, "") or {None})

@@ -11,6 +11,7 @@ import pytest
 from aigcq.config import ConfigError, Settings
 from aigcq.dispatcher.file_config import apply_md_file, load_md_file
 from aigcq.dispatcher.settings import MdClientSettings
+from aigcq.health import Health, HealthState
 from aigcq.platforms.md_auth import JwtManager
 
 SEED = {
@@ -71,3 +72,35 @@ def test_refresh_interval_brings_the_next_login_forward() -> None:
     assert 3590 < manager.refresh_in() <= 3600
     manager.refresh_every_s = None
     assert 71990 < manager.refresh_in() <= 72000  # 4 h ahead of a 24 h token
+
+
+def test_priority_threshold_and_retry_count_are_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MESSAGE_DISPATCHER_RETRY_COUNT", "4")
+    content = {**SEED, "priority": False}
+    file = load_md_file(_write(tmp_path, content))
+    assert file is not None
+    md = MdClientSettings()
+    apply_md_file(file, md, Settings())
+    assert md.priority is False and md.health_check_failure_threshold == 3
+    assert md.retry_count == 4  # the environment wins
+    monkeypatch.delenv("MESSAGE_DISPATCHER_RETRY_COUNT")
+    defaults = MdClientSettings()
+    assert defaults.priority is True and defaults.health_check_failure_threshold == 1
+    assert defaults.retry_count == 0
+
+
+def test_failure_threshold_counts_checks_but_a_submit_failure_degrades_at_once() -> None:
+    health = Health(recover_passes=2, failure_threshold=3)
+    assert health.observe("down") is None and health.observe("down") is None
+    assert health.healthy
+    assert health.observe("") is None  # a pass resets the count
+    assert health.observe("down") is None and health.observe("down") is None
+    assert health.observe("down") is HealthState.DEGRADED
+    assert health.observe("") is HealthState.RECOVERING
+    assert health.observe("down") is HealthState.DEGRADED  # not healthy: at once
+    assert health.observe("") is HealthState.RECOVERING
+    assert health.observe("") is HealthState.HEALTHY
+    assert health.observe("submit failed", immediate=True) is HealthState.DEGRADED
+    assert health.degrades == 2 and health.recovers == 1

@@ -36,6 +36,7 @@ from aigcq.bridges.protocol import (
     TaskAssignData,
     utc_timestamp,
 )
+from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,7 @@ class Bridge:
             len(self.pool.instances),
             resent,
             self.public_url,
+            extra=ctx(bridge=self.bridge_id),
         )
 
     def _spawn(self, coro: Any, name: str) -> None:
@@ -197,7 +199,12 @@ class Bridge:
         if not self.public_url:
             self.public_url = f"http://{s.host}:{port}"
             if s.host in ("0.0.0.0", "::"):
-                log.warning("bridge %s: set --public-url; fileUrls use %s", self.bridge_id, s.host)
+                log.warning(
+                    "bridge %s: set --public-url; fileUrls use %s",
+                    self.bridge_id,
+                    s.host,
+                    extra=ctx(bridge=self.bridge_id),
+                )
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -211,7 +218,7 @@ class Bridge:
                 await task
         self._tasks.clear()
         await self.http.aclose()
-        log.info("bridge %s: stopped", self.bridge_id)
+        log.info("bridge %s: stopped", self.bridge_id, extra=ctx(bridge=self.bridge_id))
 
     async def __aenter__(self) -> Bridge:
         await self.start()

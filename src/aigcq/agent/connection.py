@@ -31,6 +31,7 @@ from aigcq.bridges.protocol import (
     encode,
     parse_bridge_message,
 )
+from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,12 @@ class HubLink:
 
     async def set_server(self, url: str) -> None:
         """Use ``url`` from now on; drops the current connection to reconnect at once."""
-        log.info("bridge %s: server changed to %s", self.bridge_id, redact(url))
+        log.info(
+            "bridge %s: server changed to %s",
+            self.bridge_id,
+            redact(url),
+            extra=ctx(bridge=self.bridge_id),
+        )
         self.url = url
         self._changed.set()
         if self._ws is not None:
@@ -126,7 +132,12 @@ class HubLink:
             if not self._changed.is_set():
                 delay = backoff_delay(attempt, self.reconnect_max)
                 attempt += 1
-                log.info("bridge %s: reconnecting in %.1fs", self.bridge_id, delay)
+                log.info(
+                    "bridge %s: reconnecting in %.1fs",
+                    self.bridge_id,
+                    delay,
+                    extra=ctx(bridge=self.bridge_id),
+                )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), delay)
             if self._changed.is_set():  # a new address: try it at once
@@ -147,7 +158,12 @@ class HubLink:
                 self._set_state("connected")
                 self.last_error = ""
                 await ws.send(encode(self._register()))
-                log.info("bridge %s: connected to %s, REGISTER sent", self.bridge_id, redact(url))
+                log.info(
+                    "bridge %s: connected to %s, REGISTER sent",
+                    self.bridge_id,
+                    redact(url),
+                    extra=ctx(bridge=self.bridge_id),
+                )
                 await self._session(ws)
         except InvalidStatus as e:
             self.last_error = f"refused: HTTP {e.response.status_code}"
@@ -157,7 +173,13 @@ class HubLink:
             self._ws = None
             self._set_state("disconnected")
         reason = self.last_error or "closed"
-        log.warning("bridge %s: disconnected from %s: %s", self.bridge_id, redact(url), reason)
+        log.warning(
+            "bridge %s: disconnected from %s: %s",
+            self.bridge_id,
+            redact(url),
+            reason,
+            extra=ctx(bridge=self.bridge_id),
+        )
 
     async def _session(self, ws: ClientConnection) -> None:
         beats = asyncio.create_task(self._beat(ws), name=f"heartbeat-{self.bridge_id}")
@@ -180,7 +202,12 @@ class HubLink:
         try:
             msg = parse_bridge_message(raw, sender="hub")
         except ProtocolError as e:
-            log.warning("bridge %s: bad message from hub: %s", self.bridge_id, e)
+            log.warning(
+                "bridge %s: bad message from hub: %s",
+                self.bridge_id,
+                e,
+                extra=ctx(bridge=self.bridge_id),
+            )
             return
         if isinstance(msg, PingMessage):
             await ws.send(encode(PongMessage()))
@@ -189,4 +216,10 @@ class HubLink:
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)
         elif isinstance(msg, ErrorMessage):
-            log.warning("bridge %s: hub error %s: %s", self.bridge_id, msg.data.code, msg.data.msg)
+            log.warning(
+                "bridge %s: hub error %s: %s",
+                self.bridge_id,
+                msg.data.code,
+                msg.data.msg,
+                extra=ctx(bridge=self.bridge_id),
+            )

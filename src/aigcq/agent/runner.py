@@ -50,6 +50,7 @@ from aigcq.bridges.protocol import (
     TaskProgressData,
     TaskProgressMessage,
 )
+from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,9 @@ class TaskRunner:
         """Answer one TASK_ASSIGN and, if taken, run it to its TASK_END."""
         task_id = assign.task_id or uuid.uuid4().hex  # a seed hub sends no taskId
         if task_id in self.claimed or task_id in self.sender.spool:
-            log.info("task %s: assigned again while held; ACK only", task_id)
+            log.info(
+                "task %s: assigned again while held; ACK only", task_id, extra=ctx(task=task_id)
+            )
             await self._ack(task_id, assign.attempt)
             return
         self.claimed.add(task_id)
@@ -156,10 +159,22 @@ class TaskRunner:
         status = "RUNNING" if code == ACK_OK else "REJECTED"
         body = AckBody(task_id=task_id, task_status=status, attempt=attempt)
         sent = await self.send(TaskAckMessage(data=TaskAckData(code=code, msg=msg, data=body)))
-        log.info("task %s: TASK_ACK code %d%s", task_id, code, "" if sent else " (not connected)")
+        log.info(
+            "task %s: TASK_ACK code %d%s",
+            task_id,
+            code,
+            "" if sent else " (not connected)",
+            extra=ctx(task=task_id),
+        )
 
     def _finish(self, task_id: str, webhook_url: str, result: TaskEndResult) -> None:
-        log.info("task %s: finished, code %d: %s", task_id, result.code, result.msg)
+        log.info(
+            "task %s: finished, code %d: %s",
+            task_id,
+            result.code,
+            result.msg,
+            extra=ctx(task=task_id),
+        )
         self.sender.send(SpooledResult(webhook_url, TaskEndBody.build(task_id, result)))
 
     async def _run(self, task: RunningTask, workflow: Workflow) -> TaskEndResult:
@@ -169,7 +184,7 @@ class TaskRunner:
         except (TaskFailed, PromptRejected) as e:
             return TaskEndResult.failure(str(e))
         except Exception as e:  # a bridge bug must still end the task
-            log.exception("task %s: unexpected error", task.task_id)
+            log.exception("task %s: unexpected error", task.task_id, extra=ctx(task=task.task_id))
             return TaskEndResult.failure(f"bridge error: {type(e).__name__}: {e}")
         return TaskEndResult(code=0, msg="success", data=files)
 
@@ -181,7 +196,11 @@ class TaskRunner:
                 return await self._run_on(task, workflow)
             except InstanceDown as e:
                 log.warning(
-                    "task %s: instance %s down: %s", task.task_id, task.instance.instance_id, e
+                    "task %s: instance %s down: %s",
+                    task.task_id,
+                    task.instance.instance_id,
+                    e,
+                    extra=ctx(task=task.task_id),
                 )
                 task.instance.healthy = False
                 tried.add(task.instance.instance_id)
@@ -199,7 +218,11 @@ class TaskRunner:
         try:
             await instance.submit(workflow, task.prompt_id)
             log.info(
-                "task %s: submitted to %s as %s", task.task_id, instance.instance_id, task.prompt_id
+                "task %s: submitted to %s as %s",
+                task.task_id,
+                instance.instance_id,
+                task.prompt_id,
+                extra=ctx(task=task.task_id),
             )
             return await self._follow(task, events)
         finally:

@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote
 import httpx
 
 from aigcq.bridges.protocol import TaskEndBody
+from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,11 @@ class WebhookSender:
             status = await self._post(item, payload)
             if status is not None and (200 <= status < 300 or status in DROP_STATUSES):
                 log.info(
-                    "task %s: TASK_END delivered (HTTP %s, try %d)", item.task_id, status, attempt
+                    "task %s: TASK_END delivered (HTTP %s, try %d)",
+                    item.task_id,
+                    status,
+                    attempt,
+                    extra=ctx(task=item.task_id),
                 )
                 self.spool.remove(item.task_id)
                 return
@@ -132,6 +137,8 @@ class WebhookSender:
         try:
             resp = await self.http.post(item.webhook_url, json=payload, timeout=15.0)
         except httpx.HTTPError as e:
-            log.debug("task %s: TASK_END POST error: %s", item.task_id, e)
+            log.debug(
+                "task %s: TASK_END POST error: %s", item.task_id, e, extra=ctx(task=item.task_id)
+            )
             return None
         return resp.status_code

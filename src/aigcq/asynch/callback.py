@@ -12,6 +12,8 @@ from urllib.parse import quote
 
 import httpx
 
+from aigcq.jsonlog import ctx
+
 log = logging.getLogger(__name__)
 
 TEXT_MAX_CHARS = 2000
@@ -55,19 +57,30 @@ class Callbacks:
             try:
                 response = await self.client.get(url, params=params, timeout=10.0)
                 if response.status_code < 300:
-                    log.info("task %s: callback delivered to %s", task_id, url)
+                    log.info(
+                        "task %s: callback delivered to %s", task_id, url, extra=ctx(task=task_id)
+                    )
                     return True
                 problem = f"HTTP {response.status_code}"
             except httpx.HTTPError as exc:
                 problem = repr(exc)
             log.warning(
-                "task %s: callback attempt %d to %s failed: %s", task_id, attempt, url, problem
+                "task %s: callback attempt %d to %s failed: %s",
+                task_id,
+                attempt,
+                url,
+                problem,
+                extra=ctx(task=task_id),
             )
             if attempt < self.attempts:
                 await asyncio.sleep(delay)
                 delay *= 2
         log.error(
-            "task %s: callback to %s abandoned after %d attempts", task_id, url, self.attempts
+            "task %s: callback to %s abandoned after %d attempts",
+            task_id,
+            url,
+            self.attempts,
+            extra=ctx(task=task_id),
         )
         return False
 

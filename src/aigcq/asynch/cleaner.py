@@ -25,6 +25,7 @@ from aigcq.asynch.db import Pool, Row
 from aigcq.asynch.gate import QueueGate
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import lease_id
+from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,9 @@ class Cleaner:
         async with self.pool.connection() as conn:
             rows = await (await conn.execute(_TIME_OUT, params)).fetchall()
         for row in rows:
-            log.warning("task %s: timed out, marked failed", row["task_id"])
+            log.warning(
+                "task %s: timed out, marked failed", row["task_id"], extra=ctx(task=row["task_id"])
+            )
             await self.gate.release(row["model_name"], row["task_id"])
             lease = lease_id(row["task_id"], row["attempt"])
             await self.semaphore.release(row["model_name"], row["tenant_id"], lease)
@@ -139,7 +142,7 @@ class Cleaner:
             ids = [c["task_id"] for c in admitted]
             await conn.execute(_REQUEUE, {"head": head, "ids": ids})
         for task_id in ids:
-            log.info("task %s: requeued for a retry", task_id)
+            log.info("task %s: requeued for a retry", task_id, extra=ctx(task=task_id))
         return len(ids)
 
     async def _take_gate(self, candidate: Row) -> bool:

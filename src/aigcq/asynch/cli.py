@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -16,6 +15,7 @@ from aigcq.asynch.migrate import migrate
 from aigcq.asynch.service import open_service
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.config import Settings
+from aigcq.launch import run_async
 
 log = logging.getLogger(__name__)
 
@@ -52,20 +52,8 @@ def serve(
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = AsynchSettings(**given)
     base = Settings()
-    with (
-        backing_services(base.database_url, base.redis_url, base.data_dir) as (db, rd),
-        asyncio.Runner(loop_factory=_loop_factory()) as runner,
-    ):
-        runner.run(_serve(settings, db, rd, base))
-
-
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop when installed (uvicorn[standard] brings it), else asyncio's default loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
+    with backing_services(base.database_url, base.redis_url, base.data_dir) as (db, rd):
+        run_async(_serve(settings, db, rd, base))
 
 
 async def _serve(

@@ -19,6 +19,7 @@ from aigcq.asynch.result import classify
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
 from aigcq.asynch.tasks_repo import ClaimedTask, Outcome, TaskRepo
+from aigcq.jsonlog import ctx
 from aigcq.storage import Storage, StorageError
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,15 @@ class Executor:
                 task.model_name, task.tenant_id, task.task_id, task.lease_id, gate=recorded
             )
         if not recorded:
-            log.warning("task %s: attempt %d was timed out meanwhile", task.task_id, task.attempt)
+            log.warning(
+                "task %s: attempt %d was timed out meanwhile",
+                task.task_id,
+                task.attempt,
+                extra=ctx(task=task.task_id),
+            )
             return None
         log.debug("task %s: attempt %d → %s %s", task.task_id, task.attempt, outcome.state.name,
-                 outcome.error or outcome.oss_file)  # fmt: skip
+                 outcome.error or outcome.oss_file, extra=ctx(task=task.task_id))  # fmt: skip
         if outcome.state is State.SUCCEEDED and task.callback_url and task.biz_name:
             self._callback(task, outcome)
         return outcome.state
@@ -71,7 +77,9 @@ class Executor:
         except CallError as exc:
             return Outcome(State.FAILED, called=exc.called, error=str(exc))
         except Exception as exc:
-            log.exception("task %s: cannot call the model", task.task_id)
+            log.exception(
+                "task %s: cannot call the model", task.task_id, extra=ctx(task=task.task_id)
+            )
             return Outcome(State.FAILED, called=False, error=repr(exc))
         stored = classify(reply.content_type, reply.content, self.text_max_chars)
         name = f"asynch/{task.task_id}.{stored.ext}"
@@ -88,7 +96,13 @@ class Executor:
             try:
                 return await self.storage.put(name, data, content_type, headers)
             except (StorageError, httpx.HTTPError, OSError) as exc:
-                log.warning("task %s: upload attempt %d failed: %s", task.task_id, attempt, exc)
+                log.warning(
+                    "task %s: upload attempt %d failed: %s",
+                    task.task_id,
+                    attempt,
+                    exc,
+                    extra=ctx(task=task.task_id),
+                )
                 if attempt == self.upload_attempts:
                     raise StorageError(f"upload failed {attempt} times: {exc}") from exc
                 await asyncio.sleep(delay)
@@ -100,7 +114,11 @@ class Executor:
             while True:
                 await asyncio.sleep(self.semaphore.lease_seconds / 3)
                 if not await self.semaphore.renew(task.model_name, task.tenant_id, task.lease_id):
-                    log.warning("task %s: semaphore lease was lost", task.task_id)
+                    log.warning(
+                        "task %s: semaphore lease was lost",
+                        task.task_id,
+                        extra=ctx(task=task.task_id),
+                    )
 
     def _callback(self, task: ClaimedTask, outcome: Outcome) -> None:
         url, params = callback_request(

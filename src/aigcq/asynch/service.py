@@ -26,7 +26,7 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.asynch.tasks_repo import TaskRepo
 from aigcq.asynch.types_repo import ModelTypeRepo
 from aigcq.asynch.worker import Worker
-from aigcq.launch import redis_client
+from aigcq.redis_client import redis_client
 from aigcq.storage import Storage, StorageSettings, build_storage
 from aigcq.storage.local import LocalStorage
 

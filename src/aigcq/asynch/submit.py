@@ -11,6 +11,7 @@ from aigcq.asynch.identity import Identity
 from aigcq.asynch.schemas import TaskCreate
 from aigcq.asynch.service import AsynchService
 from aigcq.asynch.tasks_repo import ClaimedTask, lease_id
+from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ async def create_task(svc: AsynchService, body: TaskCreate, who: Identity) -> st
         )
         raise
     log.debug("task %s: created for model %s (%s)", task_id, model.model_name,
-             "started" if running else "queued")  # fmt: skip
+             "started" if running else "queued", extra=ctx(task=task_id))  # fmt: skip
     if running:
         svc.worker.start(task)
     elif not svc.settings.worker_enabled:  # the worker loop, when on, picks it up

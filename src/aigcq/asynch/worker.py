@@ -18,6 +18,7 @@ from aigcq.asynch.executor import Executor
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
 from aigcq.asynch.tasks_repo import ClaimedTask, TaskRepo, lease_id
+from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,9 @@ class Worker:
                     return
                 claim = await self.tasks.claim(self.admit, 1, task_id)
             except Exception:
-                log.exception("task %s: directed poll failed; retrying", task_id)
+                log.exception(
+                    "task %s: directed poll failed; retrying", task_id, extra=ctx(task=task_id)
+                )
                 continue
             if claim.rows:
                 self.start(ClaimedTask.from_row(claim.rows[0]))

@@ -44,6 +44,7 @@ from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.events import announce_running
 from aigcq.gateway.auth import Auth, bearer
 from aigcq.health import HealthMonitor
+from aigcq.jsonlog import ctx
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
@@ -61,11 +62,10 @@ class HubConfig:
     heartbeat_interval_s: float = 30.0
     missed_heartbeats: int = 3
     ack_timeout_s: float = 5.0
-    max_msgs_per_s: int = 100
 
 
 class _Rate:
-    """At most ``limit`` messages per one-second window."""
+    """At most ``limit`` messages per one-second window (``0``: no limit)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -77,7 +77,7 @@ class _Rate:
         if now != self.window:
             self.window, self.count = now, 0
         self.count += 1
-        return self.count <= self.limit
+        return self.limit <= 0 or self.count <= self.limit
 
 
 @dataclass(slots=True)
@@ -101,6 +101,7 @@ class BridgeHub:
 
     name = "bridge"
     serves: tuple[str, ...] = ("comfyui",)
+    preferred = True
 
     def __init__(
         self,
@@ -147,10 +148,15 @@ class BridgeHub:
         """Stop (or resume) assigning to ``bridge_id``; ``False`` if it is not connected here
         (then it takes effect when it connects)."""
         conn = self.registry.set_drained(bridge_id, drained)
-        log.warning("bridge %s: %s", bridge_id, "drained" if drained else "undrained")
+        log.warning(
+            "bridge %s: %s",
+            bridge_id,
+            "drained" if drained else "undrained",
+            extra=ctx(bridge=bridge_id),
+        )
         if conn is None:
             return False
-        await self.registry.save(conn)
+        await self._save(conn)
         if not drained:
             self.wake()
         return True
@@ -161,14 +167,17 @@ class BridgeHub:
         """``/ws``: token in ``?token=``, ``Authorization: Bearer`` or REGISTER ``data.token``."""
         await ws.accept()
         token = ws.query_params.get("token") or bearer(ws.headers.get("authorization"))
-        session = _Session(ws, authed=token is not None, rate=_Rate(self.config.max_msgs_per_s))
+        limit = self.rt.settings.bridge_max_msgs_per_s
+        session = _Session(ws, authed=token is not None, rate=_Rate(limit))
         if token is not None and not self.auth.bridge(token):
             await self._refuse(session)
             return
         try:
             while (raw := await _receive(ws)) is not None:
                 if not session.rate.allow():
-                    log.warning("bridge %s: message flood, closing", _bid(session))
+                    log.warning(
+                        "bridge %s: message flood, closing", _bid(session), extra=_ctx(session)
+                    )
                     await ws.close(CLOSE_FLOOD, "too many messages")
                     break
                 if not await self._on_frame(session, raw):
@@ -189,7 +198,7 @@ class BridgeHub:
             if not session.authed:
                 await self._refuse(session)
                 return False
-            log.info("bridge %s: bad message: %s", _bid(session), exc)
+            log.info("bridge %s: bad message: %s", _bid(session), exc, extra=_ctx(session))
             await session.send(encode(exc.to_message()))
             return True
         if not session.authed:
@@ -238,7 +247,7 @@ class BridgeHub:
         session.conn = conn
         if session.keepalive is None:
             session.keepalive = asyncio.create_task(self._keepalive(session, conn))
-        await self.registry.save(conn)
+        await self._save(conn)
         if data.tasks is not None:
             await self._reconcile_held(conn, set(data.tasks))
         log.info(
@@ -246,6 +255,7 @@ class BridgeHub:
             bridge_id,
             conn.free(),
             data.instance_count,
+            extra=ctx(bridge=bridge_id),
         )
         self.wake()
 
@@ -258,7 +268,12 @@ class BridgeHub:
                 conn.running.add(task_id)
                 continue
             conn.running.discard(task_id)
-            log.warning("bridge %s: task %s no longer held, requeued", conn.bridge_id, task_id)
+            log.warning(
+                "bridge %s: task %s no longer held, requeued",
+                conn.bridge_id,
+                task_id,
+                extra=ctx(task=task_id, bridge=conn.bridge_id),
+            )
             await self.rt.store.requeue(
                 task_id, attempt=attempt, front=True, reason=f"bridge {conn.bridge_id} lost it"
             )
@@ -267,11 +282,17 @@ class BridgeHub:
         before = conn.free()
         conn.reconcile(data.instance_count, data.available_instance_count)
         cooled = time.monotonic() - (conn.quarantined_at or 0.0) >= self._quarantine_s
+        probation: int | None = None
         if conn.quarantined_at is not None and cooled and data.available_instance_count > 0:
-            conn.failures = self.rt.settings.bridge_failure_limit - 1  # on probation
+            probation = conn.failures = self.rt.settings.bridge_failure_limit - 1
             self._readmit(conn, "heartbeat with free instances after cool-down")
-        await self.registry.save(conn)
-        log.debug("bridge %s: heartbeat, %d free", conn.bridge_id, conn.free())
+        await self._save(conn, failures=probation)
+        log.debug(
+            "bridge %s: heartbeat, %d free",
+            conn.bridge_id,
+            conn.free(),
+            extra=ctx(bridge=conn.bridge_id),
+        )
         if conn.free() > before:
             self.wake()
 
@@ -300,7 +321,13 @@ class BridgeHub:
                 conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
             )
             await announce_running(self.rt, task_id, pending.backend_id, self.name)
-        log.info("bridge %s: task %s acknowledged (running=%s)", conn.bridge_id, task_id, ok)
+        log.info(
+            "bridge %s: task %s acknowledged (running=%s)",
+            conn.bridge_id,
+            task_id,
+            ok,
+            extra=ctx(task=task_id, bridge=conn.bridge_id),
+        )
 
     # ---- assignment ---------------------------------------------------------------------
 
@@ -319,10 +346,22 @@ class BridgeHub:
         try:
             await conn.send(encode(msg))
         except Exception as exc:  # the socket went away mid-send
-            log.warning("bridge %s: task %s send failed: %r", conn.bridge_id, c.task_id, exc)
+            log.warning(
+                "bridge %s: task %s send failed: %r",
+                conn.bridge_id,
+                c.task_id,
+                exc,
+                extra=ctx(task=c.task_id, bridge=conn.bridge_id),
+            )
             await self._lost(conn, "send failed")
             return
-        log.info("bridge %s: task %s assigned (attempt %d)", conn.bridge_id, c.task_id, c.attempt)
+        log.info(
+            "bridge %s: task %s assigned (attempt %d)",
+            conn.bridge_id,
+            c.task_id,
+            c.attempt,
+            extra=ctx(task=c.task_id, bridge=conn.bridge_id),
+        )
 
     def _assign_message(self, c: Claimed) -> TaskAssignMessage:
         hook = self.rt.webhook_url(c.task_id, c.attempt)
@@ -348,7 +387,9 @@ class BridgeHub:
             message=self.outcomes.error_body(ErrorCode.TASK_FAILED, error),
             note="bridge: invalid payload",
         )
-        log.warning("task %s: not assignable to a bridge: %s", c.task_id, reason)
+        log.warning(
+            "task %s: not assignable to a bridge: %s", c.task_id, reason, extra=ctx(task=c.task_id)
+        )
 
     def _spawn_ack_timeout(self, conn: BridgeConn, task_id: str) -> None:
         self._spawn(self._ack_timeout(conn, task_id))
@@ -357,7 +398,12 @@ class BridgeHub:
         pending = conn.pending.pop(task_id, None)
         if pending is not None:
             reason = f"bridge {conn.bridge_id}: no TASK_ACK"
-            log.warning("bridge %s: task %s not acknowledged in time", conn.bridge_id, task_id)
+            log.warning(
+                "bridge %s: task %s not acknowledged in time",
+                conn.bridge_id,
+                task_id,
+                extra=ctx(task=task_id, bridge=conn.bridge_id),
+            )
             await self._release(conn, task_id, pending, reason)
 
     async def _release(self, conn: BridgeConn, task_id: str, pending: Pending, reason: str) -> None:
@@ -370,7 +416,7 @@ class BridgeHub:
         await self.rt.store.requeue(
             task_id, attempt=attempt, refund=True, front=True, reason=reason
         )
-        log.info("task %s: back to waiting (%s)", task_id, reason)
+        log.info("task %s: back to waiting (%s)", task_id, reason, extra=ctx(task=task_id))
 
     async def hand_back(self, reason: str = "aigcq shutting down") -> list[str]:
         """Graceful shutdown: every task assigned here and not yet acknowledged goes back to
@@ -396,40 +442,82 @@ class BridgeHub:
         """TASK_END hook: the slot is free again; consecutive failures take a bridge out of
         rotation, a success re-admits it. A bridge is also re-admitted by its first
         HEARTBEAT with free instances after ``bridge_quarantine_s``, on probation: one more
-        failure and it is out again."""
+        failure and it is out again.
+
+        The count is the bridge's, in Redis, whichever process receives the TASK_END; the
+        process holding the bridge's connection applies it (see :meth:`_save`)."""
         if task.target != self.name:
             return
         conn = next((b for b in self.registry.live() if task.task_id in b.running), None)
-        if conn is None:
-            return
-        conn.running.discard(task.task_id)
+        if conn is not None:
+            conn.running.discard(task.task_id)
+            if ok:
+                self._free_slot(conn)
+        self._spawn(self._count_end(task.task_id, ok, conn))
+
+    def _free_slot(self, conn: BridgeConn) -> None:
         # The instance is free again now, not at the bridge's next HEARTBEAT (up to 30 s
         # away): without this, finished GPUs would look busy and tasks would overflow.
         conn.available = min(conn.available + 1, conn.instance_count)
         self.wake()
-        if ok:
-            conn.failures = 0
-            if conn.quarantined_at is None:
-                return
-            self._readmit(conn, f"task {task.task_id} succeeded")
-        else:
-            conn.failures += 1
-            limit = self.rt.settings.bridge_failure_limit
-            if conn.failures < limit or conn.quarantined_at is not None:
-                return
+
+    async def _count_end(self, task_id: str, ok: bool, conn: BridgeConn | None) -> None:
+        try:
+            counted = await self.registry.count_end(task_id, ok, conn.bridge_id if conn else "")
+        except Exception as exc:  # Redis away: the next TASK_END counts again
+            log.warning(
+                "task %s: bridge failure count not updated: %r",
+                task_id,
+                exc,
+                extra=ctx(task=task_id, bridge=conn.bridge_id if conn else None),
+            )
+            counted = None
+        if conn is not None and not ok:  # freed only now: a failing bridge is out first
+            self._free_slot(conn)
+        if counted is None:
+            return
+        bridge_id, failures = counted
+        owner = self.registry.bridges.get(bridge_id)
+        if owner is not None and self._apply_failures(owner, failures, task_id):
+            await self.registry.save(owner)
+        # Otherwise another process holds the bridge: it applies the count at its next save.
+
+    async def _save(self, conn: BridgeConn, *, failures: int | None = None) -> None:
+        """Save ``conn`` (setting its shared failure count to ``failures``, if given) and
+        apply the shared count, which TASK_ENDs received by other processes change."""
+        shared = await self.registry.save(conn, failures=failures)
+        if conn.online and self._apply_failures(conn, shared, None):
+            await self.registry.save(conn)
+
+    def _apply_failures(self, conn: BridgeConn, failures: int, task_id: str | None) -> bool:
+        """Quarantine at ``bridge_failure_limit`` failures in a row, re-admit below it (a
+        success resets the count); ``True`` if that changed the bridge's rotation."""
+        conn.failures = failures
+        limit = self.rt.settings.bridge_failure_limit
+        if conn.quarantined_at is None and failures >= limit:
             conn.quarantined_at = time.monotonic()
             log.warning(
                 "bridge %s: out of rotation after %d failed tasks in a row (last: task %s)",
                 conn.bridge_id,
                 conn.failures,
-                task.task_id,
+                task_id or "?",
+                extra=ctx(task=task_id, bridge=conn.bridge_id),
             )
             self.health.poke()
-        self._spawn(self.registry.save(conn))
+            return True
+        if conn.quarantined_at is not None and failures < limit:
+            self._readmit(conn, f"task {task_id or '?'} succeeded")
+            return True
+        return False
 
     def _readmit(self, conn: BridgeConn, why: str) -> None:
         conn.quarantined_at = None
-        log.warning("bridge %s: back in rotation (%s)", conn.bridge_id, why)
+        log.warning(
+            "bridge %s: back in rotation (%s)",
+            conn.bridge_id,
+            why,
+            extra=ctx(bridge=conn.bridge_id),
+        )
         self.wake()
 
     # ---- losing a bridge ----------------------------------------------------------------
@@ -463,7 +551,13 @@ class BridgeHub:
         if check:
             self.health.poke()
         pending, conn.pending = conn.pending, {}
-        log.warning("bridge %s: offline (%s), %d unacked", conn.bridge_id, reason, len(pending))
+        log.warning(
+            "bridge %s: offline (%s), %d unacked",
+            conn.bridge_id,
+            reason,
+            len(pending),
+            extra=ctx(bridge=conn.bridge_id),
+        )
         for task_id, p in pending.items():
             if p.timer is not None:
                 p.timer.cancel()
@@ -493,3 +587,7 @@ async def _error(session: _Session, code: str, msg: str) -> None:
 
 def _bid(session: _Session) -> str:
     return session.conn.bridge_id if session.conn else "-"
+
+
+def _ctx(session: _Session) -> dict[str, str]:
+    return ctx(bridge=session.conn.bridge_id if session.conn else None)

@@ -26,6 +26,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from aigcq.client.types import AigcqError, Event, Progress, Result, SubmitError
+from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,12 @@ class AsyncClient:
         if held is not None:  # a copy: acknowledge it unless it is the one still to hand over
             if task_id in self._handed or held.id != entry_id:
                 self._acknowledge(entry_id)
-            log.debug("client %s: dropped a copy of %s's result", self.backend_id, task_id)
+            log.debug(
+                "client %s: dropped a copy of %s's result",
+                self.backend_id,
+                task_id,
+                extra=ctx(task=task_id),
+            )
             return
         result = Result.from_message(msg)
         self._fresh[task_id] = result

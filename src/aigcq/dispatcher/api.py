@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from aigcq.bridges.hub import BridgeHub
 from aigcq.dispatcher.auth import DispatcherAuth
+from aigcq.dispatcher.degrade import handed_back
 from aigcq.dispatcher.formats import BadBody, outputs_body, status_of, task_payload
 from aigcq.dispatcher.webhooks import WEBHOOK_BACKEND
 from aigcq.domain import Task
@@ -25,6 +26,7 @@ from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.http_api import queue_overview
 from aigcq.gateway.submission import GenerateRequest
+from aigcq.jsonlog import ctx
 from aigcq.server import Service
 
 log = logging.getLogger(__name__)
@@ -164,7 +166,12 @@ class DispatcherApi:
             try:
                 await self.service.gateway.cancel(found.task_id, None)
             except ClientError as exc:  # finished meanwhile: nothing left to cancel
-                log.info("task %s: cancel skipped: %s", found.task_id, exc.detail)
+                log.info(
+                    "task %s: cancel skipped: %s",
+                    found.task_id,
+                    exc.detail,
+                    extra=ctx(task=found.task_id),
+                )
         return rh_ok(None)
 
     async def account_rh(self, request: Request) -> Response:
@@ -204,7 +211,12 @@ class DispatcherApi:
         task_id = uuid.uuid4().hex
         req = GenerateRequest(taskId=task_id, platform=PLATFORM, payload=payload, AIGC=self.aigc)
         await self.service.gateway.submission.submit(req, WEBHOOK_BACKEND, deliver=True)
-        log.info("task %s: queued (webhook %s)", task_id, payload.get("webhookUrl") or "-")
+        log.info(
+            "task %s: queued (webhook %s)",
+            task_id,
+            payload.get("webhookUrl") or "-",
+            extra=ctx(task=task_id),
+        )
         return task_id
 
     async def _lookup(self, request: Request) -> Task | Response:
@@ -216,8 +228,8 @@ class DispatcherApi:
         if not self.auth.valid(_api_key(body)):
             return rh_reply(RH_UNAUTHORIZED)
         task = await self.rt.store.get(str(task_id))
-        if task is None or task.backend_id != WEBHOOK_BACKEND:
-            return rh_reply(RH_NOT_FOUND)
+        if task is None or task.backend_id != WEBHOOK_BACKEND or handed_back(task):
+            return rh_reply(RH_NOT_FOUND)  # a task handed back is its backend's again
         return task
 
     def _hub(self) -> BridgeHub:

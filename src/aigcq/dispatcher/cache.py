@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 import orjson
 
 from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.jsonlog import ctx
 from aigcq.queue.store import task_from_hash
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
@@ -99,7 +100,12 @@ class CacheQueue:
             note="expired in the cache queue",
         )
         if done.applied:
-            log.warning("task %s: expired after %.0f s pending", task.task_id, waited)
+            log.warning(
+                "task %s: expired after %.0f s pending",
+                task.task_id,
+                waited,
+                extra=ctx(task=task.task_id),
+            )
         return True
 
     async def _tasks(self, ids: list[str]) -> list[Task]:

@@ -7,6 +7,10 @@ CAPACITY_UPDATE on every change and at least every ``interval_s``, INSTANCE_ONLI
 OFFLINE / BUSY / IDLE per instance, and TASK_ALLOCATION from the backend, recorded and
 answered with TASK_ALLOCATION_ACK. The summary adds ``healthy`` to the seed's fields.
 
+When the online instances shrink, ``on_shrink(online)`` runs (seed 000 §9.4.1, see
+:mod:`aigcq.dispatcher.degrade`); it hands tasks back with :meth:`CapacityFeed.notify`
+(``TASK_DEGRADE``) to the backend that allocated them, which answers TASK_DEGRADE_ACK.
+
 Bridges report instance *counts*, not identities, so instances are numbered per bridge
 (``{bridgeId}#{n}``) and a task keeps its number while it runs. An instance is ``busy``
 with a task assigned to it, or busy with something else when the bridge reports fewer free
@@ -19,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +42,9 @@ FEED_PATH = "/ws/capacity"
 SERVER_ID = "message-dispatcher"
 #: most recent TASK_ALLOCATION entries kept
 ALLOCATIONS_KEPT = 1000
+#: aigcq's addition to the seed's messages: tasks handed back to the backend (§9.4.1)
+DEGRADE = "TASK_DEGRADE"
+DEGRADE_ACK = "TASK_DEGRADE_ACK"
 
 
 def now_iso() -> str:
@@ -159,6 +167,9 @@ class CapacityFeed:
         self.connected_at: dict[str, str] = {}
         #: taskId -> {targetInstance, clientId, at}: the backends' TASK_ALLOCATIONs
         self.allocations: dict[str, dict[str, Any]] = {}
+        #: called with the online instance count when it went down (§9.4.1)
+        self.on_shrink: Callable[[int], Awaitable[object]] | None = None
+        self._online: int | None = None
 
     # ---- state --------------------------------------------------------------------------
 
@@ -222,6 +233,36 @@ class CapacityFeed:
             if events or summary != last or due:
                 await self.broadcast(*events, self.update())
                 last, sent_at = summary, time.monotonic()
+            await self._check_shrink(summary)
+
+    async def _check_shrink(self, summary: dict[str, Any]) -> None:
+        online = int(summary["onlineInstances"]) if summary["healthy"] else 0
+        before, self._online = self._online, online
+        if before is not None and online < before and self.on_shrink is not None:
+            log.warning("instances went from %d to %d", before, online)
+            try:
+                await self.on_shrink(online)
+            except Exception:
+                log.exception("handing back tasks after losing instances failed")
+
+    def owner(self, task_id: str) -> str | None:
+        """The clientId of the connected backend that allocated ``task_id``, if any."""
+        entry = self.allocations.get(task_id)
+        client_id = entry.get("clientId") if entry else None
+        connected = any(s.client_id == client_id for s in self.subscribers)
+        return client_id if connected and isinstance(client_id, str) else None
+
+    async def notify(self, client_id: str, tasks: list[dict[str, Any]], **data: Any) -> bool:
+        """TASK_DEGRADE to backend ``client_id``; False when it could not be sent."""
+        for sub in list(self.subscribers):
+            if sub.client_id == client_id:
+                try:
+                    await sub.send(message(DEGRADE, tasks=tasks, **data))
+                    return True
+                except Exception as exc:
+                    log.info("capacity feed %s: TASK_DEGRADE not sent: %r", client_id, exc)
+                    self.subscribers.discard(sub)
+        return False
 
     async def broadcast(self, *texts: str) -> None:
         for sub in list(self.subscribers):
@@ -284,6 +325,10 @@ class CapacityFeed:
         elif kind == "TASK_ALLOCATION" and isinstance(data, dict):
             count = self._allocate(sub, data.get("allocatedTasks"))
             await sub.send(message("TASK_ALLOCATION_ACK", accepted=count))
+        elif kind == DEGRADE_ACK and isinstance(data, dict):
+            accepted = data.get("accepted")
+            taken = len(accepted) if isinstance(accepted, list) else 0
+            log.info("capacity feed %s: took back %d tasks", sub.client_id, taken)
         else:
             await sub.send(message("ERROR", code="InvalidMessage", msg=f"unexpected {kind!r}"))
 

@@ -8,11 +8,23 @@ or failed degrade it (no capacity: tasks overflow to RunningHub); it recovers af
 ``AIGCQ_HEALTH_RECOVER_PASSES`` (3) passing checks (seed 000 §3.4, §8.3). A task the
 dispatcher did not take goes back to the head of its queue, refunded; one refused for
 its token (401) also makes the JWT manager log in again at once.
+
+``config/messageDispatcher.json`` (:mod:`aigcq.dispatcher.file_config`): health checks
+degrade after ``failureThreshold`` failures in a row (a failed or timed-out submit still
+degrades at once); a submit the dispatcher failed is sent again up to ``retryCount`` times
+before the task goes back to be routed (to RunningHub, since it degraded); ``priority``
+false makes the dispatcher second to RunningHub (:attr:`MessageDispatcherTarget.preferred`).
+
+Degrade notices (seed 000 §9.4.1): when the dispatcher loses instances it hands back the
+pending tasks beyond what is left with ``TASK_DEGRADE`` on the capacity feed;
+:meth:`MessageDispatcherTarget.take_back` puts each back in its queue — only while it is
+still running on the dispatcher under the named remote id — so it is routed again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +36,7 @@ from aigcq.dispatcher.feed_client import CapacityFeedClient
 from aigcq.dispatcher.file_config import apply_md_file, load_md_file
 from aigcq.dispatcher.settings import MdClientSettings
 from aigcq.health import Health
+from aigcq.jsonlog import ctx
 from aigcq.platforms.base import Accepted, Full, Rejected, SubmitOutcome, Uncertain
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.md_auth import JwtManager
@@ -35,6 +48,9 @@ from aigcq.scheduler.outcomes import Outcomes
 from aigcq.server import Service
 
 log = logging.getLogger(__name__)
+
+#: pause before the n-th resend of a failed submit: n × this
+RETRY_DELAY_S = 0.1
 
 
 class MessageDispatcherTarget:
@@ -58,9 +74,21 @@ class MessageDispatcherTarget:
         # The sweeper and client cancels find it here: their queries carry the JWT too.
         rt.platforms.adapters[self.name] = self.adapter
         self.http = PlatformClient({self.name: self.adapter}, timeout_s=md.timeout_ms / 1000)
-        self.health = Health(recover_passes=rt.settings.health_recover_passes)
-        self.feed = CapacityFeedClient(md.url, self.jwt.current, self._on_feed)
+        self.health = Health(
+            recover_passes=rt.settings.health_recover_passes,
+            failure_threshold=md.health_check_failure_threshold,
+        )
+        self.feed = CapacityFeedClient(
+            md.url,
+            self.jwt.current,
+            self._on_feed,
+            on_degrade=self.take_back,
+            on_lost=self._feed_lost,
+        )
         self._free = 0
+        self._check_now = asyncio.Event()
+        #: ``priority`` (seed §3.7): false = RunningHub first, the dispatcher second
+        self.preferred = md.priority
 
     # ---- InternalTarget ----------------------------------------------------------------
 
@@ -86,10 +114,21 @@ class MessageDispatcherTarget:
             await self.http.aclose()
 
     async def _watch(self) -> None:
+        """Check every ``health_check_interval_ms``, and at once when the feed drops."""
         async with httpx.AsyncClient(timeout=self.md.health_check_timeout_ms / 1000) as http:
             while True:
+                self._check_now.clear()
                 await self.check(http)
-                await asyncio.sleep(self.md.health_check_interval_ms / 1000)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._check_now.wait(), self.md.health_check_interval_ms / 1000
+                    )
+
+    async def _feed_lost(self) -> None:
+        """The capacity feed dropped (seed §8.3.1: connection lost): its free slots are
+        stale, so check now; a dispatcher that is gone fails the check at once."""
+        self._free = 0
+        self._check_now.set()
 
     async def check(self, http: httpx.AsyncClient) -> None:
         """One health check: updates the health state, and free slots while the feed is down."""
@@ -117,8 +156,8 @@ class MessageDispatcherTarget:
         if self.free_slots() > before:
             await self.rt.redis.publish(self.rt.store.keys.events, "wake")
 
-    def _observe(self, reason: str) -> None:
-        changed = self.health.observe(reason)
+    def _observe(self, reason: str, *, immediate: bool = False) -> None:
+        changed = self.health.observe(reason, immediate=immediate)
         if changed is not None:
             level = logging.INFO if self.health.healthy else logging.WARNING
             log.log(level, "message-dispatcher %s%s", changed, f": {reason}" if reason else "")
@@ -135,6 +174,20 @@ class MessageDispatcherTarget:
         task = c.as_task(aigc, platform, self.name)
         hook = self.rt.webhook_url(c.task_id, c.attempt)
         outcome = await self.http.submit(self.adapter, task, token, hook)
+        for retry in range(1, self.md.retry_count + 1):
+            if not _failed(outcome):
+                break
+            assert isinstance(outcome, Rejected)
+            self._observe(f"submit failed: {outcome.code} {outcome.message}", immediate=True)
+            log.info(
+                "task %s: message-dispatcher submit failed (%s), retry %d/%d",
+                c.task_id,
+                outcome.code,
+                retry,
+                self.md.retry_count,
+            )
+            await asyncio.sleep(RETRY_DELAY_S * retry)
+            outcome = await self.http.submit(self.adapter, task, token, hook)
         return await self._apply(aigc, platform, c, outcome)
 
     async def _apply(
@@ -146,14 +199,19 @@ class MessageDispatcherTarget:
                 await self.rt.store.mark_running(
                     c.task_id, c.attempt, remote_id, deadline_s=deadline_s, kind="callback"
                 )
-                log.info("task %s: accepted by the message-dispatcher as %s", c.task_id, remote_id)
+                log.info(
+                    "task %s: accepted by the message-dispatcher as %s",
+                    c.task_id,
+                    remote_id,
+                    extra=ctx(task=c.task_id),
+                )
                 return remote_id
             case Uncertain(reason=reason):
                 # It may have been queued: wait for its webhook or its deadline.
                 await self.rt.store.mark_running(
                     c.task_id, c.attempt, "", deadline_s=deadline_s, kind="callback"
                 )
-                self._observe(f"submit uncertain: {reason}")
+                self._observe(f"submit uncertain: {reason}", immediate=True)
             case Full(reason=reason):
                 self._free = 0
                 await self._requeue(c, f"message-dispatcher full: {reason}")
@@ -161,7 +219,7 @@ class MessageDispatcherTarget:
                 self.jwt.renew_now()
                 await self._requeue(c, f"message-dispatcher refused the token: {rej.message}")
             case Rejected(retryable=True) as rej:
-                self._observe(f"submit failed: {rej.code} {rej.message}")
+                self._observe(f"submit failed: {rej.code} {rej.message}", immediate=True)
                 await self._requeue(c, f"message-dispatcher: {rej.code} {rej.message}")
             case Rejected() as rej:
                 await self.outcomes.retry_or_fail(
@@ -173,11 +231,44 @@ class MessageDispatcherTarget:
                 )
         return None
 
+    # ---- degrade notices (seed 000 §9.4.1) ---------------------------------------------
+
+    async def take_back(self, remote_ids: list[str]) -> list[str]:
+        """Requeue the tasks the dispatcher handed back; the remote ids taken back.
+
+        A task is taken back only while it is running on the dispatcher under that remote
+        id (checked atomically with the requeue): one that finished, was retried or moved
+        on meanwhile is left as it is. The attempt is not refunded, so a late TASK_END for
+        the handed-back run is refused as superseded."""
+        taken = []
+        for remote_id in remote_ids:
+            task_id = await self.rt.store.task_for_remote(remote_id)
+            task = await self.rt.store.head(task_id) if task_id else None
+            if task is None or task.target != self.name or task.remote_id != remote_id:
+                log.info("degrade notice for %s: not ours or moved on, ignored", remote_id)
+                continue
+            if await self.rt.store.requeue(
+                task.task_id,
+                attempt=task.attempt,
+                front=True,
+                reason=f"message-dispatcher handed it back ({remote_id})",
+                remote_id=remote_id,
+            ):
+                log.warning("task %s: handed back by the message-dispatcher", task.task_id)
+                taken.append(remote_id)
+        return taken
+
     async def _requeue(self, c: Claimed, reason: str) -> None:
         await self.rt.store.requeue(
             c.task_id, attempt=c.attempt, refund=True, front=True, reason=reason
         )
-        log.info("task %s: back to waiting (%s)", c.task_id, reason)
+        log.info("task %s: back to waiting (%s)", c.task_id, reason, extra=ctx(task=c.task_id))
+
+
+def _failed(outcome: SubmitOutcome) -> bool:
+    """A submit the dispatcher certainly did not take, worth sending again (``retryCount``):
+    unreachable or a transient error. A timeout is not: it may have been queued."""
+    return isinstance(outcome, Rejected) and outcome.retryable and outcome.code != TOKEN_REFUSED
 
 
 def internal_target(settings: Settings) -> Callable[[Service], InternalTarget] | None:

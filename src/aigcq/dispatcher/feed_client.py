@@ -3,7 +3,13 @@
 Connects with the current JWT, sends CONNECT, waits for CONNECT_ACK, then hands every
 CAPACITY_UPDATE summary to ``on_update``. HEARTBEAT every ``heartbeat_s``; no HEARTBEAT_ACK
 within ``timeout_s`` drops the connection. Reconnects with back-off 1, 2, 4 … 32 s (with
-jitter); ``connected`` tells the owner whether to trust the feed or poll instead.
+jitter); ``connected`` tells the owner whether to trust the feed or poll instead, and
+``on_lost`` runs when an established connection drops.
+
+``TASK_DEGRADE {tasks: [{taskId, ...}]}`` (aigcq's addition, seed 000 §9.4.1): the
+dispatcher handed these tasks back; ``on_degrade`` takes them back and the client answers
+``TASK_DEGRADE_ACK {accepted: [taskId …]}``. Each client has its own ``clientId`` (kept
+across reconnects), by which the dispatcher knows whose tasks it holds.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,7 +26,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
 
 from aigcq.agent.connection import backoff_delay
-from aigcq.dispatcher.capacity import FEED_PATH, message
+from aigcq.dispatcher.capacity import DEGRADE, DEGRADE_ACK, FEED_PATH, message
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,8 @@ class CapacityFeedClient:
         token: Callable[[], str | None],
         on_update: Callable[[dict[str, Any]], Awaitable[None]],
         *,
+        on_degrade: Callable[[list[str]], Awaitable[list[str]]] | None = None,
+        on_lost: Callable[[], Awaitable[None]] | None = None,
         heartbeat_s: float = 30.0,
         timeout_s: float = 10.0,
         max_backoff_s: float = 32.0,
@@ -50,6 +59,9 @@ class CapacityFeedClient:
         self.url = feed_url(base_url)
         self.token = token
         self.on_update = on_update
+        self.on_degrade = on_degrade
+        self.on_lost = on_lost
+        self.client_id = f"{CLIENT_ID}-{uuid.uuid4().hex[:12]}"
         self.heartbeat_s = heartbeat_s
         self.timeout_s = timeout_s
         self.max_backoff_s = max_backoff_s
@@ -70,8 +82,11 @@ class CapacityFeedClient:
                         "capacity feed down: %r",
                         exc,
                     )
-                attempt = 0 if self.connected else attempt
+                lost = self.connected
+                attempt = 0 if lost else attempt
                 self.connected, self._ws = False, None
+                if lost and self.on_lost is not None:
+                    await self.on_lost()
             delay = backoff_delay(attempt, self.max_backoff_s)
             attempt += 1
             await asyncio.sleep(delay)
@@ -92,7 +107,7 @@ class CapacityFeedClient:
         async with connect(
             self.url, additional_headers=headers, open_timeout=self.timeout_s, ping_interval=None
         ) as ws:
-            await ws.send(message("CONNECT", clientId=CLIENT_ID))
+            await ws.send(message("CONNECT", clientId=self.client_id))
             ack = _parse(await asyncio.wait_for(ws.recv(), self.timeout_s))
             if ack.get("type") != "CONNECT_ACK":
                 raise FeedDown(f"expected CONNECT_ACK, got {str(ack)[:200]}")
@@ -119,18 +134,36 @@ class CapacityFeedClient:
             if msg.get("type") == "HEARTBEAT_ACK":
                 ack_due = None
             else:
-                await self._on_message(msg)
+                reply = await self._on_message(msg)
+                if reply is not None:
+                    await ws.send(reply)
 
-    async def _on_message(self, msg: dict[str, Any]) -> None:
+    async def _on_message(self, msg: dict[str, Any]) -> str | None:
+        """Handle one message; the answer to send, if any."""
         kind, data = msg.get("type"), msg.get("data")
         if kind == "CAPACITY_UPDATE" and isinstance(data, dict):
             summary = data.get("summary")
             if isinstance(summary, dict):
                 await self.on_update(summary)
+        elif kind == DEGRADE and isinstance(data, dict):
+            tasks = data.get("tasks")
+            ids = [
+                str(t["taskId"])
+                for t in (tasks if isinstance(tasks, list) else [])
+                if isinstance(t, dict) and isinstance(t.get("taskId"), str)
+            ]
+            log.warning("capacity feed: the dispatcher hands back %d tasks", len(ids))
+            accepted: list[str] = []
+            try:
+                accepted = await self.on_degrade(ids) if self.on_degrade else []
+            except Exception:
+                log.exception("capacity feed: taking back handed-back tasks failed")
+            return message(DEGRADE_ACK, accepted=accepted)
         elif kind == "ERROR":
             log.warning("capacity feed: dispatcher error %s", data)
         else:
             log.debug("capacity feed: %s %s", kind, data)
+        return None
 
 
 def _parse(frame: str | bytes) -> dict[str, Any]:

@@ -11,11 +11,15 @@ the file and the field. An environment variable that is set wins over the file. 
 ``capacity.internal``          ``INTERNAL_CAPACITY_MAX``
 ``capacity.external``          ``EXTERNAL_CAPACITY_MAX``
 ``jwt.refreshInterval`` (ms)   ``AIGCQ_MD_JWT_REFRESH_INTERVAL_MS``
+``priority``                   ``MESSAGE_DISPATCHER_PRIORITY``
+``healthCheck.failureThreshold``  ``MESSAGE_DISPATCHER_HEALTH_CHECK_FAILURE_THRESHOLD``
+``task.retryCount``            ``MESSAGE_DISPATCHER_RETRY_COUNT``
 =============================  ===============================================
 
-``priority``, ``healthCheck.failureThreshold`` and ``task.retryCount`` are checked but have
-no effect: the dispatcher always comes first, one failed check degrades (issue 4), and a
-task it did not take goes back to the head of its queue for the next round.
+``priority`` false puts RunningHub first and the dispatcher second (it takes what
+RunningHub has no room for); ``failureThreshold`` counts failed health checks in a row
+(a failed or timed-out submit still degrades at once, seed §3.4); ``retryCount`` resends a
+submit the dispatcher failed before the task is routed again.
 """
 
 from __future__ import annotations
@@ -81,6 +85,9 @@ def apply_md_file(file: MdFile, md: MdClientSettings, settings: Settings) -> Non
         health_check_timeout_ms=file.healthCheck.timeout,
         timeout_ms=file.task.timeout,
         jwt_refresh_interval_ms=file.jwt.refreshInterval,
+        priority=file.priority,
+        health_check_failure_threshold=file.healthCheck.failureThreshold,
+        retry_count=file.task.retryCount,
     )
     _fill(
         settings,

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI
 from redis.asyncio import Redis
+from starlette.types import ASGIApp
 
 from aigcq.config import Messages, PlatformAccount, PlatformConfig, PlatformKinds, Settings
 from aigcq.dispatcher.api import PLATFORM, DispatcherApi
 from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.dispatcher.cache import CacheQueue
 from aigcq.dispatcher.capacity import FEED_PATH, CapacityFeed
+from aigcq.dispatcher.degrade import Degrader
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.dispatcher.webhooks import WebhookRelay
-from aigcq.launch import bind, ensure_secrets, redis_client, run_with_redis, uvicorn_server
+from aigcq.launch import bind, ensure_secrets, run_with_redis, uvicorn_server
+from aigcq.redis_client import redis_client
 from aigcq.server import Service
 from aigcq.shutdown import stop_claiming
 
@@ -63,11 +65,13 @@ class MessageDispatcher:
         self.auth = DispatcherAuth(md.username, md.password, md.jwt_secret, md.jwt_ttl_s)
         self.relay = WebhookRelay(redis, self.service.rt.store, attempts=md.webhook_attempts)
         self.service.background.append(self.relay.run)
-        self.service.app.router.routes.extend(DispatcherApi(self.service, self.auth, AIGC).routes())
+        self.service.api.router.routes.extend(DispatcherApi(self.service, self.auth, AIGC).routes())
         assert self.service.hub is not None
         self.feed = CapacityFeed(self.service.hub, self.auth)
         self.service.background.append(self.feed.run)
-        self.service.app.add_api_websocket_route(FEED_PATH, self.feed.endpoint)
+        self.service.api.add_api_websocket_route(FEED_PATH, self.feed.endpoint)
+        self.degrader = Degrader(self.service.rt, (AIGC, PLATFORM), self.feed)
+        self.feed.on_shrink = self.degrader.shrink
         self.cache = CacheQueue(
             self.service.rt,
             self.service.outcomes,
@@ -80,7 +84,7 @@ class MessageDispatcher:
         self.service.background.append(self.cache.run)
 
     @property
-    def app(self) -> FastAPI:
+    def app(self) -> ASGIApp:
         return self.service.app
 
 

@@ -91,6 +91,32 @@ class MdClientSettings(BaseSettings):
             "MESSAGE_DISPATCHER_HEALTH_CHECK_TIMEOUT",
         ),
     )
+    health_check_failure_threshold: int = Field(
+        1,
+        ge=1,
+        validation_alias=AliasChoices(
+            "AIGCQ_MESSAGE_DISPATCHER_HEALTH_CHECK_FAILURE_THRESHOLD",
+            "MESSAGE_DISPATCHER_HEALTH_CHECK_FAILURE_THRESHOLD",
+        ),
+        description="Failed health checks in a row that degrade (a failed submit: at once).",
+    )
+    priority: bool = Field(
+        True,
+        validation_alias=AliasChoices(
+            "AIGCQ_MESSAGE_DISPATCHER_PRIORITY", "MESSAGE_DISPATCHER_PRIORITY"
+        ),
+        description="true: the dispatcher first; false: RunningHub first, the dispatcher "
+        "takes what RunningHub has no room for.",
+    )
+    retry_count: int = Field(
+        0,
+        ge=0,
+        validation_alias=AliasChoices(
+            "AIGCQ_MESSAGE_DISPATCHER_RETRY_COUNT", "MESSAGE_DISPATCHER_RETRY_COUNT"
+        ),
+        description="Times a submit the dispatcher failed (error, not timeout) is sent again "
+        "before the task goes back to be routed (to RunningHub while degraded).",
+    )
     username: str = Field("admin", validation_alias=_env("USERNAME", "MD_USERNAME"))
     password: str = Field("", validation_alias=_env("PASSWORD", "MD_PASSWORD"))
     jwt_refresh_interval_ms: int | None = Field(

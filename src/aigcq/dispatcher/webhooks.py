@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 
 from aigcq import metrics
 from aigcq.dispatcher.formats import task_end
+from aigcq.jsonlog import ctx
 from aigcq.queue.store import TaskStore
 
 log = logging.getLogger(__name__)
@@ -82,18 +83,36 @@ class WebhookRelay:
         except httpx.HTTPError as exc:
             failure = repr(exc)
         if not failure:
-            log.info("task %s: TASK_END delivered to %s (%s)", task_id, url, resp.status_code)
+            log.info(
+                "task %s: TASK_END delivered to %s (%s)",
+                task_id,
+                url,
+                resp.status_code,
+                extra=ctx(task=task_id),
+            )
             await self._done(entry_id)
             return
         retry = self._retries.setdefault(entry_id, _Retry(0, 0.0))
         retry.attempts += 1
         metrics.webhook_failed(dropped=retry.attempts >= self.attempts)
         if retry.attempts >= self.attempts:
-            log.error("task %s: TASK_END to %s dropped: %s", task_id, url, failure)
+            log.error(
+                "task %s: TASK_END to %s dropped: %s",
+                task_id,
+                url,
+                failure,
+                extra=ctx(task=task_id),
+            )
             await self._done(entry_id)
             return
         retry.due = time.monotonic() + min(2.0 ** (retry.attempts - 1), MAX_BACKOFF_S)
-        log.warning("task %s: TASK_END to %s failed (%s), will retry", task_id, url, failure)
+        log.warning(
+            "task %s: TASK_END to %s failed (%s), will retry",
+            task_id,
+            url,
+            failure,
+            extra=ctx(task=task_id),
+        )
 
     async def _done(self, entry_id: str) -> None:
         await self.redis.xdel(self.key, entry_id)

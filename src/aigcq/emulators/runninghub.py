@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Set
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -111,6 +111,9 @@ def _workflow_json_valid(workflow: Any) -> bool:
         return False
 
 
+CREATE_TIMES_KEPT = 10_000
+
+
 class _RunningHub(EmulatorCore):
     config: RunningHubEmulatorConfig
 
@@ -121,6 +124,8 @@ class _RunningHub(EmulatorCore):
         self.peak: dict[str, int] = {}
         self.counts: Counter[str] = Counter()
         self.per_workflow: Counter[str] = Counter()
+        #: wall-clock times (epoch s) of the last accepted creates, for benchmarks
+        self.create_times: deque[float] = deque(maxlen=CREATE_TIMES_KEPT)
         self._webhook_urls: set[str] = set()
         #: webhooks to send: (url, body, attempt)
         self._outbox: asyncio.Queue[tuple[str, bytes, int]] = asyncio.Queue()
@@ -224,6 +229,7 @@ class _RunningHub(EmulatorCore):
             "current": {k: v for k, v in self.current.items() if v},
             "peak_concurrent": dict(self.peak),
             "creates_per_workflow": dict(self.per_workflow),
+            "create_times": list(self.create_times),
         }
 
     # ---- internals --------------------------------------------------------------------
@@ -271,6 +277,7 @@ class _RunningHub(EmulatorCore):
         if in_flight > self.peak.get(api_key, 0):
             self.peak[api_key] = in_flight
         self.counts["created"] += 1
+        self.create_times.append(time.time())
         self.per_workflow[str(body.get("workflowId", ""))] += 1
         if webhook_url:
             if webhook_url in self._webhook_urls:

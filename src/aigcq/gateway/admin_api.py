@@ -24,6 +24,7 @@ from aigcq.domain import ErrorCode, Task
 from aigcq.gateway.admin_panels import AsynchPanel, overflow_spend
 from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError
+from aigcq.jsonlog import ctx
 
 if TYPE_CHECKING:
     from aigcq.server import Service
@@ -50,7 +51,7 @@ class Monitor:
         self.totals = {"internal": 0, "external": 0}
         self.health_history: deque[dict[str, Any]] = deque(maxlen=20)
         self.latest: dict[str, Any] | None = None
-        self._seen: set[str] | None = None  # the finished tasks already counted
+        self._finished: dict[str, int] | None = None  # per-target counts at the last sample
         self._tick = asyncio.Condition()
         settings = service.rt.settings
         self.asynch = AsynchPanel(settings.asynch_url, settings.admin_token)
@@ -86,17 +87,16 @@ class Monitor:
         return target in self.service.rt.platforms.adapters
 
     async def _count_finished(self) -> None:
+        """This second's internal / external split, from the cluster-wide per-target
+        counts that ``finish`` keeps (one read, whatever the rate)."""
         store = self.service.rt.store
-        ids = [str(i) for i in await store.redis.lrange(store.keys.recent, 0, -1)]
+        raw = await store.redis.hgetall(store.keys.finished)
+        counts = {str(target): int(n) for target, n in raw.items()}
         # Tasks that finished before this process started are not charted.
-        fresh = [i for i in ids if i not in self._seen] if self._seen is not None else []
-        self._seen = set(ids)
-        pipe = store.redis.pipeline(transaction=False)
-        for task_id in fresh:
-            pipe.hget(store.keys.task(task_id), "target")
-        targets = [str(t or "") for t in await pipe.execute()] if fresh else []
-        external = sum(1 for t in targets if self._external(t))
-        internal = sum(1 for t in targets if t) - external  # "": ended before dispatch
+        last, self._finished = self._finished, counts
+        new = {t: n - last.get(t, 0) for t, n in counts.items()} if last is not None else {}
+        external = sum(n for t, n in new.items() if self._external(t))
+        internal = sum(n for t, n in new.items() if t) - external  # "": ended before dispatch
         self.totals["internal"] += internal
         self.totals["external"] += external
         self.split.append({"t": time.time(), "internal": internal, "external": external})
@@ -269,7 +269,7 @@ def admin_router(service: Service) -> APIRouter:
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
         if not done.applied:
             raise ClientError(ErrorCode.CONFLICT, f"a {done.state} task cannot be retried", task_id)
-        log.info("task %s: retried by an operator", task_id)
+        log.info("task %s: retried by an operator", task_id, extra=ctx(task=task_id))
         return {"taskId": task_id, "state": done.state.value}
 
     return router

@@ -17,6 +17,7 @@ import httpx
 from redis.asyncio import Redis
 
 from aigcq.config import Settings
+from aigcq.jsonlog import ctx
 from aigcq.queue.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,12 @@ class Admission:
             )
             return resp.is_success and bool(resp.json().get("allowed"))
         except (httpx.HTTPError, ValueError) as exc:
-            log.warning("billing check for task %s failed: %r", task.get("taskId"), exc)
+            log.warning(
+                "billing check for task %s failed: %r",
+                task.get("taskId"),
+                exc,
+                extra=ctx(task=task.get("taskId")),
+            )
             return False
 
     async def aclose(self) -> None:

@@ -21,6 +21,7 @@ from aigcq import metrics
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.service import Gateway
+from aigcq.jsonlog import ctx
 from aigcq.platforms.base import Failed, Pending, ResultOutcome, Succeeded
 from aigcq.signing import verify
 
@@ -92,5 +93,5 @@ async def _accept(
         # An attempt we gave up on (e.g. cancelled at its deadline) reports its failure;
         # the retry decides. A late *success* still wins (first result wins).
         raise ClientError(ErrorCode.GONE, f"attempt {attempt} was superseded", task_id)
-    log.debug("task %s: TASK_END for attempt %s", task_id, attempt)
+    log.debug("task %s: TASK_END for attempt %s", task_id, attempt, extra=ctx(task=task_id))
     return outcome, task

@@ -12,6 +12,7 @@ from aigcq.gateway.auth import Auth
 from aigcq.gateway.clients import ClientHub
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.submission import Submission
+from aigcq.jsonlog import ctx
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
 
@@ -47,7 +48,7 @@ class Gateway:
         if adapter is not None and task.remote_id:
             account = self.rt.config.account(task.aigc, task.platform)
             await self.rt.platforms.cancel(adapter, task, account.apikey if account else "")
-        log.info("task %s: cancelled", task_id)
+        log.info("task %s: cancelled", task_id, extra=ctx(task=task_id))
         return TaskState.CANCELLED.value
 
     async def aclose(self) -> None:

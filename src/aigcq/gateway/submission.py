@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aigcq.domain import ErrorCode
 from aigcq.gateway.admission import Admission
 from aigcq.gateway.errors import ClientError
+from aigcq.jsonlog import ctx
 from aigcq.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,9 @@ class Submission:
             )
         except redis.exceptions.RedisError as exc:
             await self.admission.refund(backend_id)
-            log.error("task %s: could not be stored: %r", req.taskId, exc)
+            log.error(
+                "task %s: could not be stored: %r", req.taskId, exc, extra=ctx(task=req.taskId)
+            )
             raise ClientError(ErrorCode.ASSESSMENT, "storage unavailable", req.taskId) from exc
         if not result.created:
             await self.admission.refund(backend_id)
@@ -77,5 +80,11 @@ class Submission:
                 raise ClientError(
                     ErrorCode.CONFLICT, "taskId belongs to another client", req.taskId
                 )
-        log.debug("task %s: submitted by %s (created=%s)", req.taskId, backend_id, result.created)
+        log.debug(
+            "task %s: submitted by %s (created=%s)",
+            req.taskId,
+            backend_id,
+            result.created,
+            extra=ctx(task=req.taskId),
+        )
         return result.created

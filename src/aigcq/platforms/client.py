@@ -15,6 +15,7 @@ import aiohttp
 import orjson
 
 from aigcq.domain import Task
+from aigcq.jsonlog import ctx
 from aigcq.platforms.base import (
     HttpRequest,
     NotFound,
@@ -84,10 +85,22 @@ class PlatformClient:
             status, body = await self._send(req)
         except aiohttp.ClientConnectorError as exc:
             # The request never reached the platform: safe to send again later.
-            log.warning("task %s: %s unreachable: %r", task.task_id, adapter.name, exc)
+            log.warning(
+                "task %s: %s unreachable: %r",
+                task.task_id,
+                adapter.name,
+                exc,
+                extra=ctx(task=task.task_id),
+            )
             return Rejected("Unreachable", str(exc) or type(exc).__name__, retryable=True)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("task %s: %s submit outcome unknown: %r", task.task_id, adapter.name, exc)
+            log.warning(
+                "task %s: %s submit outcome unknown: %r",
+                task.task_id,
+                adapter.name,
+                exc,
+                extra=ctx(task=task.task_id),
+            )
             return Uncertain(str(exc) or type(exc).__name__)
         return adapter.parse_submit(status, body)
 
@@ -97,7 +110,13 @@ class PlatformClient:
         try:
             status, body = await self._send(adapter.query_request(task, apikey))
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("task %s: %s query failed: %r", task.task_id, adapter.name, exc)
+            log.warning(
+                "task %s: %s query failed: %r",
+                task.task_id,
+                adapter.name,
+                exc,
+                extra=ctx(task=task.task_id),
+            )
             raise PlatformUnavailable(str(exc)) from exc
         return adapter.parse_query(status, body)
 
@@ -108,4 +127,10 @@ class PlatformClient:
         try:
             await self._send(req)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("task %s: %s cancel failed: %r", task.task_id, adapter.name, exc)
+            log.warning(
+                "task %s: %s cancel failed: %r",
+                task.task_id,
+                adapter.name,
+                exc,
+                extra=ctx(task=task.task_id),
+            )

@@ -44,6 +44,11 @@ class Keys:
         return f"{self.prefix}:recent"
 
     @property
+    def finished(self) -> str:
+        """Tasks finished so far, per target (HASH target -> count; "" = never dispatched)."""
+        return f"{self.prefix}:finished"
+
+    @property
     def queues(self) -> str:
         """Set of ``AIGC:platform`` pairs that have ever had a wait queue."""
         return f"{self.prefix}:queues"

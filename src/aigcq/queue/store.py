@@ -243,8 +243,10 @@ class TaskStore:
         front: bool = True,
         refund: bool = False,
         reason: str = "",
+        remote_id: str = "",
     ) -> bool:
-        """Back to waiting. ``refund`` undoes the attempt count (the target never ran it)."""
+        """Back to waiting. ``refund`` undoes the attempt count (the target never ran it);
+        ``remote_id``: only while the task still carries this remote task id."""
         now = time.time()
         result = await self._run(
             "requeue",
@@ -256,6 +258,7 @@ class TaskStore:
             int(refund),
             reason,
             _allowed(TaskState.PENDING),
+            remote_id,
         )
         return int(result) == 1
 
@@ -290,6 +293,27 @@ class TaskStore:
         if code == 1:
             metrics.task_finished(labels, state.value, now)
         return Finished(code == 1, TaskState(_s(current)) if code >= 0 else None)
+
+    async def withdraw(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
+        """Cancel a task that is still waiting (never one dispatched or running), with no
+        message for its client: its submitter has taken it back. False: not waiting."""
+        now = time.time()
+        minid = int((now - self.outbox_retention_s) * 1000)
+        applied, *_ = await self._run(
+            "finish",
+            task_id,
+            TaskState.CANCELLED.value,
+            now,
+            self.retention_s,
+            orjson.dumps(None),
+            orjson.dumps(error),
+            orjson.dumps({}),
+            minid,
+            note,
+            TaskState.PENDING.value,
+            "1",
+        )
+        return int(applied) == 1
 
     async def retry(self, task_id: str, note: str = "retried") -> Finished:
         """Queue a failed or cancelled task again (an operator's retry). Its client gets

@@ -23,11 +23,12 @@ from typing import Any, Protocol
 from aigcq import metrics
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.events import progress_event, running_message
+from aigcq.jsonlog import ctx
 from aigcq.platforms.base import Accepted, Full, PlatformAdapter, Rejected, Uncertain
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
-from aigcq.scheduler.routing import overflow_ready, plan, share_round_robin
+from aigcq.scheduler.routing import Plan, overflow_ready, plan, share_round_robin
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ class InternalTarget(Protocol):
 
     name: str
     serves: tuple[str, ...]
+    #: used before paid platforms (seed 000's rule); False: after them, for what they
+    #: have no room for
+    preferred: bool
 
     @property
     def healthy(self) -> bool: ...
@@ -116,7 +120,11 @@ class Dispatcher:
             ext_max = self.rt.settings.external_capacity_max
             ext_cap = _capped(account.concurrency, ext_max) if account else 0
             ext_free = ext_cap - running[i] if ext and account else 0
-            split = plan(min(backlogs[i], BATCH), internal[i], ext_free)
+            if self._internal_preferred(platform):
+                split = plan(min(backlogs[i], BATCH), internal[i], ext_free)
+            else:  # external first, internal takes what it has no room for
+                swapped = plan(min(backlogs[i], BATCH), max(ext_free, 0), internal[i])
+                split = Plan(swapped.external, swapped.internal, swapped.waiting)
             external = split.external
             if external and self._waits_for_internal(platform):
                 external = await self._old_enough(aigc, platform, split.internal, external)
@@ -156,10 +164,18 @@ class Dispatcher:
             shares[i] = n
         return shares
 
+    def _internal_preferred(self, platform: str) -> bool:
+        """Internal first (the default), unless the internal target says it is not
+        ``preferred`` (the message-dispatcher with ``priority`` false)."""
+        if self.internal is None or platform not in self.internal.serves:
+            return True
+        return self.internal.preferred
+
     def _waits_for_internal(self, platform: str) -> bool:
         """Overflow of ``platform`` waits ``overflow_after_ms`` for a healthy internal target."""
         return (
-            self.rt.settings.overflow_after_ms > 0
+            self._internal_preferred(platform)
+            and self.rt.settings.overflow_after_ms > 0
             and self.internal is not None
             and platform in self.internal.serves
             and self.internal.healthy
@@ -222,7 +238,12 @@ class Dispatcher:
                     progress=progress_event(c.backend_id, running_message(c.task_id, adapter.name)),
                 )
             case Uncertain(reason=reason):
-                log.warning("task %s: submit uncertain (%s); awaiting webhook", c.task_id, reason)
+                log.warning(
+                    "task %s: submit uncertain (%s); awaiting webhook",
+                    c.task_id,
+                    reason,
+                    extra=ctx(task=c.task_id),
+                )
                 await rt.store.mark_running(
                     c.task_id, c.attempt, "", deadline_s=deadline_s, kind=adapter.kind
                 )
@@ -253,7 +274,13 @@ class Dispatcher:
                     message=self.outcomes.error_body(ErrorCode.TASK_FAILED, error),
                     note=f"{adapter.name} rejected: {rej.code}",
                 )
-                log.warning("task %s: rejected by %s: %s", c.task_id, adapter.name, rej)
+                log.warning(
+                    "task %s: rejected by %s: %s",
+                    c.task_id,
+                    adapter.name,
+                    rej,
+                    extra=ctx(task=c.task_id),
+                )
 
 
 def _capped(capacity: int, cap: int) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.jsonlog import ctx
 from aigcq.platforms.base import Failed, NotFound, Pending, ResultOutcome, Succeeded
 from aigcq.queue.store import Finished
 from aigcq.runtime import Runtime
@@ -50,7 +51,14 @@ class Outcomes:
                 )
             case Pending() | NotFound():
                 return None
-        log.debug("task %s: %s via %s (applied=%s)", task_id, done.state, note, done.applied)
+        log.debug(
+            "task %s: %s via %s (applied=%s)",
+            task_id,
+            done.state,
+            note,
+            done.applied,
+            extra=ctx(task=task_id),
+        )
         return done
 
     async def _retried(self, task_id: str, reason: str) -> bool:
@@ -64,7 +72,13 @@ class Outcomes:
             return False
         retried = await self.rt.store.requeue(task_id, attempt=task.attempt, reason=reason)
         if retried:
-            log.warning("task %s: attempt %s %s, retrying", task_id, task.attempt, reason)
+            log.warning(
+                "task %s: attempt %s %s, retrying",
+                task_id,
+                task.attempt,
+                reason,
+                extra=ctx(task=task_id),
+            )
         return retried
 
     async def retry_or_fail(
@@ -84,7 +98,13 @@ class Outcomes:
             if await self.rt.store.requeue(
                 task_id, attempt=attempt, delay_s=min(attempt, 10), reason=reason
             ):
-                log.warning("task %s: attempt %s %s, retrying", task_id, attempt, reason)
+                log.warning(
+                    "task %s: attempt %s %s, retrying",
+                    task_id,
+                    attempt,
+                    reason,
+                    extra=ctx(task=task_id),
+                )
             return
         error = {"code": code.value, "message": reason, "detail": detail}
         await self.rt.store.finish(
@@ -94,4 +114,10 @@ class Outcomes:
             message=self.error_body(code, error),
             note=reason,
         )
-        log.error("task %s: failed after %s attempts: %s", task_id, attempt, reason)
+        log.error(
+            "task %s: failed after %s attempts: %s",
+            task_id,
+            attempt,
+            reason,
+            extra=ctx(task=task_id),
+        )

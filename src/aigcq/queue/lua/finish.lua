@@ -1,6 +1,6 @@
 -- Move a live task to a terminal state, and queue its message for the client, atomically.
 -- ARGV: prefix, taskId, to-state, now, retention_s, result json, error json, message body,
--- outbox MINID, note, allowed-from
+-- outbox MINID, note, allowed-from, quiet ('1': no message for the client; optional)
 local id, to, now, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local k = tkey(id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
@@ -17,7 +17,8 @@ redis.call('EXPIRE', k, ttl)
 redis.call('EXPIRE', tlkey(id), ttl)
 redis.call('LPUSH', P .. ':recent', id)
 redis.call('LTRIM', P .. ':recent', 0, 999)
-if h[8] == '1' then
+redis.call('HINCRBY', P .. ':finished', h[5] or '', 1)
+if h[8] == '1' and ARGV[12] ~= '1' then
   redis.call('XADD', P .. ':outbox:' .. h[7], 'MINID', '~', ARGV[9], '*',
     'taskId', id, 'status', to, 'body', ARGV[8])
   redis.call('PUBLISH', P .. ':events', 'outbox:' .. h[7])
