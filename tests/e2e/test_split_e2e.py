@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.e2e
 MD_PASSWORD = "e2e-md-password"
 
 
-def start_dispatcher(c: Cluster, port: int | None = None) -> tuple[Proc, int]:
+def start_dispatcher(c: Cluster, port: int | None = None, **extra: str) -> tuple[Proc, int]:
     port = port or free_port()
     env = {
         "AIGCQ_REDIS_URL": c.redis_url,
@@ -30,6 +31,7 @@ def start_dispatcher(c: Cluster, port: int | None = None) -> tuple[Proc, int]:
         "MD_PASSWORD": MD_PASSWORD,
         "AIGCQ_HEALTH_INTERVAL_S": "0.2",
         "AIGCQ_SWEEP_INTERVAL_S": "0.2",
+        **extra,
     }
     proc = Proc(["dispatcher"], env, c.tmp / f"md-{port}.log").start()
     c.procs.append(proc)
@@ -51,6 +53,26 @@ async def task_target(port: int, task_id: str) -> str:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
         target: str = (await http.get(f"/api/tasks/{task_id}", headers=AUTH)).json()["target"]
     return target
+
+
+async def tasks_info(port: int, ids: list[str]) -> dict[str, dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+        got = await asyncio.gather(*(http.get(f"/api/tasks/{i}", headers=AUTH) for i in ids))
+    return {i: r.json() for i, r in zip(ids, got, strict=True)}
+
+
+async def until_results(client: Client, ids: list[str], timeout: float) -> bool:
+    """Read until every one of ``ids`` has a result; whether they all did in time."""
+    deadline = time.monotonic() + timeout
+    while not set(ids) <= set(client.results):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        try:
+            await client.next(timeout=left)
+        except TimeoutError:
+            return False
+    return True
 
 
 async def test_split_topology_overflow_and_recovery(
@@ -93,3 +115,122 @@ async def test_split_topology_overflow_and_recovery(
         exactly_once(client, ["internal-1", "overflow-1", "internal-2"])
     finally:
         await client.close()
+
+
+async def test_dispatcher_killed_holding_tasks_loses_none(cluster: Cluster) -> None:
+    """SIGKILL the dispatcher while tasks it accepted run on its bridge: tasks sent after
+    the kill go to RunningHub, and every task's result still arrives exactly once."""
+    # 3 nodes x 4 steps x 0.25 s: a prompt runs 3 s, so the tasks are held at the kill.
+    comfy = [cluster.emulator("comfyui", "--step-time", "0.25", "--steps", "4") for _ in "ab"]
+    rh = cluster.emulator("runninghub", "--max-concurrent", "10", "--duration", "0.3")
+    md, md_port = start_dispatcher(cluster)
+    cluster.bridge(md_port, comfy, "--heartbeat=0.5")
+    wait_free(md_port, free=2)
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 10}}})
+    deadline_s = 5.0
+    _, port = cluster.server(
+        AIGCQ_RUNNINGHUB_URL=rh,
+        MESSAGE_DISPATCHER_URL=f"http://127.0.0.1:{md_port}",
+        MD_PASSWORD=MD_PASSWORD,
+        MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL="200",
+        AIGCQ_TASK_DEADLINE_S=str(deadline_s),
+    )
+    await asyncio.sleep(1.0)  # logged in, first health check passed
+    client = await Client(port, "b1").connect()
+    held, after = ["held-0", "held-1"], ["after-0", "after-1"]
+    try:
+        for task_id in held:
+            reply = await client.request(bridge_task(task_id))
+            assert reply["type"] == "submitted", reply
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            info = await tasks_info(port, held)
+            busy = httpx.get(f"http://127.0.0.1:{md_port}/api/health").json()["data"]
+            if busy["freeSlots"] == 0 and all(
+                t["state"] == "running" and t["target"] == "message_dispatcher"
+                for t in info.values()
+            ):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise TimeoutError(f"never both running on the dispatcher's bridge: {info} {busy}")
+        accepted_at = time.monotonic()
+        assert not client.results  # still running on ComfyUI
+
+        md.kill()
+        await asyncio.sleep(0.5)  # the feed drops, the check it triggers fails: degraded
+        for task_id in after:
+            reply = await client.request(bridge_task(task_id))
+            assert reply["type"] == "submitted", reply
+        assert await until_results(client, after, timeout=15), client.results
+        for task_id, info in (await tasks_info(port, after)).items():
+            assert info["target"] == "runninghub", (task_id, info)
+
+        # Past the held tasks' deadline the dispatcher cannot be asked about them: our own
+        # GPUs cost nothing to run again, so they are retried on RunningHub at once.
+        wait = deadline_s + 5.0 - (time.monotonic() - accepted_at)
+        assert await until_results(client, held, timeout=max(wait, 0.1)), (
+            client.results,
+            await tasks_info(port, held),
+        )
+        for task_id, info in (await tasks_info(port, held)).items():
+            assert info["target"] == "runninghub", (task_id, info)
+
+        # The dispatcher returns; its bridge still holds the first attempts' results.
+        start_dispatcher(cluster, md_port)  # same port and Redis prefix
+        await client.linger(3.0)  # a late TASK_END or a second run must not show up
+        exactly_once(client, held + after)
+    finally:
+        await client.close()
+
+
+async def test_short_jwt_lifetime_refreshed_without_failed_dispatch(cluster: Cluster) -> None:
+    """Tokens that expire after 3 s, refreshed ahead: over several lifetimes every task
+    goes to the dispatcher and succeeds; none is refused, requeued or overflowed."""
+    ttl_s = 3
+    # A prompt runs 3 nodes x 2 steps x 0.2 s the first time, 0.4 s after (only SaveImage
+    # runs, the rest is cached).
+    comfy = [cluster.emulator("comfyui", "--step-time", "0.2", "--steps", "2") for _ in "ab"]
+    rh = cluster.emulator("runninghub", "--max-concurrent", "10", "--duration", "0.3")
+    md, md_port = start_dispatcher(cluster, AIGCQ_MD_JWT_TTL_S=str(ttl_s))
+    cluster.bridge(md_port, comfy, "--heartbeat=0.5")
+    wait_free(md_port, free=2)
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 2}}})
+    serve, port = cluster.server(
+        AIGCQ_RUNNINGHUB_URL=rh,
+        MESSAGE_DISPATCHER_URL=f"http://127.0.0.1:{md_port}",
+        MD_PASSWORD=MD_PASSWORD,
+        MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL="200",
+        AIGCQ_MD_JWT_REFRESH_AHEAD_S="1.5",
+    )
+    await asyncio.sleep(1.0)  # logged in, first health check passed
+    client = await Client(port, "b1").connect()
+    ids = ["warm-0", "warm-1"]  # one on each ComfyUI: the steady tasks then take 0.4 s
+    try:
+        for task_id in ids:
+            reply = await client.request(bridge_task(task_id))
+            assert reply["type"] == "submitted", reply
+        await client.collect(2, timeout=20)
+        wait_free(md_port, free=2)
+        await asyncio.sleep(0.5)  # serve has the CAPACITY_UPDATE showing both free
+        started = time.monotonic()
+        while time.monotonic() - started < 3.5 * ttl_s:  # over three token lifetimes
+            ids.append(f"jwt-{len(ids)}")
+            reply = await client.request(bridge_task(ids[-1]))
+            assert reply["type"] == "submitted", reply
+            await asyncio.sleep(0.4)
+        await client.collect(len(ids), timeout=20)
+        await client.linger(0.3)
+        exactly_once(client, ids)
+        for task_id, info in (await tasks_info(port, ids)).items():
+            assert info["target"] == "message_dispatcher", (task_id, info)
+            assert info["attempt"] == 1, (task_id, info)
+            sent = [e for e in info["timeline"] if e["state"] == "dispatching"]
+            assert [e["target"] for e in sent] == ["message_dispatcher"], (task_id, sent)
+    finally:
+        await client.close()
+    issued = md.log.read_text().count("token issued to")
+    assert issued >= 4, f"{issued} tokens issued over {3.5 * ttl_s} s"  # first + refreshes
+    serve_log = serve.log.read_text()
+    for refused in ("refused our token", "refused the token", "no message-dispatcher token"):
+        assert refused not in serve_log, refused

@@ -163,6 +163,35 @@ async def test_capacity_change_reaches_serve_at_once(
         await until(lambda: _free(target), lambda n: n == 0, within=1)
 
 
+async def test_quick_tasks_still_resync_serves_free_slots(
+    md: mds.Md,
+    tmp_path: Path,
+    redis: aioredis.Redis,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """serve counts a slot as taken when it submits. A task that starts and ends between
+    two of the dispatcher's checks leaves its summary unchanged; the accepted task alone
+    must still push an update, or serve sees no free slot until the periodic one (10 s)
+    and sends the next tasks to paid platforms."""
+    monkeypatch.setenv("MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL", "600000")  # one check only
+    monkeypatch.setenv("MD_PASSWORD", mds.PASSWORD)
+    md.dispatcher.feed.config = FeedConfig(change_check_s=0.5, interval_s=60)
+    async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
+        target = _target(service)
+        await until(lambda: _connected(target), lambda ok: ok)
+        bridge = await Bridge.connect(md.port)
+        await bridge.register(count=1)
+        await until(lambda: _free(target), lambda n: n == 1, within=2)
+        for i in range(3):
+            await client.request(generate(f"quick-{i}"))
+            assign = await bridge.next()
+            await bridge.ack(assign["data"]["taskId"])
+            await mds._task_end(md, assign["data"]["webhookUrl"])
+            assert (await client.next())["status"] == "success"
+            await until(lambda: _free(target), lambda n: n == 1, within=2)
+
+
 @pytest.mark.usefixtures("fast_checks")
 async def test_feed_down_falls_back_to_polling(
     md: mds.Md, tmp_path: Path, redis: aioredis.Redis, redis_url: str

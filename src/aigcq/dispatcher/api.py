@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -56,11 +57,19 @@ def rh_ok(data: Any) -> JSONResponse:
 
 
 class DispatcherApi:
-    def __init__(self, service: Service, auth: DispatcherAuth, aigc: str) -> None:
+    def __init__(
+        self,
+        service: Service,
+        auth: DispatcherAuth,
+        aigc: str,
+        on_accepted: Callable[[], None] = lambda: None,
+    ) -> None:
         self.service = service
         self.rt = service.rt
         self.auth = auth
         self.aigc = aigc
+        #: a task was queued: the backends' free-slot estimate must be resynced
+        self.on_accepted = on_accepted
 
     def routes(self) -> list[Route]:
         md = {
@@ -93,6 +102,7 @@ class DispatcherApi:
         if token is None:
             log.warning("login refused for %r", user)
             return md_error(401, "Unauthorized", "invalid username or password")
+        log.info("token issued to %r (valid %d s)", user, token.expires_in)
         return md_ok(token.body())
 
     async def create_md(self, request: Request) -> Response:
@@ -211,6 +221,7 @@ class DispatcherApi:
         task_id = uuid.uuid4().hex
         req = GenerateRequest(taskId=task_id, platform=PLATFORM, payload=payload, AIGC=self.aigc)
         await self.service.gateway.submission.submit(req, WEBHOOK_BACKEND, deliver=True)
+        self.on_accepted()
         log.info(
             "task %s: queued (webhook %s)",
             task_id,

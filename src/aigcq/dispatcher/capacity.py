@@ -170,6 +170,7 @@ class CapacityFeed:
         #: called with the online instance count when it went down (§9.4.1)
         self.on_shrink: Callable[[int], Awaitable[object]] | None = None
         self._online: int | None = None
+        self._touched = False
 
     # ---- state --------------------------------------------------------------------------
 
@@ -221,6 +222,13 @@ class CapacityFeed:
 
     # ---- pushing ------------------------------------------------------------------------
 
+    def touch(self) -> None:
+        """A task was accepted. Backends count a slot as taken when they submit; a task
+        that starts and ends between two checks leaves the summary as it was, and their
+        estimate would stay low until the periodic update, sending tasks to paid
+        platforms meanwhile. So the next check pushes an update even if nothing changed."""
+        self._touched = True
+
     async def run(self) -> None:
         """Push on every change (checked every ``change_check_s``), else every ``interval_s``."""
         last: dict[str, Any] = {}
@@ -230,7 +238,8 @@ class CapacityFeed:
             events = self.refresh()
             summary = self.summary()
             due = time.monotonic() - sent_at >= self.config.interval_s
-            if events or summary != last or due:
+            if events or summary != last or due or self._touched:
+                self._touched = False
                 await self.broadcast(*events, self.update())
                 last, sent_at = summary, time.monotonic()
             await self._check_shrink(summary)

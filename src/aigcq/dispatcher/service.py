@@ -65,9 +65,10 @@ class MessageDispatcher:
         self.auth = DispatcherAuth(md.username, md.password, md.jwt_secret, md.jwt_ttl_s)
         self.relay = WebhookRelay(redis, self.service.rt.store, attempts=md.webhook_attempts)
         self.service.background.append(self.relay.run)
-        self.service.api.router.routes.extend(DispatcherApi(self.service, self.auth, AIGC).routes())
         assert self.service.hub is not None
         self.feed = CapacityFeed(self.service.hub, self.auth)
+        api = DispatcherApi(self.service, self.auth, AIGC, on_accepted=self.feed.touch)
+        self.service.api.router.routes.extend(api.routes())
         self.service.background.append(self.feed.run)
         self.service.api.add_api_websocket_route(FEED_PATH, self.feed.endpoint)
         self.degrader = Degrader(self.service.rt, (AIGC, PLATFORM), self.feed)

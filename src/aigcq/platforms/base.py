@@ -108,6 +108,9 @@ class PlatformAdapter(ABC):
     kind: ClassVar[Kind]
     #: task platforms (the client's ``platform`` field) this target can run.
     serves: ClassVar[tuple[str, ...]]
+    #: each task costs money: an unanswered status query is asked again rather than the
+    #: task run a second time elsewhere (False: our own GPUs behind the target)
+    paid: ClassVar[bool] = True
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url.rstrip("/")

@@ -38,6 +38,7 @@ def to_runninghub(body: dict[str, Any]) -> dict[str, Any]:
 @register
 class MessageDispatcherAdapter(RunningHubAdapter):
     name = "message_dispatcher"
+    paid = False
     kind = "callback"
     serves: ClassVar[tuple[str, ...]] = ()
 

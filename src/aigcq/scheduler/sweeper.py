@@ -2,7 +2,9 @@
 
 A task past its deadline is not blindly re-sent: the platform is asked first
 (RunningHub ``/outputs``), so a task that finished while its webhook was lost is
-settled, never paid for twice. Only then is it cancelled remotely and retried.
+settled, never paid for twice. Only then is it cancelled remotely and retried. A paid
+platform that does not answer is asked again on the next sweep; our own GPUs behind a
+message-dispatcher that does not answer are given up on at once (a retry costs nothing).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import time
 
 from aigcq.domain import TaskState
+from aigcq.jsonlog import ctx
 from aigcq.platforms.base import Pending
 from aigcq.platforms.client import PlatformUnavailable
 from aigcq.runtime import Runtime
@@ -55,10 +58,20 @@ class Sweeper:
             try:
                 outcome = await rt.platforms.query(adapter, task, apikey)
             except PlatformUnavailable:
-                return  # platform unreachable: ask again on the next sweep
-            if await self.outcomes.settle(task_id, outcome, note="queried after deadline"):
-                return
-            still_running = isinstance(outcome, Pending)
+                if adapter.paid:
+                    return  # unreachable: ask again on the next sweep, never pay twice
+                # Our own GPUs behind a dispatcher that is gone: running the task again
+                # costs nothing, waiting for the dispatcher could take forever.
+                log.warning(
+                    "task %s: %s unreachable after the deadline; retrying elsewhere",
+                    task_id,
+                    task.target,
+                    extra=ctx(task=task_id),
+                )
+            else:
+                if await self.outcomes.settle(task_id, outcome, note="queried after deadline"):
+                    return
+                still_running = isinstance(outcome, Pending)
         await self.outcomes.retry_or_fail(
             task_id,
             aigc=task.aigc,
