@@ -2,7 +2,9 @@
 
 Messages on ``{prefix}:events``: ``wake`` (something to dispatch), ``outbox:<backendId>``
 (a client has a new message), ``client:<backendId>:<connId>`` (a client connected) and
-``progress:{"backendId":..,"message":{..}}`` (live news for a client, never stored).
+``progress:{"backendId":..,"message":{..}}`` (live news for a client, never stored) and
+``bridge-end:{"bridgeId":..,"taskId":..,"failures":..}`` (a TASK_END received here for a
+bridge connected to another process: that process frees the slot at once).
 Pub/sub may drop messages while reconnecting; the periodic sweeps cover that gap.
 """
 
@@ -31,6 +33,7 @@ class EventBus:
         on_outbox: Callable[[str], None],
         on_client: Callable[[str, str], Awaitable[None]],
         on_progress: Callable[[str, dict[str, Any]], None],
+        on_bridge_end: Callable[[dict[str, Any]], None] = lambda end: None,
     ) -> None:
         self.redis = redis
         self.channel = channel
@@ -38,6 +41,7 @@ class EventBus:
         self.on_outbox = on_outbox
         self.on_client = on_client
         self.on_progress = on_progress
+        self.on_bridge_end = on_bridge_end
 
     async def run(self) -> None:
         while True:
@@ -68,6 +72,8 @@ class EventBus:
         elif kind == "progress":
             body = orjson.loads(rest)
             self.on_progress(body["backendId"], body["message"])
+        elif kind == "bridge-end":
+            self.on_bridge_end(orjson.loads(rest))
 
 
 async def publish_progress(rt: Runtime, backend_id: str, message: dict[str, Any]) -> None:
@@ -95,6 +101,10 @@ def progress_event(backend_id: str, message: dict[str, Any]) -> str:
     if not backend_id:
         return ""
     return orjson.dumps({"backendId": backend_id, "message": message}).decode()
+
+
+def bridge_end_event(end: dict[str, Any]) -> str:
+    return "bridge-end:" + orjson.dumps(end).decode()
 
 
 def _text(value: object) -> str:

@@ -90,6 +90,7 @@ class Service:
             on_outbox=self.gateway.clients.notify,
             on_client=self.gateway.clients.replaced,
             on_progress=self.gateway.clients.progress,
+            on_bridge_end=self.hub.remote_task_end if self.hub else lambda end: None,
         )
         self._loops: list[asyncio.Task[None]] = []
         self.shutdown_grace_s = 5.0  # hand-offs under way at shutdown may finish this long
@@ -120,7 +121,7 @@ class Service:
             self.sweeper.run(),
             self._deliver_sweep(),
             *(p.run() for p in self.pollers),
-            *([self.hub.health.run()] if self.hub else []),
+            *([self.hub.health.run(), self.hub.peers.run()] if self.hub else []),
             *(loop() for loop in self.background),
         ]
         self._loops = [asyncio.create_task(r) for r in runs]

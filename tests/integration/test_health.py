@@ -134,7 +134,8 @@ async def test_failures_reported_to_another_process_count_for_the_bridge(
     env: Env, tmp_path: Path
 ) -> None:
     """Two aigcq processes on one Redis: the bridge is connected to the first, its TASK_ENDs
-    arrive at the second. The count is shared; the first applies it at the next HEARTBEAT."""
+    arrive at the second. The count is shared; the second tells the first at once (and the
+    first would also apply it at the next HEARTBEAT)."""
     hub = env.service.hub
     assert hub is not None
     other_dir = tmp_path / "other"  # a process that never overflows (no external slots)
@@ -161,7 +162,8 @@ async def test_failures_reported_to_another_process_count_for_the_bridge(
                 lambda: env.redis.hget("aigcq:bridge:br1", "failures"),
                 partial(operator.eq, failures),
             )
-            assert await env.redis.hget("aigcq:bridge:br1", "inRotation") == "1"
+            if i < 2:
+                assert await env.redis.hget("aigcq:bridge:br1", "inRotation") == "1"
             await bridge.send("HEARTBEAT", beat)
         conn = hub.registry.bridges["br1"]
         await until(lambda: asyncio.sleep(0, conn.failures), lambda n: n == 3, within=1.0)
@@ -185,6 +187,35 @@ async def test_failures_reported_to_another_process_count_for_the_bridge(
         await bridge.send("HEARTBEAT", beat)
         await until(lambda: asyncio.sleep(0, conn.failures), lambda n: n == 0, within=1.0)
         assert conn.quarantined_at is None
+        await client.close()
+
+
+async def test_a_task_end_received_elsewhere_frees_the_slot_at_once(
+    env: Env, tmp_path: Path
+) -> None:
+    """The bridge (1 instance) is connected to the first process, its TASK_END reaches the
+    second: the first frees the slot now, not at the next HEARTBEAT, so the next task
+    runs on the bridge instead of overflowing to RunningHub."""
+    hub = env.service.hub
+    assert hub is not None
+    other = Service(env.service.rt.settings, PlatformConfig.load(tmp_path), env.redis)
+    async with serve_app(other.app) as other_base:
+        elsewhere = Env(int(other_base.rsplit(":", 1)[1]), env.redis, other)
+        bridge = await env.bridge()
+        await bridge.register(count=1)
+        await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
+        client = await env.client()
+        assert other.hub is not None
+        for i in range(3):
+            # The second process sees the first's free slot within 0.2 s; from then on it
+            # leaves the task to it rather than overflow.
+            await until(lambda: asyncio.sleep(0, other.hub.free_elsewhere()), lambda n: n == 1)  # type: ignore[union-attr]
+            await goes_to(env, client, f"e{i}", "bridge")
+            hook = await assign(bridge)
+            await until(partial(env.task, f"e{i}"), lambda t: t.state == "running")
+            assert hub.free_slots() == 0
+            assert await task_end(elsewhere, hook) == 200  # no HEARTBEAT follows
+            await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 1, within=1.0)
         await client.close()
 
 

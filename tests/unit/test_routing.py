@@ -46,3 +46,30 @@ def test_round_robin_share_is_fair_and_complete(demands: list[int], cap: int, st
 
 def test_round_robin_starts_where_told() -> None:
     assert share_round_robin([5, 5, 5], 2, start=1) == [0, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("backlog", "mine", "external", "elsewhere", "expected"),
+    [
+        (3, 0, 10, 5, Plan(0, 0, 3)),  # other processes' bridges can take all: none paid
+        (8, 2, 10, 3, Plan(2, 3, 3)),  # ours first, theirs wait, overflow the rest
+        (8, 2, 1, 3, Plan(2, 1, 5)),  # ... up to the external cap
+        (4, 4, 10, 3, Plan(4, 0, 0)),
+    ],
+)
+def test_slots_of_other_processes_hold_back_overflow(
+    backlog: int, mine: int, external: int, elsewhere: int, expected: Plan
+) -> None:
+    assert plan(backlog, mine, external, elsewhere) == expected
+
+
+@given(
+    st.integers(0, 10_000), st.integers(0, 10_000), st.integers(0, 10_000), st.integers(0, 10_000)
+)
+def test_overflow_only_beyond_all_internal_capacity(
+    backlog: int, mine: int, external: int, elsewhere: int
+) -> None:
+    p = plan(backlog, mine, external, elsewhere)
+    assert p.internal + p.external + p.waiting == backlog
+    assert p.external == 0 or p.external <= backlog - mine - elsewhere
+    assert p.internal == min(backlog, mine)

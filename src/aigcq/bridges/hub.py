@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
+from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
     ACK_OK,
@@ -41,7 +42,7 @@ from aigcq.bridges.protocol import (
 )
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Pending
 from aigcq.domain import ErrorCode, Task, TaskState
-from aigcq.events import announce_running
+from aigcq.events import announce_running, bridge_end_event
 from aigcq.gateway.auth import Auth, bearer
 from aigcq.health import HealthMonitor
 from aigcq.jsonlog import ctx
@@ -122,6 +123,9 @@ class BridgeHub:
             rt.redis, self.registry.live, rt.settings, on_change=lambda: self.wake()
         )
         self.progress = ProgressRelay(rt)
+        self.peers = PeerCapacity(
+            rt.redis, rt.store.keys.internal_free, self.free_slots, on_less=lambda: self.wake()
+        )
         self._background: set[asyncio.Task[None]] = set()
 
     # ---- InternalTarget ----------------------------------------------------------------
@@ -133,6 +137,10 @@ class BridgeHub:
     def free_slots(self) -> int:
         """Free slots on bridges in rotation; none while health is not ``healthy``."""
         return self.registry.free_slots() if self.health.healthy else 0
+
+    def free_elsewhere(self) -> int:
+        """Free slots on bridges connected to other processes (see :mod:`.peers`)."""
+        return self.peers.elsewhere
 
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
         """Each task to the least-loaded bridge with a free slot (see
@@ -478,9 +486,24 @@ class BridgeHub:
             return
         bridge_id, failures = counted
         owner = self.registry.bridges.get(bridge_id)
-        if owner is not None and self._apply_failures(owner, failures, task_id):
+        if owner is None:  # another process holds the bridge: its slot is free now
+            end = {"bridgeId": bridge_id, "taskId": task_id, "failures": failures}
+            await self.rt.redis.publish(self.rt.store.keys.events, bridge_end_event(end))
+        elif self._apply_failures(owner, failures, task_id):
             await self.registry.save(owner)
-        # Otherwise another process holds the bridge: it applies the count at its next save.
+
+    def remote_task_end(self, end: dict[str, Any]) -> None:
+        """A TASK_END that another process received, for a bridge connected here: free
+        the slot now rather than at the bridge's next HEARTBEAT (up to 30 s away), and
+        apply the bridge's failure count first (a failing bridge is out before reuse)."""
+        conn = self.registry.bridges.get(str(end.get("bridgeId")))
+        task_id = str(end.get("taskId"))
+        if conn is None or task_id not in conn.running:
+            return
+        conn.running.discard(task_id)
+        if self._apply_failures(conn, int(end.get("failures", 0)), task_id):
+            self._spawn(self._save(conn))
+        self._free_slot(conn)
 
     async def _save(self, conn: BridgeConn, *, failures: int | None = None) -> None:
         """Save ``conn`` (setting its shared failure count to ``failures``, if given) and

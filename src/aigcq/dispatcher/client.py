@@ -100,6 +100,9 @@ class MessageDispatcherTarget:
         """Free slots last reported, minus those used since; none while degraded."""
         return self._free if self.healthy else 0
 
+    def free_elsewhere(self) -> int:
+        return 0  # every serve process sees the dispatcher's whole capacity
+
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
         accepted = await asyncio.gather(*(self._submit(aigc, platform, c) for c in tasks))
         await self.feed.allocate([remote_id for remote_id in accepted if remote_id])

@@ -49,6 +49,11 @@ class Keys:
         return f"{self.prefix}:finished"
 
     @property
+    def internal_free(self) -> str:
+        """Free bridge slots per aigcq process (HASH process id -> "<free> <ms>")."""
+        return f"{self.prefix}:internal:free"
+
+    @property
     def queues(self) -> str:
         """Set of ``AIGC:platform`` pairs that have ever had a wait queue."""
         return f"{self.prefix}:queues"

@@ -49,6 +49,11 @@ class InternalTarget(Protocol):
 
     def free_slots(self) -> int: ...
 
+    def free_elsewhere(self) -> int:
+        """Free slots of this target that other aigcq processes hold (0 when every
+        process sees the same capacity, as through a message-dispatcher)."""
+        ...
+
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None: ...
 
 
@@ -112,6 +117,7 @@ class Dispatcher:
         backlogs = [int(c) for c in counts[0::2]]
         running = [int(c) for c in counts[1::2]]
         internal = self._internal_shares(queues, backlogs)
+        elsewhere = self._internal_shares(queues, backlogs, elsewhere=True)
         for i, (aigc, platform) in enumerate(queues):
             if backlogs[i] == 0:
                 continue
@@ -121,7 +127,7 @@ class Dispatcher:
             ext_cap = _capped(account.concurrency, ext_max) if account else 0
             ext_free = ext_cap - running[i] if ext and account else 0
             if self._internal_preferred(platform):
-                split = plan(min(backlogs[i], BATCH), internal[i], ext_free)
+                split = plan(min(backlogs[i], BATCH), internal[i], ext_free, elsewhere[i])
             else:  # external first, internal takes what it has no room for
                 swapped = plan(min(backlogs[i], BATCH), max(ext_free, 0), internal[i])
                 split = Plan(swapped.external, swapped.internal, swapped.waiting)
@@ -151,14 +157,18 @@ class Dispatcher:
                 for c in claimed:
                     self._spawn(self._submit_external(ext, aigc, platform, c), [c])
 
-    def _internal_shares(self, queues: list[tuple[str, str]], backlogs: list[int]) -> list[int]:
-        """Internal slots per queue: round-robin across AIGC projects sharing a platform."""
+    def _internal_shares(
+        self, queues: list[tuple[str, str]], backlogs: list[int], *, elsewhere: bool = False
+    ) -> list[int]:
+        """Internal slots per queue (ours, or with ``elsewhere`` those other processes
+        hold): round-robin across AIGC projects sharing a platform."""
         shares = [0] * len(queues)
         if self.internal is None:
             return shares
         eligible = [i for i, (_, p) in enumerate(queues) if p in self.internal.serves]
         demands = [min(backlogs[i], BATCH) for i in eligible]
-        free = _capped(self.internal.free_slots(), self.rt.settings.internal_capacity_max)
+        slots = self.internal.free_elsewhere() if elsewhere else self.internal.free_slots()
+        free = _capped(slots, self.rt.settings.internal_capacity_max)
         split = share_round_robin(demands, free, next(self._rr))
         for i, n in zip(eligible, split, strict=True):
             shares[i] = n

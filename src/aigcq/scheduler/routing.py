@@ -18,10 +18,16 @@ class Plan:
     waiting: int
 
 
-def plan(backlog: int, internal_capacity: int, external_capacity: int) -> Plan:
+def plan(
+    backlog: int, internal_capacity: int, external_capacity: int, internal_elsewhere: int = 0
+) -> Plan:
+    """``internal_elsewhere``: free internal slots held by other processes (bridges are
+    connected to one process each). Internal capacity is theirs plus ours; what they can
+    take waits for them rather than overflow to a paid platform."""
     backlog = max(backlog, 0)
     internal = min(backlog, max(internal_capacity, 0))
-    external = min(backlog - internal, max(external_capacity, 0))
+    for_others = min(backlog - internal, max(internal_elsewhere, 0))
+    external = min(backlog - internal - for_others, max(external_capacity, 0))
     return Plan(internal, external, backlog - internal - external)
 
 

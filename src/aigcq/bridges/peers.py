@@ -1,0 +1,75 @@
+"""Internal capacity held by the other aigcq processes on the same Redis.
+
+A bridge connects to one process, so each process sees only its own bridges' free slots.
+Knowing nothing of the others', a process whose bridges are busy (or that has none, like
+a second worker that a bridge did not happen to connect to) would overflow to a paid
+platform tasks another process could run at once. So every process writes its free
+slots to ``{prefix}:internal:free`` (field: a process id, value: ``"<free> <ms>"``) and
+reads the others' every ``interval_s`` (so a view is at most about twice that old);
+routing lets tasks they can take wait for them.
+An entry not refreshed within ``stale_s`` (its process stopped) counts for nothing and
+is removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+
+log = logging.getLogger(__name__)
+
+
+class PeerCapacity:
+    def __init__(
+        self,
+        redis: Redis,
+        key: str,
+        mine: Callable[[], int],
+        *,
+        on_less: Callable[[], None],
+        interval_s: float = 0.1,
+        stale_s: float = 2.0,
+    ) -> None:
+        self.redis, self.key, self.mine = redis, key, mine
+        self.on_less = on_less  # capacity elsewhere shrank: held tasks may overflow now
+        self.interval_s, self.stale_ms = interval_s, int(stale_s * 1000)
+        self.process_id = uuid.uuid4().hex
+        self.elsewhere = 0
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    await self.sync()
+                except Exception as exc:  # Redis away: keep the last view, try again
+                    log.warning("internal capacity of other processes not read: %r", exc)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            await self.redis.hdel(self.key, self.process_id)
+
+    async def sync(self) -> None:
+        """Write our free slots, read everyone else's."""
+        now_ms = int(time.time() * 1000)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(self.key, self.process_id, f"{self.mine()} {now_ms}")
+        pipe.hgetall(self.key)
+        _, entries = await pipe.execute()
+        total, stale = 0, []
+        for process_id, value in entries.items():
+            if process_id == self.process_id:
+                continue
+            free, _, at = str(value).partition(" ")
+            if now_ms - int(at or 0) > self.stale_ms:
+                stale.append(process_id)
+            else:
+                total += int(free)
+        if stale:
+            await self.redis.hdel(self.key, *stale)
+        before, self.elsewhere = self.elsewhere, total
+        if total < before:
+            self.on_less()
