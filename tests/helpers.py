@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 
 import httpx
 import orjson
+import redis.asyncio as aioredis
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -172,3 +174,28 @@ async def service_with_runninghub(
             if "callback_url" not in settings:
                 s.callback_url = base
             yield ServiceStack(base, rh, service)
+
+
+#: keys background loops rewrite on their own schedule (health state, free bridge slots
+#: per process): not part of what a refused request must leave unchanged
+BACKGROUND_KEYS = re.compile(r"^md:state:|:internal:free$")
+
+
+async def redis_snapshot(redis: aioredis.Redis) -> dict[str, tuple[str, int]]:
+    """Every key with its type and size: what 'changes nothing' is checked against."""
+    sizes = {
+        "hash": redis.hlen,
+        "list": redis.llen,
+        "zset": redis.zcard,
+        "set": redis.scard,
+        "string": redis.strlen,
+        "stream": redis.xlen,
+    }
+    out: dict[str, tuple[str, int]] = {}
+    for key in await redis.keys("*"):
+        if BACKGROUND_KEYS.search(str(key)):
+            continue
+        kind = str(await redis.type(key))
+        size = sizes.get(kind)
+        out[str(key)] = (kind, int(await size(key)) if size else 0)
+    return out

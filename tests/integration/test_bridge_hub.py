@@ -25,7 +25,7 @@ from aigcq.gateway.auth import issue_client_token
 from aigcq.jsonlog import JsonFormatter
 from aigcq.server import Service
 from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
+from tests.helpers import redis_snapshot, serve_app, until
 
 SECRET = "hub-secret-with-at-least-32-bytes-of-key"
 BRIDGE_TOKEN = "bridge-token"
@@ -77,22 +77,7 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
             await ws.close()
 
 
-async def snapshot(redis: aioredis.Redis) -> dict[str, tuple[str, int]]:
-    """Every key with its type and size: what 'changes nothing' is checked against."""
-    sizes = {
-        "hash": redis.hlen,
-        "list": redis.llen,
-        "zset": redis.zcard,
-        "set": redis.scard,
-        "string": redis.strlen,
-        "stream": redis.xlen,
-    }
-    out: dict[str, tuple[str, int]] = {}
-    for key in await redis.keys("*"):
-        kind = str(await redis.type(key))
-        size = sizes.get(kind)
-        out[str(key)] = (kind, int(await size(key)) if size else 0)
-    return out
+snapshot = redis_snapshot
 
 
 class Bridge:
@@ -186,12 +171,19 @@ async def test_closing_the_bridge_before_ack_requeues_its_tasks(env: Env) -> Non
 
 
 async def test_refused_ack_gives_the_task_back_for_another_try(env: Env) -> None:
+    """A refused task goes back to the head of the queue; the bridge's slot stays taken
+    until its next HEARTBEAT (it refused for a reason: handing the task straight back
+    would loop), then the task is tried again."""
     bridge = await env.bridge()
     await bridge.register(count=1)
     client = await env.client()
     await client.request(generate("r1"))
     first = await bridge.next()
     await bridge.ack("r1", code=421)
+    await until(lambda: env.task("r1"), lambda t: t.state == "pending")
+    with pytest.raises(TimeoutError):
+        await bridge.next(timeout=0.3)
+    await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1})
     again = await bridge.next()
     assert again["type"] == "TASK_ASSIGN" and again["data"]["taskId"] == "r1"
     assert again["data"]["attempt"] == first["data"]["attempt"]  # refunded

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import orjson
@@ -16,26 +15,12 @@ from aigcq.gateway.auth import issue_client_token
 from aigcq.server import Service
 from aigcq.signing import webhook_url
 from tests.e2e.conftest import Client
-from tests.helpers import serve_app
+from tests.helpers import redis_snapshot, serve_app
 
 SECRET = "gw-secret-with-at-least-32-bytes-of-key"
 
 
-async def snapshot(redis: aioredis.Redis) -> dict[str, Any]:
-    """Every key with its type and size: what 'changes nothing' is checked against."""
-    out: dict[str, Any] = {}
-    for key in await redis.keys("*"):
-        kind = await redis.type(key)
-        size = {
-            "hash": redis.hlen,
-            "list": redis.llen,
-            "zset": redis.zcard,
-            "set": redis.scard,
-            "stream": redis.xlen,
-            "string": redis.strlen,
-        }[kind](key)
-        out[key] = (kind, await size)
-    return out
+snapshot = redis_snapshot
 
 
 @pytest.fixture

@@ -365,6 +365,4 @@ def _current(manager: JwtManager) -> Callable[[], Awaitable[str | None]]:
 
 
 async def _tasks_state(md: Md) -> dict[str, tuple[str, int]]:
-    """Every key but the health state the hub republishes on its own schedule."""
-    keys = await snapshot(md.redis)
-    return {k: v for k, v in keys.items() if not k.startswith("md:state:")}
+    return await snapshot(md.redis)

@@ -315,8 +315,11 @@ class BridgeHub:
         if data.code == ACK_OK:
             await self._acked(conn, task_id, pending)
         else:
+            # The slot stays taken until the next HEARTBEAT says otherwise: a bridge that
+            # refused (no instance free, say) would be handed the same task again at once.
             reason = f"bridge {conn.bridge_id} refused: {data.code} {data.msg}"
-            await self._release(conn, task_id, pending, reason)
+            await self._requeue(task_id, pending.attempt, reason)
+            self.wake()
 
     async def _acked(self, conn: BridgeConn, task_id: str, pending: Pending) -> None:
         deadline_s = self.rt.deadline_s(self.rt.config.account(pending.aigc, pending.platform))
