@@ -87,11 +87,6 @@ async def publish_progress(rt: Runtime, backend_id: str, message: dict[str, Any]
         log.warning("progress for %s not published: %r", backend_id, exc)
 
 
-async def announce_running(rt: Runtime, task_id: str, backend_id: str, target: str) -> None:
-    """Tell the task's client that ``target`` accepted it."""
-    await publish_progress(rt, backend_id, running_message(task_id, target))
-
-
 def running_message(task_id: str, target: str) -> dict[str, Any]:
     return {"type": "progress", "taskId": task_id, "state": "running", "target": target}
 

@@ -42,7 +42,7 @@ from aigcq.bridges.protocol import (
 )
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Pending
 from aigcq.domain import ErrorCode, Task, TaskState
-from aigcq.events import announce_running, bridge_end_event
+from aigcq.events import bridge_end_event, progress_event, running_message
 from aigcq.gateway.auth import Auth, bearer
 from aigcq.health import HealthMonitor
 from aigcq.jsonlog import ctx
@@ -324,14 +324,18 @@ class BridgeHub:
     async def _acked(self, conn: BridgeConn, task_id: str, pending: Pending) -> None:
         deadline_s = self.rt.deadline_s(self.rt.config.account(pending.aigc, pending.platform))
         ok = await self.rt.store.mark_running(
-            task_id, pending.attempt, task_id, deadline_s=deadline_s, kind="callback"
+            task_id,
+            pending.attempt,
+            task_id,
+            deadline_s=deadline_s,
+            kind="callback",
+            progress=progress_event(pending.backend_id, running_message(task_id, self.name)),
         )
         if ok:
             conn.running.add(task_id)
             await self.registry.remember(
                 conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
             )
-            await announce_running(self.rt, task_id, pending.backend_id, self.name)
         log.info(
             "bridge %s: task %s acknowledged (running=%s)",
             conn.bridge_id,
