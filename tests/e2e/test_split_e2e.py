@@ -75,22 +75,39 @@ async def until_results(client: Client, ids: list[str], timeout: float) -> bool:
     return True
 
 
-async def test_split_topology_overflow_and_recovery(
+def split_stack(
     cluster: Cluster,
-) -> None:
-    comfy = cluster.emulator("comfyui", "--step-time", "0.02", "--steps", "2")
-    rh = cluster.emulator("runninghub", "--max-concurrent", "2", "--duration", "0.3")
-    md, md_port = start_dispatcher(cluster)  # a restart reuses its port
-    cluster.bridge(md_port, [comfy], "--heartbeat=0.5")
-    wait_free(md_port)
-    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 2}}})
-    _, port = cluster.server(
+    comfy: list[str],
+    *,
+    rh_cap: int = 10,
+    free: int = 2,
+    md_env: dict[str, str] | None = None,
+    **serve_env: str,
+) -> tuple[Proc, int, Proc, int]:
+    """RunningHub emulator (``rh_cap``), a dispatcher, a bridge to ``comfy`` and serve
+    using the dispatcher (health checked every 0.2 s), logged in and checked once:
+    ``(dispatcher, its port, serve, its port)``."""
+    rh = cluster.emulator("runninghub", "--max-concurrent", str(rh_cap), "--duration", "0.3")
+    md, md_port = start_dispatcher(cluster, **(md_env or {}))  # a restart reuses its port
+    cluster.bridge(md_port, comfy, "--heartbeat=0.5")
+    wait_free(md_port, free=free)
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": rh_cap}}})
+    serve, port = cluster.server(
         AIGCQ_RUNNINGHUB_URL=rh,
         MESSAGE_DISPATCHER_URL=f"http://127.0.0.1:{md_port}",
         MD_PASSWORD=MD_PASSWORD,
         MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL="200",
+        **serve_env,
     )
-    await asyncio.sleep(1.0)  # logged in, first health check passed
+    time.sleep(1.0)  # logged in, first health check passed
+    return md, md_port, serve, port
+
+
+async def test_split_topology_overflow_and_recovery(
+    cluster: Cluster,
+) -> None:
+    comfy = [cluster.emulator("comfyui", "--step-time", "0.02", "--steps", "2")]
+    md, md_port, _, port = split_stack(cluster, comfy, rh_cap=2, free=1)
     client = await Client(port, "b1").connect()
     try:
         reply = await client.request(bridge_task("internal-1"))
@@ -122,20 +139,8 @@ async def test_dispatcher_killed_holding_tasks_loses_none(cluster: Cluster) -> N
     the kill go to RunningHub, and every task's result still arrives exactly once."""
     # 3 nodes x 4 steps x 0.25 s: a prompt runs 3 s, so the tasks are held at the kill.
     comfy = [cluster.emulator("comfyui", "--step-time", "0.25", "--steps", "4") for _ in "ab"]
-    rh = cluster.emulator("runninghub", "--max-concurrent", "10", "--duration", "0.3")
-    md, md_port = start_dispatcher(cluster)
-    cluster.bridge(md_port, comfy, "--heartbeat=0.5")
-    wait_free(md_port, free=2)
-    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 10}}})
     deadline_s = 5.0
-    _, port = cluster.server(
-        AIGCQ_RUNNINGHUB_URL=rh,
-        MESSAGE_DISPATCHER_URL=f"http://127.0.0.1:{md_port}",
-        MD_PASSWORD=MD_PASSWORD,
-        MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL="200",
-        AIGCQ_TASK_DEADLINE_S=str(deadline_s),
-    )
-    await asyncio.sleep(1.0)  # logged in, first health check passed
+    md, md_port, _, port = split_stack(cluster, comfy, AIGCQ_TASK_DEADLINE_S=str(deadline_s))
     client = await Client(port, "b1").connect()
     held, after = ["held-0", "held-1"], ["after-0", "after-1"]
     try:
@@ -191,19 +196,13 @@ async def test_short_jwt_lifetime_refreshed_without_failed_dispatch(cluster: Clu
     # A prompt runs 3 nodes x 2 steps x 0.2 s the first time, 0.4 s after (only SaveImage
     # runs, the rest is cached).
     comfy = [cluster.emulator("comfyui", "--step-time", "0.2", "--steps", "2") for _ in "ab"]
-    rh = cluster.emulator("runninghub", "--max-concurrent", "10", "--duration", "0.3")
-    md, md_port = start_dispatcher(cluster, AIGCQ_MD_JWT_TTL_S=str(ttl_s))
-    cluster.bridge(md_port, comfy, "--heartbeat=0.5")
-    wait_free(md_port, free=2)
-    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 2}}})
-    serve, port = cluster.server(
-        AIGCQ_RUNNINGHUB_URL=rh,
-        MESSAGE_DISPATCHER_URL=f"http://127.0.0.1:{md_port}",
-        MD_PASSWORD=MD_PASSWORD,
-        MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL="200",
+    md, md_port, serve, port = split_stack(
+        cluster,
+        comfy,
+        rh_cap=2,
+        md_env={"AIGCQ_MD_JWT_TTL_S": str(ttl_s)},
         AIGCQ_MD_JWT_REFRESH_AHEAD_S="1.5",
     )
-    await asyncio.sleep(1.0)  # logged in, first health check passed
     client = await Client(port, "b1").connect()
     ids = ["warm-0", "warm-1"]  # one on each ComfyUI: the steady tasks then take 0.4 s
     try:

@@ -4,6 +4,7 @@ the RunningHub emulator at once, recover after 3 passing checks; failing bridges
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import operator
 from collections.abc import AsyncIterator
 from functools import partial
@@ -130,6 +131,23 @@ async def test_a_bridge_whose_tasks_keep_failing_is_out_of_rotation_until_a_prob
     await client.close()
 
 
+@contextlib.asynccontextmanager
+async def second_process(
+    env: Env, config_dir: Path
+) -> AsyncIterator[tuple[Service, Env, Bridge, Client]]:
+    """A second aigcq process on the same Redis (configured from ``config_dir``), and a
+    bridge of one instance connected to the first; yields (service, its Env, bridge,
+    client of the first)."""
+    settings = env.service.rt.settings.model_copy(update={"config_dir": config_dir})
+    other = Service(settings, PlatformConfig.load(config_dir), env.redis)
+    async with serve_app(other.app) as other_base:
+        elsewhere = Env(int(other_base.rsplit(":", 1)[1]), env.redis, other)
+        bridge = await env.bridge()
+        await bridge.register(count=1)
+        await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
+        yield other, elsewhere, bridge, await env.client()
+
+
 async def test_failures_reported_to_another_process_count_for_the_bridge(
     env: Env, tmp_path: Path
 ) -> None:
@@ -143,14 +161,7 @@ async def test_failures_reported_to_another_process_count_for_the_bridge(
     (other_dir / "model.json").write_text(
         '{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}'
     )
-    settings = env.service.rt.settings.model_copy(update={"config_dir": other_dir})
-    other = Service(settings, PlatformConfig.load(other_dir), env.redis)
-    async with serve_app(other.app) as other_base:
-        elsewhere = Env(int(other_base.rsplit(":", 1)[1]), env.redis, other)
-        bridge = await env.bridge()
-        await bridge.register(count=1)
-        await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
-        client = await env.client()
+    async with second_process(env, other_dir) as (_, elsewhere, bridge, client):
         beat = {"instanceCount": 1, "availableInstanceCount": 1}
         for i in range(3):
             await goes_to(env, client, f"x{i}", "bridge")
@@ -198,13 +209,7 @@ async def test_a_task_end_received_elsewhere_frees_the_slot_at_once(
     runs on the bridge instead of overflowing to RunningHub."""
     hub = env.service.hub
     assert hub is not None
-    other = Service(env.service.rt.settings, PlatformConfig.load(tmp_path), env.redis)
-    async with serve_app(other.app) as other_base:
-        elsewhere = Env(int(other_base.rsplit(":", 1)[1]), env.redis, other)
-        bridge = await env.bridge()
-        await bridge.register(count=1)
-        await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
-        client = await env.client()
+    async with second_process(env, tmp_path) as (other, elsewhere, bridge, client):
         assert other.hub is not None
         for i in range(3):
             # The second process sees the first's free slot within 0.2 s; from then on it

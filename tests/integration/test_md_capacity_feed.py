@@ -4,6 +4,7 @@ structure, a change reaching ``aigcq serve`` at once, and polling while the feed
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.dispatcher.capacity import FEED_PATH, FeedConfig
 from aigcq.dispatcher.client import MessageDispatcherTarget
 from aigcq.server import Service
-from tests.e2e.conftest import generate
+from tests.e2e.conftest import Client, generate
 from tests.helpers import until
 from tests.integration.test_bridge_hub import Bridge
 
@@ -138,58 +139,60 @@ async def _connected(target: MessageDispatcherTarget) -> bool:
     return target.feed.connected
 
 
-async def test_capacity_change_reaches_serve_at_once(
+@pytest.fixture
+async def fed(
     md: mds.Md,
     tmp_path: Path,
     redis: aioredis.Redis,
     redis_url: str,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL", "600000")  # one check only
+) -> AsyncIterator[tuple[MessageDispatcherTarget, Client]]:
+    """serve in the split topology, its capacity feed connected: (its internal target,
+    a client). One health check only, so free slots change through the feed alone."""
+    monkeypatch.setenv("MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL", "600000")
     monkeypatch.setenv("MD_PASSWORD", mds.PASSWORD)
-    md.dispatcher.feed.config = FeedConfig(change_check_s=0.05)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
         target = _target(service)
         await until(lambda: _connected(target), lambda ok: ok)
-        bridge = await Bridge.connect(md.port)
-        await bridge.register(count=2)
-        await until(lambda: _free(target), lambda n: n == 2, within=1)
-        await client.request(generate("feed-1"))
-        assign = await bridge.next()
-        md_task_id = assign["data"]["taskId"]
-        allocations = md.dispatcher.feed.allocations
-        await until(lambda: _has(allocations, md_task_id), lambda ok: ok)
-        await bridge.ws.close()
-        await until(lambda: _free(target), lambda n: n == 0, within=1)
+        yield target, client
+
+
+async def test_capacity_change_reaches_serve_at_once(
+    md: mds.Md, fed: tuple[MessageDispatcherTarget, Client]
+) -> None:
+    md.dispatcher.feed.config = FeedConfig(change_check_s=0.05)
+    target, client = fed
+    bridge = await Bridge.connect(md.port)
+    await bridge.register(count=2)
+    await until(lambda: _free(target), lambda n: n == 2, within=1)
+    await client.request(generate("feed-1"))
+    assign = await bridge.next()
+    md_task_id = assign["data"]["taskId"]
+    allocations = md.dispatcher.feed.allocations
+    await until(lambda: _has(allocations, md_task_id), lambda ok: ok)
+    await bridge.ws.close()
+    await until(lambda: _free(target), lambda n: n == 0, within=1)
 
 
 async def test_quick_tasks_still_resync_serves_free_slots(
-    md: mds.Md,
-    tmp_path: Path,
-    redis: aioredis.Redis,
-    redis_url: str,
-    monkeypatch: pytest.MonkeyPatch,
+    md: mds.Md, fed: tuple[MessageDispatcherTarget, Client]
 ) -> None:
     """serve counts a slot as taken when it submits. A task that starts and ends between
     two of the dispatcher's checks leaves its summary unchanged; the accepted task alone
     must still push an update, or serve sees no free slot until the periodic one (10 s)
     and sends the next tasks to paid platforms."""
-    monkeypatch.setenv("MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL", "600000")  # one check only
-    monkeypatch.setenv("MD_PASSWORD", mds.PASSWORD)
     md.dispatcher.feed.config = FeedConfig(change_check_s=0.5, interval_s=60)
-    async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
-        target = _target(service)
-        await until(lambda: _connected(target), lambda ok: ok)
-        bridge = await Bridge.connect(md.port)
-        await bridge.register(count=1)
+    target, client = fed
+    bridge = await Bridge.connect(md.port)
+    await bridge.register(count=1)
+    await until(lambda: _free(target), lambda n: n == 1, within=2)
+    for i in range(3):
+        await client.request(generate(f"quick-{i}"))
+        assign = await bridge.next()
+        await bridge.ack(assign["data"]["taskId"])
+        await mds._task_end(md, assign["data"]["webhookUrl"])
+        assert (await client.next())["status"] == "success"
         await until(lambda: _free(target), lambda n: n == 1, within=2)
-        for i in range(3):
-            await client.request(generate(f"quick-{i}"))
-            assign = await bridge.next()
-            await bridge.ack(assign["data"]["taskId"])
-            await mds._task_end(md, assign["data"]["webhookUrl"])
-            assert (await client.next())["status"] == "success"
-            await until(lambda: _free(target), lambda n: n == 1, within=2)
 
 
 @pytest.mark.usefixtures("fast_checks")
