@@ -124,6 +124,8 @@ class HealthMonitor:
         self.silence_s = settings.bridge_silence_s
         self.on_change = on_change
         self.health = Health(recover_passes=settings.health_recover_passes)
+        #: whether this process writes md:state:* (False: another process has the bridges)
+        self.speaks: Callable[[], bool] = lambda: True
         self._connected_at = ""
         self._disconnected_at = ""
         self._writes: set[asyncio.Task[None]] = set()
@@ -172,6 +174,8 @@ class HealthMonitor:
 
     async def publish(self) -> None:
         """Write the seed's ``md:state:*`` keys from the bridges and the health state."""
+        if not self.speaks():
+            return
         bridges = [b for b in self.bridges() if b.online]
         now = _iso()
         if bridges and not self._connected_at:

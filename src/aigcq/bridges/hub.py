@@ -124,8 +124,13 @@ class BridgeHub:
         )
         self.progress = ProgressRelay(rt)
         self.peers = PeerCapacity(
-            rt.redis, rt.store.keys.internal_free, self.free_slots, on_less=lambda: self.wake()
+            rt.redis,
+            rt.store.keys.internal_free,
+            lambda: (self.free_slots(), len(self.registry.live())),
+            on_less=lambda: self.wake(),
         )
+        # md:state:* describes the fleet: a process with no bridge leaves it to one with some
+        self.health.speaks = lambda: bool(self.registry.live()) or not self.peers.bridges_elsewhere
         self._background: set[asyncio.Task[None]] = set()
 
     # ---- InternalTarget ----------------------------------------------------------------

@@ -4,7 +4,8 @@ A bridge connects to one process, so each process sees only its own bridges' fre
 Knowing nothing of the others', a process whose bridges are busy (or that has none, like
 a second worker that a bridge did not happen to connect to) would overflow to a paid
 platform tasks another process could run at once. So every process writes its free
-slots to ``{prefix}:internal:free`` (field: a process id, value: ``"<free> <ms>"``) and
+slots and bridges to ``{prefix}:internal:free`` (field: a process id, value:
+``"<free> <bridges> <ms>"``) and
 reads the others' every ``interval_s`` (so a view is at most about twice that old);
 routing lets tasks they can take wait for them.
 An entry not refreshed within ``stale_s`` (its process stopped) counts for nothing and
@@ -29,7 +30,7 @@ class PeerCapacity:
         self,
         redis: Redis,
         key: str,
-        mine: Callable[[], int],
+        mine: Callable[[], tuple[int, int]],
         *,
         on_less: Callable[[], None],
         interval_s: float = 0.1,
@@ -39,7 +40,8 @@ class PeerCapacity:
         self.on_less = on_less  # capacity elsewhere shrank: held tasks may overflow now
         self.interval_s, self.stale_ms = interval_s, int(stale_s * 1000)
         self.process_id = uuid.uuid4().hex
-        self.elsewhere = 0
+        self.elsewhere = 0  # free slots on other processes' bridges
+        self.bridges_elsewhere = 0  # bridges connected to other processes
 
     async def run(self) -> None:
         try:
@@ -53,23 +55,29 @@ class PeerCapacity:
             await self.redis.hdel(self.key, self.process_id)
 
     async def sync(self) -> None:
-        """Write our free slots, read everyone else's."""
+        """Write our free slots and bridges, read everyone else's."""
         now_ms = int(time.time() * 1000)
+        free, bridges = self.mine()
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(self.key, self.process_id, f"{self.mine()} {now_ms}")
+        pipe.hset(self.key, self.process_id, f"{free} {bridges} {now_ms}")
         pipe.hgetall(self.key)
         _, entries = await pipe.execute()
-        total, stale = 0, []
+        total, connected, stale = 0, 0, []
         for process_id, value in entries.items():
             if process_id == self.process_id:
                 continue
-            free, _, at = str(value).partition(" ")
-            if now_ms - int(at or 0) > self.stale_ms:
+            try:
+                their_free, their_bridges, at = map(int, str(value).split())
+            except ValueError:  # not ours (an older version's format): drop it
+                their_free, their_bridges, at = 0, 0, 0
+            if now_ms - at > self.stale_ms:
                 stale.append(process_id)
             else:
-                total += int(free)
+                total += their_free
+                connected += their_bridges
         if stale:
             await self.redis.hdel(self.key, *stale)
+        self.bridges_elsewhere = connected
         before, self.elsewhere = self.elsewhere, total
         if total < before:
             self.on_less()
