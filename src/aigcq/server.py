@@ -15,7 +15,6 @@ from redis.asyncio import Redis
 from aigcq import metrics, platforms, shutdown
 from aigcq.bridges.hub import BridgeHub
 from aigcq.config import PlatformConfig, Settings
-from aigcq.domain import Task
 from aigcq.events import EventBus
 from aigcq.gateway.admin_api import admin_router
 from aigcq.gateway.callbacks import callback_routes
@@ -94,18 +93,15 @@ class Service:
         )
         self._loops: list[asyncio.Task[None]] = []
         self.shutdown_grace_s = 5.0  # hand-offs under way at shutdown may finish this long
+        self._callback_format = adapter_class("runninghub")("")
         self.callbacks = callback_routes(self.gateway, self.parse_callback)
         self.api = self._build_app()
         self.app = self._hot_paths(self.api)
 
-    def parse_callback(self, task: Task, body: dict[str, Any]) -> ResultOutcome:
-        """TASK_END bodies share RunningHub's format, whichever target sent them."""
-        adapter = self.rt.platforms.adapters.get(task.target)
-        if adapter is None or adapter.kind != "callback":
-            adapter = self.rt.platforms.adapters.get("runninghub") or adapter_class("runninghub")(
-                ""
-            )
-        return adapter.parse_result(body)
+    def parse_callback(self, body: dict[str, Any]) -> ResultOutcome:
+        """TASK_END bodies share RunningHub's format, whichever target sent them (bridges,
+        the message-dispatcher and RunningHub itself): no need to know the task first."""
+        return self._callback_format.parse_result(body)
 
     async def _deliver_sweep(self) -> None:
         """Covers pub/sub messages lost while a subscription was reconnecting."""

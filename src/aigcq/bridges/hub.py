@@ -41,7 +41,7 @@ from aigcq.bridges.protocol import (
     parse_bridge_message,
 )
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Pending
-from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.domain import ErrorCode, TaskState
 from aigcq.events import bridge_end_event, progress_event, running_message
 from aigcq.gateway.auth import Auth, bearer
 from aigcq.health import HealthMonitor
@@ -458,7 +458,7 @@ class BridgeHub:
     def _quarantine_s(self) -> float:
         return self.rt.settings.bridge_quarantine_s
 
-    def task_ended(self, task: Task, ok: bool) -> None:
+    def task_ended(self, task_id: str, target: str, ok: bool) -> None:
         """TASK_END hook: the slot is free again; consecutive failures take a bridge out of
         rotation, a success re-admits it. A bridge is also re-admitted by its first
         HEARTBEAT with free instances after ``bridge_quarantine_s``, on probation: one more
@@ -466,14 +466,14 @@ class BridgeHub:
 
         The count is the bridge's, in Redis, whichever process receives the TASK_END; the
         process holding the bridge's connection applies it (see :meth:`_save`)."""
-        if task.target != self.name:
+        if target != self.name:
             return
-        conn = next((b for b in self.registry.live() if task.task_id in b.running), None)
+        conn = next((b for b in self.registry.live() if task_id in b.running), None)
         if conn is not None:
-            conn.running.discard(task.task_id)
+            conn.running.discard(task_id)
             if ok:
                 self._free_slot(conn)
-        self._spawn(self._count_end(task.task_id, ok, conn))
+        self._spawn(self._count_end(task_id, ok, conn))
 
     def _free_slot(self, conn: BridgeConn) -> None:
         # The instance is free again now, not at the bridge's next HEARTBEAT (up to 30 s

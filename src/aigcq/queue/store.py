@@ -69,6 +69,7 @@ class Claimed:
 class Finished:
     applied: bool
     state: TaskState | None  # None: the task does not exist (or has expired)
+    target: str = ""  # where it ran (set when applied)
 
 
 class TaskStore:
@@ -290,9 +291,10 @@ class TaskStore:
             _allowed(state),
         )
         code = int(applied)
-        if code == 1:
-            metrics.task_finished(labels, state.value, now)
-        return Finished(code == 1, TaskState(_s(current)) if code >= 0 else None)
+        if code != 1:
+            return Finished(False, TaskState(_s(current)) if code >= 0 else None)
+        metrics.task_finished(labels, state.value, now)
+        return Finished(True, state, _s(labels[2]))
 
     async def withdraw(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
         """Cancel a task that is still waiting (never one dispatched or running), with no

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.domain import ErrorCode, TaskState
 from aigcq.jsonlog import ctx
 from aigcq.platforms.base import Failed, NotFound, Pending, ResultOutcome, Succeeded
 from aigcq.queue.store import Finished
@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 class Outcomes:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        #: called with (task, succeeded) once a TASK_END callback finished a task
-        self.on_task_end: Callable[[Task, bool], None] = lambda task, ok: None
+        #: called with (taskId, target, succeeded) once a TASK_END callback finished a task
+        self.on_task_end: Callable[[str, str, bool], None] = lambda task_id, target, ok: None
         #: a failed result puts the task back while it has attempts left (the
         #: message-dispatcher's retries, seed 000 §9.3.2); otherwise it fails at once
         self.retry_failures = False
