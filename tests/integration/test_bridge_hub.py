@@ -170,6 +170,28 @@ async def test_closing_the_bridge_before_ack_requeues_its_tasks(env: Env) -> Non
     await client.close()
 
 
+async def test_task_end_overtaking_its_ack_frees_the_slot(env: Env) -> None:
+    """TASK_END comes over HTTP, TASK_ACK over the socket: a quick task's TASK_END can be
+    handled first. The slot is freed all the same, and the late ACK is dropped quietly."""
+    hub = env.service.hub
+    assert hub is not None
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    await client.request(generate("fast-1"))
+    assign = await bridge.next()
+    assert await task_end(env, assign["data"]["webhookUrl"]) == 200  # before any TASK_ACK
+    assert (await client.next())["status"] == "success"
+    assert hub.free_slots() == 1
+    await bridge.ack("fast-1")
+    with pytest.raises(TimeoutError):  # no ERROR frame for it
+        await bridge.next(timeout=0.3)
+    await client.request(generate("fast-2"))  # the slot is really free
+    assert (await bridge.next())["data"]["taskId"] == "fast-2"
+    await bridge.ws.close()
+    await client.close()
+
+
 async def test_refused_ack_gives_the_task_back_for_another_try(env: Env) -> None:
     """A refused task goes back to the head of the queue; the bridge's slot stays taken
     until its next HEARTBEAT (it refused for a reason: handing the task straight back

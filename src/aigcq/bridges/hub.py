@@ -313,6 +313,9 @@ class BridgeHub:
         task_id = data.data.task_id
         pending = conn.pending.pop(task_id, None)
         if pending is None:
+            if task_id in conn.ended_early:  # finished already: nothing left to do
+                conn.ended_early.discard(task_id)
+                return
             await _error(session, "UnknownTask", f"task {task_id!r} is not awaiting an ACK")
             return
         if pending.timer is not None:
@@ -328,6 +331,7 @@ class BridgeHub:
 
     async def _acked(self, conn: BridgeConn, task_id: str, pending: Pending) -> None:
         deadline_s = self.rt.deadline_s(self.rt.config.account(pending.aigc, pending.platform))
+        conn.running.add(task_id)  # already: its TASK_END may arrive while we write this
         ok = await self.rt.store.mark_running(
             task_id,
             pending.attempt,
@@ -336,8 +340,9 @@ class BridgeHub:
             kind="callback",
             progress=progress_event(pending.backend_id, running_message(task_id, self.name)),
         )
-        if ok:
-            conn.running.add(task_id)
+        if not ok:
+            conn.running.discard(task_id)
+        else:
             await self.registry.remember(
                 conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
             )
@@ -468,9 +473,14 @@ class BridgeHub:
         process holding the bridge's connection applies it (see :meth:`_save`)."""
         if target != self.name:
             return
-        conn = next((b for b in self.registry.live() if task_id in b.running), None)
+        conn = next((b for b in self.registry.live() if _holds(b, task_id)), None)
         if conn is not None:
             conn.running.discard(task_id)
+            early = conn.pending.pop(task_id, None)
+            if early is not None:  # its TASK_END (HTTP) overtook its TASK_ACK (WebSocket)
+                if early.timer is not None:
+                    early.timer.cancel()
+                conn.ended_early.add(task_id)
             if ok:
                 self._free_slot(conn)
         self._spawn(self._count_end(task_id, ok, conn))
@@ -605,6 +615,10 @@ class BridgeHub:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _holds(conn: BridgeConn, task_id: str) -> bool:
+    return task_id in conn.running or task_id in conn.pending
 
 
 async def _receive(ws: WebSocket) -> str | bytes | None:

@@ -79,6 +79,7 @@ class BridgeConn:
     last_pong: float = 0.0
     pending: dict[str, Pending] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)  # acknowledged, awaiting TASK_END
+    ended_early: set[str] = field(default_factory=set)  # TASK_END came before TASK_ACK
     failures: int = 0  # consecutive failed TASK_ENDs
     quarantined_at: float | None = None  # out of rotation since (monotonic)
     drained: bool = False  # by an operator: no new tasks, running ones finish
