@@ -77,9 +77,6 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
             await ws.close()
 
 
-snapshot = redis_snapshot
-
-
 class Bridge:
     """A minimal bridge: send frames, read the hub's frames (PINGs are skipped)."""
 
@@ -249,11 +246,11 @@ async def test_bad_bridge_input_gets_an_error_and_changes_nothing(
     bridge = await env.bridge()
     await bridge.register(count=1)
     await until(lambda: env.redis.exists("aigcq:bridge:br1"), bool)
-    before = await snapshot(env.redis)
+    before = await redis_snapshot(env.redis)
     await bridge.ws.send(raw)
     reply = await bridge.next()
     assert reply == {"type": "ERROR", "data": {"code": code, "msg": reply["data"]["msg"]}}
-    assert await snapshot(env.redis) == before
+    assert await redis_snapshot(env.redis) == before
     assert env.service.hub is not None and env.service.hub.free_slots() == 1
     await bridge.ws.send(raw)  # still connected
     assert (await bridge.next())["data"]["code"] == code
@@ -369,17 +366,14 @@ async def test_the_flood_limit_is_a_setting_and_a_flood_changes_nothing_else(
     await noisy.send("TASK_ACK", unknown_ack)
     assert (await noisy.next())["data"]["code"] == "UnknownTask"  # still served
 
-    async def ours() -> dict[str, tuple[str, int]]:  # (md:state:* is the health monitor's)
-        return {k: v for k, v in (await snapshot(env.redis)).items() if k.startswith("aigcq:")}
-
-    before = await ours()
+    before = await redis_snapshot(env.redis)
     with pytest.raises(websockets.ConnectionClosed):
         for _ in range(100):
             await noisy.ws.send(pong)
         await noisy.next()
     assert noisy.ws.close_code == 4008
     await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 1)
-    assert await ours() == before  # keys and sizes: none added or removed
+    assert await redis_snapshot(env.redis) == before  # keys and sizes: none added or removed
     assert (await env.redis.hgetall("aigcq:bridge:noisy"))["online"] == "0"
     assert (await env.redis.hgetall("aigcq:bridge:calm"))["online"] == "1"
     await calm.send("TASK_ACK", unknown_ack)  # the other bridge is untouched

@@ -20,9 +20,6 @@ from tests.helpers import redis_snapshot, serve_app
 SECRET = "gw-secret-with-at-least-32-bytes-of-key"
 
 
-snapshot = redis_snapshot
-
-
 @pytest.fixture
 async def gateway(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
@@ -77,10 +74,10 @@ async def test_bad_client_messages_get_their_code_and_change_nothing(
 ) -> None:
     port, redis = gateway
     client = await Client(port, "b1", token()).connect()
-    before = await snapshot(redis)
+    before = await redis_snapshot(redis)
     reply = await client.request(raw)
     assert reply["type"] == "error" and reply["code"] == code and reply["msg"]
-    assert await snapshot(redis) == before
+    assert await redis_snapshot(redis) == before
     assert (await client.request({"type": "ping"}))["type"] == "pong"  # still usable
     await client.close()
 
@@ -135,22 +132,22 @@ async def test_forged_and_replayed_callbacks_change_nothing(
         "eventData": orjson.dumps({"code": 0, "msg": "success", "data": []}).decode(),
     }
     async with httpx.AsyncClient() as http:
-        before = await snapshot(redis)
+        before = await redis_snapshot(redis)
         unsigned = await http.post(f"{base}/callback/all", json=body)
         assert unsigned.status_code == 403
         forged = webhook_url(base, b"wrong-key", "cb", 1)
         assert (await http.post(forged, json=body)).status_code == 403
         unknown = webhook_url(base, SECRET.encode(), "nope", 1)
         assert (await http.post(unknown, json=body)).status_code == 404
-        assert await snapshot(redis) == before
+        assert await redis_snapshot(redis) == before
         good = webhook_url(base, SECRET.encode(), "cb", 1)
         assert (await http.post(good, content=b"{oops")).status_code == 400
         assert (await http.post(good, json=body)).status_code == 200
         result = await client.next()
         assert result["type"] == "result" and result["status"] == "success"
-        after = await snapshot(redis)
+        after = await redis_snapshot(redis)
         assert (await http.post(good, json=body)).status_code == 410  # replay
-        assert await snapshot(redis) == after
+        assert await redis_snapshot(redis) == after
     await client.close()
 
 
@@ -170,9 +167,9 @@ async def test_quota_admission_refuses_with_balance_error(
         client = await Client(int(base.rsplit(":", 1)[1]), "b1", token()).connect()
         msg = {"type": "generate", "platform": "comfyui", "AIGC": "proj", "payload": {}}
         assert (await client.request({**msg, "taskId": "q1"}))["type"] == "submitted"
-        before = await snapshot(redis)
+        before = await redis_snapshot(redis)
         assert (await client.request({**msg, "taskId": "q2"}))["code"] == "BalanceError"
-        assert await snapshot(redis) == before
+        assert await redis_snapshot(redis) == before
         await client.close()
 
 
@@ -191,11 +188,11 @@ async def test_failure_of_an_abandoned_attempt_is_refused_but_a_late_success_win
         return {"event": "TASK_END", "taskId": "r", "eventData": orjson.dumps(data).decode()}
 
     async with httpx.AsyncClient() as http:
-        before = await snapshot(redis)
+        before = await redis_snapshot(redis)
         # Both tasks wait (as after a deadline requeue): a failure report is stale ...
         failed = await http.post(webhook_url(base, SECRET.encode(), "gone", 0), json=end(805))
         assert failed.status_code == 410
-        assert await snapshot(redis) == before
+        assert await redis_snapshot(redis) == before
         # ... but a success is a real result, delivered once.
         ok = await http.post(webhook_url(base, SECRET.encode(), "late", 0), json=end(0))
         assert ok.status_code == 200

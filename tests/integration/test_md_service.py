@@ -30,8 +30,8 @@ from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.runninghub import RunningHubAdapter
 from aigcq.server import Service
 from tests.e2e.conftest import Client, generate
-from tests.helpers import Recorder, send, serve_app, until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge, snapshot
+from tests.helpers import Recorder, redis_snapshot, send, serve_app, until
+from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge
 
 PASSWORD = "md-test-password"
 JWT_SECRET = "md-jwt-secret-with-at-least-32-bytes-of-key"
@@ -113,13 +113,13 @@ async def test_bad_tokens_get_401_and_queue_nothing(md: Md, api_key: str | None)
         api_key = api_key.access_token if api_key else None
     elif api_key == "client-token":  # signed with the same secret, but not a login token
         api_key = issue_client_token(JWT_SECRET, "admin")
-    before = await _tasks_state(md)
+    before = await redis_snapshot(md.redis)
     body = {**BODY, **({"apiKey": api_key} if api_key is not None else {})}
     resp = await md.http.post("/api/task", json=body)
     assert resp.status_code == 401 and resp.json()["success"] is False
     rh = await md.http.post("/task/openapi/create", json=body)
     assert rh.json()["code"] == 802
-    assert await _tasks_state(md) == before
+    assert await redis_snapshot(md.redis) == before
 
 
 @pytest.mark.parametrize(
@@ -134,10 +134,10 @@ async def test_bad_tokens_get_401_and_queue_nothing(md: Md, api_key: str | None)
 )
 async def test_malformed_bodies_get_400_and_queue_nothing(md: Md, body: bytes) -> None:
     headers = {"Authorization": f"Bearer {await md.token()}"}
-    before = await _tasks_state(md)
+    before = await redis_snapshot(md.redis)
     resp = await md.http.post("/api/task", content=body, headers=headers)
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "InvalidBody"
-    assert await _tasks_state(md) == before
+    assert await redis_snapshot(md.redis) == before
 
 
 async def test_health_counts_bridges_and_free_slots(md: Md) -> None:
@@ -362,7 +362,3 @@ def _current(manager: JwtManager) -> Callable[[], Awaitable[str | None]]:
         return manager.current()
 
     return probe
-
-
-async def _tasks_state(md: Md) -> dict[str, tuple[str, int]]:
-    return await snapshot(md.redis)

@@ -475,12 +475,7 @@ class BridgeHub:
             return
         conn = next((b for b in self.registry.live() if _holds(b, task_id)), None)
         if conn is not None:
-            conn.running.discard(task_id)
-            early = conn.pending.pop(task_id, None)
-            if early is not None:  # its TASK_END (HTTP) overtook its TASK_ACK (WebSocket)
-                if early.timer is not None:
-                    early.timer.cancel()
-                conn.ended_early.add(task_id)
+            _forget(conn, task_id)
             if ok:
                 self._free_slot(conn)
         self._spawn(self._count_end(task_id, ok, conn))
@@ -520,9 +515,9 @@ class BridgeHub:
         apply the bridge's failure count first (a failing bridge is out before reuse)."""
         conn = self.registry.bridges.get(str(end.get("bridgeId")))
         task_id = str(end.get("taskId"))
-        if conn is None or task_id not in conn.running:
+        if conn is None or not _holds(conn, task_id):
             return
-        conn.running.discard(task_id)
+        _forget(conn, task_id)
         if self._apply_failures(conn, int(end.get("failures", 0)), task_id):
             self._spawn(self._save(conn))
         self._free_slot(conn)
@@ -619,6 +614,17 @@ class BridgeHub:
 
 def _holds(conn: BridgeConn, task_id: str) -> bool:
     return task_id in conn.running or task_id in conn.pending
+
+
+def _forget(conn: BridgeConn, task_id: str) -> None:
+    """The task's TASK_END came: it no longer runs on ``conn``. Its TASK_ACK may not have
+    (HTTP can overtake the socket): that late ACK is then dropped quietly."""
+    conn.running.discard(task_id)
+    early = conn.pending.pop(task_id, None)
+    if early is not None:
+        if early.timer is not None:
+            early.timer.cancel()
+        conn.ended_early.add(task_id)
 
 
 async def _receive(ws: WebSocket) -> str | bytes | None:
