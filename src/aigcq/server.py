@@ -133,6 +133,7 @@ class Service:
             await asyncio.wait(self._loops, timeout=5.0)
             await self.gateway.aclose()
             await self.rt.platforms.aclose()
+            await self.rt.store.aclose()
             log.info("aigcq stopped")
 
     async def client_ws(self, ws: WebSocket) -> None:

@@ -335,6 +335,11 @@ async def test_hub_log_lines_carry_task_and_bridge_ids(
     await bridge.ack("lg1")
     await until(partial(env.task, "lg1"), lambda t: t.state == "running")
 
+    def acked() -> bool:
+        return any("task lg1 acknowledged" in r.getMessage() for r in caplog.records)
+
+    await until(lambda: asyncio.sleep(0, acked()), bool)  # logged after one more write
+
     def about(text: str) -> logging.LogRecord:
         return next(r for r in caplog.records if text in r.getMessage())
 

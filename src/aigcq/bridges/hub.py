@@ -118,7 +118,7 @@ class BridgeHub:
         self.config = config or HubConfig()
         self.auth = Auth(rt.settings)
         ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
-        self.registry = BridgeRegistry(rt.redis, rt.settings.project_prefix, ttl_s=ttl)
+        self.registry = BridgeRegistry(rt.store, rt.settings.project_prefix, ttl_s=ttl)
         self.health = HealthMonitor(
             rt.redis, self.registry.live, rt.settings, on_change=lambda: self.wake()
         )
@@ -505,7 +505,7 @@ class BridgeHub:
         owner = self.registry.bridges.get(bridge_id)
         if owner is None:  # another process holds the bridge: its slot is free now
             end = {"bridgeId": bridge_id, "taskId": task_id, "failures": failures}
-            await self.rt.redis.publish(self.rt.store.keys.events, bridge_end_event(end))
+            await self.rt.store.command("PUBLISH", self.rt.store.keys.events, bridge_end_event(end))
         elif self._apply_failures(owner, failures, task_id):
             await self.registry.save(owner)
 

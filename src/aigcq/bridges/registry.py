@@ -25,8 +25,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping, ValuesView
 from dataclasses import dataclass, field
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+
+from aigcq.queue.store import TaskStore
 
 Send = Callable[[str], Awaitable[None]]
 Key = tuple[float, int]  # (load, -free): the smallest is picked
@@ -168,8 +169,9 @@ class _Bridges(MutableMapping[str, BridgeConn]):
 class BridgeRegistry:
     """In-memory map of this process's bridges, mirrored to Redis."""
 
-    def __init__(self, redis: Redis, prefix: str, ttl_s: int) -> None:
-        self.redis = redis
+    def __init__(self, store: TaskStore, prefix: str, ttl_s: int) -> None:
+        """Per-task writes go through ``store``'s hot-path connection."""
+        self.store = store
         self.prefix = prefix
         self.ttl_s = ttl_s
         bridges = _Bridges(self)
@@ -282,33 +284,32 @@ class BridgeRegistry:
         """Publish the bridge's capacity and last-seen time (and set its shared count of
         consecutive failures to ``failures``, if given); return that count."""
         key = self.key(conn.bridge_id)
-        pipe = self.redis.pipeline(transaction=False)
+        record = {
+            "bridgeId": conn.bridge_id,
+            "instanceCount": conn.instance_count,
+            "availableInstanceCount": conn.free(),
+            "online": int(conn.online),
+            "inRotation": int(conn.quarantined_at is None),
+            "drained": int(conn.drained),
+            "lastSeen": time.time(),
+        }
         if failures is not None:
-            pipe.hset(key, "failures", failures)
-        pipe.hset(
-            key,
-            mapping={
-                "bridgeId": conn.bridge_id,
-                "instanceCount": conn.instance_count,
-                "availableInstanceCount": conn.free(),
-                "online": int(conn.online),
-                "inRotation": int(conn.quarantined_at is None),
-                "drained": int(conn.drained),
-                "lastSeen": time.time(),
-            },
+            record["failures"] = failures
+        replies = await self.store.commands(
+            ["HSET", key, *(x for kv in record.items() for x in kv)],
+            ["EXPIRE", key, self.ttl_s],
+            ["HGET", key, "failures"],
         )
-        pipe.expire(key, self.ttl_s)
-        pipe.hget(key, "failures")
-        return int((await pipe.execute())[-1] or 0)
+        return int(replies[-1] or 0)
 
     async def count_end(self, task_id: str, ok: bool, fallback: str = "") -> tuple[str, int] | None:
         """Count a TASK_END against the bridge that ran ``task_id`` (``fallback`` if none is
         recorded): a success resets the bridge's shared failure count, a failure adds one.
         Return (bridgeId, the new count), or ``None`` when the bridge is unknown."""
         if self._count_end is None:
-            self._count_end = self.redis.register_script(_COUNT_END)
+            self._count_end = self.store.redis.register_script(_COUNT_END)
         args: list[str | int] = [self.prefix, task_id, int(ok), fallback]
-        out = await self._count_end(keys=[self.owner_key(task_id)], args=args)
+        out = await self.store.script(self._count_end, [self.owner_key(task_id)], args)
         if not out:
             return None
         bridge_id, failures = out
@@ -317,16 +318,16 @@ class BridgeRegistry:
     async def remember(self, bridge_id: str, task_id: str, attempt: int, ttl_s: int) -> None:
         """Record an acknowledged task as held by ``bridge_id``."""
         key = self.tasks_key(bridge_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(key, task_id, attempt)
-        pipe.expire(key, ttl_s)
-        pipe.set(self.owner_key(task_id), bridge_id, ex=ttl_s)
-        await pipe.execute()
+        await self.store.commands(
+            ["HSET", key, task_id, attempt],
+            ["EXPIRE", key, ttl_s],
+            ["SET", self.owner_key(task_id), bridge_id, "EX", ttl_s],
+        )
 
     async def take_held(self, bridge_id: str) -> dict[str, int]:
         """The acknowledged tasks recorded for ``bridge_id``, forgetting them."""
         key = self.tasks_key(bridge_id)
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = self.store.redis.pipeline(transaction=True)
         pipe.hgetall(key)
         pipe.delete(key)
         raw, _ = await pipe.execute()

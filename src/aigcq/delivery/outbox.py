@@ -10,7 +10,7 @@ Entries older than the retention are trimmed by ``XADD MINID``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
@@ -34,14 +34,12 @@ def compose(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
 
 
 class Outbox:
-    def __init__(
-        self, redis: Redis, keys: Keys, command: Callable[..., Awaitable[Any]] | None = None
-    ) -> None:
-        """``command(*args)`` runs a Redis command (default: on ``redis``); the server
-        passes :meth:`TaskStore.command`, which pipelines concurrent drains together."""
+    def __init__(self, redis: Redis, keys: Keys, command: Callable[..., Awaitable[Any]]) -> None:
+        """``command(*args)`` runs a Redis command and returns its raw RESP2 reply
+        (:meth:`TaskStore.command`, which pipelines concurrent drains together)."""
         self.redis = redis
         self.keys = keys
-        self.command = command or self._direct
+        self.command = command
 
     async def drain(self, backend_id: str, send: Send, *, after: str, auto_ack: bool) -> str:
         """Send every message after stream id ``after``; returns the last id sent."""
@@ -52,19 +50,16 @@ class Outbox:
             if not entries:
                 return after
             sent: list[str] = []
-            for raw_id, raw_fields in entries:
+            for raw_id, raw_fields in entries:  # [id, [field, value, ...]]
                 entry_id = _s(raw_id)
-                await send(compose(entry_id, {_s(k): _s(v) for k, v in (raw_fields or {}).items()}))
+                flat = [_s(x) for x in raw_fields or []]
+                await send(compose(entry_id, dict(zip(flat[0::2], flat[1::2], strict=True))))
                 sent.append(entry_id)
                 after = entry_id
             if auto_ack:
                 await self.command("XDEL", key, *sent)
             if len(entries) < PAGE:
                 return after
-
-    async def _direct(self, *args: Any) -> Any:
-        command = cast(Callable[..., Awaitable[Any]], self.redis.execute_command)
-        return await command(*args)
 
     async def ack(self, backend_id: str, entry_ids: list[str]) -> int:
         if not entry_ids:

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 
 from aigcq import metrics
 from aigcq.domain import Task, TaskState, allowed_from
 from aigcq.queue.keys import Keys
+from aigcq.redis_mux import RedisMux
 
 
 def _load(name: str) -> str:
@@ -24,8 +24,8 @@ def _load(name: str) -> str:
     return (lua / "_prelude.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
 
 
-#: a queued call: script name ("" for a plain command), its arguments, the caller's future
-_Call = tuple[str, list[Any], "asyncio.Future[Any]"]
+#: a queued command and the future of its reply
+_Call = tuple[list[Any], "asyncio.Future[Any]"]
 
 
 def _allowed(to: TaskState) -> str:
@@ -82,78 +82,57 @@ class TaskStore:
             name: redis.register_script(_load(name))
             for name in ("submit", "claim", "mark_running", "requeue", "finish", "promote", "retry")
         }
+        self._mux = RedisMux(redis)
         self._batch: list[_Call] = []
-        self._flushing: set[asyncio.Task[None]] = set()
+        self._connecting: set[asyncio.Task[None]] = set()
 
     async def _run(self, name: str, *args: Any) -> Any:
-        """Run script ``name``. Calls made in the same event-loop turn (concurrent
-        submits, callbacks, dispatches) share one pipelined round trip; each script
-        stays one atomic step, and one caller's calls stay in order."""
-        return await self._call(name, [self.keys.prefix, *args])
+        """Run our script ``name`` (its first argument is always the key prefix)."""
+        return await self.script(self._scripts[name], [], [self.keys.prefix, *args])
+
+    async def script(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+        """Run a registered Lua script. Calls made in the same event-loop turn (concurrent
+        submits, callbacks, dispatches) share one write on the hot-path connection; each
+        script stays one atomic step, and calls run in the order made."""
+        try:
+            return await self._enqueue(["EVALSHA", script.sha, len(keys), *keys, *args])
+        except NoScriptError:  # Redis restarted since: load the script and run it
+            return await script(keys=keys, args=args)
 
     async def command(self, *args: Any) -> Any:
-        """A plain Redis command, sharing a round trip with calls made alongside it."""
-        return await self._call("", list(args))
+        """A plain Redis command, sharing a write with calls made alongside it; the raw
+        RESP2 reply (see :mod:`aigcq.redis_mux`)."""
+        return await self._enqueue(list(args))
 
-    async def _call(self, name: str, args: list[Any]) -> Any:
-        """Queue script ``name`` (``""``: the plain command ``args``) for the next flush."""
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._batch.append((name, args, fut))
+    async def commands(self, *commands: list[Any]) -> list[Any]:
+        """Several plain commands in one write; their replies, in order."""
+        replies = await asyncio.gather(*map(self._enqueue, commands), return_exceptions=True)
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return replies
+
+    def _enqueue(self, command: list[Any]) -> asyncio.Future[Any]:
+        """Queue ``command`` for the next flush, at the end of this event-loop turn."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._batch.append((command, fut))
         if len(self._batch) == 1:
-            asyncio.get_running_loop().call_soon(self._flush)
-        return await fut
+            loop.call_soon(self._flush)
+        return fut
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
-        task = asyncio.ensure_future(self._execute(batch))
-        self._flushing.add(task)
-        task.add_done_callback(self._flushing.discard)
-
-    async def _execute(self, batch: list[_Call]) -> None:
-        if len(batch) == 1:
-            await self._one(*batch[0])
+        commands = [command for command, _ in batch]
+        replies = [fut for _, fut in batch]
+        if self._mux.send(commands, replies):
             return
-        pipe = self.redis.pipeline(transaction=False)
-        for name, args, _ in batch:
-            if name:
-                pipe.execute_command("EVALSHA", self._scripts[name].sha, 0, *args)
-            else:
-                pipe.execute_command(*args)
-        try:
-            results = await pipe.execute(raise_on_error=False)
-        except BaseException as exc:
-            for _, _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc if isinstance(exc, Exception) else RedisError(exc))
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for call, result in zip(batch, results, strict=True):
-            if isinstance(result, NoScriptError):  # Redis restarted: load it, run it alone
-                await self._one(*call)
-            elif not call[2].done():
-                if isinstance(result, Exception):
-                    call[2].set_exception(result)
-                else:
-                    call[2].set_result(result)
+        task = asyncio.ensure_future(self._mux.send_connected(commands, replies))
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
 
-    async def _one(self, name: str, args: list[Any], fut: asyncio.Future[Any]) -> None:
-        try:
-            if name:
-                result = await self._scripts[name](keys=[], args=args)
-            else:
-                command = cast(Callable[..., Awaitable[Any]], self.redis.execute_command)
-                result = await command(*args)
-        except Exception as exc:
-            if not fut.done():
-                fut.set_exception(exc)
-        except BaseException as exc:
-            if not fut.done():
-                fut.set_exception(RedisError(repr(exc)))
-            raise
-        else:
-            if not fut.done():
-                fut.set_result(result)
+    async def aclose(self) -> None:
+        await self._mux.aclose()
 
     # ---- writes ---------------------------------------------------------------------
 
@@ -337,7 +316,7 @@ class TaskStore:
     async def head(self, task_id: str) -> Task | None:
         """The task without its payload, result and error (left empty): one HMGET of the
         small fields, for hot paths that only route on state and target."""
-        values = await self._call("", ["HMGET", self.keys.task(task_id), *_HEAD])
+        values = await self.command("HMGET", self.keys.task(task_id), *_HEAD)
         if values[0] is None:
             return None
         return task_from_hash({k: v for k, v in zip(_HEAD, values, strict=True) if v is not None})

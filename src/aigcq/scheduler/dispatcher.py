@@ -109,11 +109,16 @@ class Dispatcher:
             return
         keys, store = self.rt.store.keys, self.rt.store
         externals = [self.rt.platforms.adapter_for(platform) for _, platform in queues]
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for (aigc, platform), ext in zip(queues, externals, strict=True):
-            pipe.llen(keys.wait(aigc, platform))
-            pipe.zcard(keys.running(aigc, ext.name if ext else "-"))
-        counts = await pipe.execute()
+        counts = await store.commands(
+            *(
+                cmd
+                for (aigc, platform), ext in zip(queues, externals, strict=True)
+                for cmd in (
+                    ["LLEN", keys.wait(aigc, platform)],
+                    ["ZCARD", keys.running(aigc, ext.name if ext else "-")],
+                )
+            )
+        )
         backlogs = [int(c) for c in counts[0::2]]
         running = [int(c) for c in counts[1::2]]
         internal = self._internal_shares(queues, backlogs)

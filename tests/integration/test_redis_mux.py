@@ -1,0 +1,131 @@
+"""The hot-path Redis connection (``aigcq.redis_mux``) against real Redis servers."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError
+
+from aigcq.embedded.redis import EmbeddedRedis, find_redis_server
+from aigcq.redis_client import redis_client
+from aigcq.redis_mux import RedisMux
+from tests.e2e.conftest import free_port
+from tests.helpers import until
+
+
+async def run(mux: RedisMux, *commands: list[Any]) -> list[Any]:
+    """Send ``commands`` in one write; their replies or exceptions, in order."""
+    loop = asyncio.get_running_loop()
+    replies = [loop.create_future() for _ in commands]
+    await mux.send_connected(list(commands), replies)
+    return list(await asyncio.gather(*replies, return_exceptions=True))
+
+
+async def test_replies_come_back_in_order_with_errors_in_place(redis: aioredis.Redis) -> None:
+    mux = RedisMux(redis)
+    try:
+        replies = await run(
+            mux,
+            ["SET", "k", "v"],
+            ["INCR", "k"],  # wrong type: an error in its own place, the rest unaffected
+            ["EVALSHA", "0" * 40, 0],
+            ["RPUSH", "l", "a", "b"],
+            ["GET", "k"],
+        )
+        assert replies[0] == "OK"
+        assert isinstance(replies[1], ResponseError)
+        assert isinstance(replies[2], NoScriptError)
+        assert replies[3:] == [2, "v"]
+    finally:
+        await mux.aclose()
+
+
+async def test_a_cancelled_caller_does_not_shift_the_replies(redis: aioredis.Redis) -> None:
+    mux = RedisMux(redis)
+    try:
+        await run(mux, ["PING"])  # connected: ``send`` writes at once
+        loop = asyncio.get_running_loop()
+        replies = [loop.create_future() for _ in range(3)]
+        assert mux.send([["ECHO", "a"], ["ECHO", "b"], ["ECHO", "c"]], replies)
+        replies[1].cancel()
+        assert await replies[0] == "a"
+        assert await replies[2] == "c"
+        assert await run(mux, ["ECHO", "d"]) == ["d"]
+    finally:
+        await mux.aclose()
+
+
+async def test_commands_fail_while_redis_is_down_and_work_once_it_is_back(
+    private_redis: EmbeddedRedis,
+) -> None:
+    client = redis_client(private_redis.url)
+    mux = RedisMux(client)
+    try:
+        assert await run(mux, ["SET", "k", "1"]) == ["OK"]
+        private_redis.kill()
+
+        async def connected() -> bool:
+            return mux.connected
+
+        await until(connected, lambda up: not up)  # the close is noticed at once, not on use
+        (error,) = await run(mux, ["GET", "k"])
+        assert isinstance(error, ConnectionError)
+        private_redis.start()
+        assert await run(mux, ["GET", "k"]) == ["1"]  # reconnected, the data kept
+    finally:
+        await mux.aclose()
+        await client.aclose()
+
+
+@pytest.fixture
+def tcp_redis_with_password(tmp_path: Path) -> Iterator[int]:
+    port = free_port()
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--requirepass", "s3cret"]
+    proc = subprocess.Popen(
+        [find_redis_server(), *args, "--save", "", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )
+    yield port
+    proc.kill()
+    proc.wait()
+
+
+async def test_tcp_with_a_password_and_a_database(tcp_redis_with_password: int) -> None:
+    url = f"redis://:s3cret@127.0.0.1:{tcp_redis_with_password}/3"
+    client = redis_client(url)
+    await until_ping(client)
+    mux = RedisMux(client)
+    try:
+        assert await run(mux, ["SET", "k", "in-3"]) == ["OK"]
+        assert await client.get("k") == "in-3"  # the same database as redis-py's
+        db0 = redis_client(url.removesuffix("/3") + "/0")
+        assert await db0.get("k") is None
+        await db0.aclose()
+        wrong = RedisMux(redis_client(url.replace("s3cret", "wrong")))
+        (error,) = await run(wrong, ["PING"])
+        assert isinstance(error, ResponseError) and "WRONGPASS" in str(error)
+    finally:
+        await mux.aclose()
+        await client.aclose()
+
+
+async def until_ping(client: aioredis.Redis) -> None:
+    for _ in range(100):
+        try:
+            await client.ping()
+            return
+        except ConnectionError:
+            await asyncio.sleep(0.05)
+    raise AssertionError("redis-server did not start")
+
+
+async def test_nothing_listening_is_a_connection_error() -> None:
+    mux = RedisMux(redis_client(f"redis://127.0.0.1:{free_port()}/0"))
+    (error,) = await run(mux, ["PING"])
+    assert isinstance(error, ConnectionError)
