@@ -158,7 +158,10 @@ class Load:
 
         async def reader(c: Client) -> None:
             while True:
-                msg = orjson.loads(await c.ws.recv())
+                try:
+                    msg = orjson.loads(await c.ws.recv())
+                except websockets.ConnectionClosed:  # a trial stopping its server
+                    return
                 if msg["type"] == "result":
                     self.duplicates += msg["taskId"] in self.done
                     self.done[msg["taskId"]] = now()

@@ -26,7 +26,14 @@ from typing import Any
 import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import UnixDomainSocketConnection
-from redis.exceptions import ConnectionError, NoScriptError, RedisError, ResponseError
+from redis.commands.core import AsyncScript
+from redis.exceptions import (
+    ConnectionError,
+    DataError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+)
 
 Command = Sequence[Any]
 
@@ -62,9 +69,18 @@ class _Protocol(asyncio.Protocol):
                 fut.set_exception(ConnectionError(f"Redis connection lost: {self.lost!r}"))
 
     def send(self, commands: Sequence[Command], replies: list[asyncio.Future[Any]]) -> None:
+        """Write every command that packs; one that does not (an argument of a type
+        Redis has no encoding for, such as None) fails alone, unsent."""
         assert self.transport is not None
-        self.waiters.extend(replies)
-        self.transport.write(b"".join([hiredis.pack_command(tuple(c)) for c in commands]))
+        packed = []
+        for command, fut in zip(commands, replies, strict=True):
+            try:
+                packed.append(hiredis.pack_command(tuple(command)))
+            except TypeError as exc:
+                fut.set_exception(DataError(f"{command[0]}: {exc}"))
+                continue
+            self.waiters.append(fut)
+        self.transport.write(b"".join(packed))
 
 
 def _error(reply: ResponseError) -> RedisError:
@@ -75,21 +91,56 @@ def _error(reply: ResponseError) -> RedisError:
 
 
 class RedisMux:
-    """Pipelined commands over one connection, made like ``redis``'s own connections."""
+    """Commands made in one event-loop turn leave together in one write, on one
+    connection made like ``redis``'s own connections; replies come back in order."""
 
     def __init__(self, redis: Redis) -> None:
+        """``redis``: where the connection settings come from, and the client that
+        (re)loads scripts after a Redis restart."""
         self._template = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
         self._proto: _Protocol | None = None
         self._connecting = asyncio.Lock()
+        self._batch: list[tuple[Command, asyncio.Future[Any]]] = []
+        self._pending: set[asyncio.Task[None]] = set()  # batches waiting for a connection
 
-    def send(self, commands: Sequence[Command], replies: list[asyncio.Future[Any]]) -> bool:
-        """Write ``commands`` now; each reply (or error) goes to its future in ``replies``.
-        False: not connected, nothing written (use :meth:`send_connected`)."""
-        if not self.connected:
-            return False
-        assert self._proto is not None
-        self._proto.send(commands, replies)
-        return True
+    async def command(self, *args: Any) -> Any:
+        """One command; its raw RESP2 reply."""
+        return await self._enqueue(args)
+
+    async def commands(self, *commands: Command) -> list[Any]:
+        """Several commands in one write; their replies, in order (the first error is
+        raised, once every reply is in)."""
+        replies = await asyncio.gather(*map(self._enqueue, commands), return_exceptions=True)
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return replies
+
+    async def script(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """Run a registered Lua script (loaded through redis-py when Redis lost it)."""
+        try:
+            return await self._enqueue(("EVALSHA", script.sha, len(keys), *keys, *args))
+        except NoScriptError:  # Redis restarted since
+            return await script(keys=keys, args=args)
+
+    def _enqueue(self, command: Command) -> asyncio.Future[Any]:
+        """Queue ``command`` for the write at the end of this event-loop turn."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._batch.append((command, fut))
+        if len(self._batch) == 1:
+            loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        commands = [command for command, _ in batch]
+        replies = [fut for _, fut in batch]
+        if self._send(commands, replies):
+            return
+        task = asyncio.ensure_future(self._send_connected(commands, replies))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     @property
     def connected(self) -> bool:
@@ -98,12 +149,21 @@ class RedisMux:
             proto is not None and proto.transport is not None and not proto.transport.is_closing()
         )
 
-    async def send_connected(
+    def _send(self, commands: Sequence[Command], replies: list[asyncio.Future[Any]]) -> bool:
+        """Write ``commands`` now; each reply (or error) goes to its future in ``replies``.
+        False: not connected, nothing written."""
+        if not self.connected:
+            return False
+        assert self._proto is not None
+        self._proto.send(commands, replies)
+        return True
+
+    async def _send_connected(
         self, commands: Sequence[Command], replies: list[asyncio.Future[Any]]
     ) -> None:
-        """:meth:`send`, connecting first; a failed connection fails every reply."""
+        """:meth:`_send`, connecting first; a failed connection fails every reply."""
         try:
-            while not self.send(commands, replies):
+            while not self._send(commands, replies):
                 async with self._connecting:
                     if not self.connected:
                         self._proto = await self._connect()

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from aigcq import metrics, platforms, shutdown
 from aigcq.bridges.hub import BridgeHub
+from aigcq.cancel import cancel_and_wait
 from aigcq.config import PlatformConfig, Settings
 from aigcq.events import EventBus
 from aigcq.gateway.admin_api import admin_router
@@ -127,10 +128,8 @@ class Service:
         finally:
             # Stop claiming, let hand-offs finish, requeue what never reached a target.
             await shutdown.hand_back(self, self.shutdown_grace_s)
-            for loop in self._loops:
-                loop.cancel()
             # Bounded: a loop stuck in a client library's cleanup must not hang shutdown.
-            await asyncio.wait(self._loops, timeout=5.0)
+            await cancel_and_wait(self._loops, timeout=5.0)
             await self.gateway.aclose()
             await self.rt.platforms.aclose()
             await self.rt.store.aclose()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, DataError, NoScriptError, ResponseError
 
 from aigcq.embedded.redis import EmbeddedRedis, find_redis_server
 from aigcq.redis_client import redis_client
@@ -20,11 +20,8 @@ from tests.helpers import until
 
 
 async def run(mux: RedisMux, *commands: list[Any]) -> list[Any]:
-    """Send ``commands`` in one write; their replies or exceptions, in order."""
-    loop = asyncio.get_running_loop()
-    replies = [loop.create_future() for _ in commands]
-    await mux.send_connected(list(commands), replies)
-    return list(await asyncio.gather(*replies, return_exceptions=True))
+    """``commands`` made in one event-loop turn (one write); replies or exceptions."""
+    return list(await asyncio.gather(*(mux.command(*c) for c in commands), return_exceptions=True))
 
 
 async def test_replies_come_back_in_order_with_errors_in_place(redis: aioredis.Redis) -> None:
@@ -42,6 +39,11 @@ async def test_replies_come_back_in_order_with_errors_in_place(redis: aioredis.R
         assert isinstance(replies[1], ResponseError)
         assert isinstance(replies[2], NoScriptError)
         assert replies[3:] == [2, "v"]
+        bad, good = await run(mux, ["SET", "k", None], ["GET", "k"])  # None: no encoding
+        assert isinstance(bad, DataError) and good == "v"
+        with pytest.raises(ResponseError):  # ``commands`` raises the first error...
+            await mux.commands(["INCR", "k"], ["SET", "k2", "w"])
+        assert await redis.get("k2") == "w"  # ...after every command has run
     finally:
         await mux.aclose()
 
@@ -49,14 +51,23 @@ async def test_replies_come_back_in_order_with_errors_in_place(redis: aioredis.R
 async def test_a_cancelled_caller_does_not_shift_the_replies(redis: aioredis.Redis) -> None:
     mux = RedisMux(redis)
     try:
-        await run(mux, ["PING"])  # connected: ``send`` writes at once
-        loop = asyncio.get_running_loop()
-        replies = [loop.create_future() for _ in range(3)]
-        assert mux.send([["ECHO", "a"], ["ECHO", "b"], ["ECHO", "c"]], replies)
-        replies[1].cancel()
-        assert await replies[0] == "a"
-        assert await replies[2] == "c"
-        assert await run(mux, ["ECHO", "d"]) == ["d"]
+        calls = [asyncio.ensure_future(mux.command("ECHO", x)) for x in "abc"]
+        await asyncio.sleep(0)  # all three queued for one write
+        calls[1].cancel()
+        assert await calls[0] == "a"
+        assert await calls[2] == "c"
+        assert await mux.command("ECHO", "d") == "d"
+    finally:
+        await mux.aclose()
+
+
+async def test_a_script_redis_forgot_is_loaded_again(redis: aioredis.Redis) -> None:
+    mux = RedisMux(redis)
+    script = redis.register_script("return {KEYS[1], ARGV[1]}")
+    try:
+        assert await mux.script(script, ["k"], ["v"]) == ["k", "v"]  # never loaded before
+        await redis.script_flush()  # as after a restart
+        assert await mux.script(script, ["k2"], ["v2"]) == ["k2", "v2"]
     finally:
         await mux.aclose()
 

@@ -36,6 +36,7 @@ from aigcq.bridges.protocol import (
     TaskAssignData,
     utc_timestamp,
 )
+from aigcq.cancel import cancel_and_wait
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
@@ -211,11 +212,10 @@ class Bridge:
             self._server.should_exit = True
         await self.link.close()
         await self.sender.close()
-        for task in reversed(self._tasks):
-            if task.get_name() != "bridge-web":
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        web = [t for t in self._tasks if t.get_name() == "bridge-web"]  # ends by itself
+        await cancel_and_wait([t for t in self._tasks if t not in web])
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*web)
         self._tasks.clear()
         await self.http.aclose()
         log.info("bridge %s: stopped", self.bridge_id, extra=ctx(bridge=self.bridge_id))

@@ -31,6 +31,7 @@ from aigcq.bridges.protocol import (
     encode,
     parse_bridge_message,
 )
+from aigcq.cancel import cancel_and_wait
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
@@ -116,10 +117,7 @@ class HubLink:
 
     async def close(self) -> None:
         """Cancel the running TASK_ASSIGN handlers (the run loop is cancelled by its owner)."""
-        for task in list(self._handlers):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(list(self._handlers))
 
     async def run(self) -> None:
         """Connect, serve, reconnect — forever."""
@@ -187,9 +185,7 @@ class HubLink:
             async for raw in ws:
                 await self._handle(ws, raw)
         finally:
-            beats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beats
+            await cancel_and_wait([beats])
         if ws.close_code not in (None, 1000, 1001):
             self.last_error = f"closed: {ws.close_code} {ws.close_reason}"
 

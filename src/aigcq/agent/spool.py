@@ -8,7 +8,6 @@ start-up every spooled result is sent again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -20,6 +19,7 @@ from urllib.parse import quote, unquote
 import httpx
 
 from aigcq.bridges.protocol import TaskEndBody
+from aigcq.cancel import cancel_and_wait
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
@@ -102,10 +102,7 @@ class WebhookSender:
         return len(items)
 
     async def close(self) -> None:
-        for task in list(self._tasks.values()):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(list(self._tasks.values()))
 
     async def _deliver(self, item: SpooledResult) -> None:
         payload = item.body.model_dump(mode="json")

@@ -29,6 +29,7 @@ from aigcq.asynch.runtime import (
     runtime_queue_limit_key,
     semaphore_key,
 )
+from aigcq.redis_mux import RedisMux
 
 # Releases then takes, in one call. ARGV[1]: now, ARGV[2]: lease seconds, ARGV[3]: number
 # of releases r. Release j: KEYS[2j-1] semaphore, KEYS[2j] gate; ARGV[3j+1] lease ('' for
@@ -103,7 +104,11 @@ class Admission:
         self.redis = redis
         self.lease_seconds = lease_seconds
         self._script = redis.register_script(_OPS)
+        self._mux = RedisMux(redis)  # a call per createTask and per finished attempt
         self._ops: Coalescer[_Take | _Release, Admitted | None] = Coalescer(self._run)
+
+    async def aclose(self) -> None:
+        await self._mux.aclose()
 
     async def take(
         self, model: str, tenant: str, task_id: str, lease: str, queue_cap: int, sem_cap: int
@@ -138,5 +143,5 @@ class Admission:
                 runtime_max_concurrency_key(t.model),
             ]
             args += [t.task_id, t.queue_cap, t.lease, t.sem_cap]
-        taken = iter(await self._script(keys=keys, args=args))
+        taken = iter(await self._mux.script(self._script, keys, args))
         return [Admitted(int(next(taken))) if isinstance(i, _Take) else None for i in items]

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import httpx
 
+from aigcq.cancel import cancel_and_wait
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,4 @@ class Callbacks:
 
     async def aclose(self) -> None:
         """Cancel the callbacks still pending."""
-        for task in list(self._pending):
-            task.cancel()
-        await asyncio.gather(*self._pending, return_exceptions=True)
+        await cancel_and_wait(list(self._pending))

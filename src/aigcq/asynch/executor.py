@@ -19,6 +19,7 @@ from aigcq.asynch.result import classify
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
 from aigcq.asynch.tasks_repo import ClaimedTask, Outcome, TaskRepo
+from aigcq.cancel import cancel_and_wait
 from aigcq.jsonlog import ctx
 from aigcq.storage import Storage, StorageError
 
@@ -44,7 +45,7 @@ class Executor:
         try:
             outcome = await self._attempt(task)
         finally:
-            renewer.cancel()
+            await cancel_and_wait([renewer])
         recorded = False
         try:
             recorded = await self.tasks.finish(task, outcome)

@@ -26,6 +26,7 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.asynch.tasks_repo import TaskRepo
 from aigcq.asynch.types_repo import ModelTypeRepo
 from aigcq.asynch.worker import Worker
+from aigcq.cancel import cancel_and_wait
 from aigcq.redis_client import redis_client
 from aigcq.storage import Storage, StorageSettings, build_storage
 from aigcq.storage.local import LocalStorage
@@ -80,9 +81,7 @@ class AsynchService:
         try:
             yield
         finally:
-            for loop in loops:
-                loop.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+            await cancel_and_wait(loops)
 
 
 @contextlib.asynccontextmanager
@@ -163,6 +162,7 @@ async def open_service(
     finally:
         await worker.aclose()
         await callbacks.aclose()
+        await admission.aclose()
         await http.aclose()
         await model_http.close()
         await redis.aclose()

@@ -18,6 +18,7 @@ from aigcq.asynch.executor import Executor
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
 from aigcq.asynch.tasks_repo import ClaimedTask, TaskRepo, lease_id
+from aigcq.cancel import cancel_and_wait
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,4 @@ class Worker:
 
     async def aclose(self) -> None:
         """Stop following and cancel running attempts (the cleaner fails and retries them)."""
-        jobs = [*self._followers, *self._running]
-        for job in jobs:
-            job.cancel()
-        await asyncio.gather(*jobs, return_exceptions=True)
+        await cancel_and_wait([*self._followers, *self._running])

@@ -505,7 +505,9 @@ class BridgeHub:
         owner = self.registry.bridges.get(bridge_id)
         if owner is None:  # another process holds the bridge: its slot is free now
             end = {"bridgeId": bridge_id, "taskId": task_id, "failures": failures}
-            await self.rt.store.command("PUBLISH", self.rt.store.keys.events, bridge_end_event(end))
+            await self.rt.store.mux.command(
+                "PUBLISH", self.rt.store.keys.events, bridge_end_event(end)
+            )
         elif self._apply_failures(owner, failures, task_id):
             await self.registry.save(owner)
 

@@ -295,7 +295,7 @@ class BridgeRegistry:
         }
         if failures is not None:
             record["failures"] = failures
-        replies = await self.store.commands(
+        replies = await self.store.mux.commands(
             ["HSET", key, *(x for kv in record.items() for x in kv)],
             ["EXPIRE", key, self.ttl_s],
             ["HGET", key, "failures"],
@@ -309,7 +309,7 @@ class BridgeRegistry:
         if self._count_end is None:
             self._count_end = self.store.redis.register_script(_COUNT_END)
         args: list[str | int] = [self.prefix, task_id, int(ok), fallback]
-        out = await self.store.script(self._count_end, [self.owner_key(task_id)], args)
+        out = await self.store.mux.script(self._count_end, [self.owner_key(task_id)], args)
         if not out:
             return None
         bridge_id, failures = out
@@ -318,7 +318,7 @@ class BridgeRegistry:
     async def remember(self, bridge_id: str, task_id: str, attempt: int, ttl_s: int) -> None:
         """Record an acknowledged task as held by ``bridge_id``."""
         key = self.tasks_key(bridge_id)
-        await self.store.commands(
+        await self.store.mux.commands(
             ["HSET", key, task_id, attempt],
             ["EXPIRE", key, ttl_s],
             ["SET", self.owner_key(task_id), bridge_id, "EX", ttl_s],

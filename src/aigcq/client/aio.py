@@ -25,6 +25,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from aigcq.cancel import cancel_and_wait
 from aigcq.client.types import AigcqError, Event, Progress, Result, SubmitError
 from aigcq.jsonlog import ctx
 
@@ -93,9 +94,7 @@ class AsyncClient:
     async def close(self) -> None:
         self._closed = True
         if self._runner is not None:
-            self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
+            await cancel_and_wait([self._runner])
         self._fail(ConnectionError("client closed"))
 
     async def submit(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 from aigcq.platforms.base import Full, Rejected
 
@@ -25,7 +26,7 @@ def loads_if_json(value: Any) -> Any:
     if not isinstance(value, str) or value.lstrip()[:1] not in ("{", "["):
         return value
     try:
-        return json.loads(value)
+        return orjson.loads(value)
     except ValueError:
         return value
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -11,7 +10,6 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
 
 from aigcq import metrics
 from aigcq.domain import Task, TaskState, allowed_from
@@ -22,10 +20,6 @@ from aigcq.redis_mux import RedisMux
 def _load(name: str) -> str:
     lua = resources.files("aigcq.queue") / "lua"
     return (lua / "_prelude.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
-
-
-#: a queued command and the future of its reply
-_Call = tuple[list[Any], "asyncio.Future[Any]"]
 
 
 def _allowed(to: TaskState) -> str:
@@ -82,57 +76,18 @@ class TaskStore:
             name: redis.register_script(_load(name))
             for name in ("submit", "claim", "mark_running", "requeue", "finish", "promote", "retry")
         }
-        self._mux = RedisMux(redis)
-        self._batch: list[_Call] = []
-        self._connecting: set[asyncio.Task[None]] = set()
+        #: the hot-path connection: every per-task command goes through it
+        self.mux = RedisMux(redis)
 
     async def _run(self, name: str, *args: Any) -> Any:
-        """Run our script ``name`` (its first argument is always the key prefix)."""
-        return await self.script(self._scripts[name], [], [self.keys.prefix, *args])
-
-    async def script(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
-        """Run a registered Lua script. Calls made in the same event-loop turn (concurrent
-        submits, callbacks, dispatches) share one write on the hot-path connection; each
-        script stays one atomic step, and calls run in the order made."""
-        try:
-            return await self._enqueue(["EVALSHA", script.sha, len(keys), *keys, *args])
-        except NoScriptError:  # Redis restarted since: load the script and run it
-            return await script(keys=keys, args=args)
-
-    async def command(self, *args: Any) -> Any:
-        """A plain Redis command, sharing a write with calls made alongside it; the raw
-        RESP2 reply (see :mod:`aigcq.redis_mux`)."""
-        return await self._enqueue(list(args))
-
-    async def commands(self, *commands: list[Any]) -> list[Any]:
-        """Several plain commands in one write; their replies, in order."""
-        replies = await asyncio.gather(*map(self._enqueue, commands), return_exceptions=True)
-        for reply in replies:
-            if isinstance(reply, BaseException):
-                raise reply
-        return replies
-
-    def _enqueue(self, command: list[Any]) -> asyncio.Future[Any]:
-        """Queue ``command`` for the next flush, at the end of this event-loop turn."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        self._batch.append((command, fut))
-        if len(self._batch) == 1:
-            loop.call_soon(self._flush)
-        return fut
-
-    def _flush(self) -> None:
-        batch, self._batch = self._batch, []
-        commands = [command for command, _ in batch]
-        replies = [fut for _, fut in batch]
-        if self._mux.send(commands, replies):
-            return
-        task = asyncio.ensure_future(self._mux.send_connected(commands, replies))
-        self._connecting.add(task)
-        task.add_done_callback(self._connecting.discard)
+        """Run our script ``name`` (its first argument is always the key prefix) on the
+        hot-path connection: calls made in the same event-loop turn (concurrent submits,
+        callbacks, dispatches) share one write, each script stays one atomic step, and
+        calls run in the order made."""
+        return await self.mux.script(self._scripts[name], [], [self.keys.prefix, *args])
 
     async def aclose(self) -> None:
-        await self._mux.aclose()
+        await self.mux.aclose()
 
     # ---- writes ---------------------------------------------------------------------
 
@@ -316,7 +271,7 @@ class TaskStore:
     async def head(self, task_id: str) -> Task | None:
         """The task without its payload, result and error (left empty): one HMGET of the
         small fields, for hot paths that only route on state and target."""
-        values = await self.command("HMGET", self.keys.task(task_id), *_HEAD)
+        values = await self.mux.command("HMGET", self.keys.task(task_id), *_HEAD)
         if values[0] is None:
             return None
         return task_from_hash({k: v for k, v in zip(_HEAD, values, strict=True) if v is not None})

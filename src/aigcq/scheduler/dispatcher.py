@@ -21,6 +21,7 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from aigcq import metrics
+from aigcq.cancel import cancel_and_wait
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.events import progress_event, running_message
 from aigcq.jsonlog import ctx
@@ -97,10 +98,7 @@ class Dispatcher:
         caller requeues those still dispatching)."""
         left = [t for t in self._inflight if not t.done()]
         claims = [c for t in left for c in self._claims.get(t, [])]
-        for t in left:
-            t.cancel()
-        if left:
-            await asyncio.wait(left, timeout=1.0)
+        await cancel_and_wait(left, timeout=1.0)
         return claims
 
     async def dispatch_round(self) -> None:
@@ -109,7 +107,7 @@ class Dispatcher:
             return
         keys, store = self.rt.store.keys, self.rt.store
         externals = [self.rt.platforms.adapter_for(platform) for _, platform in queues]
-        counts = await store.commands(
+        counts = await store.mux.commands(
             *(
                 cmd
                 for (aigc, platform), ext in zip(queues, externals, strict=True)

@@ -1,0 +1,60 @@
+"""cancel_and_wait: background tasks end even when a cancellation is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import pytest
+
+from aigcq.cancel import cancel_and_wait
+
+
+async def test_a_task_that_loses_cancellations_is_cancelled_again() -> None:
+    lost = 0
+
+    async def loop() -> None:  # as a loop whose wait_for swallowed the cancellation
+        nonlocal lost
+        while True:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                if lost == 2:
+                    raise
+                lost += 1
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)
+    assert await cancel_and_wait([task], timeout=5.0) == set()
+    assert task.cancelled() and lost == 2
+
+
+async def test_a_task_that_never_ends_is_handed_back_after_the_timeout() -> None:
+    stop = asyncio.Event()
+
+    async def deaf() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(10)
+
+    task = asyncio.create_task(deaf())
+    await asyncio.sleep(0)
+    assert await cancel_and_wait([task], timeout=0.2) == {task}
+    stop.set()
+    await cancel_and_wait([task])
+    assert task.done()
+
+
+async def test_errors_are_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    async def broken() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            raise RuntimeError("cleanup failed")
+
+    task = asyncio.create_task(broken())
+    await asyncio.sleep(0)
+    with caplog.at_level(logging.WARNING, logger="aigcq.cancel"):
+        assert await cancel_and_wait([task, asyncio.create_task(asyncio.sleep(0))]) == set()
+    assert "cleanup failed" in caplog.text
