@@ -33,6 +33,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from aigcq.background import round_failed
 from aigcq.bridges.registry import BridgeConn
 from aigcq.config import Settings
 
@@ -139,8 +140,8 @@ class HealthMonitor:
             await asyncio.sleep(self.interval_s)
             try:
                 await self.check()
-            except Exception:
-                log.exception("health check failed to run")
+            except Exception as exc:
+                round_failed(log, "health check failed to run", exc)
 
     async def check(self) -> None:
         """One periodic check: a pass counts towards recovery."""
@@ -235,8 +236,8 @@ class HealthMonitor:
 async def _logged(coro: Coroutine[Any, Any, None]) -> None:
     try:
         await coro
-    except Exception:
-        log.exception("publishing health state failed")
+    except Exception as exc:
+        round_failed(log, "publishing health state failed", exc)
 
 
 def _iso() -> str:

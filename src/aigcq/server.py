@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
 from aigcq import metrics, platforms, shutdown
+from aigcq.background import cancel_and_wait
 from aigcq.bridges.hub import BridgeHub
-from aigcq.cancel import cancel_and_wait
 from aigcq.config import PlatformConfig, Settings
 from aigcq.events import EventBus
 from aigcq.gateway.admin_api import admin_router

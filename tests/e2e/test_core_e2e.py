@@ -6,11 +6,16 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, Client, Cluster, generate
+from aigcq.embedded.redis import EmbeddedRedis
+from aigcq.signing import signature
+from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, SECRET, Client, Cluster, generate
 
 pytestmark = pytest.mark.e2e
 
@@ -172,3 +177,51 @@ async def test_421_from_runninghub_never_fails_a_task(cluster: Cluster) -> None:
     assert stats["rejected_full"] > 0  # RunningHub did say 421 ...
     assert max(stats["peak_concurrent"].values()) <= 3  # ... and never ran more than 3
     await client.close()
+
+
+async def test_redis_killed_and_restarted_under_a_running_server_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL Redis (AOF, fsync every second) with tasks queued and running; start it
+    again: the server reconnects by itself, and every result arrives exactly once."""
+    redis = EmbeddedRedis(tmp_path / "redis", persist=True)
+    cluster = Cluster(tmp_path, redis.start())
+    try:
+        port = setup_rh(cluster, cap=5, duration="1.0", AIGCQ_TASK_DEADLINE_S="6")
+        client = await Client(port, "biz-redis").connect()
+        for i in range(15):  # 5 run at once, 10 wait
+            await client.request(generate(f"rk-{i}"))
+        await asyncio.sleep(1.5)  # past the AOF's one-second fsync
+        redis.kill()
+        # A TASK_END that arrives now is refused with 503, so that its sender retries.
+        query = {"t": "rk-0", "a": 1, "s": signature(SECRET.encode(), "rk-0", 1)}
+        body = {"event": "TASK_END", "taskId": "r", "eventData": '{"code":0,"data":[]}'}
+        async with httpx.AsyncClient() as http:
+            url = f"http://127.0.0.1:{port}/callback/all"
+            refused = await http.post(url, params=query, json=body)
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["code"] == "AssessmentError"
+        await asyncio.sleep(1.0)
+        redis.start()
+        for i in range(15, 20):  # new work is taken as soon as Redis is back
+            reply = await until_submitted(client, f"rk-{i}")
+            assert reply["type"] == "submitted", reply
+        await client.collect(20, timeout=60)
+        await client.linger(1.0)
+        assert sorted(client.results) == sorted(f"rk-{i}" for i in range(20))
+        assert all(len(r) == 1 for r in client.results.values()), client.results
+        assert {r[0]["status"] for r in client.results.values()} == {"success"}
+        await client.close()
+    finally:
+        cluster.close()
+        redis.stop()
+
+
+async def until_submitted(client: Client, task_id: str, within: float = 10.0) -> dict[str, Any]:
+    """Submit until accepted: the first tries may meet Redis still loading its AOF."""
+    deadline = time.monotonic() + within
+    while True:
+        reply = await client.request(generate(task_id))
+        if reply["type"] == "submitted" or time.monotonic() > deadline:
+            return reply
+        await asyncio.sleep(0.2)

@@ -40,9 +40,11 @@ async def _results(client: Client, n: int) -> dict[str, list[dict[str, Any]]]:
 async def test_excess_tasks_go_back_and_run_on_runninghub(
     md: mds.Md, tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    """6 tasks sent for 6 free instances; the bridge really has 2 (2 run, 4 wait in the
-    cache queue); then it drops to 1: the 3 newest waiting go back to ``aigcq serve`` and
-    run on RunningHub, the oldest stays and runs here; every result arrives once."""
+    """6 tasks sent for 6 free instances; the bridge runs 2 and refuses 4 (its instances
+    turned busy), which wait in the cache queue; then it drops to 1 instance: the 3 newest
+    waiting go back to ``aigcq serve`` and run on RunningHub, the oldest stays and runs
+    here; every result arrives once. (Were the first HEARTBEAT a drop too, its hand-back
+    would race the refusals.)"""
     bridge = await Bridge.connect(md.port)
     await bridge.register(count=6)
     async with mds.serve_split_with_runninghub(
@@ -55,7 +57,7 @@ async def test_excess_tasks_go_back_and_run_on_runninghub(
         for task_id in ids:
             await client.request(generate(task_id))
         assigns = await _assigns(bridge, 6)
-        await bridge.send("HEARTBEAT", {"instanceCount": 2, "availableInstanceCount": 0})
+        await bridge.send("HEARTBEAT", {"instanceCount": 6, "availableInstanceCount": 0})
         for assign in assigns[:2]:
             await bridge.ack(assign["taskId"])
         for assign in assigns[2:]:

@@ -27,6 +27,7 @@ from aigcq.agent.settings import BridgeSettings, http_base
 from aigcq.agent.spool import Spool, WebhookSender
 from aigcq.agent.web import create_web_app
 from aigcq.agent.workflow import WorkflowSource
+from aigcq.background import cancel_and_wait
 from aigcq.bridges.protocol import (
     BridgeMessage,
     HeartbeatData,
@@ -36,7 +37,6 @@ from aigcq.bridges.protocol import (
     TaskAssignData,
     utc_timestamp,
 )
-from aigcq.cancel import cancel_and_wait
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
+from aigcq.background import cancel_and_wait
 from aigcq.bridges.protocol import (
     BridgeMessage,
     ErrorMessage,
@@ -31,7 +32,6 @@ from aigcq.bridges.protocol import (
     encode,
     parse_bridge_message,
 )
-from aigcq.cancel import cancel_and_wait
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from urllib.parse import quote, unquote
 
 import httpx
 
+from aigcq.background import cancel_and_wait
 from aigcq.bridges.protocol import TaskEndBody
-from aigcq.cancel import cancel_and_wait
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import httpx
 
-from aigcq.cancel import cancel_and_wait
+from aigcq.background import cancel_and_wait
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from aigcq.asynch.result import classify
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
 from aigcq.asynch.tasks_repo import ClaimedTask, Outcome, TaskRepo
-from aigcq.cancel import cancel_and_wait
+from aigcq.background import cancel_and_wait
 from aigcq.jsonlog import ctx
 from aigcq.storage import Storage, StorageError
 

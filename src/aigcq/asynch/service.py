@@ -26,7 +26,7 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.asynch.tasks_repo import TaskRepo
 from aigcq.asynch.types_repo import ModelTypeRepo
 from aigcq.asynch.worker import Worker
-from aigcq.cancel import cancel_and_wait
+from aigcq.background import cancel_and_wait, round_failed
 from aigcq.redis_client import redis_client
 from aigcq.storage import Storage, StorageSettings, build_storage
 from aigcq.storage.local import LocalStorage
@@ -66,8 +66,8 @@ class AsynchService:
         while True:
             try:
                 await self.cleaner.run_once()
-            except Exception:
-                log.exception("cleaner pass failed")
+            except Exception as exc:
+                round_failed(log, "cleaner pass failed", exc)
             await asyncio.sleep(self.settings.cleaner_interval_seconds)
 
     @contextlib.asynccontextmanager

@@ -18,7 +18,7 @@ from aigcq.asynch.executor import Executor
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
 from aigcq.asynch.tasks_repo import ClaimedTask, TaskRepo, lease_id
-from aigcq.cancel import cancel_and_wait
+from aigcq.background import cancel_and_wait, round_failed
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
@@ -101,8 +101,8 @@ class Worker:
             if free > 0:
                 try:
                     started, queued = await self._claim(min(free, self.batch_size))
-                except Exception:
-                    log.exception("worker pass failed")
+                except Exception as exc:
+                    round_failed(log, "worker pass failed", exc)
             if started and len(started) < free:
                 continue
             if queued:

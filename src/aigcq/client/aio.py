@@ -25,7 +25,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from aigcq.cancel import cancel_and_wait
+from aigcq.background import cancel_and_wait
 from aigcq.client.types import AigcqError, Event, Progress, Result, SubmitError
 from aigcq.jsonlog import ctx
 

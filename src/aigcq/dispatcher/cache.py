@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 
 import orjson
 
+from aigcq.background import round_failed
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.jsonlog import ctx
 from aigcq.queue.store import task_from_hash
@@ -71,8 +72,8 @@ class CacheQueue:
             await asyncio.sleep(self.interval_s)
             try:
                 await self.pass_once()
-            except Exception:
-                log.exception("cache queue pass failed")
+            except Exception as exc:
+                round_failed(log, "cache queue pass failed", exc)
 
     async def pass_once(self) -> None:
         keys, redis = self.rt.store.keys, self.rt.redis

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 from fastapi import WebSocket, WebSocketDisconnect
 
+from aigcq.background import round_failed
 from aigcq.bridges.hub import CLOSE_AUTH, CLOSE_TIMEOUT, BridgeHub, _receive
 from aigcq.bridges.registry import BridgeConn
 from aigcq.dispatcher.auth import DispatcherAuth
@@ -251,8 +252,8 @@ class CapacityFeed:
             log.warning("instances went from %d to %d", before, online)
             try:
                 await self.on_shrink(online)
-            except Exception:
-                log.exception("handing back tasks after losing instances failed")
+            except Exception as exc:
+                round_failed(log, "handing back tasks after losing instances failed", exc)
 
     def owner(self, task_id: str) -> str | None:
         """The clientId of the connected backend that allocated ``task_id``, if any."""

@@ -26,6 +26,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
 
 from aigcq.agent.connection import backoff_delay
+from aigcq.background import round_failed
 from aigcq.dispatcher.capacity import DEGRADE, DEGRADE_ACK, FEED_PATH, message
 
 log = logging.getLogger(__name__)
@@ -156,8 +157,8 @@ class CapacityFeedClient:
             accepted: list[str] = []
             try:
                 accepted = await self.on_degrade(ids) if self.on_degrade else []
-            except Exception:
-                log.exception("capacity feed: taking back handed-back tasks failed")
+            except Exception as exc:
+                round_failed(log, "capacity feed: taking back handed-back tasks failed", exc)
             return message(DEGRADE_ACK, accepted=accepted)
         elif kind == "ERROR":
             log.warning("capacity feed: dispatcher error %s", data)

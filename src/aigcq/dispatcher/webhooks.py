@@ -18,6 +18,7 @@ import httpx
 from redis.asyncio import Redis
 
 from aigcq import metrics
+from aigcq.background import round_failed
 from aigcq.dispatcher.formats import task_end
 from aigcq.jsonlog import ctx
 from aigcq.queue.store import TaskStore
@@ -53,8 +54,8 @@ class WebhookRelay:
                     last = await self.drain(http)
                     # Wakes on a new entry, or after a second for retries that fell due.
                     await self.redis.xread({self.key: last}, block=1000)
-                except Exception:
-                    log.exception("webhook relay round failed")
+                except Exception as exc:
+                    round_failed(log, "webhook relay round failed", exc)
                     await asyncio.sleep(1.0)
 
     async def drain(self, http: httpx.AsyncClient) -> str:

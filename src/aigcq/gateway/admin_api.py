@@ -20,6 +20,7 @@ import orjson
 from fastapi import APIRouter, Header
 from fastapi.responses import Response, StreamingResponse
 
+from aigcq.background import round_failed
 from aigcq.domain import ErrorCode, Task
 from aigcq.gateway.admin_panels import AsynchPanel, overflow_spend
 from aigcq.gateway.auth import bearer
@@ -61,8 +62,8 @@ class Monitor:
             while True:
                 try:
                     await self.sample()
-                except Exception:
-                    log.exception("dashboard snapshot failed")
+                except Exception as exc:
+                    round_failed(log, "dashboard snapshot failed", exc)
                 await asyncio.sleep(self.interval_s)
         finally:
             await self.asynch.aclose()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import redis.exceptions
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -45,12 +46,21 @@ def callback_routes(gw: Gateway, parse: ParseCallback) -> list[Route]:
         target = ""  # known from finish for a success, else from the task read first
         try:
             task_id, attempt, outcome = await _accept(gw, parse, request)
-            if not isinstance(outcome, Succeeded):
-                target = await _check_live(gw, task_id, attempt, outcome)
+            try:
+                if not isinstance(outcome, Succeeded):
+                    target = await _check_live(gw, task_id, attempt, outcome)
+                done = await gw.outcomes.settle(task_id, outcome, note="callback")
+            except redis.exceptions.RedisError as exc:  # the sender retries a 503
+                log.warning(
+                    "task %s: TASK_END not recorded, Redis unavailable: %s",
+                    task_id,
+                    exc,
+                    extra=ctx(task=task_id),
+                )
+                raise ClientError(ErrorCode.ASSESSMENT, "storage unavailable", task_id) from exc
         except ClientError as exc:
             metrics.callback_rejected(exc.code.value)
             return JSONResponse(exc.body(gw.messages), status_code=exc.status)
-        done = await gw.outcomes.settle(task_id, outcome, note="callback")
         if done is None:
             return JSONResponse({"code": 0, "msg": "noted"})
         if not done.applied:

@@ -21,7 +21,7 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from aigcq import metrics
-from aigcq.cancel import cancel_and_wait
+from aigcq.background import cancel_and_wait, round_failed
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.events import progress_event, running_message
 from aigcq.jsonlog import ctx
@@ -84,8 +84,8 @@ class Dispatcher:
                 return
             try:
                 await self.dispatch_round()
-            except Exception:
-                log.exception("dispatch round failed")
+            except Exception as exc:
+                round_failed(log, "dispatch round failed", exc)
                 await asyncio.sleep(0.5)
 
     async def drain(self, timeout: float) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from aigcq.background import round_failed
 from aigcq.domain import TaskState
 from aigcq.platforms.base import PlatformAdapter
 from aigcq.platforms.client import PlatformUnavailable
@@ -45,8 +46,8 @@ class Poller:
         while True:
             try:
                 polled = await self.poll_once()
-            except Exception:
-                log.exception("%s: polling round failed", self.adapter.name)
+            except Exception as exc:
+                round_failed(log, f"{self.adapter.name}: polling round failed", exc)
                 polled = 0
             fixed = self.rt.settings.poll_interval_s
             await asyncio.sleep(fixed if fixed is not None else next_poll_interval(polled))

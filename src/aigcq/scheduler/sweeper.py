@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 
+from aigcq.background import round_failed
 from aigcq.domain import TaskState
 from aigcq.jsonlog import ctx
 from aigcq.platforms.base import Pending
@@ -33,8 +34,8 @@ class Sweeper:
             await asyncio.sleep(self.rt.settings.sweep_interval_s)
             try:
                 await self.sweep_once()
-            except Exception:
-                log.exception("sweep failed")
+            except Exception as exc:
+                round_failed(log, "sweep failed", exc)
 
     async def sweep_once(self) -> None:
         await self.rt.store.promote_delayed()

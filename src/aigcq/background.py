@@ -1,4 +1,8 @@
-"""Stopping background tasks for sure.
+"""Background loops: logging a failed round, and stopping them for sure.
+
+A round that fails because Redis is unreachable (restarting, failing over) is expected
+operation: one warning line per round, not a traceback; anything else is a bug and is
+logged with its traceback.
 
 On Python 3.11, ``asyncio.wait_for`` swallows a cancellation that arrives in the same
 loop turn as the result it waits for (fixed in 3.12, CPython gh-86296). redis-py uses it
@@ -15,7 +19,18 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from redis import exceptions as redis_errors
+
 log = logging.getLogger(__name__)
+
+
+def round_failed(logger: logging.Logger, what: str, exc: Exception) -> None:
+    """Log a failed round of a background loop (call it from ``except Exception``)."""
+    if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
+        logger.warning("%s: Redis unavailable (%s); trying again", what, exc)
+    else:
+        logger.exception("%s", what)
+
 
 _RETRY_S = 0.05  # how long a cancelled task may take before it is cancelled again
 
