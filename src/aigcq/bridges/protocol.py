@@ -10,10 +10,10 @@ Shared by the hub (:mod:`aigcq.bridges`) and the reference bridge (:mod:`aigcq.a
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -249,7 +249,7 @@ def parse_bridge_message(
     Raises :class:`ProtocolError` (``JSONError``, ``UnknownType``, ``InvalidMessage``).
     """
     try:
-        obj = orjson.loads(raw)
+        obj = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise ProtocolError("JSONError", f"malformed JSON: {e}") from None
     if not isinstance(obj, dict):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
-
-import orjson
 
 from aigcq.platforms.base import Full, Rejected
 
@@ -26,7 +25,7 @@ def loads_if_json(value: Any) -> Any:
     if not isinstance(value, str) or value.lstrip()[:1] not in ("{", "["):
         return value
     try:
-        return orjson.loads(value)
+        return json.loads(value)
     except ValueError:
         return value
 
