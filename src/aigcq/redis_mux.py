@@ -11,8 +11,9 @@ exception classes; everything else in the process still uses redis-py.
 
 Replies are raw RESP2, with no redis-py response callbacks (``XRANGE`` entries are
 ``[id, [field, value, ...]]``). A lost connection fails the commands in flight with
-``ConnectionError`` and is made again on the next command; nothing is retried here,
-because a script may already have run.
+``ConnectionError``, a Redis silent for ``socket_timeout`` (redis-py's, 5 s by default)
+with ``TimeoutError``; the connection is made again on the next command. Nothing is
+retried here, because a script may already have run.
 """
 
 from __future__ import annotations
@@ -34,22 +35,43 @@ from redis.exceptions import (
     RedisError,
     ResponseError,
 )
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 Command = Sequence[Any]
 
 
 class _Protocol(asyncio.Protocol):
-    def __init__(self, encoding: str | None, errors: str) -> None:
+    def __init__(self, encoding: str | None, errors: str, timeout_s: float | None) -> None:
+        """``timeout_s``: how long replies may be awaited with no reply coming in before
+        the connection is dropped (redis-py's ``socket_timeout``; None: forever)."""
         kw: dict[str, Any] = {"encoding": encoding, "errors": errors} if encoding else {}
         self.reader = hiredis.Reader(replyError=ResponseError, **kw)
         self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.lost: BaseException | None = None
+        self.timeout_s = timeout_s
+        self._heard = 0.0  # loop time of the last reply, or of the first one awaited
+        self._watchdog: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
+    def _watch(self) -> None:
+        """Drop the connection when replies are awaited and none came for ``timeout_s``
+        (a Redis that hangs would otherwise hold its callers forever)."""
+        self._watchdog = None
+        if not self.waiters or self.timeout_s is None or self.transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        silent = loop.time() - self._heard
+        if silent >= self.timeout_s:
+            self.lost = RedisTimeoutError(f"no reply from Redis in {self.timeout_s} s")
+            self.transport.abort()
+            return
+        self._watchdog = loop.call_later(self.timeout_s - silent, self._watch)
+
     def data_received(self, data: bytes) -> None:
+        self._heard = asyncio.get_running_loop().time()
         self.reader.feed(data)
         while (reply := self.reader.gets()) is not False:
             fut = self.waiters.popleft()
@@ -61,12 +83,16 @@ class _Protocol(asyncio.Protocol):
                 fut.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = exc or ConnectionError("Redis closed the connection")
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        timed_out = isinstance(self.lost, RedisTimeoutError)
+        self.lost = self.lost or exc or ConnectionError("Redis closed the connection")
         self.transport = None
         while self.waiters:
             fut = self.waiters.popleft()
             if not fut.done():
-                fut.set_exception(ConnectionError(f"Redis connection lost: {self.lost!r}"))
+                error = RedisTimeoutError if timed_out else ConnectionError
+                fut.set_exception(error(f"Redis connection lost: {self.lost}"))
 
     def send(self, commands: Sequence[Command], replies: list[asyncio.Future[Any]]) -> None:
         """Write every command that packs; one that does not (an argument of a type
@@ -79,7 +105,11 @@ class _Protocol(asyncio.Protocol):
             except TypeError as exc:
                 fut.set_exception(DataError(f"{command[0]}: {exc}"))
                 continue
+            if not self.waiters:
+                self._heard = asyncio.get_running_loop().time()
             self.waiters.append(fut)
+        if self.timeout_s is not None and self._watchdog is None and self.waiters:
+            self._watchdog = asyncio.get_running_loop().call_later(self.timeout_s, self._watch)
         self.transport.write(b"".join(packed))
 
 
@@ -182,20 +212,25 @@ class RedisMux:
         loop = asyncio.get_running_loop()
 
         def factory() -> _Protocol:
-            return _Protocol(decode, encoder.encoding_errors)
+            return _Protocol(decode, encoder.encoding_errors, t.socket_timeout)
 
         try:
-            if isinstance(t, UnixDomainSocketConnection):
-                _, proto = await loop.create_unix_connection(factory, t.path)
-            else:
-                ssl = t.ssl_context.get() if hasattr(t, "ssl_context") else None
-                _, proto = await loop.create_connection(
-                    factory, t.host, t.port, ssl=ssl, server_hostname=t.host if ssl else None
-                )
-                _keepalive(proto)
+            async with asyncio.timeout(t.socket_connect_timeout):
+                if isinstance(t, UnixDomainSocketConnection):
+                    _, proto = await loop.create_unix_connection(factory, t.path)
+                else:
+                    ssl = t.ssl_context.get() if hasattr(t, "ssl_context") else None
+                    _, proto = await loop.create_connection(
+                        factory, t.host, t.port, ssl=ssl, server_hostname=t.host if ssl else None
+                    )
+                    _keepalive(proto)
+                await self._handshake(proto)
+        except TimeoutError as exc:  # from asyncio.timeout
+            raise RedisTimeoutError(
+                f"Redis did not answer within {t.socket_connect_timeout} s"
+            ) from exc
         except OSError as exc:
             raise ConnectionError(f"cannot connect to Redis: {exc}") from exc
-        await self._handshake(proto)
         return proto
 
     async def _handshake(self, proto: _Protocol) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +14,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError, DataError, NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from aigcq.embedded.redis import EmbeddedRedis, find_redis_server
 from aigcq.redis_client import redis_client
@@ -89,6 +93,28 @@ async def test_commands_fail_while_redis_is_down_and_work_once_it_is_back(
         assert isinstance(error, ConnectionError)
         private_redis.start()
         assert await run(mux, ["GET", "k"]) == ["1"]  # reconnected, the data kept
+    finally:
+        await mux.aclose()
+        await client.aclose()
+
+
+async def test_a_redis_that_hangs_fails_the_commands_after_the_socket_timeout(
+    private_redis: EmbeddedRedis,
+) -> None:
+    client = redis_client(f"{private_redis.url}?socket_timeout=0.5")
+    mux = RedisMux(client)
+    pid = private_redis._proc.pid  # type: ignore[union-attr]
+    try:
+        assert await mux.command("SET", "k", "1") == "OK"
+        os.kill(pid, signal.SIGSTOP)  # alive, connected, silent
+        try:
+            started = time.monotonic()
+            with pytest.raises(RedisTimeoutError):
+                await mux.command("GET", "k")
+            assert time.monotonic() - started < 5.0  # about the 0.5 s, not forever
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert await mux.command("GET", "k") == "1"  # a new connection
     finally:
         await mux.aclose()
         await client.aclose()
