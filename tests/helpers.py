@@ -181,21 +181,26 @@ async def service_with_runninghub(
 BACKGROUND_KEYS = re.compile(r"^md:state:|:internal:free$")
 
 
-async def redis_snapshot(redis: aioredis.Redis) -> dict[str, tuple[str, int]]:
-    """Every key with its type and size: what 'changes nothing' is checked against."""
-    sizes = {
-        "hash": redis.hlen,
-        "list": redis.llen,
-        "zset": redis.zcard,
-        "set": redis.scard,
-        "string": redis.strlen,
-        "stream": redis.xlen,
+async def redis_snapshot(redis: aioredis.Redis) -> dict[str, tuple[str, Any]]:
+    """Every key with its type and whole content: what 'changes nothing' is checked
+    against (sizes alone would miss a field rewritten in place, a task's status say)."""
+    read = {
+        "hash": redis.hgetall,
+        "list": lambda k: redis.lrange(k, 0, -1),
+        "zset": lambda k: redis.zrange(k, 0, -1, withscores=True),
+        "set": lambda k: _sorted(redis.smembers(k)),
+        "string": redis.get,
+        "stream": lambda k: redis.xrange(k),
     }
-    out: dict[str, tuple[str, int]] = {}
+    out: dict[str, tuple[str, Any]] = {}
     for key in await redis.keys("*"):
         if BACKGROUND_KEYS.search(str(key)):
             continue
         kind = str(await redis.type(key))
-        size = sizes.get(kind)
-        out[str(key)] = (kind, int(await size(key)) if size else 0)
+        content = read.get(kind)
+        out[str(key)] = (kind, await content(key) if content else None)
     return out
+
+
+async def _sorted(members: Awaitable[set[Any]]) -> list[Any]:
+    return sorted(await members)

@@ -48,8 +48,8 @@ class _Protocol(asyncio.Protocol):
         self.reader = hiredis.Reader(replyError=ResponseError, **kw)
         self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         self.transport: asyncio.Transport | None = None
-        self.lost: BaseException | None = None
         self.timeout_s = timeout_s
+        self._timed_out = False
         self._heard = 0.0  # loop time of the last reply, or of the first one awaited
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -65,7 +65,7 @@ class _Protocol(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         silent = loop.time() - self._heard
         if silent >= self.timeout_s:
-            self.lost = RedisTimeoutError(f"no reply from Redis in {self.timeout_s} s")
+            self._timed_out = True
             self.transport.abort()
             return
         self._watchdog = loop.call_later(self.timeout_s - silent, self._watch)
@@ -85,14 +85,13 @@ class _Protocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._watchdog is not None:
             self._watchdog.cancel()
-        timed_out = isinstance(self.lost, RedisTimeoutError)
-        self.lost = self.lost or exc or ConnectionError("Redis closed the connection")
         self.transport = None
+        kind = RedisTimeoutError if self._timed_out else ConnectionError
+        why = f"no reply in {self.timeout_s} s" if self._timed_out else exc or "closed by Redis"
         while self.waiters:
             fut = self.waiters.popleft()
-            if not fut.done():
-                error = RedisTimeoutError if timed_out else ConnectionError
-                fut.set_exception(error(f"Redis connection lost: {self.lost}"))
+            if not fut.done():  # one exception each: a raised one collects its traceback
+                fut.set_exception(kind(f"Redis connection lost: {why}"))
 
     def send(self, commands: Sequence[Command], replies: list[asyncio.Future[Any]]) -> None:
         """Write every command that packs; one that does not (an argument of a type

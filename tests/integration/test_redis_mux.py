@@ -147,6 +147,7 @@ async def test_tcp_with_a_password_and_a_database(tcp_redis_with_password: int) 
         wrong = RedisMux(redis_client(url.replace("s3cret", "wrong")))
         (error,) = await run(wrong, ["PING"])
         assert isinstance(error, ResponseError) and "WRONGPASS" in str(error)
+        await wrong.aclose()
     finally:
         await mux.aclose()
         await client.aclose()

@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis
 
+from aigcq.background import round_failed
+
 log = logging.getLogger(__name__)
 
 
@@ -48,8 +50,8 @@ class PeerCapacity:
             while True:
                 try:
                     await self.sync()
-                except Exception as exc:  # Redis away: keep the last view, try again
-                    log.warning("internal capacity of other processes not read: %r", exc)
+                except Exception as exc:  # keep the last view, try again
+                    round_failed(log, "internal capacity of other processes not read", exc)
                 await asyncio.sleep(self.interval_s)
         finally:
             await self.redis.hdel(self.key, self.process_id)

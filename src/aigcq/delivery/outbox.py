@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 
 from aigcq.queue.keys import Keys
+from aigcq.redis_mux import RedisMux
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -34,19 +34,17 @@ def compose(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
 
 
 class Outbox:
-    def __init__(self, redis: Redis, keys: Keys, command: Callable[..., Awaitable[Any]]) -> None:
-        """``command(*args)`` runs a Redis command and returns its raw RESP2 reply
-        (:meth:`TaskStore.command`, which pipelines concurrent drains together)."""
-        self.redis = redis
+    def __init__(self, mux: RedisMux, keys: Keys) -> None:
+        """``mux``: the hot-path connection (concurrent drains and acks share writes)."""
+        self.mux = mux
         self.keys = keys
-        self.command = command
 
     async def drain(self, backend_id: str, send: Send, *, after: str, auto_ack: bool) -> str:
         """Send every message after stream id ``after``; returns the last id sent."""
         key = self.keys.outbox(backend_id)
         while True:
             start = f"({after}" if after != "-" else "-"
-            entries = await self.command("XRANGE", key, start, "+", "COUNT", PAGE)
+            entries = await self.mux.command("XRANGE", key, start, "+", "COUNT", PAGE)
             if not entries:
                 return after
             sent: list[str] = []
@@ -57,17 +55,14 @@ class Outbox:
                 sent.append(entry_id)
                 after = entry_id
             if auto_ack:
-                await self.command("XDEL", key, *sent)
+                await self.mux.command("XDEL", key, *sent)
             if len(entries) < PAGE:
                 return after
 
     async def ack(self, backend_id: str, entry_ids: list[str]) -> int:
         if not entry_ids:
             return 0
-        return int(await self.redis.xdel(self.keys.outbox(backend_id), *entry_ids))
-
-    async def pending(self, backend_id: str) -> int:
-        return int(await self.redis.xlen(self.keys.outbox(backend_id)))
+        return int(await self.mux.command("XDEL", self.keys.outbox(backend_id), *entry_ids))
 
 
 def _s(value: Any) -> str:

@@ -28,7 +28,7 @@ class Gateway:
         self.auth = Auth(rt.settings)
         self.admission = Admission(rt.settings, rt.redis, rt.store.keys)
         self.submission = Submission(rt, self.admission)
-        self.outbox = Outbox(rt.redis, rt.store.keys, rt.store.mux.command)
+        self.outbox = Outbox(rt.store.mux, rt.store.keys)
         self.clients = ClientHub(rt.redis, rt.store.keys, self.outbox)
 
     async def cancel(self, task_id: str, backend_id: str | None) -> str:

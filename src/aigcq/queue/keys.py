@@ -50,7 +50,7 @@ class Keys:
 
     @property
     def internal_free(self) -> str:
-        """Free bridge slots per aigcq process (HASH process id -> "<free> <ms>")."""
+        """Free bridge slots per aigcq process (HASH process id -> "<free> <bridges> <ms>")."""
         return f"{self.prefix}:internal:free"
 
     @property
