@@ -107,6 +107,7 @@ class FakeBridge:
                     print(f"{self.bridge_id}: {msg}", file=sys.stderr)
 
     async def _end(self, task_id: str, hook: str) -> None:
+        self.running -= 1  # the instance is free once its task ends, before TASK_END is sent
         body = {"event": "TASK_END", "taskId": task_id, "eventData": END_DATA}
         for _ in range(5):
             with contextlib.suppress(aiohttp.ClientError):
@@ -115,7 +116,6 @@ class FakeBridge:
                     if resp.status < 500:
                         break
             await asyncio.sleep(0.05)
-        self.running -= 1
         if not self._beat_due:  # one HEARTBEAT per BEAT_S of completions
             self._beat_due = True
             asyncio.get_running_loop().call_later(BEAT_S, self._beat)

@@ -189,6 +189,33 @@ async def test_task_end_overtaking_its_ack_frees_the_slot(env: Env) -> None:
     await client.close()
 
 
+async def test_a_heartbeat_racing_a_task_end_does_not_count_the_slot_twice(env: Env) -> None:
+    """The bridge ends a task and reports it free in a HEARTBEAT that the hub handles before
+    the task's TASK_END (HTTP and the socket race): the TASK_END must not free it again."""
+    hub = env.service.hub
+    assert hub is not None
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    client = await env.client()
+    for i in range(2):
+        await client.request(generate(f"race-{i}"))
+    assigns = [(await bridge.next())["data"] for _ in range(2)]
+    for a in assigns:
+        await bridge.ack(a["taskId"])
+    await until(lambda: env.task(assigns[1]["taskId"]), lambda t: t.state == "running")
+    await bridge.send("HEARTBEAT", {"instanceCount": 2, "availableInstanceCount": 1})
+
+    async def free() -> int:
+        return hub.free_slots()
+
+    await until(free, lambda n: n == 1)
+    assert await task_end(env, assigns[0]["webhookUrl"]) == 200
+    assert (await client.next())["taskId"] == assigns[0]["taskId"]
+    assert hub.free_slots() == 1  # the other task still runs
+    await bridge.ws.close()
+    await client.close()
+
+
 async def test_refused_ack_gives_the_task_back_for_another_try(env: Env) -> None:
     """A refused task goes back to the head of the queue; the bridge's slot stays taken
     until its next HEARTBEAT (it refused for a reason: handing the task straight back

@@ -483,7 +483,11 @@ class BridgeHub:
     def _free_slot(self, conn: BridgeConn) -> None:
         # The instance is free again now, not at the bridge's next HEARTBEAT (up to 30 s
         # away): without this, finished GPUs would look busy and tasks would overflow.
-        conn.available = min(conn.available + 1, conn.instance_count)
+        # A HEARTBEAT sent after the task ended but handled before its TASK_END (HTTP and
+        # the socket race) has already counted this slot free: never count more free slots
+        # than the tasks we know to be on the bridge leave.
+        ours = conn.instance_count - len(conn.running) - len(conn.pending)
+        conn.available = min(conn.available + 1, ours)
         self.wake()
 
     async def _count_end(self, task_id: str, ok: bool, conn: BridgeConn | None) -> None:
