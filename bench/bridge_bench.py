@@ -12,7 +12,8 @@ Measures (issue 3's targets in brackets):
 
 The fake bridges speak the bridge protocol with the ``websockets`` client: REGISTER, TASK_ACK
 per TASK_ASSIGN, TASK_END POSTed to the ``webhookUrl`` over kept-alive aiohttp connections,
-and a HEARTBEAT after each batch of completions so the hub reconciles its free slots.
+and a HEARTBEAT every ``--heartbeat-s`` (30 s, the seed's interval; the hub frees a slot at
+its TASK_END, so it does not wait for one).
 The hub closes a bridge that sends more than ``AIGCQ_BRIDGE_MAX_MSGS_PER_S`` (100) frames
 a second; at 100 tasks/s per bridge that limit, not the hub, is the ceiling, so by default
 the server runs with it lifted (``--flood-limit 100`` keeps it).
@@ -48,7 +49,6 @@ from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.scheduler.routing import plan
 
 SLOTS = 8
-BEAT_S = 0.02  # completions are reported by a HEARTBEAT at most this late
 END_DATA = orjson.dumps(
     {
         "code": 0,
@@ -65,14 +65,16 @@ def now() -> float:
 class FakeBridge:
     """One bridge with ``slots`` instances that finish every task the moment it arrives."""
 
-    def __init__(self, url: str, bridge_id: str, http: aiohttp.ClientSession) -> None:
-        self.url, self.bridge_id, self.http = url, bridge_id, http
+    def __init__(
+        self, url: str, bridge_id: str, http: aiohttp.ClientSession, beat_s: float
+    ) -> None:
+        self.url, self.bridge_id, self.http, self.beat_s = url, bridge_id, http, beat_s
         self.slots = SLOTS
         self.running = 0
         self.assigned: dict[str, float] = {}  # taskId -> perf_counter at TASK_ASSIGN
         self.ws: Any = None
-        self._beat_due = False
         self._reader: asyncio.Task[None] | None = None
+        self._beats: asyncio.Task[None] | None = None
         self._posts: set[asyncio.Task[None]] = set()
 
     def _counts(self) -> dict[str, Any]:
@@ -83,6 +85,7 @@ class FakeBridge:
         self.ws = await websockets.connect(f"{self.url}?token={BRIDGE_TOKEN}", max_size=None)
         await self._send("REGISTER", {"bridgeId": self.bridge_id, **self._counts(), "tasks": []})
         self._reader = asyncio.create_task(self._read())
+        self._beats = asyncio.create_task(self._heartbeats())
         return self
 
     async def _send(self, type_: str, data: dict[str, Any]) -> None:
@@ -116,28 +119,21 @@ class FakeBridge:
                     if resp.status < 500:
                         break
             await asyncio.sleep(0.05)
-        if not self._beat_due:  # one HEARTBEAT per BEAT_S of completions
-            self._beat_due = True
-            asyncio.get_running_loop().call_later(BEAT_S, self._beat)
 
-    def _beat(self) -> None:
-        self._beat_due = False
-        if self.ws is not None:
-            task = asyncio.create_task(self._heartbeat())
-            self._posts.add(task)
-            task.add_done_callback(self._posts.discard)
-
-    async def _heartbeat(self) -> None:
+    async def _heartbeats(self) -> None:
         with contextlib.suppress(websockets.ConnectionClosed):
-            await self._send("HEARTBEAT", {**self._counts(), "busyInstanceCount": self.running})
+            while True:
+                await asyncio.sleep(self.beat_s)
+                await self._send("HEARTBEAT", {**self._counts(), "busyInstanceCount": self.running})
 
     def abort(self) -> None:
         """Lose the connection the way a killed process does (no closing handshake)."""
         self.ws.transport.abort()
 
     async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
+        for task in (self._reader, self._beats):
+            if task is not None:
+                task.cancel()
         with contextlib.suppress(Exception):
             await self.ws.close()
 
@@ -205,9 +201,11 @@ def start_server(cluster: Cluster, flood_limit: int, **env: str) -> tuple[Proc, 
     return proc, port
 
 
-async def bridges_up(port: int, n: int, http: aiohttp.ClientSession, tag: str) -> list[FakeBridge]:
+async def bridges_up(
+    port: int, n: int, http: aiohttp.ClientSession, tag: str, beat_s: float = 30.0
+) -> list[FakeBridge]:
     url = f"ws://127.0.0.1:{port}/ws"
-    bridges = [await FakeBridge(url, f"{tag}-{i}", http).connect() for i in range(n)]
+    bridges = [await FakeBridge(url, f"{tag}-{i}", http, beat_s).connect() for i in range(n)]
     await asyncio.sleep(0.3)  # REGISTERs processed
     return bridges
 
@@ -217,7 +215,7 @@ async def dispatch_and_lifecycle(
 ) -> dict[str, Any]:
     cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}}})
     server, port = start_server(cluster, args.flood_limit)
-    bridges = await bridges_up(port, args.bridges, http, "life")
+    bridges = await bridges_up(port, args.bridges, http, "life", args.heartbeat_s)
     try:
         await Load(port).run(500, None, "warm")
         dispatch, duplicates = [], 0
@@ -304,7 +302,7 @@ async def bridge_loss(
     overflow_before: list[int] = []
     try:
         for trial in range(args.loss_trials):
-            bridge = (await bridges_up(port, 1, http, f"loss{trial}"))[0]
+            bridge = (await bridges_up(port, 1, http, f"loss{trial}", args.heartbeat_s))[0]
             await asyncio.sleep(0.5)  # 3 healthy checks at 0.1 s: internal again
             load = Load(port, clients=1)
             before = len(rh.created)
@@ -418,6 +416,9 @@ if __name__ == "__main__":
     parser.add_argument("--loss-trials", type=int, default=5)
     parser.add_argument(
         "--flood-limit", type=int, default=0, help="hub frames/s per bridge (0 = lifted)"
+    )
+    parser.add_argument(
+        "--heartbeat-s", type=float, default=30.0, help="fake bridges' HEARTBEAT interval"
     )
     parser.add_argument("--routing-only", action="store_true", help="in-process routing only")
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
