@@ -1,0 +1,81 @@
+"""LocalStorage: small files inline, large or slow ones in a thread, errors reach the caller."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from aigcq.storage import StorageError
+from aigcq.storage.local import LocalStorage, SlowWrites
+
+
+async def test_a_small_file_is_written_with_its_folders_and_gets_its_url(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, "http://files.example/")
+    url = await storage.put("asynch/a/b.txt", b"hello", "text/plain")
+    assert url == "http://files.example/asynch/a/b.txt"
+    assert (tmp_path / "asynch/a/b.txt").read_bytes() == b"hello"
+    assert not storage.offloading
+
+
+async def test_a_file_written_again_is_replaced_not_appended(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, "http://files.example")
+    await storage.put("x.bin", b"a much longer first version", "application/octet-stream")
+    await storage.put("x.bin", b"short", "application/octet-stream")
+    assert (tmp_path / "x.bin").read_bytes() == b"short"
+
+
+async def test_a_file_above_the_inline_limit_is_written_whole(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, "http://files.example", inline_max_bytes=1024)
+    data = bytes(range(256)) * 4096  # 1 MiB, written by a thread
+    await storage.put("big/blob.bin", data, "application/octet-stream")
+    assert (tmp_path / "big/blob.bin").read_bytes() == data
+
+
+async def test_a_slow_inline_write_sends_the_next_writes_to_a_thread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = LocalStorage(tmp_path, "http://files.example", slow_write_seconds=0.0)
+    with caplog.at_level(logging.WARNING, logger="aigcq.storage.local"):
+        await storage.put("asynch/t1.txt", b"one", "text/plain")
+    assert storage.offloading
+    assert "asynch/t1.txt" in caplog.text and "thread" in caplog.text
+    await storage.put("asynch/t2.txt", b"two", "text/plain")  # offloaded, still written
+    assert (tmp_path / "asynch/t2.txt").read_bytes() == b"two"
+
+
+async def test_offloading_ends_after_its_period(tmp_path: Path) -> None:
+    storage = LocalStorage(
+        tmp_path, "http://files.example", slow_write_seconds=0.0, offload_seconds=0.0
+    )
+    await storage.put("a.txt", b"a", "text/plain")
+    assert not storage.offloading
+
+
+@pytest.mark.parametrize("inline_max_bytes", [1024, 0])  # inline and in a thread
+async def test_a_failed_write_raises_to_the_caller_and_changes_nothing(
+    tmp_path: Path, inline_max_bytes: int
+) -> None:
+    storage = LocalStorage(tmp_path, "http://files.example", inline_max_bytes=inline_max_bytes)
+    (tmp_path / "taken").mkdir()  # a folder where the file should go
+    with pytest.raises(IsADirectoryError):
+        await storage.put("taken", b"data", "text/plain")
+    assert (tmp_path / "taken").is_dir() and not any((tmp_path / "taken").iterdir())
+
+
+@pytest.mark.parametrize("name", ["", "/etc/passwd", "a/../../b", "a//b", "./a"])
+async def test_a_name_that_would_leave_the_root_is_refused(tmp_path: Path, name: str) -> None:
+    storage = LocalStorage(tmp_path / "root", "http://files.example")
+    with pytest.raises(StorageError):
+        await storage.put(name, b"x", "text/plain")
+    assert not (tmp_path / "root").exists()
+
+
+def test_one_stretched_write_among_fast_ones_is_not_slow_but_a_run_of_them_is() -> None:
+    slow = SlowWrites(0.001)
+    assert not any(slow.observe(0.00004) for _ in range(100))
+    assert not slow.observe(0.005)  # preempted once
+    assert not any(slow.observe(0.00004) for _ in range(100))
+    assert [slow.observe(0.005) for _ in range(3)] == [False, False, True]
+    assert slow.average == 0.0  # starts over once it has said so
