@@ -28,18 +28,13 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.host import cpu_seconds, python_speed_ms
 from tests.asynch.processes import free_port, start_asynch, stop
 
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
 
 POLL_SECONDS = 0.25  # getTaskBatch period of the result collector (each poll costs server CPU)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of ``pid`` so far (``/proc/<pid>/stat`` fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def backing_cpu_seconds(pg: EmbeddedPostgres, redis: EmbeddedRedis) -> float:
@@ -163,6 +158,7 @@ def main() -> None:
             proc, url = start_asynch(db_url, redis_url, root, log=root / f"asynch-{i}.log")
             procs.append(proc)
             urls.append(url)
+        host_before = python_speed_ms()
         server_pids = [p.pid for p in procs[1:]]
         cpu_before = [cpu_seconds(pid) for pid in server_pids]
         model_before = cpu_seconds(model_proc.pid)
@@ -178,7 +174,8 @@ def main() -> None:
                               ("pg_redis", backing_cpu), ("client", client_cpu)]:  # fmt: skip
             result[f"{name}_cpu_ms_per_task"] = round(seconds * 1000 / done, 3)
         result.update(workers=args.workers, concurrency=args.concurrency, rate=args.rate,
-                      postgres="durable" if args.durable else "fsync=off")  # fmt: skip
+                      postgres="durable" if args.durable else "fsync=off",
+                      host_python_ms=[host_before, python_speed_ms()])  # fmt: skip
         print(json.dumps(result))
     finally:
         for proc in procs:

@@ -42,6 +42,7 @@ import websockets
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.host import cpu_seconds, python_speed_ms
 from tests.e2e.conftest import BRIDGE_TOKEN, Client, Cluster, Proc, free_port, generate, wait_http
 
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
@@ -240,7 +241,10 @@ async def dispatch_and_lifecycle(
             )
             print("dispatch", dispatch[-1], file=sys.stderr)
         flood = Load(port, clients=8)
+        assert server.p is not None
+        cpu = cpu_seconds(server.p.pid)
         elapsed = await flood.run(args.tasks, None, "flood")
+        cpu = cpu_seconds(server.p.pid) - cpu
         lifecycle = {
             "bridges": args.bridges,
             "instances_each": SLOTS,
@@ -249,6 +253,7 @@ async def dispatch_and_lifecycle(
             "duplicates": flood.duplicates + duplicates,
             "seconds": round(elapsed, 3),
             "throughput_per_s": round(args.tasks / elapsed, 1),
+            "server_cpu_ms_per_task": round(cpu * 1000 / args.tasks, 3),
             "flood_limit_per_bridge": args.flood_limit or "lifted",
         }
         print("lifecycle", lifecycle, file=sys.stderr)
@@ -390,7 +395,7 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    report: dict[str, Any] = {"routing": routing_decision()}
+    report: dict[str, Any] = {"host_python_ms": [python_speed_ms()], "routing": routing_decision()}
     print("routing", report["routing"], file=sys.stderr)
     if args.routing_only:
         return report
@@ -402,6 +407,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         async with aiohttp.ClientSession(connector=connector) as http:
             report.update(await dispatch_and_lifecycle(cluster, args, http))
             report["loss"] = await bridge_loss(cluster, args, http)
+        report["host_python_ms"].append(python_speed_ms())
         return report
     finally:
         cluster.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -23,6 +22,7 @@ import orjson
 import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.host import cpu_seconds, python_speed_ms
 from tests.e2e.conftest import Client, Cluster, generate
 
 from aigcq.embedded.redis import EmbeddedRedis
@@ -35,12 +35,6 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of ``pid`` in clock ticks (``/proc/<pid>/stat`` fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
 async def run_load(
     port: int, n: int, rate: float | None, clients: int = 4, pid: int | None = None
 ) -> dict[str, Any]:
@@ -49,7 +43,7 @@ async def run_load(
     With ``pid`` (the server's), also its CPU time per task: the wall figures depend on
     whatever else runs on the machine, this one much less.
     """
-    ticks = cpu_ticks(pid) if pid else 0
+    cpu = cpu_seconds(pid) if pid else 0.0
     run = time.time_ns()
     conns = [await Client(port, f"bench-{run}-{i}").connect() for i in range(clients)]
     sent: dict[str, float] = {}
@@ -88,8 +82,7 @@ async def run_load(
         "duplicates": duplicates,
     }
     if pid:
-        used_ms = (cpu_ticks(pid) - ticks) * 1000 / os.sysconf("SC_CLK_TCK")
-        report["server_cpu_ms_per_task"] = round(used_ms / n, 3)
+        report["server_cpu_ms_per_task"] = round((cpu_seconds(pid) - cpu) * 1000 / n, 3)
     return report
 
 
@@ -131,7 +124,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         server, port = cluster.server(AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_SWEEP_INTERVAL_S="1")
         assert server.p is not None
         await run_load(port, 200, None)  # warm-up
-        report: dict[str, Any] = {}
+        report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
         pid = server.p.pid
         report["sustained"] = await run_load(port, args.tasks, None, pid=pid)
         print("sustained", report["sustained"], file=sys.stderr)
@@ -142,6 +135,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await memory_per_waiting_task(cluster.redis_url, port, int(w))
             for w in args.waiting.split(",")
         ]
+        report["host_python_ms"].append(python_speed_ms())
         return report
     finally:
         cluster.close()

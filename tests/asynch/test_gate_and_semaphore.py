@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import redis.asyncio as aioredis
+
+from aigcq.asynch.lease import LeaseKeeper
 from aigcq.asynch.runtime import runtime_max_concurrency_key, runtime_queue_limit_key
+from aigcq.asynch.semaphore import Semaphore
+from aigcq.asynch.tasks_repo import ClaimedTask
 from tests.asynch.conftest import Asynch, Served
 
 
@@ -97,3 +102,28 @@ async def test_expired_semaphore_leases_are_reclaimed(asynch: Asynch) -> None:
     await asynch.redis.zadd("asynch:sem:m:t", {"a:1": 0})  # its holder died long ago
     assert await sem.acquire("m", "t", "b:1", 1)
     assert await sem.holders("m", "t") == ["b:1"]
+
+
+async def test_a_running_attempt_keeps_its_lease_past_its_length_until_it_stops(
+    redis: aioredis.Redis,
+) -> None:
+    sem = Semaphore(redis, lease_seconds=0.3)
+    task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
+    assert await sem.acquire("m", "tenant", task.lease_id, 1)
+    keeper = LeaseKeeper(sem, task)
+    await asyncio.sleep(1.0)  # over three lease lengths: alive only because it was renewed
+    assert await sem.holders("m", "tenant") == [task.lease_id]
+    assert not await sem.acquire("m", "tenant", "t2:1", 1)
+    await keeper.stop()
+    await asyncio.sleep(0.5)  # no longer renewed: it expires and the slot is free again
+    assert await sem.holders("m", "tenant") == []
+    assert await sem.acquire("m", "tenant", "t2:1", 1)
+
+
+async def test_a_lease_keeper_stopped_at_once_renews_nothing(redis: aioredis.Redis) -> None:
+    sem = Semaphore(redis, lease_seconds=0.3)
+    task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
+    keeper = LeaseKeeper(sem, task)
+    await keeper.stop()
+    await asyncio.sleep(0.2)  # past the first renewal's due time
+    assert await redis.exists("asynch:sem:m:tenant") == 0

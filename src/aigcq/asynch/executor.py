@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -14,12 +13,12 @@ from aigcq.asynch.admission import Admission
 from aigcq.asynch.callback import Callbacks, callback_request
 from aigcq.asynch.gate import QueueGate
 from aigcq.asynch.invoke import CallError, call_model
+from aigcq.asynch.lease import LeaseKeeper
 from aigcq.asynch.models_repo import ModelRepo
 from aigcq.asynch.result import classify
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
 from aigcq.asynch.tasks_repo import ClaimedTask, Outcome, TaskRepo
-from aigcq.background import cancel_and_wait
 from aigcq.jsonlog import ctx
 from aigcq.storage import Storage, StorageError
 
@@ -41,11 +40,11 @@ class Executor:
 
     async def run(self, task: ClaimedTask) -> State | None:
         """Run the attempt; the final state, or None when the attempt turned out stale."""
-        renewer = asyncio.create_task(self._keep_lease(task))
+        lease = LeaseKeeper(self.semaphore, task)
         try:
             outcome = await self._attempt(task)
         finally:
-            await cancel_and_wait([renewer])
+            await lease.stop()
         recorded = False
         try:
             recorded = await self.tasks.finish(task, outcome)
@@ -109,17 +108,6 @@ class Executor:
                 await asyncio.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")
-
-    async def _keep_lease(self, task: ClaimedTask) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            while True:
-                await asyncio.sleep(self.semaphore.lease_seconds / 3)
-                if not await self.semaphore.renew(task.model_name, task.tenant_id, task.lease_id):
-                    log.warning(
-                        "task %s: semaphore lease was lost",
-                        task.task_id,
-                        extra=ctx(task=task.task_id),
-                    )
 
     def _callback(self, task: ClaimedTask, outcome: Outcome) -> None:
         url, params = callback_request(
