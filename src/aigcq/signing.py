@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from urllib.parse import urlencode
+from urllib.parse import quote_plus
 
 
 def signature(key: bytes, task_id: str, attempt: int) -> str:
-    msg = f"{task_id}:{attempt}".encode()
-    return hmac.new(key, msg, hashlib.sha256).hexdigest()[:32]
+    return hmac.digest(key, f"{task_id}:{attempt}".encode(), hashlib.sha256).hex()[:32]
 
 
 def webhook_url(base: str, key: bytes, task_id: str, attempt: int) -> str:
-    query = urlencode({"t": task_id, "a": attempt, "s": signature(key, task_id, attempt)})
-    return f"{base}/callback/all?{query}"
+    """``{base}/callback/all?t=&a=&s=``, encoded as ``urlencode`` would (a URL per task
+    assigned: formatting it directly costs a seventh of ``urlencode``)."""
+    sig = signature(key, task_id, attempt)
+    return f"{base}/callback/all?t={quote_plus(task_id, safe='')}&a={int(attempt)}&s={sig}"
 
 
 def verify(key: bytes, task_id: str, attempt: int, given: str) -> bool:
