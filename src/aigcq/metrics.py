@@ -13,6 +13,7 @@ Two kinds:
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -86,24 +87,31 @@ Source = Callable[[], Awaitable[list[Metric]]]
 # ---- event hooks (one call each where the event happens) ----------------------------------
 
 
+@functools.cache
+def _child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, looked up once: resolving labels costs twice the count
+    itself, on every task (prometheus-client keeps each child for good anyway)."""
+    return metric.labels(*labels)
+
+
 def task_finished(fields: Sequence[str | bytes | None], outcome: str, now: float) -> None:
     """``fields``: the task hash's ``AIGC``, ``platform``, ``target``, ``created``."""
     aigc, platform, target, created = (_text(f) for f in fields)
     target = target or "none"  # ended before any target took it (e.g. cancelled waiting)
-    TASKS_FINISHED.labels(aigc, platform, target, outcome).inc()
+    _child(TASKS_FINISHED, aigc, platform, target, outcome).inc()
     if created:
-        END_TO_END_LATENCY.labels(platform, target, outcome).observe(now - float(created))
+        _child(END_TO_END_LATENCY, platform, target, outcome).observe(now - float(created))
 
 
 def tasks_claimed(platform: str, target: str, created: Iterable[float], now: float) -> None:
-    histogram = DISPATCH_LATENCY.labels(platform, target)
+    histogram = _child(DISPATCH_LATENCY, platform, target)
     for at in created:
         histogram.observe(max(0.0, now - at))
 
 
 def overflowed(aigc: str, platform: str, target: str, prices: Mapping[str, float]) -> None:
-    OVERFLOW_TASKS.labels(aigc, platform, target).inc()
-    OVERFLOW_COST.labels(target).inc(prices.get(target, 0.0))
+    _child(OVERFLOW_TASKS, aigc, platform, target).inc()
+    _child(OVERFLOW_COST, target).inc(prices.get(target, 0.0))
 
 
 def callback_rejected(code: str) -> None:
@@ -116,13 +124,13 @@ def webhook_failed(dropped: bool) -> None:
 
 def gate_taken(model: str, ok: bool) -> bool:
     """Count and pass through one gate request."""
-    ASYNCH_GATE.labels(model, "taken" if ok else "full").inc()
+    _child(ASYNCH_GATE, model, "taken" if ok else "full").inc()
     return ok
 
 
 def semaphore_acquired(model: str, ok: bool) -> bool:
     """Count and pass through one semaphore request."""
-    ASYNCH_SEMAPHORE.labels(model, "acquired" if ok else "busy").inc()
+    _child(ASYNCH_SEMAPHORE, model, "acquired" if ok else "busy").inc()
     return ok
 
 
