@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -15,17 +16,20 @@ log = logging.getLogger(__name__)
 
 
 class SlowWrites:
-    """Says when writes have become slow: their moving average over about the last ten
-    exceeds ``threshold`` seconds (then it starts again from zero)."""
+    """Says when writes have become slow: most of the last ``window`` took longer than
+    ``threshold`` seconds (then it starts again). A write stretched now and then by the
+    scheduler, however long, does not count; a disk that stays slow does, within a few
+    writes."""
 
-    def __init__(self, threshold: float) -> None:
+    def __init__(self, threshold: float, window: int = 9) -> None:
         self.threshold = threshold
-        self.average = 0.0
+        self.window = window
+        self._recent: deque[bool] = deque(maxlen=window)  # slow or not, newest last
 
     def observe(self, seconds: float) -> bool:
-        self.average += (seconds - self.average) / 10
-        if self.average > self.threshold:
-            self.average = 0.0
+        self._recent.append(seconds > self.threshold)
+        if sum(self._recent) * 2 > self.window:
+            self._recent.clear()
             return True
         return False
 
@@ -40,10 +44,9 @@ class LocalStorage:
     Small files (up to ``inline_max_bytes``) are written on the event loop: into the page
     cache that takes 25–40 µs, while handing it to a thread costs about 200 µs of CPU in
     thread switches. A disk that is slow to create files would delay every other request
-    by as much, so once inline writes take longer than ``slow_write_seconds`` on average
-    (a moving average over about the last ten: a single write stretched by the scheduler
-    does not count) all writes go to a thread for ``offload_seconds``; larger files
-    always do.
+    by as much, so once most recent inline writes take longer than ``slow_write_seconds``
+    (see :class:`SlowWrites`) all writes go to a thread for ``offload_seconds``; larger
+    files always do.
     """
 
     def __init__(
@@ -52,7 +55,7 @@ class LocalStorage:
         public_url: str,
         *,
         inline_max_bytes: int = 64 * 1024,
-        slow_write_seconds: float = 0.001,
+        slow_write_seconds: float = 0.0005,
         offload_seconds: float = 10.0,
     ) -> None:
         self.root = root.resolve()
