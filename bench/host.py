@@ -3,7 +3,7 @@
 The benches share the machine with their own servers and, on a VM, with its neighbours: a
 busy host moved the same code's figures by 2x within one session. Each bench therefore
 prints ``host_python_ms`` beside its figures, taken before and after the run: the time of a
-fixed pure-Python loop (about 270 ms on a quiet 2-core VM of the kind in the README). Compare
+fixed pure-Python loop (about 265 ms on a quiet 2-core VM of the kind in the README). Compare
 figures only between runs whose yardsticks agree.
 """
 

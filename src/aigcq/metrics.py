@@ -115,11 +115,11 @@ def overflowed(aigc: str, platform: str, target: str, prices: Mapping[str, float
 
 
 def callback_rejected(code: str) -> None:
-    CALLBACK_REJECTIONS.labels(code).inc()
+    _child(CALLBACK_REJECTIONS, code).inc()
 
 
 def webhook_failed(dropped: bool) -> None:
-    WEBHOOK_FAILURES.labels("dropped" if dropped else "retry").inc()
+    _child(WEBHOOK_FAILURES, "dropped" if dropped else "retry").inc()
 
 
 def gate_taken(model: str, ok: bool) -> bool:
@@ -151,7 +151,10 @@ class _Snapshot:
 
 
 async def exposition(sources: Iterable[Source]) -> bytes:
-    """The text format: process-wide event metrics, then each source's state."""
+    """The text format: process-wide event metrics, then each source's state.
+
+    The sources are read first and the counters after, so a task that ends during a scrape
+    can show both in a state gauge (in flight) and in a counter (finished)."""
     families: list[Metric] = []
     for source in sources:
         try:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from aigcq.asynch.lease import LeaseKeeper
 from aigcq.asynch.runtime import runtime_max_concurrency_key, runtime_queue_limit_key
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import ClaimedTask
 from tests.asynch.conftest import Asynch, Served
+from tests.asynch.processes import free_port
 
 
 async def _create_many(asynch: Asynch, model: str, n: int) -> list[int]:
@@ -123,7 +128,23 @@ async def test_a_running_attempt_keeps_its_lease_past_its_length_until_it_stops(
 async def test_a_lease_keeper_stopped_at_once_renews_nothing(redis: aioredis.Redis) -> None:
     sem = Semaphore(redis, lease_seconds=0.3)
     task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
+    assert await sem.acquire("m", "tenant", task.lease_id, 1)
     keeper = LeaseKeeper(sem, task)
     await keeper.stop()
-    await asyncio.sleep(0.2)  # past the first renewal's due time
-    assert await redis.exists("asynch:sem:m:tenant") == 0
+    await asyncio.sleep(0.5)  # renewals were due at 0.1, 0.2, 0.3 s: none kept it alive
+    assert await sem.holders("m", "tenant") == []
+
+
+async def test_renewals_go_on_after_redis_fails_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    unreachable = aioredis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))  # fails at once
+    sem = Semaphore(unreachable, lease_seconds=0.15)  # a renewal due every 50 ms
+    task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
+    with caplog.at_level(logging.WARNING, logger="aigcq.asynch.lease"):
+        keeper = LeaseKeeper(sem, task)
+        await asyncio.sleep(0.5)
+        await keeper.stop()
+    failures = [r for r in caplog.records if "renewing the semaphore lease" in r.getMessage()]
+    assert len(failures) >= 2 and all("t1" in r.getMessage() for r in failures)
+    await unreachable.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -40,7 +41,7 @@ async def test_a_slow_inline_write_sends_the_next_writes_to_a_thread(
     with caplog.at_level(logging.WARNING, logger="aigcq.storage.local"):
         for i in range(4):
             await storage.put(f"asynch/t{i}.txt", b"x", "text/plain")
-        assert not storage.offloading and not caplog.text  # one slow write is not a slow disk
+        assert not storage.offloading and not caplog.text  # four of nine slow: not yet
         await storage.put("asynch/t4.txt", b"x", "text/plain")  # five of the last nine
     assert storage.offloading
     assert "asynch/t4.txt" in caplog.text and "thread" in caplog.text
@@ -50,11 +51,15 @@ async def test_a_slow_inline_write_sends_the_next_writes_to_a_thread(
 
 async def test_offloading_ends_after_its_period(tmp_path: Path) -> None:
     storage = LocalStorage(
-        tmp_path, "http://files.example", slow_write_seconds=0.0, offload_seconds=0.0
+        tmp_path, "http://files.example", slow_write_seconds=0.0, offload_seconds=0.2
     )
     for i in range(5):
         await storage.put(f"{i}.txt", b"a", "text/plain")
-    assert not storage.offloading
+    assert storage.offloading
+    await asyncio.sleep(0.3)
+    assert not storage.offloading  # inline again, measured afresh
+    await storage.put("5.txt", b"a", "text/plain")
+    assert not storage.offloading  # one slow write after the period is not enough again
 
 
 @pytest.mark.parametrize("inline_max_bytes", [1024, 0])  # inline and in a thread

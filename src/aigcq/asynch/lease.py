@@ -7,7 +7,7 @@ import logging
 
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import ClaimedTask
-from aigcq.background import cancel_and_wait
+from aigcq.background import cancel_and_wait, round_failed
 from aigcq.jsonlog import ctx
 
 log = logging.getLogger(__name__)
@@ -34,15 +34,12 @@ class LeaseKeeper:
     async def _renew(self) -> None:
         task = self.task
         try:
-            kept = await self.semaphore.renew(task.model_name, task.tenant_id, task.lease_id)
-        except Exception as exc:
-            kept = True  # not known to be lost: the next renewal tries again
-            log.warning("task %s: cannot renew the semaphore lease: %s", task.task_id, exc,
-                        extra=ctx(task=task.task_id))  # fmt: skip
-        if not kept:
-            log.warning(
-                "task %s: semaphore lease was lost", task.task_id, extra=ctx(task=task.task_id)
-            )
+            if not await self.semaphore.renew(task.model_name, task.tenant_id, task.lease_id):
+                log.warning(
+                    "task %s: semaphore lease was lost", task.task_id, extra=ctx(task=task.task_id)
+                )
+        except Exception as exc:  # not known to be lost: the next renewal tries again
+            round_failed(log, f"task {task.task_id}: renewing the semaphore lease", exc)
         if self._timer is not None:  # not stopped meanwhile
             self._timer = self._loop.call_later(self._period, self._due)
 
@@ -50,5 +47,5 @@ class LeaseKeeper:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._renewing is not None:
+        if self._renewing is not None and not self._renewing.done():
             await cancel_and_wait([self._renewing])
