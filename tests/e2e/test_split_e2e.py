@@ -193,9 +193,11 @@ async def test_short_jwt_lifetime_refreshed_without_failed_dispatch(cluster: Clu
     """Tokens that expire after 3 s, refreshed ahead: over several lifetimes every task
     goes to the dispatcher and succeeds; none is refused, requeued or overflowed."""
     ttl_s = 3
-    # A prompt runs 3 nodes x 2 steps x 0.2 s the first time, 0.4 s after (only SaveImage
-    # runs, the rest is cached).
-    comfy = [cluster.emulator("comfyui", "--step-time", "0.2", "--steps", "2") for _ in "ab"]
+    # A prompt runs 3 nodes x 2 steps x 0.1 s the first time, 0.2 s after (only SaveImage
+    # runs, the rest is cached): one task every 0.4 s keeps the two instances a quarter busy,
+    # so even on a slow host no task overflows for want of capacity (0.2 s steps, half busy,
+    # overflowed one task on a busy CI host: right for routing, wrong for this test).
+    comfy = [cluster.emulator("comfyui", "--step-time", "0.1", "--steps", "2") for _ in "ab"]
     md, md_port, serve, port = split_stack(
         cluster,
         comfy,
@@ -204,7 +206,7 @@ async def test_short_jwt_lifetime_refreshed_without_failed_dispatch(cluster: Clu
         AIGCQ_MD_JWT_REFRESH_AHEAD_S="1.5",
     )
     client = await Client(port, "b1").connect()
-    ids = ["warm-0", "warm-1"]  # one on each ComfyUI: the steady tasks then take 0.4 s
+    ids = ["warm-0", "warm-1"]  # one on each ComfyUI: the steady tasks then take 0.2 s
     try:
         for task_id in ids:
             reply = await client.request(bridge_task(task_id))
