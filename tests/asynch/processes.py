@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -19,9 +20,17 @@ def free_port() -> int:
 
 
 def start_asynch(
-    database_url: str, redis_url: str, data_dir: Path, *, log: Path, **env: str
+    database_url: str,
+    redis_url: str,
+    data_dir: Path,
+    *,
+    log: Path,
+    args: Sequence[str] = ("serve", "--log-level", "WARNING"),
+    **env: str,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """Start one asynch process (worker loop on) and wait until it answers; ``(proc, url)``."""
+    """Start one asynch process (worker loop on) and wait until it answers; ``(proc, url)``.
+
+    ``args`` follow ``python -m aigcq.asynch``; none at all means serve."""
     port = free_port()
     environ = {
         **os.environ,
@@ -34,7 +43,7 @@ def start_asynch(
     }
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "aigcq.asynch", "serve", "--log-level", "WARNING"],
+            [sys.executable, "-m", "aigcq.asynch", *args],
             env=environ,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
@@ -35,10 +36,14 @@ async def workers(
     pg_url: str, redis_url: str, db: Any, redis: Any, tmp_path: Path
 ) -> AsyncIterator[Starter]:
     procs: list[subprocess.Popen[bytes]] = []
+    started = itertools.count()
 
     def start(**env: str) -> tuple[subprocess.Popen[bytes], str]:
-        log = tmp_path / f"asynch-{len(procs)}.log"
-        proc, url = start_asynch(pg_url, redis_url, tmp_path, log=log, **{**FAST, **env})
+        n = next(started)
+        log = tmp_path / f"asynch-{n}.log"
+        # every other process runs as an operator may start it: bare `aigcq asynch`
+        args = ("serve", "--log-level", "WARNING") if n % 2 == 0 else ()
+        proc, url = start_asynch(pg_url, redis_url, tmp_path, log=log, args=args, **{**FAST, **env})
         procs.append(proc)
         return proc, url
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 import uvicorn
@@ -22,27 +22,31 @@ log = logging.getLogger(__name__)
 asynch_app = typer.Typer(help="model-asynch: async middleware for HTTP model services (seed 003).")
 
 
+LogLevel = Annotated[str, typer.Option(help="Logging level.")]
+
+
 def _logging(level: str) -> None:
     from aigcq.cli import configure_logging
 
     configure_logging(level)
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 @asynch_app.callback(invoke_without_command=True)
 def main(ctx: typer.Context) -> None:
-    """Without a sub-command: serve."""
+    """Without a sub-command: serve (with every option at its default)."""
     if ctx.invoked_subcommand is None:
         serve()
 
 
 @asynch_app.command()
 def serve(
-    host: str | None = typer.Option(None, help="Listen address (AIGCQ_ASYNCH_HOST)."),
-    port: int | None = typer.Option(None, help="Port (AIGCQ_ASYNCH_PORT, default 8091)."),
-    worker: bool | None = typer.Option(None, help="Run the worker loop."),
-    cleaner: bool | None = typer.Option(None, help="Run the cleaner loop."),
-    log_level: str = typer.Option("INFO", help="Logging level."),
+    host: Annotated[str | None, typer.Option(help="Listen address (AIGCQ_ASYNCH_HOST).")] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port (AIGCQ_ASYNCH_PORT, default 8091).")
+    ] = None,
+    worker: Annotated[bool | None, typer.Option(help="Run the worker loop.")] = None,
+    cleaner: Annotated[bool | None, typer.Option(help="Run the cleaner loop.")] = None,
+    log_level: LogLevel = "INFO",
 ) -> None:
     """Apply migrations and serve the API (private PostgreSQL/Redis when no URL is set)."""
     _logging(log_level)
@@ -79,7 +83,7 @@ async def _serve(
 
 
 @asynch_app.command("migrate")
-def migrate_command(log_level: str = typer.Option("INFO", help="Logging level.")) -> None:
+def migrate_command(log_level: LogLevel = "INFO") -> None:
     """Apply pending schema migrations and exit."""
     _logging(log_level)
     base = Settings()
