@@ -160,9 +160,7 @@ def run_with_redis(
     if not settings.redis_url:
         embedded = EmbeddedRedis(embedded_dir)
         settings.redis_url = embedded.start()
-    # uvicorn re-raises SIGTERM/SIGINT once it has shut down; turn them into exceptions
-    # so the embedded Redis below is still stopped.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    exit_on_sigterm()
     started = True
     try:
         if main is None and settings.workers > 1:
@@ -178,6 +176,14 @@ def run_with_redis(
             embedded.stop()
     if not started:
         raise SystemExit(1)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM raise SystemExit, as SIGINT raises KeyboardInterrupt.
+
+    uvicorn re-raises the signal once it has shut down; with the default handler SIGTERM would
+    end the process there, skipping the ``finally`` blocks that stop the private servers."""
+    signal.signal(signal.SIGTERM, _exit_on_signal)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

@@ -49,11 +49,17 @@ def start_asynch(
             stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    wait_healthy(proc, url, log)
+    return proc, url
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, timeout: float = 30) -> None:
+    """Wait until ``url/health`` answers 200; kill ``proc`` and fail if it exits or times out."""
+    deadline = time.monotonic() + timeout
     while True:
         try:
             if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
+                return
         except httpx.HTTPError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -15,7 +15,7 @@ from aigcq.asynch.migrate import migrate
 from aigcq.asynch.service import open_service
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.config import Settings
-from aigcq.launch import run_async
+from aigcq.launch import exit_on_sigterm, run_async
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,12 @@ def serve(
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = AsynchSettings(**given)
     base = Settings()
-    with backing_services(base.database_url, base.redis_url, base.data_dir) as (db, rd):
-        run_async(_serve(settings, db, rd, base))
+    exit_on_sigterm()
+    try:
+        with backing_services(base.database_url, base.redis_url, base.data_dir) as (db, rd):
+            run_async(_serve(settings, db, rd, base))
+    except (KeyboardInterrupt, SystemExit):  # the private servers are stopped by now
+        log.info("stopped by signal")
 
 
 async def _serve(
@@ -87,6 +91,7 @@ def migrate_command(log_level: LogLevel = "INFO") -> None:
     """Apply pending schema migrations and exit."""
     _logging(log_level)
     base = Settings()
+    exit_on_sigterm()
     with backing_services(base.database_url, "unused", base.data_dir) as (db, _):
         applied = asyncio.run(migrate(db))
     typer.echo(f"applied: {applied or 'nothing, schema up to date'}")

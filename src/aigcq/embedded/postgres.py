@@ -25,6 +25,8 @@ from urllib.parse import quote
 
 import psycopg
 
+from aigcq.embedded.leftover import stop_leftover
+
 log = logging.getLogger(__name__)
 
 PORT = 5432  # only names the socket file: the server listens on no TCP port
@@ -93,6 +95,7 @@ class EmbeddedPostgres:
 
     def start(self, timeout: float = 30.0) -> str:
         self._prepare_dir()
+        stop_leftover(self.pgdata / "postmaster.pid", "postgres", signal.SIGINT)
         bin_dir = find_bin_dir()
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb(bin_dir)
@@ -173,18 +176,22 @@ class EmbeddedPostgres:
     def _wait_ready(self, timeout: float) -> None:
         assert self._proc is not None
         deadline = time.monotonic() + timeout
-        while True:
+        while not self._accepting():
             if self._proc.poll() is not None:
                 tail = (self.data_dir / "postgres.log").read_text(errors="replace")[-2000:]
                 self._proc = None
                 raise EmbeddedPostgresError(f"postgres exited: {tail.strip()}")
-            try:
-                psycopg.connect(self.url, connect_timeout=2).close()
-                return
-            except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise EmbeddedPostgresError(
-                        "postgres did not accept connections in time"
-                    ) from None
-                time.sleep(0.05)
+            if time.monotonic() > deadline:
+                self.kill()
+                raise EmbeddedPostgresError("postgres did not accept connections in time")
+            time.sleep(0.05)
+
+    def _accepting(self) -> bool:
+        """Our postmaster (the one its lock file names) accepts connections."""
+        assert self._proc is not None
+        try:
+            owner = (self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0].strip()
+            psycopg.connect(self.url, connect_timeout=2).close()
+        except (OSError, psycopg.OperationalError):
+            return False
+        return owner == str(self._proc.pid)

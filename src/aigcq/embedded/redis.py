@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
+
+from aigcq.embedded.leftover import stop_leftover
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,7 @@ class EmbeddedRedis:
         self.data_dir = data_dir.resolve()
         self.persist = persist
         self.socket_path = self.data_dir / "redis.sock"
+        self.pid_file = self.data_dir / "redis.pid"
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -49,6 +53,7 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 10.0) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        stop_leftover(self.pid_file, "redis-server", signal.SIGTERM)
         self.socket_path.unlink(missing_ok=True)
         args = [
             find_redis_server(),
@@ -60,6 +65,8 @@ class EmbeddedRedis:
             "700",
             "--dir",
             str(self.data_dir),
+            "--pidfile",
+            str(self.pid_file),
             "--save",
             "",
             "--appendonly",

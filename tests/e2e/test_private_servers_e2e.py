@@ -1,0 +1,122 @@
+"""The private PostgreSQL and Redis of ``aigcq asynch``: stopped on SIGTERM, and a restart after
+SIGKILL first stops the ones the killed process left behind, keeping their data."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from aigcq.embedded.leftover import stop_leftover
+from aigcq.embedded.redis import EmbeddedRedis
+from tests.asynch.processes import free_port, wait_healthy
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    # Under /tmp: when tests run as root, PostgreSQL runs as another user that must reach it.
+    path = Path(tempfile.mkdtemp(prefix="aigcq-test-private-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("AIGCQ_DATABASE_URL", "AIGCQ_REDIS_URL")
+    }
+    env.update(AIGCQ_DATA_DIR=str(data_dir), AIGCQ_ASYNCH_PORT=str(port))
+    log = (data_dir / "asynch.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "aigcq.asynch"], env=env, stdout=log, stderr=log)
+    log.close()
+    wait_healthy(proc, f"http://127.0.0.1:{port}", data_dir / "asynch.log", timeout=60)
+    return proc
+
+
+def _server_pids(data_dir: Path) -> list[int]:
+    postmaster = data_dir / "postgres" / "pgdata" / "postmaster.pid"
+    redis = data_dir / "redis" / "redis.pid"
+    return [int(f.read_text().split("\n", 1)[0]) for f in (postmaster, redis)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_sigterm_stops_the_private_servers(data_dir: Path) -> None:
+    proc = _start(data_dir, free_port())
+    pids = _server_pids(data_dir)
+    assert all(_alive(pid) for pid in pids)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert not any(_alive(pid) for pid in pids), (data_dir / "asynch.log").read_text()[-2000:]
+
+
+def test_a_restart_after_sigkill_stops_the_servers_left_behind(data_dir: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _start(data_dir, port)
+    model = {"modelName": "kept", "baseUrl": "http://127.0.0.1:9"}
+    assert httpx.post(f"{url}/model/createModel", json=model).status_code == 200
+    leftovers = _server_pids(data_dir)
+    proc.kill()
+    proc.wait()
+    assert all(_alive(pid) for pid in leftovers)  # their own session: SIGKILL spares them
+
+    proc = _start(data_dir, port)
+    try:
+        assert not any(_alive(pid) for pid in leftovers)
+        new = _server_pids(data_dir)
+        assert set(new).isdisjoint(leftovers) and all(_alive(pid) for pid in new)
+        got = httpx.get(f"{url}/model/getModel", params={"modelName": "kept"})
+        assert got.json()["data"]["modelName"] == "kept"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+def test_a_leftover_redis_is_stopped_cleanly_and_its_data_kept(tmp_path: Path) -> None:
+    import redis
+
+    first = EmbeddedRedis(tmp_path, persist=True)
+    client = redis.Redis.from_url(first.start())
+    client.set("k", "v")
+    client.close()
+    leftover = int(first.pid_file.read_text())
+    second = EmbeddedRedis(tmp_path, persist=True)  # as a restarted process would
+    try:
+        client = redis.Redis.from_url(second.start())
+        assert not _alive(leftover)
+        assert client.get("k") == b"v"  # SIGTERM made the leftover flush its append-only file
+        client.close()
+    finally:
+        second.stop()
+        first.kill()
+
+
+def test_a_pid_file_naming_another_program_stops_nothing(tmp_path: Path) -> None:
+    other = subprocess.Popen(["sleep", "60"])  # a reused pid: now some other program
+    try:
+        (tmp_path / "redis.pid").write_text(f"{other.pid}\n")
+        stop_leftover(tmp_path / "redis.pid", "redis-server", signal.SIGTERM)
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+    (tmp_path / "junk.pid").write_text("not a pid")
+    stop_leftover(tmp_path / "junk.pid", "redis-server", signal.SIGTERM)
+    stop_leftover(tmp_path / "missing.pid", "redis-server", signal.SIGTERM)
