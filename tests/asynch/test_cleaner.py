@@ -40,6 +40,22 @@ async def test_downloaded_tasks_are_deleted_after_expire_at(asynch: Asynch) -> N
     assert report["deleted_downloaded"] == 1 and await _ids(asynch) == {"new"}
 
 
+async def test_the_files_of_deleted_tasks_are_deleted(asynch: Asynch) -> None:
+    await asynch.create_model("m", "http://127.0.0.1:9")
+    storage = asynch.svc.storage
+    for name in ("gone", "kept"):
+        url = await storage.put(f"asynch/{name}.json", b"{}", "application/json")
+        await _task(asynch, name, state=4, oss_file=url)
+    await _task(asynch, "elsewhere", state=4, oss_file="https://oss.example/x.json")
+    await _at(asynch, "gone", expire_at=AGO)
+    await _at(asynch, "elsewhere", expire_at=AGO)
+    await _at(asynch, "kept", expire_at="now() + interval '1 hour'")
+    report = await asynch.ok("POST", "/task/cleanWork")
+    assert (report["deleted_downloaded"], report["files_deleted"]) == (2, 1)
+    assert not asynch.svc.local_files.path_of("asynch/gone.json").exists()  # type: ignore[union-attr]
+    assert asynch.svc.local_files.path_of("asynch/kept.json").exists()  # type: ignore[union-attr]
+
+
 async def test_exhausted_failures_are_deleted_after_auto_clean(asynch: Asynch) -> None:
     await asynch.create_model("m", "http://127.0.0.1:9", retryTimes=1, autoCleanSeconds=60)
     await _task(asynch, "done-old", state=3, retry_count=1)
@@ -48,6 +64,15 @@ async def test_exhausted_failures_are_deleted_after_auto_clean(asynch: Asynch) -
     await _at(asynch, "done-new", finished_at="now()")
     report = await asynch.ok("POST", "/task/cleanWork")
     assert report["deleted_failed"] == 1 and await _ids(asynch) == {"done-new"}
+
+
+async def test_failures_of_a_deleted_model_are_deleted_a_day_later(asynch: Asynch) -> None:
+    for task_id in ("old", "recent"):
+        await _task(asynch, task_id, model="deleted", state=3)
+    await _at(asynch, "old", finished_at="now() - interval '25 hours'")
+    await _at(asynch, "recent", finished_at=AGO)
+    report = await asynch.ok("POST", "/task/cleanWork")
+    assert report["deleted_failed"] == 1 and await _ids(asynch) == {"recent"}
 
 
 async def test_running_and_queued_tasks_time_out(asynch: Asynch) -> None:

@@ -46,6 +46,7 @@ BASE = {"modelName": "x", "baseUrl": "http://h"}
         ({**BASE, "headMsg": "novalue"}, "INVALID_HEAD_MSG", "entry 1"),
         ({**BASE, "headMsg": "A:1,:v"}, "INVALID_HEAD_MSG", "entry 2"),
         ({**BASE, "headMsg": "bad name:v"}, "INVALID_HEAD_MSG", "header name"),
+        ({**BASE, "headMsg": "A:1,content-length:9"}, "INVALID_HEAD_MSG", "HTTP client"),
         ({**BASE, "maxConcurrency": 0}, "INVALID_ARGUMENT", "maxConcurrency"),
         ({**BASE, "modelsType": "1,a"}, "INVALID_ARGUMENT", "modelsType"),
         ({**BASE, "form": "{oops"}, "INVALID_ARGUMENT", "form"),
@@ -95,6 +96,18 @@ async def test_model_type_crud_syncs_to_prompts_core(asynch: Asynch, prompts_emu
     await asynch.ok("POST", "/model/type/deleteModelType", json={"typeId": 1})
     await asynch.error("GET", "/model/type/getModelType", "MODEL_TYPE_NOT_FOUND",
                        params={"typeId": 1})  # fmt: skip
+
+
+async def test_an_explicit_type_id_moves_later_ids_past_it(
+    asynch: Asynch, prompts_emu: Served
+) -> None:
+    asynch.svc.types.prompts_core_url = prompts_emu.url
+    create = "/model/type/createModelType"
+    assert (await asynch.ok("POST", create, json={"typeId": 3, "type": "a"}))["typeId"] == 3
+    assert (await asynch.ok("POST", create, json={"type": "b"}))["typeId"] == 4
+    assert (await asynch.ok("POST", create, json={"typeId": 2, "type": "c"}))["typeId"] == 2
+    assert (await asynch.ok("POST", create, json={"type": "d"}))["typeId"] == 5
+    await asynch.error("POST", create, "MODEL_TYPE_EXISTS", json={"typeId": 5, "type": "e"})
 
 
 async def test_prompts_core_down_leaves_no_row(asynch: Asynch, prompts_emu: Served) -> None:

@@ -75,6 +75,16 @@ async def test_stats_count_real_model_calls_only(asynch: Asynch, model_emu: Serv
     rows = await cur.fetchall()
     assert [r[1:] for r in rows] == [("t1", "alice", "m", 4)]
     assert rows[0][0] == datetime.now(UTC).date() or rows[0][0]
+    error = (await asynch.row(ids[-1]))["error"]
+    assert error == "cannot connect to http://127.0.0.1:9/gen: Connection refused"
+
+
+async def test_a_model_call_that_times_out_says_so(asynch: Asynch, model_emu: Served) -> None:
+    await asynch.create_model("m", model_emu.url, timeoutSeconds=1)
+    task_id = await asynch.create_task("m", {"_latency": 3})
+    await asynch.wait_state(task_id, 3)
+    error = (await asynch.row(task_id))["error"]
+    assert error == f"POST {model_emu.url}/gen: no reply data for 1 s"
 
 
 async def test_queued_task_starts_when_a_slot_frees(asynch: Asynch, model_emu: Served) -> None:
@@ -112,6 +122,7 @@ OK = {"modelName": "m", "requestPayload": {}, "bizName": "b"}
         ({"modelName": "m", "bizName": "b"}, "INVALID_ARGUMENT"),
         ({"modelName": "m", "requestPayload": {}}, "INVALID_ARGUMENT"),
         ({**OK, "modelKey": "x"}, "INVALID_HEAD_MSG"),
+        ({**OK, "modelKey": "X-Key:k,Transfer-Encoding:chunked"}, "INVALID_HEAD_MSG"),
         ({**OK, "callbackUrl": "ftp:/x"}, "INVALID_ARGUMENT"),
         ({**OK, "requestPayload": "x" * (1 << 20)}, "PAYLOAD_TOO_LARGE"),
     ],
@@ -134,3 +145,9 @@ async def test_unknown_task_ids(asynch: Asynch) -> None:
     assert data == {"tasks": [], "not_found": ["a", "b"]}
     await asynch.error("POST", "/task/getTaskBatch", "INVALID_ARGUMENT", json={"taskIds": []})
     await asynch.error("POST", "/task/getTaskBatch", "INVALID_ARGUMENT", content=b"{not json")
+
+
+async def test_unknown_endpoints_and_methods_answer_in_the_envelope(asynch: Asynch) -> None:
+    message = await asynch.error("GET", "/task/nope", "NOT_FOUND")
+    assert "/task/nope" in message
+    await asynch.error("GET", "/task/createTask", "METHOD_NOT_ALLOWED")

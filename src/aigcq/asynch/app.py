@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse
+from starlette.exceptions import HTTPException
 
 from aigcq.asynch.api_models import router as model_router
 from aigcq.asynch.api_tasks import router as task_router
@@ -37,6 +39,20 @@ def create_app(svc: AsynchService | None = None, admin_token: str = "") -> FastA
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         return error_response(validation_error(exc))
+
+    @app.exception_handler(HTTPException)
+    async def _routing_error(request: Request, exc: HTTPException) -> Response:
+        """No such endpoint, or not with this method: in the API's envelope too."""
+        path = request.url.path
+        if exc.status_code not in (404, 405):
+            return await http_exception_handler(request, exc)
+        if exc.status_code == 405:
+            error = AsynchError(Code.METHOD_NOT_ALLOWED, f"{path} does not take {request.method}")
+        else:
+            error = AsynchError(Code.NOT_FOUND, f"no endpoint {path}")
+        response = error_response(error)
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.get("/health")
     async def health() -> Response:

@@ -5,6 +5,8 @@ Rules, in order:
 1. state 4 whose ``expire_at`` has passed → deleted;
 2. state 3 with no retry left (``retry_count >= retry_times``) and finished more than
    ``auto_clean_seconds`` ago → deleted (the delay lets the business see the failure);
+   state 3 of a model deleted since → deleted a day after it failed. With local storage the
+   result files of deleted tasks are deleted too (when they are in this process's folder);
 3. state 1 running longer than ``timeout_seconds`` + grace, and state 0 queued longer than
    ``queue_timeout_seconds`` → state 3 (their gate and semaphore slots are released);
 4. state 3 with retries left → state 0 with ``retry_count + 1`` once the gate gives it a slot
@@ -26,18 +28,23 @@ from aigcq.asynch.gate import QueueGate
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import lease_id
 from aigcq.jsonlog import ctx
+from aigcq.storage.local import LocalStorage
 
 log = logging.getLogger(__name__)
 
-_DELETE_DOWNLOADED = "DELETE FROM asynch_task WHERE state = 4 AND expire_at < now()"
+_DELETE_DOWNLOADED = (
+    "DELETE FROM asynch_task WHERE state = 4 AND expire_at < now() RETURNING oss_file"
+)
 _DELETE_EXHAUSTED = """
 DELETE FROM asynch_task t USING asynch_models m
 WHERE t.state = 3 AND m.model_name = t.model_name AND t.retry_count >= m.retry_times
   AND t.finished_at < now() - make_interval(secs => m.auto_clean_seconds)
+RETURNING t.oss_file
 """
 _DELETE_ORPHANED = """
 DELETE FROM asynch_task t WHERE t.state = 3 AND t.finished_at < now() - interval '1 day'
   AND NOT EXISTS (SELECT 1 FROM asynch_models m WHERE m.model_name = t.model_name)
+RETURNING t.oss_file
 """
 _TIME_OUT = """
 UPDATE asynch_task t SET state = 3, finished_at = now(), updated_at = now(),
@@ -81,6 +88,7 @@ class CleanReport:
     promoted: int = 0
     gate_released: int = 0
     gate_restored: int = 0
+    files_deleted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -96,8 +104,10 @@ class Cleaner:
         running_grace: float,
         queue_timeout: float,
         gate_grace: float,
+        files: LocalStorage | None = None,
     ) -> None:
         self.pool = pool
+        self.files = files
         self.gate = gate
         self.semaphore = semaphore
         self.running_grace = running_grace
@@ -107,9 +117,13 @@ class Cleaner:
     async def run_once(self) -> CleanReport:
         report = CleanReport()
         async with self.pool.connection() as conn:
-            report.deleted_downloaded = (await conn.execute(_DELETE_DOWNLOADED)).rowcount
-            report.deleted_failed = (await conn.execute(_DELETE_EXHAUSTED)).rowcount
-            report.deleted_failed += (await conn.execute(_DELETE_ORPHANED)).rowcount
+            downloaded = await (await conn.execute(_DELETE_DOWNLOADED)).fetchall()
+            failed = await (await conn.execute(_DELETE_EXHAUSTED)).fetchall()
+            failed += await (await conn.execute(_DELETE_ORPHANED)).fetchall()
+        report.deleted_downloaded, report.deleted_failed = len(downloaded), len(failed)
+        if self.files is not None:
+            urls = (r["oss_file"] for r in [*downloaded, *failed] if r["oss_file"])
+            report.files_deleted = await self.files.remove_urls(urls)
         report.timed_out = await self._time_out()
         report.requeued = await self._requeue()
         async with self.pool.connection() as conn:

@@ -25,6 +25,8 @@ class Code(StrEnum):
     QUEUE_FULL = "QUEUE_FULL"
     TASK_NOT_FOUND = "TASK_NOT_FOUND"
     FILE_NOT_FOUND = "FILE_NOT_FOUND"
+    NOT_FOUND = "NOT_FOUND"  # no such endpoint
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
 
 
 STATUS: dict[Code, int] = {
@@ -41,6 +43,8 @@ STATUS: dict[Code, int] = {
     Code.QUEUE_FULL: 429,
     Code.TASK_NOT_FOUND: 404,
     Code.FILE_NOT_FOUND: 404,
+    Code.NOT_FOUND: 404,
+    Code.METHOD_NOT_ALLOWED: 405,
 }
 
 

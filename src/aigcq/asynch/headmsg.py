@@ -8,6 +8,12 @@ from aigcq.asynch.errors import AsynchError, Code
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# Framing and hop-by-hop headers belong to the HTTP client: a Content-Length of ours would
+# leave the model service waiting for bytes that never come.
+RESERVED = frozenset(
+    {"connection", "content-length", "expect", "keep-alive", "proxy-connection", "te",
+     "trailer", "transfer-encoding", "upgrade"}
+)  # fmt: skip
 
 
 def parse_head_msg(text: str, field: str = "headMsg") -> dict[str, str]:
@@ -28,6 +34,11 @@ def parse_head_msg(text: str, field: str = "headMsg") -> dict[str, str]:
         if not _TOKEN.match(name):
             raise AsynchError(
                 Code.INVALID_HEAD_MSG, f"{field}: entry {index}: {name!r} is not a header name"
+            )
+        if name.lower() in RESERVED:
+            raise AsynchError(
+                Code.INVALID_HEAD_MSG,
+                f"{field}: entry {index}: {name!r} is set by the HTTP client, not configurable",
             )
         if _BAD_VALUE.search(value):
             raise AsynchError(

@@ -7,6 +7,7 @@ times the requests per CPU second of httpx here) over one keep-alive session per
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,10 +66,18 @@ async def call_model(
             content = await response.read()
             status = response.status
             content_type = response.headers.get("Content-Type", "application/octet-stream")
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-        raise CallError(f"cannot connect to {model.url}: {exc!r}", called=False) from exc
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise CallError(f"{model.http_method} {model.url}: {exc!r}", called=True) from exc
+    except aiohttp.ConnectionTimeoutError as exc:
+        message = f"cannot connect to {model.url}: no connection within {seconds:g} s"
+        raise CallError(message, called=False) from exc
+    except aiohttp.ClientConnectorError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc.os_error)
+        raise CallError(f"cannot connect to {model.url}: {reason}", called=False) from exc
+    except (aiohttp.SocketTimeoutError, TimeoutError) as exc:
+        message = f"{model.http_method} {model.url}: no reply data for {seconds:g} s"
+        raise CallError(message, called=True) from exc
+    except aiohttp.ClientError as exc:
+        message = f"{model.http_method} {model.url}: {exc or type(exc).__name__}"
+        raise CallError(message, called=True) from exc
     if status >= 300:
         snippet = content.decode("utf-8", errors="replace")[:500]
         raise CallError(f"model service HTTP {status}: {snippet}", called=True)

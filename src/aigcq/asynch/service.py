@@ -139,6 +139,7 @@ async def open_service(
         running_grace=settings.running_grace_seconds,
         queue_timeout=settings.queue_timeout_seconds,
         gate_grace=settings.gate_grace_seconds,
+        files=storage if isinstance(storage, LocalStorage) else None,
     )
     service = AsynchService(
         settings=settings,

@@ -13,6 +13,12 @@ from aigcq.asynch.db import Pool, Row
 from aigcq.asynch.errors import AsynchError, Code
 from aigcq.asynch.prompts_core import create_prompt
 
+# After a create with an explicit typeId: later automatic ids start past it.
+_ADVANCE_IDENTITY = """
+SELECT setval(pg_get_serial_sequence('asynch_models_type', 'type_id'), max(type_id))
+FROM asynch_models_type
+"""
+
 
 class ModelTypeRepo:
     def __init__(self, pool: Pool, client: httpx.AsyncClient, prompts_core_url: str) -> None:
@@ -25,7 +31,8 @@ class ModelTypeRepo:
             sql.SQL(", ").join(map(sql.Identifier, cols)),
             sql.SQL(", ").join(sql.Placeholder() * len(cols)),
         )
-        return await self._write_and_sync(query, list(cols.values()), None)
+        explicit_id = "type_id" in cols
+        return await self._write_and_sync(query, list(cols.values()), None, explicit_id)
 
     async def update(self, type_id: int, cols: dict[str, Any]) -> Row:
         assignments: list[sql.Composable] = [
@@ -64,13 +71,19 @@ class ModelTypeRepo:
             return await cur.fetchall()
 
     async def _write_and_sync(
-        self, query: sql.Composed, params: list[Any], type_id: int | None
+        self,
+        query: sql.Composed,
+        params: list[Any],
+        type_id: int | None,
+        advance_identity: bool = False,
     ) -> Row:
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 row = await (await conn.execute(query, params)).fetchone()
                 if row is None:
                     raise _not_found(type_id or 0)
+                if advance_identity:
+                    await conn.execute(_ADVANCE_IDENTITY)
                 await create_prompt(self.client, self.prompts_core_url, row)
         except psycopg.errors.UniqueViolation:
             raise AsynchError(

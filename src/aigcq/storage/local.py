@@ -7,10 +7,10 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from aigcq.storage.base import check_name
+from aigcq.storage.base import StorageError, check_name
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,25 @@ class LocalStorage:
         else:
             self._write_inline(name, path, data)
         return f"{self.public_url}/{name}"
+
+    async def remove_urls(self, urls: Iterable[str]) -> int:
+        """Delete the files behind ``urls`` that this storage handed out; others (another
+        backend's, or already gone) are skipped. Returns how many were deleted."""
+        prefix = self.public_url + "/"
+        names = [u[len(prefix) :] for u in urls if u.startswith(prefix)]
+        return await asyncio.to_thread(self._remove, names) if names else 0
+
+    def _remove(self, names: list[str]) -> int:
+        removed = 0
+        for name in names:
+            try:
+                self.path_of(name).unlink()
+                removed += 1
+            except (FileNotFoundError, StorageError):
+                continue
+            except OSError as exc:
+                log.warning("could not delete %s: %s", name, exc)
+        return removed
 
     def _write_inline(self, name: str, path: Path, data: bytes) -> None:
         started = time.monotonic()
