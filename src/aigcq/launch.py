@@ -16,6 +16,7 @@ from typing import Any
 import uvicorn
 
 from aigcq.config import PlatformConfig, Settings
+from aigcq.embedded.ownership import EmbeddedServerError
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.redis_client import redis_client
 
@@ -159,7 +160,7 @@ def run_with_redis(
     embedded: EmbeddedRedis | None = None
     if not settings.redis_url:
         embedded = EmbeddedRedis(embedded_dir)
-        settings.redis_url = embedded.start()
+        settings.redis_url = start_private(embedded.start)
     exit_on_sigterm()
     started = True
     try:
@@ -169,7 +170,7 @@ def run_with_redis(
             started = supervise(settings)
         else:
             run_async(main() if main else serve(settings, config))
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SignalExit):
         log.info("stopped by signal")
     finally:
         if embedded is not None:
@@ -178,13 +179,26 @@ def run_with_redis(
         raise SystemExit(1)
 
 
+def start_private(start: Callable[[], str]) -> str:
+    """Start a private server; when it cannot start, say why in one line and exit 1."""
+    try:
+        return start()
+    except EmbeddedServerError as exc:
+        log.error("%s", exc)
+        raise SystemExit(1) from None
+
+
 def exit_on_sigterm() -> None:
-    """Make SIGTERM raise SystemExit, as SIGINT raises KeyboardInterrupt.
+    """Make SIGTERM raise :class:`SignalExit`, as SIGINT raises KeyboardInterrupt.
 
     uvicorn re-raises the signal once it has shut down; with the default handler SIGTERM would
     end the process there, skipping the ``finally`` blocks that stop the private servers."""
     signal.signal(signal.SIGTERM, _exit_on_signal)
 
 
+class SignalExit(SystemExit):
+    """SIGTERM arrived (see :func:`exit_on_sigterm`)."""
+
+
 def _exit_on_signal(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
+    raise SignalExit(128 + signum)

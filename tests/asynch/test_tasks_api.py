@@ -151,3 +151,5 @@ async def test_unknown_endpoints_and_methods_answer_in_the_envelope(asynch: Asyn
     message = await asynch.error("GET", "/task/nope", "NOT_FOUND")
     assert "/task/nope" in message
     await asynch.error("GET", "/task/createTask", "METHOD_NOT_ALLOWED")
+    for path in ("/healthz", "/health"):
+        assert await asynch.ok("GET", path) == {"status": "ok"}

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from aigcq.embedded.leftover import stop_leftover
+from aigcq.embedded.ownership import DirectoryInUse, stop_leftover
 from aigcq.embedded.redis import EmbeddedRedis
 from tests.asynch.processes import free_port, wait_healthy
 
@@ -31,11 +31,15 @@ def data_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _env(data_dir: Path, port: int) -> dict[str, str]:
+    """No database or Redis URL: the process starts private servers under ``data_dir``."""
+    unset = ("AIGCQ_DATABASE_URL", "AIGCQ_REDIS_URL")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    return {**env, "AIGCQ_DATA_DIR": str(data_dir), "AIGCQ_ASYNCH_PORT": str(port)}
+
+
 def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("AIGCQ_DATABASE_URL", "AIGCQ_REDIS_URL")
-    }
-    env.update(AIGCQ_DATA_DIR=str(data_dir), AIGCQ_ASYNCH_PORT=str(port))
+    env = _env(data_dir, port)
     log = (data_dir / "asynch.log").open("ab")
     proc = subprocess.Popen([sys.executable, "-m", "aigcq.asynch"], env=env, stdout=log, stderr=log)
     log.close()
@@ -45,7 +49,7 @@ def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
 
 def _server_pids(data_dir: Path) -> list[int]:
     postmaster = data_dir / "postgres" / "pgdata" / "postmaster.pid"
-    redis = data_dir / "redis" / "redis.pid"
+    redis = data_dir / "asynch-redis" / "redis.pid"
     return [int(f.read_text().split("\n", 1)[0]) for f in (postmaster, redis)]
 
 
@@ -89,15 +93,32 @@ def test_a_restart_after_sigkill_stops_the_servers_left_behind(data_dir: Path) -
         proc.wait(30)
 
 
+_OWNER = """
+import sys, time
+from pathlib import Path
+from aigcq.embedded.redis import EmbeddedRedis
+print(EmbeddedRedis(Path(sys.argv[1]), persist=True).start(), flush=True)
+time.sleep(600)
+"""
+
+
 def test_a_leftover_redis_is_stopped_cleanly_and_its_data_kept(tmp_path: Path) -> None:
     import redis
 
-    first = EmbeddedRedis(tmp_path, persist=True)
-    client = redis.Redis.from_url(first.start())
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER, str(tmp_path)], stdout=subprocess.PIPE)
+    assert owner.stdout is not None
+    client = redis.Redis.from_url(owner.stdout.readline().decode().strip())
     client.set("k", "v")
     client.close()
-    leftover = int(first.pid_file.read_text())
-    second = EmbeddedRedis(tmp_path, persist=True)  # as a restarted process would
+    leftover = int((tmp_path / "redis.pid").read_text())
+
+    with pytest.raises(DirectoryInUse, match=f"pid {owner.pid}"):  # its owner lives
+        EmbeddedRedis(tmp_path, persist=True).start()
+    assert _alive(leftover)
+
+    owner.kill()  # its Redis lives on, in its own session
+    owner.wait()
+    second = EmbeddedRedis(tmp_path, persist=True)
     try:
         client = redis.Redis.from_url(second.start())
         assert not _alive(leftover)
@@ -105,7 +126,25 @@ def test_a_leftover_redis_is_stopped_cleanly_and_its_data_kept(tmp_path: Path) -
         client.close()
     finally:
         second.stop()
-        first.kill()
+
+
+def test_a_second_process_on_a_data_dir_in_use_exits_and_harms_nothing(data_dir: Path) -> None:
+    port = free_port()
+    first = _start(data_dir, port)
+    try:
+        pids = _server_pids(data_dir)
+        env = _env(data_dir, free_port())
+        second = subprocess.run(
+            [sys.executable, "-m", "aigcq.asynch"], env=env, capture_output=True, timeout=60
+        )
+        assert second.returncode == 1
+        assert f"in use by another aigcq process (pid {first.pid})" in second.stderr.decode()
+        assert "Traceback" not in second.stderr.decode()
+        assert all(_alive(pid) for pid in pids)
+        assert httpx.get(f"http://127.0.0.1:{port}/model/listModel").status_code == 200
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(30)
 
 
 def test_a_pid_file_naming_another_program_stops_nothing(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ def create_app(svc: AsynchService | None = None, admin_token: str = "") -> FastA
         response.headers.update(exc.headers or {})
         return response
 
+    @app.get("/healthz")  # as every aigcq process answers
     @app.get("/health")
     async def health() -> Response:
         return reply({"status": "ok"})

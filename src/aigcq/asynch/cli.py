@@ -15,7 +15,7 @@ from aigcq.asynch.migrate import migrate
 from aigcq.asynch.service import open_service
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.config import Settings
-from aigcq.launch import exit_on_sigterm, run_async
+from aigcq.launch import SignalExit, exit_on_sigterm, run_async
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def serve(
     try:
         with backing_services(base.database_url, base.redis_url, base.data_dir) as (db, rd):
             run_async(_serve(settings, db, rd, base))
-    except (KeyboardInterrupt, SystemExit):  # the private servers are stopped by now
+    except (KeyboardInterrupt, SignalExit):  # the private servers are stopped by now
         log.info("stopped by signal")
 
 

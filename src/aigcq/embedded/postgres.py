@@ -25,14 +25,14 @@ from urllib.parse import quote
 
 import psycopg
 
-from aigcq.embedded.leftover import stop_leftover
+from aigcq.embedded.ownership import EmbeddedServerError, OwnerLock, stop_leftover
 
 log = logging.getLogger(__name__)
 
 PORT = 5432  # only names the socket file: the server listens on no TCP port
 
 
-class EmbeddedPostgresError(RuntimeError):
+class EmbeddedPostgresError(EmbeddedServerError):
     pass
 
 
@@ -88,12 +88,23 @@ class EmbeddedPostgres:
         self.fast = fast
         self._user = _service_user()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._owner = OwnerLock(self.data_dir)
 
     @property
     def url(self) -> str:
         return f"postgresql://postgres@/postgres?host={quote(str(self.data_dir))}&port={PORT}"
 
     def start(self, timeout: float = 30.0) -> str:
+        """Start the server (stopping one a dead aigcq left behind here); its URL."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._owner.acquire()
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self._owner.release()
+            raise
+
+    def _start(self, timeout: float) -> str:
         self._prepare_dir()
         stop_leftover(self.pgdata / "postmaster.pid", "postgres", signal.SIGINT)
         bin_dir = find_bin_dir()
@@ -127,6 +138,7 @@ class EmbeddedPostgres:
         except subprocess.TimeoutExpired:
             self.kill()
         self._proc = None
+        self._owner.release()
 
     def kill(self) -> None:
         """SIGKILL the postmaster and its backends (its process group)."""
@@ -136,6 +148,7 @@ class EmbeddedPostgres:
             os.killpg(self._proc.pid, signal.SIGKILL)
         self._proc.wait()
         self._proc = None
+        self._owner.release()
 
     def _prepare_dir(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -14,12 +14,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from aigcq.embedded.leftover import stop_leftover
+from aigcq.embedded.ownership import EmbeddedServerError, OwnerLock, stop_leftover
 
 log = logging.getLogger(__name__)
 
 
-class EmbeddedRedisError(RuntimeError):
+class EmbeddedRedisError(EmbeddedServerError):
     pass
 
 
@@ -45,6 +45,7 @@ class EmbeddedRedis:
         self.persist = persist
         self.socket_path = self.data_dir / "redis.sock"
         self.pid_file = self.data_dir / "redis.pid"
+        self._owner = OwnerLock(self.data_dir)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -52,7 +53,16 @@ class EmbeddedRedis:
         return f"unix://{self.socket_path}"
 
     def start(self, timeout: float = 10.0) -> str:
+        """Start the server (stopping one a dead aigcq left behind here); its URL."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._owner.acquire()
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self._owner.release()
+            raise
+
+    def _start(self, timeout: float) -> str:
         stop_leftover(self.pid_file, "redis-server", signal.SIGTERM)
         self.socket_path.unlink(missing_ok=True)
         args = [
@@ -102,9 +112,11 @@ class EmbeddedRedis:
             self._proc.kill()
             self._proc.wait()
         self._proc = None
+        self._owner.release()
 
     def kill(self) -> None:
         if self._proc is not None:
             self._proc.kill()
             self._proc.wait()
             self._proc = None
+        self._owner.release()

@@ -1,14 +1,17 @@
-"""Stop a private server that an earlier aigcq process left running on the same data directory.
+"""Which aigcq process owns a private server's data directory.
 
-The private servers run in their own session, so a SIGKILLed aigcq leaves them behind. Starting a
-second one on the same files would fail (PostgreSQL's lock file) or, worse, succeed (two Redis
-servers appending to one file), so start-up first stops whatever the pid file names, provided it
-is still that program.
+The owner holds an exclusive ``flock`` on ``owner.lock`` there for as long as it runs the server;
+the kernel drops the lock when the owner dies, however it dies. The private servers run in their
+own session, so a SIGKILLed aigcq leaves its server behind: starting a second one on the same
+files would fail (PostgreSQL's lock file) or, worse, succeed (two Redis servers appending to one
+file). So a new owner first stops whatever the server's pid file names, provided it is still
+that program; a directory whose owner is alive is refused instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -16,6 +19,43 @@ import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+
+class EmbeddedServerError(RuntimeError):
+    """A private server could not be started; the message says why and what to do."""
+
+
+class DirectoryInUse(EmbeddedServerError):
+    pass
+
+
+class OwnerLock:
+    """The exclusive claim of this process on ``data_dir`` (``acquire`` / ``release``)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "owner.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Claim the directory, or raise :class:`DirectoryInUse` naming the live owner."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise DirectoryInUse(
+                f"{self.path.parent} is in use by another aigcq process (pid {owner}); "
+                "stop that one, or give this one another AIGCQ_DATA_DIR"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the lock
+            self._fd = None
 
 
 def stop_leftover(pid_file: Path, program: str, stop_signal: int, timeout: float = 15.0) -> None:
