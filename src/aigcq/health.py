@@ -7,12 +7,18 @@ once. Recovery needs ``recover_passes`` consecutive passing checks (seed: 3, i.e
 the 10 s interval). While not healthy the hub offers no
 internal capacity, so new tasks overflow to the external platform.
 
+The stability period guards against capacity that failed and may fail again. Capacity that
+has never passed a check has not failed: the first passing check ever (the first bridge of a
+process started before its GPUs, say) makes it healthy at once, so owned GPUs are not left
+idle for 30 s while paid calls are made.
+
 In the all-in-one topology a check passes when at least one bridge is connected, in
 rotation, heard from (REGISTER/HEARTBEAT) within ``bridge_silence_s`` and has instances.
 The process starts healthy (nothing has failed yet) and checks every
 ``health_interval_s``; the hub calls :meth:`HealthMonitor.poke` when a bridge is lost or
-taken out of rotation, which degrades at once when the check now fails (a poke never counts
-as a pass, so it cannot shorten recovery).
+taken out of rotation, which degrades at once when the check now fails, and when a bridge
+registers (a poke counts as a pass only for the first pass ever, so it cannot shorten a
+recovery).
 
 State is published under the seed's keys (no project prefix): ``md:state:connection``,
 ``md:state:capacity`` (60 s TTL), ``md:state:last_heartbeat`` (epoch ms, 60 s TTL), plus
@@ -65,6 +71,8 @@ class Health:
     failures: int = 0
     degrades: int = 0
     recovers: int = 0
+    #: a check has passed at least once
+    proven: bool = False
 
     @property
     def healthy(self) -> bool:
@@ -85,11 +93,12 @@ class Health:
                 self.degrades += 1
         elif before is not HealthState.HEALTHY:
             self.passes += 1
-            if self.passes >= self.recover_passes:
+            if self.passes >= self.recover_passes or not self.proven:
                 self.state, self.reason, self.passes = HealthState.HEALTHY, "", 0
                 self.recovers += 1
             else:
                 self.state = HealthState.RECOVERING
+        self.proven = self.proven or not reason
         return self.state if self.state is not before else None
 
 
@@ -149,9 +158,10 @@ class HealthMonitor:
         await self.publish()
 
     def poke(self) -> None:
-        """Check now, after a bridge was lost: only a failure is recorded."""
+        """Check now, after a bridge registered or was lost: a failure is recorded, a pass
+        only when it is the first ever (see the module's docstring)."""
         reason = self._reason()
-        if reason:
+        if reason or not self.health.proven:
             self._observe(reason)
         self._spawn(self.publish())
 

@@ -103,6 +103,28 @@ async def test_bridge_loss_degrades_at_once_and_recovery_takes_three_checks(env:
     await client.close()
 
 
+async def test_the_first_bridge_of_a_server_started_without_one_is_used_at_once(
+    env: Env,
+) -> None:
+    hub = env.service.hub
+    assert hub is not None
+    state = await until(lambda: health(env), status(HealthState.DEGRADED), within=2.0)
+    assert state["reason"] == "no bridge connected"
+    client = await env.client()
+    await goes_to(env, client, "early", "runninghub")  # nothing internal to run it on
+
+    hub.health.interval_s = 60  # no periodic check from now on could make it healthy
+    await asyncio.sleep(2 * INTERVAL_S)
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    # no stability period: this capacity has never failed
+    await until(lambda: asyncio.sleep(0, hub.free_slots()), bool, within=2.0)
+    assert hub.healthy
+    await goes_to(env, client, "first", "bridge")
+    await assign(bridge)
+    await client.close()
+
+
 async def test_a_bridge_whose_tasks_keep_failing_is_out_of_rotation_until_a_probe(
     env: Env,
 ) -> None:

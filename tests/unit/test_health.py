@@ -12,8 +12,15 @@ from aigcq.scheduler.routing import overflow_ready
 FAIL, PASS = "no bridge connected", ""
 
 
+def proven(**kwargs: int) -> Health:
+    """Health whose capacity has passed a check once (so a failure must be recovered from)."""
+    h = Health(**kwargs)
+    h.observe(PASS)
+    return h
+
+
 def test_a_failure_degrades_at_once_and_three_passes_recover() -> None:
-    h = Health()
+    h = proven()
     assert h.healthy
     assert h.observe(FAIL) is HealthState.DEGRADED and h.reason == FAIL
     assert h.observe(PASS) is HealthState.RECOVERING
@@ -23,7 +30,7 @@ def test_a_failure_degrades_at_once_and_three_passes_recover() -> None:
 
 
 def test_a_failure_while_recovering_starts_over_without_counting_a_new_degrade() -> None:
-    h = Health()
+    h = proven()
     h.observe(FAIL)
     h.observe(PASS)
     assert h.observe("no instances") is HealthState.DEGRADED
@@ -34,9 +41,18 @@ def test_a_failure_while_recovering_starts_over_without_counting_a_new_degrade()
 
 
 def test_one_pass_recovers_when_configured_so() -> None:
-    h = Health(recover_passes=1)
+    h = proven(recover_passes=1)
     h.observe(FAIL)
     assert h.observe(PASS) is HealthState.HEALTHY
+
+
+def test_the_first_pass_ever_is_healthy_at_once() -> None:
+    h = Health()  # e.g. a server started before its GPUs' bridges
+    assert h.observe(FAIL) is HealthState.DEGRADED
+    assert h.observe(FAIL) is None
+    assert h.observe(PASS) is HealthState.HEALTHY  # nothing had failed that could flap
+    assert h.observe(FAIL) is HealthState.DEGRADED
+    assert h.observe(PASS) is HealthState.RECOVERING  # from now on: the stability period
 
 
 @given(st.lists(st.booleans(), max_size=60), st.integers(1, 5))
@@ -44,14 +60,16 @@ def test_never_healthy_before_n_consecutive_passes_after_a_failure(
     checks: list[bool], n: int
 ) -> None:
     h = Health(recover_passes=n)
-    streak, failed = 0, False
+    streak, failed, passes = 0, False, 0
     for passed in checks:
         h.observe(PASS if passed else FAIL)
         streak = streak + 1 if passed else 0
+        passes += passed
         failed = failed or not passed
         if not passed:
             assert h.state is HealthState.DEGRADED
-        assert h.healthy == (not failed or streak >= n)
+        first_streak = streak > 0 and streak == passes  # no check had passed before it
+        assert h.healthy == (not failed or streak >= n or first_streak)
     assert h.recovers <= h.degrades <= checks.count(False)
 
 

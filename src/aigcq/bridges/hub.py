@@ -270,6 +270,7 @@ class BridgeHub:
             data.instance_count,
             extra=ctx(bridge=bridge_id),
         )
+        self.health.poke()  # the first bridge ever makes internal capacity usable at once
         self.wake()
 
     async def _reconcile_held(self, conn: BridgeConn, listed: set[str]) -> None:
