@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,15 @@ class OwnerLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+
+    def start_owned(self, start: Callable[[], str]) -> str:
+        """Claim the directory and run ``start``; a start that fails gives the claim back."""
+        self.acquire()
+        try:
+            return start()
+        except BaseException:
+            self.release()
+            raise
 
     def release(self) -> None:
         if self._fd is not None:

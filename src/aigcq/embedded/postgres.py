@@ -97,12 +97,7 @@ class EmbeddedPostgres:
     def start(self, timeout: float = 30.0) -> str:
         """Start the server (stopping one a dead aigcq left behind here); its URL."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._owner.acquire()
-        try:
-            return self._start(timeout)
-        except BaseException:
-            self._owner.release()
-            raise
+        return self._owner.start_owned(lambda: self._start(timeout))
 
     def _start(self, timeout: float) -> str:
         self._prepare_dir()

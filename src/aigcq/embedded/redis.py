@@ -55,12 +55,7 @@ class EmbeddedRedis:
     def start(self, timeout: float = 10.0) -> str:
         """Start the server (stopping one a dead aigcq left behind here); its URL."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._owner.acquire()
-        try:
-            return self._start(timeout)
-        except BaseException:
-            self._owner.release()
-            raise
+        return self._owner.start_owned(lambda: self._start(timeout))
 
     def _start(self, timeout: float) -> str:
         stop_leftover(self.pid_file, "redis-server", signal.SIGTERM)
