@@ -214,6 +214,10 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "PlatformError": "不支持的平台。",
         "PayloadTooLarge": "消息过大。",
         "TaskConflict": "任务编号已被其他客户端使用。",
+        "TaskNotFound": "任务不存在。",
+        "TaskGone": "任务已结束。",
+        "TaskNotRetryable": "只有失败或已取消的任务可以重试。",
+        "SignatureError": "签名校验失败。",
     },
     "SUCCESS": {"AssessmentSuccess": "任务提交成功，正在排队中..."},
 }

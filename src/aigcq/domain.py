@@ -65,6 +65,7 @@ class ErrorCode(enum.StrEnum):
     TASK_CANCELLED = "TaskCancelled"
     SIGNATURE = "SignatureError"
     GONE = "TaskGone"
+    NOT_RETRYABLE = "TaskNotRetryable"
 
 
 @dataclass(slots=True)

@@ -49,6 +49,7 @@ from aigcq.jsonlog import ctx
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
+from aigcq.ws_frames import receive_frame
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ class BridgeHub:
             await self._refuse(session)
             return
         try:
-            while (raw := await _receive(ws)) is not None:
+            while (raw := await receive_frame(ws)) is not None:
                 if not session.rate.allow():
                     log.warning(
                         "bridge %s: message flood, closing", _bid(session), extra=_ctx(session)
@@ -632,15 +633,6 @@ def _forget(conn: BridgeConn, task_id: str) -> None:
         if early.timer is not None:
             early.timer.cancel()
         conn.ended_early.add(task_id)
-
-
-async def _receive(ws: WebSocket) -> str | bytes | None:
-    """The next frame's text (or bytes); ``None`` once the socket is closed."""
-    msg = await ws.receive()
-    if msg["type"] == "websocket.disconnect":
-        return None
-    text: str | None = msg.get("text")
-    return text if text is not None else bytes(msg.get("bytes") or b"")
 
 
 async def _error(session: _Session, code: str, msg: str) -> None:

@@ -32,10 +32,11 @@ import orjson
 from fastapi import WebSocket, WebSocketDisconnect
 
 from aigcq.background import round_failed
-from aigcq.bridges.hub import CLOSE_AUTH, CLOSE_TIMEOUT, BridgeHub, _receive
+from aigcq.bridges.hub import CLOSE_AUTH, CLOSE_TIMEOUT, BridgeHub
 from aigcq.bridges.registry import BridgeConn
 from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.gateway.auth import bearer
+from aigcq.ws_frames import receive_frame
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ class CapacityFeed:
 
     async def _connect(self, ws: WebSocket, token: str | None) -> _Subscriber | None:
         """Wait for CONNECT; the subscriber, or ``None`` once refused and closed."""
-        frame = await asyncio.wait_for(_receive(ws), self.config.connect_timeout_s)
+        frame = await asyncio.wait_for(receive_frame(ws), self.config.connect_timeout_s)
         msg = _parse(frame) if frame is not None else None
         data = msg.get("data") if msg and msg.get("type") == "CONNECT" else None
         if not isinstance(data, dict) or not self.auth.valid(token or data.get("token")):
@@ -316,7 +317,7 @@ class CapacityFeed:
         silence = self.config.heartbeat_s + self.config.heartbeat_timeout_s
         while True:
             try:
-                frame = await asyncio.wait_for(_receive(sub.ws), silence)
+                frame = await asyncio.wait_for(receive_frame(sub.ws), silence)
             except TimeoutError:
                 log.warning("capacity feed %s: no heartbeat, closing", sub.client_id)
                 with contextlib.suppress(Exception):

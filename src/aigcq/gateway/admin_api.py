@@ -269,7 +269,8 @@ def admin_router(service: Service) -> APIRouter:
         if done.state is None:
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
         if not done.applied:
-            raise ClientError(ErrorCode.CONFLICT, f"a {done.state} task cannot be retried", task_id)
+            detail = f"a {done.state} task cannot be retried"
+            raise ClientError(ErrorCode.NOT_RETRYABLE, detail, task_id)
         log.info("task %s: retried by an operator", task_id, extra=ctx(task=task_id))
         return {"taskId": task_id, "state": done.state.value}
 

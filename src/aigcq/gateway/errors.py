@@ -15,6 +15,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.SIGNATURE: 403,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.CONFLICT: 409,
+    ErrorCode.NOT_RETRYABLE: 409,
     ErrorCode.GONE: 410,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
     ErrorCode.PLATFORM: 422,

@@ -83,10 +83,8 @@ def api_router(gw: Gateway) -> APIRouter:
 
     @router.get("/tasks/{task_id}", summary="A task's state, timeline and result")
     async def get_task(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
-        client_of(authorization)
-        task = await gw.rt.store.get(task_id)
-        if task is None:
-            raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
+        client_of(authorization)  # any client may read a task: ids are per connection, and
+        task = await gw.owned_task(task_id, None)  # one backend's token serves many of them
         return {
             "taskId": task.task_id,
             "state": task.state.value,
@@ -103,8 +101,7 @@ def api_router(gw: Gateway) -> APIRouter:
 
     @router.post("/tasks/{task_id}/cancel", summary="Cancel a live task")
     async def cancel(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
-        claims = client_of(authorization)
-        owner = None if claims.get("admin") or claims.get("static") else claims.get("sub")
+        owner = owner_of(client_of(authorization))
         return {"taskId": task_id, "state": await gw.cancel(task_id, owner)}
 
     @router.get("/queues", summary="Waiting, in flight and capacity per queue")
@@ -132,6 +129,15 @@ def api_router(gw: Gateway) -> APIRouter:
         return Response(raw, media_type="application/json")
 
     return router
+
+
+def owner_of(claims: dict[str, Any]) -> str | None:
+    """The backendId whose tasks a client token may see and cancel; ``None`` (every task)
+    for the admin token and static client tokens."""
+    if claims.get("admin") or claims.get("static"):
+        return None
+    sub = claims.get("sub")
+    return None if sub is None else str(sub)
 
 
 async def queue_overview(gw: Gateway) -> list[dict[str, Any]]:

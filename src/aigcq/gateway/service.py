@@ -6,7 +6,7 @@ import logging
 
 from aigcq.config import Settings
 from aigcq.delivery.outbox import Outbox
-from aigcq.domain import ErrorCode, TaskState
+from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.gateway.admission import Admission
 from aigcq.gateway.auth import Auth
 from aigcq.gateway.clients import ClientHub
@@ -31,11 +31,17 @@ class Gateway:
         self.outbox = Outbox(rt.store.mux, rt.store.keys)
         self.clients = ClientHub(rt.redis, rt.store.keys, self.outbox)
 
-    async def cancel(self, task_id: str, backend_id: str | None) -> str:
-        """Cancel a live task (``backend_id`` None = admin). Returns the resulting state."""
+    async def owned_task(self, task_id: str, backend_id: str | None) -> Task:
+        """The task, if ``backend_id`` owns it (None = admin: any task). Someone else's
+        task is ``TaskNotFound``, exactly like an unknown one."""
         task = await self.rt.store.get(task_id)
         if task is None or (backend_id is not None and task.backend_id != backend_id):
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
+        return task
+
+    async def cancel(self, task_id: str, backend_id: str | None) -> str:
+        """Cancel a live task (``backend_id`` None = admin). Returns the resulting state."""
+        task = await self.owned_task(task_id, backend_id)
         done = await self.rt.store.finish(
             task_id,
             TaskState.CANCELLED,

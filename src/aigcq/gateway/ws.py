@@ -4,7 +4,8 @@ Client -> server: ``generate`` (submit), ``ack`` (with ``id`` or ``ids`` of resu
 connected with ``ack=1``), ``cancel`` (``taskId``), ``ping``.
 Server -> client: ``submitted``, ``result`` (from the outbox), ``error``, ``pong``, and with
 ``progress=1`` live ``progress`` messages.
-Bad input gets an ``error`` message with its code; the connection stays up.
+Bad input gets an ``error`` message with its code; the connection stays up. Binary frames
+are read like text frames (UTF-8 JSON); any other bytes are ``JSONError``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from aigcq.gateway.clients import ClientConnection
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.submission import parse_generate
+from aigcq.ws_frames import receive_frame
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +49,7 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
     await gw.clients.attach(conn)
     log.info("client %s: connected", backend_id)
     try:
-        while True:
-            raw = await ws.receive_text()
+        while (raw := await receive_frame(ws)) is not None:
             reply = await handle_message(gw, conn, raw)
             if reply is not None:
                 await conn.send(reply)
@@ -59,7 +60,9 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
         log.info("client %s: disconnected", backend_id)
 
 
-async def handle_message(gw: Gateway, conn: ClientConnection, raw: str) -> dict[str, Any] | None:
+async def handle_message(
+    gw: Gateway, conn: ClientConnection, raw: str | bytes
+) -> dict[str, Any] | None:
     try:
         return await _dispatch(gw, conn, _decode(raw, gw.settings.max_payload_bytes))
     except ClientError as exc:
@@ -67,7 +70,7 @@ async def handle_message(gw: Gateway, conn: ClientConnection, raw: str) -> dict[
         return exc.body(gw.messages)
 
 
-def _decode(raw: str, limit: int) -> dict[str, Any]:
+def _decode(raw: str | bytes, limit: int) -> dict[str, Any]:
     if len(raw) > limit:
         raise ClientError(ErrorCode.PAYLOAD_TOO_LARGE, f"message over {limit} bytes")
     try:
@@ -94,10 +97,7 @@ async def _dispatch(
             "duplicate": not created,
         }
     if kind == "ack":
-        ids = data.get("ids") or ([data["id"]] if isinstance(data.get("id"), str) else [])
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise ClientError(ErrorCode.JSON, "ack needs 'id' or 'ids' (strings)")
-        await gw.outbox.ack(conn.backend_id, ids)
+        await gw.outbox.ack(conn.backend_id, _ack_ids(data))
         return None
     if kind == "cancel":
         task_id = data.get("taskId")
@@ -108,3 +108,15 @@ async def _dispatch(
     if kind == "ping":
         return {"type": "pong"}
     raise ClientError(ErrorCode.OPCODE, f"unknown message type {kind!r}")
+
+
+def _ack_ids(data: dict[str, Any]) -> list[str]:
+    """The result ids an ``ack`` names: ``ids`` (a list of strings) or ``id`` (a string)."""
+    ids = data.get("ids")
+    if ids is not None:
+        if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
+            return ids
+        raise ClientError(ErrorCode.JSON, "ids: a list of strings is required")
+    if isinstance(data.get("id"), str):
+        return [data["id"]]
+    raise ClientError(ErrorCode.JSON, "id: a string (or ids: a list of strings) is required")

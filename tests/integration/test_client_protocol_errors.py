@@ -1,0 +1,151 @@
+"""The client protocol's error paths against a real Redis and the app on 127.0.0.1: binary
+frames, an ``ack`` without ids, task ownership on GET, retrying a finished task, and the
+Chinese default messages of every error code."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from aigcq.config import PlatformConfig, Settings
+from aigcq.server import Service
+from aigcq.signing import webhook_url
+from tests.e2e.conftest import Client, generate
+from tests.helpers import redis_snapshot, serve_app
+from tests.integration.test_gateway import SECRET, token
+
+ADMIN = {"Authorization": "Bearer admin"}
+STATIC = "static-client-token"
+
+
+@dataclass
+class Server:
+    port: int
+    redis: aioredis.Redis
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def client(self, backend_id: str = "b1") -> Client:
+        return await Client(self.port, backend_id, token(backend_id)).connect()
+
+
+@pytest.fixture
+async def server(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Server]:
+    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
+    settings = Settings(
+        redis_url=redis_url,
+        token_secret=SECRET,
+        config_dir=tmp_path,
+        admin_token="admin",
+        client_tokens=[STATIC],
+    )
+    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    async with serve_app(service.app) as base:
+        yield Server(int(base.rsplit(":", 1)[1]), redis)
+
+
+def bearer(backend_id: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(backend_id)}"}
+
+
+async def succeed(server: Server, task_id: str) -> None:
+    """Report a successful TASK_END for the task's first attempt (signed webhook)."""
+    url = webhook_url(server.base, SECRET.encode(), task_id, 0)
+    body = {"event": "TASK_END", "taskId": "r", "eventData": '{"code":0,"msg":"success"}'}
+    async with httpx.AsyncClient() as http:
+        assert (await http.post(url, json=body)).status_code == 200
+
+
+# ---- WebSocket ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("frame", [b"\x00\xff\xfe binary", b"{not json"])
+async def test_a_binary_frame_gets_json_error_and_the_connection_stays_open(
+    server: Server, frame: bytes
+) -> None:
+    client = await server.client()
+    before = await redis_snapshot(server.redis)
+    await client.ws.send(frame)
+    reply = await client.next()
+    assert reply["type"] == "error" and reply["code"] == "JSONError"
+    assert reply["msg"] == "消息格式错误，请联系服务商。" and "malformed JSON" in reply["detail"]
+    assert await redis_snapshot(server.redis) == before
+    assert (await client.request({"type": "ping"}))["type"] == "pong"  # still open
+    await client.close()
+
+
+async def test_a_binary_frame_holding_json_is_read_like_a_text_frame(server: Server) -> None:
+    client = await server.client()
+    await client.ws.send(b'{"type": "ping"}')
+    assert (await client.next())["type"] == "pong"
+    await client.close()
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ({"type": "ack"}, "id"),
+        ({"type": "ack", "id": 7}, "id"),
+        ({"type": "ack", "ids": "1-0"}, "ids"),
+        ({"type": "ack", "ids": ["1-0", 2]}, "ids"),
+    ],
+)
+async def test_an_ack_without_string_ids_gets_json_error_naming_the_field(
+    server: Server, message: dict[str, Any], field: str
+) -> None:
+    client = await server.client()
+    reply = await client.request(message)
+    assert reply["type"] == "error" and reply["code"] == "JSONError"
+    assert reply["detail"].startswith(f"{field}: ")
+    await client.close()
+
+
+async def test_a_well_formed_ack_gets_no_reply(server: Server) -> None:
+    client = await server.client()
+    await client.send({"type": "ack", "ids": ["1-0"]})
+    await client.send({"type": "ack", "id": "2-0"})
+    assert (await client.request({"type": "ping"}))["type"] == "pong"  # the first reply
+    await client.close()
+
+
+# ---- HTTP ---------------------------------------------------------------------------------
+
+
+async def test_retrying_a_succeeded_task_is_task_not_retryable(server: Server) -> None:
+    client = await server.client()
+    await client.request(generate("done"))
+    await succeed(server, "done")
+    async with httpx.AsyncClient(base_url=server.base) as http:
+        before = await redis_snapshot(server.redis)
+        r = await http.post("/api/admin/tasks/done/retry", headers=ADMIN)
+        assert await redis_snapshot(server.redis) == before
+    assert r.status_code == 409
+    assert r.json()["code"] == "TaskNotRetryable"
+    assert r.json()["msg"] == "只有失败或已取消的任务可以重试。"
+    assert r.json()["detail"] == "a success task cannot be retried"
+    await client.close()
+
+
+async def test_not_found_gone_and_signature_errors_have_chinese_messages(
+    server: Server,
+) -> None:
+    client = await server.client()
+    await client.request(generate("t1"))
+    body = {"event": "TASK_END", "taskId": "r", "eventData": '{"code":0,"msg":"success"}'}
+    async with httpx.AsyncClient(base_url=server.base) as http:
+        missing = await http.get("/api/tasks/nope", headers=ADMIN)
+        unsigned = await http.post("/callback/all", json=body)
+        await succeed(server, "t1")
+        replay = await http.post(webhook_url(server.base, SECRET.encode(), "t1", 0), json=body)
+    assert (missing.status_code, missing.json()["msg"]) == (404, "任务不存在。")
+    assert (unsigned.status_code, unsigned.json()["msg"]) == (403, "签名校验失败。")
+    assert (replay.status_code, replay.json()["msg"]) == (410, "任务已结束。")
+    await client.close()
