@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -243,7 +244,10 @@ async def test_failures_end_with_code_1_or_a_rejection(env: Env) -> None:
         assert (ack["code"], ack["data"]["taskId"]) == (380, "lost")
 
 
-async def test_spooled_result_survives_a_restart(env: Env) -> None:
+async def test_spooled_result_survives_a_restart(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="aigcq")
     env.webhook.fail_first = 10**6  # the hub refuses every TASK_END for now
     spooled = env.settings.data_dir / "spool" / "keep.json"
     async with Bridge(env.settings):
@@ -251,6 +255,11 @@ async def test_spooled_result_survives_a_restart(env: Env) -> None:
         await env.hub.send("TASK_ASSIGN", env.assign("keep"))
         await env.webhook.wait_for(1, within=10)
         assert spooled.exists()
+
+        async def log_text() -> str:
+            return caplog.text
+
+        await until(log_text, lambda text: "task keep: TASK_END try 1 failed (HTTP 500)" in text)
     assert spooled.exists()
     tries = len(env.webhook.received)
     env.webhook.fail_first = tries  # from now on, accept

@@ -109,7 +109,7 @@ class WebhookSender:
         attempt = 0
         while True:
             attempt += 1
-            status = await self._post(item, payload)
+            status, outcome = await self._post(item, payload)
             if status is not None and (200 <= status < 300 or status in DROP_STATUSES):
                 log.info(
                     "task %s: TASK_END delivered (HTTP %s, try %d)",
@@ -125,17 +125,18 @@ class WebhookSender:
                 "task %s: TASK_END try %d failed (%s); retry in %.1fs",
                 item.task_id,
                 attempt,
-                status,
+                outcome,
                 delay,
+                extra=ctx(task=item.task_id),
             )
             await asyncio.sleep(delay)
 
-    async def _post(self, item: SpooledResult, payload: dict[str, object]) -> int | None:
+    async def _post(
+        self, item: SpooledResult, payload: dict[str, object]
+    ) -> tuple[int | None, str]:
+        """The HTTP status (None when no answer came) and what happened, for the log."""
         try:
             resp = await self.http.post(item.webhook_url, json=payload, timeout=15.0)
         except httpx.HTTPError as e:
-            log.debug(
-                "task %s: TASK_END POST error: %s", item.task_id, e, extra=ctx(task=item.task_id)
-            )
-            return None
-        return resp.status_code
+            return None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return resp.status_code, f"HTTP {resp.status_code}"
