@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from aigcq.config import ConfigError, PlatformConfig, Settings
 from aigcq.jsonlog import JsonFormatter, RedactSecrets, TextFormatter
+
+if TYPE_CHECKING:
+    import httpx
+    from rich.console import Group
+
+    from aigcq.client import AigcqError
 
 app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal GPUs first.")
 emulate_app = typer.Typer(no_args_is_help=True, help="Run an emulator of an external service.")
 app.add_typer(emulate_app, name="emulate")
 console = Console()
+err_console = Console(stderr=True)
 LOG_FORMAT_ENV = "AIGCQ_LOG_FORMAT"
 
 
@@ -54,15 +65,29 @@ WorkersOption = Annotated[
 ]
 
 
+def _fail(message: str, code: int, cause: Exception) -> NoReturn:
+    """One red line on stderr, then exit with ``code``."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, highlight=False)
+    raise typer.Exit(code) from cause
+
+
+def _settings() -> Settings:
+    """Settings, or exit 2 naming the malformed variable (e.g. a non-numeric port)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = (f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        _fail(f"configuration error: {'; '.join(problems)}", 2, exc)
+
+
 def _load_config(workers: int = 0) -> tuple[Settings, PlatformConfig]:
-    settings = Settings()
+    settings = _settings()
     if workers > 0:
         settings.workers = workers
     try:
         config = PlatformConfig.load(settings.config_dir)
     except ConfigError as exc:
-        console.print(f"[red]configuration error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        _fail(f"configuration error: {exc}", 2, exc)
     return settings, config
 
 
@@ -147,18 +172,127 @@ def token(backend_id: str, ttl: int = 86400) -> None:
     from aigcq.gateway.auth import issue_client_token
     from aigcq.launch import ensure_secrets
 
-    settings = Settings()
+    settings = _settings()
     ensure_secrets(settings)
     typer.echo(issue_client_token(settings.token_secret, backend_id, ttl))
+
+
+# ---- client commands: submit, status, tasks show ---------------------------------------
+# They talk to a running server; what can be expected to go wrong (no token, bad input, the
+# server down or refusing) is one line on stderr and exit 1 (the server) or 2 (the input).
+
+TOKEN_ENV = "AIGCQ_CLIENT_TOKEN"
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        show_default=False,
+        help="aigcq's address (default: where `aigcq up` listens: AIGCQ_HOST, AIGCQ_WS_PORT)",
+    ),
+]
+TokenOption = Annotated[
+    str,
+    typer.Option(envvar=TOKEN_ENV, show_default=False, help="Client token (`aigcq token ID`)"),
+]
+
+
+class InputError(Exception):
+    """A bad argument, token or input file (exit code 2)."""
+
+
+@contextlib.contextmanager
+def client_errors(server: str) -> Iterator[None]:
+    """Report the failures a client command can expect as one line and an exit code."""
+    import httpx
+    from websockets.exceptions import WebSocketException
+
+    from aigcq.cli_status import StatusError
+    from aigcq.client import AigcqError
+
+    try:
+        yield
+    except InputError as exc:
+        _fail(str(exc), 2, exc)
+    except AigcqError as exc:
+        _fail(_refusal(exc), 1, exc)
+    except StatusError as exc:
+        _fail(str(exc), 1, exc)
+    except (OSError, httpx.TransportError, WebSocketException) as exc:
+        reason = str(exc) or type(exc).__name__
+        _fail(f"cannot reach the aigcq server at {server}: {reason}", 1, exc)
+
+
+def _refusal(exc: AigcqError) -> str:
+    """``AuthError: <the server's message> (<detail>)``."""
+    detail = f" ({exc.detail})" if exc.detail else ""
+    return f"{exc.code}: {exc.msg or 'refused by the server'}{detail}"
+
+
+_SECURE = {"http": "", "ws": "", "https": "s", "wss": "s"}
+
+
+def server_url(server: str | None, scheme: str) -> str:
+    """Where a client command connects, with its scheme (``ws`` or ``http``): ``server``
+    (``http://`` and ``ws://`` both work) or, by default, where ``aigcq up`` with the same
+    settings (``AIGCQ_HOST``, ``AIGCQ_WS_PORT``, environment or ``.env``) listens."""
+    if server is None:
+        settings = _settings()
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(settings.host)
+        host = host or settings.host
+        host = f"[{host}]" if ":" in host else host
+        return f"{scheme}://{host}:{settings.ws_port}/"
+    given, sep, rest = server.partition("://")
+    if not sep:
+        return f"{scheme}://{server}"
+    secure = _SECURE.get(given.lower())
+    return server if secure is None else f"{scheme}{secure}://{rest}"
+
+
+def _require_token(token: str) -> str:
+    if not token:
+        raise InputError(f"no token: pass --token or set {TOKEN_ENV} (`aigcq token ID` prints one)")
+    return token
+
+
+def token_subject(token: str) -> str | None:
+    """A JWT's ``sub`` (signature unchecked), so ``aigcq submit`` submits as the backendId
+    the server files its tasks under for this token (``aigcq tasks show`` finds them)."""
+    import jwt
+
+    try:
+        sub = jwt.decode(token, options={"verify_signature": False}).get("sub")
+    except jwt.PyJWTError:
+        return None
+    return sub if isinstance(sub, str) and sub else None
+
+
+def _read_payload(payload: str) -> dict[str, Any]:
+    """``payload`` (JSON, or ``@file.json``) as a JSON object; :class:`InputError` if not."""
+    import json
+
+    if payload.startswith("@"):
+        try:
+            payload = Path(payload[1:]).read_text()
+        except OSError as exc:
+            raise InputError(f"cannot read payload file {payload[1:]}: {exc.strerror}") from exc
+    try:
+        body = json.loads(payload)
+    except ValueError as exc:
+        raise InputError(f"payload is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InputError(f"payload must be a JSON object, not {type(body).__name__}")
+    return body
 
 
 @app.command()
 def submit(
     platform: str,
     payload: Annotated[str, typer.Argument(help="JSON, or @file.json")],
-    server: str = "ws://127.0.0.1:8087/",
-    token: Annotated[str, typer.Option(envvar="AIGCQ_CLIENT_TOKEN")] = "",
-    backend_id: str = "cli",
+    server: ServerOption = None,
+    token: TokenOption = "",
+    backend_id: Annotated[
+        str | None,
+        typer.Option(show_default=False, help="Submit as (default: the token's JWT sub, else cli)"),
+    ] = None,
     aigc: str | None = None,
     task_id: str | None = None,
     timeout: float = 600.0,
@@ -169,57 +303,73 @@ def submit(
 
     from aigcq.cli_client import submit_and_wait
 
-    body = Path(payload[1:]).read_text() if payload.startswith("@") else payload
-    result = asyncio.run(
-        submit_and_wait(
-            server,
-            token,
-            backend_id,
-            platform,
-            json.loads(body),
-            task_id=task_id,
-            aigc=aigc or None,
-            timeout=timeout,
-            console=console,
+    url = server_url(server, "ws")
+    with client_errors(url):
+        token = _require_token(token)
+        result = asyncio.run(
+            submit_and_wait(
+                url,
+                token,
+                backend_id or token_subject(token) or "cli",
+                platform,
+                _read_payload(payload),
+                task_id=task_id,
+                aigc=aigc or None,
+                timeout=timeout,
+                console=console,
+            )
         )
-    )
     typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
     if result.get("status") != "success":
         raise typer.Exit(1)
 
 
+@contextlib.contextmanager
+def _http(server: str | None, token: str) -> Iterator[httpx.Client]:
+    """An HTTP client for the server's API, inside :func:`client_errors`."""
+    import httpx
+
+    url = server_url(server, "http")
+    with client_errors(url):
+        headers = {"Authorization": f"Bearer {_require_token(token)}"}
+        with httpx.Client(base_url=url, headers=headers) as http:
+            yield http
+
+
 @app.command()
 def status(
-    server: str = "http://127.0.0.1:8087",
-    token: Annotated[str, typer.Option(envvar="AIGCQ_CLIENT_TOKEN")] = "",
+    server: ServerOption = None,
+    token: TokenOption = "",
     limit: int = 10,
     watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C")] = False,
     interval: float = 2.0,
 ) -> None:
     """Bridges, health (with an admin token), queues and recent tasks as tables."""
+    from aigcq.cli_status import fetch_snapshot, render
+
+    with _http(server, token) as http:
+        view = render(fetch_snapshot(http, limit))
+        if watch:
+            _watch(http, view, limit, interval)
+            return
+    console.print(view)
+
+
+def _watch(http: httpx.Client, view: Group, limit: int, interval: float) -> None:
+    """Redraw the status tables every ``interval`` seconds until Ctrl-C."""
     import time
 
-    import httpx
     from rich.live import Live
 
-    from aigcq.cli_status import StatusError, fetch_snapshot, render
+    from aigcq.cli_status import fetch_snapshot, render
 
-    headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=server, headers=headers) as http:
-        try:
-            view = render(fetch_snapshot(http, limit))
-            if not watch:
-                console.print(view)
-                return
-            with Live(view, console=console, refresh_per_second=4) as live:
-                while True:
-                    time.sleep(interval)
-                    live.update(render(fetch_snapshot(http, limit)))
-        except StatusError as exc:
-            console.print(f"[red]{exc}[/red]")
-            raise typer.Exit(1) from exc
-        except KeyboardInterrupt:
-            return
+    try:
+        with Live(view, console=console, refresh_per_second=4) as live:
+            while True:
+                time.sleep(interval)
+                live.update(render(fetch_snapshot(http, limit)))
+    except KeyboardInterrupt:
+        return
 
 
 tasks_app = typer.Typer(no_args_is_help=True, help="Inspect tasks.")
@@ -227,22 +377,13 @@ app.add_typer(tasks_app, name="tasks")
 
 
 @tasks_app.command("show")
-def tasks_show(
-    task_id: str,
-    server: str = "http://127.0.0.1:8087",
-    token: Annotated[str, typer.Option(envvar="AIGCQ_CLIENT_TOKEN")] = "",
-) -> None:
+def tasks_show(task_id: str, server: ServerOption = None, token: TokenOption = "") -> None:
     """Print a task's timeline: every transition with its time, target and attempt."""
-    import httpx
+    from aigcq.cli_status import timeline
 
-    from aigcq.cli_status import StatusError, timeline
-
-    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {token}"}) as http:
-        try:
-            console.print(timeline(http, task_id))
-        except StatusError as exc:
-            console.print(f"[red]{exc}[/red]")
-            raise typer.Exit(1) from exc
+    with _http(server, token) as http:
+        table = timeline(http, task_id)
+    console.print(table)
 
 
 # ---- sub-applications (each owned by its package) --------------------------------------

@@ -9,16 +9,29 @@ import httpx
 from rich.console import Group
 from rich.table import Table
 
+from aigcq.client.types import AigcqError
+
 
 class StatusError(Exception):
-    pass
+    """The server answered, but not with aigcq's error envelope (a proxy, another server)."""
 
 
 def _get(http: httpx.Client, path: str, **params: Any) -> Any:
     resp = http.get(path, params=params)
     if resp.status_code != 200:
-        raise StatusError(f"{path}: {resp.status_code} {resp.text[:200]}")
+        raise _refusal(path, resp)
     return resp.json()
+
+
+def _refusal(path: str, resp: httpx.Response) -> Exception:
+    """aigcq's ``{"type": "error", code, msg, detail}`` as :class:`AigcqError`, else the text."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("type") == "error":
+        return AigcqError.from_reply(body)
+    return StatusError(f"{path}: HTTP {resp.status_code} {resp.text[:200]}".rstrip())
 
 
 def fetch_snapshot(http: httpx.Client, limit: int) -> dict[str, Any]:

@@ -1,0 +1,152 @@
+"""The client commands (submit, status, tasks show) fail with one line and an exit code.
+
+No server is needed here: "server down" is a port bound on 127.0.0.1 that never listens.
+The failures that need a server (a bad token, an unknown task) are in
+tests/integration/test_cli_server_errors.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from aigcq.cli import app, server_url, token_subject
+from aigcq.gateway.auth import issue_client_token
+
+PAYLOAD = '{"workflowId": "1"}'
+CLIENT_COMMANDS = [["status"], ["tasks", "show", "t1"], ["submit", "comfyui", PAYLOAD]]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No AIGCQ_* setting nor .env of the developer's leaks in."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("AIGCQ_CLIENT_TOKEN", "AIGCQ_HOST", "AIGCQ_WS_PORT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections (bound, so no one else takes it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def one_error_line(result: Result, exit_code: int) -> str:
+    """The single ``error: ...`` line on stderr, after checking nothing else happened."""
+    assert result.exit_code == exit_code, result.output
+    assert isinstance(result.exception, SystemExit), result.exc_info  # not an uncaught error
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", CLIENT_COMMANDS)
+def test_no_token_names_the_option_and_the_variable(command: list[str], closed_port: int) -> None:
+    line = one_error_line(run(*command, "--server", f"127.0.0.1:{closed_port}"), 2)
+    assert line == (
+        "error: no token: pass --token or set AIGCQ_CLIENT_TOKEN (`aigcq token ID` prints one)"
+    )
+
+
+@pytest.mark.parametrize("command", CLIENT_COMMANDS)
+def test_server_down_names_the_server(command: list[str], closed_port: int) -> None:
+    result = run(*command, "--token", "t", "--server", f"http://127.0.0.1:{closed_port}")
+    scheme = "ws" if command[0] == "submit" else "http"
+    assert one_error_line(result, 1).startswith(
+        f"error: cannot reach the aigcq server at {scheme}://127.0.0.1:{closed_port}: "
+    )
+
+
+@pytest.mark.parametrize("command", CLIENT_COMMANDS)
+def test_default_server_is_where_aigcq_up_listens(
+    command: list[str], closed_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIGCQ_WS_PORT", str(closed_port))
+    line = one_error_line(run(*command, "--token", "t"), 1)
+    scheme = "ws" if command[0] == "submit" else "http"
+    assert f" at {scheme}://127.0.0.1:{closed_port}/: " in line
+
+
+def test_default_server_reads_dot_env(closed_port: int, tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text(f"AIGCQ_HOST=0.0.0.0\nAIGCQ_WS_PORT={closed_port}\n")
+    line = one_error_line(run("status", "--token", "t"), 1)
+    assert f" at http://127.0.0.1:{closed_port}/: " in line
+
+
+def test_malformed_setting_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIGCQ_WS_PORT", "eighty")
+    line = one_error_line(run("status", "--token", "t"), 2)
+    assert line.startswith("error: configuration error: AIGCQ_WS_PORT: ")
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("{bad json", "error: payload is not valid JSON: Expecting property name"),
+        ("[1, 2]", "error: payload must be a JSON object, not list"),
+        ("@/nonexistent/p.json", "error: cannot read payload file /nonexistent/p.json: No such"),
+    ],
+)
+def test_bad_payload_is_named(payload: str, message: str, closed_port: int) -> None:
+    server = f"ws://127.0.0.1:{closed_port}/"
+    result = run("submit", "comfyui", payload, "--token", "t", "--server", server)
+    assert one_error_line(result, 2).startswith(message)
+
+
+def test_payload_from_file_is_read(closed_port: int, tmp_path: Path) -> None:
+    (tmp_path / "p.json").write_text(PAYLOAD)
+    server = f"ws://127.0.0.1:{closed_port}/"
+    result = run("submit", "comfyui", "@p.json", "--token", "t", "--server", server)
+    assert "cannot reach the aigcq server" in one_error_line(result, 1)  # got past the payload
+
+
+def test_installed_command_prints_no_traceback(closed_port: int) -> None:
+    """The real entry point (rich tracebacks and all), not only the test runner."""
+    args = ["status", "--token", "t", "--server", f"http://127.0.0.1:{closed_port}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "aigcq", *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error: cannot reach the aigcq server at http://127.0.0.1:")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "scheme", "url"),
+    [
+        ("http://h:1", "ws", "ws://h:1"),
+        ("ws://h:1/", "http", "http://h:1/"),
+        ("https://h/x", "ws", "wss://h/x"),
+        ("wss://h", "http", "https://h"),
+        ("h:1", "ws", "ws://h:1"),
+        ("ftp://h", "http", "ftp://h"),  # not ours to guess: the error names it
+    ],
+)
+def test_server_url_takes_the_commands_scheme(given: str, scheme: str, url: str) -> None:
+    assert server_url(given, scheme) == url
+
+
+def test_default_server_url_brackets_ipv6(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIGCQ_HOST", "::")
+    monkeypatch.setenv("AIGCQ_WS_PORT", "9000")
+    assert server_url(None, "ws") == "ws://[::1]:9000/"
+
+
+def test_submit_names_itself_after_the_tokens_subject() -> None:
+    assert token_subject(issue_client_token("s" * 32, "my-backend")) == "my-backend"
+    assert token_subject("a-static-token") is None
