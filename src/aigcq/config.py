@@ -41,6 +41,11 @@ class Settings(BaseSettings):
         validation_alias=_env("CLIENT_TOKENS"),
         description="Static client tokens accepted besides JWTs signed with TOKEN_SECRET.",
     )
+    bind_client_ids: bool = Field(
+        False,
+        validation_alias=_env("BIND_CLIENT_IDS"),
+        description="A client JWT may only use backendId = its sub, or sub-<anything>.",
+    )
     admin_token: str = Field("", validation_alias=_env("ADMIN_TOKEN"))
     bridge_token: str = Field("", validation_alias=_env("BRIDGE_TOKEN"))
     callback_secret: str = Field(

@@ -1,9 +1,10 @@
 """The client protocol's error paths against a real Redis and the app on 127.0.0.1: binary
-frames, an ``ack`` without ids, task ownership on GET, retrying a finished task, and the
-Chinese default messages of every error code."""
+frames, an ``ack`` without ids, ids bound to tokens (``AIGCQ_BIND_CLIENT_IDS``), retrying a
+finished task, and the Chinese default messages of every error code."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +38,10 @@ class Server:
         return await Client(self.port, backend_id, token(backend_id)).connect()
 
 
-@pytest.fixture
-async def server(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Server]:
+@contextlib.asynccontextmanager
+async def serve(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, **overrides: Any
+) -> AsyncIterator[Server]:
     (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
     settings = Settings(
         redis_url=redis_url,
@@ -46,10 +49,17 @@ async def server(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> Async
         config_dir=tmp_path,
         admin_token="admin",
         client_tokens=[STATIC],
+        **overrides,
     )
     service = Service(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base:
         yield Server(int(base.rsplit(":", 1)[1]), redis)
+
+
+@pytest.fixture
+async def server(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Server]:
+    async with serve(tmp_path, redis, redis_url) as server:
+        yield server
 
 
 def bearer(backend_id: str) -> dict[str, str]:
@@ -114,6 +124,38 @@ async def test_a_well_formed_ack_gets_no_reply(server: Server) -> None:
     await client.send({"type": "ack", "id": "2-0"})
     assert (await client.request({"type": "ping"}))["type"] == "pong"  # the first reply
     await client.close()
+
+
+async def test_any_token_may_use_any_id_unless_ids_are_bound(server: Server) -> None:
+    client = await Client(server.port, "b2", token("b1")).connect()  # the seed's behaviour
+    assert (await client.request({"type": "ping"}))["type"] == "pong"
+    await client.close()
+
+
+async def test_bound_ids_refuse_another_backends_id(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    async with serve(tmp_path, redis, redis_url, bind_client_ids=True) as server:
+        for backend_id, jwt_for in (("b1", "b1"), ("b1-2", "b1")):
+            client = await Client(server.port, backend_id, token(jwt_for)).connect()
+            assert (await client.request({"type": "ping"}))["type"] == "pong"
+            await client.close()
+        static = await Client(server.port, "anyone", STATIC).connect()
+        assert (await static.request({"type": "ping"}))["type"] == "pong"
+        await static.close()
+
+        before = await redis_snapshot(server.redis)
+        for backend_id in ("b2", "b10"):
+            stranger = await Client(server.port, backend_id, token("b1")).connect()
+            refusal = await stranger.next()
+            assert (refusal["type"], refusal["code"]) == ("error", "AuthError")
+            await stranger.ws.wait_closed()
+            assert stranger.ws.close_code == 4401
+        async with httpx.AsyncClient(base_url=server.base) as http:
+            body = {**generate("t-http"), "backendId": "b2"}
+            refused = await http.post("/api/tasks", json=body, headers=bearer("b1"))
+        assert refused.status_code == 401 and refused.json()["code"] == "AuthError"
+        assert await redis_snapshot(server.redis) == before
 
 
 # ---- HTTP ---------------------------------------------------------------------------------

@@ -38,6 +38,17 @@ class Auth:
             return None
         return claims
 
+    def may_use_id(self, claims: dict[str, Any], backend_id: str) -> bool:
+        """Whether a client with these token claims may act as ``backend_id``: always, unless
+        ``AIGCQ_BIND_CLIENT_IDS``; then a JWT only for its ``sub`` or ``sub-<anything>`` (one
+        backend, several connections), while static and admin tokens stay unbound."""
+        if not self.settings.bind_client_ids or claims.get("static") or claims.get("admin"):
+            return True
+        sub = claims.get("sub")
+        if not isinstance(sub, str) or not sub:
+            return False
+        return backend_id == sub or backend_id.startswith(f"{sub}-")
+
     def admin(self, token: str | None) -> bool:
         return _equal(token or "", self.settings.admin_token)
 

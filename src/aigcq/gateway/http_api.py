@@ -55,6 +55,8 @@ def api_router(gw: Gateway) -> APIRouter:
         backend_id = data.get("backendId") or claims.get("sub") or ""
         if not isinstance(backend_id, str):
             raise ClientError(ErrorCode.JSON, "backendId: a string is required")
+        if backend_id and not gw.auth.may_use_id(claims, backend_id):
+            raise ClientError(ErrorCode.AUTH, f"this token may not use backendId {backend_id!r}")
         created = await gw.submission.submit(req, backend_id, deliver=bool(backend_id))
         return {
             "taskId": req.taskId,

@@ -34,10 +34,16 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
     backend_id = ws.query_params.get("id", "")
     await ws.accept()
     failure: tuple[ClientError, int] | None = None
-    if gw.auth.client(token) is None:
+    claims = gw.auth.client(token)
+    if claims is None:
         failure = (ClientError(ErrorCode.AUTH, "invalid or missing token"), CLOSE_AUTH)
     elif not backend_id or len(backend_id) > 128:
         failure = (ClientError(ErrorCode.JSON, "query parameter id is required"), CLOSE_BAD_REQUEST)
+    elif not gw.auth.may_use_id(claims, backend_id):
+        failure = (
+            ClientError(ErrorCode.AUTH, f"this token may not use id {backend_id!r}"),
+            CLOSE_AUTH,
+        )
     if failure is not None:
         await ws.send_text(orjson.dumps(failure[0].body(gw.messages)).decode())
         await ws.close(failure[1], failure[0].code.value)
