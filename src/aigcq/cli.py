@@ -421,7 +421,7 @@ def bridge(
         "token": token,
         "comfyui": comfyui or None,
         "host": host,
-        "port": port,
+        "http_port": port,
         "public_url": public_url,
         "data_dir": data_dir,
         "workflows": workflows,

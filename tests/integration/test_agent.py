@@ -142,7 +142,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
             server=hub_url.replace("http", "ws") + "/ws",
             token=TOKEN,
             comfyui=comfy,
-            port=free_port(),
+            http_port=free_port(),
             data_dir=tmp_path / "bridge",
             heartbeat=0.3,
             health_interval=0.2,

@@ -61,3 +61,14 @@ def test_bad_files_name_file_field_and_problem(
         PlatformConfig.load(tmp_path)
     assert expected in str(err.value)
     assert str(tmp_path) in str(err.value)
+
+
+def test_one_env_serves_the_server_and_a_bridge_without_a_port_clash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aigcq.agent.settings import BridgeSettings
+
+    monkeypatch.setenv("AIGCQ_BRIDGE_PORT", "8080")  # the server's extra bridge port
+    monkeypatch.setenv("AIGCQ_BRIDGE_HTTP_PORT", "8191")  # the bridge's admin page
+    assert Settings(_env_file=None).bridge_port == 8080  # type: ignore[call-arg]
+    assert BridgeSettings(_env_file=None).http_port == 8191  # type: ignore[call-arg]

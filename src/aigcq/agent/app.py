@@ -187,13 +187,14 @@ class Bridge:
     async def _start_web(self) -> None:
         s = self.settings
         config = uvicorn.Config(
-            create_web_app(self), host=s.host, port=s.port, log_config=None, lifespan="off"
+            create_web_app(self), host=s.host, port=s.http_port, log_config=None, lifespan="off"
         )
         self._server = uvicorn.Server(config)
         task = asyncio.create_task(self._server.serve(), name="bridge-web")
         while not self._server.started:
             if task.done():
-                raise RuntimeError(f"bridge {self.bridge_id}: cannot listen on {s.host}:{s.port}")
+                where = f"{s.host}:{s.http_port}"
+                raise RuntimeError(f"bridge {self.bridge_id}: cannot listen on {where}")
             await asyncio.sleep(0.01)
         self._tasks.append(task)
         port = self._server.servers[0].sockets[0].getsockname()[1]

@@ -20,8 +20,10 @@ class BridgeSettings(BaseSettings):
     token: str = Field("", description="Bridge token sent to aigcq.")
     comfyui: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8188"])
     host: str = "127.0.0.1"
-    port: int = 8190
-    public_url: str = Field("", description="Base of fileUrls; default http://<host>:<port>.")
+    # AIGCQ_BRIDGE_HTTP_PORT, not AIGCQ_BRIDGE_PORT: the server reads that one (its extra
+    # bridge port), and one .env may serve both on a host.
+    http_port: int = Field(8190, description="Port of the admin page and output files.")
+    public_url: str = Field("", description="Base of fileUrls; default http://<host>:<http_port>.")
     data_dir: Path = Path(".aigcq/bridge")
     workflows: Path | None = Field(None, description="Folder of <workflowId>.json files.")
     heartbeat: float = Field(30.0, gt=0, description="Seconds between HEARTBEATs.")
