@@ -22,12 +22,22 @@ from tests.asynch.processes import free_port, wait_healthy
 pytestmark = pytest.mark.e2e
 
 
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
-    # Under /tmp: when tests run as root, PostgreSQL runs as another user that must reach it.
+    """A data dir under /tmp (when tests run as root, PostgreSQL runs as another user that
+    must reach it). Afterwards, whatever a failed test left running there is stopped."""
     path = Path(tempfile.mkdtemp(prefix="aigcq-test-private-"))
     path.chmod(0o755)
     yield path
+    while _STARTED:
+        proc = _STARTED.pop()
+        proc.kill()
+        proc.wait()
+    stop_leftover(path / "postgres" / "pgdata" / "postmaster.pid", "postgres", signal.SIGINT)
+    stop_leftover(path / "asynch-redis" / "redis.pid", "redis-server", signal.SIGTERM)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -42,6 +52,7 @@ def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
     env = _env(data_dir, port)
     log = (data_dir / "asynch.log").open("ab")
     proc = subprocess.Popen([sys.executable, "-m", "aigcq.asynch"], env=env, stdout=log, stderr=log)
+    _STARTED.append(proc)
     log.close()
     wait_healthy(proc, f"http://127.0.0.1:{port}", data_dir / "asynch.log", timeout=60)
     return proc
@@ -102,10 +113,13 @@ time.sleep(600)
 """
 
 
-def test_a_leftover_redis_is_stopped_cleanly_and_its_data_kept(tmp_path: Path) -> None:
+def test_a_leftover_redis_is_stopped_cleanly_and_its_data_kept(data_dir: Path) -> None:
     import redis
 
+    tmp_path = data_dir / "asynch-redis"  # where the fixture looks for leftovers
+    tmp_path.mkdir()
     owner = subprocess.Popen([sys.executable, "-c", _OWNER, str(tmp_path)], stdout=subprocess.PIPE)
+    _STARTED.append(owner)
     assert owner.stdout is not None
     client = redis.Redis.from_url(owner.stdout.readline().decode().strip())
     client.set("k", "v")
