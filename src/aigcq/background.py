@@ -23,10 +23,13 @@ from redis import exceptions as redis_errors
 
 log = logging.getLogger(__name__)
 
+#: Redis unreachable (restarting, failing over): expected operation, not a bug.
+REDIS_OUTAGE = (redis_errors.ConnectionError, redis_errors.TimeoutError)
+
 
 def round_failed(logger: logging.Logger, what: str, exc: Exception) -> None:
     """Log a failed round of a background loop (call it from ``except Exception``)."""
-    if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
+    if isinstance(exc, REDIS_OUTAGE):
         logger.warning("%s: Redis unavailable (%s); trying again", what, exc)
     else:
         logger.exception("%s", what)

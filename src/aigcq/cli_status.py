@@ -46,7 +46,7 @@ def fetch_snapshot(http: httpx.Client, limit: int) -> dict[str, Any]:
 
 def render(snap: dict[str, Any]) -> Group:
     parts: list[Table] = []
-    if "health" in snap:
+    if snap.get("health"):  # null from a server whose internal target is a dispatcher
         parts.append(_health(snap["health"]))
     if "bridges" in snap:
         parts.append(_bridges(snap["bridges"]))

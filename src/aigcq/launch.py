@@ -112,8 +112,10 @@ async def serve(settings: Settings, config: PlatformConfig) -> None:
     from aigcq.server import Service
     from aigcq.shutdown import stop_claiming
 
+    internal = internal_target(settings)
+    warn_missing_secrets(settings, bridges=internal is None)
     redis = redis_client(settings.redis_url)
-    service = Service(settings, config, redis, internal=internal_target(settings))
+    service = Service(settings, config, redis, internal=internal)
     sockets = [
         bind(settings.host, port, reuse_port=settings.reuse_port) for port in listen_ports(settings)
     ]
@@ -122,6 +124,16 @@ async def serve(settings: Settings, config: PlatformConfig) -> None:
         await server.serve(sockets=sockets)
     finally:
         await redis.aclose()
+
+
+def warn_missing_secrets(settings: Settings, *, bridges: bool) -> None:
+    """``aigcq serve`` takes its secrets from the environment (``up`` generates them): say
+    at start-up, not at each refusal, who will be turned away (``bridges``: this process
+    takes bridges, i.e. no message-dispatcher is its internal target)."""
+    if not settings.token_secret and not settings.client_tokens:
+        log.warning("no TOKEN_SECRET and no AIGCQ_CLIENT_TOKENS: every client will be refused")
+    if bridges and not settings.bridge_token and not settings.admin_token:
+        log.warning("no AIGCQ_BRIDGE_TOKEN: every bridge will be refused")
 
 
 def run_async(main: Coroutine[Any, Any, None]) -> None:

@@ -298,3 +298,4 @@ async def test_server_address_changes_at_run_time(env: Env, tmp_path: Path) -> N
         assert status["connection"]["state"] == "connected"
         page = await env.http.get(f"{admin}/")
         assert new in page.text
+        assert (await env.http.get(f"{admin}/healthz")).json() == {"status": "ok"}

@@ -150,3 +150,14 @@ def test_default_server_url_brackets_ipv6(monkeypatch: pytest.MonkeyPatch) -> No
 def test_submit_names_itself_after_the_tokens_subject() -> None:
     assert token_subject(issue_client_token("s" * 32, "my-backend")) == "my-backend"
     assert token_subject("a-static-token") is None
+
+
+def test_status_renders_a_split_servers_snapshot_without_health() -> None:
+    from rich.console import Console
+
+    from aigcq.cli_status import render
+
+    console = Console(record=True, width=120)
+    console.print(render({"health": None, "queues": [], "recent": []}))  # internal: dispatcher
+    text = console.export_text()
+    assert text.strip() and "internal" not in text  # no health table, and no TypeError

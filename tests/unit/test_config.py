@@ -72,3 +72,19 @@ def test_one_env_serves_the_server_and_a_bridge_without_a_port_clash(
     monkeypatch.setenv("AIGCQ_BRIDGE_HTTP_PORT", "8191")  # the bridge's admin page
     assert Settings(_env_file=None).bridge_port == 8080  # type: ignore[call-arg]
     assert BridgeSettings(_env_file=None).http_port == 8191  # type: ignore[call-arg]
+
+
+def test_serve_says_at_start_who_its_missing_secrets_turn_away(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from aigcq.launch import warn_missing_secrets
+
+    caplog.set_level("WARNING", logger="aigcq")
+    warn_missing_secrets(Settings(_env_file=None), bridges=True)  # type: ignore[call-arg]
+    assert "every client will be refused" in caplog.text
+    assert "every bridge will be refused" in caplog.text
+    caplog.clear()
+    configured = Settings(_env_file=None, token_secret="s", bridge_token="b")  # type: ignore[call-arg]
+    warn_missing_secrets(configured, bridges=True)
+    warn_missing_secrets(Settings(_env_file=None, token_secret="s"), bridges=False)  # type: ignore[call-arg]
+    assert caplog.text == ""

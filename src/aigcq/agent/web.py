@@ -90,6 +90,10 @@ def create_web_app(bridge: BridgeControl) -> FastAPI:
     async def status() -> dict[str, Any]:
         return bridge.status()
 
+    @app.get("/healthz")  # liveness, as every aigcq process answers
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
     @app.post("/api/server")
     async def set_server(request: Request) -> Response:
         url, token, is_form = await _server_request(request)

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
+from aigcq.background import REDIS_OUTAGE
 from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
@@ -194,7 +195,7 @@ class BridgeHub:
                     )
                     await ws.close(CLOSE_FLOOD, "too many messages")
                     break
-                if not await self._on_frame(session, raw):
+                if not await self._on_frame_or_outage(session, raw):
                     break
         except WebSocketDisconnect:
             pass
@@ -203,6 +204,21 @@ class BridgeHub:
                 session.keepalive.cancel()
             if session.conn is not None:
                 await self._lost(session.conn, "socket closed")
+
+    async def _on_frame_or_outage(self, session: _Session, raw: str | bytes) -> bool:
+        """:meth:`_on_frame`, keeping the bridge connected through a Redis outage: the
+        message's effect is lost (what it reported comes again: heartbeats, held tasks on
+        REGISTER, TASK_END retried by the bridge), not the connection."""
+        try:
+            return await self._on_frame(session, raw)
+        except REDIS_OUTAGE as exc:
+            log.warning(
+                "bridge %s: message not handled, Redis unavailable (%s)",
+                _bid(session),
+                exc,
+                extra=_ctx(session),
+            )
+            return True
 
     async def _on_frame(self, session: _Session, raw: str | bytes) -> bool:
         """Handle one frame; ``False`` when the connection was closed."""
@@ -606,11 +622,21 @@ class BridgeHub:
             len(pending),
             extra=ctx(bridge=conn.bridge_id),
         )
-        for task_id, p in pending.items():
+        for p in pending.values():
             if p.timer is not None:
                 p.timer.cancel()
-            await self._requeue(task_id, p.attempt, f"bridge {conn.bridge_id} lost: {reason}")
-        await self.registry.save(conn)
+        try:
+            for task_id, p in pending.items():
+                await self._requeue(task_id, p.attempt, f"bridge {conn.bridge_id} lost: {reason}")
+            await self.registry.save(conn)
+        except REDIS_OUTAGE as exc:
+            # what is not requeued now is settled by its task deadline
+            log.warning(
+                "bridge %s: offline not recorded, Redis unavailable (%s)",
+                conn.bridge_id,
+                exc,
+                extra=ctx(bridge=conn.bridge_id),
+            )
         if pending:
             self.wake()
 

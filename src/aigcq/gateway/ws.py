@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from aigcq.background import REDIS_OUTAGE
 from aigcq.domain import ErrorCode
 from aigcq.gateway.clients import ClientConnection
 from aigcq.gateway.errors import ClientError
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 CLOSE_AUTH = 4401
 CLOSE_BAD_REQUEST = 4400
+CLOSE_TRY_AGAIN = 1013  # RFC 6455: try again later
 
 
 async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
@@ -45,14 +47,19 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
             CLOSE_AUTH,
         )
     if failure is not None:
-        await ws.send_text(orjson.dumps(failure[0].body(gw.messages)).decode())
-        await ws.close(failure[1], failure[0].code.value)
+        await _refuse(ws, gw, *failure)
         return
     query = ws.query_params
     conn = ClientConnection(
         ws, backend_id, auto_ack=query.get("ack") != "1", progress=query.get("progress") == "1"
     )
-    await gw.clients.attach(conn)
+    try:
+        await gw.clients.attach(conn)
+    except REDIS_OUTAGE as exc:
+        gw.clients.detach(conn)
+        log.warning("client %s: refused, Redis unavailable (%s)", backend_id, exc)
+        await _refuse(ws, gw, _storage_unavailable(), CLOSE_TRY_AGAIN)
+        return
     log.info("client %s: connected", backend_id)
     try:
         while (raw := await receive_frame(ws)) is not None:
@@ -72,8 +79,21 @@ async def handle_message(
     try:
         return await _dispatch(gw, conn, _decode(raw, gw.settings.max_payload_bytes))
     except ClientError as exc:
-        log.info("client %s: rejected message: %s", conn.backend_id, exc)
-        return exc.body(gw.messages)
+        error = exc
+    except REDIS_OUTAGE as exc:
+        log.warning("client %s: Redis unavailable (%s)", conn.backend_id, exc)
+        error = _storage_unavailable()
+    log.info("client %s: rejected message: %s", conn.backend_id, error)
+    return error.body(gw.messages)
+
+
+async def _refuse(ws: WebSocket, gw: Gateway, error: ClientError, close_code: int) -> None:
+    await ws.send_text(orjson.dumps(error.body(gw.messages)).decode())
+    await ws.close(close_code, error.code.value)
+
+
+def _storage_unavailable() -> ClientError:
+    return ClientError(ErrorCode.ASSESSMENT, "storage unavailable")
 
 
 def _decode(raw: str | bytes, limit: int) -> dict[str, Any]:
