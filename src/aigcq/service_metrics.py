@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from aigcq.health import HEALTH_KEY, HealthState
+from aigcq.health import Health, HealthState
 from aigcq.metrics import age
 
 if TYPE_CHECKING:
@@ -54,8 +54,7 @@ class ServiceState:
         for aigc, target in targets:
             pipe.zcard(keys.running(aigc, target))
         pipe.zcard(keys.delayed)
-        pipe.hgetall(HEALTH_KEY)
-        *counts, delayed, health = await pipe.execute()
+        *counts, delayed = await pipe.execute()
         heads = counts[1 : 2 * len(queues) : 2]
         created = await self._created(heads)
         now = time.time()
@@ -72,7 +71,7 @@ class ServiceState:
         for i, (aigc, target) in enumerate(targets):
             inflight.add_metric([aigc, target], int(counts[2 * len(queues) + i]))
         backoff = GaugeMetricFamily("aigcq_tasks_delayed", "Tasks backing off.", value=delayed)
-        return [depth, oldest, inflight, backoff, *self._capacity(), *_health(health)]
+        return [depth, oldest, inflight, backoff, *self._capacity()]
 
     async def _created(self, heads: list[Any]) -> list[Any]:
         """The ``created`` time of each head task (None for an empty queue)."""
@@ -105,8 +104,9 @@ class ServiceState:
             labels=["target"],
         )
         free.add_metric([internal.name], internal.free_slots())
+        health = _health(internal.health_view)
         if hub is None:
-            return [free]
+            return [free, *health]
         bridges = hub.registry.live()
         count = GaugeMetricFamily(
             "aigcq_bridges_connected", "Bridges connected to this process.", value=len(bridges)
@@ -120,24 +120,21 @@ class ServiceState:
             instances.add_metric([b.bridge_id], b.instance_count)
             slots.add_metric([b.bridge_id], b.free())
             quarantined.add_metric([b.bridge_id], int(b.quarantined_at is not None))
-        return [free, count, instances, slots, quarantined]
+        return [free, count, instances, slots, quarantined, *health]
 
 
-def _health(raw: dict[str, Any]) -> list[Metric]:
-    """``md:state:health``: the state as a one-hot gauge, degrade / recover counts."""
-    if not raw:
-        return []
+def _health(health: Health) -> list[Metric]:
+    """This process's view of internal capacity (in the split topology, of the dispatcher):
+    the state as a one-hot gauge, degrade / recover counts since it started."""
     state = _gauge("aigcq_internal_health", "Internal capacity health (1 = current).", ["state"])
     for s in HealthState:
-        state.add_metric([s.value], int(raw.get("status") == s.value))
+        state.add_metric([s.value], int(health.state is s))
     degrades = CounterMetricFamily(
         "aigcq_internal_degrades",
-        "Times internal capacity went from healthy to degraded (kept by the publisher).",
-        value=int(raw.get("degradeCount") or 0),
+        "Times internal capacity went from healthy to degraded (this process's view).",
+        value=health.degrades,
     )
     recovers = CounterMetricFamily(
-        "aigcq_internal_recovers",
-        "Times internal capacity recovered.",
-        value=int(raw.get("recoverCount") or 0),
+        "aigcq_internal_recovers", "Times internal capacity recovered.", value=health.recovers
     )
     return [state, degrades, recovers]

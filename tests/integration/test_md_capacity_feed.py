@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import redis.asyncio as aioredis
@@ -243,3 +244,17 @@ async def _free(target: MessageDispatcherTarget) -> int:
 
 async def _has(mapping: dict[str, Any], key: str) -> bool:
     return key in mapping
+
+
+async def test_serves_health_metrics_are_its_own_view_of_the_dispatcher(
+    fed: tuple[MessageDispatcherTarget, Client], redis: aioredis.Redis
+) -> None:
+    target, client = fed
+    await until(lambda: asyncio.sleep(0, target.health_view.proven), bool)
+    target.health_view.observe("message-dispatcher unreachable", immediate=True)
+    assert (await redis.hgetall("md:state:health")).get("status") != "degraded"  # its own view
+    port = client.url.split(":")[2].split("/")[0]
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert 'aigcq_internal_health{state="degraded"} 1.0' in text
+    assert "aigcq_internal_degrades_total 1.0" in text

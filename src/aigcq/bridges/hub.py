@@ -45,7 +45,7 @@ from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Pending
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.events import bridge_end_event, progress_event, running_message
 from aigcq.gateway.auth import Auth, bearer
-from aigcq.health import HealthMonitor
+from aigcq.health import Health, HealthMonitor
 from aigcq.jsonlog import ctx
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
@@ -140,6 +140,10 @@ class BridgeHub:
     @property
     def healthy(self) -> bool:
         return self.health.healthy
+
+    @property
+    def health_view(self) -> Health:
+        return self.health.health
 
     def free_slots(self) -> int:
         """Free slots on bridges in rotation; none while health is not ``healthy``."""

@@ -96,6 +96,10 @@ class MessageDispatcherTarget:
     def healthy(self) -> bool:
         return self.health.healthy and self.jwt.current() is not None
 
+    @property
+    def health_view(self) -> Health:
+        return self.health
+
     def free_slots(self) -> int:
         """Free slots last reported, minus those used since; none while degraded."""
         return self._free if self.healthy else 0

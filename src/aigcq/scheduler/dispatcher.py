@@ -24,6 +24,7 @@ from aigcq import metrics
 from aigcq.background import cancel_and_wait, round_failed
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.events import progress_event, running_message
+from aigcq.health import Health
 from aigcq.jsonlog import ctx
 from aigcq.platforms.base import Accepted, Full, PlatformAdapter, Rejected, Uncertain
 from aigcq.queue.store import Claimed
@@ -47,6 +48,11 @@ class InternalTarget(Protocol):
 
     @property
     def healthy(self) -> bool: ...
+
+    @property
+    def health_view(self) -> Health:
+        """This process's health state machine for the target (for metrics)."""
+        ...
 
     def free_slots(self) -> int: ...
 
