@@ -254,8 +254,8 @@ def _require_token(token: str) -> str:
 
 
 def token_subject(token: str) -> str | None:
-    """A JWT's ``sub`` (signature unchecked), so ``aigcq submit`` submits as the backendId
-    the server files its tasks under for this token (``aigcq tasks show`` finds them)."""
+    """A JWT's ``sub`` (signature unchecked): ``aigcq submit`` submits as the backend the token
+    speaks for, so the same token may cancel the task, and AIGCQ_BIND_CLIENT_IDS lets it in."""
     import jwt
 
     try:

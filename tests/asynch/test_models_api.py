@@ -108,6 +108,9 @@ async def test_an_explicit_type_id_moves_later_ids_past_it(
     assert (await asynch.ok("POST", create, json={"typeId": 2, "type": "c"}))["typeId"] == 2
     assert (await asynch.ok("POST", create, json={"type": "d"}))["typeId"] == 5
     await asynch.error("POST", create, "MODEL_TYPE_EXISTS", json={"typeId": 5, "type": "e"})
+    await asynch.ok("POST", "/model/type/deleteModelType", json={"typeId": 5})
+    assert (await asynch.ok("POST", create, json={"typeId": 1, "type": "f"}))["typeId"] == 1
+    assert (await asynch.ok("POST", create, json={"type": "g"}))["typeId"] == 6  # not 5 again
 
 
 async def test_prompts_core_down_leaves_no_row(asynch: Asynch, prompts_emu: Served) -> None:

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 from click.testing import Result
@@ -65,11 +66,14 @@ async def test_unknown_task_is_named(server: str) -> None:
     assert line.startswith("error: TaskNotFound: ")
 
 
-async def test_submitted_task_is_shown_with_the_same_token(server: str) -> None:
-    """submit defaults --backend-id to the JWT's sub, the owner tasks show looks up."""
+async def test_submit_speaks_for_the_tokens_backend_and_shows_the_task(server: str) -> None:
+    """submit's --backend-id defaults to the JWT's sub; tasks show prints the timeline."""
     args = ["--server", server, "--token", JWT]
     submitted = await run("submit", "comfyui", PAYLOAD, "--aigc", "proj", "--task-id", "c1", *args)
     assert submitted.exit_code == 0, submitted.output
     shown = await run("tasks", "show", "c1", *args)
     assert shown.exit_code == 0, shown.output
     assert "task c1: success (proj / comfyui)" in shown.stdout
+    async with httpx.AsyncClient(base_url=server) as http:
+        task = (await http.get("/api/tasks/c1", headers={"Authorization": f"Bearer {JWT}"})).json()
+    assert task["backendId"] == "cli-jwt-backend"

@@ -5,12 +5,14 @@ finished task, and the Chinese default messages of every error code."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 import redis.asyncio as aioredis
 
@@ -140,6 +142,9 @@ async def test_bound_ids_refuse_another_backends_id(
             client = await Client(server.port, backend_id, token(jwt_for)).connect()
             assert (await client.request({"type": "ping"}))["type"] == "pong"
             await client.close()
+        no_sub = jwt.encode({"exp": time.time() + 60}, SECRET)
+        stranger = await Client(server.port, "b1", no_sub).connect()
+        assert (await stranger.next())["code"] == "AuthError"
         static = await Client(server.port, "anyone", STATIC).connect()
         assert (await static.request({"type": "ping"}))["type"] == "pong"
         await static.close()
@@ -159,6 +164,19 @@ async def test_bound_ids_refuse_another_backends_id(
 
 
 # ---- HTTP ---------------------------------------------------------------------------------
+
+
+async def test_only_the_tasks_backend_may_cancel_it(server: Server) -> None:
+    client = await server.client("b1")
+    await client.request(generate("mine"))  # waits: the platform's concurrency is 0
+    no_sub = {"Authorization": f"Bearer {jwt.encode({'exp': time.time() + 60}, SECRET)}"}
+    async with httpx.AsyncClient(base_url=server.base) as http:
+        for headers in (bearer("b2"), no_sub):  # a JWT without sub speaks for no backend
+            refused = await http.post("/api/tasks/mine/cancel", headers=headers)
+            assert (refused.status_code, refused.json()["code"]) == (404, "TaskNotFound")
+        done = await http.post("/api/tasks/mine/cancel", headers=bearer("b1"))
+        assert done.json() == {"taskId": "mine", "state": "cancelled"}
+    await client.close()
 
 
 async def test_retrying_a_succeeded_task_is_task_not_retryable(server: Server) -> None:

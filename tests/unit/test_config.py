@@ -69,8 +69,9 @@ def test_one_env_serves_the_server_and_a_bridge_without_a_port_clash(
     from aigcq.agent.settings import BridgeSettings
 
     monkeypatch.setenv("AIGCQ_BRIDGE_PORT", "8080")  # the server's extra bridge port
-    monkeypatch.setenv("AIGCQ_BRIDGE_HTTP_PORT", "8191")  # the bridge's admin page
     assert Settings(_env_file=None).bridge_port == 8080  # type: ignore[call-arg]
+    assert BridgeSettings(_env_file=None).http_port == 8190  # type: ignore[call-arg]
+    monkeypatch.setenv("AIGCQ_BRIDGE_HTTP_PORT", "8191")  # the bridge's admin page
     assert BridgeSettings(_env_file=None).http_port == 8191  # type: ignore[call-arg]
 
 

@@ -13,10 +13,13 @@ from aigcq.asynch.db import Pool, Row
 from aigcq.asynch.errors import AsynchError, Code
 from aigcq.asynch.prompts_core import create_prompt
 
-# After a create with an explicit typeId: later automatic ids start past it.
+# After a create with an explicit typeId: later automatic ids start past it, and never go
+# back to ids handed out before (deleted types stay known to prompts-core).
 _ADVANCE_IDENTITY = """
-SELECT setval(pg_get_serial_sequence('asynch_models_type', 'type_id'), max(type_id))
-FROM asynch_models_type
+SELECT setval(s.seq, GREATEST(max(t.type_id), COALESCE(pg_sequence_last_value(s.seq), 1)))
+FROM asynch_models_type t,
+     CAST(pg_get_serial_sequence('asynch_models_type', 'type_id') AS regclass) AS s(seq)
+GROUP BY s.seq
 """
 
 

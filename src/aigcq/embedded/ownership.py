@@ -38,7 +38,9 @@ class OwnerLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Claim the directory, or raise :class:`DirectoryInUse` naming the live owner."""
+        """Claim the directory (created if need be), or raise :class:`DirectoryInUse` naming
+        the live owner."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -96,7 +96,6 @@ class EmbeddedPostgres:
 
     def start(self, timeout: float = 30.0) -> str:
         """Start the server (stopping one a dead aigcq left behind here); its URL."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         return self._owner.start_owned(lambda: self._start(timeout))
 
     def _start(self, timeout: float) -> str:
@@ -146,7 +145,6 @@ class EmbeddedPostgres:
         self._owner.release()
 
     def _prepare_dir(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         if self._user is None:
             return
         _check_traversable(self.data_dir, self._user)

@@ -54,7 +54,6 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 10.0) -> str:
         """Start the server (stopping one a dead aigcq left behind here); its URL."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         return self._owner.start_owned(lambda: self._start(timeout))
 
     def _start(self, timeout: float) -> str:

@@ -42,18 +42,27 @@ class Auth:
         """Whether a client with these token claims may act as ``backend_id``: always, unless
         ``AIGCQ_BIND_CLIENT_IDS``; then a JWT only for its ``sub`` or ``sub-<anything>`` (one
         backend, several connections), while static and admin tokens stay unbound."""
-        if not self.settings.bind_client_ids or claims.get("static") or claims.get("admin"):
+        if not self.settings.bind_client_ids:
             return True
-        sub = claims.get("sub")
-        if not isinstance(sub, str) or not sub:
-            return False
-        return backend_id == sub or backend_id.startswith(f"{sub}-")
+        owner = token_owner(claims)
+        if owner is None:
+            return True
+        return bool(owner) and (backend_id == owner or backend_id.startswith(f"{owner}-"))
 
     def admin(self, token: str | None) -> bool:
         return _equal(token or "", self.settings.admin_token)
 
     def bridge(self, token: str | None) -> bool:
         return _equal(token or "", self.settings.bridge_token) or self.admin(token)
+
+
+def token_owner(claims: dict[str, Any]) -> str | None:
+    """The backendId a client token speaks for: a JWT's ``sub``, ``""`` (no backend) for a JWT
+    without one, and ``None`` (every backend) for the admin token and static client tokens."""
+    if claims.get("admin") or claims.get("static"):
+        return None
+    sub = claims.get("sub")
+    return sub if isinstance(sub, str) else ""
 
 
 def issue_client_token(secret: str, backend_id: str, ttl_s: int = 86400) -> str:

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from aigcq.domain import ErrorCode
-from aigcq.gateway.auth import bearer
+from aigcq.gateway.auth import bearer, token_owner
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.submission import parse_generate
@@ -85,8 +85,9 @@ def api_router(gw: Gateway) -> APIRouter:
 
     @router.get("/tasks/{task_id}", summary="A task's state, timeline and result")
     async def get_task(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
-        client_of(authorization)  # any client may read a task: ids are per connection, and
-        task = await gw.owned_task(task_id, None)  # one backend's token serves many of them
+        # Any client may read any task: one backend's token serves several connection ids.
+        client_of(authorization)
+        task = await gw.owned_task(task_id, None)
         return {
             "taskId": task.task_id,
             "state": task.state.value,
@@ -103,7 +104,7 @@ def api_router(gw: Gateway) -> APIRouter:
 
     @router.post("/tasks/{task_id}/cancel", summary="Cancel a live task")
     async def cancel(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
-        owner = owner_of(client_of(authorization))
+        owner = token_owner(client_of(authorization))
         return {"taskId": task_id, "state": await gw.cancel(task_id, owner)}
 
     @router.get("/queues", summary="Waiting, in flight and capacity per queue")
@@ -131,15 +132,6 @@ def api_router(gw: Gateway) -> APIRouter:
         return Response(raw, media_type="application/json")
 
     return router
-
-
-def owner_of(claims: dict[str, Any]) -> str | None:
-    """The backendId whose tasks a client token may see and cancel; ``None`` (every task)
-    for the admin token and static client tokens."""
-    if claims.get("admin") or claims.get("static"):
-        return None
-    sub = claims.get("sub")
-    return None if sub is None else str(sub)
 
 
 async def queue_overview(gw: Gateway) -> list[dict[str, Any]]:

@@ -32,8 +32,8 @@ class Gateway:
         self.clients = ClientHub(rt.redis, rt.store.keys, self.outbox)
 
     async def owned_task(self, task_id: str, backend_id: str | None) -> Task:
-        """The task, if ``backend_id`` owns it (None = admin: any task). Someone else's
-        task is ``TaskNotFound``, exactly like an unknown one."""
+        """The task, if ``backend_id`` owns it (None: any task). Someone else's task is
+        ``TaskNotFound``, exactly like an unknown one."""
         task = await self.rt.store.get(task_id)
         if task is None or (backend_id is not None and task.backend_id != backend_id):
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
