@@ -130,7 +130,7 @@ class ServiceStack:
 
     base: str  # http://127.0.0.1:<port> of the service
     rh: str  # base URL of the emulator
-    service: Any  # aigcq.server.Service
+    service: Any  # aigcq.service.server.Service
 
     @property
     def ws_url(self) -> str:
@@ -156,7 +156,7 @@ async def service_with_runninghub(
     ``callback_url`` is given."""
     from aigcq.config import PlatformConfig, Settings
     from aigcq.emulators.runninghub import create_app
-    from aigcq.server import Service
+    from aigcq.service.server import Service
 
     (config_dir / "model.json").write_text(models)
     async with serve_app(create_app(emulator)) as rh:

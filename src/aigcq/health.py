@@ -39,9 +39,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from aigcq.background import round_failed
 from aigcq.bridges.registry import BridgeConn
 from aigcq.config import Settings
+from aigcq.plumbing.background import round_failed
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.server import Service
+from aigcq.service.server import Service
 from tests.e2e.cdp import Page, chromium, find_chromium
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until

@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.auth import issue_client_token
-from aigcq.server import Service
+from aigcq.service.server import Service
 from tests.e2e.conftest import generate
 from tests.helpers import serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Env, task_end

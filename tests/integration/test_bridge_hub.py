@@ -22,8 +22,8 @@ from aigcq.bridges.hub import HubConfig
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
 from aigcq.gateway.auth import issue_client_token
-from aigcq.jsonlog import JsonFormatter
-from aigcq.server import Service
+from aigcq.observability.jsonlog import JsonFormatter
+from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import redis_snapshot, serve_app, until
 

@@ -17,8 +17,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.server import Service
-from aigcq.signing import webhook_url
+from aigcq.gateway.signing import webhook_url
+from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import redis_snapshot, serve_app
 from tests.integration.test_gateway import SECRET, token

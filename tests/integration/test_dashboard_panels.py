@@ -15,11 +15,11 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI, Header
 from fastapi.responses import JSONResponse
 
-from aigcq import metrics
 from aigcq.config import PlatformConfig, Settings
 from aigcq.dispatcher.service import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
-from aigcq.server import Service
+from aigcq.observability import metrics
+from aigcq.service.server import Service
 from tests.helpers import serve_app
 
 ADMIN = "panels-admin-token"

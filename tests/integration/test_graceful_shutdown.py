@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from aigcq import shutdown
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import TaskState
-from aigcq.server import Service
+from aigcq.service import shutdown
+from aigcq.service.server import Service
 from tests.e2e.conftest import generate
 from tests.helpers import serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Env

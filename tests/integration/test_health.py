@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.health import HealthState
-from aigcq.server import Service
+from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end

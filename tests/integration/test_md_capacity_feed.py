@@ -18,7 +18,7 @@ import tests.integration.test_md_service as mds
 from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.dispatcher.capacity import FEED_PATH, FeedConfig
 from aigcq.dispatcher.client import MessageDispatcherTarget
-from aigcq.server import Service
+from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import until
 from tests.integration.test_bridge_hub import Bridge

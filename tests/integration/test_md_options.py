@@ -24,7 +24,7 @@ from aigcq.dispatcher.service import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.domain import TaskState
 from aigcq.health import HealthState
-from aigcq.server import Service
+from aigcq.service.server import Service
 from tests.e2e.conftest import generate
 from tests.helpers import serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge

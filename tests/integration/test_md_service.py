@@ -28,7 +28,7 @@ from aigcq.gateway.auth import issue_client_token
 from aigcq.platforms.base import Accepted, NotFound, Pending, Rejected, Succeeded
 from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.runninghub import RunningHubAdapter
-from aigcq.server import Service
+from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import Recorder, redis_snapshot, send, serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge

@@ -1,4 +1,4 @@
-"""The hot-path Redis connection (``aigcq.redis_mux``) against real Redis servers."""
+"""The hot-path Redis connection (``aigcq.plumbing.redis_mux``) against real Redis servers."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from redis.exceptions import ConnectionError, DataError, NoScriptError, Response
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from aigcq.embedded.redis import EmbeddedRedis, find_redis_server
-from aigcq.redis_client import redis_client
-from aigcq.redis_mux import RedisMux
+from aigcq.plumbing.redis_client import redis_client
+from aigcq.plumbing.redis_mux import RedisMux
 from tests.e2e.conftest import free_port
 from tests.helpers import until
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from aigcq.background import cancel_and_wait
+from aigcq.plumbing.background import cancel_and_wait
 
 
 async def test_a_task_that_loses_cancellations_is_cancelled_again() -> None:
@@ -55,6 +55,6 @@ async def test_errors_are_logged_not_raised(caplog: pytest.LogCaptureFixture) ->
 
     task = asyncio.create_task(broken())
     await asyncio.sleep(0)
-    with caplog.at_level(logging.WARNING, logger="aigcq.background"):
+    with caplog.at_level(logging.WARNING, logger="aigcq.plumbing.background"):
         assert await cancel_and_wait([task, asyncio.create_task(asyncio.sleep(0))]) == set()
     assert "cleanup failed" in caplog.text

@@ -17,7 +17,8 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from aigcq.cli import app, server_url, token_subject
+from aigcq.cli import app
+from aigcq.cli.client import server_url, token_subject
 from aigcq.gateway.auth import issue_client_token
 
 PAYLOAD = '{"workflowId": "1"}'
@@ -155,7 +156,7 @@ def test_submit_names_itself_after_the_tokens_subject() -> None:
 def test_status_renders_a_split_servers_snapshot_without_health() -> None:
     from rich.console import Console
 
-    from aigcq.cli_status import render
+    from aigcq.cli.status import render
 
     console = Console(record=True, width=120)
     console.print(render({"health": None, "queues": [], "recent": []}))  # internal: dispatcher

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from aigcq import cli
-from aigcq.jsonlog import JsonFormatter, TextFormatter, ctx
+from aigcq.observability import logconfig
+from aigcq.observability.jsonlog import JsonFormatter, TextFormatter, ctx
 
 TEXT = "%(levelname)s %(name)s: %(message)s"
 
@@ -73,11 +73,11 @@ def test_text_lines_append_the_context_before_any_traceback(
 
 
 def test_the_cli_text_format_carries_the_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(cli.LOG_FORMAT_ENV, raising=False)
+    monkeypatch.delenv(logconfig.LOG_FORMAT_ENV, raising=False)
     handlers, level = logging.root.handlers[:], logging.root.level
     logging.root.handlers = []
     try:
-        cli.configure_logging("INFO")
+        logconfig.configure_logging("INFO")
         (handler,) = logging.root.handlers
         assert isinstance(handler.formatter, TextFormatter)
         record = logging.LogRecord("aigcq.x", logging.INFO, __file__, 1, "m", None, None)

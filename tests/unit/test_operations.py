@@ -9,7 +9,7 @@ import sys
 import httpx
 
 from aigcq.asynch.app import create_app
-from aigcq.jsonlog import JsonFormatter
+from aigcq.observability.jsonlog import JsonFormatter
 
 
 def record(**extra: object) -> logging.LogRecord:
@@ -46,7 +46,7 @@ async def test_asynch_serves_metrics_before_its_service_is_attached() -> None:
 
 
 def test_credentials_in_logged_urls_are_masked() -> None:
-    from aigcq.jsonlog import RedactSecrets
+    from aigcq.observability.jsonlog import RedactSecrets
 
     record = logging.LogRecord(
         "uvicorn.error", logging.INFO, "", 0, '%s - "WebSocket %s" [accepted]',

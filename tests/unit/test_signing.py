@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aigcq.signing import signature, verify, webhook_url
+from aigcq.gateway.signing import signature, verify, webhook_url
 
 KEY = b"k" * 32
 

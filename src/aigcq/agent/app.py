@@ -27,7 +27,6 @@ from aigcq.agent.settings import BridgeSettings, http_base
 from aigcq.agent.spool import Spool, WebhookSender
 from aigcq.agent.web import create_web_app
 from aigcq.agent.workflow import WorkflowSource
-from aigcq.background import cancel_and_wait
 from aigcq.bridges.protocol import (
     BridgeMessage,
     HeartbeatData,
@@ -37,7 +36,8 @@ from aigcq.bridges.protocol import (
     TaskAssignData,
     utc_timestamp,
 )
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
-from aigcq.background import cancel_and_wait
 from aigcq.bridges.protocol import (
     BridgeMessage,
     ErrorMessage,
@@ -32,7 +31,8 @@ from aigcq.bridges.protocol import (
     encode,
     parse_bridge_message,
 )
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ from aigcq.bridges.protocol import (
     TaskProgressData,
     TaskProgressMessage,
 )
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 

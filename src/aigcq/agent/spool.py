@@ -18,9 +18,9 @@ from urllib.parse import quote, unquote
 
 import httpx
 
-from aigcq.background import cancel_and_wait
 from aigcq.bridges.protocol import TaskEndBody
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

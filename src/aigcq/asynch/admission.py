@@ -20,7 +20,6 @@ from typing import NamedTuple
 
 import redis.asyncio as aioredis
 
-from aigcq import metrics
 from aigcq.asynch.coalesce import Coalescer
 from aigcq.asynch.runtime import (
     EFFECTIVE_LIMIT,
@@ -29,7 +28,8 @@ from aigcq.asynch.runtime import (
     runtime_queue_limit_key,
     semaphore_key,
 )
-from aigcq.redis_mux import RedisMux
+from aigcq.observability import metrics
+from aigcq.plumbing.redis_mux import RedisMux
 
 # Releases then takes, in one call. ARGV[1]: now, ARGV[2]: lease seconds, ARGV[3]: number
 # of releases r. Release j: KEYS[2j-1] semaphore, KEYS[2j] gate; ARGV[3j+1] lease ('' for

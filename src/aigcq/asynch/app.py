@@ -16,7 +16,7 @@ from aigcq.asynch.http import error_response, reply, service, validation_error
 from aigcq.asynch.metrics import asynch_state
 from aigcq.asynch.overview import overview_router
 from aigcq.asynch.service import AsynchService
-from aigcq.metrics import endpoint
+from aigcq.observability.metrics import endpoint
 from aigcq.storage import StorageError
 
 

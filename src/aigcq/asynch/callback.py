@@ -12,8 +12,8 @@ from urllib.parse import quote
 
 import httpx
 
-from aigcq.background import cancel_and_wait
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from aigcq.asynch.db import Pool, Row
 from aigcq.asynch.gate import QueueGate
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import lease_id
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
 from aigcq.storage.local import LocalStorage
 
 log = logging.getLogger(__name__)

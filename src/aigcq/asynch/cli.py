@@ -15,7 +15,7 @@ from aigcq.asynch.migrate import migrate
 from aigcq.asynch.service import open_service
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.config import Settings
-from aigcq.launch import SignalExit, exit_on_sigterm, run_async
+from aigcq.service.launch import SignalExit, exit_on_sigterm, run_async
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ LogLevel = Annotated[str, typer.Option(help="Logging level.")]
 
 
 def _logging(level: str) -> None:
-    from aigcq.cli import configure_logging
+    from aigcq.observability.logconfig import configure_logging
 
     configure_logging(level)
 

@@ -19,7 +19,7 @@ from aigcq.asynch.result import classify
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
 from aigcq.asynch.tasks_repo import ClaimedTask, Outcome, TaskRepo
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
 from aigcq.storage import Storage, StorageError
 
 log = logging.getLogger(__name__)

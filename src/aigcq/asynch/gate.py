@@ -14,8 +14,8 @@ from collections.abc import Iterable
 
 import redis.asyncio as aioredis
 
-from aigcq import metrics
 from aigcq.asynch.runtime import EFFECTIVE_LIMIT, gate_key, runtime_queue_limit_key
+from aigcq.observability import metrics
 
 _TAKE = (
     EFFECTIVE_LIMIT

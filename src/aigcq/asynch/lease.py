@@ -7,8 +7,8 @@ import logging
 
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import ClaimedTask
-from aigcq.background import cancel_and_wait, round_failed
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import cancel_and_wait, round_failed
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from aigcq.asynch.runtime import gate_key
-from aigcq.metrics import Source
+from aigcq.observability.metrics import Source
 
 
 def asynch_state(app: FastAPI) -> Source:

@@ -12,8 +12,8 @@ import time
 
 import redis.asyncio as aioredis
 
-from aigcq import metrics
 from aigcq.asynch.runtime import EFFECTIVE_LIMIT, runtime_max_concurrency_key, semaphore_key
+from aigcq.observability import metrics
 
 _ACQUIRE = (
     EFFECTIVE_LIMIT

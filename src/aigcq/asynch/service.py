@@ -26,8 +26,8 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.asynch.tasks_repo import TaskRepo
 from aigcq.asynch.types_repo import ModelTypeRepo
 from aigcq.asynch.worker import Worker
-from aigcq.background import cancel_and_wait, round_failed
-from aigcq.redis_client import redis_client
+from aigcq.plumbing.background import cancel_and_wait, round_failed
+from aigcq.plumbing.redis_client import redis_client
 from aigcq.storage import Storage, StorageSettings, build_storage
 from aigcq.storage.local import LocalStorage
 

@@ -11,7 +11,7 @@ from aigcq.asynch.identity import Identity
 from aigcq.asynch.schemas import TaskCreate
 from aigcq.asynch.service import AsynchService
 from aigcq.asynch.tasks_repo import ClaimedTask, lease_id
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 

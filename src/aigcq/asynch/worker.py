@@ -18,8 +18,8 @@ from aigcq.asynch.executor import Executor
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
 from aigcq.asynch.tasks_repo import ClaimedTask, TaskRepo, lease_id
-from aigcq.background import cancel_and_wait, round_failed
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import cancel_and_wait, round_failed
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from typing import Any
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from aigcq.background import REDIS_OUTAGE
 from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
@@ -43,14 +42,15 @@ from aigcq.bridges.protocol import (
 )
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Pending
 from aigcq.domain import ErrorCode, TaskState
-from aigcq.events import bridge_end_event, progress_event, running_message
 from aigcq.gateway.auth import Auth, bearer
 from aigcq.health import Health, HealthMonitor
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import REDIS_OUTAGE
+from aigcq.plumbing.events import bridge_end_event, progress_event, running_message
+from aigcq.plumbing.ws_frames import receive_frame
 from aigcq.queue.store import Claimed
-from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
-from aigcq.ws_frames import receive_frame
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis
 
-from aigcq.background import round_failed
+from aigcq.plumbing.background import round_failed
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from aigcq.bridges.protocol import TaskProgressData
-from aigcq.events import publish_progress
-from aigcq.runtime import Runtime
+from aigcq.plumbing.events import publish_progress
+from aigcq.service.runtime import Runtime
 
 
 class ProgressRelay:

@@ -25,9 +25,9 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from aigcq.background import cancel_and_wait
 from aigcq.client.types import AigcqError, Event, Progress, Result, SubmitError
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

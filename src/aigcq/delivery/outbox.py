@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
+from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.queue.keys import Keys
-from aigcq.redis_mux import RedisMux
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 

@@ -27,8 +27,8 @@ from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.http_api import queue_overview
 from aigcq.gateway.submission import GenerateRequest
-from aigcq.jsonlog import ctx
-from aigcq.server import Service
+from aigcq.observability.jsonlog import ctx
+from aigcq.service.server import Service
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ from datetime import UTC, datetime
 
 import orjson
 
-from aigcq.background import round_failed
 from aigcq.domain import ErrorCode, Task, TaskState
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import round_failed
 from aigcq.queue.store import task_from_hash
-from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

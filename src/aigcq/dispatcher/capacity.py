@@ -31,12 +31,12 @@ from typing import Any
 import orjson
 from fastapi import WebSocket, WebSocketDisconnect
 
-from aigcq.background import round_failed
 from aigcq.bridges.hub import CLOSE_AUTH, CLOSE_TIMEOUT, BridgeHub
 from aigcq.bridges.registry import BridgeConn
 from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.gateway.auth import bearer
-from aigcq.ws_frames import receive_frame
+from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.ws_frames import receive_frame
 
 log = logging.getLogger(__name__)
 

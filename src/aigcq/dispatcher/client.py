@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -36,16 +35,16 @@ from aigcq.dispatcher.feed_client import CapacityFeedClient
 from aigcq.dispatcher.file_config import apply_md_file, load_md_file
 from aigcq.dispatcher.settings import MdClientSettings
 from aigcq.health import Health
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Accepted, Full, Rejected, SubmitOutcome, Uncertain
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.message_dispatcher import TOKEN_REFUSED, MessageDispatcherAdapter
 from aigcq.queue.store import Claimed
-from aigcq.runtime import Runtime
 from aigcq.scheduler.dispatcher import InternalTarget
 from aigcq.scheduler.outcomes import Outcomes
-from aigcq.server import Service
+from aigcq.service.parts import BackgroundLoop, InternalTargetBuilder
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +277,7 @@ def _failed(outcome: SubmitOutcome) -> bool:
     return isinstance(outcome, Rejected) and outcome.retryable and outcome.code != TOKEN_REFUSED
 
 
-def internal_target(settings: Settings) -> Callable[[Service], InternalTarget] | None:
+def internal_target(settings: Settings) -> InternalTargetBuilder | None:
     """The message-dispatcher target when ``MESSAGE_DISPATCHER_URL`` is set and enabled;
     ``config/messageDispatcher.json`` fills in what the environment does not set."""
     md = MdClientSettings()
@@ -289,9 +288,9 @@ def internal_target(settings: Settings) -> Callable[[Service], InternalTarget] |
     if not md.active:
         return None
 
-    def build(service: Service) -> InternalTarget:
-        target = MessageDispatcherTarget(service.rt, service.outcomes, md)
-        service.background.append(target.run)
+    def build(rt: Runtime, outcomes: Outcomes, background: list[BackgroundLoop]) -> InternalTarget:
+        target = MessageDispatcherTarget(rt, outcomes, md)
+        background.append(target.run)
         log.info("internal target: message-dispatcher at %s", md.url)
         return target
 

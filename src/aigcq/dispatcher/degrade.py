@@ -25,7 +25,7 @@ from typing import Any
 from aigcq.dispatcher.capacity import CapacityFeed
 from aigcq.domain import Task, TaskState
 from aigcq.queue.store import task_from_hash
-from aigcq.runtime import Runtime
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
 
 from aigcq.agent.connection import backoff_delay
-from aigcq.background import round_failed
 from aigcq.dispatcher.capacity import DEGRADE, DEGRADE_ACK, FEED_PATH, message
+from aigcq.plumbing.background import round_failed
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """``aigcq dispatcher``: the standalone message-dispatcher of seed 000.
 
-It is an aigcq :class:`~aigcq.server.Service` of its own (own Redis key prefix) whose only
+It is an aigcq :class:`~aigcq.service.server.Service` of its own (own Redis key prefix) whose only
 target is its bridge hub at ``/ws`` — no paid overflow — plus the dispatcher API
 (:mod:`aigcq.dispatcher.api`), the capacity feed for queue backends
 (:mod:`aigcq.dispatcher.capacity`) and the webhook relay that returns results to whoever
@@ -22,10 +22,10 @@ from aigcq.dispatcher.capacity import FEED_PATH, CapacityFeed
 from aigcq.dispatcher.degrade import Degrader
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.dispatcher.webhooks import WebhookRelay
-from aigcq.launch import bind, ensure_secrets, run_with_redis, uvicorn_server
-from aigcq.redis_client import redis_client
-from aigcq.server import Service
-from aigcq.shutdown import stop_claiming
+from aigcq.plumbing.redis_client import redis_client
+from aigcq.service.launch import bind, ensure_secrets, run_with_redis, uvicorn_server
+from aigcq.service.server import Service
+from aigcq.service.shutdown import stop_claiming
 
 log = logging.getLogger(__name__)
 

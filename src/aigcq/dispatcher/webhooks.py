@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import httpx
 from redis.asyncio import Redis
 
-from aigcq import metrics
-from aigcq.background import round_failed
 from aigcq.dispatcher.formats import task_end
-from aigcq.jsonlog import ctx
+from aigcq.observability import metrics
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import round_failed
 from aigcq.queue.store import TaskStore
 
 log = logging.getLogger(__name__)

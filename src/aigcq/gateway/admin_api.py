@@ -20,15 +20,15 @@ import orjson
 from fastapi import APIRouter, Header
 from fastapi.responses import Response, StreamingResponse
 
-from aigcq.background import round_failed
 from aigcq.domain import ErrorCode, Task
 from aigcq.gateway.admin_panels import AsynchPanel, overflow_spend
 from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import round_failed
 
 if TYPE_CHECKING:
-    from aigcq.server import Service
+    from aigcq.service.parts import ServiceParts
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ STATIC = {
 class Monitor:
     """Builds a snapshot every second and keeps the per-second split of finished tasks."""
 
-    def __init__(self, service: Service, interval_s: float = 1.0) -> None:
+    def __init__(self, service: ServiceParts, interval_s: float = 1.0) -> None:
         self.service = service
         self.interval_s = interval_s
         self.split: deque[dict[str, Any]] = deque(maxlen=HISTORY_S)
@@ -219,7 +219,7 @@ def task_row(t: Task) -> dict[str, Any]:
     }
 
 
-def admin_router(service: Service) -> APIRouter:
+def admin_router(service: ServiceParts) -> APIRouter:
     """The dashboard and its API; registers the snapshot loop in ``service.background``."""
     router = APIRouter(tags=["admin"])
     monitor = Monitor(service)
@@ -277,7 +277,7 @@ def admin_router(service: Service) -> APIRouter:
     return router
 
 
-async def set_drained(service: Service, bridge_id: str, drained: bool) -> dict[str, Any]:
+async def set_drained(service: ServiceParts, bridge_id: str, drained: bool) -> dict[str, Any]:
     if service.hub is None:
         raise ClientError(ErrorCode.NOT_FOUND, "this process has no bridge hub")
     connected = await service.hub.drain(bridge_id, drained)

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from aigcq import metrics
+from aigcq.observability import metrics
 
 log = logging.getLogger(__name__)
 

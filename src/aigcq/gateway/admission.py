@@ -17,7 +17,7 @@ import httpx
 from redis.asyncio import Redis
 
 from aigcq.config import Settings
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
 from aigcq.queue.keys import Keys
 
 log = logging.getLogger(__name__)

@@ -18,13 +18,13 @@ import redis.exceptions
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from aigcq import metrics
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.service import Gateway
-from aigcq.jsonlog import ctx
+from aigcq.gateway.signing import verify
+from aigcq.observability import metrics
+from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, Pending, ResultOutcome, Succeeded
-from aigcq.signing import verify
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from aigcq.gateway.auth import Auth
 from aigcq.gateway.clients import ClientHub
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.submission import Submission
-from aigcq.jsonlog import ctx
-from aigcq.runtime import Runtime
+from aigcq.observability.jsonlog import ctx
 from aigcq.scheduler.outcomes import Outcomes
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aigcq.domain import ErrorCode
 from aigcq.gateway.admission import Admission
 from aigcq.gateway.errors import ClientError
-from aigcq.jsonlog import ctx
-from aigcq.runtime import Runtime
+from aigcq.observability.jsonlog import ctx
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

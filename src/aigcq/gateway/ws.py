@@ -16,13 +16,13 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from aigcq.background import REDIS_OUTAGE
 from aigcq.domain import ErrorCode
 from aigcq.gateway.clients import ClientConnection
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.submission import parse_generate
-from aigcq.ws_frames import receive_frame
+from aigcq.plumbing.background import REDIS_OUTAGE
+from aigcq.plumbing.ws_frames import receive_frame
 
 log = logging.getLogger(__name__)
 

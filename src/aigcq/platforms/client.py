@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 
 from aigcq.domain import Task
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import (
     HttpRequest,
     NotFound,

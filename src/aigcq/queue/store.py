@@ -11,10 +11,10 @@ import orjson
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from aigcq import metrics
 from aigcq.domain import Task, TaskState, allowed_from
+from aigcq.observability import metrics
+from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.queue.keys import Keys
-from aigcq.redis_mux import RedisMux
 
 
 def _load(name: str) -> str:

@@ -20,17 +20,17 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from aigcq import metrics
-from aigcq.background import cancel_and_wait, round_failed
 from aigcq.domain import ErrorCode, TaskState
-from aigcq.events import progress_event, running_message
 from aigcq.health import Health
-from aigcq.jsonlog import ctx
+from aigcq.observability import metrics
+from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Accepted, Full, PlatformAdapter, Rejected, Uncertain
+from aigcq.plumbing.background import cancel_and_wait, round_failed
+from aigcq.plumbing.events import progress_event, running_message
 from aigcq.queue.store import Claimed
-from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
 from aigcq.scheduler.routing import Plan, overflow_ready, plan, share_round_robin
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

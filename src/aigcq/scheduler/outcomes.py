@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from aigcq.domain import ErrorCode, TaskState
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, NotFound, Pending, ResultOutcome, Succeeded
 from aigcq.queue.store import Finished
-from aigcq.runtime import Runtime
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

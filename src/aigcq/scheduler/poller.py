@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aigcq.background import round_failed
 from aigcq.domain import TaskState
 from aigcq.platforms.base import PlatformAdapter
 from aigcq.platforms.client import PlatformUnavailable
-from aigcq.runtime import Runtime
+from aigcq.plumbing.background import round_failed
 from aigcq.scheduler.outcomes import Outcomes
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,13 @@ import asyncio
 import logging
 import time
 
-from aigcq.background import round_failed
 from aigcq.domain import TaskState
-from aigcq.jsonlog import ctx
+from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Pending
 from aigcq.platforms.client import PlatformUnavailable
-from aigcq.runtime import Runtime
+from aigcq.plumbing.background import round_failed
 from aigcq.scheduler.outcomes import Outcomes
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Graceful shutdown of a serve process: hand in-flight work back instead of stranding it.
 
-On SIGTERM (see :func:`aigcq.launch.uvicorn_server`) the dispatcher stops claiming at once.
+On SIGTERM (see :func:`aigcq.service.launch.uvicorn_server`) the dispatcher stops claiming at once.
 When the app's lifespan ends, :func:`hand_back`:
 
 1. waits up to ``grace_s`` for hand-offs already under way (a platform submit, a
@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING
 from aigcq.domain import TaskState
 
 if TYPE_CHECKING:
-    from aigcq.server import Service
+    from aigcq.service.parts import ServiceParts
 
 log = logging.getLogger(__name__)
 
 REASON = "aigcq shutting down"
 
 
-def stop_claiming(service: Service) -> None:
+def stop_claiming(service: ServiceParts) -> None:
     """Claim no more tasks (safe to call from a signal handler: it only sets a flag)."""
     service.dispatcher.stopped = True
 
 
-async def hand_back(service: Service, grace_s: float) -> list[str]:
+async def hand_back(service: ServiceParts, grace_s: float) -> list[str]:
     """Requeue (refunded) what this process claimed but did not hand over; the task ids."""
     stop_claiming(service)
     await service.dispatcher.drain(timeout=grace_s)

@@ -5,18 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, WebSocket
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
-from aigcq import metrics, platforms, shutdown
-from aigcq.background import cancel_and_wait
+from aigcq import platforms
 from aigcq.bridges.hub import BridgeHub
 from aigcq.config import PlatformConfig, Settings
-from aigcq.events import EventBus
 from aigcq.gateway.admin_api import admin_router
 from aigcq.gateway.callbacks import callback_routes
 from aigcq.gateway.errors import ClientError
@@ -24,15 +22,20 @@ from aigcq.gateway.hot_paths import HotPaths
 from aigcq.gateway.http_api import api_router, client_error_handler
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.ws import client_endpoint
+from aigcq.observability import metrics
 from aigcq.platforms.base import PlatformAdapter, ResultOutcome, adapter_class, registered
 from aigcq.platforms.client import PlatformClient
+from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.events import EventBus
 from aigcq.queue.store import TaskStore
-from aigcq.runtime import Runtime
-from aigcq.scheduler.dispatcher import Dispatcher, InternalTarget
+from aigcq.scheduler.dispatcher import Dispatcher
 from aigcq.scheduler.outcomes import Outcomes
 from aigcq.scheduler.poller import Poller
 from aigcq.scheduler.sweeper import Sweeper
-from aigcq.service_metrics import ServiceState
+from aigcq.service import shutdown
+from aigcq.service.metrics import ServiceState
+from aigcq.service.parts import BackgroundLoop, InternalTargetBuilder
+from aigcq.service.runtime import Runtime
 
 #: where clients connect their WebSocket (seed 001 uses the root)
 CLIENT_WS_PATHS = ("/", "/client")
@@ -52,7 +55,7 @@ class Service:
         settings: Settings,
         config: PlatformConfig,
         redis: Redis,
-        internal: Callable[[Service], InternalTarget] | None = None,
+        internal: InternalTargetBuilder | None = None,
     ) -> None:
         """``internal`` builds the internal target once ``rt`` exists (default: a bridge
         hub); it may add loops to ``background``, which run while the app is up."""
@@ -69,8 +72,8 @@ class Service:
             platforms=PlatformClient(build_adapters(settings), timeout_s=settings.http_timeout_s),
         )
         self.outcomes = Outcomes(self.rt)
-        self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []
-        target = internal(self) if internal is not None else None
+        self.background: list[BackgroundLoop] = []
+        target = internal(self.rt, self.outcomes, self.background) if internal else None
         self.hub: BridgeHub | None = None
         if target is None:  # our own bridges, connecting to /ws
             self.hub = BridgeHub(self.rt, self.outcomes, wake=lambda: self.dispatcher.wake())

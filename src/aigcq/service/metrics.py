@@ -13,10 +13,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from aigcq.health import Health, HealthState
-from aigcq.metrics import age
+from aigcq.observability.metrics import age
 
 if TYPE_CHECKING:
-    from aigcq.server import Service
+    from aigcq.service.parts import ServiceParts
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -24,9 +24,9 @@ def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
 
 
 class ServiceState:
-    """A metrics source (see :func:`aigcq.metrics.endpoint`) for one :class:`Service`."""
+    """A metrics source (see :func:`aigcq.observability.metrics.endpoint`) for one process."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: ServiceParts) -> None:
         self.service = service
 
     async def __call__(self) -> list[Metric]:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from aigcq.runtime import Runtime
+from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

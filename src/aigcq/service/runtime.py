@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from aigcq.config import PlatformAccount, PlatformConfig, Settings
+from aigcq.gateway.signing import webhook_url
 from aigcq.platforms.client import PlatformClient
 from aigcq.queue.store import TaskStore
-from aigcq.signing import webhook_url
 
 
 @dataclass

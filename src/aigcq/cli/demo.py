@@ -231,7 +231,7 @@ async def put_workflow(redis_url: str, prefix: str) -> None:
 
 async def _serve_then_bridge(demo: Demo, config: PlatformConfig, bridge: Child) -> None:
     """Run the server; start the bridge once the server accepts connections."""
-    from aigcq.launch import serve
+    from aigcq.service.launch import serve
 
     await put_workflow(demo.settings.redis_url, demo.settings.project_prefix)
     server = asyncio.create_task(serve(demo.settings, config))
@@ -251,7 +251,7 @@ async def _serve_then_bridge(demo: Demo, config: PlatformConfig, bridge: Child) 
 def run(settings: Settings, console: Console, options: DemoOptions | None = None) -> None:
     """Blocking entry point of ``aigcq up --demo``."""
     from aigcq.gateway.auth import issue_client_token
-    from aigcq.launch import ensure_secrets, run_with_redis
+    from aigcq.service.launch import ensure_secrets, run_with_redis
 
     ensure_secrets(settings)
     demo = Demo.plan(settings, options or DemoOptions())

@@ -18,7 +18,7 @@ import uvicorn
 from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.ownership import EmbeddedServerError
 from aigcq.embedded.redis import EmbeddedRedis
-from aigcq.redis_client import redis_client
+from aigcq.plumbing.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,8 @@ def uvicorn_server(
 async def serve(settings: Settings, config: PlatformConfig) -> None:
     """Run ``aigcq serve`` until SIGINT/SIGTERM, then shut down cleanly."""
     from aigcq.dispatcher.client import internal_target
-    from aigcq.server import Service
-    from aigcq.shutdown import stop_claiming
+    from aigcq.service.server import Service
+    from aigcq.service.shutdown import stop_claiming
 
     internal = internal_target(settings)
     warn_missing_secrets(settings, bridges=internal is None)
@@ -177,7 +177,7 @@ def run_with_redis(
     started = True
     try:
         if main is None and settings.workers > 1:
-            from aigcq.workers import supervise
+            from aigcq.service.workers import supervise
 
             started = supervise(settings)
         else:

@@ -1,0 +1,121 @@
+"""``aigcq emulate ...``: real look-alike servers of the external services."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from aigcq.observability.logconfig import configure_logging
+
+emulate_app = typer.Typer(no_args_is_help=True, help="Run an emulator of an external service.")
+
+
+@emulate_app.command("comfyui")
+def emulate_comfyui(
+    host: str = "127.0.0.1",
+    port: int = 8188,
+    step_time: Annotated[float, typer.Option(help="Seconds per progress step")] = 0.05,
+    steps: Annotated[int, typer.Option(help="Progress steps per executed node")] = 4,
+    fail_rate: Annotated[float, typer.Option(help="Probability a prompt fails")] = 0.0,
+    output_dir: Path = Path(".aigcq/comfyui/output"),
+    log_level: str = "INFO",
+) -> None:
+    """Run a ComfyUI emulator (EmptyImage, ImageInvert, SaveImage, PreviewImage)."""
+    from aigcq.emulators.comfyui import ComfyUIConfig, run
+
+    configure_logging(log_level)
+    config = ComfyUIConfig(
+        output_dir=output_dir, step_time=step_time, steps=steps, fail_rate=fail_rate
+    )
+    run(host, port, config)
+
+
+@emulate_app.command("model-service")
+def emulate_model_service(
+    host: str = "127.0.0.1",
+    port: int = 8092,
+    latency: Annotated[float, typer.Option(help="Seconds per call")] = 0.0,
+    failure_rate: Annotated[float, typer.Option(help="Share of calls answered HTTP 500")] = 0.0,
+    response: Annotated[str, typer.Option(help="json | text | image")] = "json",
+    log_level: str = "WARNING",
+) -> None:
+    """Run an HTTP model service emulator (stats at /_emulator/stats)."""
+    from aigcq.emulators.model_service import ModelBehaviour, run
+
+    configure_logging(log_level)
+    run(host, port, ModelBehaviour(latency, failure_rate, response))  # type: ignore[arg-type]
+
+
+@emulate_app.command("oss")
+def emulate_oss(host: str = "127.0.0.1", port: int = 8093, log_level: str = "WARNING") -> None:
+    """Run the OSS file service emulator (oss/file/uploadFile)."""
+    from aigcq.emulators.oss import run
+
+    configure_logging(log_level)
+    run(host, port)
+
+
+@emulate_app.command("prompts-core")
+def emulate_prompts_core(
+    host: str = "127.0.0.1", port: int = 8094, log_level: str = "WARNING"
+) -> None:
+    """Run the prompts-core emulator (prompt/createPrompt)."""
+    from aigcq.emulators.prompts_core import run
+
+    configure_logging(log_level)
+    run(host, port)
+
+
+_ApiKeys = Annotated[
+    list[str] | None, typer.Option("--api-key", help="Accepted key; repeat. Default: any")
+]
+_Duration = Annotated[float, typer.Option("--duration", help="Seconds a task runs (0 = instant)")]
+_FailureRate = Annotated[float, typer.Option(help="Share of tasks that fail, 0..1")]
+
+
+@emulate_app.command("runninghub")
+def emulate_runninghub(
+    host: str = "127.0.0.1",
+    port: int = 9101,
+    max_concurrent: Annotated[int, typer.Option(help="QUEUED+RUNNING per apiKey, then 421")] = 3,
+    duration: _Duration = 1.0,
+    failure_rate: _FailureRate = 0.0,
+    api_key: _ApiKeys = None,
+    log_level: str = "INFO",
+) -> None:
+    """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats)."""
+    from aigcq.emulators.runninghub import run
+
+    configure_logging(log_level)
+    run(
+        host,
+        port,
+        max_concurrent=max_concurrent,
+        duration_s=duration,
+        failure_rate=failure_rate,
+        api_keys=set(api_key) if api_key else None,
+    )
+
+
+@emulate_app.command("coze")
+def emulate_coze(
+    host: str = "127.0.0.1",
+    port: int = 9102,
+    duration: _Duration = 1.0,
+    failure_rate: _FailureRate = 0.0,
+    api_key: _ApiKeys = None,
+    log_level: str = "INFO",
+) -> None:
+    """Run a Coze emulator (workflow run + run_histories; stats at /_emulator/stats)."""
+    from aigcq.emulators.coze import run
+
+    configure_logging(log_level)
+    run(
+        host,
+        port,
+        duration_s=duration,
+        failure_rate=failure_rate,
+        tokens=set(api_key) if api_key else None,
+    )

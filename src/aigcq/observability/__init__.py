@@ -1,0 +1,1 @@
+"""Metrics exposition and log formatting."""

@@ -1,0 +1,1 @@
+"""Plumbing shared by every process: Redis connections, the event bus, background loops, frames."""

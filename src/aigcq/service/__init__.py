@@ -1,0 +1,1 @@
+"""The serve process: its assembly (server), launch, worker processes, shutdown, metrics."""
