@@ -1,12 +1,14 @@
 """The task model: states, their legal transitions, and the error codes clients see.
 
-Every write of task state happens in :mod:`aigcq.queue`, which passes the allowed
-*from* states below into its Lua scripts, so this table is the single source of truth.
+Every write of task state is one of the :class:`Move` s below, made by one Lua script in
+:mod:`aigcq.queue`, which passes the move's allowed *from* states (:func:`allowed_from`)
+into the script: :data:`TRANSITIONS` is the single source of truth.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,26 +28,52 @@ class TaskState(enum.StrEnum):
 
 TERMINAL_STATES = frozenset({TaskState.SUCCESS, TaskState.FAILED, TaskState.CANCELLED})
 
-#: to-state -> the states it may be entered from.
-TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    TaskState.DISPATCHING: frozenset({TaskState.PENDING}),
-    TaskState.RUNNING: frozenset({TaskState.DISPATCHING}),
-    TaskState.PENDING: frozenset({TaskState.DISPATCHING, TaskState.RUNNING}),
+LIVE_STATES = frozenset({TaskState.PENDING, TaskState.DISPATCHING, TaskState.RUNNING})
+
+
+class Move(enum.StrEnum):
+    """The named writes of task state; each is one script in :mod:`aigcq.queue`."""
+
+    CLAIM = "claim"  # a scheduler takes a waiting task to send it to a target
+    MARK_RUNNING = "mark_running"  # the target accepted it
+    REQUEUE = "requeue"  # back to waiting: the target lost it, refused it, or timed out
+    FINISH = "finish"  # a result, a failure or a cancel
+    WITHDRAW = "withdraw"  # its submitter took back a task that was still waiting
+    RETRY = "retry"  # an operator queues a failed or cancelled task again
+
+
+#: move -> (the states it may start from, the states it may lead to)
+TRANSITIONS: dict[Move, tuple[frozenset[TaskState], frozenset[TaskState]]] = {
+    Move.CLAIM: (frozenset({TaskState.PENDING}), frozenset({TaskState.DISPATCHING})),
+    Move.MARK_RUNNING: (frozenset({TaskState.DISPATCHING}), frozenset({TaskState.RUNNING})),
+    Move.REQUEUE: (
+        frozenset({TaskState.DISPATCHING, TaskState.RUNNING}),
+        frozenset({TaskState.PENDING}),
+    ),
     # A result is accepted from any live state: the first result wins, even one that
     # arrives for an earlier attempt after the task was handed back to the queue.
-    TaskState.SUCCESS: frozenset({TaskState.PENDING, TaskState.DISPATCHING, TaskState.RUNNING}),
-    TaskState.FAILED: frozenset({TaskState.PENDING, TaskState.DISPATCHING, TaskState.RUNNING}),
-    TaskState.CANCELLED: frozenset({TaskState.PENDING, TaskState.DISPATCHING, TaskState.RUNNING}),
+    Move.FINISH: (LIVE_STATES, TERMINAL_STATES),
+    Move.WITHDRAW: (frozenset({TaskState.PENDING}), frozenset({TaskState.CANCELLED})),
+    Move.RETRY: (
+        frozenset({TaskState.FAILED, TaskState.CANCELLED}),
+        frozenset({TaskState.PENDING}),
+    ),
 }
 
 
 def can_transition(current: TaskState, to: TaskState) -> bool:
-    return current in TRANSITIONS[to]
+    """Whether some move leads from ``current`` to ``to``."""
+    return any(current in src and to in dst for src, dst in TRANSITIONS.values())
 
 
-def allowed_from(to: TaskState) -> list[str]:
-    """The from-states for ``to`` as plain strings, in a stable order (for Lua ARGV)."""
-    return sorted(s.value for s in TRANSITIONS[to])
+@functools.cache
+def allowed_from(move: Move, to: TaskState) -> str:
+    """The from-states of ``move`` as a comma-separated list, in a stable order (for Lua
+    ARGV); ``to`` must be one of the states the move leads to."""
+    src, dst = TRANSITIONS[move]
+    if to not in dst:
+        raise ValueError(f"{move} does not lead to {to}")
+    return ",".join(sorted(s.value for s in src))
 
 
 class ErrorCode(enum.StrEnum):

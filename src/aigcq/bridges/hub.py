@@ -40,7 +40,7 @@ from aigcq.bridges.protocol import (
     encode,
     parse_bridge_message,
 )
-from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Pending
+from aigcq.bridges.registry import Assignment, BridgeConn, BridgeRegistry
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.gateway.auth import Auth, bearer
 from aigcq.health import Health, HealthMonitor
@@ -351,7 +351,7 @@ class BridgeHub:
             await self._requeue(task_id, pending.attempt, reason)
             self.wake()
 
-    async def _acked(self, conn: BridgeConn, task_id: str, pending: Pending) -> None:
+    async def _acked(self, conn: BridgeConn, task_id: str, pending: Assignment) -> None:
         deadline_s = self.rt.deadline_s(self.rt.config.account(pending.aigc, pending.platform))
         conn.running.add(task_id)  # already: its TASK_END may arrive while we write this
         ok = await self.rt.store.mark_running(
@@ -384,7 +384,7 @@ class BridgeHub:
         except ValidationError as exc:
             await self._reject(c, str(exc))
             return
-        pending = Pending(c.attempt, aigc, platform, c.backend_id)
+        pending = Assignment(c.attempt, aigc, platform, c.backend_id)
         conn.available -= 1
         conn.pending[c.task_id] = pending
         pending.timer = asyncio.get_running_loop().call_later(
@@ -453,7 +453,9 @@ class BridgeHub:
             )
             await self._release(conn, task_id, pending, reason)
 
-    async def _release(self, conn: BridgeConn, task_id: str, pending: Pending, reason: str) -> None:
+    async def _release(
+        self, conn: BridgeConn, task_id: str, pending: Assignment, reason: str
+    ) -> None:
         """Give back an unacknowledged task's slot and put the task back at the head."""
         conn.available += 1
         await self._requeue(task_id, pending.attempt, reason)

@@ -6,6 +6,7 @@ import time
 
 from aigcq.bridges.protocol import TaskProgressData
 from aigcq.plumbing.events import publish_progress
+from aigcq.plumbing.text import text
 from aigcq.service.runtime import Runtime
 
 
@@ -19,7 +20,7 @@ class ProgressRelay:
         if not self._allow(data.task_id):
             return
         owner = await self.rt.redis.hget(self.rt.store.keys.task(data.task_id), "backendId")
-        backend_id = owner.decode() if isinstance(owner, bytes) else str(owner or "")
+        backend_id = text(owner)
         message = {
             "type": "progress",
             "taskId": data.task_id,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from redis.commands.core import AsyncScript
 
+from aigcq.plumbing.text import text
 from aigcq.queue.store import TaskStore
 
 Send = Callable[[str], Awaitable[None]]
@@ -54,7 +55,7 @@ return {bridge, redis.call('HINCRBY', key, 'failures', 1)}
 
 
 @dataclass(slots=True)
-class Pending:
+class Assignment:
     """A TASK_ASSIGN sent and not yet acknowledged."""
 
     attempt: int
@@ -78,7 +79,7 @@ class BridgeConn:
     online: bool = True
     last_seen: float = field(default_factory=time.monotonic)  # last REGISTER/HEARTBEAT
     last_pong: float = 0.0
-    pending: dict[str, Pending] = field(default_factory=dict)
+    pending: dict[str, Assignment] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)  # acknowledged, awaiting TASK_END
     ended_early: set[str] = field(default_factory=set)  # TASK_END came before TASK_ACK
     failures: int = 0  # consecutive failed TASK_ENDs
@@ -313,7 +314,7 @@ class BridgeRegistry:
         if not out:
             return None
         bridge_id, failures = out
-        return _text(bridge_id), int(failures)
+        return text(bridge_id), int(failures)
 
     async def remember(self, bridge_id: str, task_id: str, attempt: int, ttl_s: int) -> None:
         """Record an acknowledged task as held by ``bridge_id``."""
@@ -332,7 +333,3 @@ class BridgeRegistry:
         pipe.delete(key)
         raw, _ = await pipe.execute()
         return {str(k): int(v) for k, v in raw.items()}
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

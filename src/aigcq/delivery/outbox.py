@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from aigcq.plumbing.redis_mux import RedisMux
+from aigcq.plumbing.text import text
 from aigcq.queue.keys import Keys
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -49,8 +50,8 @@ class Outbox:
                 return after
             sent: list[str] = []
             for raw_id, raw_fields in entries:  # [id, [field, value, ...]]
-                entry_id = _s(raw_id)
-                flat = [_s(x) for x in raw_fields or []]
+                entry_id = text(raw_id)
+                flat = [text(x) for x in raw_fields or []]
                 await send(compose(entry_id, dict(zip(flat[0::2], flat[1::2], strict=True))))
                 sent.append(entry_id)
                 after = entry_id
@@ -63,7 +64,3 @@ class Outbox:
         if not entry_ids:
             return 0
         return int(await self.mux.command("XDEL", self.keys.outbox(backend_id), *entry_ids))
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

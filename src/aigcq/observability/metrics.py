@@ -31,6 +31,8 @@ from prometheus_client.metrics_core import Metric
 from starlette.requests import Request
 from starlette.responses import Response
 
+from aigcq.plumbing.text import text
+
 log = logging.getLogger(__name__)
 
 #: seconds, from a sub-second hand-off to a task that waited the whole default deadline
@@ -96,7 +98,7 @@ def _child(metric: Any, *labels: str) -> Any:
 
 def task_finished(fields: Sequence[str | bytes | None], outcome: str, now: float) -> None:
     """``fields``: the task hash's ``AIGC``, ``platform``, ``target``, ``created``."""
-    aigc, platform, target, created = (_text(f) for f in fields)
+    aigc, platform, target, created = (text(f) for f in fields)
     target = target or "none"  # ended before any target took it (e.g. cancelled waiting)
     _child(TASKS_FINISHED, aigc, platform, target, outcome).inc()
     if created:
@@ -173,10 +175,6 @@ def endpoint(*sources: Source) -> Callable[[Request], Awaitable[Response]]:
         return Response(await exposition(sources), media_type=CONTENT_TYPE_LATEST)
 
     return metrics
-
-
-def _text(value: str | bytes | None) -> str:
-    return value.decode() if isinstance(value, bytes) else value or ""
 
 
 def age(created: Any, now: float | None = None) -> float:

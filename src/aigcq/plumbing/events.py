@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from aigcq.plumbing.text import text
 from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class EventBus:
             await pubsub.subscribe(self.channel)
             self.on_wake()  # catch up on anything published while we were away
             async for message in pubsub.listen():
-                await self._handle(_text(message["data"]))
+                await self._handle(text(message["data"]))
 
     async def _handle(self, data: str) -> None:
         kind, _, rest = data.partition(":")
@@ -100,7 +101,3 @@ def progress_event(backend_id: str, message: dict[str, Any]) -> str:
 
 def bridge_end_event(end: dict[str, Any]) -> str:
     return "bridge-end:" + orjson.dumps(end).decode()
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

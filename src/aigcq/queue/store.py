@@ -11,19 +11,16 @@ import orjson
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from aigcq.domain import Task, TaskState, allowed_from
+from aigcq.domain import Move, Task, TaskState, allowed_from
 from aigcq.observability import metrics
 from aigcq.plumbing.redis_mux import RedisMux
+from aigcq.plumbing.text import text
 from aigcq.queue.keys import Keys
 
 
 def _load(name: str) -> str:
     lua = resources.files("aigcq.queue") / "lua"
     return (lua / "_prelude.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
-
-
-def _allowed(to: TaskState) -> str:
-    return ",".join(allowed_from(to))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +57,9 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
-class Finished:
+class MoveResult:
+    """What a write of task state did: ``applied``, and the task's state after it."""
+
     applied: bool
     state: TaskState | None  # None: the task does not exist (or has expired)
     target: str = ""  # where it ran (set when applied)
@@ -85,6 +84,10 @@ class TaskStore:
         callbacks, dispatches) share one write, each script stays one atomic step, and
         calls run in the order made."""
         return await self.mux.script(self._scripts[name], [], [self.keys.prefix, *args])
+
+    def _outbox_minid(self, now: float) -> int:
+        """Outbox entries older than the retention go (``XADD MINID``, milliseconds)."""
+        return int((now - self.outbox_retention_s) * 1000)
 
     async def aclose(self) -> None:
         await self.mux.aclose()
@@ -114,7 +117,7 @@ class TaskStore:
             workflow_id,
             "1" if deliver else "0",
         )
-        return Submitted(bool(created), TaskState(_s(state)), _s(owner))
+        return Submitted(bool(created), TaskState(text(state)), text(owner))
 
     async def claim(
         self, aigc: str, platform: str, target: str, *, cap: int, n: int, deadline_s: float
@@ -131,10 +134,10 @@ class TaskStore:
             cap,
             n,
             deadline_s,
-            _allowed(TaskState.DISPATCHING),
+            allowed_from(Move.CLAIM, TaskState.DISPATCHING),
         )
         claimed = [
-            Claimed(_s(r[0]), int(r[1]), orjson.loads(r[2]), _s(r[3]), _s(r[4]), float(r[5]))
+            Claimed(text(r[0]), int(r[1]), orjson.loads(r[2]), text(r[3]), text(r[4]), float(r[5]))
             for r in rows
         ]
         metrics.tasks_claimed(platform, target, (c.created_at for c in claimed), time.time())
@@ -164,7 +167,7 @@ class TaskStore:
                 now + deadline_s,
                 kind,
                 int(deadline_s + self.retention_s),
-                _allowed(TaskState.RUNNING),
+                allowed_from(Move.MARK_RUNNING, TaskState.RUNNING),
                 progress,
             )
         )
@@ -192,7 +195,7 @@ class TaskStore:
             int(front),
             int(refund),
             reason,
-            _allowed(TaskState.PENDING),
+            allowed_from(Move.REQUEUE, TaskState.PENDING),
             remote_id,
         )
         return int(result) == 1
@@ -206,11 +209,11 @@ class TaskStore:
         error: dict[str, Any] | None = None,
         message: dict[str, Any] | None = None,
         note: str = "",
-    ) -> Finished:
+    ) -> MoveResult:
         """Move a live task to a terminal ``state`` and queue ``message`` for its client."""
         assert state.terminal
         now = time.time()
-        minid = int((now - self.outbox_retention_s) * 1000)
+        minid = self._outbox_minid(now)
         applied, current, *labels = await self._run(
             "finish",
             task_id,
@@ -222,19 +225,19 @@ class TaskStore:
             orjson.dumps(message or {}),
             minid,
             note,
-            _allowed(state),
+            allowed_from(Move.FINISH, state),
         )
         code = int(applied)
         if code != 1:
-            return Finished(False, TaskState(_s(current)) if code >= 0 else None)
+            return MoveResult(False, TaskState(text(current)) if code >= 0 else None)
         metrics.task_finished(labels, state.value, now)
-        return Finished(True, state, _s(labels[2]))
+        return MoveResult(True, state, text(labels[2]))
 
     async def withdraw(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
         """Cancel a task that is still waiting (never one dispatched or running), with no
         message for its client: its submitter has taken it back. False: not waiting."""
         now = time.time()
-        minid = int((now - self.outbox_retention_s) * 1000)
+        minid = self._outbox_minid(now)
         applied, *_ = await self._run(
             "finish",
             task_id,
@@ -246,18 +249,18 @@ class TaskStore:
             orjson.dumps({}),
             minid,
             note,
-            TaskState.PENDING.value,
+            allowed_from(Move.WITHDRAW, TaskState.CANCELLED),
             "1",
         )
         return int(applied) == 1
 
-    async def retry(self, task_id: str, note: str = "retried") -> Finished:
+    async def retry(self, task_id: str, note: str = "retried") -> MoveResult:
         """Queue a failed or cancelled task again (an operator's retry). Its client gets
         the new attempt's result too. ``applied`` False: not retryable in ``state``."""
-        allowed = ",".join(sorted((TaskState.FAILED.value, TaskState.CANCELLED.value)))
+        allowed = allowed_from(Move.RETRY, TaskState.PENDING)
         applied, current = await self._run("retry", task_id, time.time(), allowed, note)
         code = int(applied)
-        return Finished(code == 1, TaskState(_s(current)) if code >= 0 else None)
+        return MoveResult(code == 1, TaskState(text(current)) if code >= 0 else None)
 
     async def promote_delayed(self, limit: int = 500) -> int:
         return int(await self._run("promote", time.time(), limit))
@@ -285,16 +288,16 @@ class TaskStore:
         ids = await self.redis.lrange(self.keys.recent, 0, max(limit, 1) - 1)
         pipe = self.redis.pipeline(transaction=False)
         for task_id in ids:
-            pipe.hgetall(self.keys.task(_s(task_id)))
+            pipe.hgetall(self.keys.task(text(task_id)))
         return [task_from_hash(raw) for raw in await pipe.execute() if raw]
 
     async def task_for_remote(self, remote_id: str) -> str | None:
         value = await self.redis.get(self.keys.callback(remote_id))
-        return _s(value) if value else None
+        return text(value) if value else None
 
     async def expired(self, limit: int = 200) -> list[str]:
         ids = await self.redis.zrangebyscore(self.keys.inflight, "-inf", time.time(), 0, limit)
-        return [_s(i) for i in ids]
+        return [text(i) for i in ids]
 
 
 _HEAD = [
@@ -313,12 +316,8 @@ _HEAD = [
 ]
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value or "")
-
-
 def task_from_hash(raw: dict[Any, Any]) -> Task:
-    h = {_s(k): _s(v) for k, v in raw.items()}
+    h = {text(k): text(v) for k, v in raw.items()}
     return Task(
         task_id=h["taskId"],
         platform=h.get("platform", ""),

@@ -13,7 +13,7 @@ from typing import Any
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, NotFound, Pending, ResultOutcome, Succeeded
-from aigcq.queue.store import Finished
+from aigcq.queue.store import MoveResult
 from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class Outcomes:
     def error_body(self, code: ErrorCode, detail: Any = None) -> dict[str, Any]:
         return {"code": code.value, "msg": self.rt.config.messages.get(code.value), "error": detail}
 
-    async def settle(self, task_id: str, outcome: ResultOutcome, note: str) -> Finished | None:
+    async def settle(self, task_id: str, outcome: ResultOutcome, note: str) -> MoveResult | None:
         """Apply a finished result; ``None`` when the outcome says the task is not done."""
         match outcome:
             case Succeeded(data=data):
@@ -41,7 +41,7 @@ class Outcomes:
             case Failed(code=code, message=message, detail=detail):
                 error = {"code": code, "message": message, "detail": detail}
                 if await self._retried(task_id, f"failed: {code} {message}"):
-                    return Finished(True, TaskState.PENDING)
+                    return MoveResult(True, TaskState.PENDING)
                 done = await self.rt.store.finish(
                     task_id,
                     TaskState.FAILED,
