@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from aigcq.bridges.registry import BridgeConn, Pending
+from aigcq.bridges.registry import Assignment, BridgeConn
 from aigcq.dispatcher.capacity import Instance, InstanceBook, instance_events
 from aigcq.dispatcher.feed_client import feed_url
 
@@ -32,7 +32,7 @@ def test_a_task_keeps_its_instance_while_it_runs() -> None:
 def test_unknown_use_pending_tasks_and_quarantine() -> None:
     book = InstanceBook()
     conn = _bridge(3, 0)
-    conn.pending["t1"] = Pending(1, "a", "comfyui")
+    conn.pending["t1"] = Assignment(1, "a", "comfyui")
     assert _statuses(book.instances([conn])) == [("busy", "t1"), ("busy", None), ("busy", None)]
     conn.quarantined_at = 1.0
     assert [s for s, _ in _statuses(book.instances([conn]))] == ["busy", "offline", "offline"]
