@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from aigcq.asynch.app import create_app
 from aigcq.asynch.migrate import migrate
+from aigcq.asynch.rebuild import RUN_ID_KEY
 from aigcq.asynch.service import AsynchService, open_service
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.embedded.postgres import EmbeddedPostgres
@@ -181,6 +182,7 @@ async def asynch(
     asynch_settings: AsynchSettings,
     storage_settings: StorageSettings,
 ) -> AsyncIterator[Asynch]:
+    await redis.set(RUN_ID_KEY, "test")  # both start empty: Redis matches the rows
     app = create_app()
     async with serve_app(app) as url:
         settings = asynch_settings.model_copy(update={"public_url": url})
