@@ -4,6 +4,7 @@ emulators, and an in-process asynch service served over real HTTP."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -172,6 +173,35 @@ def storage_settings(tmp_path: Path) -> StorageSettings:
     return StorageSettings(kind="local", local_dir=tmp_path / "files")
 
 
+@contextlib.asynccontextmanager
+async def open_asynch(
+    pg_url: str,
+    redis_url: str,
+    db: psycopg.AsyncConnection[Any],
+    data_dir: Path,
+    settings: AsynchSettings,
+    storage_settings: StorageSettings,
+) -> AsyncIterator[Asynch]:
+    """An in-process asynch service over real HTTP, on the given PostgreSQL and Redis."""
+    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    app = create_app()
+    try:
+        async with serve_app(app) as url:
+            settings = settings.model_copy(update={"public_url": url})
+            async with open_service(
+                settings,
+                database_url=pg_url,
+                redis_url=redis_url,
+                data_dir=data_dir,
+                storage_settings=storage_settings,
+            ) as svc:
+                app.state.asynch = svc
+                async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                    yield Asynch(url, svc, client, redis, db)
+    finally:
+        await redis.aclose()
+
+
 @pytest.fixture
 async def asynch(
     pg_url: str,
@@ -183,16 +213,7 @@ async def asynch(
     storage_settings: StorageSettings,
 ) -> AsyncIterator[Asynch]:
     await redis.set(RUN_ID_KEY, "test")  # both start empty: Redis matches the rows
-    app = create_app()
-    async with serve_app(app) as url:
-        settings = asynch_settings.model_copy(update={"public_url": url})
-        async with open_service(
-            settings,
-            database_url=pg_url,
-            redis_url=redis_url,
-            data_dir=tmp_path,
-            storage_settings=storage_settings,
-        ) as svc:
-            app.state.asynch = svc
-            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-                yield Asynch(url, svc, client, redis, db)
+    async with open_asynch(
+        pg_url, redis_url, db, tmp_path, asynch_settings, storage_settings
+    ) as service:
+        yield service

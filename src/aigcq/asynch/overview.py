@@ -98,7 +98,14 @@ async def overview(svc: AsynchService) -> dict[str, Any]:
             (RECENT,),
         )
         recent = [_task(r) for r in await cur.fetchall()]
-    return {"time": now, "models": rows, "taskCounts": counts, "recent": recent}
+    callbacks = await svc.callbacks.counts()
+    return {
+        "time": now,
+        "models": rows,
+        "taskCounts": counts,
+        "callbacks": callbacks,
+        "recent": recent,
+    }
 
 
 def _task(r: dict[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,7 @@ _FINISH = """
 WITH i AS (
     SELECT * FROM json_to_recordset(%s::json) AS i(task_id text, attempt int, state smallint,
         oss_file text, file_type text, text text, error text, called bool, tenant_id text,
-        creator text, model_name text, cb_url text, cb_params jsonb)
+        creator text, model_name text, cb_url text, cb_params json)
 ), stat AS (
     INSERT INTO asynch_model_stat AS s (day, tenant_id, creator, model_name, request_count)
     SELECT current_date, i.tenant_id, i.creator, i.model_name, count(*)

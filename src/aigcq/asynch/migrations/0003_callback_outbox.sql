@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS asynch_callback (
     id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     task_id     TEXT        NOT NULL,
     url         TEXT        NOT NULL,
-    params      JSONB       NOT NULL,
+    params      JSON        NOT NULL,  -- JSON keeps the order of the query parameters
     state       SMALLINT    NOT NULL DEFAULT 0,
     attempts    INTEGER     NOT NULL DEFAULT 0,
     next_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
