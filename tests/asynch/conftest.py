@@ -28,7 +28,7 @@ from aigcq.emulators import model_service, oss, prompts_core
 from aigcq.storage import StorageSettings
 from tests.helpers import serve_app
 
-TABLES = "asynch_task, asynch_models, asynch_models_type, asynch_model_stat"
+TABLES = "asynch_task, asynch_models, asynch_models_type, asynch_model_stat, asynch_callback"
 
 
 @pytest.fixture(scope="session")

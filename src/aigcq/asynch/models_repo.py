@@ -54,6 +54,7 @@ class ModelRepo:
         self._cache: dict[str, tuple[float, ModelConfig]] = {}
 
     async def create(self, name: str, cols: Row) -> Row:
+        await self._check_types(cols.get("models_type", ""))
         cols = {"model_name": name, **cols}
         query = sql.SQL("INSERT INTO asynch_models ({}) VALUES ({}) RETURNING *").format(
             sql.SQL(", ").join(map(sql.Identifier, cols)),
@@ -67,6 +68,7 @@ class ModelRepo:
         return row
 
     async def update(self, name: str, cols: Row) -> Row:
+        await self._check_types(cols.get("models_type", ""))
         assignments: list[sql.Composable] = [
             sql.SQL("{} = %s").format(sql.Identifier(c)) for c in cols
         ]
@@ -126,6 +128,23 @@ class ModelRepo:
         self._cache[name] = (time.monotonic() + self.cache_seconds, config)
         return config
 
+    async def _check_types(self, models_type: str) -> None:
+        """``MODEL_TYPE_NOT_FOUND`` when ``models_type`` lists an id the types table lacks."""
+        ids = sorted({int(i) for i in models_type.split(",") if i.strip().isdigit()})
+        if not ids:
+            return
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT type_id FROM asynch_models_type WHERE type_id = ANY(%s::bigint[])", (ids,)
+            )
+            known = {r["type_id"] for r in await cur.fetchall()}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            listed = ", ".join(map(str, missing))
+            raise AsynchError(
+                Code.MODEL_TYPE_NOT_FOUND, f"modelsType: no model type {listed} (create it first)"
+            )
+
     async def _schemas(self, models_type: str) -> tuple[Any, ...]:
         """The parsed ``responseJsonSchema`` of the listed type ids that have one."""
         ids = [int(i) for i in models_type.split(",") if i.strip().isdigit()]
@@ -133,8 +152,9 @@ class ModelRepo:
             return ()
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT response_json_schema FROM asynch_models_type WHERE type_id = ANY(%s)"
-                " AND response_json_schema <> '' ORDER BY type_id",
+                "SELECT response_json_schema FROM asynch_models_type"
+                " WHERE type_id = ANY(%s::bigint[]) AND response_json_schema <> ''"
+                " ORDER BY type_id",
                 (ids,),
             )
             texts = [r["response_json_schema"] for r in await cur.fetchall()]
