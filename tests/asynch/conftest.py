@@ -109,6 +109,7 @@ class Asynch:
     client: httpx.AsyncClient
     redis: aioredis.Redis
     db: psycopg.AsyncConnection[Any]
+    app: FastAPI | None = None
 
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return await self.client.request(method, path, **kwargs)
@@ -197,7 +198,7 @@ async def open_asynch(
             ) as svc:
                 app.state.asynch = svc
                 async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-                    yield Asynch(url, svc, client, redis, db)
+                    yield Asynch(url, svc, client, redis, db, app)
     finally:
         await redis.aclose()
 
