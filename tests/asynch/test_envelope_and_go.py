@@ -57,6 +57,7 @@ async def test_huge_numbers_and_nul_queries_are_400(asynch: Asynch) -> None:
     ]:
         response = await asynch.call("GET", path, params=params)
         _envelope(response, 400, "INVALID_ARGUMENT")
+    _envelope(await asynch.call("GET", "/files/a%00b"), 404, "FILE_NOT_FOUND")
     response = await asynch.call("POST", "/model/autoTune", json={"windowSeconds": 1e15})
     assert "windowSeconds" in _envelope(response, 400, "INVALID_ARGUMENT")
 

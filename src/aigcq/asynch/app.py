@@ -70,9 +70,10 @@ def create_app(svc: AsynchService | None = None, admin_token: str = "") -> FastA
         local = service(request).local_files
         try:
             path = local.path_of(name) if local else None
-        except StorageError:
-            path = None
-        if path is None or not path.is_file():
+            found = path is not None and path.is_file()
+        except (StorageError, ValueError):  # ValueError: a NUL in the name
+            path, found = None, False
+        if path is None or not found:
             return error_response(AsynchError(Code.FILE_NOT_FOUND, f"no file {name!r}"))
         return FileResponse(path)
 

@@ -14,16 +14,19 @@ from aigcq.asynch.callback import Callbacks
 from aigcq.asynch.gate import QueueGate
 from aigcq.asynch.invoke import DEFAULT_MAX_BYTES, CallError, call_model
 from aigcq.asynch.lease import LeaseKeeper
-from aigcq.asynch.models_repo import ModelRepo
+from aigcq.asynch.models_repo import ModelConfig, ModelRepo
 from aigcq.asynch.result import classify, reply_problem
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
-from aigcq.asynch.tasks_repo import ClaimedTask, Outcome, TaskRepo
+from aigcq.asynch.tasks_repo import PG_OUTAGE, ClaimedTask, Outcome, TaskRepo
 from aigcq.background import REDIS_OUTAGE
 from aigcq.jsonlog import ctx
 from aigcq.storage import Storage, StorageError
 
 log = logging.getLogger(__name__)
+
+#: How long an attempt waits for PostgreSQL to read its model's config before failing.
+CONFIG_RETRY_SECONDS = 30.0
 
 
 @dataclass
@@ -83,9 +86,30 @@ class Executor:
                 extra=ctx(task=task.task_id),
             )
 
+    async def _model(self, task: ClaimedTask) -> ModelConfig:
+        """The model's config; while PostgreSQL is unreachable, asked again (nothing was called
+        yet, so waiting is safe) for up to ``CONFIG_RETRY_SECONDS``."""
+        deadline = asyncio.get_running_loop().time() + CONFIG_RETRY_SECONDS
+        pause = 0.1
+        while True:
+            try:
+                return await self.models.config(task.model_name)
+            except PG_OUTAGE as exc:
+                if asyncio.get_running_loop().time() + pause > deadline:
+                    raise
+                log.warning(
+                    "task %s: cannot read model %s (%s); trying again",
+                    task.task_id,
+                    task.model_name,
+                    exc,
+                    extra=ctx(task=task.task_id),
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
     async def _attempt(self, task: ClaimedTask) -> Outcome:
         try:
-            model = await self.models.config(task.model_name)
+            model = await self._model(task)
             reply = await call_model(
                 self.http,
                 model,
