@@ -17,7 +17,8 @@ Rules, in order:
    than that, else to the tail; a queued retry that has waited longer than
    ``retry_queue_max_seconds`` is moved to the head;
 5. the queue-limit gates are reconciled with the rows (slots of tasks that are no longer
-   queued or running are freed; live tasks missing from a gate get their slot back).
+   queued or running are freed; live tasks missing from a gate get their slot back);
+6. success callbacks given up on more than 7 days ago are deleted.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ _DELETE_ORPHANED = """
 DELETE FROM asynch_task t WHERE t.state = 3 AND t.finished_at < now() - interval '1 day'
   AND NOT EXISTS (SELECT 1 FROM asynch_models m WHERE m.model_name = t.model_name)
 RETURNING t.oss_file
+"""
+# Callbacks given up on are kept a week for the stats, then forgotten.
+_DELETE_GIVEN_UP_CALLBACKS = """
+DELETE FROM asynch_callback WHERE state = 2 AND updated_at < now() - interval '7 days'
 """
 _TIME_OUT = """
 UPDATE asynch_task t SET state = 3, finished_at = now(), updated_at = now(),
@@ -110,6 +115,7 @@ class CleanReport:
     gate_released: int = 0
     gate_restored: int = 0
     files_deleted: int = 0
+    callbacks_deleted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -144,6 +150,7 @@ class Cleaner:
             downloaded = await (await conn.execute(_DELETE_DOWNLOADED)).fetchall()
             failed = await (await conn.execute(_DELETE_EXHAUSTED)).fetchall()
             failed += await (await conn.execute(_DELETE_ORPHANED)).fetchall()
+            report.callbacks_deleted = (await conn.execute(_DELETE_GIVEN_UP_CALLBACKS)).rowcount
         report.deleted_downloaded, report.deleted_failed = len(downloaded), len(failed)
         if self.files is not None:
             urls = (r["oss_file"] for r in [*downloaded, *failed] if r["oss_file"])
