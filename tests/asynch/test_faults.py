@@ -11,6 +11,10 @@ import httpx
 import psycopg
 import pytest
 import redis.asyncio as aioredis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from aigcq.asynch.rebuild import RUN_ID_KEY
 from aigcq.asynch.settings import AsynchSettings
@@ -254,3 +258,19 @@ async def test_the_declared_response_schema_is_followed(asynch: Asynch, model_em
     await asynch.wait_state(text, 3)
     assert "$.path is not one of ['/gen']" in (await asynch.row(bad))["error"]
     assert "invalid JSON" in (await asynch.row(text))["error"]
+
+
+async def test_a_reply_holding_nul_characters_is_stored(asynch: Asynch) -> None:
+    async def nul(request: Request) -> Response:
+        status = 500 if "fail" in request.url.path else 200
+        return Response(b"a\x00b", status, media_type="text/plain")
+
+    app = Starlette(routes=[Route("/{path:path}", nul, methods=["POST"])])
+    async with serve_app(app) as url:
+        await asynch.create_model("m", url)
+        await asynch.create_model("f", url, route="/fail")
+        ok, failed = await asynch.create_task("m"), await asynch.create_task("f")
+        await asynch.wait_state(ok, 2)
+        await asynch.wait_state(failed, 3)
+    assert (await asynch.row(ok))["text"] == "a\ufffdb"
+    assert (await asynch.row(failed))["error"].endswith("a\ufffdb")

@@ -141,6 +141,12 @@ def _json(value: Any) -> str:
         return json.dumps(value)
 
 
+def _storable(text: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL: a model reply's text or error keeps U+FFFD instead
+    (the stored file keeps every byte)."""
+    return text.replace("\x00", "\ufffd") if text and "\x00" in text else text
+
+
 def lease_id(task_id: str, attempt: int) -> str:
     return f"{task_id}:{attempt}"
 
@@ -186,7 +192,7 @@ class TaskRepo:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self._inserts: Coalescer[tuple[ClaimedTask, bool], None] = Coalescer(self._insert_batch)
-        self._finishes: Coalescer[tuple[ClaimedTask, Outcome], bool] = Coalescer(self._finish_batch)
+        self._finishes: Coalescer[tuple[ClaimedTask, Outcome], bool] = Coalescer(self._finish_rows)
 
     async def insert(self, task: ClaimedTask, *, running: bool) -> None:
         """Insert a new task, queued (state 0) or already started (state 1, attempt 1).
@@ -256,6 +262,17 @@ class TaskRepo:
         while True:
             try:
                 return await self._finishes.submit((task, outcome))
+            except psycopg.DataError as exc:  # a value PostgreSQL refuses: record the failure
+                reason = exc.diag.message_primary or type(exc).__name__
+                log.error(
+                    "task %s: its outcome cannot be stored (%s); recording a failure",
+                    task.task_id,
+                    reason,
+                    extra=ctx(task=task.task_id),
+                )
+                error = f"the result could not be stored: {reason}"
+                outcome = Outcome(State.FAILED, outcome.called, error=error)
+                continue
             except PG_OUTAGE as exc:
                 log.warning(
                     "task %s: recording attempt %d failed (%s); retrying the write",
@@ -280,11 +297,29 @@ class TaskRepo:
             "attempt": task.attempt,
             "state": int(outcome.state),
             "oss_file": outcome.oss_file,
-            "error": outcome.error,
+            "error": _storable(outcome.error),
         }
         async with self.pool.connection() as conn:
             cur = await conn.execute(_RECORDED, params)
             return await cur.fetchone() is not None
+
+    async def _finish_rows(
+        self, items: Sequence[tuple[ClaimedTask, Outcome]]
+    ) -> Sequence[bool | Exception]:
+        """The batch as one statement; if PostgreSQL refuses a value in it, row by row, so one
+        bad row does not fail the others."""
+        try:
+            return await self._finish_batch(items)
+        except psycopg.DataError as exc:
+            if len(items) == 1:
+                return [exc]
+        results: list[bool | Exception] = []
+        for item in items:
+            try:
+                results += await self._finish_batch([item])
+            except psycopg.DataError as exc:
+                results.append(exc)
+        return results
 
     async def _finish_batch(self, items: Sequence[tuple[ClaimedTask, Outcome]]) -> list[bool]:
         rows = [
@@ -294,8 +329,8 @@ class TaskRepo:
                 "state": int(o.state),
                 "oss_file": o.oss_file,
                 "file_type": o.file_type,
-                "text": o.text,
-                "error": o.error,
+                "text": _storable(o.text),
+                "error": _storable(o.error),
                 "called": o.called,
                 "tenant_id": t.tenant_id,
                 "creator": t.creator,
