@@ -21,7 +21,7 @@ TASK_ID_HEADER = "X-Asynch-Task-Id"
 #: Connections to model services kept open at once (per process).
 MAX_CONNECTIONS = 1000
 #: Largest reply by default (``AIGCQ_ASYNCH_REPLY_MAX_BYTES``).
-DEFAULT_MAX_BYTES = 32 << 20
+DEFAULT_MAX_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ class AsynchSettings(BaseSettings):
         1.0, gt=0, description="How often the sender looks for callbacks owed (besides wake-ups)."
     )
     reply_max_bytes: int = Field(
-        32 << 20, ge=1, description="Largest model reply accepted; a larger one fails the call."
+        16 << 20, ge=1, description="Largest model reply accepted; a larger one fails the call."
     )
     db_acquire_timeout_seconds: float = Field(
         5.0, gt=0, description="Longest wait for a PostgreSQL connection before answering 503."
