@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,16 @@ async def test_nul_characters_are_refused_in_the_envelope(
     assert field in message and "NUL" in message
     cur = await asynch.db.execute("SELECT count(*) FROM asynch_task")
     assert (await cur.fetchone()) == (0,)
+
+
+async def test_a_nul_in_the_decoded_user_info_is_dropped(asynch: Asynch, model_emu: Served) -> None:
+    await asynch.create_model("m", model_emu.url)
+    info = base64.b64encode(b'{"tenantId": "t\\u0000x", "userId": "\\u0000"}').decode()
+    task_id = await asynch.create_task("m", headers={"X-User-Info": info})
+    cur = await asynch.db.execute(
+        "SELECT tenant_id, creator FROM asynch_task WHERE task_id = %s", (task_id,)
+    )
+    assert await cur.fetchone() == ("tx", "anonymous")
 
 
 async def test_huge_numbers_and_nul_queries_are_400(asynch: Asynch) -> None:
