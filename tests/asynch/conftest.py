@@ -4,6 +4,7 @@ emulators, and an in-process asynch service served over real HTTP."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -19,6 +20,7 @@ from fastapi import FastAPI
 
 from aigcq.asynch.app import create_app
 from aigcq.asynch.migrate import migrate
+from aigcq.asynch.rebuild import RUN_ID_KEY
 from aigcq.asynch.service import AsynchService, open_service
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.embedded.postgres import EmbeddedPostgres
@@ -26,7 +28,7 @@ from aigcq.emulators import model_service, oss, prompts_core
 from aigcq.storage import StorageSettings
 from tests.helpers import serve_app
 
-TABLES = "asynch_task, asynch_models, asynch_models_type, asynch_model_stat"
+TABLES = "asynch_task, asynch_models, asynch_models_type, asynch_model_stat, asynch_callback"
 
 
 @pytest.fixture(scope="session")
@@ -107,6 +109,7 @@ class Asynch:
     client: httpx.AsyncClient
     redis: aioredis.Redis
     db: psycopg.AsyncConnection[Any]
+    app: FastAPI | None = None
 
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return await self.client.request(method, path, **kwargs)
@@ -171,6 +174,35 @@ def storage_settings(tmp_path: Path) -> StorageSettings:
     return StorageSettings(kind="local", local_dir=tmp_path / "files")
 
 
+@contextlib.asynccontextmanager
+async def open_asynch(
+    pg_url: str,
+    redis_url: str,
+    db: psycopg.AsyncConnection[Any],
+    data_dir: Path,
+    settings: AsynchSettings,
+    storage_settings: StorageSettings,
+) -> AsyncIterator[Asynch]:
+    """An in-process asynch service over real HTTP, on the given PostgreSQL and Redis."""
+    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    app = create_app()
+    try:
+        async with serve_app(app) as url:
+            settings = settings.model_copy(update={"public_url": url})
+            async with open_service(
+                settings,
+                database_url=pg_url,
+                redis_url=redis_url,
+                data_dir=data_dir,
+                storage_settings=storage_settings,
+            ) as svc:
+                app.state.asynch = svc
+                async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                    yield Asynch(url, svc, client, redis, db, app)
+    finally:
+        await redis.aclose()
+
+
 @pytest.fixture
 async def asynch(
     pg_url: str,
@@ -181,16 +213,8 @@ async def asynch(
     asynch_settings: AsynchSettings,
     storage_settings: StorageSettings,
 ) -> AsyncIterator[Asynch]:
-    app = create_app()
-    async with serve_app(app) as url:
-        settings = asynch_settings.model_copy(update={"public_url": url})
-        async with open_service(
-            settings,
-            database_url=pg_url,
-            redis_url=redis_url,
-            data_dir=tmp_path,
-            storage_settings=storage_settings,
-        ) as svc:
-            app.state.asynch = svc
-            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-                yield Asynch(url, svc, client, redis, db)
+    await redis.set(RUN_ID_KEY, "test")  # both start empty: Redis matches the rows
+    async with open_asynch(
+        pg_url, redis_url, db, tmp_path, asynch_settings, storage_settings
+    ) as service:
+        yield service

@@ -11,6 +11,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from aigcq.asynch.lease import LeaseKeeper
+from aigcq.asynch.rebuild import RUN_ID_KEY
 from aigcq.asynch.runtime import runtime_max_concurrency_key, runtime_queue_limit_key
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import ClaimedTask
@@ -112,6 +113,7 @@ async def test_expired_semaphore_leases_are_reclaimed(asynch: Asynch) -> None:
 async def test_a_running_attempt_keeps_its_lease_past_its_length_until_it_stops(
     redis: aioredis.Redis,
 ) -> None:
+    await redis.set(RUN_ID_KEY, "test")
     sem = Semaphore(redis, lease_seconds=0.3)
     task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
     assert await sem.acquire("m", "tenant", task.lease_id, 1)
@@ -126,6 +128,7 @@ async def test_a_running_attempt_keeps_its_lease_past_its_length_until_it_stops(
 
 
 async def test_a_lease_keeper_stopped_at_once_renews_nothing(redis: aioredis.Redis) -> None:
+    await redis.set(RUN_ID_KEY, "test")
     sem = Semaphore(redis, lease_seconds=0.3)
     task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
     assert await sem.acquire("m", "tenant", task.lease_id, 1)

@@ -8,6 +8,9 @@ from tests.asynch.conftest import Asynch, Served
 
 
 async def test_model_crud(asynch: Asynch) -> None:
+    await asynch.db.execute(
+        "INSERT INTO asynch_models_type (type_id, type) VALUES (1, 'a'), (2, 'b'), (3, 'c')"
+    )
     created = await asynch.create_model(
         "m1", "http://127.0.0.1:9/", headMsg="API_KEY:k,API_STATE:true", httpMethod="get",
         form='[{"field": "prompt", "label": "Prompt", "type": "text", "required": true}]',
@@ -47,10 +50,19 @@ BASE = {"modelName": "x", "baseUrl": "http://h"}
         ({**BASE, "headMsg": "A:1,:v"}, "INVALID_HEAD_MSG", "entry 2"),
         ({**BASE, "headMsg": "bad name:v"}, "INVALID_HEAD_MSG", "header name"),
         ({**BASE, "headMsg": "A:1,content-length:9"}, "INVALID_HEAD_MSG", "HTTP client"),
-        ({**BASE, "maxConcurrency": 0}, "INVALID_ARGUMENT", "maxConcurrency"),
+        ({**BASE, "maxConcurrency": -1}, "INVALID_ARGUMENT", "maxConcurrency"),
+        ({**BASE, "maxConcurrency": "5"}, "INVALID_ARGUMENT", "maxConcurrency"),
+        ({**BASE, "queueLimit": True}, "INVALID_ARGUMENT", "queueLimit"),
+        ({**BASE, "enabled": True}, "INVALID_ARGUMENT", "enabled"),
+        ({**BASE, "timeoutSeconds": 5.0}, "INVALID_ARGUMENT", "timeoutSeconds"),
+        ({**BASE, "timeoutSeconds": 1e15}, "INVALID_ARGUMENT", "timeoutSeconds"),
+        ({**BASE, "autoCleanSeconds": 2**31}, "INVALID_ARGUMENT", "autoCleanSeconds"),
+        ({**BASE, "modelsType": "7"}, "MODEL_TYPE_NOT_FOUND", "7"),
+        ({**BASE, "remark": "a\u0000b"}, "INVALID_ARGUMENT", "remark"),
+        ({**BASE, "route": "/\u0000"}, "INVALID_ARGUMENT", "route"),
+        ({**BASE, "baseUrl": "http://169.254.169.254/"}, "MODEL_HOST_NOT_ALLOWED", "link-local"),
         ({**BASE, "modelsType": "1,a"}, "INVALID_ARGUMENT", "modelsType"),
         ({**BASE, "form": "{oops"}, "INVALID_ARGUMENT", "form"),
-        ({**BASE, "unknown": 1}, "INVALID_ARGUMENT", "unknown"),
         ({"modelName": "bad name", "baseUrl": "http://h"}, "INVALID_ARGUMENT", "modelName"),
     ],
 )  # fmt: skip

@@ -84,7 +84,7 @@ async def test_a_model_call_that_times_out_says_so(asynch: Asynch, model_emu: Se
     task_id = await asynch.create_task("m", {"_latency": 3})
     await asynch.wait_state(task_id, 3)
     error = (await asynch.row(task_id))["error"]
-    assert error == f"POST {model_emu.url}/gen: no reply data for 1 s"
+    assert error == f"POST {model_emu.url}/gen: no complete reply within 1 s"
 
 
 async def test_queued_task_starts_when_a_slot_frees(asynch: Asynch, model_emu: Served) -> None:

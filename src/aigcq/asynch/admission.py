@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
 import redis.asyncio as aioredis
 
 from aigcq.asynch.coalesce import Coalescer
+from aigcq.asynch.rebuild import REBUILD_NEEDED, RUN_ID_CHECK, RUN_ID_KEY, RedisStateLost
 from aigcq.asynch.runtime import (
     EFFECTIVE_LIMIT,
     gate_key,
@@ -36,9 +37,11 @@ from aigcq.plumbing.redis_mux import RedisMux
 # none), ARGV[3j+2] task_id, ARGV[3j+3] '1' to release the gate slot. Take i (k = 2r + 4(i-1),
 # a = 3 + 3r + 4(i-1)): KEYS[k+1..k+4] gate, runtime queue limit, semaphore, runtime max
 # concurrency; ARGV[a+1..a+4] task_id, queue cap, lease, semaphore cap. Returns one result
-# per take: 0 queue full, 1 queued (gate slot only), 2 running (gate slot and lease).
+# per take: 0 queue full, 1 queued (gate slot only), 2 running (gate slot and lease), or -1
+# for every take when the last key, the run id, is missing (Redis lost its data: rebuild).
 _OPS = (
     EFFECTIVE_LIMIT
+    + RUN_ID_CHECK
     + """
 local now = tonumber(ARGV[1])
 local expiry = now + tonumber(ARGV[2])
@@ -49,7 +52,12 @@ for j = 1, releases do
   if ARGV[a + 3] == '1' then redis.call('ZREM', KEYS[2 * j], ARGV[a + 2]) end
 end
 local out = {}
-for i = 1, (#KEYS - 2 * releases) / 4 do
+local takes = (#KEYS - 1 - 2 * releases) / 4
+if run_id_missing(KEYS[#KEYS]) then
+  for i = 1, takes do out[i] = -1 end
+  return out
+end
+for i = 1, takes do
   local k, a = 2 * releases + 4 * (i - 1), 3 + 3 * releases + 4 * (i - 1)
   local gate, sem = KEYS[k + 1], KEYS[k + 3]
   local result = 2
@@ -77,6 +85,7 @@ return out
 
 
 class Admitted(enum.IntEnum):
+    REBUILD_NEEDED = REBUILD_NEEDED  # internal: Redis lost its data, nothing taken
     QUEUE_FULL = 0  # refused by the gate: nothing taken
     QUEUED = 1  # gate slot taken, no semaphore lease: the task waits in state 0
     RUNNING = 2  # gate slot and semaphore lease taken: the task may start now
@@ -100,8 +109,14 @@ class _Release(NamedTuple):
 
 
 class Admission:
-    def __init__(self, redis: aioredis.Redis, lease_seconds: float) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        lease_seconds: float,
+        rebuild: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.redis = redis
+        self.rebuild = rebuild
         self.lease_seconds = lease_seconds
         self._script = redis.register_script(_OPS)
         self._mux = RedisMux(redis)  # a call per createTask and per finished attempt
@@ -114,7 +129,14 @@ class Admission:
         self, model: str, tenant: str, task_id: str, lease: str, queue_cap: int, sem_cap: int
     ) -> Admitted:
         """Take a gate slot for ``task_id`` and, if that worked, try the lease ``lease``."""
-        admitted = await self._ops.submit(_Take(model, tenant, task_id, lease, queue_cap, sem_cap))
+        take = _Take(model, tenant, task_id, lease, queue_cap, sem_cap)
+        for _ in range(3):
+            admitted = await self._ops.submit(take)
+            if admitted is not Admitted.REBUILD_NEEDED or self.rebuild is None:
+                break
+            await self.rebuild()
+        if admitted is Admitted.REBUILD_NEEDED:
+            raise RedisStateLost("Redis lost the asynch state and it could not be rebuilt")
         assert admitted is not None
         if metrics.gate_taken(model, admitted is not Admitted.QUEUE_FULL):
             metrics.semaphore_acquired(model, admitted is Admitted.RUNNING)
@@ -143,5 +165,6 @@ class Admission:
                 runtime_max_concurrency_key(t.model),
             ]
             args += [t.task_id, t.queue_cap, t.lease, t.sem_cap]
+        keys.append(RUN_ID_KEY)
         taken = iter(await self._mux.script(self._script, keys, args))
         return [Admitted(int(next(taken))) if isinstance(i, _Take) else None for i in items]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from aigcq.asynch.autotune import auto_tune
-from aigcq.asynch.http import camel, parse_body, reply, service
+from aigcq.asynch.hosts import check_model_host
+from aigcq.asynch.http import camel, parse_body, reply, require_admin, service
 from aigcq.asynch.schemas import (
+    INT32_MAX,
     AutoTune,
     ModelCreate,
     ModelRef,
@@ -16,20 +18,27 @@ from aigcq.asynch.schemas import (
     ModelUpdate,
 )
 
-router = APIRouter(prefix="/model")
+MAX_PAGE = 1_000_000
+# Every /model route is management: the admin token when one is set.
+router = APIRouter(prefix="/model", dependencies=[Depends(require_admin)])
 
 
 @router.post("/createModel")
 async def create_model(request: Request) -> Response:
     body = await parse_body(request, ModelCreate)
-    row = await service(request).models.create(body.model_name, body.columns())
+    svc = service(request)
+    check_model_host(str(body.base_url), svc.settings.model_hosts)
+    row = await svc.models.create(body.model_name, body.columns())
     return reply(camel(row))
 
 
 @router.post("/updateModel")
 async def update_model(request: Request) -> Response:
     body = await parse_body(request, ModelUpdate)
-    row = await service(request).models.update(body.model_name, body.columns())
+    svc = service(request)
+    if body.base_url is not None:
+        check_model_host(str(body.base_url), svc.settings.model_hosts)
+    row = await svc.models.update(body.model_name, body.columns())
     return reply(camel(row))
 
 
@@ -41,7 +50,9 @@ async def delete_model(request: Request) -> Response:
 
 
 @router.get("/getModel")
-async def get_model(request: Request, model_name: str = Query(alias="modelName")) -> Response:
+async def get_model(
+    request: Request, model_name: str = Query(alias="modelName", max_length=128)
+) -> Response:
     return reply(camel(await service(request).models.get(model_name)))
 
 
@@ -49,7 +60,7 @@ async def get_model(request: Request, model_name: str = Query(alias="modelName")
 async def list_models(
     request: Request,
     enabled: int | None = Query(None, ge=0, le=1),
-    page: int = Query(1, ge=1),
+    page: int = Query(1, ge=1, le=MAX_PAGE),
     page_size: int = Query(20, ge=1, le=500, alias="pageSize"),
 ) -> Response:
     rows = await service(request).models.list_models(enabled, (page - 1) * page_size, page_size)
@@ -76,14 +87,16 @@ async def delete_model_type(request: Request) -> Response:
 
 
 @router.get("/type/getModelType")
-async def get_model_type(request: Request, type_id: int = Query(alias="typeId")) -> Response:
+async def get_model_type(
+    request: Request, type_id: int = Query(alias="typeId", ge=1, le=INT32_MAX)
+) -> Response:
     return reply(camel(await service(request).types.get(type_id)))
 
 
 @router.get("/type/listModelType")
 async def list_model_types(
     request: Request,
-    page: int = Query(1, ge=1),
+    page: int = Query(1, ge=1, le=MAX_PAGE),
     page_size: int = Query(20, ge=1, le=500, alias="pageSize"),
 ) -> Response:
     rows = await service(request).types.list_types((page - 1) * page_size, page_size)

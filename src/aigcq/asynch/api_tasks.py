@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from aigcq.asynch.errors import AsynchError, Code
-from aigcq.asynch.http import parse_body, reply, service
+from aigcq.asynch.http import parse_body, reply, require_admin, service
 from aigcq.asynch.identity import identity_from
 from aigcq.asynch.schemas import RunWork, TaskBatch, TaskCreate
 from aigcq.asynch.states import State
@@ -46,7 +46,7 @@ async def get_task_batch(request: Request) -> Response:
     return reply({"tasks": rows, "not_found": missing})
 
 
-@router.post("/runWork")
+@router.post("/runWork", dependencies=[Depends(require_admin)])
 async def run_work(request: Request) -> Response:
     """Claim one batch and wait for it to finish."""
     body = await parse_body(request, RunWork)
@@ -61,6 +61,6 @@ async def run_work(request: Request) -> Response:
     )
 
 
-@router.post("/cleanWork")
+@router.post("/cleanWork", dependencies=[Depends(require_admin)])
 async def clean_work(request: Request) -> Response:
     return reply((await service(request).cleaner.run_once()).as_dict())

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response
-from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse
 from starlette.exceptions import HTTPException
 
 from aigcq.asynch.api_models import router as model_router
 from aigcq.asynch.api_tasks import router as task_router
+from aigcq.asynch.envelope import ErrorEnvelope
 from aigcq.asynch.errors import AsynchError, Code
 from aigcq.asynch.fastpath import TaskFastPath
 from aigcq.asynch.http import error_response, reply, service, validation_error
 from aigcq.asynch.metrics import asynch_state
+from aigcq.asynch.openapi import document
 from aigcq.asynch.overview import overview_router
 from aigcq.asynch.service import AsynchService
 from aigcq.observability.metrics import endpoint
@@ -29,6 +30,7 @@ def create_app(svc: AsynchService | None = None, admin_token: str = "") -> FastA
     app.include_router(model_router)
     app.include_router(task_router)
     app.add_middleware(TaskFastPath)  # the hot task endpoints, same handlers, fewer layers
+    app.add_middleware(ErrorEnvelope)  # outermost: every error in the envelope
     app.include_router(overview_router(admin_token))
     app.add_route("/metrics", endpoint(asynch_state(app)), include_in_schema=False)
 
@@ -45,7 +47,11 @@ def create_app(svc: AsynchService | None = None, admin_token: str = "") -> FastA
         """No such endpoint, or not with this method: in the API's envelope too."""
         path = request.url.path
         if exc.status_code not in (404, 405):
-            return await http_exception_handler(request, exc)
+            code = Code.INVALID_ARGUMENT if exc.status_code == 400 else Code.INTERNAL_ERROR
+            error = AsynchError(code, str(exc.detail))
+            response = error_response(error)
+            response.status_code = exc.status_code
+            return response
         if exc.status_code == 405:
             error = AsynchError(Code.METHOD_NOT_ALLOWED, f"{path} does not take {request.method}")
         else:
@@ -64,10 +70,12 @@ def create_app(svc: AsynchService | None = None, admin_token: str = "") -> FastA
         local = service(request).local_files
         try:
             path = local.path_of(name) if local else None
-        except StorageError:
-            path = None
-        if path is None or not path.is_file():
+            found = path is not None and path.is_file()
+        except (StorageError, ValueError):  # ValueError: a NUL in the name
+            path, found = None, False
+        if path is None or not found:
             return error_response(AsynchError(Code.FILE_NOT_FOUND, f"no file {name!r}"))
         return FileResponse(path)
 
+    document(app)
     return app

@@ -9,22 +9,28 @@ Rules, in order:
    result files of deleted tasks are deleted too (when they are in this process's folder);
 3. state 1 running longer than ``timeout_seconds`` + grace, and state 0 queued longer than
    ``queue_timeout_seconds`` → state 3 (their gate and semaphore slots are released);
+   state 1 whose holder died (its semaphore lease gone at two looks in a row) → state 0 at
+   the head of the queue, no retry used (:meth:`Cleaner.reclaim`, also run by every
+   serving process every half lease);
 4. state 3 with retries left → state 0 with ``retry_count + 1`` once the gate gives it a slot
    again: to the head of the queue when ``retry_queue_max_seconds`` is 0 or the task is older
    than that, else to the tail; a queued retry that has waited longer than
    ``retry_queue_max_seconds`` is moved to the head;
 5. the queue-limit gates are reconciled with the rows (slots of tasks that are no longer
-   queued or running are freed; live tasks missing from a gate get their slot back).
+   queued or running are freed; live tasks missing from a gate get their slot back);
+6. success callbacks given up on more than 7 days ago are deleted.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 from aigcq.asynch.db import Pool, Row
 from aigcq.asynch.gate import QueueGate
+from aigcq.asynch.runtime import semaphore_key
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import lease_id
 from aigcq.observability.jsonlog import ctx
@@ -45,6 +51,10 @@ _DELETE_ORPHANED = """
 DELETE FROM asynch_task t WHERE t.state = 3 AND t.finished_at < now() - interval '1 day'
   AND NOT EXISTS (SELECT 1 FROM asynch_models m WHERE m.model_name = t.model_name)
 RETURNING t.oss_file
+"""
+# Callbacks given up on are kept a week for the stats, then forgotten.
+_DELETE_GIVEN_UP_CALLBACKS = """
+DELETE FROM asynch_callback WHERE state = 2 AND updated_at < now() - interval '7 days'
 """
 _TIME_OUT = """
 UPDATE asynch_task t SET state = 3, finished_at = now(), updated_at = now(),
@@ -79,16 +89,33 @@ WHERE t.state = 0 AND t.retry_count > 0 AND t.priority = 0 AND m.model_name = t.
 """
 
 
+# Running attempts old enough to have renewed their lease at least once.
+_RUNNING = """
+SELECT task_id, model_name, tenant_id, attempt FROM asynch_task
+WHERE state = 1 AND started_at < now() - make_interval(secs => %s)
+ORDER BY started_at LIMIT 1000
+"""
+# Back to the head of the queue, same retry_count: the holder died, the model call did not fail.
+_RECLAIM = """
+UPDATE asynch_task t SET state = 0, priority = 1, started_at = NULL, updated_at = now()
+FROM unnest(%s::text[], %s::int[]) AS d(task_id, attempt)
+WHERE t.task_id = d.task_id AND t.state = 1 AND t.attempt = d.attempt
+RETURNING t.task_id
+"""
+
+
 @dataclass
 class CleanReport:
     deleted_downloaded: int = 0
     deleted_failed: int = 0
     timed_out: int = 0
+    reclaimed: int = 0
     requeued: int = 0
     promoted: int = 0
     gate_released: int = 0
     gate_restored: int = 0
     files_deleted: int = 0
+    callbacks_deleted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -105,7 +132,9 @@ class Cleaner:
         queue_timeout: float,
         gate_grace: float,
         files: LocalStorage | None = None,
+        rebuild: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self.rebuild = rebuild
         self.pool = pool
         self.files = files
         self.gate = gate
@@ -113,6 +142,7 @@ class Cleaner:
         self.running_grace = running_grace
         self.queue_timeout = queue_timeout
         self.gate_grace = gate_grace
+        self._dead: set[tuple[str, int]] = set()  # leases found gone at the last look
 
     async def run_once(self) -> CleanReport:
         report = CleanReport()
@@ -120,11 +150,13 @@ class Cleaner:
             downloaded = await (await conn.execute(_DELETE_DOWNLOADED)).fetchall()
             failed = await (await conn.execute(_DELETE_EXHAUSTED)).fetchall()
             failed += await (await conn.execute(_DELETE_ORPHANED)).fetchall()
+            report.callbacks_deleted = (await conn.execute(_DELETE_GIVEN_UP_CALLBACKS)).rowcount
         report.deleted_downloaded, report.deleted_failed = len(downloaded), len(failed)
         if self.files is not None:
             urls = (r["oss_file"] for r in [*downloaded, *failed] if r["oss_file"])
             report.files_deleted = await self.files.remove_urls(urls)
         report.timed_out = await self._time_out()
+        report.reclaimed = len(await self.reclaim())
         report.requeued = await self._requeue()
         async with self.pool.connection() as conn:
             report.promoted = (await conn.execute(_PROMOTE)).rowcount
@@ -145,6 +177,46 @@ class Cleaner:
             lease = lease_id(row["task_id"], row["attempt"])
             await self.semaphore.release(row["model_name"], row["tenant_id"], lease)
         return len(rows)
+
+    async def reclaim(self) -> list[str]:
+        """Requeue running attempts whose holder died: their semaphore lease is gone (a live
+        holder renews it every third of its length, and puts it back if it was lost) at two
+        looks in a row. They go to the head of the queue without using a retry (the model
+        call did not fail); the next claim's attempt number fences the old holder.
+        Returns the requeued task ids."""
+        if self.rebuild is not None:
+            await self.rebuild()  # leases missing because Redis lost its data are not deaths
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_RUNNING, (self.semaphore.lease_seconds,))
+            rows = await cur.fetchall()
+        if not rows:
+            self._dead.clear()
+            return []
+        pipe = self.semaphore.redis.pipeline(transaction=False)
+        for r in rows:
+            pipe.zscore(
+                semaphore_key(r["model_name"], r["tenant_id"]), lease_id(r["task_id"], r["attempt"])
+            )
+        now = time.time()
+        gone = {
+            (r["task_id"], int(r["attempt"]))
+            for r, score in zip(rows, await pipe.execute(), strict=True)
+            if score is None or float(score) < now
+        }
+        dead, self._dead = gone & self._dead, gone - self._dead
+        if not dead:
+            return []
+        ids, attempts = zip(*sorted(dead), strict=True)
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_RECLAIM, (list(ids), list(attempts)))
+            requeued = [r["task_id"] for r in await cur.fetchall()]
+        for task_id in requeued:
+            log.warning(
+                "task %s: its worker died (lease gone); requeued at the head, no retry used",
+                task_id,
+                extra=ctx(task=task_id),
+            )
+        return requeued
 
     async def _requeue(self) -> int:
         async with self.pool.connection() as conn, conn.transaction():

@@ -9,9 +9,10 @@ from typing import Annotated, Any
 import typer
 import uvicorn
 
+from aigcq.asynch import goconfig
 from aigcq.asynch.app import create_app
 from aigcq.asynch.backing import backing_services
-from aigcq.asynch.migrate import migrate
+from aigcq.asynch.migrate import SchemaMismatch, migrate
 from aigcq.asynch.service import open_service
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.config import Settings
@@ -50,6 +51,7 @@ def serve(
 ) -> None:
     """Apply migrations and serve the API (private PostgreSQL/Redis when no URL is set)."""
     _logging(log_level)
+    goconfig.apply()  # the Go service's config.yml, when there is one
     overrides: dict[str, Any] = {
         "host": host, "port": port, "worker_enabled": worker, "cleaner_enabled": cleaner
     }  # fmt: skip
@@ -69,6 +71,11 @@ async def _serve(
 ) -> None:
     applied = await migrate(database_url)
     log.info("schema up to date (applied now: %s)", applied or "none")
+    if not settings.admin_token:
+        log.warning(
+            "AIGCQ_ASYNCH_ADMIN_TOKEN is not set: the management routes (/model/*, runWork,"
+            " cleanWork) are open to anyone who can reach this port"
+        )
     async with (
         open_service(
             settings, database_url=database_url, redis_url=redis_url, data_dir=base.data_dir
@@ -90,8 +97,13 @@ async def _serve(
 def migrate_command(log_level: LogLevel = "INFO") -> None:
     """Apply pending schema migrations and exit."""
     _logging(log_level)
+    goconfig.apply()
     base = Settings()
     exit_on_sigterm()
     with backing_services(base.database_url, "unused", base.data_dir) as (db, _):
-        applied = asyncio.run(migrate(db))
+        try:
+            applied = asyncio.run(migrate(db))
+        except SchemaMismatch as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
     typer.echo(f"applied: {applied or 'nothing, schema up to date'}")

@@ -12,9 +12,11 @@ Pool = AsyncConnectionPool[AsyncConnection[DictRow]]
 Row = dict[str, Any]
 
 
-async def open_pool(conninfo: str, max_size: int) -> Pool:
+async def open_pool(conninfo: str, max_size: int, timeout: float = 30.0) -> Pool:
+    """``timeout``: the longest wait for a connection (PoolTimeout after it)."""
     pool: Pool = AsyncConnectionPool(
         conninfo,
+        timeout=timeout,
         min_size=min(2, max_size),
         max_size=max_size,
         kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 2},

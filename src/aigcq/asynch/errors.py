@@ -27,6 +27,10 @@ class Code(StrEnum):
     FILE_NOT_FOUND = "FILE_NOT_FOUND"
     NOT_FOUND = "NOT_FOUND"  # no such endpoint
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    UNAUTHORIZED = "UNAUTHORIZED"  # a management route without the admin token
+    MODEL_HOST_NOT_ALLOWED = "MODEL_HOST_NOT_ALLOWED"
+    UNAVAILABLE = "UNAVAILABLE"  # PostgreSQL or Redis unreachable: try again (Retry-After)
+    INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug: logged with its traceback
 
 
 STATUS: dict[Code, int] = {
@@ -45,16 +49,23 @@ STATUS: dict[Code, int] = {
     Code.FILE_NOT_FOUND: 404,
     Code.NOT_FOUND: 404,
     Code.METHOD_NOT_ALLOWED: 405,
+    Code.UNAUTHORIZED: 401,
+    Code.MODEL_HOST_NOT_ALLOWED: 403,
+    Code.UNAVAILABLE: 503,
+    Code.INTERNAL_ERROR: 500,
 }
+#: Seconds a client should wait before trying again after ``UNAVAILABLE``.
+RETRY_AFTER_SECONDS = 2
 
 
 class AsynchError(Exception):
     """A refused request: a code, a message for the caller, and no change made."""
 
-    def __init__(self, code: Code, message: str) -> None:
+    def __init__(self, code: Code, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.headers = headers or {}
 
     @property
     def status(self) -> int:

@@ -10,16 +10,19 @@ left behind by comparing the members with the rows.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import redis.asyncio as aioredis
 
+from aigcq.asynch.rebuild import REBUILD_NEEDED, RUN_ID_CHECK, RUN_ID_KEY, RedisStateLost
 from aigcq.asynch.runtime import EFFECTIVE_LIMIT, gate_key, runtime_queue_limit_key
 from aigcq.observability import metrics
 
 _TAKE = (
     EFFECTIVE_LIMIT
+    + RUN_ID_CHECK
     + """
+if run_id_missing(KEYS[3]) then return -1 end
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
 if redis.call('ZCARD', KEYS[1]) >= effective_limit(KEYS[2], tonumber(ARGV[2])) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
@@ -29,15 +32,24 @@ return 1
 
 
 class QueueGate:
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, rebuild: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self.redis = redis
+        self.rebuild = rebuild
         self._take = redis.register_script(_TAKE)
 
     async def take(self, model: str, task_id: str, cap: int) -> bool:
         """Take a slot for ``task_id``; False when the model's queue is full."""
-        keys = [gate_key(model), runtime_queue_limit_key(model)]
-        ok = bool(await self._take(keys=keys, args=[task_id, cap, time.time()]))
-        return metrics.gate_taken(model, ok)
+        keys = [gate_key(model), runtime_queue_limit_key(model), RUN_ID_KEY]
+        for _ in range(3):
+            result = int(await self._take(keys=keys, args=[task_id, cap, time.time()]))
+            if result != REBUILD_NEEDED or self.rebuild is None:
+                break
+            await self.rebuild()
+        if result == REBUILD_NEEDED:
+            raise RedisStateLost("Redis lost the asynch state and it could not be rebuilt")
+        return metrics.gate_taken(model, result == 1)
 
     async def release(self, model: str, *task_ids: str) -> None:
         if task_ids:

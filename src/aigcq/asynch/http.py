@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import Any, TypeVar
 
 import orjson
@@ -12,6 +13,7 @@ from pydantic.alias_generators import to_camel
 
 from aigcq.asynch.errors import AsynchError, Code, ok
 from aigcq.asynch.service import AsynchService
+from aigcq.gateway.auth import bearer
 
 _B = TypeVar("_B", bound=BaseModel)
 
@@ -26,26 +28,76 @@ def reply(data: Any = None) -> Response:
 
 
 def error_response(exc: AsynchError) -> Response:
-    return Response(orjson.dumps(exc.body()), status_code=exc.status, media_type="application/json")
+    return Response(
+        orjson.dumps(exc.body()),
+        status_code=exc.status,
+        headers=exc.headers or None,
+        media_type="application/json",
+    )
 
 
 def camel(row: dict[str, Any]) -> dict[str, Any]:
     return {to_camel(k): v for k, v in row.items()}
 
 
-async def parse_body(request: Request, model: type[_B]) -> _B:
-    """Read and validate a JSON body: ``PAYLOAD_TOO_LARGE`` / ``INVALID_ARGUMENT`` on failure."""
-    limit = service(request).settings.max_payload_bytes
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with ``PAYLOAD_TOO_LARGE`` past ``limit`` bytes: by its declared
+    Content-Length, or while reading it (a chunked body has none)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise AsynchError(Code.PAYLOAD_TOO_LARGE, f"body is larger than {limit} bytes")
-    body = await request.body()
-    if len(body) > limit:
-        raise AsynchError(Code.PAYLOAD_TOO_LARGE, f"body is larger than {limit} bytes")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise AsynchError(Code.PAYLOAD_TOO_LARGE, f"body is larger than {limit} bytes")
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def parse_body(request: Request, model: type[_B]) -> _B:
+    """Read and validate a JSON body: ``PAYLOAD_TOO_LARGE`` / ``INVALID_ARGUMENT`` on failure.
+
+    Fields the model does not know are ignored (as Go's decoder does); no string anywhere in
+    the body may hold a NUL character (PostgreSQL cannot store one)."""
+    body = await read_body(request, service(request).settings.max_payload_bytes)
     try:
-        return model.model_validate_json(body or b"{}")
+        parsed = model.model_validate_json(body or b"{}")
     except ValidationError as exc:
         raise invalid(exc.errors()) from None
+    if b"\\u0000" in body and (where := nul_path(orjson.loads(body))) is not None:
+        raise AsynchError(Code.INVALID_ARGUMENT, f"{where}: must not contain NUL (\\u0000)")
+    return parsed
+
+
+def nul_path(value: Any, where: str = "") -> str | None:
+    """Where in a JSON value a string (or an object key) holds a NUL character."""
+    if isinstance(value, str):
+        return (where or "body") if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if "\x00" in key:
+                return path.replace("\x00", "\\u0000")
+            if (found := nul_path(item, path)) is not None:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if (found := nul_path(item, f"{where}[{i}]")) is not None:
+                return found
+    return None
+
+
+def require_admin(request: Request) -> None:
+    """The management routes' check: the admin token (``AIGCQ_ASYNCH_ADMIN_TOKEN``) as a
+    Bearer token or ``X-Admin-Token``; open when no token is configured."""
+    expected = service(request).settings.admin_token
+    if not expected:
+        return
+    given = request.headers.get("x-admin-token") or bearer(request.headers.get("authorization"))
+    if not given or not hmac.compare_digest(given.encode(), expected.encode()):
+        raise AsynchError(Code.UNAUTHORIZED, "this route needs the admin token")
 
 
 def invalid(errors: Any) -> AsynchError:

@@ -67,5 +67,5 @@ def _first(info: Mapping[str, Any], keys: tuple[str, ...]) -> str:
     for key in keys:
         value = info.get(key)
         if value not in (None, ""):
-            return str(value)[:128]
+            return str(value).replace("\x00", "")[:128]  # PostgreSQL text holds no NUL
     return ""

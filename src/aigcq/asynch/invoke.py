@@ -20,6 +20,8 @@ from aigcq.asynch.models_repo import ModelConfig
 TASK_ID_HEADER = "X-Asynch-Task-Id"
 #: Connections to model services kept open at once (per process).
 MAX_CONNECTIONS = 1000
+#: Largest reply by default (``AIGCQ_ASYNCH_REPLY_MAX_BYTES``).
+DEFAULT_MAX_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -45,16 +47,24 @@ def model_session() -> aiohttp.ClientSession:
 
 
 async def call_model(
-    session: aiohttp.ClientSession, model: ModelConfig, task_id: str, payload: Any, model_key: str
+    session: aiohttp.ClientSession,
+    model: ModelConfig,
+    task_id: str,
+    payload: Any,
+    model_key: str,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Reply:
     """Call the model service once; raises :class:`CallError` on any failure.
 
-    Like the seed, ``timeout_seconds`` bounds connecting and each wait for data; a request
-    that could not connect (refused, unreachable, connect timeout) did not reach the service.
+    ``timeout_seconds`` bounds the whole call: connecting, sending and every byte of the
+    reply (a server that drips its reply slowly is cut off at the deadline). A reply longer
+    than ``max_bytes`` fails the call as soon as that is known (its Content-Length, or the
+    bytes read so far). A request that could not connect (refused, unreachable, connect
+    timeout) did not reach the service.
     """
     headers = {**merge_headers(model.head_msg, model_key), TASK_ID_HEADER: task_id}
     seconds = float(model.timeout_seconds)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=seconds)
+    timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=seconds)
     try:
         async with session.request(
             model.http_method,
@@ -63,9 +73,19 @@ async def call_model(
             timeout=timeout,
             **_body(model.http_method, payload),
         ) as response:
-            content = await response.read()
             status = response.status
+            length = response.content_length
+            if length is not None and length > max_bytes:
+                raise ReplyTooLarge(length)
+            if length is not None:
+                content = await response.read()
+            else:
+                content = await _read_bounded(response, max_bytes)
             content_type = response.headers.get("Content-Type", "application/octet-stream")
+    except ReplyTooLarge as exc:
+        message = f"model reply is larger than the limit of {max_bytes} bytes ({exc.size}"
+        message += " bytes announced)" if exc.announced else "+ bytes)"
+        raise CallError(message, called=True) from None
     except aiohttp.ConnectionTimeoutError as exc:
         message = f"cannot connect to {model.url}: no connection within {seconds:g} s"
         raise CallError(message, called=False) from exc
@@ -73,7 +93,7 @@ async def call_model(
         reason = os.strerror(exc.errno) if exc.errno else str(exc.os_error)
         raise CallError(f"cannot connect to {model.url}: {reason}", called=False) from exc
     except (aiohttp.SocketTimeoutError, TimeoutError) as exc:
-        message = f"{model.http_method} {model.url}: no reply data for {seconds:g} s"
+        message = f"{model.http_method} {model.url}: no complete reply within {seconds:g} s"
         raise CallError(message, called=True) from exc
     except aiohttp.ClientError as exc:
         message = f"{model.http_method} {model.url}: {exc or type(exc).__name__}"
@@ -82,6 +102,25 @@ async def call_model(
         snippet = content.decode("utf-8", errors="replace")[:500]
         raise CallError(f"model service HTTP {status}: {snippet}", called=True)
     return Reply(content, content_type)
+
+
+class ReplyTooLarge(Exception):
+    def __init__(self, size: int, *, announced: bool = True) -> None:
+        super().__init__(size)
+        self.size = size
+        self.announced = announced
+
+
+async def _read_bounded(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The body of a reply without a Content-Length (chunked), failing past ``max_bytes``."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > max_bytes:
+            raise ReplyTooLarge(max_bytes, announced=False)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _body(method: str, payload: Any) -> dict[str, Any]:

@@ -36,7 +36,9 @@ class LeaseKeeper:
         try:
             if not await self.semaphore.renew(task.model_name, task.tenant_id, task.lease_id):
                 log.warning(
-                    "task %s: semaphore lease was lost", task.task_id, extra=ctx(task=task.task_id)
+                    "task %s: semaphore lease was lost; put back",
+                    task.task_id,
+                    extra=ctx(task=task.task_id),
                 )
         except Exception as exc:  # not known to be lost: the next renewal tries again
             round_failed(log, f"task {task.task_id}: renewing the semaphore lease", exc)

@@ -1,4 +1,5 @@
-"""The state model-asynch exports on ``/metrics``: queue-limit gate use per model."""
+"""The state model-asynch exports on ``/metrics``: queue-limit gate use per model, success
+callbacks owed and given up."""
 
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ def asynch_state(app: FastAPI) -> Source:
         )
         for model, count in zip(models, await pipe.execute(), strict=True):
             used.add_metric([model], int(count))
-        return [used]
+        callbacks = GaugeMetricFamily(
+            "aigcq_asynch_callbacks",
+            "Success callbacks owed (not delivered yet) and given up after every try.",
+            labels=["state"],
+        )
+        for state, n in (await svc.callbacks.counts()).items():
+            callbacks.add_metric([state], n)
+        return [used, callbacks]
 
     return state

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, fields
 from typing import Any
@@ -31,10 +32,14 @@ class ModelConfig:
     retry_times: int
     retry_queue_max_seconds: int
     auto_clean_seconds: int
+    models_type: str = ""
+    #: The parsed ``responseJsonSchema`` of the model's types that declare one.
+    response_schemas: tuple[Any, ...] = ()
 
     @classmethod
-    def from_row(cls, row: Row) -> ModelConfig:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
+    def from_row(cls, row: Row, response_schemas: tuple[Any, ...] = ()) -> ModelConfig:
+        values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+        return cls(**values, response_schemas=response_schemas)
 
     @property
     def url(self) -> str:
@@ -49,6 +54,7 @@ class ModelRepo:
         self._cache: dict[str, tuple[float, ModelConfig]] = {}
 
     async def create(self, name: str, cols: Row) -> Row:
+        await self._check_types(cols.get("models_type", ""))
         cols = {"model_name": name, **cols}
         query = sql.SQL("INSERT INTO asynch_models ({}) VALUES ({}) RETURNING *").format(
             sql.SQL(", ").join(map(sql.Identifier, cols)),
@@ -62,6 +68,7 @@ class ModelRepo:
         return row
 
     async def update(self, name: str, cols: Row) -> Row:
+        await self._check_types(cols.get("models_type", ""))
         assignments: list[sql.Composable] = [
             sql.SQL("{} = %s").format(sql.Identifier(c)) for c in cols
         ]
@@ -116,9 +123,48 @@ class ModelRepo:
         cached = self._cache.get(name)
         if cached and cached[0] > time.monotonic():
             return cached[1]
-        config = ModelConfig.from_row(await self.get(name))
+        row = await self.get(name)
+        config = ModelConfig.from_row(row, await self._schemas(row["models_type"]))
         self._cache[name] = (time.monotonic() + self.cache_seconds, config)
         return config
+
+    async def _check_types(self, models_type: str) -> None:
+        """``MODEL_TYPE_NOT_FOUND`` when ``models_type`` lists an id the types table lacks."""
+        ids = sorted({int(i) for i in models_type.split(",") if i.strip().isdigit()})
+        if not ids:
+            return
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT type_id FROM asynch_models_type WHERE type_id = ANY(%s::bigint[])", (ids,)
+            )
+            known = {r["type_id"] for r in await cur.fetchall()}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            listed = ", ".join(map(str, missing))
+            raise AsynchError(
+                Code.MODEL_TYPE_NOT_FOUND, f"modelsType: no model type {listed} (create it first)"
+            )
+
+    async def _schemas(self, models_type: str) -> tuple[Any, ...]:
+        """The parsed ``responseJsonSchema`` of the listed type ids that have one."""
+        ids = [int(i) for i in models_type.split(",") if i.strip().isdigit()]
+        if not ids:
+            return ()
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT response_json_schema FROM asynch_models_type"
+                " WHERE type_id = ANY(%s::bigint[]) AND response_json_schema <> ''"
+                " ORDER BY type_id",
+                (ids,),
+            )
+            texts = [r["response_json_schema"] for r in await cur.fetchall()]
+        schemas = []
+        for text in texts:
+            try:
+                schemas.append(json.loads(text))
+            except json.JSONDecodeError:
+                continue  # not a schema we can follow
+        return tuple(s for s in schemas if isinstance(s, dict))
 
     async def _fetch_one(self, query: sql.SQL | sql.Composed, params: list[Any]) -> Row | None:
         async with self.pool.connection() as conn:

@@ -39,13 +39,17 @@ def overview_router(admin_token: str) -> APIRouter:
     @router.get("/admin/overview", summary="Models, gate / semaphore use, recent tasks")
     async def admin_overview(request: Request) -> Response:
         if not admin_token:
-            return JSONResponse({"code": "FORBIDDEN", "message": "no admin token set"}, 403)
+            return JSONResponse(
+                {"code": "FORBIDDEN", "message": "no admin token set", "data": None}, 403
+            )
         given = bearer(request.headers.get("authorization")) or ""
         if not hmac.compare_digest(given.encode(), admin_token.encode()):
-            return JSONResponse({"code": "UNAUTHORIZED", "message": "admin token required"}, 401)
+            return JSONResponse(
+                {"code": "UNAUTHORIZED", "message": "admin token required", "data": None}, 401
+            )
         svc: AsynchService | None = request.app.state.asynch
         if svc is None:
-            return JSONResponse({"code": "UNAVAILABLE", "message": "starting"}, 503)
+            return JSONResponse({"code": "UNAVAILABLE", "message": "starting", "data": None}, 503)
         return JSONResponse(await overview(svc))
 
     return router
@@ -98,7 +102,14 @@ async def overview(svc: AsynchService) -> dict[str, Any]:
             (RECENT,),
         )
         recent = [_task(r) for r in await cur.fetchall()]
-    return {"time": now, "models": rows, "taskCounts": counts, "recent": recent}
+    callbacks = await svc.callbacks.counts()
+    return {
+        "time": now,
+        "models": rows,
+        "taskCounts": counts,
+        "callbacks": callbacks,
+        "recent": recent,
+    }
 
 
 def _task(r: dict[str, Any]) -> dict[str, Any]:

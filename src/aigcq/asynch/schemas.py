@@ -1,4 +1,12 @@
-"""Request bodies of the asynch API (camelCase on the wire, snake_case columns inside)."""
+"""Request bodies of the asynch API (camelCase on the wire, snake_case columns inside).
+
+They decode what a Go client of the original service sends (see docs/compatibility.md):
+unknown fields are ignored; ``null`` means "not given"; the zero value of a field whose zero
+is not a valid setting (``maxConcurrency``, ``queueLimit``, ``timeoutSeconds``, ``batchSize``;
+``""`` for ``callbackUrl``, ``baseUrl`` on update, ``httpMethod``) means "not given" too, i.e.
+the default on create and no change on update. Types stay strict: an integer field takes a
+JSON integer only (not ``"5"``, ``true`` or ``5.0``), within the column's range.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StringConstraints,
     field_validator,
 )
@@ -20,6 +29,30 @@ from aigcq.asynch.headmsg import parse_head_msg
 
 ModelName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 TaskId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+INT32_MAX = 2_147_483_647  # the INTEGER columns
+TypeIds = Annotated[str, StringConstraints(pattern=r"^(\d{1,10}(,\d{1,10})*)?$", max_length=1024)]
+
+
+def _zero_unset(value: Any) -> Any:
+    """Go's zero value of a field whose zero is no valid setting: not given."""
+    return None if (type(value) is int and value == 0) or value == "" else value
+
+
+def _null_empty(value: Any) -> Any:
+    return "" if value is None else value
+
+
+#: Strict JSON integers within their columns' ranges.
+Flag = Annotated[int, Strict(), Field(ge=0, le=1)]
+NonNegative = Annotated[int, Strict(), Field(ge=0, le=INT32_MAX)]
+Positive = Annotated[int, Strict(), Field(ge=1, le=INT32_MAX)]
+Concurrency = Annotated[int, Strict(), Field(ge=1, le=100_000)]
+QueueLimit = Annotated[int, Strict(), Field(ge=1, le=10_000_000)]
+RetryTimes = Annotated[int, Strict(), Field(ge=0, le=100)]
+BatchSize = Annotated[int, Strict(), Field(ge=1, le=1000)]
+Window = Annotated[int, Strict(), Field(ge=-INT32_MAX, le=366 * 86400)]
+#: Go's zero value means "not given".
+Unset = BeforeValidator(_zero_unset)
 
 
 def _json_array(value: Any) -> Any:
@@ -43,7 +76,7 @@ def _json_text(value: Any) -> Any:
 
 class Body(BaseModel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", str_strip_whitespace=True
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", str_strip_whitespace=True
     )
 
 
@@ -51,20 +84,23 @@ class ModelUpdate(Body):
     """``/model/updateModel``: ``modelName`` plus the fields to change."""
 
     model_name: ModelName
-    models_type: Annotated[str, StringConstraints(pattern=r"^(\d+(,\d+)*)?$")] | None = None
+    models_type: (
+        Annotated[str, StringConstraints(pattern=r"^(\d{1,10}(,\d{1,10})*)?$", max_length=1024)]
+        | None
+    ) = None
     form: Annotated[list[dict[str, Any]], BeforeValidator(_json_array)] | None = None
-    base_url: AnyHttpUrl | None = None
+    base_url: Annotated[AnyHttpUrl | None, Unset] = None
     route: Annotated[str, StringConstraints(max_length=1024)] | None = None
-    http_method: Annotated[Literal["GET", "POST"], BeforeValidator(_upper)] | None = None
+    http_method: Annotated[Literal["GET", "POST"] | None, BeforeValidator(_upper), Unset] = None
     head_msg: Annotated[str, StringConstraints(max_length=8192)] | None = None
-    enabled: Literal[0, 1] | None = None
-    max_concurrency: Annotated[int, Field(ge=1, le=100_000)] | None = None
-    queue_limit: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
-    timeout_seconds: Annotated[int, Field(ge=1)] | None = None
-    expected_seconds: Annotated[int, Field(ge=0)] | None = None
-    retry_times: Annotated[int, Field(ge=0, le=100)] | None = None
-    retry_queue_max_seconds: Annotated[int, Field(ge=0)] | None = None
-    auto_clean_seconds: Annotated[int, Field(ge=0)] | None = None
+    enabled: Flag | None = None
+    max_concurrency: Annotated[Concurrency | None, Unset] = None
+    queue_limit: Annotated[QueueLimit | None, Unset] = None
+    timeout_seconds: Annotated[Positive | None, Unset] = None
+    expected_seconds: NonNegative | None = None
+    retry_times: RetryTimes | None = None
+    retry_queue_max_seconds: NonNegative | None = None
+    auto_clean_seconds: NonNegative | None = None
     remark: Annotated[str, StringConstraints(max_length=2048)] | None = None
 
     @field_validator("head_msg")
@@ -95,7 +131,7 @@ class ModelRef(Body):
 
 
 class ModelTypeUpdate(Body):
-    type_id: int = Field(ge=1)
+    type_id: Positive
     type: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
     prompt_info: str | None = None
     response_json_schema: Annotated[str | None, BeforeValidator(_json_text)] = None
@@ -107,7 +143,7 @@ class ModelTypeUpdate(Body):
 
 
 class ModelTypeCreate(ModelTypeUpdate):
-    type_id: int | None = Field(None, ge=1)  # type: ignore[assignment]
+    type_id: Annotated[Positive | None, Unset] = None  # type: ignore[assignment]
     type: Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
     def columns(self) -> dict[str, Any]:
@@ -115,15 +151,15 @@ class ModelTypeCreate(ModelTypeUpdate):
 
 
 class ModelTypeRef(Body):
-    type_id: int = Field(ge=1)
+    type_id: Positive
 
 
 class TaskCreate(Body):
     model_name: ModelName
     request_payload: Any = Field(...)
     biz_name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
-    callback_url: AnyHttpUrl | None = None
-    model_key: Annotated[str, StringConstraints(max_length=8192)] = ""
+    callback_url: Annotated[AnyHttpUrl | None, Unset] = None
+    model_key: Annotated[str, BeforeValidator(_null_empty), StringConstraints(max_length=8192)] = ""
 
     @field_validator("request_payload")
     @classmethod
@@ -144,8 +180,10 @@ class TaskBatch(Body):
 
 
 class RunWork(Body):
-    batch_size: int | None = Field(None, ge=1, le=1000)
+    batch_size: Annotated[BatchSize | None, Unset] = None
 
 
 class AutoTune(Body):
-    window_seconds: int | None = None
+    """``windowSeconds`` not given or <= 0: one hour (the seed); at most a year."""
+
+    window_seconds: Window | None = None

@@ -9,15 +9,19 @@ by the configured one.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 
+from aigcq.asynch.rebuild import REBUILD_NEEDED, RUN_ID_CHECK, RUN_ID_KEY, RedisStateLost
 from aigcq.asynch.runtime import EFFECTIVE_LIMIT, runtime_max_concurrency_key, semaphore_key
 from aigcq.observability import metrics
 
 _ACQUIRE = (
     EFFECTIVE_LIMIT
+    + RUN_ID_CHECK
     + """
+if run_id_missing(KEYS[3]) then return -1 end
 local now = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
@@ -29,30 +33,43 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[1])
 return 1
 """
 )
+# A live holder keeps its lease: one that was lost (Redis lost its data, or a renewal came
+# too late) is put back, as the attempt is still running; 0 tells it was missing.
 _RENEW = """
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
-  return 1
-end
+local had = redis.call('ZSCORE', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+if had then return 1 end
 return 0
 """
 
 
 class Semaphore:
-    def __init__(self, redis: aioredis.Redis, lease_seconds: float) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        lease_seconds: float,
+        rebuild: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.redis = redis
+        self.rebuild = rebuild
         self.lease_seconds = lease_seconds
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
 
     async def acquire(self, model: str, tenant: str, task_id: str, cap: int) -> bool:
-        keys = [semaphore_key(model, tenant), runtime_max_concurrency_key(model)]
-        args: list[str | float] = [task_id, cap, time.time(), self.lease_seconds]
-        ok = bool(await self._acquire(keys=keys, args=args))
-        return metrics.semaphore_acquired(model, ok)
+        keys = [semaphore_key(model, tenant), runtime_max_concurrency_key(model), RUN_ID_KEY]
+        for _ in range(3):
+            args: list[str | float] = [task_id, cap, time.time(), self.lease_seconds]
+            result = int(await self._acquire(keys=keys, args=args))
+            if result != REBUILD_NEEDED or self.rebuild is None:
+                break
+            await self.rebuild()
+        if result == REBUILD_NEEDED:
+            raise RedisStateLost("Redis lost the asynch state and it could not be rebuilt")
+        return metrics.semaphore_acquired(model, result == 1)
 
     async def renew(self, model: str, tenant: str, task_id: str) -> bool:
-        """Extend the lease; False when it was lost (expired and dropped)."""
+        """Extend the lease; False when it had been lost (it is put back)."""
         args: list[str | float] = [task_id, time.time() + self.lease_seconds]
         return bool(await self._renew(keys=[semaphore_key(model, tenant)], args=args))
 

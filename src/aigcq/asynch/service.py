@@ -21,6 +21,7 @@ from aigcq.asynch.executor import Executor
 from aigcq.asynch.gate import QueueGate
 from aigcq.asynch.invoke import model_session
 from aigcq.asynch.models_repo import ModelRepo
+from aigcq.asynch.rebuild import Rebuilder
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.asynch.tasks_repo import TaskRepo
@@ -70,6 +71,20 @@ class AsynchService:
                 round_failed(log, "cleaner pass failed", exc)
             await asyncio.sleep(self.settings.cleaner_interval_seconds)
 
+    async def reaper_loop(self) -> None:
+        """Every half lease: requeue the running attempts whose worker died (see
+        :meth:`Cleaner.reclaim`) and get them claimed."""
+        while True:
+            await asyncio.sleep(self.settings.lease_seconds / 2)
+            try:
+                for task_id in await self.cleaner.reclaim():
+                    if self.settings.worker_enabled:
+                        self.worker.wake()
+                    else:
+                        self.worker.follow(task_id)
+            except Exception as exc:
+                round_failed(log, "reclaiming the tasks of dead workers failed", exc)
+
     @contextlib.asynccontextmanager
     async def background(self) -> AsyncIterator[None]:
         """Run the worker and cleaner loops that the settings enable."""
@@ -94,8 +109,9 @@ async def open_service(
     storage_settings: StorageSettings | None = None,
 ) -> AsyncIterator[AsynchService]:
     """Open pools and clients, yield the service, then stop its work and close them."""
-    pool = await open_pool(database_url, settings.db_pool_max)
+    pool = await open_pool(database_url, settings.db_pool_max, settings.db_acquire_timeout_seconds)
     redis = redis_client(redis_url)
+    rebuild = Rebuilder(pool, redis, settings.lease_seconds).ensure
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
     http = httpx.AsyncClient(limits=limits, timeout=30.0)
     model_http = model_session()
@@ -106,12 +122,18 @@ async def open_service(
         default_dir=data_dir / "files",
         default_url=f"{public}/files",
     )
-    semaphore = Semaphore(redis, settings.lease_seconds)
-    gate = QueueGate(redis)
-    admission = Admission(redis, settings.lease_seconds)
+    semaphore = Semaphore(redis, settings.lease_seconds, rebuild)
+    gate = QueueGate(redis, rebuild)
+    admission = Admission(redis, settings.lease_seconds, rebuild)
     models = ModelRepo(pool, settings.model_cache_seconds)
     tasks = TaskRepo(pool)
-    callbacks = Callbacks(http, settings.callback_attempts, settings.callback_backoff_seconds)
+    callbacks = Callbacks(
+        pool,
+        http,
+        settings.callback_attempts,
+        settings.callback_backoff_seconds,
+        settings.callback_poll_seconds,
+    )
     executor = Executor(
         http=model_http,
         models=models,
@@ -123,6 +145,7 @@ async def open_service(
         callbacks=callbacks,
         upload_attempts=settings.upload_attempts,
         text_max_chars=settings.result_text_max_chars,
+        reply_max_bytes=settings.reply_max_bytes,
     )
     worker = Worker(
         tasks,
@@ -140,6 +163,7 @@ async def open_service(
         queue_timeout=settings.queue_timeout_seconds,
         gate_grace=settings.gate_grace_seconds,
         files=storage if isinstance(storage, LocalStorage) else None,
+        rebuild=rebuild,
     )
     service = AsynchService(
         settings=settings,
@@ -158,9 +182,14 @@ async def open_service(
         worker=worker,
         cleaner=cleaner,
     )
+    loops = [
+        asyncio.create_task(callbacks.loop(), name="asynch-callbacks"),
+        asyncio.create_task(service.reaper_loop(), name="asynch-reaper"),
+    ]
     try:
         yield service
     finally:
+        await cancel_and_wait(loops)
         await worker.aclose()
         await callbacks.aclose()
         await admission.aclose()

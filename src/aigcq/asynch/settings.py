@@ -44,5 +44,22 @@ class AsynchSettings(BaseSettings):
     upload_attempts: int = Field(3, ge=1)
     callback_attempts: int = Field(5, ge=1)
     callback_backoff_seconds: float = Field(1.0, ge=0, description="First retry pause, doubled.")
+    callback_poll_seconds: float = Field(
+        1.0, gt=0, description="How often the sender looks for callbacks owed (besides wake-ups)."
+    )
+    reply_max_bytes: int = Field(
+        16 << 20, ge=1, description="Largest model reply accepted; a larger one fails the call."
+    )
+    db_acquire_timeout_seconds: float = Field(
+        5.0, gt=0, description="Longest wait for a PostgreSQL connection before answering 503."
+    )
+    admin_token: str = Field(
+        "", description="Bearer token the management routes require (unset: they are open)."
+    )
+    model_hosts: str = Field(
+        "",
+        description="Comma-separated hosts a model's baseUrl may name (exact, *.suffix or a"
+        " CIDR); unset: any host but link-local addresses.",
+    )
     runtime_ttl_seconds: int = Field(7200, ge=1, description="TTL of autoTune's runtime limits.")
     db_pool_max: int = Field(20, ge=1)

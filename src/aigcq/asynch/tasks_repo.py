@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
@@ -10,9 +12,13 @@ from typing import Any, NamedTuple
 import orjson
 import psycopg
 
+from aigcq.asynch.callback import callback_request
 from aigcq.asynch.coalesce import Coalescer
 from aigcq.asynch.db import Pool, Row
 from aigcq.asynch.states import State
+from aigcq.observability.jsonlog import ctx
+
+log = logging.getLogger(__name__)
 
 PUBLIC_COLUMNS = (
     "task_id, model_name, biz_name, state, retry_count, oss_file, file_type, text, error,"
@@ -41,7 +47,7 @@ _FINISH = """
 WITH i AS (
     SELECT * FROM json_to_recordset(%s::json) AS i(task_id text, attempt int, state smallint,
         oss_file text, file_type text, text text, error text, called bool, tenant_id text,
-        creator text, model_name text)
+        creator text, model_name text, cb_url text, cb_params json)
 ), stat AS (
     INSERT INTO asynch_model_stat AS s (day, tenant_id, creator, model_name, request_count)
     SELECT current_date, i.tenant_id, i.creator, i.model_name, count(*)
@@ -50,14 +56,29 @@ WITH i AS (
     ORDER BY i.tenant_id, i.creator, i.model_name
     ON CONFLICT (day, tenant_id, creator, model_name) DO UPDATE
     SET request_count = s.request_count + EXCLUDED.request_count, updated_at = now()
+), done AS (
+    UPDATE asynch_task t
+    SET state = i.state, oss_file = i.oss_file, file_type = i.file_type, text = i.text,
+        error = i.error, finished_at = now(), updated_at = now()
+    FROM i
+    WHERE t.task_id = i.task_id AND t.state = 1 AND t.attempt = i.attempt
+    RETURNING t.task_id, t.attempt
+), owed AS (
+    INSERT INTO asynch_callback (task_id, url, params)
+    SELECT i.task_id, i.cb_url, i.cb_params
+    FROM i JOIN done ON done.task_id = i.task_id AND done.attempt = i.attempt
+    WHERE i.cb_url IS NOT NULL
 )
-UPDATE asynch_task t
-SET state = i.state, oss_file = i.oss_file, file_type = i.file_type, text = i.text,
-    error = i.error, finished_at = now(), updated_at = now()
-FROM i
-WHERE t.task_id = i.task_id AND t.state = 1 AND t.attempt = i.attempt
-RETURNING t.task_id, t.attempt
+SELECT task_id, attempt FROM done
 """
+# Whether an attempt's outcome is recorded (a finishing write whose reply was lost).
+_RECORDED = """
+SELECT 1 FROM asynch_task WHERE task_id = %(task_id)s AND attempt = %(attempt)s
+    AND finished_at IS NOT NULL AND (state = %(state)s OR (%(state)s = 2 AND state = 4))
+    AND oss_file IS NOT DISTINCT FROM %(oss_file)s AND error IS NOT DISTINCT FROM %(error)s
+"""
+#: PostgreSQL unreachable (restarting, failing over, pool exhausted): retry the write.
+PG_OUTAGE = (psycopg.OperationalError, psycopg.InterfaceError)
 _INSERT = """
 INSERT INTO asynch_task (task_id, model_name, tenant_id, creator, biz_name, callback_url,
     model_key, request_payload, auth_header, user_info, state, started_at, attempt)
@@ -69,6 +90,7 @@ FROM json_to_recordset(%s::json) AS i(task_id text, model_name text, tenant_id t
     auth_header text, user_info text, state smallint, attempt int)
 """
 _DEADLOCK_RETRIES = 3
+FINISH_RETRY_MAX_PAUSE = 2.0
 _BATCH = f"""
 WITH claimed AS (
     UPDATE asynch_task t SET state = 4, updated_at = now(),
@@ -119,6 +141,12 @@ def _json(value: Any) -> str:
         return json.dumps(value)
 
 
+def _storable(text: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL: a model reply's text or error keeps U+FFFD instead
+    (the stored file keeps every byte)."""
+    return text.replace("\x00", "\ufffd") if text and "\x00" in text else text
+
+
 def lease_id(task_id: str, attempt: int) -> str:
     return f"{task_id}:{attempt}"
 
@@ -131,6 +159,23 @@ class Outcome:
     file_type: str | None = None
     text: str | None = None
     error: str | None = None
+
+
+def _owed_callback(task: ClaimedTask, outcome: Outcome) -> dict[str, Any]:
+    """The callback a success owes (seed: GET on success, with ``callbackUrl`` and
+    ``bizName``), as the finishing statement's ``cb_url`` / ``cb_params``."""
+    if outcome.state is not State.SUCCEEDED or not task.callback_url or not task.biz_name:
+        return {"cb_url": None, "cb_params": None}
+    url, params = callback_request(
+        task.callback_url,
+        task.biz_name,
+        task_id=task.task_id,
+        state=int(outcome.state),
+        oss_file=outcome.oss_file or "",
+        file_type=outcome.file_type or "",
+        text=outcome.text,
+    )
+    return {"cb_url": url, "cb_params": params}
 
 
 class Claim(NamedTuple):
@@ -147,7 +192,7 @@ class TaskRepo:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self._inserts: Coalescer[tuple[ClaimedTask, bool], None] = Coalescer(self._insert_batch)
-        self._finishes: Coalescer[tuple[ClaimedTask, Outcome], bool] = Coalescer(self._finish_batch)
+        self._finishes: Coalescer[tuple[ClaimedTask, Outcome], bool] = Coalescer(self._finish_rows)
 
     async def insert(self, task: ClaimedTask, *, running: bool) -> None:
         """Insert a new task, queued (state 0) or already started (state 1, attempt 1).
@@ -204,12 +249,77 @@ class TaskRepo:
             return Claim(await cur.fetchall(), len(candidates))
 
     async def finish(self, task: ClaimedTask, outcome: Outcome) -> bool:
-        """Record the attempt's outcome (and one model call when ``outcome.called``).
+        """Record the attempt's outcome (and one model call when ``outcome.called``, and the
+        success callback owed when the task has one), all in one statement.
 
         False when the attempt is stale: the cleaner timed it out meanwhile. Concurrent
         finishes go to PostgreSQL as one statement (see :mod:`aigcq.asynch.coalesce`).
+        While PostgreSQL is unreachable the write is retried (with a doubling pause up to
+        ``FINISH_RETRY_MAX_PAUSE``), never the attempt: the model is not called again and the
+        result not uploaded again; a write whose reply was lost is recognised as done.
         """
-        return await self._finishes.submit((task, outcome))
+        pause = 0.1
+        while True:
+            try:
+                return await self._finishes.submit((task, outcome))
+            except psycopg.DataError as exc:  # a value PostgreSQL refuses: record the failure
+                reason = exc.diag.message_primary or type(exc).__name__
+                log.error(
+                    "task %s: its outcome cannot be stored (%s); recording a failure",
+                    task.task_id,
+                    reason,
+                    extra=ctx(task=task.task_id),
+                )
+                error = f"the result could not be stored: {reason}"
+                outcome = Outcome(State.FAILED, outcome.called, error=error)
+                continue
+            except PG_OUTAGE as exc:
+                log.warning(
+                    "task %s: recording attempt %d failed (%s); retrying the write",
+                    task.task_id,
+                    task.attempt,
+                    exc,
+                    extra=ctx(task=task.task_id),
+                )
+            while True:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, FINISH_RETRY_MAX_PAUSE)
+                try:
+                    if await self._recorded(task, outcome):
+                        return True
+                    break
+                except PG_OUTAGE:
+                    continue
+
+    async def _recorded(self, task: ClaimedTask, outcome: Outcome) -> bool:
+        params = {
+            "task_id": task.task_id,
+            "attempt": task.attempt,
+            "state": int(outcome.state),
+            "oss_file": outcome.oss_file,
+            "error": _storable(outcome.error),
+        }
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_RECORDED, params)
+            return await cur.fetchone() is not None
+
+    async def _finish_rows(
+        self, items: Sequence[tuple[ClaimedTask, Outcome]]
+    ) -> Sequence[bool | Exception]:
+        """The batch as one statement; if PostgreSQL refuses a value in it, row by row, so one
+        bad row does not fail the others."""
+        try:
+            return await self._finish_batch(items)
+        except psycopg.DataError as exc:
+            if len(items) == 1:
+                return [exc]
+        results: list[bool | Exception] = []
+        for item in items:
+            try:
+                results += await self._finish_batch([item])
+            except psycopg.DataError as exc:
+                results.append(exc)
+        return results
 
     async def _finish_batch(self, items: Sequence[tuple[ClaimedTask, Outcome]]) -> list[bool]:
         rows = [
@@ -219,12 +329,13 @@ class TaskRepo:
                 "state": int(o.state),
                 "oss_file": o.oss_file,
                 "file_type": o.file_type,
-                "text": o.text,
-                "error": o.error,
+                "text": _storable(o.text),
+                "error": _storable(o.error),
                 "called": o.called,
                 "tenant_id": t.tenant_id,
                 "creator": t.creator,
                 "model_name": t.model_name,
+                **_owed_callback(t, o),
             }
             for t, o in items
         ]

@@ -111,6 +111,10 @@ class Worker:
             else:
                 await asyncio.sleep(self.interval)
 
+    def wake(self) -> None:
+        """Claim now: queued work appeared (e.g. the task of a dead worker)."""
+        self._wake.set()
+
     def _done(self, job: asyncio.Task[State | None]) -> None:
         self._running.discard(job)
         self._wake.set()

@@ -3,8 +3,15 @@
 Any path answers GET (payload in the query) and POST (JSON payload) after ``latency`` seconds,
 failing with HTTP 500 at ``failure_rate``. It replies ``json`` (an object echoing the payload
 and headers), ``text`` or ``image`` (a PNG). A payload may override per call with ``_latency``,
-``_fail`` and ``_response``. It records its current and peak concurrency, its call count and
-the calls per ``X-Asynch-Task-Id``:
+``_fail`` and ``_response``. Failure modes (as ``_response`` or ``response``):
+
+* ``drip`` — 200, then one byte every ``_dripSeconds`` (0.5) until ``_dripBytes`` (30) are sent;
+* ``oversize`` — 200 with ``_size`` bytes (30 MiB) of JSON, chunked when ``_chunked`` is true;
+* ``garbage`` — 200, ``application/json``, a body that is not JSON;
+* ``empty`` — 200, ``application/json``, no body.
+
+The model service being down is a closed port (stop the emulator). It records its current
+and peak concurrency, its call count and the calls per ``X-Asynch-Task-Id``:
 
 * ``GET /_emulator/stats`` → ``{calls, current, peak, failures, byTask}``
 * ``POST /_emulator/config`` ``{latency?, failureRate?, response?}`` — change the behaviour
@@ -16,15 +23,17 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
 
 from aigcq.emulators._common import read_json, reply, serve_app, tiny_png
 
-Kind = Literal["json", "text", "image"]
+Kind = Literal["json", "text", "image", "drip", "oversize", "garbage", "empty"]
 
 
 @dataclass
@@ -107,12 +116,42 @@ async def _answer(
         stats.failures += 1
         return reply({"error": "emulated failure"}, 500)
     kind = payload.get("_response", b.response)
+    if kind in ("drip", "oversize", "garbage", "empty"):
+        return _faulty(kind, payload)
     if kind == "image":
         return Response(tiny_png((40, 120, 200)), media_type="image/png")
     if kind == "text":
         return Response(f"generated text for /{path}", media_type="text/plain; charset=utf-8")
     body = {"path": f"/{path}", "echo": payload, "headers": dict(request.headers)}
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _faulty(kind: str, payload: dict[str, Any]) -> Response:
+    """The failure modes: a slow drip, an oversized reply, garbage, an empty body."""
+    if kind == "garbage":
+        return Response(b'{"result": "cut off', media_type="application/json")
+    if kind == "empty":
+        return Response(b"", media_type="application/json")
+    if kind == "drip":
+        pause = float(payload.get("_dripSeconds", 0.5))
+        count = int(payload.get("_dripBytes", 30))
+
+        async def drip() -> AsyncIterator[bytes]:
+            for _ in range(count):
+                yield b" "
+                await asyncio.sleep(pause)
+
+        return StreamingResponse(drip(), media_type="text/plain")
+    size = int(payload.get("_size", 30 << 20))
+    body = b'"' + b"x" * max(size - 2, 0) + b'"'
+    if str(payload.get("_chunked", "")).lower() in ("true", "1"):
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for i in range(0, len(body), 1 << 16):
+                yield body[i : i + (1 << 16)]
+
+        return StreamingResponse(chunks(), media_type="application/json")
+    return Response(body, media_type="application/json")
 
 
 async def _work(request: Request, seconds: float) -> None:

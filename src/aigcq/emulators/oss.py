@@ -4,7 +4,9 @@
   "fileName"}}``; it records the ``Authorization`` / ``X-User-Info`` headers it received.
 * ``GET /oss/file/{id}/{fileName}`` → the file.
 * ``GET /_emulator/uploads`` → what was uploaded, with the headers.
-* ``POST /_emulator/config`` ``{"failNext": N}`` → refuse the next N uploads with HTTP 500.
+* ``POST /_emulator/config`` ``{"failNext": N}`` → refuse the next N uploads with HTTP 500;
+  ``{"mode": "down" | "garbage" | "ok", "delay": s}`` → answer every upload 503 (down), 200 with
+  a body that is not JSON (garbage), or normally, after ``delay`` seconds.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class Upload:
 class OssState:
     uploads: dict[str, Upload] = field(default_factory=dict)
     fail_next: int = 0
+    mode: str = "ok"
+    delay: float = 0.0
 
 
 def parse_file_field(content_type: str, body: bytes) -> tuple[str, str, bytes] | None:
@@ -59,6 +63,12 @@ def create_app() -> FastAPI:
 
     @app.post("/oss/file/uploadFile")
     async def upload(request: Request) -> Response:
+        if state.delay:
+            await asyncio.sleep(state.delay)
+        if state.mode == "down":
+            return reply({"code": 503, "msg": "emulated outage"}, 503)
+        if state.mode == "garbage":
+            return Response(b"<html>gateway", media_type="application/json")
         if state.fail_next > 0:
             state.fail_next -= 1
             return reply({"code": 500, "msg": "emulated failure"}, 500)
@@ -93,7 +103,9 @@ def create_app() -> FastAPI:
     async def configure(request: Request) -> Response:
         body = await read_json(request) or {}
         state.fail_next = int(body.get("failNext", state.fail_next))
-        return reply({"failNext": state.fail_next})
+        state.mode = str(body.get("mode", state.mode))
+        state.delay = float(body.get("delay", state.delay))
+        return reply({"failNext": state.fail_next, "mode": state.mode, "delay": state.delay})
 
     return app
 
