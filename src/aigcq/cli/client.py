@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from aigcq.cli.common import console, fail, load_settings
+from aigcq.cli.common import console, fail, load_settings, local_host
 
 if TYPE_CHECKING:
     import httpx
@@ -76,10 +76,7 @@ def server_url(server: str | None, scheme: str) -> str:
     settings (``AIGCQ_HOST``, ``AIGCQ_WS_PORT``, environment or ``.env``) listens."""
     if server is None:
         settings = load_settings()
-        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(settings.host)
-        host = host or settings.host
-        host = f"[{host}]" if ":" in host else host
-        return f"{scheme}://{host}:{settings.ws_port}/"
+        return f"{scheme}://{local_host(settings.host)}:{settings.ws_port}/"
     given, sep, rest = server.partition("://")
     if not sep:
         return f"{scheme}://{server}"

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from aigcq.cli.common import require_free_ports
 from aigcq.observability.logconfig import configure_logging
 
 emulate_app = typer.Typer(no_args_is_help=True, help="Run an emulator of an external service.")
@@ -26,6 +27,7 @@ def emulate_comfyui(
     from aigcq.emulators.comfyui import ComfyUIConfig, run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     config = ComfyUIConfig(
         output_dir=output_dir, step_time=step_time, steps=steps, fail_rate=fail_rate
     )
@@ -45,6 +47,7 @@ def emulate_model_service(
     from aigcq.emulators.model_service import ModelBehaviour, run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     run(host, port, ModelBehaviour(latency, failure_rate, response))  # type: ignore[arg-type]
 
 
@@ -54,6 +57,7 @@ def emulate_oss(host: str = "127.0.0.1", port: int = 8093, log_level: str = "WAR
     from aigcq.emulators.oss import run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     run(host, port)
 
 
@@ -65,6 +69,7 @@ def emulate_prompts_core(
     from aigcq.emulators.prompts_core import run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     run(host, port)
 
 
@@ -89,6 +94,7 @@ def emulate_runninghub(
     from aigcq.emulators.runninghub import run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     run(
         host,
         port,
@@ -112,6 +118,7 @@ def emulate_coze(
     from aigcq.emulators.coze import run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     run(
         host,
         port,

@@ -2,9 +2,12 @@
 "use strict";
 
 const TOKEN_KEY = "aigcqAdminToken";
-const query = new URLSearchParams(location.search);
-if (query.has("token")) {
-  sessionStorage.setItem(TOKEN_KEY, query.get("token"));
+// The link `aigcq up` prints carries the token after "#" (never sent to a server nor logged);
+// "?token=" works too. Either moves to this tab's sessionStorage, out of the address bar.
+const given = new URLSearchParams(location.hash.slice(1)).get("token")
+  || new URLSearchParams(location.search).get("token");
+if (given) {
+  sessionStorage.setItem(TOKEN_KEY, given);
   history.replaceState(null, "", location.pathname);
 }
 const headers = () => ({ Authorization: "Bearer " + (sessionStorage.getItem(TOKEN_KEY) || "") });
@@ -202,7 +205,7 @@ async function stream() {
     try {
       const r = await fetch("/api/admin/events", { headers: headers() });
       if (r.status === 401) {
-        setStatus("admin token required: open /dashboard?token=…", true);
+        setStatus("admin token required: open the dashboard link `aigcq up` prints", true);
       } else if (r.ok) {
         setStatus("live");
         await readEvents(r.body.pipeThrough(new TextDecoderStream()).getReader());
