@@ -20,7 +20,9 @@ def print_banner(settings: Settings, config: PlatformConfig, fresh: dict[str, st
     redis = settings.redis_url or f"embedded, data in {settings.data_dir}"
     out.append(f"  redis      {redis}")
     out.append(f"  config     {settings.config_dir}/ and ./.env, read now (restart after a change)")
-    if not config.queues():
+    if config.queues():
+        out.append("  platforms  " + ", ".join(f"{a}/{p}" for a, p in config.queues()))
+    else:
         out.append(f"  [yellow]no platforms configured: add {settings.config_dir}/model.json[/]")
     secrets = settings.data_dir / "secrets.json"
     if secrets.exists():
