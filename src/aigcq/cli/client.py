@@ -175,11 +175,15 @@ def _http(server: str | None, token: str) -> Iterator[httpx.Client]:
 def status(
     server: ServerOption = None,
     token: TokenOption = "",
-    limit: int = 10,
+    limit: Annotated[int, typer.Option(help="Recent tasks listed")] = 10,
     watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C")] = False,
-    interval: float = 2.0,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes (--watch)")] = 2.0,
 ) -> None:
-    """Bridges, health (with an admin token), queues and recent tasks as tables."""
+    """Queues (waiting, in flight and capacity per target, oldest wait) and recent tasks.
+
+    With the admin token (AIGCQ_ADMIN_TOKEN, in .aigcq/secrets.json) as --token it also
+    shows the bridges and the internal capacity's health.
+    """
     from aigcq.cli.status import fetch_snapshot, render
 
     with _http(server, token) as http:
@@ -191,7 +195,8 @@ def status(
 
 
 def _watch(http: httpx.Client, view: Group, limit: int, interval: float) -> None:
-    """Redraw the status tables every ``interval`` seconds until Ctrl-C."""
+    """Redraw the status tables every ``interval`` seconds until Ctrl-C; when the output is
+    not a terminal (piped, redirected), append each round, under its time, instead."""
     import time
 
     from rich.live import Live
@@ -199,6 +204,13 @@ def _watch(http: httpx.Client, view: Group, limit: int, interval: float) -> None
     from aigcq.cli.status import fetch_snapshot, render
 
     try:
+        if not console.is_terminal:
+            while True:
+                console.print(f"--- {time.strftime('%H:%M:%S')}", highlight=False)
+                console.print(view)
+                console.file.flush()
+                time.sleep(interval)
+                view = render(fetch_snapshot(http, limit))
         with Live(view, console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(interval)

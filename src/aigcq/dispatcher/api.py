@@ -25,7 +25,7 @@ from aigcq.dispatcher.webhooks import WEBHOOK_BACKEND
 from aigcq.domain import Task
 from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError
-from aigcq.gateway.http_api import queue_overview
+from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.gateway.submission import GenerateRequest
 from aigcq.observability.jsonlog import ctx
 from aigcq.service.server import Service
@@ -138,7 +138,7 @@ class DispatcherApi:
                     }
                     for b in self._hub().registry.live()
                 ],
-                "queues": await queue_overview(self.service.gateway),
+                "queues": await queue_rows(self.service.rt, internal_capacity(self.service)),
                 "recentTasks": [
                     {"taskId": t.task_id, "status": status_of(t), "attempt": t.attempt}
                     for t in recent

@@ -24,6 +24,7 @@ from aigcq.domain import ErrorCode, Task
 from aigcq.gateway.admin_panels import AsynchPanel, overflow_spend
 from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError
+from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import round_failed
 
@@ -106,7 +107,7 @@ class Monitor:
         return {
             "time": time.time(),
             "bridges": await self._bridges(),
-            "queues": await self._queues(),
+            "queues": await queue_rows(self.service.rt, internal_capacity(self.service)),
             "split": {"history": list(self.split), "totals": dict(self.totals)},
             "health": self._health(),
             "recent": [task_row(t) for t in await self.service.rt.store.recent(RECENT_TASKS)],
@@ -141,32 +142,6 @@ class Monitor:
                 "local": True,
             }
         return sorted(rows.values(), key=lambda r: str(r["bridgeId"]))
-
-    async def _queues(self) -> list[dict[str, Any]]:
-        rt, hub = self.service.rt, self.service.hub
-        keys, now = rt.store.keys, time.time()
-        rows: list[dict[str, Any]] = []
-        for aigc, platform in rt.config.queues():
-            ext = rt.platforms.adapter_for(platform)
-            targets = [t for t in (hub.name if hub and platform in hub.serves else "",) if t]
-            targets += [ext.name] if ext else []
-            pipe = rt.redis.pipeline(transaction=False)
-            pipe.llen(keys.wait(aigc, platform))
-            pipe.lindex(keys.wait(aigc, platform), 0)
-            for target in targets:
-                pipe.zcard(keys.running(aigc, target))
-            waiting, head, *inflight = await pipe.execute()
-            created = await rt.redis.hget(keys.task(str(head)), "created") if head else None
-            rows.append(
-                {
-                    "AIGC": aigc,
-                    "platform": platform,
-                    "waiting": int(waiting),
-                    "inFlight": dict(zip(targets, map(int, inflight), strict=True)),
-                    "oldestWaitS": round(now - float(created), 1) if created else 0.0,
-                }
-            )
-        return rows
 
     def _health(self) -> dict[str, Any] | None:
         hub = self.service.hub

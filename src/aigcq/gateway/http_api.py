@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import orjson
@@ -12,6 +13,7 @@ from pydantic import BaseModel
 from aigcq.domain import ErrorCode
 from aigcq.gateway.auth import bearer, token_owner
 from aigcq.gateway.errors import ClientError
+from aigcq.gateway.queue_view import InternalCapacity, queue_rows
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.submission import parse_generate
 
@@ -26,7 +28,10 @@ class SubmitBody(BaseModel):
     backendId: str | None = None
 
 
-def api_router(gw: Gateway) -> APIRouter:
+def api_router(
+    gw: Gateway, internal: Callable[[], InternalCapacity | None] = lambda: None
+) -> APIRouter:
+    """``internal``: the internal target's capacity now (None: this process has none)."""
     router = APIRouter(prefix="/api", tags=["api"])
 
     def client_of(authorization: str | None) -> dict[str, Any]:
@@ -110,7 +115,7 @@ def api_router(gw: Gateway) -> APIRouter:
     @router.get("/queues", summary="Waiting, in flight and capacity per queue")
     async def queues(authorization: Authorization = None) -> list[dict[str, Any]]:
         client_of(authorization)
-        return await queue_overview(gw)
+        return await queue_rows(gw.rt, internal())
 
     @router.put("/workflows/{workflow_id}", summary="Store an API-format ComfyUI workflow")
     async def put_workflow(
@@ -132,33 +137,6 @@ def api_router(gw: Gateway) -> APIRouter:
         return Response(raw, media_type="application/json")
 
     return router
-
-
-async def queue_overview(gw: Gateway) -> list[dict[str, Any]]:
-    rt = gw.rt
-    keys = rt.store.keys
-    rows: list[dict[str, Any]] = []
-    pipe = rt.redis.pipeline(transaction=False)
-    queues = rt.config.queues()
-    targets: list[str] = []
-    for aigc, platform in queues:
-        ext = rt.platforms.adapter_for(platform)
-        targets.append(ext.name if ext else "")
-        pipe.llen(keys.wait(aigc, platform))
-        pipe.zcard(keys.running(aigc, targets[-1] or "-"))
-    counts = await pipe.execute()
-    for i, (aigc, platform) in enumerate(queues):
-        account = rt.config.account(aigc, platform)
-        rows.append(
-            {
-                "AIGC": aigc,
-                "platform": platform,
-                "waiting": int(counts[2 * i]),
-                "inFlight": {targets[i]: int(counts[2 * i + 1])} if targets[i] else {},
-                "capacity": {targets[i]: account.concurrency if account else 0},
-            }
-        )
-    return rows
 
 
 def client_error_handler(gw: Gateway) -> Any:

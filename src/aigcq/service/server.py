@@ -20,6 +20,7 @@ from aigcq.gateway.callbacks import callback_routes
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.hot_paths import HotPaths
 from aigcq.gateway.http_api import api_router, client_error_handler
+from aigcq.gateway.queue_view import internal_capacity
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.ws import client_endpoint
 from aigcq.observability import metrics
@@ -159,7 +160,7 @@ class Service:
             lifespan=self.lifespan,
         )
         app.add_exception_handler(ClientError, client_error_handler(self.gateway))
-        app.include_router(api_router(self.gateway))
+        app.include_router(api_router(self.gateway, lambda: internal_capacity(self)))
         app.include_router(admin_router(self))
         app.router.routes.extend(self.callbacks)
         for path in CLIENT_WS_PATHS:
