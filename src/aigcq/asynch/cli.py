@@ -20,7 +20,7 @@ from aigcq.service.launch import SignalExit, exit_on_sigterm, run_async
 
 log = logging.getLogger(__name__)
 
-asynch_app = typer.Typer(help="model-asynch: async middleware for HTTP model services (seed 003).")
+asynch_app = typer.Typer(help="model-asynch: async middleware for HTTP model services.")
 
 
 LogLevel = Annotated[str, typer.Option(help="Logging level.")]

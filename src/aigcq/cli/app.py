@@ -12,11 +12,20 @@ from typing import Annotated, Any
 import typer
 
 from aigcq.asynch.cli import asynch_app
+from aigcq.cli import help_style
 from aigcq.cli.client import status, submit, tasks_app
-from aigcq.cli.common import console, fail, load_config, load_settings, require_free_ports
+from aigcq.cli.common import (
+    LogLevelOption,
+    console,
+    fail,
+    load_config,
+    load_settings,
+    require_free_ports,
+)
 from aigcq.cli.emulate import emulate_app
 from aigcq.observability.logconfig import LOG_FORMAT_ENV, LogFormat, configure_logging
 
+help_style.apply()
 app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal GPUs first.")
 app.command()(submit)
 app.command()(status)
@@ -41,9 +50,6 @@ WorkersOption = Annotated[
         show_default=False,
         help="Server processes sharing the same ports [default: AIGCQ_WORKERS, else 1]",
     ),
-]
-LogLevelOption = Annotated[
-    str, typer.Option(help="Least severe log level shown: DEBUG, INFO, WARNING, ERROR")
 ]
 
 

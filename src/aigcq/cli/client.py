@@ -121,7 +121,9 @@ def _read_payload(payload: str) -> dict[str, Any]:
 
 
 def submit(
-    platform: str,
+    platform: Annotated[
+        str, typer.Argument(help="Where it runs, as in config/model.json: comfyui, coze...")
+    ],
     payload: Annotated[str, typer.Argument(help="JSON, or @file.json")],
     server: ServerOption = None,
     token: TokenOption = "",
@@ -129,9 +131,20 @@ def submit(
         str | None,
         typer.Option(show_default=False, help="Submit as (default: the token's JWT sub, else cli)"),
     ] = None,
-    aigc: str | None = None,
-    task_id: str | None = None,
-    timeout: float = 600.0,
+    aigc: Annotated[
+        str | None,
+        typer.Option(
+            show_default=False,
+            help="AIGC project (config/model.json key) [default: AIGCQ_PROJECT_PREFIX, aigcq]",
+        ),
+    ] = None,
+    task_id: Annotated[
+        str | None,
+        typer.Option(show_default=False, help="The task's id [default: a new UUID]"),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the result before giving up")
+    ] = 600.0,
 ) -> None:
     """Submit one task over the client WebSocket, show progress and print the result."""
     import asyncio
@@ -223,7 +236,11 @@ tasks_app = typer.Typer(no_args_is_help=True, help="Inspect tasks.")
 
 
 @tasks_app.command("show")
-def tasks_show(task_id: str, server: ServerOption = None, token: TokenOption = "") -> None:
+def tasks_show(
+    task_id: Annotated[str, typer.Argument(help="The id given at submit")],
+    server: ServerOption = None,
+    token: TokenOption = "",
+) -> None:
     """Print a task's timeline: every transition with its time, target and attempt."""
     from aigcq.cli.status import timeline
 

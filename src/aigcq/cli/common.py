@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -12,6 +12,12 @@ from rich.markup import escape
 
 from aigcq.config import ConfigError, PlatformConfig, Settings
 from aigcq.plumbing.ports import busy_port
+
+LogLevelOption = Annotated[
+    str, typer.Option(help="Least severe log level shown: DEBUG, INFO, WARNING, ERROR")
+]
+HostOption = Annotated[str, typer.Option(help="Address to listen on")]
+PortOption = Annotated[int, typer.Option(help="Port to listen on")]
 
 console = Console()
 err_console = Console(stderr=True)
