@@ -49,7 +49,8 @@ async def test_runninghub_cap_is_never_exceeded_and_all_results_arrive(cluster: 
     assert all(len(r) == 1 for r in client.results.values())
     assert all(r[0]["status"] == "success" for r in client.results.values())
     first = client.results["rh-0"][0]
-    assert first["data"]["code"] == 0 and first["data"]["data"][0]["fileUrl"]
+    assert first["result"]["code"] == 0 and first["result"]["data"][0]["fileUrl"]
+    assert first["data"] == first["result"]  # the documented alias
     async with httpx.AsyncClient() as http:
         stats = (await http.get(f"{cluster.rh_url}/_emulator/stats")).json()  # type: ignore[attr-defined]
     assert max(stats["peak_concurrent"].values()) <= 3
