@@ -23,7 +23,7 @@ from fastapi.responses import Response, StreamingResponse
 from aigcq.domain import ErrorCode, Task
 from aigcq.gateway.admin_panels import AsynchPanel, overflow_spend
 from aigcq.gateway.auth import bearer
-from aigcq.gateway.errors import ClientError
+from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import round_failed
@@ -213,12 +213,20 @@ def admin_router(service: ServiceParts) -> APIRouter:
     async def dashboard_asset(name: str) -> Response:
         return static_file(name)
 
-    @router.get("/api/admin/snapshot", summary="One dashboard snapshot")
+    @router.get(
+        "/api/admin/snapshot",
+        summary="One dashboard snapshot",
+        responses=error_responses(ErrorCode.AUTH),
+    )
     async def snapshot(authorization: Authorization = None) -> dict[str, Any]:
         require_admin(authorization)
         return monitor.latest or await monitor.snapshot()
 
-    @router.get("/api/admin/events", summary="Dashboard snapshots as Server-Sent Events")
+    @router.get(
+        "/api/admin/events",
+        summary="Dashboard snapshots as Server-Sent Events",
+        responses=error_responses(ErrorCode.AUTH),
+    )
     async def events(authorization: Authorization = None) -> StreamingResponse:
         require_admin(authorization)
         return StreamingResponse(
@@ -227,17 +235,29 @@ def admin_router(service: ServiceParts) -> APIRouter:
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
-    @router.post("/api/admin/bridges/{bridge_id}/drain", summary="No new tasks for a bridge")
+    @router.post(
+        "/api/admin/bridges/{bridge_id}/drain",
+        summary="No new tasks for a bridge",
+        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+    )
     async def drain(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
         require_admin(authorization)
         return await set_drained(service, bridge_id, True)
 
-    @router.post("/api/admin/bridges/{bridge_id}/undrain", summary="Assign to a bridge again")
+    @router.post(
+        "/api/admin/bridges/{bridge_id}/undrain",
+        summary="Assign to a bridge again",
+        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+    )
     async def undrain(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
         require_admin(authorization)
         return await set_drained(service, bridge_id, False)
 
-    @router.post("/api/admin/tasks/{task_id}/retry", summary="Queue a failed task again")
+    @router.post(
+        "/api/admin/tasks/{task_id}/retry",
+        summary="Queue a failed task again",
+        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.NOT_RETRYABLE),
+    )
     async def retry(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
         require_admin(authorization)
         done = await service.rt.store.retry(task_id, note="retried by an operator")

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, WebSocket
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
@@ -34,6 +35,7 @@ from aigcq.scheduler.outcomes import Outcomes
 from aigcq.scheduler.poller import Poller
 from aigcq.scheduler.sweeper import Sweeper
 from aigcq.service import shutdown
+from aigcq.service.docs_page import offline_docs, without_422
 from aigcq.service.metrics import ServiceState
 from aigcq.service.parts import BackgroundLoop, InternalTargetBuilder
 from aigcq.service.runtime import Runtime
@@ -158,8 +160,14 @@ class Service:
             title="aigcq",
             summary="AIGC task queue: internal GPUs first, paid platforms on overflow.",
             lifespan=self.lifespan,
+            docs_url=None,
+            redoc_url=None,
         )
-        app.add_exception_handler(ClientError, client_error_handler(self.gateway))
+        offline_docs(app)
+        without_422(app)
+        refuse = client_error_handler(self.gateway)
+        app.add_exception_handler(ClientError, refuse)
+        app.add_exception_handler(RequestValidationError, refuse)
         app.include_router(api_router(self.gateway, lambda: internal_capacity(self)))
         app.include_router(admin_router(self))
         app.router.routes.extend(self.callbacks)
