@@ -384,3 +384,26 @@ def _current(manager: JwtManager) -> Callable[[], Awaitable[str | None]]:
         return manager.current()
 
     return probe
+
+
+async def test_openapi_describes_the_dispatchers_own_routes(md: Md) -> None:
+    from aigcq.dispatcher.openapi_doc import PATHS
+
+    schema = (await md.http.get("/openapi.json")).json()
+    assert schema["info"]["title"] == "aigcq message-dispatcher"
+    own = {route.path for route in md.dispatcher.api.routes()}
+    assert own == set(PATHS) and own <= set(schema["paths"])
+    create = schema["paths"]["/api/task"]["post"]
+    assert "workflowId" in create["requestBody"]["content"]["application/json"]["schema"][
+        "properties"
+    ] and {"200", "400", "401"} == set(create["responses"])
+
+
+async def test_create_answers_as_runninghub_does(md: Md) -> None:
+    """runninghub-sdk reads clientId and promptTips (a JSON string) from the create reply."""
+    reply = (
+        await md.http.post("/task/openapi/create", json={**BODY, "apiKey": await md.token()})
+    ).json()
+    assert reply["code"] == 0, reply
+    assert set(reply["data"]) == {"taskId", "taskStatus", "clientId", "netWssUrl", "promptTips"}
+    assert orjson.loads(reply["data"]["promptTips"])["result"] is True

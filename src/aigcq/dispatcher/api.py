@@ -38,6 +38,12 @@ RH_UNAUTHORIZED = (802, "APIKEY_UNAUTHORIZED")
 RH_NOT_FOUND = (807, "APIKEY_TASK_NOT_FOUND")
 RH_QUEUE_MAXED = (421, "TASK_QUEUE_MAXED")
 RECENT = 20
+#: RunningHub's create answer carries ComfyUI's validation as a JSON string; a bridge
+#: validates only when it runs the prompt, so this says "accepted" (clients such as
+#: runninghub-sdk read it).
+PROMPT_TIPS = orjson.dumps(
+    {"result": True, "error": None, "outputs_to_execute": [], "node_errors": {}}
+).decode()
 
 
 def md_error(status: int, code: str, message: str) -> JSONResponse:
@@ -158,7 +164,15 @@ class DispatcherApi:
             return rh_reply(RH_PARAMS_INVALID, str(exc))
         except ClientError as exc:
             return rh_reply(RH_QUEUE_MAXED, exc.detail)
-        return rh_ok({"taskId": task_id, "taskStatus": "QUEUED", "netWssUrl": None})
+        return rh_ok(
+            {
+                "taskId": task_id,
+                "taskStatus": "QUEUED",
+                "clientId": uuid.uuid4().hex,
+                "netWssUrl": None,
+                "promptTips": PROMPT_TIPS,
+            }
+        )
 
     async def status_rh(self, request: Request) -> Response:
         found = await self._lookup(request)
