@@ -200,7 +200,7 @@ class DispatcherApi:
 
     async def account_rh(self, request: Request) -> Response:
         body = await self._json(request)
-        key = body.get("apikey") or body.get("apiKey") if isinstance(body, dict) else None
+        key = (body.get("apikey") or body.get("apiKey")) if isinstance(body, dict) else None
         if not self.auth.valid(key):
             return rh_reply(RH_UNAUTHORIZED)
         keys = self.rt.store.keys
