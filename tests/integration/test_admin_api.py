@@ -90,7 +90,7 @@ async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
     async with httpx.AsyncClient(base_url=env.base, timeout=10) as http:
         first, second = await first_event(http, count=2)
     assert set(first) == {
-        *("time", "bridges", "queues", "split", "health", "recent"),
+        *("time", "bridges", "queues", "split", "trends", "health", "recent"),
         *("overflow", "asynch"),  # asynch: None without AIGCQ_ASYNCH_URL
     }
     assert first["asynch"] is None
@@ -110,6 +110,9 @@ async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
     ]
     assert second["health"]["state"] == "healthy"
     assert set(second["split"]["totals"]) == {"internal", "external"}
+    [point] = second["trends"]["history"]  # one every 10 s
+    assert point["waiting"] == 0 and point["inFlight"] == 0 and point["spend"] == 0
+    assert second["trends"]["latency"] == {"p50": None, "p99": None, "tasks": 0}
 
 
 async def test_a_client_token_sees_bridge_work_capacity_and_oldest_wait(env: Env) -> None:

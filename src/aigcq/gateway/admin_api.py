@@ -22,6 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from aigcq.domain import ErrorCode, Task
 from aigcq.gateway.admin_panels import AsynchPanel, overflow_spend
+from aigcq.gateway.admin_trends import Trends
 from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 Authorization = Annotated[str | None, Header()]
 HISTORY_S = 120  # seconds of internal / external split kept for the chart
-RECENT_TASKS = 15
+RECENT_TASKS = 50  # the page filters them by state, client, platform and target
 STATIC = {
     "dashboard.html": "text/html; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
@@ -57,6 +58,7 @@ class Monitor:
         self._tick = asyncio.Condition()
         settings = service.rt.settings
         self.asynch = AsynchPanel(settings.asynch_url, settings.admin_token)
+        self.trends = Trends()
 
     async def run(self) -> None:
         try:
@@ -104,14 +106,19 @@ class Monitor:
         self.split.append({"t": time.time(), "internal": internal, "external": external})
 
     async def snapshot(self) -> dict[str, Any]:
+        rt = self.service.rt
+        queues = await queue_rows(rt, internal_capacity(self.service))
+        overflow = overflow_spend()
+        await self.trends.sample(rt.store, queues, overflow)
         return {
             "time": time.time(),
             "bridges": await self._bridges(),
-            "queues": await queue_rows(self.service.rt, internal_capacity(self.service)),
+            "queues": queues,
             "split": {"history": list(self.split), "totals": dict(self.totals)},
+            "trends": self.trends.view(),
             "health": self._health(),
-            "recent": [task_row(t) for t in await self.service.rt.store.recent(RECENT_TASKS)],
-            "overflow": overflow_spend(),
+            "recent": [task_row(t) for t in await rt.store.recent(RECENT_TASKS)],
+            "overflow": overflow,
             "asynch": await self.asynch.read(),
         }
 
@@ -187,6 +194,7 @@ def task_row(t: Task) -> dict[str, Any]:
         "state": t.state.value,
         "AIGC": t.aigc,
         "platform": t.platform,
+        "backendId": t.backend_id,
         "target": t.target,
         "attempt": t.attempt,
         "seconds": round(t.updated_at - t.created_at, 3),
