@@ -152,7 +152,10 @@ class Settings(BaseSettings):
     )
     health_interval_s: float = Field(10.0, gt=0, validation_alias=_env("HEALTH_INTERVAL_S"))
     health_recover_passes: int = Field(
-        3, ge=1, validation_alias=_env("HEALTH_RECOVER_PASSES"), description="Passing health checks in a row that bring degraded capacity back."
+        3,
+        ge=1,
+        validation_alias=_env("HEALTH_RECOVER_PASSES"),
+        description="Passing health checks in a row that bring degraded capacity back.",
     )
     bridge_silence_s: float = Field(
         60.0, gt=0, validation_alias=_env("BRIDGE_SILENCE_S"), description="Unheard -> degraded."

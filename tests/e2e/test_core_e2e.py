@@ -85,7 +85,10 @@ async def test_http_api_submit_get_and_queues(cluster: Cluster) -> None:
         recent = (await http.get("/api/tasks")).json()
         assert recent[0]["taskId"] == "http-1" and recent[0]["target"] == "runninghub"
         queues = (await http.get("/api/queues")).json()
-        assert queues[0]["AIGC"] == "proj" and queues[0]["capacity"] == {"bridge": 0, "runninghub": 3}
+        assert queues[0]["AIGC"] == "proj" and queues[0]["capacity"] == {
+            "bridge": 0,
+            "runninghub": 3,
+        }
         assert (await http.get("/api/tasks/nope")).status_code == 404
         assert (
             await http.get("/api/queues", headers={"Authorization": "Bearer x"})

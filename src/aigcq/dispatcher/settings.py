@@ -41,7 +41,10 @@ class DispatcherSettings(BaseSettings):
     jwt_ttl_s: int = Field(86400, gt=0, validation_alias=_env("JWT_TTL_S"))
     webhook_attempts: int = Field(8, ge=1, validation_alias=_env("WEBHOOK_ATTEMPTS"))
     failure_retries: int = Field(
-        3, ge=0, validation_alias=_env("FAILURE_RETRIES"), description="Times a task whose bridge reports a failure is run again."
+        3,
+        ge=0,
+        validation_alias=_env("FAILURE_RETRIES"),
+        description="Times a task whose bridge reports a failure is run again.",
     )
     stale_after_s: float = Field(
         1800.0,
