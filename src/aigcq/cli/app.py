@@ -147,57 +147,36 @@ def token(
     typer.echo(issue_client_token(settings.token_secret, backend_id, ttl))
 
 
+def _given(help: str, **extra: Any) -> Any:
+    """An option that is unset unless given (its default lives in BridgeSettings)."""
+    return typer.Option(show_default=False, help=help, **extra)
+
+
 @app.command()
 def bridge(
-    server: Annotated[
-        str | None, typer.Option(help="aigcq's bridge URL, ws://host:port/ws", show_default=False)
-    ] = None,
+    server: Annotated[str | None, _given("aigcq's bridge URL, ws://host:port/ws")] = None,
     token: Annotated[
         str | None,
-        typer.Option(
-            show_default=False,
-            help="Bridge token; visible to `ps`: prefer AIGCQ_BRIDGE_TOKEN or --token-file",
-        ),
+        _given("Bridge token; visible to `ps`: prefer AIGCQ_BRIDGE_TOKEN or --token-file"),
     ] = None,
     token_file: Annotated[
         Path | None,
-        typer.Option(
-            envvar="AIGCQ_BRIDGE_TOKEN_FILE",
-            show_default=False,
-            help="File holding the bridge token (e.g. chmod 600)",
-        ),
+        _given("File holding the bridge token (e.g. chmod 600)", envvar="AIGCQ_BRIDGE_TOKEN_FILE"),
     ] = None,
     comfyui: Annotated[
         list[str] | None,
-        typer.Option(
-            show_default=False,
-            help="ComfyUI base URL; repeat for more instances [default: http://127.0.0.1:8188]",
-        ),
+        _given("ComfyUI base URL; repeat for more instances [default: http://127.0.0.1:8188]"),
     ] = None,
     host: Annotated[
-        str | None,
-        typer.Option(
-            show_default=False, help="Bind address of the admin/files server [default: 127.0.0.1]"
-        ),
+        str | None, _given("Bind address of the admin/files server [default: 127.0.0.1]")
     ] = None,
-    port: Annotated[
-        int | None,
-        typer.Option(show_default=False, help="Port of the admin/files server [default: 8190]"),
-    ] = None,
+    port: Annotated[int | None, _given("Port of the admin/files server [default: 8190]")] = None,
     public_url: Annotated[
-        str | None,
-        typer.Option(show_default=False, help="Base of fileUrls [default: http://<host>:<port>]"),
+        str | None, _given("Base of fileUrls [default: http://<host>:<port>]")
     ] = None,
-    data_dir: Annotated[
-        Path | None, typer.Option(show_default=False, help="State dir [default: .aigcq/bridge]")
-    ] = None,
-    workflows: Annotated[
-        Path | None, typer.Option(show_default=False, help="Folder of <workflowId>.json")
-    ] = None,
-    heartbeat: Annotated[
-        float | None,
-        typer.Option(show_default=False, help="Seconds between HEARTBEATs [default: 30]"),
-    ] = None,
+    data_dir: Annotated[Path | None, _given("State dir [default: .aigcq/bridge]")] = None,
+    workflows: Annotated[Path | None, _given("Folder of <workflowId>.json")] = None,
+    heartbeat: Annotated[float | None, _given("Seconds between HEARTBEATs [default: 30]")] = None,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run the reference bridge: connects out to aigcq and drives ComfyUI instances.
