@@ -93,7 +93,7 @@ def serve(log_level: LogLevelOption = "INFO", workers: WorkersOption = 0) -> Non
     if not settings.redis_url:
         console.print("[red]AIGCQ_REDIS_URL is required for `serve` (`up` embeds one)[/red]")
         raise typer.Exit(2)
-    require_free_ports(settings.host, listen_settings(settings))
+    require_free_ports(settings.host, listen_settings(settings), reuse_port=settings.reuse_port)
     # Not run_async(serve(...)) directly: uvicorn re-raises SIGTERM after its graceful
     # shutdown, which with the default handler kills the process (exit -15 / 143).
     # run_with_redis (no embedded Redis: the URL is set) turns it into a clean exit 0.

@@ -36,10 +36,13 @@ def local_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def require_free_ports(host: str, ports: Iterable[tuple[int, str]]) -> None:
+def require_free_ports(
+    host: str, ports: Iterable[tuple[int, str]], *, reuse_port: bool = False
+) -> None:
     """Before a process says where it listens: each of ``ports`` (with the setting that
-    moves it) can be listened on, else one line naming the port and that setting, exit 1."""
-    problem = busy_port(host, ports)
+    moves it) can be listened on, else one line naming the port and that setting, exit 1.
+    ``reuse_port``: a worker, sharing its ports with its siblings."""
+    problem = busy_port(host, ports, reuse_port=reuse_port)
     if problem is not None:
         fail(problem, 1)
 
