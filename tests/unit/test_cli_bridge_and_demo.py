@@ -1,4 +1,5 @@
-"""The bridge token need not be on the command line (where `ps` shows it)."""
+"""The bridge token need not be on the command line (where `ps` shows it); the demo's helpers
+listen where they are told."""
 
 from __future__ import annotations
 
@@ -32,3 +33,14 @@ def test_the_demo_hands_its_bridge_the_token_by_environment(tmp_path: Path) -> N
     child = Demo.plan(settings, DemoOptions()).bridge()
     assert "demo-bridge-secret" not in " ".join(child.args)
     assert child.env == {"AIGCQ_BRIDGE_TOKEN": "demo-bridge-secret"}
+
+
+def test_the_demo_helpers_take_the_ports_they_are_given(tmp_path: Path) -> None:
+    from aigcq.cli.demo import Demo, DemoOptions
+    from aigcq.config import Settings
+
+    options = DemoOptions(runninghub_port=19101, comfyui_port=19188, bridge_port=19190)
+    demo = Demo.plan(Settings(data_dir=tmp_path), options)
+    assert demo.runninghub == "http://127.0.0.1:19101"
+    assert demo.comfyui == ["http://127.0.0.1:19188", "http://127.0.0.1:19189"]
+    assert demo.bridge_port == 19190
