@@ -12,6 +12,7 @@ file, the field and the problem.
 
 from __future__ import annotations
 
+import enum
 import json
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +26,24 @@ def _env(name: str, *seed_names: str) -> AliasChoices:
 
 
 _M = TypeVar("_M", bound=BaseModel)
+
+
+class IdBinding(enum.StrEnum):
+    """Which backendIds a client JWT may use (``AIGCQ_BIND_CLIENT_IDS``)."""
+
+    SUB = "sub"  # a JWT naming its client (sub) is bound to it; one without sub is not
+    ALL = "all"  # every JWT is bound; one without sub may use no id
+    OFF = "off"  # any valid token, any id (the original system's behaviour)
+
+    @classmethod
+    def _missing_(cls, value: object) -> IdBinding | None:
+        """The former boolean values: true is ``all``, false ``off``."""
+        flag = str(value).strip().lower()
+        if flag in ("true", "1", "yes", "on"):
+            return cls.ALL
+        if flag in ("false", "0", "no"):
+            return cls.OFF
+        return None
 
 
 class Settings(BaseSettings):
@@ -41,10 +60,13 @@ class Settings(BaseSettings):
         validation_alias=_env("CLIENT_TOKENS"),
         description="Static client tokens accepted besides JWTs signed with TOKEN_SECRET.",
     )
-    bind_client_ids: bool = Field(
-        False,
+    bind_client_ids: IdBinding = Field(
+        IdBinding.SUB,
         validation_alias=_env("BIND_CLIENT_IDS"),
-        description="A client JWT may only use backendId = its sub, or sub-<anything>.",
+        description=(
+            "sub: a client JWT with a sub may only use backendId = its sub or sub-<anything>;"
+            " all: every JWT (none without sub); off: any id (the original system)."
+        ),
     )
     admin_token: str = Field("", validation_alias=_env("ADMIN_TOKEN"))
     bridge_token: str = Field("", validation_alias=_env("BRIDGE_TOKEN"))
@@ -130,7 +152,10 @@ class Settings(BaseSettings):
     )
     health_interval_s: float = Field(10.0, gt=0, validation_alias=_env("HEALTH_INTERVAL_S"))
     health_recover_passes: int = Field(
-        3, ge=1, validation_alias=_env("HEALTH_RECOVER_PASSES"), description="Seed 000 §8.3.3."
+        3,
+        ge=1,
+        validation_alias=_env("HEALTH_RECOVER_PASSES"),
+        description="Passing health checks in a row that bring degraded capacity back.",
     )
     bridge_silence_s: float = Field(
         60.0, gt=0, validation_alias=_env("BRIDGE_SILENCE_S"), description="Unheard -> degraded."

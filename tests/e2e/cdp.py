@@ -82,6 +82,13 @@ class Page:
         await self.send("Page.navigate", url=url)
         await self.wait_for("document.readyState === 'complete'")
 
+    async def resize(self, width: int, height: int) -> None:
+        """Lay the page out as a window ``width`` × ``height`` CSS pixels wide."""
+        await self.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=width, height=height, deviceScaleFactor=1, mobile=False,
+        )  # fmt: skip
+
     async def screenshot(self, path: Path) -> None:
         shot = await self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         await asyncio.to_thread(_save, path, base64.b64decode(shot["data"]))

@@ -49,7 +49,8 @@ async def test_runninghub_cap_is_never_exceeded_and_all_results_arrive(cluster: 
     assert all(len(r) == 1 for r in client.results.values())
     assert all(r[0]["status"] == "success" for r in client.results.values())
     first = client.results["rh-0"][0]
-    assert first["data"]["code"] == 0 and first["data"]["data"][0]["fileUrl"]
+    assert first["result"]["code"] == 0 and first["result"]["data"][0]["fileUrl"]
+    assert first["data"] == first["result"]  # the documented alias
     async with httpx.AsyncClient() as http:
         stats = (await http.get(f"{cluster.rh_url}/_emulator/stats")).json()  # type: ignore[attr-defined]
     assert max(stats["peak_concurrent"].values()) <= 3
@@ -84,7 +85,10 @@ async def test_http_api_submit_get_and_queues(cluster: Cluster) -> None:
         recent = (await http.get("/api/tasks")).json()
         assert recent[0]["taskId"] == "http-1" and recent[0]["target"] == "runninghub"
         queues = (await http.get("/api/queues")).json()
-        assert queues[0]["AIGC"] == "proj" and queues[0]["capacity"] == {"runninghub": 3}
+        assert queues[0]["AIGC"] == "proj" and queues[0]["capacity"] == {
+            "bridge": 0,
+            "runninghub": 3,
+        }
         assert (await http.get("/api/tasks/nope")).status_code == 404
         assert (
             await http.get("/api/queues", headers={"Authorization": "Bearer x"})

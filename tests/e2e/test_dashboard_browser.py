@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import subprocess
 from collections.abc import AsyncIterator
 from functools import partial
@@ -16,6 +17,7 @@ import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
+from aigcq.gateway import admin_trends
 from aigcq.service.server import Service
 from tests.e2e.cdp import Page, chromium, find_chromium
 from tests.e2e.conftest import Client, generate
@@ -43,7 +45,10 @@ def chromium_path() -> str:
 
 
 @pytest.fixture
-async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
+async def env(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Env]:
+    monkeypatch.setattr(admin_trends, "TREND_EVERY_S", 1.0)  # the hour's chart moves at once
     (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 2}}}')
     emulator = RunningHubEmulatorConfig(duration_s=GPU_SECONDS, max_concurrent=2)
     async with serve_app(create_app(emulator)) as rh, serve_app(fake_asynch(ADMIN)) as asynch:
@@ -125,6 +130,8 @@ async def test_dashboard_shows_live_tasks_and_drains_a_bridge(
         await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'busy'")
         await page.wait_for(f"{cell('queues', 'comfyui', 3)} === 'bridge: 2, runninghub: 2'")
         await page.wait_for(f"{cell('queues', 'comfyui', 2)} === '2'")  # waiting
+        assert await page.eval(cell("queues", "comfyui", 4)) == "bridge: 2, runninghub: 2"
+        assert (await page.eval(cell("queues", "comfyui", 5))).endswith(" s")  # oldest wait
         await page.screenshot(ARTIFACTS / "02-tasks-flowing.png")
 
         totals = "document.querySelector('#split-totals').textContent"
@@ -135,6 +142,9 @@ async def test_dashboard_shows_live_tasks_and_drains_a_bridge(
         await drain_from_the_page(env, page, client)
         await show_timeline(page, "t0")
         await show_spend_and_asynch(page)
+        await filter_recent_tasks(page)
+        await retry_only_what_failed(env, page, client)
+        await every_panel_fits_and_shows_data(page)
         await client.close()
 
 
@@ -164,21 +174,98 @@ async def click_bridge_button(page: Page, label: str) -> None:
     )
 
 
-async def show_timeline(page: Page, task_id: str) -> None:
-    """Search a task: its timeline runs from submission to success, with both buttons."""
+async def search(page: Page, task_id: str) -> list[list[str]]:
+    """Show ``task_id``'s timeline; its rows' cells."""
     await page.eval(
+        "document.querySelector('#timeline')?.remove();"
         f"document.querySelector('#task-id').value = {task_id!r};"
         "document.querySelector('#search').requestSubmit()"
     )
-    states = await page.wait_for(
-        "[...document.querySelectorAll('#timeline tr')].slice(1).map(r => r.cells[1].textContent)"
+    rows: list[list[str]] = await page.wait_for(
+        "[...document.querySelectorAll('#timeline tr')].slice(1)"
+        ".map(r => [...r.cells].map(c => c.textContent))"
     )
-    assert states[0] == "pending" and states[-1] == "success"
-    buttons = await page.eval(
+    return rows
+
+
+async def task_buttons(page: Page) -> list[str]:
+    labels: list[str] = await page.eval(
         "[...document.querySelectorAll('#task button')].map(b => b.textContent)"
     )
-    assert buttons == ["Cancel", "Retry"]
+    return labels
+
+
+async def show_timeline(page: Page, task_id: str) -> None:
+    """Search a task: its timeline runs from submission to success, to the millisecond; a
+    finished task offers neither Cancel nor Retry."""
+    rows = await search(page, task_id)
+    assert rows[0][1] == "pending" and rows[-1][1] == "success"
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}", row[0]) for row in rows), rows
+    assert await task_buttons(page) == []
     await page.screenshot(ARTIFACTS / "05-task-timeline.png")
+
+
+async def retry_only_what_failed(env: Env, page: Page, client: Client) -> None:
+    """A waiting task offers Cancel; once cancelled, Retry (and no Cancel)."""
+    await env.service.hub.drain("br1", True)  # type: ignore[union-attr]
+    await submit(client, [f"w{i}" for i in range(3)])  # RunningHub takes 2, one waits
+    live = [t for t in ("w0", "w1", "w2") if (await env.task(t)).state == "pending"]
+    assert live, "no waiting task"
+    await search(page, live[0])
+    assert await task_buttons(page) == ["Cancel"]
+    await page.eval("document.querySelector('#task button').click()")
+    await page.wait_for("document.querySelector('#task p')?.textContent.includes('cancelled')")
+    assert await task_buttons(page) == ["Retry"]
+    await env.service.hub.drain("br1", False)  # type: ignore[union-attr]
+
+
+async def filter_recent_tasks(page: Page) -> None:
+    """The recent tasks filter by state, client, platform and target."""
+    select = "document.querySelector('#filter-target')"
+    change = "new Event('change', {bubbles: true})"  # as a person's choice does
+    await page.wait_for(f"[...{select}.options].some(o => o.value === 'runninghub')")
+    await page.eval(f"{select}.value = 'runninghub'; {select}.dispatchEvent({change})")
+    targets = await page.eval(
+        "[...document.querySelectorAll('#recent tbody tr')].map(r => r.cells[4].textContent)"
+    )
+    assert targets and set(targets) == {"runninghub"}, targets
+    await page.eval(f"{select}.value = ''; {select}.dispatchEvent({change})")
+
+
+PANELS_WITH_DATA = {
+    "bridges": "#bridges tbody tr",
+    "queues": "#queues tbody tr",
+    "queue-chart": "#queue-chart polyline[points*=' ']",
+    "split-chart": "#split-chart polyline[points*=' ']",
+    "overflow": "#overflow tbody tr",
+    "spend-chart": "#spend-chart polyline[points*=' ']",
+    "asynch": "#asynch-models tbody tr",
+    "health": "#health-history li",
+    "recent": "#recent tbody tr",
+}
+
+
+async def every_panel_fits_and_shows_data(page: Page) -> None:
+    """At a wide and a narrow window: no panel scrolls sideways, and each shows data from
+    this run (the latency figures too)."""
+    assert re.search(
+        r"p50 [\d.]+ s", await page.eval("document.querySelector('#latency').textContent")
+    )
+    for width in (1400, 900):
+        await page.resize(width, 1000)
+        await page.wait_for("document.body.dataset.snapshots > 0")
+        await asyncio.sleep(1.2)  # a fresh snapshot laid out at this width
+        overflowing = await page.eval(
+            "[...document.querySelectorAll('main > section:not([hidden])')]"
+            ".filter(s => s.scrollWidth > s.clientWidth + 1)"
+            ".map(s => s.querySelector('h2').textContent)"
+        )
+        assert overflowing == [], (width, overflowing)
+        page_width = "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+        assert await page.eval(page_width), width  # nor does the page
+        for panel, selector in PANELS_WITH_DATA.items():
+            assert await page.eval(f"document.querySelectorAll({selector!r}).length"), panel
+        await page.screenshot(ARTIFACTS / f"07-all-panels-{width}px.png")
 
 
 async def show_spend_and_asynch(page: Page) -> None:

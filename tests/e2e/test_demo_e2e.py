@@ -70,7 +70,7 @@ async def test_up_demo_runs_internal_first_then_overflows(
             raise TimeoutError(f"the demo bridge never registered: {banner}")
         assert (data / "demo" / "config" / "model.json").exists()
 
-        client = await Client(port, "newcomer", token=token).connect()
+        client = await Client(port, "demo-newcomer", token=token).connect()
         ids = [f"demo-{i}" for i in range(6)]
         payload = {"workflowId": "demo", "nodeInfoList": []}
         for task_id in ids:

@@ -77,8 +77,9 @@ async def test_two_workers_share_the_port_and_survive_one_killed(cluster: Cluste
     assert not any(alive(pid) for pid in running)
 
 
-def test_workers_that_cannot_start_stop_the_supervisor(cluster: Cluster) -> None:
-    """A port held by another program: each worker fails to bind; no restart loop."""
+def test_a_port_in_use_stops_serve_before_any_worker(cluster: Cluster) -> None:
+    """A port held by another program: one line naming it and its setting, no worker
+    started (so no restart loop)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -88,4 +89,7 @@ def test_workers_that_cannot_start_stop_the_supervisor(cluster: Cluster) -> None
             [sys.executable, "-m", "aigcq", "serve"], env=env, capture_output=True, timeout=60
         )
     assert done.returncode == 1
-    assert b"exited at start-up" in done.stderr + done.stdout
+    assert done.stderr.decode().strip() == (
+        f"error: cannot listen on 127.0.0.1:{port}: already in use "
+        "(set AIGCQ_WS_PORT to use another port)"
+    )

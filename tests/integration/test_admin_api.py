@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -11,7 +13,9 @@ import httpx
 import orjson
 import pytest
 import redis.asyncio as aioredis
+from typer.testing import CliRunner
 
+from aigcq.cli import app
 from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.auth import issue_client_token
 from aigcq.service.server import Service
@@ -86,7 +90,7 @@ async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
     async with httpx.AsyncClient(base_url=env.base, timeout=10) as http:
         first, second = await first_event(http, count=2)
     assert set(first) == {
-        *("time", "bridges", "queues", "split", "health", "recent"),
+        *("time", "bridges", "queues", "split", "trends", "health", "recent"),
         *("overflow", "asynch"),  # asynch: None without AIGCQ_ASYNCH_URL
     }
     assert first["asynch"] is None
@@ -100,11 +104,55 @@ async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
             "platform": "comfyui",
             "waiting": 0,
             "inFlight": {"bridge": 0, "runninghub": 0},
+            "capacity": {"bridge": 2, "runninghub": 0},
             "oldestWaitS": 0.0,
         }
     ]
     assert second["health"]["state"] == "healthy"
     assert set(second["split"]["totals"]) == {"internal", "external"}
+    [point] = second["trends"]["history"]  # one every 10 s
+    assert point["waiting"] == 0 and point["inFlight"] == 0 and point["spend"] == 0
+    assert second["trends"]["latency"] == {"p50": None, "p99": None, "tasks": 0}
+
+
+async def test_a_client_token_sees_bridge_work_capacity_and_oldest_wait(env: Env) -> None:
+    """``GET /api/queues`` and ``aigcq status`` with a client token: the bridge's task is in
+    flight, the bridge's slots are capacity, and the waiting task's age is shown."""
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    token = issue_client_token(SECRET, "b1")
+    async with httpx.AsyncClient(base_url=env.base) as http:
+        await client.request(generate("q1"))
+        await bridge.next()
+        await client.request(generate("q2"))
+        headers = {"Authorization": f"Bearer {token}"}
+        row = (await until(partial(http.get, "/api/queues", headers=headers),
+                           lambda r: r.json()[0]["waiting"] == 1)).json()[0]  # fmt: skip
+    assert row["inFlight"] == {"bridge": 1, "runninghub": 0}
+    assert row["capacity"] == {"bridge": 1, "runninghub": 0}
+    assert row["oldestWaitS"] >= 0.0
+    args = ["status", "--server", env.base, "--token", token]
+    out = (await asyncio.to_thread(CliRunner().invoke, app, args)).stdout
+    assert "bridge:1" in out and "capacity" in out, out
+    assert " s " in out.split("recent tasks")[0], out  # oldest wait, not "-"
+    await client.close()
+
+
+async def test_status_watch_writes_each_round_when_piped(env: Env) -> None:
+    token = issue_client_token(SECRET, "b1")
+    args = ["status", "--watch", "--interval", "0.1", "--server", env.base, "--token", token]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aigcq", *args, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    try:
+        rounds = [await asyncio.wait_for(proc.stdout.readuntil(b"recent tasks"), 20)]
+        rounds.append(await asyncio.wait_for(proc.stdout.readuntil(b"recent tasks"), 20))
+    finally:
+        proc.terminate()
+        await proc.wait()
+    assert all(b"queues" in r and b"--- " in r for r in rounds), rounds
 
 
 async def test_a_drained_bridge_gets_no_new_tasks_but_finishes_its_own(env: Env) -> None:

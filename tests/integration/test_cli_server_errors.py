@@ -77,3 +77,18 @@ async def test_submit_speaks_for_the_tokens_backend_and_shows_the_task(server: s
     async with httpx.AsyncClient(base_url=server) as http:
         task = (await http.get("/api/tasks/c1", headers={"Authorization": f"Bearer {JWT}"})).json()
     assert task["backendId"] == "cli-jwt-backend"
+
+
+async def test_unknown_platform_is_one_line(server: str) -> None:
+    args = ["--server", server, "--token", JWT, "--aigc", "proj"]
+    line = error_line(await run("submit", "nosuch", PAYLOAD, *args))
+    assert line.startswith("error: PlatformError: "), line
+
+
+async def test_a_result_prints_without_null_fields(server: str) -> None:
+    args = ["--server", server, "--token", JWT, "--aigc", "proj", "--task-id", "n1"]
+    submitted = await run("submit", "comfyui", PAYLOAD, *args)
+    assert submitted.exit_code == 0, submitted.output
+    result = json.loads(submitted.stdout)
+    assert result["status"] == "success" and result["task_id"] == "n1", result
+    assert None not in result.values() and "id" not in result, result

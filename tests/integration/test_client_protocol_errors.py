@@ -128,16 +128,37 @@ async def test_a_well_formed_ack_gets_no_reply(server: Server) -> None:
     await client.close()
 
 
-async def test_any_token_may_use_any_id_unless_ids_are_bound(server: Server) -> None:
-    client = await Client(server.port, "b2", token("b1")).connect()  # the seed's behaviour
+async def test_a_token_naming_its_client_may_not_take_another_clients_id(
+    server: Server,
+) -> None:
+    """By default a JWT with a sub speaks for that backend only: it cannot connect as
+    another and take its undelivered results; a JWT without sub names no client."""
+    before = await redis_snapshot(server.redis)
+    stranger = await Client(server.port, "b2", token("b1")).connect()
+    refusal = await stranger.next()
+    assert (refusal["type"], refusal["code"]) == ("error", "AuthError")
+    await stranger.ws.wait_closed()
+    assert stranger.ws.close_code == 4401
+    assert await redis_snapshot(server.redis) == before
+    no_sub = jwt.encode({"exp": time.time() + 60}, SECRET)
+    client = await Client(server.port, "b2", no_sub).connect()
     assert (await client.request({"type": "ping"}))["type"] == "pong"
     await client.close()
+
+
+async def test_unbound_ids_are_an_explicit_setting(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    async with serve(tmp_path, redis, redis_url, bind_client_ids="off") as server:
+        client = await Client(server.port, "b2", token("b1")).connect()  # the seed's way
+        assert (await client.request({"type": "ping"}))["type"] == "pong"
+        await client.close()
 
 
 async def test_bound_ids_refuse_another_backends_id(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    async with serve(tmp_path, redis, redis_url, bind_client_ids=True) as server:
+    async with serve(tmp_path, redis, redis_url, bind_client_ids="all") as server:
         for backend_id, jwt_for in (("b1", "b1"), ("b1-2", "b1")):
             client = await Client(server.port, backend_id, token(jwt_for)).connect()
             assert (await client.request({"type": "ping"}))["type"] == "pong"

@@ -156,14 +156,17 @@ async def test_cancel_ends_the_task_and_frees_its_slot() -> None:
         assert other_key["code"] == 807
 
 
-async def test_account_status_uses_lowercase_apikey_and_string_numbers() -> None:
+async def test_account_status_reads_apikey_or_apiKey_and_answers_string_numbers() -> None:
     async with emulator(api_keys={KEY}) as client:
         answer = await call(client, "/uc/openapi/accountStatus", apikey=KEY)
         assert answer["code"] == 0
         data = answer["data"]
         assert isinstance(data["remainCoins"], str) and isinstance(data["currentTaskCounts"], str)
         assert data["apiType"] == "NORMAL"
-        assert (await call(client, "/uc/openapi/accountStatus", apiKey=KEY))["code"] == 301
+        # RunningHub's documented field is lowercase, but its clients (runninghub-sdk) send
+        # apiKey, as on every other route, and RunningHub answers them (issue 18, item 14)
+        assert (await call(client, "/uc/openapi/accountStatus", apiKey=KEY))["code"] == 0
+        assert (await call(client, "/uc/openapi/accountStatus"))["code"] == 301
         assert (await call(client, "/uc/openapi/accountStatus", apikey="bad"))["code"] == 802
 
 

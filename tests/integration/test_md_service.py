@@ -103,6 +103,27 @@ async def test_task_is_queued_without_its_api_key(md: Md) -> None:
     assert task.payload == BODY  # apiKey dropped, the rest as sent
 
 
+async def test_the_seeds_snake_case_body_is_read_as_camel_case(md: Md) -> None:
+    """The original system's own example body: ``workflow_id``, ``node_info_list``."""
+    token = await md.token()
+    body = {
+        "workflow_id": "123",
+        "node_info_list": [{"node_id": "6", "field_name": "text", "field_value": "a cat"}],
+        "apiKey": token,
+        "webhookUrl": "http://callback-url",
+    }
+    resp = await md.http.post("/api/task", json=body)
+    assert resp.status_code == 200, resp.text
+    task = await md.task(resp.json()["data"]["taskId"])
+    assert task is not None and task.payload == {
+        "workflowId": "123",
+        "nodeInfoList": [{"nodeId": "6", "fieldName": "text", "fieldValue": "a cat"}],
+        "webhookUrl": "http://callback-url",
+    }
+    rh = await md.http.post("/task/openapi/create", json=body)
+    assert rh.json()["code"] == 0, rh.text
+
+
 @pytest.mark.parametrize(
     "api_key",
     [None, "", "garbage", "expired", "client-token"],
@@ -130,6 +151,7 @@ async def test_bad_tokens_get_401_and_queue_nothing(md: Md, api_key: str | None)
         orjson.dumps({"nodeInfoList": []}),  # neither workflowId nor workflow
         orjson.dumps({**BODY, "nodeInfoList": [{"nodeId": 6}]}),
         orjson.dumps({**BODY, "webhookUrl": "ftp://x"}),
+        orjson.dumps({**BODY, "workflow_id": "other"}),  # two spellings, two values
     ],
 )
 async def test_malformed_bodies_get_400_and_queue_nothing(md: Md, body: bytes) -> None:
@@ -362,3 +384,26 @@ def _current(manager: JwtManager) -> Callable[[], Awaitable[str | None]]:
         return manager.current()
 
     return probe
+
+
+async def test_openapi_describes_the_dispatchers_own_routes(md: Md) -> None:
+    from aigcq.dispatcher.openapi_doc import PATHS
+
+    schema = (await md.http.get("/openapi.json")).json()
+    assert schema["info"]["title"] == "aigcq message-dispatcher"
+    own = {route.path for route in md.dispatcher.api.routes()}
+    assert own == set(PATHS) and own <= set(schema["paths"])
+    create = schema["paths"]["/api/task"]["post"]
+    assert "workflowId" in create["requestBody"]["content"]["application/json"]["schema"][
+        "properties"
+    ] and {"200", "400", "401"} == set(create["responses"])
+
+
+async def test_create_answers_as_runninghub_does(md: Md) -> None:
+    """runninghub-sdk reads clientId and promptTips (a JSON string) from the create reply."""
+    reply = (
+        await md.http.post("/task/openapi/create", json={**BODY, "apiKey": await md.token()})
+    ).json()
+    assert reply["code"] == 0, reply
+    assert set(reply["data"]) == {"taskId", "taskStatus", "clientId", "netWssUrl", "promptTips"}
+    assert orjson.loads(reply["data"]["promptTips"])["result"] is True

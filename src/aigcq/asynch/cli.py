@@ -20,7 +20,7 @@ from aigcq.service.launch import SignalExit, exit_on_sigterm, run_async
 
 log = logging.getLogger(__name__)
 
-asynch_app = typer.Typer(help="model-asynch: async middleware for HTTP model services (seed 003).")
+asynch_app = typer.Typer(help="model-asynch: async middleware for HTTP model services.")
 
 
 LogLevel = Annotated[str, typer.Option(help="Logging level.")]
@@ -57,6 +57,9 @@ def serve(
     }  # fmt: skip
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = AsynchSettings(**given)
+    from aigcq.cli.common import require_free_ports  # here: aigcq.cli imports this module
+
+    require_free_ports(settings.host, [(settings.port, "--port or AIGCQ_ASYNCH_PORT")])
     base = Settings()
     exit_on_sigterm()
     try:

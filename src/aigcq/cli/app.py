@@ -12,12 +12,20 @@ from typing import Annotated, Any
 import typer
 
 from aigcq.asynch.cli import asynch_app
+from aigcq.cli import help_style
 from aigcq.cli.client import status, submit, tasks_app
-from aigcq.cli.common import console, load_config, load_settings
+from aigcq.cli.common import (
+    LogLevelOption,
+    console,
+    fail,
+    load_config,
+    load_settings,
+    require_free_ports,
+)
 from aigcq.cli.emulate import emulate_app
-from aigcq.config import PlatformConfig, Settings
 from aigcq.observability.logconfig import LOG_FORMAT_ENV, LogFormat, configure_logging
 
+help_style.apply()
 app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal GPUs first.")
 app.command()(submit)
 app.command()(status)
@@ -37,69 +45,65 @@ def _global_options(
 
 
 WorkersOption = Annotated[
-    int, typer.Option(help="Server processes on the same ports (default: AIGCQ_WORKERS, 1)")
+    int,
+    typer.Option(
+        show_default=False,
+        help="Server processes sharing the same ports [default: AIGCQ_WORKERS, else 1]",
+    ),
 ]
 
 
 @app.command()
 def up(
-    log_level: str = "INFO",
+    log_level: LogLevelOption = "INFO",
     demo: Annotated[
         bool, typer.Option(help="Also run emulated GPUs (ComfyUI + bridge) and RunningHub")
     ] = False,
     workers: WorkersOption = 0,
 ) -> None:
-    """Run the server; starts a private Redis under ./.aigcq when AIGCQ_REDIS_URL is unset."""
-    from aigcq.service.launch import ensure_secrets, listen_ports, run_with_redis
+    """Run the server; starts a private Redis under ./.aigcq when AIGCQ_REDIS_URL is unset.
+
+    It reads ./config/ and ./.env once, at start: restart it after changing them.
+    """
+    from aigcq.cli.banner import print_banner
+    from aigcq.service.launch import ensure_secrets, listen_settings, run_with_redis
 
     configure_logging(log_level)
     if demo:
         from aigcq.cli.demo import run as run_demo
 
-        run_demo(Settings(), console)
+        settings = load_settings()
+        require_free_ports(settings.host, listen_settings(settings))
+        run_demo(settings, console)
         return
     settings, config = load_config(workers)
+    require_free_ports(settings.host, listen_settings(settings))
     fresh = ensure_secrets(settings)
-    _print_banner(settings, config, fresh, listen_ports(settings))
+    print_banner(settings, config, fresh)
     run_with_redis(settings, config, embedded_dir=settings.data_dir / "redis")
 
 
 @app.command()
-def serve(log_level: str = "INFO", workers: WorkersOption = 0) -> None:
+def serve(log_level: LogLevelOption = "INFO", workers: WorkersOption = 0) -> None:
     """Run the server against AIGCQ_REDIS_URL (several processes may share one Redis)."""
-    from aigcq.service.launch import run_with_redis
+    from aigcq.service.launch import listen_settings, run_with_redis
 
     configure_logging(log_level)
     settings, config = load_config(workers)
     if not settings.redis_url:
         console.print("[red]AIGCQ_REDIS_URL is required for `serve` (`up` embeds one)[/red]")
         raise typer.Exit(2)
+    require_free_ports(settings.host, listen_settings(settings), reuse_port=settings.reuse_port)
     # Not run_async(serve(...)) directly: uvicorn re-raises SIGTERM after its graceful
     # shutdown, which with the default handler kills the process (exit -15 / 143).
     # run_with_redis (no embedded Redis: the URL is set) turns it into a clean exit 0.
     run_with_redis(settings, config, embedded_dir=settings.data_dir / "redis")
 
 
-def _print_banner(
-    settings: Settings, config: PlatformConfig, fresh: dict[str, str], ports: list[int]
-) -> None:
-    host = settings.host
-    console.print(f"[bold]aigcq[/bold] listening on {', '.join(f'{host}:{p}' for p in ports)}")
-    console.print(f"  clients    ws://{host}:{settings.ws_port}/?token=<token>&id=<backendId>")
-    console.print(f"  HTTP API   http://{host}:{settings.ws_port}/docs")
-    console.print(f"  callbacks  {settings.public_callback_base()}/callback/all")
-    console.print(
-        f"  redis      {settings.redis_url or 'embedded, data in ' + str(settings.data_dir)}"
-    )
-    if not config.queues():
-        console.print(f"  [yellow]no platforms configured: add {settings.config_dir}/model.json[/]")
-    for name, value in fresh.items():
-        console.print(f"  generated {name}: [bold]{value}[/bold] (kept in {settings.data_dir})")
-
-
 @app.command()
-def dispatcher(log_level: str = "INFO") -> None:
-    """Run the message-dispatcher (seed 000): bridges at /ws, JWT API, RunningHub routes.
+def dispatcher(log_level: LogLevelOption = "INFO") -> None:
+    """Run the message-dispatcher (the original system's GPU front): bridges at /ws, JWT API,
+    RunningHub-compatible routes.
 
     Port AIGCQ_MD_PORT (4000), Redis prefix AIGCQ_MD_PREFIX (md), login MD_USERNAME /
     MD_PASSWORD; an unset password is generated and printed once.
@@ -108,6 +112,7 @@ def dispatcher(log_level: str = "INFO") -> None:
 
     configure_logging(log_level)
     md, settings, fresh = prepare()
+    require_free_ports(settings.host, [(md.port, "AIGCQ_MD_PORT")])
     console.print(f"[bold]message-dispatcher[/bold] on http://{settings.host}:{md.port}")
     console.print(f"  bridges    ws://{settings.host}:{md.port}/ws?token=<bridge token>")
     console.print(f"  login      POST /api/auth/login as {md.username!r}")
@@ -117,34 +122,67 @@ def dispatcher(log_level: str = "INFO") -> None:
 
 
 @app.command()
-def token(backend_id: str, ttl: int = 86400) -> None:
-    """Print a client JWT for BACKEND_ID signed with TOKEN_SECRET."""
+def token(
+    backend_id: Annotated[str, typer.Argument(help="The client (backend) the token names")],
+    ttl: Annotated[int, typer.Option(help="Seconds the token stays valid")] = 86400,
+) -> None:
+    """Print a client JWT for BACKEND_ID signed with the server's TOKEN_SECRET.
+
+    Run it in the server's folder: the secret comes from TOKEN_SECRET (environment or
+    ./.env) or the server's secrets file (AIGCQ_DATA_DIR/secrets.json).
+    """
     from aigcq.gateway.auth import issue_client_token
-    from aigcq.service.launch import ensure_secrets
+    from aigcq.service.launch import stored_secrets
 
     settings = load_settings()
-    ensure_secrets(settings)
+    if not settings.token_secret:
+        path = settings.data_dir / "secrets.json"
+        settings.token_secret = stored_secrets(path).get("token_secret", "")
+        if not settings.token_secret:
+            fail(
+                f"no server secret here: TOKEN_SECRET is unset (environment, ./.env) and "
+                f"{path.resolve()} has none; run this where `aigcq up` runs",
+                2,
+            )
     typer.echo(issue_client_token(settings.token_secret, backend_id, ttl))
+
+
+def _given(help: str, **extra: Any) -> Any:
+    """An option that is unset unless given (its default lives in BridgeSettings)."""
+    return typer.Option(show_default=False, help=help, **extra)
 
 
 @app.command()
 def bridge(
-    server: Annotated[str | None, typer.Option(help="aigcq bridge URL, ws://host:port/ws")] = None,
-    token: Annotated[str | None, typer.Option(help="Bridge token (AIGCQ_BRIDGE_TOKEN)")] = None,
-    comfyui: Annotated[
-        list[str] | None, typer.Option(help="ComfyUI base URL; repeat for more instances")
+    server: Annotated[str | None, _given("aigcq's bridge URL, ws://host:port/ws")] = None,
+    token: Annotated[
+        str | None,
+        _given("Bridge token; visible to `ps`: prefer AIGCQ_BRIDGE_TOKEN or --token-file"),
     ] = None,
-    host: Annotated[str | None, typer.Option(help="Bind address of the admin/files server")] = None,
-    port: Annotated[int | None, typer.Option(help="Port of the admin/files server [8190]")] = None,
-    public_url: Annotated[str | None, typer.Option(help="Base of fileUrls")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="State dir [.aigcq/bridge]")] = None,
-    workflows: Annotated[Path | None, typer.Option(help="Folder of <workflowId>.json")] = None,
-    heartbeat: Annotated[float | None, typer.Option(help="HEARTBEAT interval, s [30]")] = None,
-    log_level: str = "INFO",
+    token_file: Annotated[
+        Path | None,
+        _given("File holding the bridge token (e.g. chmod 600)", envvar="AIGCQ_BRIDGE_TOKEN_FILE"),
+    ] = None,
+    comfyui: Annotated[
+        list[str] | None,
+        _given("ComfyUI base URL; repeat for more instances [default: http://127.0.0.1:8188]"),
+    ] = None,
+    host: Annotated[
+        str | None, _given("Bind address of the admin/files server [default: 127.0.0.1]")
+    ] = None,
+    port: Annotated[int | None, _given("Port of the admin/files server [default: 8190]")] = None,
+    public_url: Annotated[
+        str | None, _given("Base of fileUrls [default: http://<host>:<port>]")
+    ] = None,
+    data_dir: Annotated[Path | None, _given("State dir [default: .aigcq/bridge]")] = None,
+    workflows: Annotated[Path | None, _given("Folder of <workflowId>.json")] = None,
+    heartbeat: Annotated[float | None, _given("Seconds between HEARTBEATs [default: 30]")] = None,
+    log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run the reference bridge: connects out to aigcq and drives ComfyUI instances.
 
-    Every option may also come from AIGCQ_BRIDGE_<NAME> (e.g. AIGCQ_BRIDGE_SERVER).
+    Every option may also come from AIGCQ_BRIDGE_<NAME> (e.g. AIGCQ_BRIDGE_SERVER,
+    AIGCQ_BRIDGE_TOKEN) or ./.env.
     """
     from aigcq.agent.app import run
     from aigcq.agent.settings import BridgeSettings
@@ -152,7 +190,7 @@ def bridge(
     configure_logging(log_level)
     given: dict[str, Any] = {
         "server": server,
-        "token": token,
+        "token": token if token is not None else read_token_file(token_file),
         "comfyui": comfyui or None,
         "host": host,
         "http_port": port,
@@ -161,7 +199,19 @@ def bridge(
         "workflows": workflows,
         "heartbeat": heartbeat,
     }
-    run(BridgeSettings(**{k: v for k, v in given.items() if v is not None}))
+    settings = BridgeSettings(**{k: v for k, v in given.items() if v is not None})
+    require_free_ports(settings.host, [(settings.http_port, "--port or AIGCQ_BRIDGE_HTTP_PORT")])
+    run(settings)
+
+
+def read_token_file(path: Path | None) -> str | None:
+    """The token in ``path`` (surrounding whitespace dropped); one line and exit 2 if unreadable."""
+    if path is None:
+        return None
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        fail(f"cannot read the token file {path}: {exc.strerror}", 2, exc)
 
 
 def main() -> None:

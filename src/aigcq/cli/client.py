@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from aigcq.cli.common import console, fail, load_settings
+from aigcq.cli.common import console, fail, load_settings, local_host
 
 if TYPE_CHECKING:
     import httpx
@@ -76,10 +76,7 @@ def server_url(server: str | None, scheme: str) -> str:
     settings (``AIGCQ_HOST``, ``AIGCQ_WS_PORT``, environment or ``.env``) listens."""
     if server is None:
         settings = load_settings()
-        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(settings.host)
-        host = host or settings.host
-        host = f"[{host}]" if ":" in host else host
-        return f"{scheme}://{host}:{settings.ws_port}/"
+        return f"{scheme}://{local_host(settings.host)}:{settings.ws_port}/"
     given, sep, rest = server.partition("://")
     if not sep:
         return f"{scheme}://{server}"
@@ -124,7 +121,9 @@ def _read_payload(payload: str) -> dict[str, Any]:
 
 
 def submit(
-    platform: str,
+    platform: Annotated[
+        str, typer.Argument(help="Where it runs, as in config/model.json: comfyui, coze...")
+    ],
     payload: Annotated[str, typer.Argument(help="JSON, or @file.json")],
     server: ServerOption = None,
     token: TokenOption = "",
@@ -132,9 +131,20 @@ def submit(
         str | None,
         typer.Option(show_default=False, help="Submit as (default: the token's JWT sub, else cli)"),
     ] = None,
-    aigc: str | None = None,
-    task_id: str | None = None,
-    timeout: float = 600.0,
+    aigc: Annotated[
+        str | None,
+        typer.Option(
+            show_default=False,
+            help="AIGC project (config/model.json key) [default: AIGCQ_PROJECT_PREFIX, aigcq]",
+        ),
+    ] = None,
+    task_id: Annotated[
+        str | None,
+        typer.Option(show_default=False, help="The task's id [default: a new UUID]"),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the result before giving up")
+    ] = 600.0,
 ) -> None:
     """Submit one task over the client WebSocket, show progress and print the result."""
     import asyncio
@@ -178,11 +188,15 @@ def _http(server: str | None, token: str) -> Iterator[httpx.Client]:
 def status(
     server: ServerOption = None,
     token: TokenOption = "",
-    limit: int = 10,
+    limit: Annotated[int, typer.Option(help="Recent tasks listed")] = 10,
     watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C")] = False,
-    interval: float = 2.0,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes (--watch)")] = 2.0,
 ) -> None:
-    """Bridges, health (with an admin token), queues and recent tasks as tables."""
+    """Queues (waiting, in flight and capacity per target, oldest wait) and recent tasks.
+
+    With the admin token (AIGCQ_ADMIN_TOKEN, in .aigcq/secrets.json) as --token it also
+    shows the bridges and the internal capacity's health.
+    """
     from aigcq.cli.status import fetch_snapshot, render
 
     with _http(server, token) as http:
@@ -194,7 +208,8 @@ def status(
 
 
 def _watch(http: httpx.Client, view: Group, limit: int, interval: float) -> None:
-    """Redraw the status tables every ``interval`` seconds until Ctrl-C."""
+    """Redraw the status tables every ``interval`` seconds until Ctrl-C; when the output is
+    not a terminal (piped, redirected), append each round, under its time, instead."""
     import time
 
     from rich.live import Live
@@ -202,6 +217,13 @@ def _watch(http: httpx.Client, view: Group, limit: int, interval: float) -> None
     from aigcq.cli.status import fetch_snapshot, render
 
     try:
+        if not console.is_terminal:
+            while True:
+                console.print(f"--- {time.strftime('%H:%M:%S')}", highlight=False)
+                console.print(view)
+                console.file.flush()
+                time.sleep(interval)
+                view = render(fetch_snapshot(http, limit))
         with Live(view, console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(interval)
@@ -214,7 +236,11 @@ tasks_app = typer.Typer(no_args_is_help=True, help="Inspect tasks.")
 
 
 @tasks_app.command("show")
-def tasks_show(task_id: str, server: ServerOption = None, token: TokenOption = "") -> None:
+def tasks_show(
+    task_id: Annotated[str, typer.Argument(help="The id given at submit")],
+    server: ServerOption = None,
+    token: TokenOption = "",
+) -> None:
     """Print a task's timeline: every transition with its time, target and attempt."""
     from aigcq.cli.status import timeline
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import NoReturn
+from collections.abc import Iterable
+from typing import Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -10,15 +11,40 @@ from rich.console import Console
 from rich.markup import escape
 
 from aigcq.config import ConfigError, PlatformConfig, Settings
+from aigcq.plumbing.ports import busy_port
+
+LogLevelOption = Annotated[
+    str, typer.Option(help="Least severe log level shown: DEBUG, INFO, WARNING, ERROR")
+]
+HostOption = Annotated[str, typer.Option(help="Address to listen on")]
+PortOption = Annotated[int, typer.Option(help="Port to listen on")]
 
 console = Console()
 err_console = Console(stderr=True)
 
 
-def fail(message: str, code: int, cause: Exception) -> NoReturn:
+def fail(message: str, code: int, cause: Exception | None = None) -> NoReturn:
     """One red line on stderr, then exit with ``code``."""
     err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, highlight=False)
     raise typer.Exit(code) from cause
+
+
+def local_host(host: str) -> str:
+    """An address this machine reaches ``host`` at (the loopback for a wildcard), bracketed
+    when IPv6, ready for a URL."""
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host) or host
+    return f"[{host}]" if ":" in host else host
+
+
+def require_free_ports(
+    host: str, ports: Iterable[tuple[int, str]], *, reuse_port: bool = False
+) -> None:
+    """Before a process says where it listens: each of ``ports`` (with the setting that
+    moves it) can be listened on, else one line naming the port and that setting, exit 1.
+    ``reuse_port``: a worker, sharing its ports with its siblings."""
+    problem = busy_port(host, ports, reuse_port=reuse_port)
+    if problem is not None:
+        fail(problem, 1)
 
 
 def load_settings() -> Settings:

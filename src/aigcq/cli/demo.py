@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import ctypes
 import json
+import os
 import shlex
 import signal
 import socket
@@ -60,12 +61,41 @@ class DemoOptions(BaseSettings):
     steps: int = Field(4, ge=1)
     runninghub_cap: int = Field(2, ge=0)
     runninghub_duration: float = Field(4.0, ge=0)
+    # Where the demo's helpers listen (0: any free port); printed at start.
+    runninghub_port: int = Field(0, ge=0)
+    comfyui_port: int = Field(0, ge=0, description="The first instance's; the next ones +1.")
+    bridge_port: int = Field(0, ge=0, description="The bridge's admin page.")
+
+
+def _port_settings(options: DemoOptions) -> list[tuple[int, str]]:
+    """The demo's fixed ports, each with its setting."""
+    comfyui = [
+        (options.comfyui_port + i, "AIGCQ_DEMO_COMFYUI_PORT")
+        for i in range(options.instances)
+        if options.comfyui_port
+    ]
+    return [
+        (options.runninghub_port, "AIGCQ_DEMO_RUNNINGHUB_PORT"),
+        *comfyui,
+        (options.bridge_port, "AIGCQ_DEMO_BRIDGE_PORT"),
+    ]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _comfyui_ports(host: str, options: DemoOptions) -> list[int]:
+    if options.comfyui_port:
+        return [options.comfyui_port + i for i in range(options.instances)]
+    return [free_port(host) for _ in range(options.instances)]
+
+
+def demo_host(settings: Settings) -> str:
+    """Where the demo's helpers listen: the server's address, the loopback for a wildcard."""
+    return "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
 
 
 def _die_with_parent() -> None:
@@ -77,8 +107,10 @@ def _die_with_parent() -> None:
 class Child:
     """One ``python -m aigcq ...`` child in its own session (Ctrl-C reaches us first)."""
 
-    def __init__(self, name: str, args: list[str], log: Path) -> None:
-        self.name, self.args, self.log = name, args, log
+    def __init__(
+        self, name: str, args: list[str], log: Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.name, self.args, self.log, self.env = name, args, log, env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self._out: IO[bytes] | None = None
 
@@ -86,6 +118,7 @@ class Child:
         self._out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "aigcq", *self.args],
+            env={**os.environ, **self.env},
             stdout=self._out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -121,16 +154,16 @@ class Demo:
 
     @classmethod
     def plan(cls, settings: Settings, options: DemoOptions) -> Demo:
-        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+        host = demo_host(settings)
         root = settings.data_dir / "demo"
         return cls(
             settings=settings,
             options=options,
             root=root,
             host=host,
-            runninghub=f"http://{host}:{free_port(host)}",
-            comfyui=[f"http://{host}:{free_port(host)}" for _ in range(options.instances)],
-            bridge_port=free_port(host),
+            runninghub=f"http://{host}:{options.runninghub_port or free_port(host)}",
+            comfyui=[f"http://{host}:{port}" for port in _comfyui_ports(host, options)],
+            bridge_port=options.bridge_port or free_port(host),
         )
 
     @property
@@ -179,13 +212,14 @@ class Demo:
         return children
 
     def bridge(self) -> Child:
-        args = ["bridge", "--server", f"{self.server_ws}/ws", "--token", self.settings.bridge_token]
+        args = ["bridge", "--server", f"{self.server_ws}/ws"]
         # The hub frees a slot on the next HEARTBEAT, so beat often: freed GPUs show at once.
         args += ["--host", self.host, "--port", str(self.bridge_port), "--heartbeat", "1"]
         args += ["--data-dir", str(self.root / "bridge")]
         for url in self.comfyui:
             args += ["--comfyui", url]
-        return Child("bridge", args, self.root / "logs" / "bridge.log")
+        token = {"AIGCQ_BRIDGE_TOKEN": self.settings.bridge_token}  # not in `ps`
+        return Child("bridge", args, self.root / "logs" / "bridge.log", env=token)
 
     def banner(self, console: Console, client_token: str) -> None:
         o, s = self.options, self.settings
@@ -250,11 +284,14 @@ async def _serve_then_bridge(demo: Demo, config: PlatformConfig, bridge: Child) 
 
 def run(settings: Settings, console: Console, options: DemoOptions | None = None) -> None:
     """Blocking entry point of ``aigcq up --demo``."""
+    from aigcq.cli.common import require_free_ports
     from aigcq.gateway.auth import issue_client_token
     from aigcq.service.launch import ensure_secrets, run_with_redis
 
+    options = options or DemoOptions()
+    require_free_ports(demo_host(settings), _port_settings(options))
     ensure_secrets(settings)
-    demo = Demo.plan(settings, options or DemoOptions())
+    demo = Demo.plan(settings, options)
     config = demo.write_config()
     children = [c.start() for c in demo.emulators()]
     bridge = demo.bridge()

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from aigcq.cli.common import HostOption, LogLevelOption, PortOption, require_free_ports
 from aigcq.observability.logconfig import configure_logging
 
 emulate_app = typer.Typer(no_args_is_help=True, help="Run an emulator of an external service.")
@@ -14,18 +15,21 @@ emulate_app = typer.Typer(no_args_is_help=True, help="Run an emulator of an exte
 
 @emulate_app.command("comfyui")
 def emulate_comfyui(
-    host: str = "127.0.0.1",
-    port: int = 8188,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8188,
     step_time: Annotated[float, typer.Option(help="Seconds per progress step")] = 0.05,
     steps: Annotated[int, typer.Option(help="Progress steps per executed node")] = 4,
     fail_rate: Annotated[float, typer.Option(help="Probability a prompt fails")] = 0.0,
-    output_dir: Path = Path(".aigcq/comfyui/output"),
-    log_level: str = "INFO",
+    output_dir: Annotated[Path, typer.Option(help="Where SaveImage writes")] = Path(
+        ".aigcq/comfyui/output"
+    ),
+    log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a ComfyUI emulator (EmptyImage, ImageInvert, SaveImage, PreviewImage)."""
     from aigcq.emulators.comfyui import ComfyUIConfig, run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     config = ComfyUIConfig(
         output_dir=output_dir, step_time=step_time, steps=steps, fail_rate=fail_rate
     )
@@ -34,37 +38,42 @@ def emulate_comfyui(
 
 @emulate_app.command("model-service")
 def emulate_model_service(
-    host: str = "127.0.0.1",
-    port: int = 8092,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8092,
     latency: Annotated[float, typer.Option(help="Seconds per call")] = 0.0,
     failure_rate: Annotated[float, typer.Option(help="Share of calls answered HTTP 500")] = 0.0,
     response: Annotated[str, typer.Option(help="json | text | image")] = "json",
-    log_level: str = "WARNING",
+    log_level: LogLevelOption = "WARNING",
 ) -> None:
     """Run an HTTP model service emulator (stats at /_emulator/stats)."""
     from aigcq.emulators.model_service import ModelBehaviour, run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     run(host, port, ModelBehaviour(latency, failure_rate, response))  # type: ignore[arg-type]
 
 
 @emulate_app.command("oss")
-def emulate_oss(host: str = "127.0.0.1", port: int = 8093, log_level: str = "WARNING") -> None:
+def emulate_oss(
+    host: HostOption = "127.0.0.1", port: PortOption = 8093, log_level: LogLevelOption = "WARNING"
+) -> None:
     """Run the OSS file service emulator (oss/file/uploadFile)."""
     from aigcq.emulators.oss import run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     run(host, port)
 
 
 @emulate_app.command("prompts-core")
 def emulate_prompts_core(
-    host: str = "127.0.0.1", port: int = 8094, log_level: str = "WARNING"
+    host: HostOption = "127.0.0.1", port: PortOption = 8094, log_level: LogLevelOption = "WARNING"
 ) -> None:
     """Run the prompts-core emulator (prompt/createPrompt)."""
     from aigcq.emulators.prompts_core import run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     run(host, port)
 
 
@@ -77,18 +86,19 @@ _FailureRate = Annotated[float, typer.Option(help="Share of tasks that fail, 0..
 
 @emulate_app.command("runninghub")
 def emulate_runninghub(
-    host: str = "127.0.0.1",
-    port: int = 9101,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 9101,
     max_concurrent: Annotated[int, typer.Option(help="QUEUED+RUNNING per apiKey, then 421")] = 3,
     duration: _Duration = 1.0,
     failure_rate: _FailureRate = 0.0,
     api_key: _ApiKeys = None,
-    log_level: str = "INFO",
+    log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats)."""
     from aigcq.emulators.runninghub import run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     run(
         host,
         port,
@@ -101,17 +111,18 @@ def emulate_runninghub(
 
 @emulate_app.command("coze")
 def emulate_coze(
-    host: str = "127.0.0.1",
-    port: int = 9102,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 9102,
     duration: _Duration = 1.0,
     failure_rate: _FailureRate = 0.0,
     api_key: _ApiKeys = None,
-    log_level: str = "INFO",
+    log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a Coze emulator (workflow run + run_histories; stats at /_emulator/stats)."""
     from aigcq.emulators.coze import run
 
     configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
     run(
         host,
         port,

@@ -78,12 +78,21 @@ def _bridges(rows: list[dict[str, Any]]) -> Table:
 
 
 def _queues(rows: list[dict[str, Any]]) -> Table:
-    table = Table("AIGC", "platform", "waiting", "in flight", "oldest wait", title="queues")
+    table = Table(
+        "AIGC", "platform", "waiting", "in flight", "capacity", "oldest wait", title="queues"
+    )
     for q in rows:
-        inflight = ", ".join(f"{k}:{v}" for k, v in q["inFlight"].items()) or "-"
-        oldest = f"{q['oldestWaitS']} s" if "oldestWaitS" in q else "-"
-        table.add_row(q["AIGC"], q["platform"], str(q["waiting"]), inflight, oldest)
+        oldest = f"{q['oldestWaitS']:g} s" if q["waiting"] and "oldestWaitS" in q else "-"
+        table.add_row(
+            q["AIGC"], q["platform"], str(q["waiting"]), _per_target(q["inFlight"]),
+            _per_target(q.get("capacity", {})), oldest,
+        )  # fmt: skip
     return table
+
+
+def _per_target(counts: dict[str, int]) -> str:
+    """``bridge:1, runninghub:0``."""
+    return ", ".join(f"{k}:{v}" for k, v in counts.items()) or "-"
 
 
 def _recent(rows: list[dict[str, Any]]) -> Table:

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.status import Status
 
-from aigcq.client import AsyncClient, Progress, Result, SubmitError
+from aigcq.client import AigcqError, AsyncClient, Progress, Result
 
 
 async def submit_and_wait(
@@ -24,10 +24,11 @@ async def submit_and_wait(
     timeout: float,
     console: Console,
 ) -> dict[str, Any]:
-    """Submit, show progress until the result arrives; returns the result (or the error).
+    """Submit, show progress until the result arrives; returns the result (success, failed
+    or cancelled) without its empty fields.
 
-    A refused submit (``PlatformError``...) and no result within ``timeout`` come back as
-    error results; a refused connection (bad token, server down) raises.
+    A refused submit (``PlatformError``...), no result within ``timeout`` and a connection
+    lost or refused (bad token, server down) raise (:class:`AigcqError`, ``OSError``...).
     """
     async with AsyncClient(server, token, backend_id) as client:
         with console.status("submitting") as status:
@@ -35,28 +36,32 @@ async def submit_and_wait(
                 async with asyncio.timeout(timeout):
                     task_id = await client.submit(platform, payload, task_id=task_id, aigc=aigc)
                     return await _follow(client, task_id, status)
-            except SubmitError as exc:
-                return {"type": "error", "code": exc.code, "msg": exc.msg, "detail": exc.detail}
             except TimeoutError:
-                msg = f"no result within {timeout:g} s"
-                return {"type": "error", "taskId": task_id, "code": "Timeout", "msg": msg}
+                msg = f"no result within {timeout:g} s (--timeout)"
+                raise AigcqError("Timeout", msg, task_id=task_id) from None
 
 
 async def _follow(client: AsyncClient, task_id: str, status: Status) -> dict[str, Any]:
     status.update(f"task {task_id}: queued")
     async for event in client.events(task_id):
         if isinstance(event, Result):
-            return dataclasses.asdict(event)
+            return printable(event)
         status.update(f"task {task_id}: {describe(event)}")
-    return {"type": "error", "taskId": task_id, "code": "Disconnected"}
+    raise AigcqError("Disconnected", "the server closed the connection", task_id=task_id)
+
+
+def printable(result: Result) -> dict[str, Any]:
+    """The result's fields that carry something (no ``null``s, no outbox entry id)."""
+    fields = dataclasses.asdict(result)
+    return {k: v for k, v in fields.items() if v is not None and k != "id"}
 
 
 def describe(progress: Progress) -> str:
-    """``running on runninghub`` or ``[#####...] 5/20 KSampler``."""
+    """``running on runninghub`` or ``node 3 [████████░░░░░░░░░░░░] step 2/5``."""
     if progress.state is not None:
         return f"{progress.state} on {progress.target}"
-    bar = ""
-    if progress.value is not None and progress.max:
-        done = round(20 * progress.value / progress.max)
-        bar = f"[{'#' * done}{'.' * (20 - done)}] "
-    return f"{bar}{progress.value}/{progress.max} {progress.node or ''}".rstrip()
+    node = f"node {progress.node} " if progress.node else ""
+    if progress.value is None or not progress.max:
+        return f"{node}running".lstrip()
+    done = max(0, min(20, round(20 * progress.value / progress.max)))
+    return f"{node}[{'█' * done}{'░' * (20 - done)}] step {progress.value}/{progress.max}"

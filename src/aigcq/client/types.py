@@ -47,7 +47,7 @@ class Result:
         return cls(
             task_id=msg["taskId"],
             status=msg.get("status", ""),
-            data=msg.get("data"),
+            data=msg.get("result", msg.get("data")),  # "data": aigcq's earlier name
             code=msg.get("code"),
             msg=msg.get("msg"),
             error=msg.get("error"),

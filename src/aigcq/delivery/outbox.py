@@ -24,7 +24,13 @@ PAGE = 200
 
 
 def compose(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
+    """The client's ``result`` message. A success carries the platform's answer under
+    ``result``, as the original system's clients read it, and under ``data`` (the
+    documented alias); entries written before ``result`` existed hold only ``data``."""
     body = orjson.loads(fields.get("body") or "{}")
+    if "result" in body or "data" in body:
+        answer = body.get("result", body.get("data"))
+        body = {**body, "result": answer, "data": answer}
     return {
         "type": "result",
         "id": entry_id,

@@ -25,7 +25,7 @@ from aigcq.dispatcher.webhooks import WEBHOOK_BACKEND
 from aigcq.domain import Task
 from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError
-from aigcq.gateway.http_api import queue_overview
+from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.gateway.submission import GenerateRequest
 from aigcq.observability.jsonlog import ctx
 from aigcq.service.server import Service
@@ -38,6 +38,12 @@ RH_UNAUTHORIZED = (802, "APIKEY_UNAUTHORIZED")
 RH_NOT_FOUND = (807, "APIKEY_TASK_NOT_FOUND")
 RH_QUEUE_MAXED = (421, "TASK_QUEUE_MAXED")
 RECENT = 20
+#: RunningHub's create answer carries ComfyUI's validation as a JSON string; a bridge
+#: validates only when it runs the prompt, so this says "accepted" (clients such as
+#: runninghub-sdk read it).
+PROMPT_TIPS = orjson.dumps(
+    {"result": True, "error": None, "outputs_to_execute": [], "node_errors": {}}
+).decode()
 
 
 def md_error(status: int, code: str, message: str) -> JSONResponse:
@@ -138,7 +144,7 @@ class DispatcherApi:
                     }
                     for b in self._hub().registry.live()
                 ],
-                "queues": await queue_overview(self.service.gateway),
+                "queues": await queue_rows(self.service.rt, internal_capacity(self.service)),
                 "recentTasks": [
                     {"taskId": t.task_id, "status": status_of(t), "attempt": t.attempt}
                     for t in recent
@@ -158,7 +164,15 @@ class DispatcherApi:
             return rh_reply(RH_PARAMS_INVALID, str(exc))
         except ClientError as exc:
             return rh_reply(RH_QUEUE_MAXED, exc.detail)
-        return rh_ok({"taskId": task_id, "taskStatus": "QUEUED", "netWssUrl": None})
+        return rh_ok(
+            {
+                "taskId": task_id,
+                "taskStatus": "QUEUED",
+                "clientId": uuid.uuid4().hex,
+                "netWssUrl": None,
+                "promptTips": PROMPT_TIPS,
+            }
+        )
 
     async def status_rh(self, request: Request) -> Response:
         found = await self._lookup(request)
@@ -186,7 +200,7 @@ class DispatcherApi:
 
     async def account_rh(self, request: Request) -> Response:
         body = await self._json(request)
-        key = body.get("apikey") or body.get("apiKey") if isinstance(body, dict) else None
+        key = (body.get("apikey") or body.get("apiKey")) if isinstance(body, dict) else None
         if not self.auth.valid(key):
             return rh_reply(RH_UNAUTHORIZED)
         keys = self.rt.store.keys

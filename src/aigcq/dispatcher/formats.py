@@ -1,5 +1,5 @@
 """RunningHub's formats on the message-dispatcher: create bodies in, ``/outputs`` answers
-and ``TASK_END`` webhooks out (seed 000 §3.3, platform-apis.md §1).
+and ``TASK_END`` webhooks out (the original system's dispatcher contract, platform-apis.md §1).
 
 A create body is checked against the bridge protocol's TASK_ASSIGN model, so anything we
 accept is something a bridge can run.
@@ -31,11 +31,40 @@ class BadBody(ValueError):
     """A create body we cannot queue; the message names the field."""
 
 
+#: snake_case names the original system's callers send (its own example body uses
+#: ``workflow_id`` / ``node_info_list``), read as RunningHub's camelCase.
+_SNAKE = {
+    "workflow_id": "workflowId",
+    "node_info_list": "nodeInfoList",
+    "webhook_url": "webhookUrl",
+}
+_NODE_SNAKE = {"node_id": "nodeId", "field_name": "fieldName", "field_value": "fieldValue"}
+
+
+def camel_case(fields: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """``fields`` with each snake_case name of ``names`` renamed to its camelCase; both
+    spellings of one field with different values is :class:`BadBody`."""
+    out = {k: v for k, v in fields.items() if k not in names}
+    for snake, camel in names.items():
+        if snake not in fields:
+            continue
+        if camel in fields and fields[camel] != fields[snake]:
+            raise BadBody(f"{snake} and {camel} differ: send one of them")
+        out[camel] = fields[snake]
+    return out
+
+
 def task_payload(body: Any) -> dict[str, Any]:
-    """The payload to queue: the create body minus ``apiKey``, once known to be runnable."""
+    """The payload to queue: the create body minus ``apiKey``, once known to be runnable;
+    snake_case field names (``workflow_id``, ``node_info_list``) are read as camelCase."""
     if not isinstance(body, dict):
         raise BadBody("body must be a JSON object")
-    payload = {k: v for k, v in body.items() if k != "apiKey"}
+    payload = camel_case({k: v for k, v in body.items() if k != "apiKey"}, _SNAKE)
+    nodes = payload.get("nodeInfoList")
+    if isinstance(nodes, list):
+        payload["nodeInfoList"] = [
+            camel_case(n, _NODE_SNAKE) if isinstance(n, dict) else n for n in nodes
+        ]
     hook = payload.get("webhookUrl")
     if hook is not None and not (
         isinstance(hook, str) and hook.startswith(("http://", "https://"))

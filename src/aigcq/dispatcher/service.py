@@ -20,6 +20,7 @@ from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.dispatcher.cache import CacheQueue
 from aigcq.dispatcher.capacity import FEED_PATH, CapacityFeed
 from aigcq.dispatcher.degrade import Degrader
+from aigcq.dispatcher.openapi_doc import describe_dispatcher
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.dispatcher.webhooks import WebhookRelay
 from aigcq.plumbing.redis_client import redis_client
@@ -67,8 +68,9 @@ class MessageDispatcher:
         self.service.background.append(self.relay.run)
         assert self.service.hub is not None
         self.feed = CapacityFeed(self.service.hub, self.auth)
-        api = DispatcherApi(self.service, self.auth, AIGC, on_accepted=self.feed.touch)
+        self.api = api = DispatcherApi(self.service, self.auth, AIGC, on_accepted=self.feed.touch)
         self.service.api.router.routes.extend(api.routes())
+        describe_dispatcher(self.service.api)
         self.service.background.append(self.feed.run)
         self.service.api.add_api_websocket_route(FEED_PATH, self.feed.endpoint)
         self.degrader = Degrader(self.service.rt, (AIGC, PLATFORM), self.feed)

@@ -41,13 +41,16 @@ class DispatcherSettings(BaseSettings):
     jwt_ttl_s: int = Field(86400, gt=0, validation_alias=_env("JWT_TTL_S"))
     webhook_attempts: int = Field(8, ge=1, validation_alias=_env("WEBHOOK_ATTEMPTS"))
     failure_retries: int = Field(
-        3, ge=0, validation_alias=_env("FAILURE_RETRIES"), description="Seed 000 §9.3.2."
+        3,
+        ge=0,
+        validation_alias=_env("FAILURE_RETRIES"),
+        description="Times a task whose bridge reports a failure is run again.",
     )
     stale_after_s: float = Field(
         1800.0,
         gt=0,
         validation_alias=_env("STALE_AFTER_S"),
-        description="A task pending this long fails, with a failure webhook (§9.4.2).",
+        description="A task pending this long fails, with a failure webhook.",
     )
     cache_interval_s: float = Field(
         5.0, gt=0, validation_alias=_env("CACHE_INTERVAL_S"), description="Expiry/mirror pass."

@@ -197,7 +197,8 @@ class _RunningHub(EmulatorCore):
 
     async def account_status(self, request: Request) -> Response:
         body = await read_json(request)
-        api_key = body.get("apikey") if isinstance(body, dict) else None
+        # RunningHub reads either spelling; its clients (runninghub-sdk) send apiKey
+        api_key = (body.get("apikey") or body.get("apiKey")) if isinstance(body, dict) else None
         refused = self._refuse_key(api_key)
         if refused is not None:
             return refused

@@ -22,8 +22,10 @@ from fastapi.responses import Response, StreamingResponse
 
 from aigcq.domain import ErrorCode, Task
 from aigcq.gateway.admin_panels import AsynchPanel, overflow_spend
+from aigcq.gateway.admin_trends import Trends
 from aigcq.gateway.auth import bearer
-from aigcq.gateway.errors import ClientError
+from aigcq.gateway.errors import ClientError, error_responses
+from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import round_failed
 
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 
 Authorization = Annotated[str | None, Header()]
 HISTORY_S = 120  # seconds of internal / external split kept for the chart
-RECENT_TASKS = 15
+RECENT_TASKS = 50  # the page filters them by state, client, platform and target
 STATIC = {
     "dashboard.html": "text/html; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
@@ -56,6 +58,7 @@ class Monitor:
         self._tick = asyncio.Condition()
         settings = service.rt.settings
         self.asynch = AsynchPanel(settings.asynch_url, settings.admin_token)
+        self.trends = Trends()
 
     async def run(self) -> None:
         try:
@@ -103,14 +106,19 @@ class Monitor:
         self.split.append({"t": time.time(), "internal": internal, "external": external})
 
     async def snapshot(self) -> dict[str, Any]:
+        rt = self.service.rt
+        queues = await queue_rows(rt, internal_capacity(self.service))
+        overflow = overflow_spend()
+        await self.trends.sample(rt.store, queues, overflow)
         return {
             "time": time.time(),
             "bridges": await self._bridges(),
-            "queues": await self._queues(),
+            "queues": queues,
             "split": {"history": list(self.split), "totals": dict(self.totals)},
+            "trends": self.trends.view(),
             "health": self._health(),
-            "recent": [task_row(t) for t in await self.service.rt.store.recent(RECENT_TASKS)],
-            "overflow": overflow_spend(),
+            "recent": [task_row(t) for t in await rt.store.recent(RECENT_TASKS)],
+            "overflow": overflow,
             "asynch": await self.asynch.read(),
         }
 
@@ -141,32 +149,6 @@ class Monitor:
                 "local": True,
             }
         return sorted(rows.values(), key=lambda r: str(r["bridgeId"]))
-
-    async def _queues(self) -> list[dict[str, Any]]:
-        rt, hub = self.service.rt, self.service.hub
-        keys, now = rt.store.keys, time.time()
-        rows: list[dict[str, Any]] = []
-        for aigc, platform in rt.config.queues():
-            ext = rt.platforms.adapter_for(platform)
-            targets = [t for t in (hub.name if hub and platform in hub.serves else "",) if t]
-            targets += [ext.name] if ext else []
-            pipe = rt.redis.pipeline(transaction=False)
-            pipe.llen(keys.wait(aigc, platform))
-            pipe.lindex(keys.wait(aigc, platform), 0)
-            for target in targets:
-                pipe.zcard(keys.running(aigc, target))
-            waiting, head, *inflight = await pipe.execute()
-            created = await rt.redis.hget(keys.task(str(head)), "created") if head else None
-            rows.append(
-                {
-                    "AIGC": aigc,
-                    "platform": platform,
-                    "waiting": int(waiting),
-                    "inFlight": dict(zip(targets, map(int, inflight), strict=True)),
-                    "oldestWaitS": round(now - float(created), 1) if created else 0.0,
-                }
-            )
-        return rows
 
     def _health(self) -> dict[str, Any] | None:
         hub = self.service.hub
@@ -212,6 +194,7 @@ def task_row(t: Task) -> dict[str, Any]:
         "state": t.state.value,
         "AIGC": t.aigc,
         "platform": t.platform,
+        "backendId": t.backend_id,
         "target": t.target,
         "attempt": t.attempt,
         "seconds": round(t.updated_at - t.created_at, 3),
@@ -238,12 +221,20 @@ def admin_router(service: ServiceParts) -> APIRouter:
     async def dashboard_asset(name: str) -> Response:
         return static_file(name)
 
-    @router.get("/api/admin/snapshot", summary="One dashboard snapshot")
+    @router.get(
+        "/api/admin/snapshot",
+        summary="One dashboard snapshot",
+        responses=error_responses(ErrorCode.AUTH),
+    )
     async def snapshot(authorization: Authorization = None) -> dict[str, Any]:
         require_admin(authorization)
         return monitor.latest or await monitor.snapshot()
 
-    @router.get("/api/admin/events", summary="Dashboard snapshots as Server-Sent Events")
+    @router.get(
+        "/api/admin/events",
+        summary="Dashboard snapshots as Server-Sent Events",
+        responses=error_responses(ErrorCode.AUTH),
+    )
     async def events(authorization: Authorization = None) -> StreamingResponse:
         require_admin(authorization)
         return StreamingResponse(
@@ -252,17 +243,29 @@ def admin_router(service: ServiceParts) -> APIRouter:
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
-    @router.post("/api/admin/bridges/{bridge_id}/drain", summary="No new tasks for a bridge")
+    @router.post(
+        "/api/admin/bridges/{bridge_id}/drain",
+        summary="No new tasks for a bridge",
+        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+    )
     async def drain(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
         require_admin(authorization)
         return await set_drained(service, bridge_id, True)
 
-    @router.post("/api/admin/bridges/{bridge_id}/undrain", summary="Assign to a bridge again")
+    @router.post(
+        "/api/admin/bridges/{bridge_id}/undrain",
+        summary="Assign to a bridge again",
+        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+    )
     async def undrain(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
         require_admin(authorization)
         return await set_drained(service, bridge_id, False)
 
-    @router.post("/api/admin/tasks/{task_id}/retry", summary="Queue a failed task again")
+    @router.post(
+        "/api/admin/tasks/{task_id}/retry",
+        summary="Queue a failed task again",
+        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.NOT_RETRYABLE),
+    )
     async def retry(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
         require_admin(authorization)
         done = await service.rt.store.retry(task_id, note="retried by an operator")

@@ -9,7 +9,7 @@ from typing import Any
 
 import jwt
 
-from aigcq.config import Settings
+from aigcq.config import IdBinding, Settings
 
 
 def _equal(a: str, b: str) -> bool:
@@ -39,15 +39,18 @@ class Auth:
         return claims
 
     def may_use_id(self, claims: dict[str, Any], backend_id: str) -> bool:
-        """Whether a client with these token claims may act as ``backend_id``: always, unless
-        ``AIGCQ_BIND_CLIENT_IDS``; then a JWT only for its ``sub`` or ``sub-<anything>`` (one
-        backend, several connections), while static and admin tokens stay unbound."""
-        if not self.settings.bind_client_ids:
-            return True
+        """Whether a client with these token claims may act as ``backend_id``. A JWT naming
+        its client (``sub``) only for that ``sub`` or ``sub-<anything>`` (one backend,
+        several connections); ``AIGCQ_BIND_CLIENT_IDS`` says what a JWT without ``sub`` may
+        do (``sub``: any id, ``all``: none) or unbinds every token (``off``). Static and
+        admin tokens stay unbound."""
+        binding = self.settings.bind_client_ids
         owner = token_owner(claims)
-        if owner is None:
+        if binding is IdBinding.OFF or owner is None:
             return True
-        return bool(owner) and (backend_id == owner or backend_id.startswith(f"{owner}-"))
+        if not owner:
+            return binding is IdBinding.SUB
+        return backend_id == owner or backend_id.startswith(f"{owner}-")
 
     def admin(self, token: str | None) -> bool:
         return _equal(token or "", self.settings.admin_token)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 
 from aigcq.config import Messages
 from aigcq.domain import ErrorCode
@@ -44,3 +47,34 @@ class ClientError(Exception):
         if self.task_id:
             body["taskId"] = self.task_id
         return body
+
+
+class ErrorBody(BaseModel):
+    """Every error answer of the HTTP API (and the client WebSocket's ``error`` message)."""
+
+    type: Literal["error"] = "error"
+    code: str
+    msg: str
+    detail: Any = None
+    taskId: str | None = None
+
+
+def error_responses(*codes: ErrorCode) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for a route answering with these codes: their statuses, each
+    described by the codes it carries, all with the :class:`ErrorBody` schema."""
+    by_status: dict[int, list[str]] = {}
+    for code in codes:
+        by_status.setdefault(HTTP_STATUS.get(code, 400), []).append(code.value)
+    return {
+        status: {"model": ErrorBody, "description": " / ".join(names)}
+        for status, names in sorted(by_status.items())
+    }
+
+
+def as_client_error(exc: RequestValidationError) -> ClientError:
+    """FastAPI's validation failure (``?limit=abc``) as aigcq's ``JSONError`` (400), naming
+    the field, like every other bad input (FastAPI's own answer would be a 422)."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    where = ".".join(str(p) for p in first.get("loc", ())) or "request"
+    return ClientError(ErrorCode.JSON, f"{where}: {first.get('msg', 'invalid')}")

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Body, Header, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from aigcq.domain import ErrorCode
 from aigcq.gateway.auth import bearer, token_owner
-from aigcq.gateway.errors import ClientError
+from aigcq.gateway.errors import ClientError, as_client_error, error_responses
+from aigcq.gateway.queue_view import InternalCapacity, queue_rows
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.submission import parse_generate
 
@@ -26,7 +29,19 @@ class SubmitBody(BaseModel):
     backendId: str | None = None
 
 
-def api_router(gw: Gateway) -> APIRouter:
+#: POST /api/tasks reads its body itself (size limit first, then JSON): its schema here.
+SUBMIT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": SubmitBody.model_json_schema()}},
+    }
+}
+
+
+def api_router(
+    gw: Gateway, internal: Callable[[], InternalCapacity | None] = lambda: None
+) -> APIRouter:
+    """``internal``: the internal target's capacity now (None: this process has none)."""
     router = APIRouter(prefix="/api", tags=["api"])
 
     def client_of(authorization: str | None) -> dict[str, Any]:
@@ -39,7 +54,16 @@ def api_router(gw: Gateway) -> APIRouter:
         if not gw.auth.admin(bearer(authorization)):
             raise ClientError(ErrorCode.AUTH, "admin token required")
 
-    @router.post("/tasks", status_code=202, summary="Submit a task")
+    @router.post(
+        "/tasks",
+        status_code=202,
+        summary="Submit a task",
+        openapi_extra=SUBMIT_BODY,
+        responses=error_responses(
+            ErrorCode.JSON, ErrorCode.AUTH, ErrorCode.BALANCE, ErrorCode.CONFLICT,
+            ErrorCode.PAYLOAD_TOO_LARGE, ErrorCode.PLATFORM, ErrorCode.ASSESSMENT,
+        ),
+    )  # fmt: skip
     async def submit(request: Request, authorization: Authorization = None) -> dict[str, Any]:
         claims = client_of(authorization)
         raw = await request.body()
@@ -65,7 +89,11 @@ def api_router(gw: Gateway) -> APIRouter:
             "msg": gw.messages.get("AssessmentSuccess"),
         }
 
-    @router.get("/tasks", summary="Recently finished tasks, newest first")
+    @router.get(
+        "/tasks",
+        summary="Recently finished tasks, newest first",
+        responses=error_responses(ErrorCode.JSON, ErrorCode.AUTH),
+    )
     async def recent_tasks(
         limit: int = 20, authorization: Authorization = None
     ) -> list[dict[str, Any]]:
@@ -83,7 +111,11 @@ def api_router(gw: Gateway) -> APIRouter:
             for t in await gw.rt.store.recent(min(limit, 1000))
         ]
 
-    @router.get("/tasks/{task_id}", summary="A task's state, timeline and result")
+    @router.get(
+        "/tasks/{task_id}",
+        summary="A task's state, timeline and result",
+        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+    )
     async def get_task(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
         # Any client may read any task: one backend's token serves several connection ids.
         client_of(authorization)
@@ -102,17 +134,29 @@ def api_router(gw: Gateway) -> APIRouter:
             "timeline": await gw.rt.store.timeline(task_id),
         }
 
-    @router.post("/tasks/{task_id}/cancel", summary="Cancel a live task")
+    @router.post(
+        "/tasks/{task_id}/cancel",
+        summary="Cancel a live task",
+        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.GONE),
+    )
     async def cancel(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
         owner = token_owner(client_of(authorization))
         return {"taskId": task_id, "state": await gw.cancel(task_id, owner)}
 
-    @router.get("/queues", summary="Waiting, in flight and capacity per queue")
+    @router.get(
+        "/queues",
+        summary="Waiting, in flight and capacity per queue",
+        responses=error_responses(ErrorCode.AUTH),
+    )
     async def queues(authorization: Authorization = None) -> list[dict[str, Any]]:
         client_of(authorization)
-        return await queue_overview(gw)
+        return await queue_rows(gw.rt, internal())
 
-    @router.put("/workflows/{workflow_id}", summary="Store an API-format ComfyUI workflow")
+    @router.put(
+        "/workflows/{workflow_id}",
+        summary="Store an API-format ComfyUI workflow",
+        responses=error_responses(ErrorCode.JSON, ErrorCode.AUTH),
+    )
     async def put_workflow(
         workflow_id: str,
         workflow: Annotated[dict[str, Any], Body()],
@@ -122,7 +166,11 @@ def api_router(gw: Gateway) -> APIRouter:
         await gw.rt.redis.set(gw.rt.store.keys.workflow(workflow_id), orjson.dumps(workflow))
         return {"workflowId": workflow_id, "nodes": len(workflow)}
 
-    @router.get("/workflows/{workflow_id}", summary="Fetch a stored workflow (bridges)")
+    @router.get(
+        "/workflows/{workflow_id}",
+        summary="Fetch a stored workflow (bridges)",
+        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+    )
     async def get_workflow(workflow_id: str, authorization: Authorization = None) -> Response:
         if not gw.auth.bridge(bearer(authorization)):
             raise ClientError(ErrorCode.AUTH, "bridge or admin token required")
@@ -134,35 +182,12 @@ def api_router(gw: Gateway) -> APIRouter:
     return router
 
 
-async def queue_overview(gw: Gateway) -> list[dict[str, Any]]:
-    rt = gw.rt
-    keys = rt.store.keys
-    rows: list[dict[str, Any]] = []
-    pipe = rt.redis.pipeline(transaction=False)
-    queues = rt.config.queues()
-    targets: list[str] = []
-    for aigc, platform in queues:
-        ext = rt.platforms.adapter_for(platform)
-        targets.append(ext.name if ext else "")
-        pipe.llen(keys.wait(aigc, platform))
-        pipe.zcard(keys.running(aigc, targets[-1] or "-"))
-    counts = await pipe.execute()
-    for i, (aigc, platform) in enumerate(queues):
-        account = rt.config.account(aigc, platform)
-        rows.append(
-            {
-                "AIGC": aigc,
-                "platform": platform,
-                "waiting": int(counts[2 * i]),
-                "inFlight": {targets[i]: int(counts[2 * i + 1])} if targets[i] else {},
-                "capacity": {targets[i]: account.concurrency if account else 0},
-            }
-        )
-    return rows
-
-
 def client_error_handler(gw: Gateway) -> Any:
+    """Answers :class:`ClientError` and FastAPI's validation errors (as ``JSONError``)."""
+
     async def handle(_request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, RequestValidationError):
+            exc = as_client_error(exc)
         assert isinstance(exc, ClientError)
         return JSONResponse(exc.body(gw.messages), status_code=exc.status)
 

@@ -36,7 +36,7 @@ class Outcomes:
         match outcome:
             case Succeeded(data=data):
                 done = await self.rt.store.finish(
-                    task_id, TaskState.SUCCESS, result=data, message={"data": data}, note=note
+                    task_id, TaskState.SUCCESS, result=data, message={"result": data}, note=note
                 )
             case Failed(code=code, message=message, detail=detail):
                 error = {"code": code, "message": message, "detail": detail}

@@ -38,7 +38,7 @@ def ensure_secrets(
     """
     owner = settings if owner is None else owner
     path = settings.data_dir / "secrets.json"
-    stored: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    stored = stored_secrets(path)
     fresh: dict[str, str] = {}
     for name in names:
         if getattr(owner, name):
@@ -56,6 +56,12 @@ def ensure_secrets(
     return fresh
 
 
+def stored_secrets(path: Path) -> dict[str, str]:
+    """The secrets file ``aigcq up`` keeps (empty when there is none)."""
+    data: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    return data
+
+
 def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -68,8 +74,18 @@ def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
 
 
 def listen_ports(settings: Settings) -> list[int]:
-    ports = [settings.ws_port, settings.callback_port, settings.bridge_port]
-    return [p for i, p in enumerate(ports) if p and p not in ports[:i]]
+    return [port for port, _ in listen_settings(settings)]
+
+
+def listen_settings(settings: Settings) -> list[tuple[int, str]]:
+    """The ports a server listens on, each with the setting that moves it (once each)."""
+    named = [
+        (settings.ws_port, "AIGCQ_WS_PORT"),
+        (settings.callback_port, "AIGCQ_CALLBACK_PORT"),
+        (settings.bridge_port, "AIGCQ_BRIDGE_PORT"),
+    ]
+    ports = [p for p, _ in named]
+    return [(p, name) for i, (p, name) in enumerate(named) if p and p not in ports[:i]]
 
 
 class _Server(uvicorn.Server):

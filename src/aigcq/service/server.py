@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, WebSocket
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
@@ -20,6 +21,7 @@ from aigcq.gateway.callbacks import callback_routes
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.hot_paths import HotPaths
 from aigcq.gateway.http_api import api_router, client_error_handler
+from aigcq.gateway.queue_view import internal_capacity
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.ws import client_endpoint
 from aigcq.observability import metrics
@@ -33,6 +35,7 @@ from aigcq.scheduler.outcomes import Outcomes
 from aigcq.scheduler.poller import Poller
 from aigcq.scheduler.sweeper import Sweeper
 from aigcq.service import shutdown
+from aigcq.service.docs_page import offline_docs, without_422
 from aigcq.service.metrics import ServiceState
 from aigcq.service.parts import BackgroundLoop, InternalTargetBuilder
 from aigcq.service.runtime import Runtime
@@ -157,9 +160,15 @@ class Service:
             title="aigcq",
             summary="AIGC task queue: internal GPUs first, paid platforms on overflow.",
             lifespan=self.lifespan,
+            docs_url=None,
+            redoc_url=None,
         )
-        app.add_exception_handler(ClientError, client_error_handler(self.gateway))
-        app.include_router(api_router(self.gateway))
+        offline_docs(app)
+        without_422(app)
+        refuse = client_error_handler(self.gateway)
+        app.add_exception_handler(ClientError, refuse)
+        app.add_exception_handler(RequestValidationError, refuse)
+        app.include_router(api_router(self.gateway, lambda: internal_capacity(self)))
         app.include_router(admin_router(self))
         app.router.routes.extend(self.callbacks)
         for path in CLIENT_WS_PATHS:

@@ -2,9 +2,12 @@
 "use strict";
 
 const TOKEN_KEY = "aigcqAdminToken";
-const query = new URLSearchParams(location.search);
-if (query.has("token")) {
-  sessionStorage.setItem(TOKEN_KEY, query.get("token"));
+// The link `aigcq up` prints carries the token after "#" (never sent to a server nor logged);
+// "?token=" works too. Either moves to this tab's sessionStorage, out of the address bar.
+const given = new URLSearchParams(location.hash.slice(1)).get("token")
+  || new URLSearchParams(location.search).get("token");
+if (given) {
+  sessionStorage.setItem(TOKEN_KEY, given);
   history.replaceState(null, "", location.pathname);
 }
 const headers = () => ({ Authorization: "Bearer " + (sessionStorage.getItem(TOKEN_KEY) || "") });
@@ -50,45 +53,84 @@ function setStatus(text, bad) {
 }
 
 const ago = (t) => (t ? Math.max(0, Date.now() / 1000 - t).toFixed(0) + " s ago" : "-");
-const clock = (t) => new Date(t * 1000).toLocaleTimeString();
+const TIME = { hour12: false, hour: "2-digit", minute: "2-digit", second: "2-digit" };
+const clock = (t) => new Date(t * 1000).toLocaleTimeString([], TIME);
+// Timeline times to the millisecond: a task's steps are often milliseconds apart.
+const clockMs = (t) => new Date(t * 1000).toLocaleTimeString([], { ...TIME, fractionalSecondDigits: 3 });
+const wrap = (text) => el("span", text, "wrap");  // ids: break anywhere
+const soft = (text) => el("span", text, "soft");  // lists: break at spaces
+const TERMINAL = new Set(["success", "failed", "cancelled"]);
+const RETRYABLE = new Set(["failed", "cancelled"]);
+
+// An SVG polyline of `values` scaled to `max`, across a `width` × `height` chart.
+function polyline(values, max, width, height, cls, dashed) {
+  const poly = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  const step = width / Math.max(1, values.length - 1);
+  const top = height - 5, span = height - 15;
+  poly.setAttribute("points", values.map((v, i) => `${i * step},${top - (v / Math.max(max, 1e-9)) * span}`).join(" "));
+  poly.setAttribute("class", cls);
+  poly.setAttribute("fill", "none");
+  poly.setAttribute("stroke", "currentColor");
+  poly.setAttribute("stroke-width", "2");
+  poly.setAttribute("vector-effect", "non-scaling-stroke");
+  if (dashed) poly.setAttribute("stroke-dasharray", "6 4");  // visible on overlap
+  return poly;
+}
 
 function renderBridges(bridges) {
   fillTable("#bridges", bridges.map((b) => [
     b.bridgeId,
     !b.online ? "offline" : b.drained ? "drained" : b.running.length ? "busy" : "idle",
-    b.instances, b.free, b.running.join(" ") || "-", ago(b.lastHeartbeat), b.failures,
+    b.instances, b.free, wrap(b.running.join(" ") || "-"), ago(b.lastHeartbeat), b.failures,
     b.inRotation ? "in" : "out",
     button(b.drained ? "Undrain" : "Drain", () => act("POST",
       `/api/admin/bridges/${encodeURIComponent(b.bridgeId)}/${b.drained ? "undrain" : "drain"}`)),
   ]));
 }
 
+const perTarget = (counts) => Object.entries(counts || {}).map(([t, n]) => `${t}: ${n}`).join(", ") || "-";
+
 function renderQueues(queues) {
   fillTable("#queues", queues.map((q) => [
-    q.AIGC, q.platform, q.waiting,
-    Object.entries(q.inFlight).map(([t, n]) => `${t}: ${n}`).join(", ") || "-",
-    q.oldestWaitS + " s",
+    q.AIGC, q.platform, q.waiting, soft(perTarget(q.inFlight)), soft(perTarget(q.capacity)),
+    q.waiting ? q.oldestWaitS + " s" : "-",
   ]));
 }
 
+const seconds = (v) => (v === null || v === undefined ? "-" : v + " s");
+
+function renderTrends(trends) {
+  const h = trends.history;
+  const counts = Math.max(1, ...h.map((p) => Math.max(p.waiting, p.inFlight)));
+  const wait = Math.max(1, ...h.map((p) => p.oldestWaitS));
+  $("#queue-chart").replaceChildren(
+    polyline(h.map((p) => p.waiting), counts, 600, 120, "waiting"),
+    polyline(h.map((p) => p.inFlight), counts, 600, 120, "inflight"),
+    polyline(h.map((p) => p.oldestWaitS), wait, 600, 120, "oldest", true),
+  );
+  const last = h[h.length - 1];
+  $("#queue-now").textContent = last
+    ? `now: ${last.waiting} waiting, ${last.inFlight} in flight, oldest ${last.oldestWaitS} s` +
+      ` (peaks ${counts} tasks, ${wait} s)`
+    : "";
+  const l = trends.latency;
+  $("#latency").textContent = `submit → result p50 ${seconds(l.p50)} · p99 ${seconds(l.p99)}` +
+    ` (last ${l.tasks} successes)`;
+  $("#spend-chart").replaceChildren(
+    polyline(h.map((p) => p.spend), Math.max(0.01, ...h.map((p) => p.spend)), 600, 60, "spend"));
+}
+
 function renderChart(split) {
-  const svg = $("#split-chart");
   const h = split.history;
   const max = Math.max(1, ...h.map((p) => Math.max(p.internal, p.external)));
-  const step = 600 / Math.max(1, h.length - 1);
-  const line = (key, cls) => {
-    const poly = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-    poly.setAttribute("points", h.map((p, i) => `${i * step},${115 - (p[key] / max) * 105}`).join(" "));
-    poly.setAttribute("class", cls);
-    poly.setAttribute("fill", "none");
-    poly.setAttribute("stroke", "currentColor");
-    poly.setAttribute("stroke-width", "2");
-    if (key === "external") poly.setAttribute("stroke-dasharray", "6 4");  // visible on overlap
-    return poly;
-  };
-  svg.replaceChildren(line("internal", "internal"), line("external", "external"));
-  $("#split-totals").textContent =
-    `internal ${split.totals.internal} · external ${split.totals.external}`;
+  $("#split-chart").replaceChildren(
+    polyline(h.map((p) => p.internal), max, 600, 120, "internal"),
+    polyline(h.map((p) => p.external), max, 600, 120, "external", true),
+  );
+  const { internal, external } = split.totals;
+  const share = internal + external ? Math.round((100 * internal) / (internal + external)) : 0;
+  $("#split-totals").textContent = `internal ${internal} · external ${external}` +
+    (internal + external ? ` · ${share}% internal` : "");
 }
 
 function renderHealth(health) {
@@ -103,13 +145,40 @@ function renderHealth(health) {
     el("li", `${clock(e.t)} ${e.state}${e.reason ? " — " + e.reason : ""}`)));
 }
 
+const FILTERS = { state: "state", client: "backendId", platform: "platform", target: "target" };
+let recentTasks = [];
+
+// Each filter offers the values present (and keeps the one chosen while it is absent).
+function refreshFilters() {
+  for (const [name, field] of Object.entries(FILTERS)) {
+    const select = $("#filter-" + name);
+    const chosen = select.value;
+    const values = new Set(recentTasks.map((t) => t[field] || "-"));
+    if (chosen) values.add(chosen);
+    select.replaceChildren(select.options[0], ...[...values].sort().map((v) => {
+      const o = el("option", v);
+      o.value = v;
+      return o;
+    }));
+    select.value = chosen;
+  }
+}
+
 function renderRecent(recent) {
-  fillTable("#recent", recent.map((t) => {
+  recentTasks = recent;
+  refreshFilters();
+  const shown = recent.filter((t) => Object.entries(FILTERS).every(([name, field]) => {
+    const want = $("#filter-" + name).value;
+    return !want || (t[field] || "-") === want;
+  }));
+  $("#filter-count").textContent = `${shown.length} of ${recent.length}`;
+  fillTable("#recent", shown.map((t) => {
     const link = el("a", t.taskId);
     link.href = "#";
     link.addEventListener("click", (ev) => { ev.preventDefault(); showTask(t.taskId); });
-    return [link, el("span", t.state, "state-" + t.state), `${t.AIGC} / ${t.platform}`,
-      t.target || "-", t.attempt, t.seconds];
+    return [link, el("span", t.state, "state-" + t.state), t.backendId || "-",
+      `${t.AIGC} / ${t.platform}`, t.target || "-", t.attempt, t.seconds,
+      t.updated ? clock(t.updated) : "-"];
   }));
 }
 
@@ -152,6 +221,7 @@ let snapshots = 0;
 function render(s) {
   renderBridges(s.bridges);
   renderQueues(s.queues);
+  renderTrends(s.trends);
   renderChart(s.split);
   renderHealth(s.health);
   renderRecent(s.recent);
@@ -182,17 +252,24 @@ async function showTask(id) {
   const table = el("table");
   table.id = "timeline";
   table.append(...[["time", "state", "target", "attempt", "note"], ...t.timeline.map((e) =>
-    [clock(e.t), e.state, e.target || "-", e.attempt, e.note || ""])].map((cells, i) => {
+    [clockMs(e.t), e.state, e.target || "-", e.attempt, wrap(e.note || "")])].map((cells, i) => {
     const tr = el("tr");
-    tr.append(...cells.map((c) => el(i ? "td" : "th", c)));
+    tr.append(...cells.map((c) => {
+      const cell = el(i ? "td" : "th");
+      cell.append(c instanceof Node ? c : String(c));
+      return cell;
+    }));
     return tr;
   }));
   const again = (path) => async () => { await act("POST", path); await showTask(id); };
   const base = "/" + encodeURIComponent(id);
+  // Cancel only what still runs; Retry only what failed or was cancelled.
+  const actions = [];
+  if (!TERMINAL.has(t.state)) actions.push(button("Cancel", again("/api/tasks" + base + "/cancel")));
+  if (RETRYABLE.has(t.state)) actions.push(button("Retry", again("/api/admin/tasks" + base + "/retry")));
   box.replaceChildren(
     el("p", `${t.taskId}: ${t.state} (attempt ${t.attempt}, target ${t.target || "-"})`),
-    button("Cancel", again("/api/tasks" + base + "/cancel")),
-    button("Retry", again("/api/admin/tasks" + base + "/retry")),
+    ...actions,
     table,
   );
 }
@@ -202,7 +279,7 @@ async function stream() {
     try {
       const r = await fetch("/api/admin/events", { headers: headers() });
       if (r.status === 401) {
-        setStatus("admin token required: open /dashboard?token=…", true);
+        setStatus("admin token required: open the dashboard link `aigcq up` prints", true);
       } else if (r.ok) {
         setStatus("live");
         await readEvents(r.body.pipeThrough(new TextDecoderStream()).getReader());
@@ -229,5 +306,6 @@ async function readEvents(reader) {
   }
 }
 
+$("#filters").addEventListener("change", () => renderRecent(recentTasks));
 $("#search").addEventListener("submit", (ev) => { ev.preventDefault(); showTask($("#task-id").value.trim()); });
 stream();

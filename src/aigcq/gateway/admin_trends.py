@@ -1,0 +1,67 @@
+"""The dashboard's last hour: queue depth, oldest wait, tasks in flight and overflow spend
+every ``every_s`` seconds, and submit→result latency (p50 / p99) of recent tasks.
+
+Per process and in memory, like the split chart: a restarted process starts a new hour.
+The latency is read from the most recently finished tasks still retained in Redis (any
+process's), so it is the fleet's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import Any
+
+from aigcq.domain import TaskState
+from aigcq.queue.store import TaskStore
+
+TREND_EVERY_S = 10.0
+TREND_POINTS = 360  # an hour at 10 s
+LATENCY_SAMPLE = 200  # finished tasks the percentiles are taken over
+
+
+def percentile(sorted_values: list[float], share: float) -> float | None:
+    """Nearest-rank percentile of ``sorted_values`` (None when empty)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(share * len(sorted_values)))
+    return round(sorted_values[rank - 1], 3)
+
+
+class Trends:
+    def __init__(self, every_s: float | None = None) -> None:
+        self.every_s = TREND_EVERY_S if every_s is None else every_s
+        self.points: deque[dict[str, Any]] = deque(maxlen=TREND_POINTS)
+        self.latency: dict[str, Any] = {"p50": None, "p99": None, "tasks": 0}
+        self._last = float("-inf")
+
+    async def sample(
+        self, store: TaskStore, queues: list[dict[str, Any]], overflow: dict[str, Any]
+    ) -> None:
+        """Add a point when ``every_s`` has passed since the last one."""
+        now = time.time()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        self.points.append(
+            {
+                "t": now,
+                "waiting": sum(q["waiting"] for q in queues),
+                "oldestWaitS": max((q["oldestWaitS"] for q in queues), default=0.0),
+                "inFlight": sum(sum(q["inFlight"].values()) for q in queues),
+                "spend": overflow.get("totalCost", 0.0),
+            }
+        )
+        finished = await store.recent(LATENCY_SAMPLE)
+        seconds = sorted(
+            t.updated_at - t.created_at for t in finished if t.state is TaskState.SUCCESS
+        )
+        self.latency = {
+            "p50": percentile(seconds, 0.5),
+            "p99": percentile(seconds, 0.99),
+            "tasks": len(seconds),
+        }
+
+    def view(self) -> dict[str, Any]:
+        return {"history": list(self.points), "latency": dict(self.latency)}

@@ -1,0 +1,75 @@
+"""``/docs`` works offline and the OpenAPI document says what the API answers: every
+request body, every error status with aigcq's error envelope, not FastAPI's own 422."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from aigcq.config import PlatformConfig, Settings
+from aigcq.gateway.auth import issue_client_token
+from aigcq.service.server import Service
+from tests.helpers import serve_app
+
+SECRET = "openapi-secret-with-at-least-32-bytes"
+
+
+@pytest.fixture
+async def http(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> AsyncIterator[httpx.AsyncClient]:
+    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
+    settings = Settings(
+        redis_url=redis_url, token_secret=SECRET, config_dir=tmp_path, admin_token="adm",
+        max_payload_bytes=1000,
+    )  # fmt: skip
+    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    async with serve_app(service.app) as base, httpx.AsyncClient(base_url=base) as client:
+        yield client
+
+
+async def test_docs_page_loads_its_assets_from_the_server(http: httpx.AsyncClient) -> None:
+    page = await http.get("/docs")
+    assert page.status_code == 200
+    urls = re.findall(r"""(?:src|href)=["']([^"']+)""", page.text)
+    assert urls and all(u.startswith("/") for u in urls), urls  # nothing from a CDN
+    for url in urls:
+        asset = await http.get(url)
+        assert asset.status_code == 200 and len(asset.content) > 1000, url
+    assert (await http.get("/docs/assets/secrets.json")).status_code == 404
+
+
+async def test_openapi_documents_bodies_and_real_error_statuses(http: httpx.AsyncClient) -> None:
+    schema: dict[str, Any] = (await http.get("/openapi.json")).json()
+    submit = schema["paths"]["/api/tasks"]["post"]
+    body = submit["requestBody"]["content"]["application/json"]["schema"]
+    assert {"taskId", "platform", "payload"} <= set(body["required"])
+    assert {"400", "401", "409", "413", "422"} <= set(submit["responses"])  # 422: PlatformError
+    assert "PlatformError" in submit["responses"]["422"]["description"]
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            assert "HTTPValidationError" not in str(operation["responses"]), path
+    error = schema["components"]["schemas"]["ErrorBody"]
+    assert {"code", "msg"} <= set(error["required"])
+
+
+async def test_each_documented_error_has_the_documented_body(http: httpx.AsyncClient) -> None:
+    token = {"Authorization": f"Bearer {issue_client_token(SECRET, 'b1')}"}
+    answers = {
+        401: await http.get("/api/queues"),
+        400: await http.get("/api/tasks", params={"limit": "many"}, headers=token),
+        404: await http.get("/api/tasks/nope", headers=token),
+        413: await http.post("/api/tasks", content=b"x" * 2000, headers=token),
+    }
+    for status, resp in answers.items():
+        assert resp.status_code == status, (status, resp.text)
+        body = resp.json()
+        assert body["type"] == "error" and body["code"] and body["msg"], body
+    assert answers[400].json()["code"] == "JSONError"
+    assert "limit" in answers[400].json()["detail"]

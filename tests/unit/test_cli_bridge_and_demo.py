@@ -1,0 +1,46 @@
+"""The bridge token need not be on the command line (where `ps` shows it); the demo's helpers
+listen where they are told."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from aigcq.cli import app
+from aigcq.cli.app import read_token_file
+from tests.unit.test_cli_errors import one_error_line
+
+
+def test_a_token_file_is_read_without_its_newline(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("bridge-secret\n")
+    assert read_token_file(tmp_path / "token") == "bridge-secret"
+
+
+def test_an_unreadable_token_file_is_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    result = CliRunner().invoke(app, ["bridge", "--token-file", str(missing)])
+    assert one_error_line(result, 2) == (
+        f"error: cannot read the token file {missing}: No such file or directory"
+    )
+
+
+def test_the_demo_hands_its_bridge_the_token_by_environment(tmp_path: Path) -> None:
+    from aigcq.cli.demo import Demo, DemoOptions
+    from aigcq.config import Settings
+
+    settings = Settings(data_dir=tmp_path, bridge_token="demo-bridge-secret")
+    child = Demo.plan(settings, DemoOptions()).bridge()
+    assert "demo-bridge-secret" not in " ".join(child.args)
+    assert child.env == {"AIGCQ_BRIDGE_TOKEN": "demo-bridge-secret"}
+
+
+def test_the_demo_helpers_take_the_ports_they_are_given(tmp_path: Path) -> None:
+    from aigcq.cli.demo import Demo, DemoOptions
+    from aigcq.config import Settings
+
+    options = DemoOptions(runninghub_port=19101, comfyui_port=19188, bridge_port=19190)
+    demo = Demo.plan(Settings(data_dir=tmp_path), options)
+    assert demo.runninghub == "http://127.0.0.1:19101"
+    assert demo.comfyui == ["http://127.0.0.1:19188", "http://127.0.0.1:19189"]
+    assert demo.bridge_port == 19190
