@@ -1,3 +1,3 @@
-from aigcq.cli import main
+from aigcq.cli.app import main
 
 main()

@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
-from aigcq.cli import app
+from aigcq.cli.app import app
 from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.auth import issue_client_token
 from aigcq.service.server import Service

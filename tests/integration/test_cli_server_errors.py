@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from click.testing import Result
 from typer.testing import CliRunner
 
-from aigcq.cli import app
+from aigcq.cli.app import app
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from aigcq.gateway.auth import issue_client_token
 from tests.helpers import service_with_runninghub

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
-from aigcq.cli import app
+from aigcq.cli.app import app
 from aigcq.client import AsyncClient, Client, Event, Progress, Result, SubmitError
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from tests.helpers import service_with_runninghub, until

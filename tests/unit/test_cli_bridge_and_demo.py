@@ -7,8 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from aigcq.cli import app
-from aigcq.cli.app import read_token_file
+from aigcq.cli.app import app, read_token_file
 from tests.unit.test_cli_errors import one_error_line
 
 

@@ -17,7 +17,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from aigcq.cli import app
+from aigcq.cli.app import app
 from aigcq.cli.client import server_url, token_subject
 from aigcq.gateway.auth import issue_client_token
 

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from typer.testing import CliRunner
 
-from aigcq.cli import app
+from aigcq.cli.app import app
 
 
 def commands(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from aigcq.cli import app
+from aigcq.cli.app import app
 from tests.unit.test_cli_errors import one_error_line
 
 

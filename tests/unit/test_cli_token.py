@@ -9,7 +9,7 @@ import jwt
 import pytest
 from typer.testing import CliRunner
 
-from aigcq.cli import app
+from aigcq.cli.app import app
 from tests.unit.test_cli_errors import one_error_line
 
 

@@ -39,12 +39,24 @@ def imported(tree: ast.AST, modules: dict[str, Path]) -> set[str]:
     return found
 
 
+def with_parents(name: str, targets: set[str], modules: dict[str, Path]) -> set[str]:
+    """``targets`` plus the packages Python runs first to import them (``aigcq.cli`` for
+    ``aigcq.cli.status``), except the importer's own packages, which are already running."""
+    own = {name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)}
+    out = set(targets)
+    for target in targets:
+        parts = target.split(".")
+        out.update(".".join(parts[:i]) for i in range(2, len(parts)))
+    return {m for m in out if m in modules and m not in own and m != "aigcq"}
+
+
 def import_graph() -> dict[str, set[str]]:
     modules = module_names()
-    return {
-        name: imported(ast.parse(path.read_text()), modules) - {name}
-        for name, path in modules.items()
-    }
+    graph = {}
+    for name, path in modules.items():
+        targets = imported(ast.parse(path.read_text()), modules) - {name}
+        graph[name] = with_parents(name, targets, modules)
+    return graph
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -85,6 +97,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_cycles_finds_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_a_package_init_counts_as_imported() -> None:
+    modules = {m: Path() for m in ("aigcq.cli", "aigcq.cli.app", "aigcq.asynch.cli")}
+    assert with_parents("aigcq.asynch.cli", {"aigcq.cli.app"}, modules) == {
+        "aigcq.cli",
+        "aigcq.cli.app",
+    }
+    assert with_parents("aigcq.cli.app", {"aigcq.cli.client"}, modules) == set()
 
 
 def test_the_package_has_no_import_circle() -> None:

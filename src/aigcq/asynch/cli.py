@@ -57,7 +57,7 @@ def serve(
     }  # fmt: skip
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = AsynchSettings(**given)
-    from aigcq.cli.common import require_free_ports  # here: aigcq.cli imports this module
+    from aigcq.cli.common import require_free_ports
 
     require_free_ports(settings.host, [(settings.port, "--port or AIGCQ_ASYNCH_PORT")])
     base = Settings()
