@@ -118,7 +118,13 @@ async def test_stats_count_runs_and_polls() -> None:
         for _ in range(3):
             await history(client, execute_id)
         stats = (await client.get("/_emulator/stats")).json()
-        assert stats == {"runs": 1, "async_runs": 1, "polls": 3, "running": 1}
+        assert stats == {
+            "runs": 1,
+            "async_runs": 1,
+            "polls": 3,
+            "running": 1,
+            "peak_concurrent": {"pat_test": 1},
+        }
 
 
 async def test_adapter_requests_round_trip() -> None:
