@@ -41,8 +41,8 @@ from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-#: expired tasks looked at concurrently
-BATCH = 200
+#: expired tasks looked at concurrently (each holds a Redis connection for a while)
+BATCH = 50
 #: longest wait between two questions about a task its platform could not answer
 MAX_UNKNOWN_BACKOFF_S = 60.0
 
@@ -183,7 +183,7 @@ class Sweeper:
                     task.task_id, task.attempt, max_delay_s=MAX_UNKNOWN_BACKOFF_S
                 )
                 log.warning(
-                    "task %s: %s gave no usable answer (%s); asking again in %.0f s",
+                    "task %s: %s gave no usable answer (%s); asking again in %.1f s",
                     task.task_id,
                     task.target,
                     reason,
