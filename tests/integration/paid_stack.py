@@ -19,6 +19,7 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
 from aigcq.emulators import coze, runninghub
 from aigcq.emulators._records import paid_runs
+from aigcq.plumbing.redis_client import redis_client
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client
 from tests.helpers import serve_app
@@ -111,7 +112,10 @@ async def paid_stack(
             config_dir=tmp_path,
             **options,
         )
-        service = Service(s, PlatformConfig.load(tmp_path), redis)
+        # the service's own client, as in production (the fixture's pool is not blocking)
+        own = redis_client(redis_url)
+        stack.push_async_callback(own.aclose)
+        service = Service(s, PlatformConfig.load(tmp_path), own)
         base = await stack.enter_async_context(serve_app(service.app))
         if "callback_url" not in settings:
             s.callback_url = base

@@ -44,7 +44,7 @@ async def test_a_process_dying_while_its_create_is_out_never_pays_twice(
     """The create reached RunningHub, then the process died before it heard back. At the
     dispatch deadline the task is not sent again: its webhook (signed for attempt 1)
     settles it."""
-    rh = RunningHubEmulatorConfig(duration_s=1.0)
+    rh = RunningHubEmulatorConfig(duration_s=3.0)  # its webhook comes after a blind retry
     async with paid_stack(tmp_path, redis, redis_url, rh=rh) as env:
         await env.faults(delay_create_reply_s=2.0)
         await env.client.request(generate("k1"))
@@ -114,20 +114,22 @@ async def test_waiting_for_a_free_connection_is_not_part_of_the_timeout(
 ) -> None:
     """A burst bigger than the connection pool: the requests still waiting for a
     connection have not left, and must not time out as "uncertain"."""
-    n = 100
+    n = 250  # four times the pool: the last ones wait 1.5 s for a connection
     rh = RunningHubEmulatorConfig(duration_s=0.1, max_concurrent=1000)
     async with paid_stack(
-        tmp_path,
-        redis,
-        redis_url,
-        rh=rh,
-        model=models(concurrency=1000),
-        http_timeout_s=1.0,
-        platform_max_in_flight=4,
+        tmp_path, redis, redis_url, rh=rh, model=models(concurrency=1000), http_timeout_s=1.0
     ) as env:
-        await env.faults(delay_create_reply_s=0.3)
-        for i in range(n):
-            await env.client.send(generate(f"p{i}"))
+        await env.faults(delay_create_reply_s=0.5)
+        store = env.service.rt.store
+        payload = generate("x")["payload"]
+        await asyncio.gather(  # one burst: claimed and sent together
+            *(
+                store.submit(
+                    f"p{i}", aigc="proj", platform="comfyui", backend_id="b1", payload=payload
+                )
+                for i in range(n)
+            )
+        )
         await env.client.collect(n, timeout=60)
         assert all(r[0]["status"] == "success" for r in env.client.results.values())
         assert await env.double_paid() == {}

@@ -8,7 +8,9 @@ local id, attempt, now, remote, deadline = ARGV[2], ARGV[3], ARGV[4], ARGV[5], A
 local k = tkey(id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
 if h[1] == 'running' and h[2] == attempt and remote ~= '' and h[6] == remote then return 1 end
-if not allowed(ARGV[9], h[1]) or h[2] ~= attempt then
+-- the same attempt, waiting as running for a create whose outcome was unknown: adopt it
+local adopt = h[1] == 'running' and h[2] == attempt and remote ~= '' and (h[6] or '') == ''
+if not adopt and (not allowed(ARGV[9], h[1]) or h[2] ~= attempt) then
   if remote ~= '' and ARGV[14] == '1' then
     orphan(remote, id, attempt, ARGV[11], ARGV[12], ARGV[13], now)
     return 2
