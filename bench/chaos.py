@@ -1,7 +1,8 @@
 """Chaos run (issue 15): steady load on two ``aigcq serve`` processes sharing one Redis
 (AOF), overflowing to a recording RunningHub emulator, while random faults strike:
 SIGKILL of either serve (restarted a moment later), SIGKILL of Redis (restarted), lost
-create replies and faulty status answers from the platform. Prints JSON:
+create replies, faulty status answers and slow cancels from the platform, client cancels
+of running tasks. Prints JSON:
 
     submitted, lost, duplicated_to_client, double_paid, peak_over_cap, leaked_slots
 
@@ -108,6 +109,9 @@ class Load:
             i += 1
             await asyncio.sleep(1 / self.rate)
 
+    async def cancel(self, task_id: str) -> None:
+        await self._send({"type": "cancel", "taskId": task_id})
+
     async def resend_unacked(self) -> None:
         for task_id in sorted(self.unacked):
             await self._send(generate(task_id))
@@ -116,8 +120,10 @@ class Load:
 class Chaos:
     """Picks and applies faults; restarts what it killed."""
 
-    def __init__(self, cluster: Cluster, redis: EmbeddedRedis, rh: str, seed: int) -> None:
-        self.cluster, self.redis, self.rh = cluster, redis, rh
+    def __init__(
+        self, cluster: Cluster, redis: EmbeddedRedis, rh: str, load: Load, seed: int
+    ) -> None:
+        self.cluster, self.redis, self.rh, self.load = cluster, redis, rh, load
         self.rng = random.Random(seed)
         self.serves: dict[int, Proc] = {}
         self.done: Counter[str] = Counter()
@@ -128,7 +134,8 @@ class Chaos:
         return port
 
     async def strike(self) -> None:
-        action = self.rng.choice(["kill_serve", "kill_serve", "kill_redis", "lose", "status"])
+        actions = ["kill_serve", "kill_serve", "kill_redis", "lose", "status", "cancel"]
+        action = self.rng.choice(actions)
         self.done[action] += 1
         if action == "kill_serve":
             port = self.rng.choice(sorted(self.serves))
@@ -141,6 +148,11 @@ class Chaos:
             self.redis.start()
         elif action == "lose":
             await self._faults(drop_create_replies=self.rng.randint(1, 3))
+        elif action == "cancel":  # a client cancel; RunningHub takes a while to stop it
+            await self._faults(cancel_delay_s=self.rng.uniform(0, 2))
+            recent = self.load.submitted[-20:]
+            for task_id in self.rng.sample(recent, min(2, len(recent))):
+                await self.load.cancel(task_id)
         else:
             kinds = ["5xx", "non_json", "unknown_code"]
             await self._faults(status_faults=self.rng.choices(kinds, k=5))
@@ -192,13 +204,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     cluster = Cluster(tmp, redis.start())
     started = time.monotonic()
     try:
-        rh = cluster.emulator(
-            "runninghub", "--max-concurrent", str(CAP), "--duration", "0.5", "--seed", "1"
-        )
+        rh = cluster.emulator("runninghub", "--max-concurrent", str(CAP), "--duration", "0.5")
         cluster.write_models({"proj": {"comfyui": {"apikey": KEY, "concurrency": CAP}}})
-        chaos = Chaos(cluster, redis, rh, args.seed)
-        ports = [chaos.start_serve(), chaos.start_serve()]
+        ports: list[int] = []
         load = Load(ports, args.rate)
+        chaos = Chaos(cluster, redis, rh, load, args.seed)
+        ports += [chaos.start_serve(), chaos.start_serve()]
         reader = asyncio.create_task(load.read())
         await asyncio.gather(load.submit(seconds), chaos.run(seconds))
         await settle(load, rh, cluster.redis_url, within=args.drain)
@@ -224,6 +235,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         cluster.close()
         redis.stop()
+
+
+def failures(report: dict[str, Any]) -> dict[str, int]:
+    """The figures that must be 0, where they are not."""
+    keys = ("lost", "duplicated_to_client", "double_paid", "peak_over_cap", "leaked_slots")
+    return {k: report[k] for k in keys if report[k]}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
