@@ -321,3 +321,23 @@ async def test_the_sweeper_reaches_past_200_unanswerable_paid_tasks(
         await env.service.sweeper.sweep_once()
         task = await env.task(stuck.task_id)
         assert task.state is TaskState.PENDING and task.charged == 0
+
+
+async def test_a_webhook_faster_than_the_create_reply_leaves_nothing_to_cancel(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    rh = RunningHubEmulatorConfig(duration_s=0.05)
+    async with paid_stack(tmp_path, redis, redis_url, rh=rh) as env:
+        await env.faults(delay_create_reply_s=0.5)
+        await env.client.request(generate("h1"))
+        await env.client.collect(1, timeout=10)
+        assert env.client.results["h1"][0]["status"] == "success"
+        dispatcher = env.service.dispatcher  # the create's reply arrives after the result
+
+        async def handed_off() -> bool:
+            return not dispatcher._inflight
+
+        await until(handed_off, bool)
+        keys = env.service.rt.store.keys
+        assert await redis.zcard(keys.orphans("proj", "runninghub")) == 0
+        assert (await env.records())[RH_KEY]["cancels"] == []

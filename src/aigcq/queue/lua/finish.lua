@@ -25,6 +25,7 @@ if h[1] == 'pending' then
 end
 unlink_inflight(id, h)
 redis.call('HSET', k, 'status', to, 'updated', now, 'resultData', ARGV[6], 'error', ARGV[7])
+if over then redis.call('HSET', k, 'endedAttempt', h[2]) end
 note(id, now, to, h[2], h[5], ARGV[10])
 redis.call('EXPIRE', k, ttl)
 redis.call('EXPIRE', tlkey(id), ttl)

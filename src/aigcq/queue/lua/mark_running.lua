@@ -11,7 +11,9 @@ if h[1] == 'running' and h[2] == attempt and remote ~= '' and h[6] == remote the
 -- the same attempt, waiting as running for a create whose outcome was unknown: adopt it
 local adopt = h[1] == 'running' and h[2] == attempt and remote ~= '' and (h[6] or '') == ''
 if not adopt and (not allowed(ARGV[9], h[1]) or h[2] ~= attempt) then
-  if remote ~= '' and ARGV[14] == '1' then
+  -- its own webhook, faster than the create's reply, already ended the task: nothing runs
+  local ended = h[2] == attempt and redis.call('HGET', k, 'endedAttempt') == attempt
+  if remote ~= '' and ARGV[14] == '1' and not ended then
     orphan(remote, id, attempt, ARGV[11], ARGV[12], ARGV[13], now)
     return 2
   end

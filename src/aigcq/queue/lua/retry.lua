@@ -10,7 +10,7 @@ if not allowed(ARGV[4], h[1]) then return {0, h[1]} end
 redis.call('HSET', k, 'status', 'pending', 'target', '', 'remoteTaskId', '', 'updated', now,
   'deadline', 0)
 redis.call('HSET', k, 'charged', 0, 'uncharged', 0)
-redis.call('HDEL', k, 'resultData', 'error', 'createId', 'createAt', 'unknowns')
+redis.call('HDEL', k, 'resultData', 'error', 'createId', 'createAt', 'unknowns', 'endedAttempt')
 redis.call('PERSIST', k)
 redis.call('PERSIST', tlkey(id))
 redis.call('LREM', P .. ':recent', 0, id)
