@@ -5,6 +5,8 @@ RunningHub / Coze emulators (``/_emulator/records``, ``/_emulator/faults``)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
@@ -26,6 +28,24 @@ def coze_task(task_id: str) -> dict[str, object]:
 
 async def created(env: Paid, task_id: str, n: int = 1, platform: str = "runninghub") -> None:
     await until(partial(env.creates, task_id, platform), lambda c: len(c) >= n, within=15)
+
+
+@asynccontextmanager
+async def slow_replies(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, duration_s: float
+) -> AsyncIterator[Paid]:
+    """A stack whose RunningHub answers creates 0.5 s late (tasks last ``duration_s``)."""
+    rh = RunningHubEmulatorConfig(duration_s=duration_s)
+    async with paid_stack(tmp_path, redis, redis_url, rh=rh) as env:
+        await env.faults(delay_create_reply_s=0.5)
+        yield env
+
+
+async def succeeded_once(env: Paid, task_id: str) -> None:
+    """The task's one result is a success, and RunningHub ran it once."""
+    await env.client.collect(1, timeout=20)
+    assert env.client.results[task_id][0]["status"] == "success"
+    assert len(await env.creates(task_id)) == 1
 
 
 async def expire_now(env: Paid, task_id: str) -> None:
@@ -53,9 +73,7 @@ async def test_a_process_dying_while_its_create_is_out_never_pays_twice(
         for handoff in list(env.service.dispatcher._inflight):
             handoff.cancel()
         await expire_now(env, "k1")  # the dispatch deadline passes
-        await env.client.collect(1, timeout=15)
-        assert env.client.results["k1"][0]["status"] == "success"
-        assert len(await env.creates("k1")) == 1
+        await succeeded_once(env, "k1")
 
 
 async def test_a_lost_create_reply_fails_uncertain_submit_at_the_deadline(
@@ -149,9 +167,7 @@ async def test_status_query_failures_are_asked_again_never_paid_again(
     ) as env:
         await env.faults(status_faults=["5xx", "non_json", "unknown_code"])
         await env.client.request(generate("q1"))
-        await env.client.collect(1, timeout=20)
-        assert env.client.results["q1"][0]["status"] == "success"
-        assert len(await env.creates("q1")) == 1
+        await succeeded_once(env, "q1")
 
 
 async def test_coze_status_failures_are_asked_again_never_paid_again(
@@ -213,9 +229,7 @@ async def test_an_older_attempts_failure_changes_nothing(
 async def test_a_cancel_during_the_create_cancels_the_remote_task(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    rh = RunningHubEmulatorConfig(duration_s=30)
-    async with paid_stack(tmp_path, redis, redis_url, rh=rh) as env:
-        await env.faults(delay_create_reply_s=0.5)
+    async with slow_replies(tmp_path, redis, redis_url, duration_s=30) as env:
         await env.client.request(generate("c1"))
         await created(env, "c1")
         assert (await env.task("c1")).state is TaskState.DISPATCHING
@@ -326,9 +340,7 @@ async def test_the_sweeper_reaches_past_200_unanswerable_paid_tasks(
 async def test_a_webhook_faster_than_the_create_reply_leaves_nothing_to_cancel(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    rh = RunningHubEmulatorConfig(duration_s=0.05)
-    async with paid_stack(tmp_path, redis, redis_url, rh=rh) as env:
-        await env.faults(delay_create_reply_s=0.5)
+    async with slow_replies(tmp_path, redis, redis_url, duration_s=0.05) as env:
         await env.client.request(generate("h1"))
         await env.client.collect(1, timeout=10)
         assert env.client.results["h1"][0]["status"] == "success"

@@ -34,6 +34,7 @@ from aigcq.config import Settings
 from aigcq.dispatcher.feed_client import CapacityFeedClient
 from aigcq.dispatcher.file_config import apply_md_file, load_md_file
 from aigcq.dispatcher.settings import MdClientSettings
+from aigcq.domain import ErrorCode
 from aigcq.health import Health
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Accepted, Full, NotSent, Rejected, SubmitOutcome, Uncertain
@@ -228,15 +229,8 @@ class MessageDispatcherTarget:
                 self._observe(f"submit failed: {_problem(outcome)}", immediate=True)
                 await self._requeue(c, f"message-dispatcher: {_problem(outcome)}")
             case Rejected() as rej:
-                await self.outcomes.retry_or_fail(
-                    c.task_id,
-                    aigc=aigc,
-                    platform=platform,
-                    attempt=c.attempt,
-                    charged=c.charged,
-                    reason=f"message-dispatcher rejected: {rej.code} {rej.message}",
-                    ended=True,
-                )
+                reason = f"message-dispatcher rejected: {rej.code} {rej.message}"
+                await self.outcomes.retry_claimed(c, aigc, platform, reason, ErrorCode.TASK_TIMEOUT)
         return None
 
     # ---- degrade notices (seed 000 §9.4.1) ---------------------------------------------

@@ -279,17 +279,8 @@ class Dispatcher:
                 reason = f"not sent to {adapter.name}: {reason}"
                 await self._requeue_unrun(c, aigc, platform, reason)
             case Rejected(retryable=True) as rej:
-                await self.outcomes.retry_or_fail(
-                    c.task_id,
-                    aigc=aigc,
-                    platform=platform,
-                    attempt=c.attempt,
-                    charged=c.charged,
-                    reason=f"{adapter.name}: {rej.code} {rej.message}",
-                    code=ErrorCode.TASK_FAILED,
-                    detail=rej.detail,
-                    ended=True,
-                )
+                reason = f"{adapter.name}: {rej.code} {rej.message}"
+                await self.outcomes.retry_claimed(c, aigc, platform, reason, detail=rej.detail)
             case Rejected() as rej:
                 error = {"code": rej.code, "message": rej.message, "detail": rej.detail}
                 await self.outcomes.fail(
@@ -353,16 +344,7 @@ class Dispatcher:
         nothing) — while the task has such free requeues left; then it uses attempts."""
         rt = self.rt
         if c.uncharged >= rt.store.free_requeues:
-            await self.outcomes.retry_or_fail(
-                c.task_id,
-                aigc=aigc,
-                platform=platform,
-                attempt=c.attempt,
-                charged=c.charged,
-                reason=reason,
-                code=ErrorCode.TASK_FAILED,
-                ended=True,
-            )
+            await self.outcomes.retry_claimed(c, aigc, platform, reason)
             return
         await rt.store.requeue(
             c.task_id,

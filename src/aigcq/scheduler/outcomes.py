@@ -16,7 +16,7 @@ from typing import Any
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
-from aigcq.queue.store import MoveResult
+from aigcq.queue.store import Claimed, MoveResult
 from aigcq.scheduler.orphans import Orphans
 from aigcq.service.runtime import Runtime
 
@@ -151,6 +151,28 @@ class Outcomes:
                 extra=ctx(task=task_id),
             )
         return done.applied
+
+    async def retry_claimed(
+        self,
+        c: Claimed,
+        aigc: str,
+        platform: str,
+        reason: str,
+        code: ErrorCode = ErrorCode.TASK_FAILED,
+        detail: Any = None,
+    ) -> bool:
+        """:meth:`retry_or_fail` for a claimed task its target answered (ran nothing)."""
+        return await self.retry_or_fail(
+            c.task_id,
+            aigc=aigc,
+            platform=platform,
+            attempt=c.attempt,
+            charged=c.charged,
+            reason=reason,
+            code=code,
+            detail=detail,
+            ended=True,
+        )
 
     async def fail(
         self,
