@@ -170,3 +170,20 @@ async def test_finished_runs_are_forgotten_after_retention() -> None:
         assert (await history(client, first))["code"] == 0
         await run(client)  # starting a run sweeps out the finished ones
         assert (await history(client, first))["code"] == 4314
+
+
+async def test_records_count_runs_until_they_end_and_faults_answer_history_badly() -> None:
+    async with emulator(duration_s=0.3) as client:
+        first = (await run(client))["execute_id"]
+        await run(client)
+        await client.post("/_emulator/faults", json={"status_faults": ["5xx"]})
+        assert (
+            await client.get(f"/v1/workflows/{WORKFLOW}/run_histories/{first}", headers=AUTH)
+        ).status_code == 502
+        records = (await client.get("/_emulator/records")).json()[TOKEN]
+        assert records["creates"][0]["remote"] == first
+        assert (records["peak"], records["current"]) == (2, 2)
+        ended = await until(
+            lambda: client.get("/_emulator/records"), lambda r: r.json()[TOKEN]["current"] == 0
+        )
+        assert ended.json()[TOKEN]["peak"] == 2
