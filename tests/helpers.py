@@ -177,8 +177,9 @@ async def service_with_runninghub(
 
 
 #: keys background loops rewrite on their own schedule (health state, free bridge slots
-#: per process): not part of what a refused request must leave unchanged
-BACKGROUND_KEYS = re.compile(r"^md:state:|:internal:free$")
+#: per process, a poller's lock for its round): not part of what a refused request must
+#: leave unchanged
+BACKGROUND_KEYS = re.compile(r"^md:state:|:internal:free$|:lock:poll:")
 
 
 async def redis_snapshot(redis: aioredis.Redis) -> dict[str, tuple[str, Any]]:
