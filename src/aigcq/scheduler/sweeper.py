@@ -64,7 +64,17 @@ class Sweeper:
         await self.rt.store.promote_delayed()
         expired = await self.rt.store.expired()
         for start in range(0, len(expired), BATCH):
-            await asyncio.gather(*(self._expire(t) for t in expired[start : start + BATCH]))
+            batch = expired[start : start + BATCH]
+            done = await asyncio.gather(*(self._expire(t) for t in batch), return_exceptions=True)
+            for task_id, problem in zip(batch, done, strict=True):
+                if isinstance(problem, Exception):  # the others still go on
+                    log.warning(
+                        "task %s: deadline check failed: %r",
+                        task_id,
+                        problem,
+                        exc_info=problem,
+                        extra=ctx(task=task_id),
+                    )
         await self.outcomes.orphans.check_due()
 
     async def _expire(self, task_id: str) -> None:
