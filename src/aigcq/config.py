@@ -128,6 +128,13 @@ class Settings(BaseSettings):
     outbox_retention_s: int = Field(2 * 86400, validation_alias=_env("OUTBOX_RETENTION_S"))
     task_deadline_s: float = Field(600.0, validation_alias=_env("TASK_DEADLINE_S"))
     max_attempts: int = Field(3, validation_alias=_env("MAX_ATTEMPTS"))
+    max_free_requeues: int = Field(
+        1000,
+        ge=0,
+        validation_alias=_env("MAX_FREE_REQUEUES"),
+        description="Requeues of one task that do not use an attempt (platform full, never "
+        "sent, bridge lost before it ran); later ones do, so no task loops forever.",
+    )
     internal_capacity_max: int = Field(
         0,
         ge=0,
@@ -144,7 +151,18 @@ class Settings(BaseSettings):
     full_backoff_s: float = Field(
         2.0, validation_alias=_env("FULL_BACKOFF_S"), description="Back-off after 421/415/1520."
     )
-    http_timeout_s: float = Field(30.0, validation_alias=_env("HTTP_TIMEOUT_S"))
+    http_timeout_s: float = Field(
+        30.0,
+        validation_alias=_env("HTTP_TIMEOUT_S"),
+        description="Per platform request, once sent (waiting for a free connection first "
+        "is not counted: such a request has not left).",
+    )
+    platform_max_in_flight: int = Field(
+        64,
+        ge=1,
+        validation_alias=_env("PLATFORM_MAX_IN_FLIGHT"),
+        description="Platform HTTP requests in flight at once (the connection pool size).",
+    )
     poll_interval_s: float | None = Field(
         None,
         validation_alias=_env("POLL_INTERVAL_S"),
@@ -220,6 +238,9 @@ class PlatformAccount(BaseModel):
     concurrency: int = Field(1, ge=0)
     deadline_s: float | None = Field(None, gt=0)
     max_attempts: int | None = Field(None, ge=1)
+    #: a create whose outcome stayed unknown until the deadline is sent again (it may be
+    #: paid twice) instead of failing the task with ``UncertainSubmit``
+    retry_uncertain: bool = False
 
 
 class PlatformKinds(BaseModel):
@@ -247,6 +268,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "TaskNotFound": "任务不存在。",
         "TaskGone": "任务已结束。",
         "TaskNotRetryable": "只有失败或已取消的任务可以重试。",
+        "UncertainSubmit": "任务提交结果未知，为避免重复扣费未再提交，请稍后查询或重试。",
         "SignatureError": "签名校验失败。",
     },
     "SUCCESS": {"AssessmentSuccess": "任务提交成功，正在排队中..."},

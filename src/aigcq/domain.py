@@ -94,6 +94,7 @@ class ErrorCode(enum.StrEnum):
     SIGNATURE = "SignatureError"
     GONE = "TaskGone"
     NOT_RETRYABLE = "TaskNotRetryable"
+    UNCERTAIN_SUBMIT = "UncertainSubmit"
 
 
 @dataclass(slots=True)
@@ -106,7 +107,13 @@ class Task:
     backend_id: str
     payload: dict[str, Any]
     state: TaskState = TaskState.PENDING
+    #: dispatches so far (each one a new number: its own signed webhook URL)
     attempt: int = 0
+    #: attempts charged to the task's budget (a dispatch the target never ran is not)
+    charged: int = 0
+    #: set while a create may be out for the live attempt (recorded before it is sent)
+    create_id: str = ""
+    create_at: float = 0.0
     target: str = ""
     remote_id: str = ""
     workflow_id: str = ""

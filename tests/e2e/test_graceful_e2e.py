@@ -120,10 +120,11 @@ async def test_sigterm_hands_work_back_and_every_result_arrives_once(cluster: Cl
         assert "handed back" in log or "back to waiting" in log, log[-3000:]
 
         after = await tasks(store, ids)
-        # Assigned to the bridge, never acknowledged: back at the head, attempt refunded.
+        # Assigned to the bridge, never acknowledged: back at the head, attempt uncharged
+        # (the next dispatch is attempt 2 all the same: its own webhook URL).
         for task_id in on_bridge:
             task = after[task_id]
-            assert (task.state, task.attempt) == (TaskState.PENDING, 0), task
+            assert (task.state, task.attempt, task.charged) == (TaskState.PENDING, 1, 0), task
             notes = [e.get("note", "") for e in await store.timeline(task_id)]
             assert "br-graceful" in notes[-1], notes  # why it went back
         # Accepted by RunningHub: left alone, their TASK_END reaches the next server.

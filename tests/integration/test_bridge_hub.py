@@ -162,7 +162,7 @@ async def test_closing_the_bridge_before_ack_requeues_its_tasks(env: Env) -> Non
     await bridge.ws.close()
     for task_id in ids:
         task = await until(partial(env.task, task_id), lambda t: t.state == "pending")
-        assert task.attempt == 0  # refunded: the bridge never ran it
+        assert (task.attempt, task.charged) == (1, 0)  # uncharged: the bridge never ran it
     assert env.service.hub is not None and env.service.hub.free_slots() == 0
     await client.close()
 
@@ -232,7 +232,9 @@ async def test_refused_ack_gives_the_task_back_for_another_try(env: Env) -> None
     await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1})
     again = await bridge.next()
     assert again["type"] == "TASK_ASSIGN" and again["data"]["taskId"] == "r1"
-    assert again["data"]["attempt"] == first["data"]["attempt"]  # refunded
+    # a new attempt (its own webhook URL), not charged: the bridge refused it
+    assert again["data"]["attempt"] == first["data"]["attempt"] + 1
+    assert (await env.task("r1")).charged == 1
     third = await bridge.next(timeout=3.0)  # no ACK at all: the hub times out and retries
     assert third["data"]["taskId"] == "r1"
     await bridge.ws.close()

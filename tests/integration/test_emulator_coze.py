@@ -118,7 +118,13 @@ async def test_stats_count_runs_and_polls() -> None:
         for _ in range(3):
             await history(client, execute_id)
         stats = (await client.get("/_emulator/stats")).json()
-        assert stats == {"runs": 1, "async_runs": 1, "polls": 3, "running": 1}
+        assert stats == {
+            "runs": 1,
+            "async_runs": 1,
+            "polls": 3,
+            "running": 1,
+            "peak_concurrent": {"pat_test": 1},
+        }
 
 
 async def test_adapter_requests_round_trip() -> None:
@@ -164,3 +170,20 @@ async def test_finished_runs_are_forgotten_after_retention() -> None:
         assert (await history(client, first))["code"] == 0
         await run(client)  # starting a run sweeps out the finished ones
         assert (await history(client, first))["code"] == 4314
+
+
+async def test_records_count_runs_until_they_end_and_faults_answer_history_badly() -> None:
+    async with emulator(duration_s=0.3) as client:
+        first = (await run(client))["execute_id"]
+        await run(client)
+        await client.post("/_emulator/faults", json={"status_faults": ["5xx"]})
+        assert (
+            await client.get(f"/v1/workflows/{WORKFLOW}/run_histories/{first}", headers=AUTH)
+        ).status_code == 502
+        records = (await client.get("/_emulator/records")).json()[TOKEN]
+        assert records["creates"][0]["remote"] == first
+        assert (records["peak"], records["current"]) == (2, 2)
+        ended = await until(
+            lambda: client.get("/_emulator/records"), lambda r: r.json()[TOKEN]["current"] == 0
+        )
+        assert ended.json()[TOKEN]["peak"] == 2

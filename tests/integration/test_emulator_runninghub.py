@@ -325,3 +325,53 @@ async def test_webhook_poster_times_out() -> None:
     finally:
         poster.close()
         server.close()
+
+
+async def test_records_creates_by_our_task_and_attempt_cancels_and_the_peak() -> None:
+    async with emulator(duration_s=30) as client:
+        hook = "http://127.0.0.1:9/callback/all?t=task%201&a=2&s=abc"
+        first = (await create(client, webhookUrl=hook))["data"]["taskId"]
+        await create(client)  # no webhook: no task of ours
+        await call(client, "/task/openapi/cancel", apiKey=KEY, taskId=first)
+        await call(client, "/task/openapi/cancel", apiKey=KEY, taskId=first)  # ended by then
+        records = (await client.get("/_emulator/records")).json()[KEY]
+        assert [(c["task"], c["attempt"]) for c in records["creates"]] == [
+            ("task 1", 2),
+            ("", None),
+        ]
+        assert [(c["remote"], c["task"], c["live"]) for c in records["cancels"]] == [
+            (first, "task 1", True),
+            (first, "task 1", False),
+        ]
+        assert (records["peak"], records["current"]) == (2, 1)
+
+
+async def test_faults_lose_a_create_reply_and_answer_status_queries_badly() -> None:
+    async with emulator(duration_s=30) as client:
+        faults = {"drop_create_replies": 1, "status_faults": ["5xx", "non_json", "unknown_code"]}
+        assert (await client.post("/_emulator/faults", json=faults)).json()["drop_create_replies"]
+        with pytest.raises(httpx.HTTPError):  # the task was created, its reply lost
+            await create(client)
+        assert len((await client.get("/_emulator/records")).json()[KEY]["creates"]) == 1
+        query = {"apiKey": KEY, "taskId": "1"}
+        bad = await client.post("/task/openapi/outputs", json=query)
+        assert bad.status_code == 502
+        html = await client.post("/task/openapi/outputs", json=query)
+        assert html.status_code == 200 and not html.text.startswith("{")
+        unknown = await client.post("/task/openapi/status", json=query)
+        assert unknown.json()["code"] == 9999
+        assert (await client.post("/task/openapi/status", json=query)).json()["code"] == 807
+
+
+async def test_a_slow_cancel_ends_the_task_later() -> None:
+    async with emulator(duration_s=30) as client:
+        await client.post("/_emulator/faults", json={"cancel_delay_s": 0.3})
+        task_id = (await create(client))["data"]["taskId"]
+        assert (await call(client, "/task/openapi/cancel", apiKey=KEY, taskId=task_id))["code"] == 0
+        status = await call(client, "/task/openapi/status", apiKey=KEY, taskId=task_id)
+        assert status["data"] == "RUNNING"  # acknowledged, not ended yet
+        ended = await until(
+            lambda: call(client, "/task/openapi/status", apiKey=KEY, taskId=task_id),
+            lambda s: s["data"] == "FAILED",
+        )
+        assert ended["code"] == 0

@@ -1,6 +1,7 @@
 """Graceful shutdown hands in-flight work back: an in-process Service is stopped while tasks
 are claimed but not yet handed to a target (a platform submit hanging, a TASK_ASSIGN not
-acknowledged); they are waiting again, attempt refunded, instead of waiting for a deadline."""
+acknowledged); they are waiting again, their attempt uncharged, instead of waiting for a
+deadline — except a create that may be out, which is never sent again blindly."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ async def platform() -> AsyncIterator[tuple[HangingPlatform, str]]:
         app.release.set()
 
 
-async def test_stopping_during_a_platform_submit_requeues_the_task(
+async def test_stopping_during_a_platform_submit_never_resends_it_blindly(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str, platform: tuple[HangingPlatform, str]
 ) -> None:
     hanging, rh = platform
@@ -80,12 +81,15 @@ async def test_stopping_during_a_platform_submit_requeues_the_task(
             assert task.attempt == 1 and task.target == "runninghub"
         await until(lambda: asyncio.sleep(0, hanging.requests), lambda n: n == 2)
         await client.close()
-    # The server is down: both submits were cancelled and their tasks handed back.
+    # The server is down: both submits were cancelled while the creates were out (the
+    # platform got them): not handed back to be paid twice, but left with their create
+    # recorded, for the sweeper to resolve (issue 15 item 1).
     for task_id in ("s1", "s2"):
         task = await env.task(task_id)
-        assert task.state == TaskState.PENDING and task.attempt == 0 and task.target == ""
+        assert task.state == TaskState.DISPATCHING and task.create_id
+        assert task.target == "runninghub"
     waiting = await redis.lrange(service.rt.store.keys.wait("proj", "comfyui"), 0, -1)
-    assert sorted(waiting) == ["s1", "s2"]
+    assert waiting == []
 
 
 async def test_unacknowledged_bridge_tasks_go_back_and_a_late_ack_is_ignored(
@@ -107,7 +111,7 @@ async def test_unacknowledged_bridge_tasks_go_back_and_a_late_ack_is_ignored(
         assert sorted(handed) == ["b1", "b2"]
         for task_id in ids:
             task = await env.task(task_id)
-            assert task.state == TaskState.PENDING and task.attempt == 0
+            assert task.state == TaskState.PENDING and (task.attempt, task.charged) == (1, 0)
         await bridge.ack("b1")  # too late: the task is no longer this bridge's
         await client.request(generate("b3"))  # stopped: nothing more is claimed
         await asyncio.sleep(0.5)

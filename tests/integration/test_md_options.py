@@ -160,7 +160,8 @@ async def test_retry_count_resends_a_failed_submit_then_degrades_and_requeues(
         assert len(resends) == retries
         assert target.health.state is HealthState.DEGRADED and target.free_slots() == 0
         task = await store.get("r-1")
-        assert task is not None and task.state is TaskState.PENDING and task.attempt == 0
+        assert task is not None and task.state is TaskState.PENDING
+        assert (task.attempt, task.charged) == (1, 0)  # a new attempt next, not charged
         assert await redis.lindex(store.keys.wait("proj", "comfyui"), 0) == "r-1"
 
 

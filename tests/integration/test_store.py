@@ -83,10 +83,52 @@ async def test_requeue_with_stale_attempt_is_refused(redis: aioredis.Redis) -> N
     await submit(store, "a")
     [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
     assert not await store.requeue("a", attempt=c.attempt + 1)
-    assert await store.requeue("a", attempt=c.attempt, refund=True)
+    assert await store.requeue("a", attempt=c.attempt, uncharge=True)
     task = await store.get("a")
-    assert task is not None and task.state is TaskState.PENDING and task.attempt == 0
+    # the attempt number stays (the next dispatch is attempt 2), the charge is given back
+    assert task is not None and task.state is TaskState.PENDING
+    assert (task.attempt, task.charged) == (1, 0)
     assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["a"]
+
+
+async def test_every_requeue_starts_a_new_attempt_without_charging_it(
+    redis: aioredis.Redis,
+) -> None:
+    """Issue 15 item 5: a requeue that gives its attempt back (bridge lost, ACK timeout,
+    full, shutdown) still makes the next dispatch a new attempt number, with its own
+    webhook URL; the attempt budget is not charged."""
+    store = make_store(redis)
+    await submit(store, "a")
+    [first] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
+    assert await store.requeue("a", attempt=first.attempt, uncharge=True)
+    [second] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
+    assert (first.attempt, second.attempt) == (1, 2)
+    assert (first.charged, second.charged) == (1, 1)
+
+
+async def test_free_requeues_are_bounded(redis: aioredis.Redis) -> None:
+    """Issue 15 item 11: only ``free_requeues`` requeues give their attempt back."""
+    store = make_store(redis)
+    store.free_requeues = 2
+    await submit(store, "a")
+    charged = []
+    for _ in range(4):
+        [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
+        charged.append(c.charged)
+        assert await store.requeue("a", attempt=c.attempt, uncharge=True)
+    assert charged == [1, 1, 1, 2]
+
+
+async def test_a_timeline_is_bounded_and_keeps_its_first_entry(redis: aioredis.Redis) -> None:
+    """Issue 15 item 11: a task requeued over and over keeps a bounded timeline."""
+    store = make_store(redis)
+    await submit(store, "a")
+    for _ in range(80):
+        [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
+        await store.requeue("a", attempt=c.attempt, uncharge=True)
+    timeline = await store.timeline("a")
+    assert len(timeline) == 100
+    assert timeline[0]["note"] == "submitted" and timeline[-1]["attempt"] == 80
 
 
 async def test_delayed_requeue_is_promoted_to_the_head(redis: aioredis.Redis) -> None:
@@ -94,7 +136,7 @@ async def test_delayed_requeue_is_promoted_to_the_head(redis: aioredis.Redis) ->
     await submit(store, "a")
     await submit(store, "b")
     await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
-    await store.requeue("a", delay_s=0.05, refund=True)
+    await store.requeue("a", delay_s=0.05, uncharge=True)
     assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["b"]
     await asyncio.sleep(0.1)
     assert await store.promote_delayed() == 1

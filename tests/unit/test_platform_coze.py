@@ -16,6 +16,7 @@ from aigcq.platforms.base import (
     Pending,
     Rejected,
     Succeeded,
+    Unknown,
     registered,
 )
 from aigcq.platforms.coze import (
@@ -151,8 +152,10 @@ def test_parse_query_fail_tolerates_error_msg_and_no_code(coze: CozeAdapter) -> 
         (200, {"code": 4314, "msg": "execution record not found"}, NotFound),
         (200, {"code": "4314", "msg": ""}, NotFound),
         (200, {"code": 0, "msg": "", "data": []}, NotFound),
-        (200, {"code": 5000, "msg": "internal"}, Pending),
-        (502, "<html/>", Pending),
+        (200, {"code": 5000, "msg": "internal"}, Unknown),
+        (502, "<html/>", Unknown),
+        (200, {"raw": "<html/>"}, Unknown),
+        (503, {"code": 0, "data": []}, Unknown),
         (200, record("Queued?"), Pending),
     ],
 )

@@ -16,6 +16,7 @@ from aigcq.platforms.base import (
     Pending,
     Rejected,
     Succeeded,
+    Unknown,
     registered,
 )
 from aigcq.platforms.runninghub import RunningHubAdapter
@@ -200,7 +201,7 @@ def test_query_and_cancel_requests(rh: RunningHubAdapter) -> None:
         ({"code": "813", "msg": "APIKEY_TASK_IS_QUEUED", "data": None}, Pending("QUEUED")),
         ({"code": 807, "msg": "APIKEY_TASK_NOT_FOUND"}, NotFound("APIKEY_TASK_NOT_FOUND")),
         ({"code": 423, "msg": "TASK_NOT_FOUNED"}, NotFound("TASK_NOT_FOUNED")),
-        ({"code": 500, "msg": "UNKNOWN_ERROR"}, Pending("RH_500")),
+        ({"code": 500, "msg": "UNKNOWN_ERROR"}, Unknown("RH_500 UNKNOWN_ERROR")),
         (FAILED_OUTPUTS, Failed("RH_805", "boom", {"exception_message": "boom", "node_id": "276"})),
     ],
 )
@@ -218,8 +219,12 @@ def test_parse_query_failed_reason_as_string_and_without_message(rh: RunningHubA
     assert rh.parse_query(200, body) == Failed("RH_805", "APIKEY_TASK_STATUS_ERROR", {})
 
 
-@pytest.mark.parametrize(("status", "body"), [(502, "<html/>"), (200, None), (500, {})])
-def test_parse_query_without_an_answer_is_pending(
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [(502, "<html/>"), (200, None), (500, {}), (200, {"raw": "<html/>"}), (200, {"msg": "?"})],
+)
+def test_parse_query_without_an_answer_is_unknown_never_pending(
     rh: RunningHubAdapter, status: int, body: Any
 ) -> None:
-    assert isinstance(rh.parse_query(status, body), Pending)
+    """Issue 15 item 3: a failed status query is "unknown" (ask again), never "pending"."""
+    assert isinstance(rh.parse_query(status, body), Unknown)

@@ -2,7 +2,7 @@
 
 A slot is taken when TASK_ASSIGN is sent and reconciled with each HEARTBEAT. TASK_ACK code 0
 marks the task RUNNING (its TASK_END arrives over HTTP); a refusal, a missing ACK or a lost
-bridge puts an unacknowledged task back at the head of its queue, refunded. Bad input gets
+bridge puts an unacknowledged task back at the head of its queue, uncharged. Bad input gets
 an ``ERROR`` frame and changes nothing; a bad token closes with 4401, a flood with 4008.
 """
 
@@ -463,13 +463,13 @@ class BridgeHub:
 
     async def _requeue(self, task_id: str, attempt: int, reason: str) -> None:
         await self.rt.store.requeue(
-            task_id, attempt=attempt, refund=True, front=True, reason=reason
+            task_id, attempt=attempt, uncharge=True, front=True, reason=reason
         )
         log.info("task %s: back to waiting (%s)", task_id, reason, extra=ctx(task=task_id))
 
     async def hand_back(self, reason: str = "aigcq shutting down") -> list[str]:
         """Graceful shutdown: every task assigned here and not yet acknowledged goes back to
-        the head of its queue, refunded (a bridge's late TASK_ACK is then ignored)."""
+        the head of its queue, uncharged (a bridge's late TASK_ACK is then ignored)."""
         handed: list[str] = []
         for conn in list(self.registry.bridges.values()):
             pending, conn.pending = conn.pending, {}

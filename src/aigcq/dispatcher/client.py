@@ -6,7 +6,7 @@ and, while the feed is down, from polling ``GET /api/health`` every
 check, a submit that timed out
 or failed degrade it (no capacity: tasks overflow to RunningHub); it recovers after
 ``AIGCQ_HEALTH_RECOVER_PASSES`` (3) passing checks (seed 000 §3.4, §8.3). A task the
-dispatcher did not take goes back to the head of its queue, refunded; one refused for
+dispatcher did not take goes back to the head of its queue, its attempt not charged; one refused for
 its token (401) also makes the JWT manager log in again at once.
 
 ``config/messageDispatcher.json`` (:mod:`aigcq.dispatcher.file_config`): health checks
@@ -34,9 +34,10 @@ from aigcq.config import Settings
 from aigcq.dispatcher.feed_client import CapacityFeedClient
 from aigcq.dispatcher.file_config import apply_md_file, load_md_file
 from aigcq.dispatcher.settings import MdClientSettings
+from aigcq.domain import ErrorCode
 from aigcq.health import Health
 from aigcq.observability.jsonlog import ctx
-from aigcq.platforms.base import Accepted, Full, Rejected, SubmitOutcome, Uncertain
+from aigcq.platforms.base import Accepted, Full, NotSent, Rejected, SubmitOutcome, Uncertain
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.message_dispatcher import TOKEN_REFUSED, MessageDispatcherAdapter
@@ -183,12 +184,12 @@ class MessageDispatcherTarget:
         for retry in range(1, self.md.retry_count + 1):
             if not _failed(outcome):
                 break
-            assert isinstance(outcome, Rejected)
-            self._observe(f"submit failed: {outcome.code} {outcome.message}", immediate=True)
+            problem = _problem(outcome)
+            self._observe(f"submit failed: {problem}", immediate=True)
             log.info(
                 "task %s: message-dispatcher submit failed (%s), retry %d/%d",
                 c.task_id,
-                outcome.code,
+                problem,
                 retry,
                 self.md.retry_count,
             )
@@ -224,17 +225,12 @@ class MessageDispatcherTarget:
             case Rejected(code=code) as rej if code == TOKEN_REFUSED:
                 self.jwt.renew_now()
                 await self._requeue(c, f"message-dispatcher refused the token: {rej.message}")
-            case Rejected(retryable=True) as rej:
-                self._observe(f"submit failed: {rej.code} {rej.message}", immediate=True)
-                await self._requeue(c, f"message-dispatcher: {rej.code} {rej.message}")
+            case Rejected(retryable=True) | NotSent():
+                self._observe(f"submit failed: {_problem(outcome)}", immediate=True)
+                await self._requeue(c, f"message-dispatcher: {_problem(outcome)}")
             case Rejected() as rej:
-                await self.outcomes.retry_or_fail(
-                    c.task_id,
-                    aigc=aigc,
-                    platform=platform,
-                    attempt=c.attempt,
-                    reason=f"message-dispatcher rejected: {rej.code} {rej.message}",
-                )
+                reason = f"message-dispatcher rejected: {rej.code} {rej.message}"
+                await self.outcomes.retry_claimed(c, aigc, platform, reason, ErrorCode.TASK_TIMEOUT)
         return None
 
     # ---- degrade notices (seed 000 §9.4.1) ---------------------------------------------
@@ -244,7 +240,7 @@ class MessageDispatcherTarget:
 
         A task is taken back only while it is running on the dispatcher under that remote
         id (checked atomically with the requeue): one that finished, was retried or moved
-        on meanwhile is left as it is. The attempt is not refunded, so a late TASK_END for
+        on meanwhile is left as it is. The attempt is charged, and a late TASK_END for
         the handed-back run is refused as superseded."""
         taken = []
         for remote_id in remote_ids:
@@ -266,15 +262,23 @@ class MessageDispatcherTarget:
 
     async def _requeue(self, c: Claimed, reason: str) -> None:
         await self.rt.store.requeue(
-            c.task_id, attempt=c.attempt, refund=True, front=True, reason=reason
+            c.task_id, attempt=c.attempt, uncharge=True, front=True, reason=reason
         )
         log.info("task %s: back to waiting (%s)", c.task_id, reason, extra=ctx(task=c.task_id))
 
 
 def _failed(outcome: SubmitOutcome) -> bool:
     """A submit the dispatcher certainly did not take, worth sending again (``retryCount``):
-    unreachable or a transient error. A timeout is not: it may have been queued."""
+    never sent (unreachable) or a transient error. A timeout is not: it may have been queued."""
+    if isinstance(outcome, NotSent):
+        return True
     return isinstance(outcome, Rejected) and outcome.retryable and outcome.code != TOKEN_REFUSED
+
+
+def _problem(outcome: SubmitOutcome) -> str:
+    if isinstance(outcome, Rejected):
+        return f"{outcome.code} {outcome.message}"
+    return f"not sent: {getattr(outcome, 'reason', outcome)}"
 
 
 def internal_target(settings: Settings) -> InternalTargetBuilder | None:

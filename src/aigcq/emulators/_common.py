@@ -18,6 +18,9 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from aigcq.emulators._faults import Faults
+from aigcq.emulators._records import Records
+
 
 @dataclass
 class EmulatorConfig:
@@ -108,6 +111,8 @@ class EmulatorCore(ABC):
         self._rng = random.Random(config.seed)
         self._public_url = config.public_url.rstrip("/") if config.public_url else None
         self.retention = Retention(config.retention_s)
+        self.faults = Faults()
+        self.records = Records()
 
     def draw_failure(self) -> bool:
         rate = self.config.failure_rate
@@ -128,9 +133,15 @@ class EmulatorCore(ABC):
     @abstractmethod
     def stats(self) -> dict[str, Any]: ...
 
+    def records_json(self) -> dict[str, Any]:
+        """What ``GET /_emulator/records`` answers."""
+        return self.records.as_json()
+
 
 def add_common_routes(app: FastAPI, core: EmulatorCore) -> None:
-    """``GET /files/{id}/{name}`` (a small PNG per result) and ``GET /_emulator/stats``."""
+    """``GET /files/{id}/{name}`` (a small PNG per result), ``GET /_emulator/stats``,
+    ``GET /_emulator/records`` (:mod:`aigcq.emulators._records`) and
+    ``POST /_emulator/faults`` (:mod:`aigcq.emulators._faults`)."""
 
     async def file(request: Request) -> Response:
         item_id = request.path_params["item_id"]
@@ -143,8 +154,16 @@ def add_common_routes(app: FastAPI, core: EmulatorCore) -> None:
     async def stats(request: Request) -> Response:
         return reply(core.stats())
 
+    async def records(request: Request) -> Response:
+        return reply(core.records_json())
+
+    async def faults(request: Request) -> Response:
+        return reply(core.faults.update(await read_json(request)))
+
     app.add_route("/files/{item_id}/{name}", file, methods=["GET"])
     app.add_route("/_emulator/stats", stats, methods=["GET"])
+    app.add_route("/_emulator/records", records, methods=["GET"])
+    app.add_route("/_emulator/faults", faults, methods=["POST"])
 
 
 def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:

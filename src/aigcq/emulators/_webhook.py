@@ -9,8 +9,14 @@ The URL is sent exactly as given (path and query string are not re-encoded).
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
+
+logger = logging.getLogger(__name__)
 
 _Origin = tuple[str, str, int]
 _Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -120,3 +126,60 @@ async def _skip_chunks(reader: asyncio.StreamReader) -> None:
         await reader.readexactly(size + 2)
     while (await reader.readline()) not in (b"\r\n", b"\n", b""):
         pass  # trailers
+
+
+class WebhookOutbox:
+    """Webhooks to send, by a few sender tasks off the request path; a failed one is sent
+    again after a backoff (``retries`` times). Counts ``webhooks_delivered`` and
+    ``webhooks_failed`` in ``counts``."""
+
+    def __init__(
+        self, counts: Counter[str], *, retries: int, backoff_s: float, timeout_s: float
+    ) -> None:
+        self.counts = counts
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        #: (url, body, tries so far)
+        self._queue: asyncio.Queue[tuple[str, bytes, int]] = asyncio.Queue()
+
+    def put(self, url: str, body: bytes) -> None:
+        self._queue.put_nowait((url, body, 0))
+
+    @asynccontextmanager
+    async def sending(self, senders: int) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(self._send()) for _ in range(senders)]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _send(self) -> None:
+        loop = asyncio.get_running_loop()
+        poster = WebhookPoster(self.timeout_s)
+        try:
+            while True:
+                url, body, tries = await self._queue.get()
+                problem = await _post(poster, url, body)
+                if problem is None:
+                    self.counts["webhooks_delivered"] += 1
+                elif tries < self.retries:
+                    logger.debug("webhook to %s failed (try %d): %s", url, tries + 1, problem)
+                    delay = self.backoff_s * 2**tries
+                    loop.call_later(delay, self._queue.put_nowait, (url, body, tries + 1))
+                else:
+                    self.counts["webhooks_failed"] += 1
+                    logger.warning("webhook to %s given up after %d tries", url, tries + 1)
+        finally:
+            poster.close()
+
+
+async def _post(poster: WebhookPoster, url: str, body: bytes) -> str | None:
+    """POST a webhook body; None on a 2xx answer, else what went wrong."""
+    try:
+        status = await poster.post(url, body)
+    except (OSError, EOFError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None if 200 <= status < 300 else f"HTTP {status}"

@@ -10,6 +10,7 @@ or ``Fail`` after ``duration_s``, with ``output`` double-encoded and ``4314`` fo
 from __future__ import annotations
 
 import asyncio
+import heapq
 import secrets
 import time
 from collections import Counter
@@ -31,6 +32,7 @@ from aigcq.emulators._common import (
     run_app,
     serve_app,
 )
+from aigcq.emulators._faults import BrokenReply
 
 SPACE_ID = "7350000000000000001"
 CONNECTOR_API = "1024"
@@ -113,6 +115,8 @@ class _Coze(EmulatorCore):
         super().__init__(config)
         self.runs: dict[str, _Run] = {}
         self.counts: Counter[str] = Counter()
+        #: per token, the end times of its async runs not yet counted as ended (a heap)
+        self._ends: dict[str, list[float]] = {}
 
     async def run(self, request: Request) -> Response:
         if not self._authorized(request):
@@ -131,7 +135,13 @@ class _Coze(EmulatorCore):
             return _error(NO_ASYNC)
         self.remember_base(request)
         execute_id, run = self._start(workflow_id, {**body, "parameters": parameters}, is_async)
+        if is_async:
+            self._count_run(_token(request), execute_id, run.done_at)
         debug_url = _debug_url(execute_id, workflow_id)
+        if is_async and self.faults.take_drop():
+            return BrokenReply()
+        if is_async and self.faults.delay_create_reply_s > 0:
+            await asyncio.sleep(self.faults.delay_create_reply_s)
         if is_async:
             return _answer(
                 {"code": 0, "msg": "Success", "execute_id": execute_id, "debug_url": debug_url}
@@ -153,6 +163,8 @@ class _Coze(EmulatorCore):
         self.counts["polls"] += 1
         if not self._authorized(request):
             return _error(BAD_TOKEN)
+        if (fault := self.faults.status_fault()) is not None:
+            return fault
         execute_id = request.path_params["execute_id"]
         run = self.runs.get(execute_id)
         if run is None or run.workflow_id != request.path_params["workflow_id"]:
@@ -164,17 +176,37 @@ class _Coze(EmulatorCore):
         return run is not None and run.done and not run.failure
 
     def stats(self) -> dict[str, Any]:
+        self._count_ends()
         return {
             "runs": self.counts["runs"],
             "async_runs": self.counts["async_runs"],
             "polls": self.counts["polls"],
             "running": sum(1 for run in self.runs.values() if not run.done),
+            "peak_concurrent": self.records.peaks(),
         }
 
     def _authorized(self, request: Request) -> bool:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        token = _token(request)
         tokens = self.config.tokens
-        return scheme.lower() == "bearer" and bool(token) and (tokens is None or token in tokens)
+        return bool(token) and (tokens is None or token in tokens)
+
+    def _count_run(self, token: str, execute_id: str, done_at: float) -> None:
+        """Record an async run (Coze has no webhook: no task id or attempt of ours)."""
+        self._count_ends()
+        self.records.created(token, execute_id)
+        heapq.heappush(self._ends.setdefault(token, []), done_at)
+
+    def _count_ends(self) -> None:
+        """Count the runs that ended by now as no longer running."""
+        now = time.monotonic()
+        for token, ends in self._ends.items():
+            while ends and ends[0] <= now:
+                heapq.heappop(ends)
+                self.records.ended(token)
+
+    def records_json(self) -> dict[str, Any]:
+        self._count_ends()
+        return self.records.as_json()
 
     def _start(self, workflow_id: str, body: dict[str, Any], is_async: bool) -> tuple[str, _Run]:
         execute_id = self.new_id()
@@ -219,6 +251,11 @@ class _Coze(EmulatorCore):
             "usage": USAGE,
             "is_output_trimmed": False,
         }
+
+
+def _token(request: Request) -> str:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token if scheme.lower() == "bearer" else ""
 
 
 def create_app(config: CozeEmulatorConfig) -> FastAPI:

@@ -34,7 +34,8 @@ from aigcq.emulators._common import (
     run_app,
     serve_app,
 )
-from aigcq.emulators._webhook import WebhookPoster
+from aigcq.emulators._faults import BrokenReply
+from aigcq.emulators._webhook import WebhookOutbox
 
 logger = logging.getLogger(__name__)
 
@@ -120,31 +121,30 @@ class _RunningHub(EmulatorCore):
     def __init__(self, config: RunningHubEmulatorConfig) -> None:
         super().__init__(config)
         self.tasks: dict[str, _Task] = {}
-        self.current: Counter[str] = Counter()
-        self.peak: dict[str, int] = {}
         self.counts: Counter[str] = Counter()
         self.per_workflow: Counter[str] = Counter()
         #: wall-clock times (epoch s) of the last accepted creates, for benchmarks
         self.create_times: deque[float] = deque(maxlen=CREATE_TIMES_KEPT)
         self._webhook_urls: set[str] = set()
-        #: webhooks to send: (url, body, attempt)
-        self._outbox: asyncio.Queue[tuple[str, bytes, int]] = asyncio.Queue()
+        self._outbox = WebhookOutbox(
+            self.counts,
+            retries=config.webhook_retries,
+            backoff_s=config.webhook_backoff_s,
+            timeout_s=config.webhook_timeout_s,
+        )
 
     # ---- lifecycle --------------------------------------------------------------------
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """Run the webhook senders; on exit stop them and every task timer."""
-        senders = [asyncio.create_task(self._send_webhooks()) for _ in range(WEBHOOK_SENDERS)]
-        try:
-            yield
-        finally:
-            for task in self.tasks.values():
-                if task.handle is not None:
-                    task.handle.cancel()
-            for sender in senders:
-                sender.cancel()
-            await asyncio.gather(*senders, return_exceptions=True)
+        async with self._outbox.sending(WEBHOOK_SENDERS):
+            try:
+                yield
+            finally:
+                for task in self.tasks.values():
+                    if task.handle is not None:
+                        task.handle.cancel()
 
     # ---- routes -----------------------------------------------------------------------
 
@@ -155,11 +155,15 @@ class _RunningHub(EmulatorCore):
         if (refused := self._refuse_create(body)) is not None:
             return refused
         api_key: str = body["apiKey"]
-        if self.current[api_key] >= self.config.max_concurrent:
+        if self.records.current(api_key) >= self.config.max_concurrent:
             self.counts["rejected_full"] += 1
             return _error(TASK_QUEUE_MAXED)
         self.remember_base(request)
         task_id = self._start(api_key, body)
+        if self.faults.take_drop():
+            return BrokenReply()
+        if self.faults.delay_create_reply_s > 0:
+            await asyncio.sleep(self.faults.delay_create_reply_s)
         return _ok(
             {
                 "netWssUrl": None,
@@ -171,12 +175,16 @@ class _RunningHub(EmulatorCore):
         )
 
     async def status(self, request: Request) -> Response:
+        if (fault := self.faults.status_fault()) is not None:
+            return fault
         found = await self._lookup(request)
         if isinstance(found, Response):
             return found
         return _ok(found[1].status(time.monotonic()))
 
     async def outputs(self, request: Request) -> Response:
+        if (fault := self.faults.status_fault()) is not None:
+            return fault
         found = await self._lookup(request)
         if isinstance(found, Response):
             return found
@@ -187,12 +195,16 @@ class _RunningHub(EmulatorCore):
         if isinstance(found, Response):
             return found
         task_id, task = found
-        if task.state is None:
+        self.records.cancelled(task.api_key, task_id, live=task.state is None)
+        if task.state is None and task.failure != CANCEL_MESSAGE:
             if task.handle is not None:
                 task.handle.cancel()
             task.failure = CANCEL_MESSAGE
             self.counts["cancelled"] += 1
-            self._finish(task_id)
+            if (delay := self.faults.cancel_delay_s) > 0:
+                task.handle = asyncio.get_running_loop().call_later(delay, self._finish, task_id)
+            else:
+                self._finish(task_id)
         return _ok(None)
 
     async def account_status(self, request: Request) -> Response:
@@ -204,7 +216,7 @@ class _RunningHub(EmulatorCore):
             return refused
         data = {
             "remainCoins": REMAIN_COINS,
-            "currentTaskCounts": str(self.current[str(api_key)]),
+            "currentTaskCounts": str(self.records.current(str(api_key))),
             "remainMoney": None,
             "currency": None,
             "apiType": "NORMAL",
@@ -227,8 +239,8 @@ class _RunningHub(EmulatorCore):
             "webhooks_delivered": self.counts["webhooks_delivered"],
             "webhooks_failed": self.counts["webhooks_failed"],
             "duplicate_creates": self.counts["duplicate_creates"],
-            "current": {k: v for k, v in self.current.items() if v},
-            "peak_concurrent": dict(self.peak),
+            "current": self.records.currents(),
+            "peak_concurrent": self.records.peaks(),
             "creates_per_workflow": dict(self.per_workflow),
             "create_times": list(self.create_times),
         }
@@ -274,9 +286,7 @@ class _RunningHub(EmulatorCore):
         task.handle = loop.call_later(
             self.config.queue_s + self.config.duration_s, self._finish, task_id
         )
-        in_flight = self.current[api_key] = self.current[api_key] + 1
-        if in_flight > self.peak.get(api_key, 0):
-            self.peak[api_key] = in_flight
+        self.records.created(api_key, task_id, webhook_url)
         self.counts["created"] += 1
         self.create_times.append(time.time())
         self.per_workflow[str(body.get("workflowId", ""))] += 1
@@ -333,7 +343,7 @@ class _RunningHub(EmulatorCore):
         task = self.tasks[task_id]
         task.handle = None
         task.state = FAILED if task.failure else SUCCESS
-        self.current[task.api_key] -= 1
+        self.records.ended(task.api_key)
         self.counts["failed" if task.failure else "succeeded"] += 1
         if task.webhook_url:
             event = {
@@ -341,40 +351,11 @@ class _RunningHub(EmulatorCore):
                 "taskId": task_id,
                 "eventData": orjson.dumps(self._outputs_body(task_id, task)).decode(),
             }
-            self._outbox.put_nowait((task.webhook_url, orjson.dumps(event), 0))
+            self._outbox.put(task.webhook_url, orjson.dumps(event))
         now = time.monotonic()
         for old_id in self.retention.expired(now):
             self._webhook_urls.discard(self.tasks.pop(old_id).webhook_url)
         self.retention.add(now, task_id)
-
-    async def _send_webhooks(self) -> None:
-        """One of the senders: POST queued webhooks; requeue a failed one after a backoff."""
-        loop = asyncio.get_running_loop()
-        poster = WebhookPoster(self.config.webhook_timeout_s)
-        try:
-            while True:
-                url, body, attempt = await self._outbox.get()
-                problem = await _post(poster, url, body)
-                if problem is None:
-                    self.counts["webhooks_delivered"] += 1
-                elif attempt < self.config.webhook_retries:
-                    logger.debug("webhook to %s failed (try %d): %s", url, attempt + 1, problem)
-                    delay = self.config.webhook_backoff_s * 2**attempt
-                    loop.call_later(delay, self._outbox.put_nowait, (url, body, attempt + 1))
-                else:
-                    self.counts["webhooks_failed"] += 1
-                    logger.warning("webhook to %s given up after %d tries", url, attempt + 1)
-        finally:
-            poster.close()
-
-
-async def _post(poster: WebhookPoster, url: str, body: bytes) -> str | None:
-    """POST a webhook body; None on a 2xx answer, else what went wrong."""
-    try:
-        status = await poster.post(url, body)
-    except (OSError, EOFError, ValueError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None if 200 <= status < 300 else f"HTTP {status}"
 
 
 def create_app(config: RunningHubEmulatorConfig) -> FastAPI:

@@ -18,7 +18,7 @@ import redis.exceptions
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from aigcq.domain import ErrorCode, TaskState
+from aigcq.domain import ErrorCode
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.signing import verify
@@ -75,8 +75,8 @@ class TaskEndEndpoint:
             task_id, attempt, outcome = await _accept(gw, self.parse, scope, receive)
             try:
                 if not isinstance(outcome, Succeeded):
-                    target = await _check_live(gw, task_id, attempt, outcome)
-                done = await gw.outcomes.settle(task_id, outcome, note="callback")
+                    target = await _check_live(gw, task_id)
+                done = await gw.outcomes.settle(task_id, outcome, "callback", attempt=attempt)
             except redis.exceptions.RedisError as exc:  # the sender retries a 503
                 log.warning(
                     "task %s: TASK_END not recorded, Redis unavailable: %s",
@@ -90,6 +90,10 @@ class TaskEndEndpoint:
             if not done.applied:
                 if done.state is None:
                     raise ClientError(ErrorCode.NOT_FOUND, "unknown task", task_id)
+                if done.superseded:
+                    # An attempt we gave up on (e.g. cancelled at its deadline) reports its
+                    # failure; the retry decides. A late *success* still wins.
+                    raise ClientError(ErrorCode.GONE, f"attempt {attempt} was superseded", task_id)
                 raise ClientError(ErrorCode.GONE, f"task already {done.state}", task_id)
         except ClientError as exc:
             metrics.callback_rejected(exc.code.value)
@@ -146,17 +150,12 @@ async def _accept(
     return task_id, int(attempt), outcome
 
 
-async def _check_live(gw: Gateway, task_id: str, attempt: int, outcome: ResultOutcome) -> str:
-    """The task exists and is not finished; a failure must come from its live attempt.
-    Returns the task's target."""
-    task = await gw.rt.store.head(task_id)  # routes on state and attempt only
+async def _check_live(gw: Gateway, task_id: str) -> str:
+    """The task exists and is not finished; its target. (Whether a failure comes from the
+    live attempt is decided inside the finishing script.)"""
+    task = await gw.rt.store.head(task_id)  # routes on state and target only
     if task is None:
         raise ClientError(ErrorCode.NOT_FOUND, "unknown task", task_id)
     if task.state.terminal:
         raise ClientError(ErrorCode.GONE, f"task already {task.state}", task_id)
-    abandoned = attempt != task.attempt or task.state is TaskState.PENDING
-    if isinstance(outcome, Failed) and abandoned:
-        # An attempt we gave up on (e.g. cancelled at its deadline) reports its failure;
-        # the retry decides. A late *success* still wins (first result wins).
-        raise ClientError(ErrorCode.GONE, f"attempt {attempt} was superseded", task_id)
     return task.target

@@ -51,7 +51,9 @@ class Gateway:
         if not done.applied:
             raise ClientError(ErrorCode.GONE, f"task already {done.state}", task_id)
         adapter = self.rt.platforms.adapters.get(task.target)
-        if adapter is not None and task.remote_id:
+        if done.orphan:  # a paid remote task: cancelled, and counted until it ends
+            await self.outcomes.cancel_orphan(task_id, done)
+        elif adapter is not None and task.remote_id:
             account = self.rt.config.account(task.aigc, task.platform)
             await self.rt.platforms.cancel(adapter, task, account.apikey if account else "")
         log.info("task %s: cancelled", task_id, extra=ctx(task=task_id))

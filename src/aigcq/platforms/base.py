@@ -60,13 +60,22 @@ class Uncertain:
     """The request may or may not have created the task (e.g. a read timeout).
 
     It is never re-sent blindly (it may already be billed): the task waits for its webhook
-    or its deadline, whichever comes first.
+    or its deadline, whichever comes first; then the platform is asked where it can answer,
+    else the task fails with ``UncertainSubmit`` (unless the account has ``retry_uncertain``).
     """
 
     reason: str
 
 
-SubmitOutcome = Accepted | Full | Rejected | Uncertain
+@dataclass(frozen=True, slots=True)
+class NotSent:
+    """The request provably never left (no free connection in time, connect or DNS
+    error, the task moved on before it was sent): nothing can have been created."""
+
+    reason: str
+
+
+SubmitOutcome = Accepted | Full | Rejected | Uncertain | NotSent
 
 
 # ---- what a result (callback body or query answer) can say ----------------------------
@@ -96,7 +105,16 @@ class NotFound:
     reason: str = ""
 
 
-ResultOutcome = Pending | Succeeded | Failed | NotFound
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """The platform gave no usable answer (unreachable, HTTP 5xx, not JSON, a code we do
+    not know): ask again later. Never read as "pending" or "gone": only a definite
+    failure or "not found" frees a retry of a paid task."""
+
+    reason: str = ""
+
+
+ResultOutcome = Pending | Succeeded | Failed | NotFound | Unknown
 
 Kind = Literal["callback", "polling"]
 

@@ -4,11 +4,18 @@ This is the dispatch hot path (one create per task, plus queries), so it uses ai
 on this project's benchmark machine httpx managed ~220 requests/s against the RunningHub
 emulator where aiohttp did ~2,900/s for the same calls (``bench/http_clients.py``).
 httpx stays the client everywhere else.
+
+A request first waits for one of ``max_in_flight`` places (not counted in its timeout: a
+request still waiting has not left); only then is a create recorded as possibly out
+(``begin``) and sent. What provably never reached the platform (connect or DNS errors, a
+connect timeout) is :class:`NotSent`; a lost or late reply is :class:`Uncertain`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -19,27 +26,42 @@ from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import (
     HttpRequest,
     NotFound,
+    NotSent,
     PlatformAdapter,
-    Rejected,
     ResultOutcome,
     SubmitOutcome,
     Uncertain,
+    Unknown,
 )
 
 log = logging.getLogger(__name__)
 
-#: Requests in flight at once (also the connection pool size).
+#: Requests in flight at once (also the connection pool size), by default.
 MAX_IN_FLIGHT = 64
 
+#: errors raised before a byte of the request was sent
+NOT_SENT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
-class PlatformUnavailable(Exception):
-    """A query or cancel could not reach the platform; try again later."""
+#: called just before a create is sent; False: do not send it
+BeforeSend = Callable[[], Awaitable[bool]]
 
 
 class PlatformClient:
-    def __init__(self, adapters: dict[str, PlatformAdapter], *, timeout_s: float) -> None:
+    def __init__(
+        self,
+        adapters: dict[str, PlatformAdapter],
+        *,
+        timeout_s: float,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
         self.adapters = adapters
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        # connect: establishing a connection (a free pooled one is waited for before,
+        # outside this timeout); sock_read: the reply, once the request is out.
+        self.timeout = aiohttp.ClientTimeout(
+            total=None, connect=timeout_s, sock_connect=timeout_s, sock_read=timeout_s
+        )
+        self.max_in_flight = max_in_flight
+        self._slots = asyncio.Semaphore(max_in_flight)
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -47,7 +69,7 @@ class PlatformClient:
         """Created lazily: a session must be made inside the running event loop."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=MAX_IN_FLIGHT),
+                connector=aiohttp.TCPConnector(limit=self.max_in_flight),
                 timeout=self.timeout,
                 json_serialize=lambda obj: orjson.dumps(obj).decode(),
             )
@@ -78,59 +100,62 @@ class PlatformClient:
                 return resp.status, {"raw": raw[:500].decode(errors="replace")}
 
     async def submit(
-        self, adapter: PlatformAdapter, task: Task, apikey: str, webhook_url: str
+        self,
+        adapter: PlatformAdapter,
+        task: Task,
+        apikey: str,
+        webhook_url: str,
+        begin: BeforeSend | None = None,
     ) -> SubmitOutcome:
+        """Send a create. ``begin`` runs once a place is free, just before the request
+        leaves (it records the create as possibly out); False sends nothing."""
         req = adapter.submit_request(task, apikey, webhook_url)
-        try:
-            status, body = await self._send(req)
-        except aiohttp.ClientConnectorError as exc:
-            # The request never reached the platform: safe to send again later.
-            log.warning(
-                "task %s: %s unreachable: %r",
-                task.task_id,
-                adapter.name,
-                exc,
-                extra=ctx(task=task.task_id),
-            )
-            return Rejected("Unreachable", str(exc) or type(exc).__name__, retryable=True)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning(
-                "task %s: %s submit outcome unknown: %r",
-                task.task_id,
-                adapter.name,
-                exc,
-                extra=ctx(task=task.task_id),
-            )
-            return Uncertain(str(exc) or type(exc).__name__)
+        async with self._slots:
+            if begin is not None and not await begin():
+                return NotSent("the task moved on before it was sent")
+            try:
+                status, body = await self._send(req)
+            except NOT_SENT_ERRORS as exc:
+                self._warn(task, adapter, "create not sent", exc)
+                return NotSent(str(exc) or type(exc).__name__)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                self._warn(task, adapter, "create outcome unknown", exc)
+                return Uncertain(str(exc) or type(exc).__name__)
         return adapter.parse_submit(status, body)
 
     async def query(self, adapter: PlatformAdapter, task: Task, apikey: str) -> ResultOutcome:
+        """The remote task's state; :class:`Unknown` when the platform gave no answer."""
         if not task.remote_id:
             return NotFound("no remote task id")
         try:
-            status, body = await self._send(adapter.query_request(task, apikey))
+            async with self._slots:
+                status, body = await self._send(adapter.query_request(task, apikey))
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning(
-                "task %s: %s query failed: %r",
-                task.task_id,
-                adapter.name,
-                exc,
-                extra=ctx(task=task.task_id),
-            )
-            raise PlatformUnavailable(str(exc)) from exc
+            self._warn(task, adapter, "query failed", exc)
+            return Unknown(f"unreachable: {str(exc) or type(exc).__name__}")
         return adapter.parse_query(status, body)
 
-    async def cancel(self, adapter: PlatformAdapter, task: Task, apikey: str) -> None:
+    async def cancel(self, adapter: PlatformAdapter, task: Task, apikey: str) -> bool:
+        """Ask the platform to cancel the remote task; False when it has no cancel or the
+        request failed (the caller keeps the task counted and asks again later)."""
         req = adapter.cancel_request(task, apikey) if task.remote_id else None
         if req is None:
-            return
+            return False
         try:
-            await self._send(req)
+            async with self._slots:
+                status, _ = await self._send(req)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning(
-                "task %s: %s cancel failed: %r",
-                task.task_id,
-                adapter.name,
-                exc,
-                extra=ctx(task=task.task_id),
-            )
+            self._warn(task, adapter, "cancel failed", exc)
+            return False
+        return 200 <= status < 300
+
+    @staticmethod
+    def _warn(task: Task, adapter: PlatformAdapter, what: str, exc: BaseException) -> None:
+        log.warning(
+            "task %s: %s %s: %r",
+            task.task_id,
+            adapter.name,
+            what,
+            exc,
+            extra=ctx(task=task.task_id),
+        )

@@ -24,6 +24,7 @@ from aigcq.platforms.base import (
     ResultOutcome,
     SubmitOutcome,
     Succeeded,
+    Unknown,
     register,
 )
 
@@ -92,12 +93,14 @@ class CozeAdapter(PlatformAdapter):
         return HttpRequest("GET", url, self._headers(apikey))
 
     def parse_query(self, status: int, body: Any) -> ResultOutcome:
-        if not isinstance(body, dict) or (code := as_int(body.get("code", 0))) is None:
-            return Pending(f"HTTP_{status}")
+        if status >= 500 or not isinstance(body, dict) or "raw" in body:
+            return Unknown(f"COZE: no valid reply (HTTP {status})")
+        if (code := as_int(body.get("code", 0))) is None:
+            return Unknown(f"COZE: unreadable code (HTTP {status})")
         if code == NOT_FOUND:
             return NotFound(str(body.get("msg") or "execution record not found"))
         if code != 0:
-            return Pending(f"COZE_{code}")  # not known yet; the task's deadline decides
+            return Unknown(f"COZE_{code} {body.get('msg') or ''}".rstrip())  # ask again
         records = body.get("data")
         record = records[0] if isinstance(records, list) and records else None
         if not isinstance(record, dict):

@@ -28,6 +28,7 @@ from aigcq.platforms.base import (
     ResultOutcome,
     SubmitOutcome,
     Succeeded,
+    Unknown,
     register,
 )
 
@@ -67,12 +68,12 @@ def _outputs_outcome(body: dict[str, Any], ended: bool) -> ResultOutcome:
     """Parse an ``/outputs`` answer (or a webhook's ``eventData``).
 
     ``ended`` (a TASK_END webhook) turns an unexpected non-zero code into a failure; in a
-    query it only means "not known yet" and the task's deadline decides.
+    query it is :class:`Unknown` (asked again later), never "pending" nor "gone".
     """
     code = as_int(body.get("code"))
     msg = str(body.get("msg") or "")
     if code is None:
-        return Pending("INVALID_REPLY")
+        return Pending("INVALID_REPLY") if ended else Unknown("RH: no code in the reply")
     if code in SUCCESS_CODES:
         return Succeeded(_normalized_outputs(body))
     if code in PENDING_CODES:
@@ -83,7 +84,7 @@ def _outputs_outcome(body: dict[str, Any], ended: bool) -> ResultOutcome:
         return NotFound(msg or f"RH_{code}")
     if ended:
         return Failed(f"RH_{code}", msg, detail=body.get("data"))
-    return Pending(f"RH_{code}")
+    return Unknown(f"RH_{code} {msg}".rstrip())
 
 
 @register
@@ -141,8 +142,8 @@ class RunningHubAdapter(PlatformAdapter):
         return self._post("/task/openapi/outputs", {"apiKey": apikey, "taskId": task.remote_id})
 
     def parse_query(self, status: int, body: Any) -> ResultOutcome:
-        if not isinstance(body, dict):
-            return Pending(f"HTTP_{status}")
+        if status >= 500 or not isinstance(body, dict) or "raw" in body:
+            return Unknown(f"RH: no valid reply (HTTP {status})")
         return _outputs_outcome(body, ended=False)
 
     def cancel_request(self, task: Task, apikey: str) -> HttpRequest | None:

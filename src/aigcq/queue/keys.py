@@ -28,6 +28,15 @@ class Keys:
         """Tasks in flight on one target for one AIGC project (ZSET id -> deadline)."""
         return f"{self.prefix}:running:{aigc}:{target}"
 
+    def orphans(self, aigc: str, target: str) -> str:
+        """Remote tasks we no longer want that may still run on one account (ZSET remote
+        id -> next check): they count against its cap until the platform says they ended."""
+        return f"{self.prefix}:orphans:{aigc}:{target}"
+
+    def orphan(self, remote_id: str) -> str:
+        """HASH: which task and attempt an orphan ran for, and where."""
+        return f"{self.prefix}:orphan:{remote_id}"
+
     @property
     def inflight(self) -> str:
         """Every task in flight, scored by its deadline (the sweeper's index)."""

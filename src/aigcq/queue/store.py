@@ -40,6 +40,10 @@ class Claimed:
     backend_id: str
     workflow_id: str
     created_at: float
+    #: attempts charged to the task's budget (``attempt`` counts every dispatch)
+    charged: int = 1
+    #: requeues so far that gave their attempt back (bounded by ``free_requeues``)
+    uncharged: int = 0
 
     def as_task(self, aigc: str, platform: str, target: str) -> Task:
         """The task as a target sees it while it is being dispatched."""
@@ -51,6 +55,7 @@ class Claimed:
             payload=self.payload,
             state=TaskState.DISPATCHING,
             attempt=self.attempt,
+            charged=self.charged,
             target=target,
             workflow_id=self.workflow_id,
         )
@@ -63,17 +68,72 @@ class MoveResult:
     applied: bool
     state: TaskState | None  # None: the task does not exist (or has expired)
     target: str = ""  # where it ran (set when applied)
+    #: not applied: a failure reported by an attempt that is no longer the live one
+    superseded: bool = False
+    #: applied: the remote task of the live attempt, still running on a paid target and
+    #: now unwanted (kept in its account's cap as an orphan): cancel it
+    orphan: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Marked:
+    """What :meth:`TaskStore.mark_running` did; true when the task is running."""
+
+    running: bool
+    #: the task had moved on: its remote task is an orphan now, to be cancelled
+    orphaned: bool = False
+
+    def __bool__(self) -> bool:
+        return self.running
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A remote task we no longer want that may still run (and count against the cap)."""
+
+    remote_id: str
+    task_id: str
+    attempt: int
+    aigc: str
+    platform: str
+    target: str
+    workflow_id: str
+
+
+SCRIPTS = (
+    "submit",
+    "claim",
+    "begin_create",
+    "mark_running",
+    "postpone",
+    "requeue",
+    "finish",
+    "promote",
+    "retry",
+    "release_orphan",
+)
 
 
 class TaskStore:
-    def __init__(self, redis: Redis, prefix: str, *, retention_s: int, outbox_retention_s: int):
+    def __init__(
+        self,
+        redis: Redis,
+        prefix: str,
+        *,
+        retention_s: int,
+        outbox_retention_s: int,
+        free_requeues: int = 1000,
+    ):
         self.redis = redis
         self.keys = Keys(prefix)
         self.retention_s = retention_s
         self.outbox_retention_s = outbox_retention_s
+        #: how many requeues of one task may give their attempt back (then they charge it)
+        self.free_requeues = free_requeues
+        #: the paid targets (comma-separated): their unwanted remote tasks become orphans
+        self.paid_targets = ""
         self._scripts: dict[str, AsyncScript] = {
-            name: redis.register_script(_load(name))
-            for name in ("submit", "claim", "mark_running", "requeue", "finish", "promote", "retry")
+            name: redis.register_script(_load(name)) for name in SCRIPTS
         }
         #: the hot-path connection: every per-task command goes through it
         self.mux = RedisMux(redis)
@@ -137,7 +197,16 @@ class TaskStore:
             allowed_from(Move.CLAIM, TaskState.DISPATCHING),
         )
         claimed = [
-            Claimed(text(r[0]), int(r[1]), orjson.loads(r[2]), text(r[3]), text(r[4]), float(r[5]))
+            Claimed(
+                text(r[0]),
+                int(r[1]),
+                orjson.loads(r[2]),
+                text(r[3]),
+                text(r[4]),
+                float(r[5]),
+                int(r[6]),
+                int(r[7]),
+            )
             for r in rows
         ]
         metrics.tasks_claimed(platform, target, (c.created_at for c in claimed), time.time())
@@ -152,25 +221,46 @@ class TaskStore:
         deadline_s: float,
         kind: str,
         progress: str = "",
-    ) -> bool:
+        where: tuple[str, str, str] | None = None,
+    ) -> Marked:
         """``progress``: the body of a ``progress:`` event, published in the same step
         only when the task's client is connected with ``progress=1`` (no round trip, and
-        no message every process decodes for nothing)."""
+        no message every process decodes for nothing). ``where`` (AIGC, platform, paid
+        target): a remote task accepted for an attempt that is no longer live becomes an
+        orphan (``orphaned``), inside that target's cap until it ends."""
+        now = time.time()
+        aigc, platform, target = where or ("", "", "")
+        code = await self._run(
+            "mark_running",
+            task_id,
+            attempt,
+            now,
+            remote_id,
+            now + deadline_s,
+            kind,
+            int(deadline_s + self.retention_s),
+            allowed_from(Move.MARK_RUNNING, TaskState.RUNNING),
+            progress,
+            aigc,
+            platform,
+            target,
+            "1" if where else "0",
+        )
+        return Marked(int(code) == 1, int(code) == 2)
+
+    async def begin_create(
+        self, task_id: str, attempt: int, create_id: str, *, deadline_s: float
+    ) -> bool:
+        """Record that a create for ``attempt`` is about to be sent (a process that
+        restarts then knows one may be out); False: the task moved on, send nothing."""
         now = time.time()
         return bool(
-            await self._run(
-                "mark_running",
-                task_id,
-                attempt,
-                now,
-                remote_id,
-                now + deadline_s,
-                kind,
-                int(deadline_s + self.retention_s),
-                allowed_from(Move.MARK_RUNNING, TaskState.RUNNING),
-                progress,
-            )
+            await self._run("begin_create", task_id, attempt, create_id, now, now + deadline_s)
         )
+
+    async def postpone(self, task_id: str, attempt: int, *, max_delay_s: float) -> float:
+        """Ask about the task again later, with back-off; the delay (0: it moved on)."""
+        return float(await self._run("postpone", task_id, attempt, time.time(), max_delay_s))
 
     async def requeue(
         self,
@@ -179,12 +269,17 @@ class TaskStore:
         attempt: int | None = None,
         delay_s: float = 0.0,
         front: bool = True,
-        refund: bool = False,
+        uncharge: bool = False,
         reason: str = "",
         remote_id: str = "",
+        ended: bool = False,
+        unsent_only: bool = False,
     ) -> bool:
-        """Back to waiting. ``refund`` undoes the attempt count (the target never ran it);
-        ``remote_id``: only while the task still carries this remote task id."""
+        """Back to waiting; the next dispatch is a new attempt either way. ``uncharge``
+        gives back the attempt this one charged (the target never ran it; at most
+        ``free_requeues`` times per task); ``remote_id``: only while the task still carries
+        this remote task id; ``ended``: its remote task is known to be over (else one on a
+        paid target becomes an orphan); ``unsent_only``: not while a create may be out."""
         now = time.time()
         result = await self._run(
             "requeue",
@@ -193,10 +288,14 @@ class TaskStore:
             now,
             now + delay_s if delay_s > 0 else 0,
             int(front),
-            int(refund),
+            int(uncharge),
             reason,
             allowed_from(Move.REQUEUE, TaskState.PENDING),
             remote_id,
+            self.free_requeues,
+            self.paid_targets,
+            int(ended),
+            int(unsent_only),
         )
         return int(result) == 1
 
@@ -209,8 +308,16 @@ class TaskStore:
         error: dict[str, Any] | None = None,
         message: dict[str, Any] | None = None,
         note: str = "",
+        from_attempt: int | None = None,
+        fenced: bool = False,
+        ended: bool = False,
     ) -> MoveResult:
-        """Move a live task to a terminal ``state`` and queue ``message`` for its client."""
+        """Move a live task to a terminal ``state`` and queue ``message`` for its client.
+
+        ``from_attempt``: the attempt this end is about (None: none, e.g. a cancel);
+        ``fenced``: only while that attempt is the live one (a failure); ``ended``: its
+        run is over. Otherwise the live attempt's remote task on a paid target becomes an
+        orphan (``MoveResult.orphan``)."""
         assert state.terminal
         now = time.time()
         minid = self._outbox_minid(now)
@@ -226,12 +333,18 @@ class TaskStore:
             minid,
             note,
             allowed_from(Move.FINISH, state),
+            "0",
+            "" if from_attempt is None else from_attempt,
+            self.paid_targets,
+            int(fenced),
+            int(ended),
         )
         code = int(applied)
         if code != 1:
-            return MoveResult(False, TaskState(text(current)) if code >= 0 else None)
-        metrics.task_finished(labels, state.value, now)
-        return MoveResult(True, state, text(labels[2]))
+            current_state = TaskState(text(current)) if code >= 0 else None
+            return MoveResult(False, current_state, superseded=code == 2)
+        metrics.task_finished(labels[:4], state.value, now)
+        return MoveResult(True, state, text(labels[2]), orphan=text(labels[4]))
 
     async def withdraw(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
         """Cancel a task that is still waiting (never one dispatched or running), with no
@@ -251,6 +364,10 @@ class TaskStore:
             note,
             allowed_from(Move.WITHDRAW, TaskState.CANCELLED),
             "1",
+            "",
+            self.paid_targets,
+            "0",
+            "0",
         )
         return int(applied) == 1
 
@@ -264,6 +381,34 @@ class TaskStore:
 
     async def promote_delayed(self, limit: int = 500) -> int:
         return int(await self._run("promote", time.time(), limit))
+
+    async def release_orphan(self, remote_id: str) -> bool:
+        """The platform says this unwanted remote task ended: it leaves the cap."""
+        return int(await self._run("release_orphan", remote_id)) == 1
+
+    async def orphans_due(self, aigc: str, target: str, limit: int = 100) -> list[Orphan]:
+        """Orphans of one account whose next check is due."""
+        key = self.keys.orphans(aigc, target)
+        ids = await self.redis.zrangebyscore(key, "-inf", time.time(), 0, limit)
+        pipe = self.redis.pipeline(transaction=False)
+        for remote in ids:
+            pipe.hgetall(self.keys.orphan(text(remote)))
+        found = []
+        for remote, raw in zip(ids, await pipe.execute(), strict=True):
+            if not raw:  # released meanwhile, or its record lost: nothing left to watch
+                await self.redis.zrem(key, text(remote))
+                continue
+            found.append(_orphan(text(remote), raw))
+        return found
+
+    async def orphans_of(self, remote_id: str) -> Orphan | None:
+        """The orphan record of a remote task (None: not an orphan, or released)."""
+        raw = await self.redis.hgetall(self.keys.orphan(remote_id))
+        return _orphan(remote_id, raw) if raw else None
+
+    async def check_orphan_later(self, o: Orphan, delay_s: float) -> None:
+        key = self.keys.orphans(o.aigc, o.target)
+        await self.redis.zadd(key, {o.remote_id: time.time() + delay_s}, xx=True)
 
     # ---- reads ----------------------------------------------------------------------
 
@@ -295,9 +440,14 @@ class TaskStore:
         value = await self.redis.get(self.keys.callback(remote_id))
         return text(value) if value else None
 
-    async def expired(self, limit: int = 200) -> list[str]:
-        ids = await self.redis.zrangebyscore(self.keys.inflight, "-inf", time.time(), 0, limit)
-        return [text(i) for i in ids]
+    async def expired(self, page: int = 1000) -> list[str]:
+        """Every task in flight past its deadline, read a page at a time."""
+        now, found = time.time(), list[str]()
+        while True:
+            ids = await self.redis.zrangebyscore(self.keys.inflight, "-inf", now, len(found), page)
+            found += [text(i) for i in ids]
+            if len(ids) < page:
+                return found
 
 
 _HEAD = [
@@ -316,6 +466,19 @@ _HEAD = [
 ]
 
 
+def _orphan(remote_id: str, raw: dict[Any, Any]) -> Orphan:
+    h = {text(k): text(v) for k, v in raw.items()}
+    return Orphan(
+        remote_id,
+        h.get("taskId", ""),
+        int(h.get("attempt") or 0),
+        h.get("AIGC", ""),
+        h.get("platform", ""),
+        h.get("target", ""),
+        h.get("workflowId", ""),
+    )
+
+
 def task_from_hash(raw: dict[Any, Any]) -> Task:
     h = {text(k): text(v) for k, v in raw.items()}
     return Task(
@@ -326,6 +489,9 @@ def task_from_hash(raw: dict[Any, Any]) -> Task:
         payload=orjson.loads(h.get("payload") or "{}"),
         state=TaskState(h.get("status", "pending")),
         attempt=int(h.get("attempt") or 0),
+        charged=int(h.get("charged") or h.get("attempt") or 0),
+        create_id=h.get("createId", ""),
+        create_at=float(h.get("createAt") or 0),
         target=h.get("target", ""),
         remote_id=h.get("remoteTaskId", ""),
         workflow_id=h.get("workflowId", ""),

@@ -17,14 +17,17 @@ import contextlib
 import itertools
 import logging
 import time
+import uuid
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from aigcq.domain import ErrorCode, TaskState
+from redis.exceptions import RedisError
+
+from aigcq.domain import ErrorCode
 from aigcq.health import Health
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
-from aigcq.platforms.base import Accepted, Full, PlatformAdapter, Rejected, Uncertain
+from aigcq.platforms.base import Accepted, Full, NotSent, PlatformAdapter, Rejected, Uncertain
 from aigcq.plumbing.background import cancel_and_wait, round_failed
 from aigcq.plumbing.events import progress_event, running_message
 from aigcq.queue.store import Claimed
@@ -35,6 +38,8 @@ from aigcq.service.runtime import Runtime
 log = logging.getLogger(__name__)
 
 BATCH = 256  # most tasks one queue hands out per round
+#: waits between tries to record an accepted create while Redis does not answer
+MARK_RETRY_S = (0.2, 1.0, 3.0)
 
 
 class InternalTarget(Protocol):
@@ -120,11 +125,13 @@ class Dispatcher:
                 for cmd in (
                     ["LLEN", keys.wait(aigc, platform)],
                     ["ZCARD", keys.running(aigc, ext.name if ext else "-")],
+                    ["ZCARD", keys.orphans(aigc, ext.name if ext else "-")],
                 )
             )
         )
-        backlogs = [int(c) for c in counts[0::2]]
-        running = [int(c) for c in counts[1::2]]
+        backlogs = [int(c) for c in counts[0::3]]
+        # an account's cap also counts the remote tasks we gave up on that still run
+        running = [int(a) + int(b) for a, b in zip(counts[1::3], counts[2::3], strict=True)]
         internal = self._internal_shares(queues, backlogs)
         elsewhere = self._internal_shares(queues, backlogs, elsewhere=True)
         for i, (aigc, platform) in enumerate(queues):
@@ -243,19 +250,19 @@ class Dispatcher:
         account = rt.config.account(aigc, platform)
         task = c.as_task(aigc, platform, adapter.name)
         hook = rt.webhook_url(c.task_id, c.attempt)
-        outcome = await rt.platforms.submit(adapter, task, account.apikey if account else "", hook)
+        create_id = uuid.uuid4().hex
+
+        async def begin() -> bool:  # the create may be out from here on
+            deadline = rt.dispatch_deadline_s
+            return await rt.store.begin_create(c.task_id, c.attempt, create_id, deadline_s=deadline)
+
+        apikey = account.apikey if account else ""
+        outcome = await rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
         deadline_s = rt.deadline_s(account)
         match outcome:
             case Accepted(remote_id=remote_id):
                 metrics.overflowed(aigc, platform, adapter.name, rt.settings.overflow_price)
-                await rt.store.mark_running(
-                    c.task_id,
-                    c.attempt,
-                    remote_id,
-                    deadline_s=deadline_s,
-                    kind=adapter.kind,
-                    progress=progress_event(c.backend_id, running_message(c.task_id, adapter.name)),
-                )
+                await self._accepted(adapter, aigc, platform, c, remote_id, deadline_s)
             case Uncertain(reason=reason):
                 log.warning(
                     "task %s: submit uncertain (%s); awaiting webhook",
@@ -267,31 +274,22 @@ class Dispatcher:
                     c.task_id, c.attempt, "", deadline_s=deadline_s, kind=adapter.kind
                 )
             case Full(reason=reason):
-                await rt.store.requeue(
-                    c.task_id,
-                    attempt=c.attempt,
-                    delay_s=rt.settings.full_backoff_s,
-                    refund=True,
-                    reason=f"{adapter.name} full: {reason}",
-                )
+                await self._requeue_unrun(c, aigc, platform, f"{adapter.name} full: {reason}")
+            case NotSent(reason=reason):
+                reason = f"not sent to {adapter.name}: {reason}"
+                await self._requeue_unrun(c, aigc, platform, reason)
             case Rejected(retryable=True) as rej:
-                await self.outcomes.retry_or_fail(
-                    c.task_id,
-                    aigc=aigc,
-                    platform=platform,
-                    attempt=c.attempt,
-                    reason=f"{adapter.name}: {rej.code} {rej.message}",
-                    code=ErrorCode.TASK_FAILED,
-                    detail=rej.detail,
-                )
+                reason = f"{adapter.name}: {rej.code} {rej.message}"
+                await self.outcomes.retry_claimed(c, aigc, platform, reason, detail=rej.detail)
             case Rejected() as rej:
                 error = {"code": rej.code, "message": rej.message, "detail": rej.detail}
-                await rt.store.finish(
+                await self.outcomes.fail(
                     c.task_id,
-                    TaskState.FAILED,
-                    error=error,
-                    message=self.outcomes.error_body(ErrorCode.TASK_FAILED, error),
-                    note=f"{adapter.name} rejected: {rej.code}",
+                    c.attempt,
+                    ErrorCode.TASK_FAILED,
+                    error,
+                    f"{adapter.name} rejected: {rej.code}",
+                    ended=True,
                 )
                 log.warning(
                     "task %s: rejected by %s: %s",
@@ -300,6 +298,62 @@ class Dispatcher:
                     rej,
                     extra=ctx(task=c.task_id),
                 )
+
+    async def _accepted(
+        self,
+        adapter: PlatformAdapter,
+        aigc: str,
+        platform: str,
+        c: Claimed,
+        remote_id: str,
+        deadline_s: float,
+    ) -> None:
+        """Record the remote task; one accepted for an attempt that moved on meanwhile (a
+        cancel, an older attempt's success) is cancelled, and counted until it ends."""
+        rt = self.rt
+        for wait_s in (*MARK_RETRY_S, None):
+            try:
+                marked = await rt.store.mark_running(
+                    c.task_id,
+                    c.attempt,
+                    remote_id,
+                    deadline_s=deadline_s,
+                    kind=adapter.kind,
+                    progress=progress_event(c.backend_id, running_message(c.task_id, adapter.name)),
+                    where=(aigc, platform, adapter.name) if adapter.paid else None,
+                )
+                break
+            except RedisError as exc:  # the create is out: keep trying to record it
+                if wait_s is None:
+                    raise  # the sweeper finds the create recorded and waits for the webhook
+                log.warning(
+                    "task %s: accepted as %s, not recorded yet: %s",
+                    c.task_id,
+                    remote_id,
+                    exc,
+                    extra=ctx(task=c.task_id),
+                )
+                await asyncio.sleep(wait_s)
+        if marked.orphaned:
+            orphan = await rt.store.orphans_of(remote_id)
+            if orphan is not None:
+                await self.outcomes.orphans.cancel(orphan)
+
+    async def _requeue_unrun(self, c: Claimed, aigc: str, platform: str, reason: str) -> None:
+        """Back to waiting, after a back-off, without using an attempt (the platform ran
+        nothing) — while the task has such free requeues left; then it uses attempts."""
+        rt = self.rt
+        if c.uncharged >= rt.store.free_requeues:
+            await self.outcomes.retry_claimed(c, aigc, platform, reason)
+            return
+        await rt.store.requeue(
+            c.task_id,
+            attempt=c.attempt,
+            delay_s=rt.settings.full_backoff_s,
+            uncharge=True,
+            reason=reason,
+            ended=True,
+        )
 
 
 def _capped(capacity: int, cap: int) -> int:

@@ -1,7 +1,10 @@
 """Turning what a target said into task transitions and client messages.
 
 Used by the callback endpoint, the poller and the deadline sweeper alike, so a result
-reaches the client the same way whichever path noticed it first.
+reaches the client the same way whichever path noticed it first. Every report names the
+attempt it came from: a failure of an attempt that is no longer the live one changes
+nothing (checked inside the finishing script); a success of an older one still wins, and
+the live attempt's remote task is then cancelled (:mod:`aigcq.scheduler.orphans`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from typing import Any
 
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.observability.jsonlog import ctx
-from aigcq.platforms.base import Failed, NotFound, Pending, ResultOutcome, Succeeded
-from aigcq.queue.store import MoveResult
+from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
+from aigcq.queue.store import Claimed, MoveResult
+from aigcq.scheduler.orphans import Orphans
 from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -22,6 +26,7 @@ log = logging.getLogger(__name__)
 class Outcomes:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        self.orphans = Orphans(rt)
         #: called with (taskId, target, succeeded) once a TASK_END callback finished a task
         self.on_task_end: Callable[[str, str, bool], None] = lambda task_id, target, ok: None
         #: a failed result puts the task back while it has attempts left (the
@@ -31,16 +36,25 @@ class Outcomes:
     def error_body(self, code: ErrorCode, detail: Any = None) -> dict[str, Any]:
         return {"code": code.value, "msg": self.rt.config.messages.get(code.value), "error": detail}
 
-    async def settle(self, task_id: str, outcome: ResultOutcome, note: str) -> MoveResult | None:
-        """Apply a finished result; ``None`` when the outcome says the task is not done."""
+    async def settle(
+        self, task_id: str, outcome: ResultOutcome, note: str, attempt: int | None = None
+    ) -> MoveResult | None:
+        """Apply a finished result reported by ``attempt`` (None: not known, e.g. a
+        message-dispatcher's report); ``None`` when the outcome says the task is not done."""
         match outcome:
             case Succeeded(data=data):
                 done = await self.rt.store.finish(
-                    task_id, TaskState.SUCCESS, result=data, message={"result": data}, note=note
+                    task_id,
+                    TaskState.SUCCESS,
+                    result=data,
+                    message={"result": data},
+                    note=note,
+                    from_attempt=attempt,
+                    ended=True,
                 )
             case Failed(code=code, message=message, detail=detail):
                 error = {"code": code, "message": message, "detail": detail}
-                if await self._retried(task_id, f"failed: {code} {message}"):
+                if await self._retried(task_id, f"failed: {code} {message}", attempt):
                     return MoveResult(True, TaskState.PENDING)
                 done = await self.rt.store.finish(
                     task_id,
@@ -48,8 +62,11 @@ class Outcomes:
                     error=error,
                     message=self.error_body(ErrorCode.TASK_FAILED, error),
                     note=note,
+                    from_attempt=attempt,
+                    fenced=attempt is not None,
+                    ended=True,
                 )
-            case Pending() | NotFound():
+            case _:
                 return None
         log.debug(
             "task %s: %s via %s (applied=%s)",
@@ -59,23 +76,35 @@ class Outcomes:
             done.applied,
             extra=ctx(task=task_id),
         )
+        await self.cancel_orphan(task_id, done)
         return done
 
-    async def _retried(self, task_id: str, reason: str) -> bool:
+    async def cancel_orphan(self, task_id: str, done: MoveResult) -> None:
+        """Cancel the remote task a finishing move left unwanted (if any)."""
+        if not done.orphan:
+            return
+        found = await self.rt.store.orphans_of(done.orphan)
+        if found is not None:
+            await self.orphans.cancel(found)
+        else:
+            log.debug("task %s: orphan %s already released", task_id, done.orphan)
+
+    async def _retried(self, task_id: str, reason: str, attempt: int | None) -> bool:
         """With ``retry_failures``: requeue a failed task that has attempts left."""
         if not self.retry_failures:
             return False
         task = await self.rt.store.get(task_id)
         if task is None or task.state.terminal:
             return False
-        if task.attempt >= self.rt.max_attempts(self.rt.config.account(task.aigc, task.platform)):
+        if task.charged >= self.rt.max_attempts(self.rt.config.account(task.aigc, task.platform)):
             return False
-        retried = await self.rt.store.requeue(task_id, attempt=task.attempt, reason=reason)
+        live = task.attempt if attempt is None else attempt
+        retried = await self.rt.store.requeue(task_id, attempt=live, reason=reason, ended=True)
         if retried:
             log.warning(
                 "task %s: attempt %s %s, retrying",
                 task_id,
-                task.attempt,
+                live,
                 reason,
                 extra=ctx(task=task_id),
             )
@@ -88,16 +117,21 @@ class Outcomes:
         aigc: str,
         platform: str,
         attempt: int,
+        charged: int,
         reason: str,
         code: ErrorCode = ErrorCode.TASK_TIMEOUT,
         detail: Any = None,
-    ) -> None:
-        """Requeue at the head for another attempt, or fail once attempts are used up."""
+        ended: bool = False,
+    ) -> bool:
+        """Requeue ``attempt`` for another one while ``charged`` attempts leave budget, or
+        fail the task. ``ended``: its remote task is known to be over (else a paid one is
+        kept counted and cancelled). True when the task moved."""
         account = self.rt.config.account(aigc, platform)
-        if attempt < self.rt.max_attempts(account):
-            if await self.rt.store.requeue(
-                task_id, attempt=attempt, delay_s=min(attempt, 10), reason=reason
-            ):
+        if charged < self.rt.max_attempts(account):
+            moved = await self.rt.store.requeue(
+                task_id, attempt=attempt, delay_s=min(charged, 10), reason=reason, ended=ended
+            )
+            if moved:
                 log.warning(
                     "task %s: attempt %s %s, retrying",
                     task_id,
@@ -105,19 +139,62 @@ class Outcomes:
                     reason,
                     extra=ctx(task=task_id),
                 )
-            return
+            return moved
         error = {"code": code.value, "message": reason, "detail": detail}
-        await self.rt.store.finish(
+        done = await self.fail(task_id, attempt, code, error, reason, ended=ended)
+        if done.applied:
+            log.error(
+                "task %s: failed after %s attempts: %s",
+                task_id,
+                charged,
+                reason,
+                extra=ctx(task=task_id),
+            )
+        return done.applied
+
+    async def retry_claimed(
+        self,
+        c: Claimed,
+        aigc: str,
+        platform: str,
+        reason: str,
+        code: ErrorCode = ErrorCode.TASK_FAILED,
+        detail: Any = None,
+    ) -> bool:
+        """:meth:`retry_or_fail` for a claimed task its target answered (ran nothing)."""
+        return await self.retry_or_fail(
+            c.task_id,
+            aigc=aigc,
+            platform=platform,
+            attempt=c.attempt,
+            charged=c.charged,
+            reason=reason,
+            code=code,
+            detail=detail,
+            ended=True,
+        )
+
+    async def fail(
+        self,
+        task_id: str,
+        attempt: int,
+        code: ErrorCode,
+        error: dict[str, Any],
+        note: str,
+        *,
+        ended: bool = False,
+    ) -> MoveResult:
+        """Fail the task while ``attempt`` is its live one; cancel what that leaves
+        unwanted (``ended``: its remote task is known to be over)."""
+        done = await self.rt.store.finish(
             task_id,
             TaskState.FAILED,
             error=error,
             message=self.error_body(code, error),
-            note=reason,
+            note=note,
+            from_attempt=attempt,
+            fenced=True,
+            ended=ended,
         )
-        log.error(
-            "task %s: failed after %s attempts: %s",
-            task_id,
-            attempt,
-            reason,
-            extra=ctx(task=task_id),
-        )
+        await self.cancel_orphan(task_id, done)
+        return done

@@ -11,7 +11,6 @@ import logging
 
 from aigcq.domain import TaskState
 from aigcq.platforms.base import PlatformAdapter
-from aigcq.platforms.client import PlatformUnavailable
 from aigcq.plumbing.background import round_failed
 from aigcq.scheduler.outcomes import Outcomes
 from aigcq.service.runtime import Runtime
@@ -78,13 +77,9 @@ class Poller:
         if task is None or task.state is not TaskState.RUNNING:
             return
         account = self.rt.config.account(aigc, platform)
-        try:
-            outcome = await self.rt.platforms.query(
-                self.adapter, task, account.apikey if account else ""
-            )
-        except PlatformUnavailable:
-            return
-        await self.outcomes.settle(task_id, outcome, note=f"polled {self.adapter.name}")
+        apikey = account.apikey if account else ""
+        outcome = await self.rt.platforms.query(self.adapter, task, apikey)
+        await self.outcomes.settle(task_id, outcome, f"polled {self.adapter.name}", task.attempt)
 
 
 def polling_adapters(rt: Runtime) -> list[PlatformAdapter]:

@@ -71,8 +71,16 @@ class Service:
                 settings.project_prefix,
                 retention_s=settings.result_retention_s,
                 outbox_retention_s=settings.outbox_retention_s,
+                free_requeues=settings.max_free_requeues,
             ),
-            platforms=PlatformClient(build_adapters(settings), timeout_s=settings.http_timeout_s),
+            platforms=PlatformClient(
+                build_adapters(settings),
+                timeout_s=settings.http_timeout_s,
+                max_in_flight=settings.platform_max_in_flight,
+            ),
+        )
+        self.rt.store.paid_targets = ",".join(
+            name for name, adapter in self.rt.platforms.adapters.items() if adapter.paid
         )
         self.outcomes = Outcomes(self.rt)
         self.background: list[BackgroundLoop] = []

@@ -6,7 +6,8 @@ When the app's lifespan ends, :func:`hand_back`:
 1. waits up to ``grace_s`` for hand-offs already under way (a platform submit, a
    TASK_ASSIGN being sent) to finish;
 2. cancels those still running and requeues their tasks that are still ``dispatching``
-   (claimed here, never handed to a target) at the head of their queue, attempt refunded;
+   (claimed here, never handed to a target, no create possibly out) at the head of their
+   queue, their attempt not charged (the next dispatch has a new attempt number all the same);
 3. requeues, the same way, every task assigned to one of this process's bridges that the
    bridge has not acknowledged.
 
@@ -37,7 +38,8 @@ def stop_claiming(service: ServiceParts) -> None:
 
 
 async def hand_back(service: ServiceParts, grace_s: float) -> list[str]:
-    """Requeue (refunded) what this process claimed but did not hand over; the task ids."""
+    """Requeue (uncharged) what this process claimed but did not hand over, unless a
+    create may be out for it (the sweeper resolves that one); the task ids."""
     stop_claiming(service)
     await service.dispatcher.drain(timeout=grace_s)
     claims = await service.dispatcher.hand_back()
@@ -49,7 +51,9 @@ async def hand_back(service: ServiceParts, grace_s: float) -> list[str]:
         task = await store.get(c.task_id)
         if task is None or task.state is not TaskState.DISPATCHING or task.attempt != c.attempt:
             continue
-        if await store.requeue(c.task_id, attempt=c.attempt, refund=True, reason=REASON):
+        if await store.requeue(
+            c.task_id, attempt=c.attempt, uncharge=True, unsent_only=True, reason=REASON
+        ):
             handed.append(c.task_id)
     if handed:
         log.warning("shutdown: %d task(s) handed back to their queues", len(handed))

@@ -12,11 +12,33 @@ local function allowed(csv, state)
   return string.find(',' .. csv .. ',', ',' .. state .. ',', 1, true) ~= nil
 end
 
+-- A task's timeline keeps its first entry and its latest TIMELINE_MAX - 1.
+local TIMELINE_MAX = 100
 local function note(id, now, state, attempt, target, info)
-  redis.call('RPUSH', tlkey(id), cjson.encode({
+  local n = redis.call('RPUSH', tlkey(id), cjson.encode({
     t = tonumber(now), state = state, attempt = tonumber(attempt) or 0,
     target = target or '', note = info or ''
   }))
+  if n > TIMELINE_MAX then  -- drop the second entry (the oldest after 'submitted')
+    redis.call('LSET', tlkey(id), 1, '-')
+    redis.call('LREM', tlkey(id), 1, '-')
+  end
+end
+
+-- Remote tasks we no longer want but that may still run on a paid platform: each keeps
+-- its place in its account's cap (ZSET remoteId -> next check) until the platform says
+-- it ended; ``{P}:orphan:{remoteId}`` tells which task and attempt it ran for.
+local function orphkey(aigc, target) return P .. ':orphans:' .. aigc .. ':' .. target end
+local function orphan(remote, id, attempt, aigc, platform, target, now)
+  redis.call('ZADD', orphkey(aigc, target), tonumber(now) + 1, remote)
+  redis.call('HSET', P .. ':orphan:' .. remote, 'taskId', id, 'attempt', attempt or 0,
+    'AIGC', aigc, 'platform', platform, 'target', target, 'since', now,
+    'workflowId', redis.call('HGET', tkey(id), 'workflowId') or '')
+end
+
+-- ``csv`` lists the paid targets: their unwanted remote tasks are kept as orphans.
+local function paid(csv, target)
+  return target and target ~= '' and allowed(csv, target)
 end
 
 -- Take a task out of every in-flight index. ``h`` = {status, attempt, AIGC, platform, target, remoteTaskId}
@@ -26,4 +48,5 @@ local function unlink_inflight(id, h)
   if h[6] and h[6] ~= '' then redis.call('HDEL', pollkey(h[3], h[4]), h[6]) end
 end
 
-local FIELDS = {'status', 'attempt', 'AIGC', 'platform', 'target', 'remoteTaskId', 'backendId', 'deliver'}
+local FIELDS = {'status', 'attempt', 'AIGC', 'platform', 'target', 'remoteTaskId', 'backendId', 'deliver',
+  'createId'}

@@ -1,17 +1,31 @@
 -- Move a live task to a terminal state, and queue its message for the client, atomically.
 -- ARGV: prefix, taskId, to-state, now, retention_s, result json, error json, message body,
--- outbox MINID, note, allowed-from, quiet ('1': no message for the client; optional)
+-- outbox MINID, note, allowed-from, quiet ('1': no message for the client), from attempt
+-- (the attempt whose run reported this end; '' = none did, e.g. a cancel), paid targets
+-- (csv), fenced ('1': a failure, applied only while ``from attempt`` is the live one),
+-- ended ('1': the run of ``from attempt`` has ended). The live attempt's remote task on a
+-- paid target, unless it is the one that ended, becomes an orphan, kept in its account's
+-- cap until it ends; its id is returned last so the caller cancels it. Returns {1, to, AIGC, platform, target, created, orphan},
+-- {0, state} (not allowed), {2, state} (fenced: a superseded attempt), {-1, ''} (unknown).
 local id, to, now, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local k = tkey(id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
 if not h[1] then return {-1, ''} end
 if not allowed(ARGV[11], h[1]) then return {0, h[1]} end
+if ARGV[15] == '1' and (h[2] ~= ARGV[13] or h[1] == 'pending') then return {2, h[1]} end
+local orphaned = ''
+local over = ARGV[16] == '1' and ARGV[13] == h[2]
+if h[6] and h[6] ~= '' and not over and paid(ARGV[14], h[5]) then
+  orphan(h[6], id, h[2], h[3], h[4], h[5], now)
+  orphaned = h[6]
+end
 if h[1] == 'pending' then
   redis.call('LREM', waitkey(h[3], h[4]), 1, id)
   redis.call('ZREM', P .. ':delayed', id)
 end
 unlink_inflight(id, h)
 redis.call('HSET', k, 'status', to, 'updated', now, 'resultData', ARGV[6], 'error', ARGV[7])
+if over then redis.call('HSET', k, 'endedAttempt', h[2]) end
 note(id, now, to, h[2], h[5], ARGV[10])
 redis.call('EXPIRE', k, ttl)
 redis.call('EXPIRE', tlkey(id), ttl)
@@ -29,4 +43,4 @@ if h[1] ~= 'pending' and (h[5] == 'bridge' or redis.call('LLEN', waitkey(h[3], h
   redis.call('PUBLISH', P .. ':events', 'wake')
 end
 -- the labels of the task's metrics: AIGC, platform, target, created
-return {1, to, h[3], h[4], h[5], redis.call('HGET', k, 'created')}
+return {1, to, h[3], h[4], h[5], redis.call('HGET', k, 'created'), orphaned}

@@ -1,0 +1,257 @@
+"""Chaos run (issue 15): steady load on two ``aigcq serve`` processes sharing one Redis
+(AOF), overflowing to a recording RunningHub emulator, while random faults strike:
+SIGKILL of either serve (restarted a moment later), SIGKILL of Redis (restarted), lost
+create replies, faulty status answers and slow cancels from the platform, client cancels
+of running tasks. Prints JSON:
+
+    submitted, lost, duplicated_to_client, double_paid, peak_over_cap, leaked_slots
+
+all of which must be 0, plus what happened (faults, outcomes, seconds).
+
+    python bench/chaos.py [--seconds 20] [--minutes N] [--rate 10] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import orjson
+import redis.asyncio as aioredis
+import websockets
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.e2e.conftest import CLIENT_TOKEN, Cluster, Proc, generate
+
+from aigcq.embedded.redis import EmbeddedRedis
+from aigcq.emulators._records import paid_runs
+
+CAP = 6  # the account's concurrency, also RunningHub's own cap for the key
+KEY = "chaos-key"
+SERVE_ENV = {
+    "AIGCQ_TASK_DEADLINE_S": "6",
+    "AIGCQ_HTTP_TIMEOUT_S": "2",
+    "AIGCQ_FULL_BACKOFF_S": "0.3",
+    "AIGCQ_SWEEP_INTERVAL_S": "0.3",
+}
+
+
+class Load:
+    """One business backend submitting at a steady rate over whichever serve is up,
+    resending what was not acknowledged, acknowledging every result (``ack=1``)."""
+
+    def __init__(self, ports: list[int], rate: float) -> None:
+        self.ports, self.rate = ports, rate
+        self.results: dict[str, list[str]] = {}  # taskId -> statuses received
+        self.unacked: set[str] = set()  # submitted by us, no ``submitted`` reply yet
+        self.submitted: list[str] = []
+        self.ws: Any = None
+        self._turn = 0
+
+    async def _connect(self) -> None:
+        while True:
+            port = self.ports[self._turn % len(self.ports)]
+            self._turn += 1
+            query = urlencode({"token": CLIENT_TOKEN, "id": "chaos", "ack": "1"})
+            try:
+                self.ws = await websockets.connect(f"ws://127.0.0.1:{port}/?{query}")
+                for task_id in sorted(self.unacked):
+                    await self._send(generate(task_id))
+                return
+            except (OSError, websockets.WebSocketException, TimeoutError):
+                await asyncio.sleep(0.2)
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(websockets.WebSocketException, AttributeError):
+            await self.ws.send(orjson.dumps(message).decode())
+
+    async def read(self) -> None:
+        """Read forever, reconnecting whenever the socket goes."""
+        while True:
+            if self.ws is None:
+                await self._connect()
+            try:
+                msg = orjson.loads(await self.ws.recv())
+            except (websockets.WebSocketException, OSError):
+                self.ws = None
+                continue
+            await self._on(msg)
+
+    async def _on(self, msg: dict[str, Any]) -> None:
+        task_id = msg.get("taskId", "")
+        if msg["type"] == "submitted":
+            self.unacked.discard(task_id)
+        elif msg["type"] == "result":
+            self.results.setdefault(task_id, []).append(msg["status"])
+            await self._send({"type": "ack", "id": msg["id"]})
+        elif msg["type"] == "error" and task_id in self.unacked:
+            await asyncio.sleep(0.2)  # e.g. Redis down: try again
+            await self._send(generate(task_id))
+
+    async def submit(self, seconds: float) -> None:
+        start, i = time.monotonic(), 0
+        while time.monotonic() - start < seconds:
+            task_id = f"chaos-{i}"
+            self.submitted.append(task_id)
+            self.unacked.add(task_id)
+            await self._send(generate(task_id))
+            i += 1
+            await asyncio.sleep(1 / self.rate)
+
+    async def cancel(self, task_id: str) -> None:
+        await self._send({"type": "cancel", "taskId": task_id})
+
+    async def resend_unacked(self) -> None:
+        for task_id in sorted(self.unacked):
+            await self._send(generate(task_id))
+
+
+class Chaos:
+    """Picks and applies faults; restarts what it killed."""
+
+    def __init__(
+        self, cluster: Cluster, redis: EmbeddedRedis, rh: str, load: Load, seed: int
+    ) -> None:
+        self.cluster, self.redis, self.rh, self.load = cluster, redis, rh, load
+        self.rng = random.Random(seed)
+        self.serves: dict[int, Proc] = {}
+        self.done: Counter[str] = Counter()
+
+    def start_serve(self, port: int | None = None) -> int:
+        proc, port = self.cluster.server(port, AIGCQ_RUNNINGHUB_URL=self.rh, **SERVE_ENV)
+        self.serves[port] = proc
+        return port
+
+    async def strike(self) -> None:
+        actions = ["kill_serve", "kill_serve", "kill_redis", "lose", "status", "cancel"]
+        action = self.rng.choice(actions)
+        self.done[action] += 1
+        if action == "kill_serve":
+            port = self.rng.choice(sorted(self.serves))
+            self.serves[port].kill()
+            await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+            await asyncio.to_thread(self.start_serve, port)
+        elif action == "kill_redis":
+            self.redis.kill()
+            await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+            self.redis.start()
+        elif action == "lose":
+            await self._faults(drop_create_replies=self.rng.randint(1, 3))
+        elif action == "cancel":  # a client cancel; RunningHub takes a while to stop it
+            await self._faults(cancel_delay_s=self.rng.uniform(0, 2))
+            recent = self.load.submitted[-20:]
+            for task_id in self.rng.sample(recent, min(2, len(recent))):
+                await self.load.cancel(task_id)
+        else:
+            kinds = ["5xx", "non_json", "unknown_code"]
+            await self._faults(status_faults=self.rng.choices(kinds, k=5))
+
+    async def _faults(self, **faults: Any) -> None:
+        async with httpx.AsyncClient() as http:
+            await http.post(f"{self.rh}/_emulator/faults", json=faults)
+
+    async def run(self, seconds: float) -> None:
+        start = time.monotonic()
+        while time.monotonic() - start < seconds:
+            await asyncio.sleep(self.rng.uniform(1.0, 4.0))
+            await self.strike()
+
+
+async def leaked_slots(redis_url: str) -> int:
+    """Tasks still counted against a cap (in flight or orphaned) once all have ended."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        keys = [k async for k in client.scan_iter("aigcq:running:*")]
+        keys += [k async for k in client.scan_iter("aigcq:orphans:*")]
+        return sum([await client.zcard(k) for k in keys])
+    finally:
+        await client.aclose()
+
+
+async def records(rh: str) -> dict[str, Any]:
+    async with httpx.AsyncClient() as http:
+        found: dict[str, Any] = (await http.get(f"{rh}/_emulator/records")).json()
+        return found
+
+
+async def settle(load: Load, rh: str, redis_url: str, within: float) -> None:
+    """Wait until every task has a result and nothing runs or is counted any more."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        await load.resend_unacked()
+        running = sum(r["current"] for r in (await records(rh)).values())
+        done = all(t in load.results for t in load.submitted)
+        if done and running == 0 and await leaked_slots(redis_url) == 0:
+            return
+        await asyncio.sleep(1.0)
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    seconds = args.minutes * 60 if args.minutes else args.seconds
+    tmp = Path(tempfile.mkdtemp(prefix="aigcq-chaos-"))
+    redis = EmbeddedRedis(tmp / "redis", persist=True)
+    cluster = Cluster(tmp, redis.start())
+    started = time.monotonic()
+    try:
+        rh = cluster.emulator("runninghub", "--max-concurrent", str(CAP), "--duration", "0.5")
+        cluster.write_models({"proj": {"comfyui": {"apikey": KEY, "concurrency": CAP}}})
+        ports: list[int] = []
+        load = Load(ports, args.rate)
+        chaos = Chaos(cluster, redis, rh, load, args.seed)
+        ports += [chaos.start_serve(), chaos.start_serve()]
+        reader = asyncio.create_task(load.read())
+        await asyncio.gather(load.submit(seconds), chaos.run(seconds))
+        await settle(load, rh, cluster.redis_url, within=args.drain)
+        reader.cancel()
+        recs = await records(rh)
+        runs = paid_runs(recs)
+        peak = max((r["peak"] for r in recs.values()), default=0)
+        outcomes = Counter(s[0] for s in load.results.values())
+        return {
+            "seconds": round(time.monotonic() - started, 1),
+            "submitted": len(load.submitted),
+            "lost": sum(1 for t in load.submitted if t not in load.results),
+            "duplicated_to_client": sum(1 for s in load.results.values() if len(s) > 1),
+            "double_paid": sum(1 for n in runs.values() if n > 1),
+            "peak_over_cap": max(0, peak - CAP),
+            "leaked_slots": await leaked_slots(cluster.redis_url)
+            + sum(r["current"] for r in recs.values()),
+            "outcomes": dict(outcomes),
+            "faults": dict(chaos.done),
+            "creates": sum(runs.values()),
+            "cancels": sum(len(r["cancels"]) for r in recs.values()),
+        }
+    finally:
+        cluster.close()
+        redis.stop()
+
+
+def failures(report: dict[str, Any]) -> dict[str, int]:
+    """The figures that must be 0, where they are not."""
+    keys = ("lost", "duplicated_to_client", "double_paid", "peak_over_cap", "leaked_slots")
+    return {k: report[k] for k in keys if report[k]}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=20.0, help="load and faults (short)")
+    parser.add_argument("--minutes", type=float, default=0.0, help="a soak instead")
+    parser.add_argument("--rate", type=float, default=10.0, help="tasks submitted a second")
+    parser.add_argument("--drain", type=float, default=90.0, help="most seconds to settle")
+    parser.add_argument("--seed", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(parse())), indent=2))

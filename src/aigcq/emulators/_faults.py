@@ -1,0 +1,75 @@
+"""Faults a paid-platform emulator can be told to inject (``POST /_emulator/faults``).
+
+* ``drop_create_replies``: the next N creates are accepted (the task runs and is billed),
+  then the connection breaks before the reply is complete: a lost reply;
+* ``delay_create_reply_s``: creates are accepted at once, their reply sent this much later;
+* ``status_faults``: the next status / outputs / run-history answers, in order, are one of
+  ``5xx`` (HTTP 502, an HTML body), ``non_json`` (HTTP 200, not JSON), ``unknown_code``
+  (HTTP 200, a code the API does not document);
+* ``cancel_delay_s``: a cancel is acknowledged at once, the task ends this much later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+STATUS_FAULTS = frozenset({"5xx", "non_json", "unknown_code"})
+
+
+@dataclass
+class Faults:
+    drop_create_replies: int = 0
+    delay_create_reply_s: float = 0.0
+    status_faults: list[str] = field(default_factory=list)
+    cancel_delay_s: float = 0.0
+
+    def update(self, body: Any) -> dict[str, Any]:
+        """Apply a ``/_emulator/faults`` body; the faults now in force."""
+        if isinstance(body, dict):
+            for f in fields(self):
+                if f.name in body:
+                    setattr(self, f.name, type(getattr(self, f.name))(body[f.name]))
+        self.status_faults = [s for s in self.status_faults if s in STATUS_FAULTS]
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def take_drop(self) -> bool:
+        if self.drop_create_replies <= 0:
+            return False
+        self.drop_create_replies -= 1
+        return True
+
+    def status_fault(self) -> Response | None:
+        """The faulty answer to send instead of the next status query, if any."""
+        if not self.status_faults:
+            return None
+        kind = self.status_faults.pop(0)
+        if kind == "5xx":
+            return Response(b"<html>502 Bad Gateway</html>", 502, media_type="text/html")
+        if kind == "non_json":
+            return Response(b"<html>maintenance</html>", 200, media_type="text/html")
+        body = {"code": 9999, "msg": "SYSTEM_BUSY_UNDOCUMENTED", "data": None}
+        return Response(orjson.dumps(body), 200, media_type="application/json")
+
+
+class BrokenReply(Response):
+    """Starts a reply, then breaks the connection before its body: the request was
+    handled, the client never learns how."""
+
+    def __init__(self) -> None:
+        super().__init__(b"", 200, media_type="application/json")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"64")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b'{"code":0', "more_body": True})
+        raise ConnectionAbortedError("emulated lost reply")

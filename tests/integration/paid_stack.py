@@ -1,0 +1,127 @@
+"""An in-process ``aigcq serve`` with recording RunningHub and Coze emulators in front of
+it, for the paid-platform fault tests (issue 15): at most one paid run per task, never
+above an account's cap, every unwanted remote task cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+
+from aigcq.config import PlatformConfig, Settings
+from aigcq.domain import Task
+from aigcq.emulators import coze, runninghub
+from aigcq.emulators._records import paid_runs
+from aigcq.plumbing.redis_client import redis_client
+from aigcq.service.server import Service
+from tests.e2e.conftest import Client
+from tests.helpers import serve_app
+
+TOKEN = "paid-client-token"
+RH_KEY = "rh-key"
+COZE_KEY = "pat-key"
+
+
+@dataclass
+class Paid:
+    service: Service
+    client: Client
+    base: str  # the service
+    urls: dict[str, str]  # emulator base URL by platform ("runninghub", "coze")
+
+    async def _call(self, platform: str, method: str, path: str, body: Any = None) -> Any:
+        async with httpx.AsyncClient(base_url=self.urls[platform]) as http:
+            return (await http.request(method, path, json=body)).json()
+
+    async def records(self, platform: str = "runninghub") -> dict[str, Any]:
+        """``/_emulator/records`` of one emulator (per API key)."""
+        found: dict[str, Any] = await self._call(platform, "GET", "/_emulator/records")
+        return found
+
+    async def faults(self, platform: str = "runninghub", **faults: Any) -> None:
+        await self._call(platform, "POST", "/_emulator/faults", faults)
+
+    async def creates(self, task_id: str, platform: str = "runninghub") -> list[dict[str, Any]]:
+        records = await self.records(platform)
+        return [c for rec in records.values() for c in rec["creates"] if c["task"] == task_id]
+
+    async def double_paid(self, platform: str = "runninghub") -> dict[str, int]:
+        return {t: n for t, n in paid_runs(await self.records(platform)).items() if n > 1}
+
+    async def task(self, task_id: str) -> Task:
+        task = await self.service.rt.store.get(task_id)
+        assert task is not None
+        return task
+
+    async def post_task_end(self, task_id: str, attempt: int, event_data: dict[str, Any]) -> int:
+        """POST a RunningHub TASK_END to the signed URL of ``attempt``."""
+        url = self.service.rt.webhook_url(task_id, attempt)
+        body = {"event": "TASK_END", "taskId": "x", "eventData": json.dumps(event_data)}
+        async with httpx.AsyncClient() as http:
+            return (await http.post(url, json=body)).status_code
+
+
+def models(concurrency: int = 5, **account: Any) -> dict[str, Any]:
+    """model.json: project ``proj`` on RunningHub (comfyui) and Coze, one account each."""
+    return {
+        "proj": {
+            "comfyui": {"apikey": RH_KEY, "concurrency": concurrency, **account},
+            "coze": {"apikey": COZE_KEY, "concurrency": concurrency, **account},
+        }
+    }
+
+
+@asynccontextmanager
+async def paid_stack(
+    tmp_path: Path,
+    redis: aioredis.Redis,
+    redis_url: str,
+    *,
+    model: dict[str, Any] | None = None,
+    rh: runninghub.RunningHubEmulatorConfig | None = None,
+    cz: coze.CozeEmulatorConfig | None = None,
+    **settings: Any,
+) -> AsyncIterator[Paid]:
+    """Emulators, the service (webhooks come back to it unless ``callback_url`` is given)
+    and a connected client."""
+    (tmp_path / "model.json").write_text(json.dumps(model or models()))
+    rh_config = rh or runninghub.RunningHubEmulatorConfig(duration_s=0.2)
+    cz_config = cz or coze.CozeEmulatorConfig(duration_s=0.2)
+    async with AsyncExitStack() as stack:
+        rh_url = await stack.enter_async_context(serve_app(runninghub.create_app(rh_config)))
+        cz_url = await stack.enter_async_context(serve_app(coze.create_app(cz_config)))
+        options = {
+            "runninghub_url": rh_url,
+            "coze_url": cz_url,
+            "sweep_interval_s": 0.1,
+            "poll_interval_s": 0.2,
+            "full_backoff_s": 0.05,
+            **settings,
+        }
+        s = Settings(
+            redis_url=redis_url,
+            token_secret="t" * 32,
+            client_tokens=[TOKEN],
+            config_dir=tmp_path,
+            **options,
+        )
+        # the service's own client, as in production (the fixture's pool is not blocking)
+        own = redis_client(redis_url)
+        stack.push_async_callback(own.aclose)
+        service = Service(s, PlatformConfig.load(tmp_path), own)
+        base = await stack.enter_async_context(serve_app(service.app))
+        if "callback_url" not in settings:
+            s.callback_url = base
+        client = await Client(int(base.rsplit(":", 1)[1]), "b1", TOKEN).connect()
+        try:
+            yield Paid(service, client, base, {"runninghub": rh_url, "coze": cz_url})
+        finally:
+            await client.close()
+            await asyncio.sleep(0)
