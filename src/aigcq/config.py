@@ -179,7 +179,16 @@ class Settings(BaseSettings):
         return (self.callback_url or f"http://{self.host}:{self.callback_port}").rstrip("/")
 
     def signing_key(self) -> bytes:
+        """The HMAC key of webhook URLs: CALLBACK_SECRET, else TOKEN_SECRET. Empty when
+        neither is set: ``serve`` then refuses to start, and nothing signs or verifies with
+        it (:mod:`aigcq.gateway.signing`)."""
         return (self.callback_secret or self.token_secret).encode()
+
+
+NO_SIGNING_KEY = (
+    "no AIGCQ_CALLBACK_SECRET and no AIGCQ_TOKEN_SECRET: webhook URLs cannot be signed "
+    "(set one; `aigcq up` generates TOKEN_SECRET)"
+)
 
 
 class ConfigError(Exception):

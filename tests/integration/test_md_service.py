@@ -30,7 +30,14 @@ from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.runninghub import RunningHubAdapter
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
-from tests.helpers import Recorder, redis_snapshot, send, serve_app, until
+from tests.helpers import (
+    Recorder,
+    redis_snapshot,
+    send,
+    serve_app,
+    stream_until_answered,
+    until,
+)
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge
 
 PASSWORD = "md-test-password"
@@ -362,3 +369,27 @@ def _current(manager: JwtManager) -> Callable[[], Awaitable[str | None]]:
         return manager.current()
 
     return probe
+
+
+HUGE = 32 << 20  # issue 15 item 13: a chunked body no route may buffer whole
+
+
+@pytest.mark.parametrize(
+    ("target", "bearer", "status"),
+    [
+        ("/api/auth/login", "", 413),
+        ("/api/task", "forged", 401),
+        ("/api/task", "valid", 413),
+        ("/task/openapi/create", "", 413),
+    ],
+)
+async def test_a_huge_chunked_body_is_refused_while_it_is_still_being_sent(
+    md: Md, target: str, bearer: str, status: int
+) -> None:
+    token = await md.token() if bearer == "valid" else bearer
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    before = await redis_snapshot(md.redis)
+    upload = await stream_until_answered(md.base, "POST", target, headers, HUGE)
+    assert upload.status == status
+    assert upload.sent < HUGE
+    assert await redis_snapshot(md.redis) == before

@@ -17,6 +17,7 @@ from aigcq.service.runtime import Runtime
 log = logging.getLogger(__name__)
 
 ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
+MAX_BACKEND_ID = 128  # a client's id, on the WebSocket (``id=``) and over HTTP (``backendId``)
 
 
 class GenerateRequest(BaseModel):

@@ -20,7 +20,7 @@ from aigcq.domain import ErrorCode
 from aigcq.gateway.clients import ClientConnection
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.service import Gateway
-from aigcq.gateway.submission import parse_generate
+from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
 from aigcq.plumbing.background import REDIS_OUTAGE
 from aigcq.plumbing.ws_frames import receive_frame
 
@@ -39,7 +39,7 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
     claims = gw.auth.client(token)
     if claims is None:
         failure = (ClientError(ErrorCode.AUTH, "invalid or missing token"), CLOSE_AUTH)
-    elif not backend_id or len(backend_id) > 128:
+    elif not backend_id or len(backend_id) > MAX_BACKEND_ID:
         failure = (ClientError(ErrorCode.JSON, "query parameter id is required"), CLOSE_BAD_REQUEST)
     elif not gw.auth.may_use_id(claims, backend_id):
         failure = (
