@@ -119,6 +119,13 @@ class Settings(BaseSettings):
         description="Most tasks of one queue in flight on its external platform (0 = no cap).",
     )
     sweep_interval_s: float = Field(1.0, validation_alias=_env("SWEEP_INTERVAL_S"))
+    client_send_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=_env("CLIENT_SEND_TIMEOUT_S"),
+        description="How long a send to (or the close of) a client socket may wait on the "
+        "peer; one that stopped reading is dropped and its results wait in its outbox.",
+    )
     full_backoff_s: float = Field(
         2.0, validation_alias=_env("FULL_BACKOFF_S"), description="Back-off after 421/415/1520."
     )
