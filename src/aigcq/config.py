@@ -51,7 +51,8 @@ class Settings(BaseSettings):
     callback_secret: str = Field(
         "",
         validation_alias=_env("CALLBACK_SECRET"),
-        description="HMAC key for per-task webhook URLs; defaults to TOKEN_SECRET.",
+        description="HMAC key for per-task webhook URLs; defaults to TOKEN_SECRET. `serve` "
+        "refuses to start when both are unset (`up` generates TOKEN_SECRET).",
     )
 
     host: str = Field("127.0.0.1", validation_alias=_env("HOST"))
@@ -101,7 +102,12 @@ class Settings(BaseSettings):
     config_dir: Path = Field(Path("config"), validation_alias=_env("CONFIG_DIR"))
     data_dir: Path = Field(Path(".aigcq"), validation_alias=_env("DATA_DIR"))
 
-    max_payload_bytes: int = Field(1 << 20, validation_alias=_env("MAX_PAYLOAD_BYTES"))
+    max_payload_bytes: int = Field(
+        1 << 20,
+        validation_alias=_env("MAX_PAYLOAD_BYTES"),
+        description="Largest client message, HTTP request body and TASK_END body: a larger "
+        "one is refused (PayloadTooLarge, 413) as soon as it passes the limit.",
+    )
     result_retention_s: int = Field(86400, validation_alias=_env("RESULT_RETENTION_S"))
     outbox_retention_s: int = Field(2 * 86400, validation_alias=_env("OUTBOX_RETENTION_S"))
     task_deadline_s: float = Field(600.0, validation_alias=_env("TASK_DEADLINE_S"))

@@ -4,7 +4,9 @@
 step that ends the task, so a result can never be lost between "done" and "queued for
 delivery". Messages are sent in order; without client acks they are deleted once
 written to the socket, with acks (``{"type":"ack","id":...}``) only when acknowledged.
-Entries older than the retention are trimmed by ``XADD MINID``.
+Entries older than the retention are trimmed by ``XADD MINID`` and by a periodic sweep
+(:mod:`aigcq.delivery.retention`), which also drops the streams of clients that never
+come back.
 """
 
 from __future__ import annotations

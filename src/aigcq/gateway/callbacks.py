@@ -2,8 +2,8 @@
 
 The URL we handed out carries ``t`` (taskId), ``a`` (attempt) and ``s`` (HMAC). A bad or
 missing signature -> 403; an unknown task -> 404; a task already finished -> 410 (the
-first result wins). All of them change nothing. A valid one settles the task in one
-atomic step and answers at once.
+first result wins); a body over the limit -> 413, seen before it is read whole. All of
+them change nothing. A valid one settles the task in one atomic step and answers at once.
 """
 
 from __future__ import annotations
