@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import jwt
 import orjson
 import pytest
 import redis.asyncio as aioredis
@@ -112,10 +113,13 @@ async def test_task_is_queued_without_its_api_key(md: Md) -> None:
 
 @pytest.mark.parametrize(
     "api_key",
-    [None, "", "garbage", "expired", "client-token"],
+    [None, "", "garbage", "expired", "client-token", "no-exp"],
 )
 async def test_bad_tokens_get_401_and_queue_nothing(md: Md, api_key: str | None) -> None:
-    if api_key == "expired":
+    if api_key == "no-exp":  # issue 15 item 14: a token that would never expire
+        claims = {"sub": "admin", "aud": "aigcq-message-dispatcher"}
+        api_key = jwt.encode(claims, JWT_SECRET, "HS256")
+    elif api_key == "expired":
         api_key = DispatcherAuth("admin", PASSWORD, JWT_SECRET, -10).login("admin", PASSWORD)
         api_key = api_key.access_token if api_key else None
     elif api_key == "client-token":  # signed with the same secret, but not a login token
