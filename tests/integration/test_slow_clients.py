@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -59,7 +60,9 @@ def _port(base: str) -> int:
     return int(base.rsplit(":", 1)[1])
 
 
-async def _stalled_client(base: str, backend_id: str) -> asyncio.StreamWriter:
+async def _stalled_client(
+    base: str, backend_id: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A client that opens the WebSocket and then never reads again (a tiny receive
     buffer, so the server's sends back up after a few megabytes)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -77,7 +80,7 @@ async def _stalled_client(base: str, backend_id: str) -> asyncio.StreamWriter:
     assert b" 101 " in await reader.readline()
     await reader.readuntil(b"\r\n\r\n")
     writer.transport.pause_reading()
-    return writer
+    return reader, writer
 
 
 async def _submit(http: httpx.AsyncClient, base: str, backend_id: str, task_id: str) -> None:
@@ -104,7 +107,7 @@ async def test_a_stalled_client_delays_no_other_clients_results(
     two_processes: tuple[str, str],
 ) -> None:
     one, two = two_processes
-    stalled = await _stalled_client(one, "slow")
+    _, stalled = await _stalled_client(one, "slow")
     try:
         async with httpx.AsyncClient(timeout=30) as http:
             other = await Client(_port(one), "fast", issue_client_token(SECRET, "fast")).connect()
@@ -123,7 +126,7 @@ async def test_a_stalled_client_delays_no_other_clients_results(
 
 async def test_a_stalled_client_reconnects_at_once(two_processes: tuple[str, str]) -> None:
     one, _two = two_processes
-    stalled = await _stalled_client(one, "slow")
+    stalled_reader, stalled = await _stalled_client(one, "slow")
     try:
         async with httpx.AsyncClient(timeout=30) as http:
             await _flood(http, one, "slow")
@@ -133,5 +136,11 @@ async def test_a_stalled_client_reconnects_at_once(two_processes: tuple[str, str
                 pass
             assert reply["type"] == "pong"
             await again.close()
+        # The server dropped the stalled socket (not only stopped writing to it): what it
+        # had sent drains to the end of the stream.
+        stalled.transport.resume_reading()
+        with contextlib.suppress(ConnectionError):
+            while await asyncio.wait_for(stalled_reader.read(1 << 16), WITHIN):
+                pass
     finally:
         stalled.transport.abort()
