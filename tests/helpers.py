@@ -205,3 +205,38 @@ async def redis_snapshot(redis: aioredis.Redis) -> dict[str, tuple[str, Any]]:
 
 async def _sorted(members: Awaitable[set[Any]]) -> list[Any]:
     return sorted(await members)
+
+
+@dataclass(frozen=True)
+class StreamedUpload:
+    status: int  # the answer's status (0: none came)
+    sent: int  # body bytes written before the answer came (or the server hung up)
+
+
+async def stream_until_answered(
+    base_url: str, method: str, target: str, headers: dict[str, str], total: int
+) -> StreamedUpload:
+    """Send a chunked body of up to ``total`` bytes to ``base_url`` + ``target``, stopping as
+    soon as an answer arrives: what a server that refuses before reading it all lets through."""
+    host, port = base_url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    writer.write(head.encode())
+    answer = asyncio.create_task(reader.readline())
+    chunk = b"%x\r\n" % (64 << 10) + b"[" * (64 << 10) + b"\r\n"
+    sent = 0
+    with contextlib.suppress(ConnectionError):  # the server hung up after answering
+        while sent < total and not answer.done():
+            writer.write(chunk)
+            await writer.drain()
+            sent += 64 << 10
+        writer.write(b"0\r\n\r\n")
+    try:
+        status_line = await asyncio.wait_for(answer, 30)
+    except (ConnectionError, TimeoutError):
+        status_line = b""
+    finally:
+        writer.close()
+    parts = status_line.split()
+    return StreamedUpload(int(parts[1]) if len(parts) > 1 else 0, sent)

@@ -73,7 +73,8 @@ class Settings(BaseSettings):
     callback_secret: str = Field(
         "",
         validation_alias=_env("CALLBACK_SECRET"),
-        description="HMAC key for per-task webhook URLs; defaults to TOKEN_SECRET.",
+        description="HMAC key for per-task webhook URLs; defaults to TOKEN_SECRET. `serve` "
+        "refuses to start when both are unset (`up` generates TOKEN_SECRET).",
     )
 
     host: str = Field("127.0.0.1", validation_alias=_env("HOST"))
@@ -123,7 +124,12 @@ class Settings(BaseSettings):
     config_dir: Path = Field(Path("config"), validation_alias=_env("CONFIG_DIR"))
     data_dir: Path = Field(Path(".aigcq"), validation_alias=_env("DATA_DIR"))
 
-    max_payload_bytes: int = Field(1 << 20, validation_alias=_env("MAX_PAYLOAD_BYTES"))
+    max_payload_bytes: int = Field(
+        1 << 20,
+        validation_alias=_env("MAX_PAYLOAD_BYTES"),
+        description="Largest client message, HTTP request body and TASK_END body: a larger "
+        "one is refused (PayloadTooLarge, 413) as soon as it passes the limit.",
+    )
     result_retention_s: int = Field(86400, validation_alias=_env("RESULT_RETENTION_S"))
     outbox_retention_s: int = Field(2 * 86400, validation_alias=_env("OUTBOX_RETENTION_S"))
     task_deadline_s: float = Field(600.0, validation_alias=_env("TASK_DEADLINE_S"))
@@ -148,6 +154,13 @@ class Settings(BaseSettings):
         description="Most tasks of one queue in flight on its external platform (0 = no cap).",
     )
     sweep_interval_s: float = Field(1.0, validation_alias=_env("SWEEP_INTERVAL_S"))
+    client_send_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=_env("CLIENT_SEND_TIMEOUT_S"),
+        description="How long a send to (or the close of) a client socket may wait on the "
+        "peer; one that stopped reading is dropped and its results wait in its outbox.",
+    )
     full_backoff_s: float = Field(
         2.0, validation_alias=_env("FULL_BACKOFF_S"), description="Back-off after 421/415/1520."
     )
@@ -222,7 +235,16 @@ class Settings(BaseSettings):
         return (self.callback_url or f"http://{self.host}:{self.callback_port}").rstrip("/")
 
     def signing_key(self) -> bytes:
+        """The HMAC key of webhook URLs: CALLBACK_SECRET, else TOKEN_SECRET. Empty when
+        neither is set: ``serve`` then refuses to start, and nothing signs or verifies with
+        it (:mod:`aigcq.gateway.signing`)."""
         return (self.callback_secret or self.token_secret).encode()
+
+
+NO_SIGNING_KEY = (
+    "no AIGCQ_CALLBACK_SECRET and no AIGCQ_TOKEN_SECRET: webhook URLs cannot be signed "
+    "(set one; `aigcq up` generates TOKEN_SECRET)"
+)
 
 
 class ConfigError(Exception):

@@ -28,7 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from aigcq.agent.app import Bridge
 from aigcq.agent.settings import BridgeSettings
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
-from tests.helpers import Received, Recorder, serve_app, until
+from tests.helpers import Received, Recorder, serve_app, stream_until_answered, until
 from tests.integration.test_emulator_comfyui import GRAPH, read_png
 
 TOKEN = "bridge-secret"
@@ -299,3 +299,34 @@ async def test_server_address_changes_at_run_time(env: Env, tmp_path: Path) -> N
         page = await env.http.get(f"{admin}/")
         assert new in page.text
         assert (await env.http.get(f"{admin}/healthz")).json() == {"status": "ok"}
+
+
+class _Control:
+    """The bridge's side of the admin server, recording address changes."""
+
+    token = "admin-page-token"
+    files_dir = Path("/nonexistent")
+
+    def __init__(self) -> None:
+        self.servers: list[str] = []
+
+    def status(self) -> dict[str, Any]:
+        return {}
+
+    async def set_server(self, url: str) -> None:
+        self.servers.append(url)
+
+
+@pytest.mark.parametrize(("bearer", "status"), [("forged", 401), (_Control.token, 413), ("", 413)])
+async def test_the_admin_server_refuses_a_huge_chunked_body_before_reading_it(
+    bearer: str, status: int
+) -> None:
+    """Issue 15 item 13: authenticate first (a bearer token), then read with a limit."""
+    from aigcq.agent.web import create_web_app
+
+    control = _Control()
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+    async with serve_app(create_web_app(control)) as base:
+        upload = await stream_until_answered(base, "POST", "/api/server", headers, 32 << 20)
+    assert upload.status == status and upload.sent < 32 << 20
+    assert control.servers == []

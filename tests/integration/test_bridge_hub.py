@@ -265,6 +265,8 @@ BAD_FRAMES: list[tuple[str, str]] = [
     ('{"type": "TASK_ASSIGN", "data": {}}', "UnknownType"),
     ('{"type": "REGISTER", "data": {"bridgeId": "br1"}}', "InvalidMessage"),
     ('{"type": "TASK_ACK", "data": {"code": 0, "data": {"taskId": "nope"}}}', "UnknownTask"),
+    # issue 15 item 14: nested 5,000 deep (RecursionError dropped the bridge)
+    ('{"type": "HEARTBEAT", "data": ' + "[" * 5000 + "]" * 5000 + "}", "JSONError"),
 ]
 
 

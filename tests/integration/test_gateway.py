@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import jwt
 import orjson
 import pytest
 import redis.asyncio as aioredis
@@ -15,7 +17,7 @@ from aigcq.gateway.auth import issue_client_token
 from aigcq.gateway.signing import webhook_url
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client
-from tests.helpers import redis_snapshot, serve_app
+from tests.helpers import redis_snapshot, serve_app, stream_until_answered
 
 SECRET = "gw-secret-with-at-least-32-bytes-of-key"
 
@@ -198,4 +200,119 @@ async def test_failure_of_an_abandoned_attempt_is_refused_but_a_late_success_win
         assert ok.status_code == 200
     result = await client.next()
     assert result["taskId"] == "late" and result["status"] == "success"
+    await client.close()
+
+
+# ---- issue 15 items 13 and 14: hostile input ------------------------------------------
+
+HUGE = 32 << 20  # a chunked body far past the 4 KiB limit: refused long before its end
+
+
+def _generate(task_id: str) -> dict[str, Any]:
+    return {"taskId": task_id, "platform": "comfyui", "AIGC": "proj", "payload": {}}
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "auth", "status"),
+    [
+        ("POST", "/api/tasks", "client", 413),
+        ("POST", "/api/tasks", "", 401),
+        ("PUT", "/api/workflows/w1", "admin", 413),
+        ("PUT", "/api/workflows/w1", "client", 401),
+        ("POST", "signed-callback", "", 413),
+    ],
+)
+async def test_a_huge_chunked_body_is_refused_while_it_is_still_being_sent(
+    gateway: tuple[int, aioredis.Redis], method: str, target: str, auth: str, status: int
+) -> None:
+    port, redis = gateway
+    base = f"http://127.0.0.1:{port}"
+    if target == "signed-callback":
+        await http_submit(base, _generate("cb1"))
+        target = webhook_url("", SECRET.encode(), "cb1", 0)
+    headers = {"Authorization": f"Bearer {token() if auth == 'client' else 'admin'}"}
+    before = await redis_snapshot(redis)
+    upload = await stream_until_answered(base, method, target, headers if auth else {}, HUGE)
+    assert upload.status == status
+    assert upload.sent < HUGE  # answered before the body ended: it was never buffered whole
+    assert await redis_snapshot(redis) == before
+
+
+async def http_submit(base: str, body: dict[str, Any], bearer: str = "") -> httpx.Response:
+    async with httpx.AsyncClient() as http:
+        headers = {"Authorization": f"Bearer {bearer or token()}"}
+        return await http.post(f"{base}/api/tasks", json=body, headers=headers)
+
+
+@pytest.mark.parametrize("attempt", ["\u00b2", "\u0661", "1" * 5000, "-1", ""])
+async def test_a_callback_attempt_that_is_not_ascii_digits_is_refused(
+    gateway: tuple[int, aioredis.Redis], attempt: str
+) -> None:
+    port, redis = gateway
+    base = f"http://127.0.0.1:{port}"
+    await http_submit(base, _generate("att1"))
+    before = await redis_snapshot(redis)
+    async with httpx.AsyncClient() as http:
+        resp = await http.post(
+            f"{base}/callback/all",
+            params={"t": "att1", "a": attempt, "s": "0" * 32},
+            json={"event": "TASK_END", "eventData": '{"code": 0, "data": []}'},
+        )
+    assert resp.status_code == 403 and resp.json()["code"] == "SignatureError"
+    assert await redis_snapshot(redis) == before
+
+
+@pytest.mark.parametrize(
+    "event_data",
+    [
+        {"code": 0, "msg": "success", "data": "not-a-list"},
+        {"code": 0, "msg": "success", "data": {"fileUrl": "x"}},
+        {"code": 0, "msg": "success", "data": [1, 2]},
+    ],
+)
+async def test_a_signed_success_whose_data_is_not_a_list_of_outputs_is_refused(
+    gateway: tuple[int, aioredis.Redis], event_data: dict[str, Any]
+) -> None:
+    port, redis = gateway
+    base = f"http://127.0.0.1:{port}"
+    await http_submit(base, _generate("shape1"))
+    before = await redis_snapshot(redis)
+    body = {"event": "TASK_END", "eventData": orjson.dumps(event_data).decode()}
+    async with httpx.AsyncClient() as http:
+        resp = await http.post(webhook_url(base, SECRET.encode(), "shape1", 0), json=body)
+    assert resp.status_code == 400 and resp.json()["code"] == "JSONError"
+    assert await redis_snapshot(redis) == before
+
+
+async def test_a_client_jwt_without_exp_is_refused(gateway: tuple[int, aioredis.Redis]) -> None:
+    port, redis = gateway
+    forever = jwt.encode({"sub": "b1"}, SECRET, "HS256")
+    resp = await http_submit(f"http://127.0.0.1:{port}", _generate("noexp"), bearer=forever)
+    assert resp.status_code == 401 and resp.json()["code"] == "AuthError"
+    client = await Client(port, "b1", forever).connect()
+    assert (await client.next())["code"] == "AuthError"
+    assert not await redis.exists("aigcq:task:noexp")
+
+
+async def test_an_http_backend_id_over_128_characters_is_refused(
+    gateway: tuple[int, aioredis.Redis],
+) -> None:
+    port, redis = gateway
+    before = await redis_snapshot(redis)
+    resp = await http_submit(
+        f"http://127.0.0.1:{port}", {**_generate("long"), "backendId": "b" * 500}
+    )
+    assert resp.status_code == 400 and resp.json()["code"] == "JSONError"
+    assert "backendId" in resp.json()["detail"]
+    assert await redis_snapshot(redis) == before
+
+
+async def test_a_deeply_nested_client_frame_gets_an_error_and_the_socket_stays(
+    gateway: tuple[int, aioredis.Redis],
+) -> None:
+    port, _redis = gateway
+    client = await Client(port, "b1", token()).connect()
+    reply = await client.request('{"type": "ping", "x": ' + "[" * 2000 + "]" * 2000 + "}")
+    assert reply["type"] == "error" and reply["code"] == "JSONError"
+    assert (await client.request({"type": "ping"}))["type"] == "pong"
     await client.close()

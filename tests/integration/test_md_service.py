@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import jwt
 import orjson
 import pytest
 import redis.asyncio as aioredis
@@ -30,7 +31,14 @@ from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.runninghub import RunningHubAdapter
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
-from tests.helpers import Recorder, redis_snapshot, send, serve_app, until
+from tests.helpers import (
+    Recorder,
+    redis_snapshot,
+    send,
+    serve_app,
+    stream_until_answered,
+    until,
+)
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge
 
 PASSWORD = "md-test-password"
@@ -126,10 +134,13 @@ async def test_the_seeds_snake_case_body_is_read_as_camel_case(md: Md) -> None:
 
 @pytest.mark.parametrize(
     "api_key",
-    [None, "", "garbage", "expired", "client-token"],
+    [None, "", "garbage", "expired", "client-token", "no-exp"],
 )
 async def test_bad_tokens_get_401_and_queue_nothing(md: Md, api_key: str | None) -> None:
-    if api_key == "expired":
+    if api_key == "no-exp":  # issue 15 item 14: a token that would never expire
+        claims = {"sub": "admin", "aud": "aigcq-message-dispatcher"}
+        api_key = jwt.encode(claims, JWT_SECRET, "HS256")
+    elif api_key == "expired":
         api_key = DispatcherAuth("admin", PASSWORD, JWT_SECRET, -10).login("admin", PASSWORD)
         api_key = api_key.access_token if api_key else None
     elif api_key == "client-token":  # signed with the same secret, but not a login token
@@ -407,3 +418,27 @@ async def test_create_answers_as_runninghub_does(md: Md) -> None:
     assert reply["code"] == 0, reply
     assert set(reply["data"]) == {"taskId", "taskStatus", "clientId", "netWssUrl", "promptTips"}
     assert orjson.loads(reply["data"]["promptTips"])["result"] is True
+
+
+HUGE = 32 << 20  # issue 15 item 13: a chunked body no route may buffer whole
+
+
+@pytest.mark.parametrize(
+    ("target", "bearer", "status"),
+    [
+        ("/api/auth/login", "", 413),
+        ("/api/task", "forged", 401),
+        ("/api/task", "valid", 413),
+        ("/task/openapi/create", "", 413),
+    ],
+)
+async def test_a_huge_chunked_body_is_refused_while_it_is_still_being_sent(
+    md: Md, target: str, bearer: str, status: int
+) -> None:
+    token = await md.token() if bearer == "valid" else bearer
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    before = await redis_snapshot(md.redis)
+    upload = await stream_until_answered(md.base, "POST", target, headers, HUGE)
+    assert upload.status == status
+    assert upload.sent < HUGE
+    assert await redis_snapshot(md.redis) == before

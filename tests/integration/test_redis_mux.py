@@ -167,3 +167,27 @@ async def test_nothing_listening_is_a_connection_error() -> None:
     mux = RedisMux(redis_client(f"redis://127.0.0.1:{free_port()}/0"))
     (error,) = await run(mux, ["PING"])
     assert isinstance(error, ConnectionError)
+
+
+async def test_calls_keep_the_order_they_were_made_in_across_a_reconnect(
+    redis: aioredis.Redis,
+) -> None:
+    """Issue 15 item 10: calls made while the connection is made again leave in order
+    (each waited on its own, and a later one could overtake an earlier one)."""
+    mux = RedisMux(redis)
+    try:
+        own_id = await mux.command("CLIENT", "ID")
+        await redis.client_kill_filter(_id=own_id)
+
+        async def connected() -> bool:
+            return mux.connected
+
+        await until(connected, lambda up: not up)
+        calls = []
+        for i in range(300):  # one call per event-loop turn, during and after the reconnect
+            calls.append(asyncio.ensure_future(mux.command("RPUSH", "order", i)))
+            await asyncio.sleep(0)
+        await asyncio.gather(*calls)
+        assert [int(x) for x in await redis.lrange("order", 0, -1)] == list(range(300))
+    finally:
+        await mux.aclose()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from hypothesis import given
@@ -31,3 +35,40 @@ def test_a_signature_is_bound_to_key_task_and_attempt() -> None:
     assert not verify(KEY, "t2", 1, sig)
     assert not verify(b"other" * 8, "t1", 1, sig)
     assert not verify(KEY, "t1", 1, "0" * 32)
+
+
+def test_nothing_is_signed_or_verified_with_an_empty_key() -> None:
+    """Issue 15 item 12: an empty key would let anyone sign a TASK_END."""
+    import pytest
+
+    forged = hmac_of_empty_key("t1", 1)
+    assert not verify(b"", "t1", 1, forged)
+    with pytest.raises(ValueError, match="empty"):
+        webhook_url("http://aigcq", b"", "t1", 1)
+
+
+def hmac_of_empty_key(task_id: str, attempt: int) -> str:
+    import hashlib
+    import hmac
+
+    return hmac.digest(b"", f"{task_id}:{attempt}".encode(), hashlib.sha256).hex()[:32]
+
+
+def test_serve_refuses_to_start_without_a_webhook_signing_key(tmp_path: Path) -> None:
+    """Client tokens configured, no TOKEN_SECRET and no CALLBACK_SECRET: exit 2, say why."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AIGCQ_") and k not in ("TOKEN_SECRET", "CALLBACK_SECRET")
+    }
+    env |= {"AIGCQ_REDIS_URL": "redis://127.0.0.1:1", "AIGCQ_CLIENT_TOKENS": '["static-token"]'}
+    proc = subprocess.run(
+        [sys.executable, "-m", "aigcq", "serve"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "webhook URLs cannot be signed" in proc.stderr + proc.stdout

@@ -20,6 +20,8 @@ from urllib.parse import parse_qsl, quote, urlsplit
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
+
 
 class BridgeControl(Protocol):
     token: str
@@ -56,9 +58,18 @@ placeholder="bridge token"> <button>Change server</button></form>
 <p>Undelivered results: {len(status["spooled"])}</p></body></html>"""
 
 
+#: ``{"url": ..., "token": ...}`` (JSON or form): a small body
+SERVER_BODY_LIMIT = 16 << 10
+
+
 async def _server_request(request: Request) -> tuple[str, str, bool]:
-    """(url, token, is_form) from a JSON or form body."""
-    raw = (await request.body()).decode("utf-8", "replace")
+    """(url, token, is_form) from a JSON or form body (413 past its small limit)."""
+    try:
+        raw = (await request_body(request, SERVER_BODY_LIMIT)).decode("utf-8", "replace")
+    except BodyTooLarge as exc:
+        raise HTTPException(413, str(exc)) from None
+    except Disconnected:
+        raise HTTPException(400, "the request body did not arrive") from None
     if request.headers.get("content-type", "").startswith("application/json"):
         try:
             body = json.loads(raw)
@@ -71,12 +82,19 @@ async def _server_request(request: Request) -> tuple[str, str, bool]:
     return form.get("url", ""), form.get("token", ""), True
 
 
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    return header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else None
+
+
 def _authorized(request: Request, given: str, expected: str) -> bool:
+    """The bearer token, else ``given`` (the form's field), is the bridge's token."""
     if not expected:
         return True
-    header = request.headers.get("authorization", "")
-    candidate = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else given
-    return hmac.compare_digest(candidate.encode(), expected.encode())
+    candidate = _bearer(request)
+    return hmac.compare_digest(
+        (given if candidate is None else candidate).encode(), expected.encode()
+    )
 
 
 def create_web_app(bridge: BridgeControl) -> FastAPI:
@@ -96,6 +114,8 @@ def create_web_app(bridge: BridgeControl) -> FastAPI:
 
     @app.post("/api/server")
     async def set_server(request: Request) -> Response:
+        if _bearer(request) and not _authorized(request, "", bridge.token):
+            raise HTTPException(401, "bridge token required")  # before reading the body
         url, token, is_form = await _server_request(request)
         if not _authorized(request, token, bridge.token):
             raise HTTPException(401, "bridge token required")

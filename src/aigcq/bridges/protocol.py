@@ -250,7 +250,7 @@ def parse_bridge_message(
     """
     try:
         obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # too deep: RecursionError
         raise ProtocolError("JSONError", f"malformed JSON: {e}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("InvalidMessage", "message must be a JSON object")

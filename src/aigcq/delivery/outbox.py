@@ -4,12 +4,16 @@
 step that ends the task, so a result can never be lost between "done" and "queued for
 delivery". Messages are sent in order; without client acks they are deleted once
 written to the socket, with acks (``{"type":"ack","id":...}``) only when acknowledged.
-Entries older than the retention are trimmed by ``XADD MINID``.
+Entries older than the retention are trimmed by ``XADD MINID`` and by a periodic sweep
+(:mod:`aigcq.delivery.retention`), which also drops the streams of clients that never
+come back.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -40,31 +44,53 @@ def compose(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
     }
 
 
+@dataclass
+class DrainCursor:
+    """Where one connection's delivery stands: the last entry sent on it, and the entries
+    sent but not yet deleted (auto-ack). It moves with every message sent, so a drain
+    that fails half-way resumes after the last message sent, never resending a page."""
+
+    after: str = "-"
+    unacked: list[str] = field(default_factory=list)
+
+
 class Outbox:
     def __init__(self, mux: RedisMux, keys: Keys) -> None:
         """``mux``: the hot-path connection (concurrent drains and acks share writes)."""
         self.mux = mux
         self.keys = keys
 
-    async def drain(self, backend_id: str, send: Send, *, after: str, auto_ack: bool) -> str:
-        """Send every message after stream id ``after``; returns the last id sent."""
+    async def drain(
+        self, backend_id: str, send: Send, cursor: DrainCursor, *, auto_ack: bool
+    ) -> None:
+        """Send every message after ``cursor``, moving it along as each one is sent."""
         key = self.keys.outbox(backend_id)
-        while True:
-            start = f"({after}" if after != "-" else "-"
-            entries = await self.mux.command("XRANGE", key, start, "+", "COUNT", PAGE)
-            if not entries:
-                return after
-            sent: list[str] = []
-            for raw_id, raw_fields in entries:  # [id, [field, value, ...]]
-                entry_id = text(raw_id)
-                flat = [text(x) for x in raw_fields or []]
-                await send(compose(entry_id, dict(zip(flat[0::2], flat[1::2], strict=True))))
-                sent.append(entry_id)
-                after = entry_id
-            if auto_ack:
-                await self.mux.command("XDEL", key, *sent)
-            if len(entries) < PAGE:
-                return after
+        await self._forget(key, cursor)  # what a failed round sent but could not delete
+        try:
+            while True:
+                start = f"({cursor.after}" if cursor.after != "-" else "-"
+                entries = await self.mux.command("XRANGE", key, start, "+", "COUNT", PAGE)
+                for raw_id, raw_fields in entries or []:  # [id, [field, value, ...]]
+                    entry_id = text(raw_id)
+                    flat = [text(x) for x in raw_fields or []]
+                    await send(compose(entry_id, dict(zip(flat[0::2], flat[1::2], strict=True))))
+                    cursor.after = entry_id
+                    if auto_ack:
+                        cursor.unacked.append(entry_id)
+                await self._forget(key, cursor)
+                if len(entries or []) < PAGE:
+                    return
+        except Exception:
+            with contextlib.suppress(Exception):  # else the next round (or a reconnect) does
+                await self._forget(key, cursor)
+            raise
+
+    async def _forget(self, key: str, cursor: DrainCursor) -> None:
+        """Delete the messages sent (auto-ack); kept in ``cursor`` until that succeeded."""
+        if cursor.unacked:
+            sent = list(cursor.unacked)
+            await self.mux.command("XDEL", key, *sent)
+            del cursor.unacked[: len(sent)]
 
     async def ack(self, backend_id: str, entry_ids: list[str]) -> int:
         if not entry_ids:

@@ -25,6 +25,7 @@ from aigcq.dispatcher.webhooks import WEBHOOK_BACKEND
 from aigcq.domain import Task
 from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError
+from aigcq.gateway.http_api import bounded_body
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.gateway.submission import GenerateRequest
 from aigcq.observability.jsonlog import ctx
@@ -98,7 +99,7 @@ class DispatcherApi:
     # ---- /api/* -----------------------------------------------------------------------
 
     async def login(self, request: Request) -> Response:
-        body = await self._json(request)
+        body = await self._json(request, LOGIN_BODY_LIMIT)  # credentials: a small body
         if not isinstance(body, dict):
             return md_error(400, "InvalidBody", "expected {username, password}")
         user, password = body.get("username"), body.get("password")
@@ -113,8 +114,11 @@ class DispatcherApi:
 
     async def create_md(self, request: Request) -> Response:
         """Seed 000 §3.3: a RunningHub create body; answers ``{requestId, taskId}``."""
+        token = bearer(request.headers.get("authorization"))
+        if token is not None and not self.auth.valid(token):  # before reading the body
+            return md_error(401, "Unauthorized", "missing, invalid or expired token")
         body = await self._json(request)
-        if not self.auth.valid(_api_key(body) or bearer(request.headers.get("authorization"))):
+        if token is None and not self.auth.valid(_api_key(body)):
             return md_error(401, "Unauthorized", "missing, invalid or expired token")
         try:
             task_id = await self._submit(body)
@@ -219,11 +223,10 @@ class DispatcherApi:
 
     # ---- helpers ------------------------------------------------------------------------
 
-    async def _json(self, request: Request) -> Any:
-        """The JSON body, or ``None`` when it is too large or not JSON."""
-        raw = await request.body()
-        if len(raw) > self.rt.settings.max_payload_bytes:
-            return None
+    async def _json(self, request: Request, limit: int = 0) -> Any:
+        """The JSON body, or ``None`` when it is not JSON. A body over ``limit`` (default
+        AIGCQ_MAX_PAYLOAD_BYTES) is refused with 413 as soon as it passes the limit."""
+        raw = await bounded_body(request, limit or self.rt.settings.max_payload_bytes)
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -271,6 +274,10 @@ class DispatcherApi:
             "instances": sum(b.instance_count for b in live),
             "freeSlots": hub.free_slots(),
         }
+
+
+#: a login body holds a user name and a password
+LOGIN_BODY_LIMIT = 4096
 
 
 def _api_key(body: Any) -> Any:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import jwt
 
+from aigcq.gateway.auth import REQUIRE_EXP
+
 AUDIENCE = "aigcq-message-dispatcher"
 
 
@@ -51,7 +53,9 @@ class DispatcherAuth:
         if not isinstance(token, str) or not token:
             return False
         try:
-            jwt.decode(token, self.secret, algorithms=["HS256"], audience=AUDIENCE)
+            jwt.decode(
+                token, self.secret, algorithms=["HS256"], audience=AUDIENCE, options=REQUIRE_EXP
+            )
         except jwt.PyJWTError:
             return False
         return True

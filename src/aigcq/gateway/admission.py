@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 import httpx
+import redis.exceptions
 from redis.asyncio import Redis
 
 from aigcq.config import Settings
@@ -30,6 +31,15 @@ return redis.call('DECR', KEYS[1])
 """
 
 
+#: give a quota unit back unless the task exists: a submit whose reply was lost may have
+#: created it (then its unit is spent)
+_REFUND_IF_ABSENT = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('INCR', KEYS[1])
+return 1
+"""
+
+
 class Admission:
     def __init__(self, settings: Settings, redis: Redis, keys: Keys) -> None:
         self.mode = settings.admission
@@ -37,6 +47,7 @@ class Admission:
         self.redis = redis
         self.keys = keys
         self._take = redis.register_script(_TAKE)
+        self._refund_if_absent = redis.register_script(_REFUND_IF_ABSENT)
         self._http = httpx.AsyncClient(timeout=5.0) if self.mode == "billing" else None
 
     async def admit(self, backend_id: str, task: dict[str, Any]) -> bool:
@@ -53,6 +64,25 @@ class Admission:
         """Give back a quota unit taken for a submission that created nothing."""
         if self.mode == "quota":
             await self.redis.incr(self.keys.quota(backend_id))
+
+    async def refund_unless_stored(self, backend_id: str, task_id: str) -> bool:
+        """After a submit whose outcome is unknown (its reply was lost): give the unit
+        back only if the task does not exist. True: refunded. A failure to ask keeps the
+        unit (a lost unit is the client's retry away; a refund for a task that runs is
+        free work)."""
+        if self.mode != "quota":
+            return False
+        try:
+            keys = [self.keys.quota(backend_id), self.keys.task(task_id)]
+            return bool(await self._refund_if_absent(keys=keys))
+        except redis.exceptions.RedisError as exc:
+            log.warning(
+                "task %s: quota not refunded, Redis unavailable: %r",
+                task_id,
+                exc,
+                extra=ctx(task=task_id),
+            )
+            return False
 
     async def _ask_billing(self, backend_id: str, task: dict[str, Any]) -> bool:
         assert self._http is not None

@@ -8,8 +8,12 @@ import time
 from typing import Any
 
 import jwt
+from jwt.types import Options
 
 from aigcq.config import IdBinding, Settings
+
+#: PyJWT options: a token must say when it expires (one without ``exp`` is refused)
+REQUIRE_EXP: Options = {"require": ["exp"]}
 
 
 def _equal(a: str, b: str) -> bool:
@@ -31,8 +35,8 @@ class Auth:
         if not self.settings.token_secret:
             return None
         try:
-            claims: dict[str, Any] = jwt.decode(
-                token, self.settings.token_secret, algorithms=["HS256"]
+            claims: dict[str, Any] = jwt.decode(  # a token without ``exp`` never expires
+                token, self.settings.token_secret, algorithms=["HS256"], options=REQUIRE_EXP
             )
         except jwt.PyJWTError:
             return None

@@ -2,8 +2,8 @@
 
 The URL we handed out carries ``t`` (taskId), ``a`` (attempt) and ``s`` (HMAC). A bad or
 missing signature -> 403; an unknown task -> 404; a task already finished -> 410 (the
-first result wins). All of them change nothing. A valid one settles the task in one
-atomic step and answers at once.
+first result wins); a body over the limit -> 413, seen before it is read whole. All of
+them change nothing. A valid one settles the task in one atomic step and answers at once.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from aigcq.gateway.signing import verify
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, Pending, ResultOutcome, Succeeded
+from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, read_body
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class TaskEndEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             status, body = await self._handle(scope, receive)
-        except _Disconnected:
+        except Disconnected:
             return
         payload = orjson.dumps(body)
         headers = [
@@ -102,38 +103,20 @@ class TaskEndEndpoint:
         return 200, {"code": 0, "msg": "success"}
 
 
-class _Disconnected(Exception):
-    """The sender went away before its body arrived: nothing to answer."""
-
-
-async def _read_body(receive: Receive, limit: int, task_id: str) -> bytes:
-    """The request body; more than ``limit`` bytes is refused as soon as it is seen."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise _Disconnected
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise ClientError(ErrorCode.PAYLOAD_TOO_LARGE, "callback body too large", task_id)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 async def _accept(
     gw: Gateway, parse: ParseCallback, scope: Scope, receive: Receive
 ) -> tuple[str, int, ResultOutcome]:
     """A signed, well-formed TASK_END: (taskId, attempt, outcome)."""
     q = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
     task_id, attempt, sig = q.get("t", ""), q.get("a", ""), q.get("s", "")
-    if not (task_id and attempt.isdigit() and sig):
+    if not (task_id and _is_attempt(attempt) and sig):
         raise ClientError(ErrorCode.SIGNATURE, "callback URL is not signed")
     if not verify(gw.settings.signing_key(), task_id, int(attempt), sig):
         raise ClientError(ErrorCode.SIGNATURE, "bad callback signature", task_id)
-    raw = await _read_body(receive, gw.settings.max_payload_bytes, task_id)
+    try:
+        raw = await read_body(scope, receive, gw.settings.max_payload_bytes)
+    except BodyTooLarge as exc:
+        raise ClientError(ErrorCode.PAYLOAD_TOO_LARGE, "callback body too large", task_id) from exc
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -142,12 +125,18 @@ async def _accept(
         raise ClientError(ErrorCode.JSON, "expected a TASK_END event", task_id)
     try:
         outcome = parse(body)
-    except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
+    except (ValueError, TypeError, KeyError, NotImplementedError, RecursionError) as exc:
         raise ClientError(ErrorCode.JSON, f"unreadable eventData: {exc}", task_id) from exc
     if not isinstance(outcome, Succeeded | Failed | Pending):
         raise ClientError(ErrorCode.JSON, "unreadable eventData", task_id)
     log.debug("task %s: TASK_END for attempt %s", task_id, attempt, extra=ctx(task=task_id))
     return task_id, int(attempt), outcome
+
+
+def _is_attempt(value: str) -> bool:
+    """An attempt number as we write them: ASCII digits, at most 9 (``int`` would accept
+    other scripts' digits and refuse 5,000 of them with an error)."""
+    return 0 < len(value) <= 9 and value.isascii() and value.isdigit()
 
 
 async def _check_live(gw: Gateway, task_id: str) -> str:

@@ -19,7 +19,8 @@ import orjson
 from redis.asyncio import Redis
 from starlette.websockets import WebSocket
 
-from aigcq.delivery.outbox import Outbox
+from aigcq.delivery.outbox import DrainCursor, Outbox
+from aigcq.plumbing.ws_frames import close_within, send_within
 from aigcq.queue.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -35,21 +36,39 @@ return redis.call('HDEL', KEYS[1], ARGV[1])
 
 class ClientConnection:
     def __init__(
-        self, ws: WebSocket, backend_id: str, *, auto_ack: bool, progress: bool = False
+        self,
+        ws: WebSocket,
+        backend_id: str,
+        *,
+        auto_ack: bool,
+        progress: bool = False,
+        send_timeout_s: float = 10.0,
     ) -> None:
+        """``send_timeout_s``: how long one send (or the close) may wait on the peer."""
         self.ws = ws
         self.backend_id = backend_id
         self.auto_ack = auto_ack
         self.progress = progress  # opted in to ``progress`` messages
+        self.send_timeout_s = send_timeout_s
         self.conn_id = uuid.uuid4().hex
-        self.cursor = "-"
+        self.cursor = DrainCursor()
         self.dirty = False
         self.draining: asyncio.Task[None] | None = None
         self.send_lock = asyncio.Lock()
 
     async def send(self, message: dict[str, Any]) -> None:
+        """Write one message; a peer that does not take it within ``send_timeout_s`` (it
+        stopped reading, or vanished) is dropped, and the message waits in Redis."""
         async with self.send_lock:
-            await self.ws.send_text(orjson.dumps(message).decode())
+            try:
+                await send_within(self.ws, orjson.dumps(message).decode(), self.send_timeout_s)
+            except TimeoutError:
+                log.info("client %s: not reading, dropped", self.backend_id)
+                raise
+
+    async def close(self, code: int, reason: str) -> None:
+        """Close, waiting at most ``send_timeout_s`` for the peer's part of the handshake."""
+        await close_within(self.ws, code, reason, self.send_timeout_s)
 
 
 class ClientHub:
@@ -65,7 +84,7 @@ class ClientHub:
         old = self.conns.get(conn.backend_id)
         self.conns[conn.backend_id] = conn
         if old is not None:
-            await self._close(old)
+            self._close(old)
         # Who wants progress, cluster-wide: scripts publish progress only for them.
         pipe = self.redis.pipeline(transaction=False)
         if conn.progress:
@@ -89,17 +108,17 @@ class ClientHub:
         self._sends.add(task)
         task.add_done_callback(self._sends.discard)
 
-    async def replaced(self, backend_id: str, conn_id: str) -> None:
+    def replaced(self, backend_id: str, conn_id: str) -> None:
         """Another process accepted a newer connection for ``backend_id``."""
         conn = self.conns.get(backend_id)
         if conn is not None and conn.conn_id != conn_id:
             self.detach(conn)
-            await self._close(conn)
+            self._close(conn)
 
-    async def _close(self, conn: ClientConnection) -> None:
+    def _close(self, conn: ClientConnection) -> None:
+        """Close a replaced connection in the background: nobody waits on its peer."""
         log.info("client %s: replaced by a newer connection", conn.backend_id)
-        with contextlib.suppress(Exception):
-            await conn.ws.close(CLOSE_REPLACED, "replaced by a newer connection")
+        self._background(conn.close(CLOSE_REPLACED, "replaced by a newer connection"))
 
     def notify(self, backend_id: str) -> None:
         conn = self.conns.get(backend_id)
@@ -126,8 +145,8 @@ class ClientHub:
         try:
             while True:
                 conn.dirty = False
-                conn.cursor = await self.outbox.drain(
-                    conn.backend_id, conn.send, after=conn.cursor, auto_ack=conn.auto_ack
+                await self.outbox.drain(
+                    conn.backend_id, conn.send, conn.cursor, auto_ack=conn.auto_ack
                 )
                 if not conn.dirty or self.conns.get(conn.backend_id) is not conn:
                     return
@@ -138,8 +157,8 @@ class ClientHub:
 async def _quietly(aw: Awaitable[Any]) -> None:
     try:
         await aw
-    except Exception as exc:  # a stale entry only costs a few unread progress messages
-        log.info("progress subscription not cleared: %r", exc)
+    except Exception as exc:  # e.g. a stale progress entry: a few unread progress messages
+        log.info("background step failed: %r", exc)
 
 
 async def _send_quietly(conn: ClientConnection, message: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Body, Header, Request
+from fastapi import APIRouter, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
@@ -16,9 +16,18 @@ from aigcq.gateway.auth import bearer, token_owner
 from aigcq.gateway.errors import ClientError, as_client_error, error_responses
 from aigcq.gateway.queue_view import InternalCapacity, queue_rows
 from aigcq.gateway.service import Gateway
-from aigcq.gateway.submission import parse_generate
+from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
+from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
 
 Authorization = Annotated[str | None, Header()]
+
+#: OpenAPI for a route that reads its JSON object body itself (after its auth check)
+JSON_OBJECT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
 
 
 class SubmitBody(BaseModel):
@@ -65,20 +74,14 @@ def api_router(
         ),
     )  # fmt: skip
     async def submit(request: Request, authorization: Authorization = None) -> dict[str, Any]:
-        claims = client_of(authorization)
-        raw = await request.body()
-        if len(raw) > gw.settings.max_payload_bytes:
-            raise ClientError(ErrorCode.PAYLOAD_TOO_LARGE, "request body too large")
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ClientError(ErrorCode.JSON, "malformed JSON") from exc
-        if not isinstance(data, dict):
-            raise ClientError(ErrorCode.JSON, "body must be an object")
+        claims = client_of(authorization)  # before a byte of the body is read
+        data = await json_object(request, gw.settings.max_payload_bytes)
         req = parse_generate(data)
         backend_id = data.get("backendId") or claims.get("sub") or ""
-        if not isinstance(backend_id, str):
-            raise ClientError(ErrorCode.JSON, "backendId: a string is required")
+        if not isinstance(backend_id, str) or len(backend_id) > MAX_BACKEND_ID:
+            raise ClientError(
+                ErrorCode.JSON, f"backendId: a string of at most {MAX_BACKEND_ID} characters"
+            )
         if backend_id and not gw.auth.may_use_id(claims, backend_id):
             raise ClientError(ErrorCode.AUTH, f"this token may not use backendId {backend_id!r}")
         created = await gw.submission.submit(req, backend_id, deliver=bool(backend_id))
@@ -156,13 +159,13 @@ def api_router(
         "/workflows/{workflow_id}",
         summary="Store an API-format ComfyUI workflow",
         responses=error_responses(ErrorCode.JSON, ErrorCode.AUTH),
+        openapi_extra=JSON_OBJECT_BODY,
     )
     async def put_workflow(
-        workflow_id: str,
-        workflow: Annotated[dict[str, Any], Body()],
-        authorization: Authorization = None,
+        workflow_id: str, request: Request, authorization: Authorization = None
     ) -> dict[str, Any]:
-        require_admin(authorization)
+        require_admin(authorization)  # before a byte of the body is read
+        workflow = await json_object(request, gw.settings.max_payload_bytes)
         await gw.rt.redis.set(gw.rt.store.keys.workflow(workflow_id), orjson.dumps(workflow))
         return {"workflowId": workflow_id, "nodes": len(workflow)}
 
@@ -180,6 +183,29 @@ def api_router(
         return Response(raw, media_type="application/json")
 
     return router
+
+
+async def bounded_body(request: Request, limit: int) -> bytes:
+    """The request body, of at most ``limit`` bytes (else PayloadTooLarge, 413)."""
+    try:
+        return await request_body(request, limit)
+    except BodyTooLarge as exc:
+        raise ClientError(ErrorCode.PAYLOAD_TOO_LARGE, str(exc)) from exc
+    except Disconnected as exc:
+        raise ClientError(ErrorCode.JSON, "the request body did not arrive") from exc
+
+
+async def json_object(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object body, read with a limit (a larger body is refused as soon
+    as it passes ``limit``, never buffered whole)."""
+    raw = await bounded_body(request, limit)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ClientError(ErrorCode.JSON, f"malformed JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ClientError(ErrorCode.JSON, "body must be an object")
+    return data
 
 
 def client_error_handler(gw: Gateway) -> Any:

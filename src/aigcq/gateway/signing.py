@@ -12,6 +12,8 @@ from urllib.parse import quote_plus
 
 
 def signature(key: bytes, task_id: str, attempt: int) -> str:
+    if not key:  # anyone could compute it: refuse to sign (verify refuses to check)
+        raise ValueError("empty webhook signing key")
     return hmac.digest(key, f"{task_id}:{attempt}".encode(), hashlib.sha256).hex()[:32]
 
 
@@ -23,4 +25,6 @@ def webhook_url(base: str, key: bytes, task_id: str, attempt: int) -> str:
 
 
 def verify(key: bytes, task_id: str, attempt: int, given: str) -> bool:
+    if not key:
+        return False
     return hmac.compare_digest(signature(key, task_id, attempt), given)

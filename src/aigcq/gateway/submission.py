@@ -17,6 +17,7 @@ from aigcq.service.runtime import Runtime
 log = logging.getLogger(__name__)
 
 ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
+MAX_BACKEND_ID = 128  # a client's id, on the WebSocket (``id=``) and over HTTP (``backendId``)
 
 
 class GenerateRequest(BaseModel):
@@ -68,8 +69,8 @@ class Submission:
                 payload=req.payload,
                 deliver=deliver,
             )
-        except redis.exceptions.RedisError as exc:
-            await self.admission.refund(backend_id)
+        except redis.exceptions.RedisError as exc:  # the task may exist: its reply was lost
+            await self.admission.refund_unless_stored(backend_id, req.taskId)
             log.error(
                 "task %s: could not be stored: %r", req.taskId, exc, extra=ctx(task=req.taskId)
             )

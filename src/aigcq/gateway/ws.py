@@ -10,6 +10,7 @@ are read like text frames (UTF-8 JSON); any other bytes are ``JSONError``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -20,9 +21,9 @@ from aigcq.domain import ErrorCode
 from aigcq.gateway.clients import ClientConnection
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.service import Gateway
-from aigcq.gateway.submission import parse_generate
+from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
 from aigcq.plumbing.background import REDIS_OUTAGE
-from aigcq.plumbing.ws_frames import receive_frame
+from aigcq.plumbing.ws_frames import close_within, receive_frame, send_within
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
     claims = gw.auth.client(token)
     if claims is None:
         failure = (ClientError(ErrorCode.AUTH, "invalid or missing token"), CLOSE_AUTH)
-    elif not backend_id or len(backend_id) > 128:
+    elif not backend_id or len(backend_id) > MAX_BACKEND_ID:
         failure = (ClientError(ErrorCode.JSON, "query parameter id is required"), CLOSE_BAD_REQUEST)
     elif not gw.auth.may_use_id(claims, backend_id):
         failure = (
@@ -51,7 +52,11 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
         return
     query = ws.query_params
     conn = ClientConnection(
-        ws, backend_id, auto_ack=query.get("ack") != "1", progress=query.get("progress") == "1"
+        ws,
+        backend_id,
+        auto_ack=query.get("ack") != "1",
+        progress=query.get("progress") == "1",
+        send_timeout_s=gw.settings.client_send_timeout_s,
     )
     try:
         await gw.clients.attach(conn)
@@ -66,7 +71,7 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
             reply = await handle_message(gw, conn, raw)
             if reply is not None:
                 await conn.send(reply)
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, TimeoutError):  # gone, or dropped for not reading
         pass
     finally:
         gw.clients.detach(conn)
@@ -88,8 +93,10 @@ async def handle_message(
 
 
 async def _refuse(ws: WebSocket, gw: Gateway, error: ClientError, close_code: int) -> None:
-    await ws.send_text(orjson.dumps(error.body(gw.messages)).decode())
-    await ws.close(close_code, error.code.value)
+    timeout_s = gw.settings.client_send_timeout_s
+    with contextlib.suppress(Exception):  # gone already, or not reading: nothing to tell it
+        await send_within(ws, orjson.dumps(error.body(gw.messages)).decode(), timeout_s)
+    await close_within(ws, close_code, error.code.value, timeout_s)
 
 
 def _storage_unavailable() -> ClientError:

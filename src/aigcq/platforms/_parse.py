@@ -26,7 +26,7 @@ def loads_if_json(value: Any) -> Any:
         return value
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deep for the decoder: not JSON to us
         return value
 
 

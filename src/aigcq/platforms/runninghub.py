@@ -57,6 +57,11 @@ def _normalized_outputs(body: dict[str, Any]) -> dict[str, Any]:
     return {"code": 0, "msg": str(body.get("msg") or "success"), "data": data}
 
 
+def _is_output_list(data: Any) -> bool:
+    """The documented shape of a success's ``data``: a list of output objects (or none)."""
+    return data is None or (isinstance(data, list) and all(isinstance(i, dict) for i in data))
+
+
 def _failed(body: dict[str, Any], msg: str) -> Failed:
     data = loads_if_json(body.get("data"))
     reason = loads_if_json(data.get("failedReason")) if isinstance(data, dict) else None
@@ -136,6 +141,9 @@ class RunningHubAdapter(PlatformAdapter):
         event_data = loads_if_json(body.get("eventData"))
         if not isinstance(event_data, dict):
             return Pending("INVALID_CALLBACK")
+        outputs = event_data.get("data")
+        if as_int(event_data.get("code")) in SUCCESS_CODES and not _is_output_list(outputs):
+            raise ValueError("a success's eventData.data must be a list of objects")
         return _outputs_outcome(event_data, ended=True)
 
     def query_request(self, task: Task, apikey: str) -> HttpRequest:

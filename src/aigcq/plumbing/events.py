@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -32,7 +32,7 @@ class EventBus:
         *,
         on_wake: Callable[[], None],
         on_outbox: Callable[[str], None],
-        on_client: Callable[[str, str], Awaitable[None]],
+        on_client: Callable[[str, str], None],
         on_progress: Callable[[str, dict[str, Any]], None],
         on_bridge_end: Callable[[dict[str, Any]], None] = lambda end: None,
     ) -> None:
@@ -59,9 +59,11 @@ class EventBus:
             await pubsub.subscribe(self.channel)
             self.on_wake()  # catch up on anything published while we were away
             async for message in pubsub.listen():
-                await self._handle(text(message["data"]))
+                self._handle(text(message["data"]))
 
-    async def _handle(self, data: str) -> None:
+    def _handle(self, data: str) -> None:
+        """Hand one event on; never waits (on a socket, on Redis): one slow peer must
+        not hold every other client's events."""
         kind, _, rest = data.partition(":")
         if kind == "wake":
             self.on_wake()
@@ -69,7 +71,7 @@ class EventBus:
             self.on_outbox(rest)
         elif kind == "client":
             backend_id, _, conn_id = rest.rpartition(":")
-            await self.on_client(backend_id, conn_id)
+            self.on_client(backend_id, conn_id)
         elif kind == "progress":
             body = orjson.loads(rest)
             self.on_progress(body["backendId"], body["message"])

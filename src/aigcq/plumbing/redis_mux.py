@@ -12,7 +12,8 @@ exception classes; everything else in the process still uses redis-py.
 Replies are raw RESP2, with no redis-py response callbacks (``XRANGE`` entries are
 ``[id, [field, value, ...]]``). A lost connection fails the commands in flight with
 ``ConnectionError``, a Redis silent for ``socket_timeout`` (redis-py's, 5 s by default)
-with ``TimeoutError``; the connection is made again on the next command. Nothing is
+with ``TimeoutError``; the connection is made again on the next command, and commands
+made meanwhile wait for it in one queue, so they still run in the order made. Nothing is
 retried here, because a script may already have run.
 """
 
@@ -128,9 +129,10 @@ class RedisMux:
         (re)loads scripts after a Redis restart."""
         self._template = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
         self._proto: _Protocol | None = None
-        self._connecting = asyncio.Lock()
         self._batch: list[tuple[Command, asyncio.Future[Any]]] = []
-        self._pending: set[asyncio.Task[None]] = set()  # batches waiting for a connection
+        #: batches waiting for a connection, oldest first: a later batch never overtakes them
+        self._waiting: list[tuple[list[Command], list[asyncio.Future[Any]]]] = []
+        self._connector: asyncio.Task[None] | None = None
 
     async def command(self, *args: Any) -> Any:
         """One command; its raw RESP2 reply."""
@@ -165,11 +167,11 @@ class RedisMux:
         batch, self._batch = self._batch, []
         commands = [command for command, _ in batch]
         replies = [fut for _, fut in batch]
-        if self._send(commands, replies):
+        if not self._waiting and self._send(commands, replies):
             return
-        task = asyncio.ensure_future(self._send_connected(commands, replies))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._waiting.append((commands, replies))  # behind every batch still waiting
+        if self._connector is None or self._connector.done():
+            self._connector = asyncio.ensure_future(self._connect_and_send())
 
     @property
     def connected(self) -> bool:
@@ -187,22 +189,27 @@ class RedisMux:
         self._proto.send(commands, replies)
         return True
 
-    async def _send_connected(
-        self, commands: Sequence[Command], replies: list[asyncio.Future[Any]]
-    ) -> None:
-        """:meth:`_send`, connecting first; a failed connection fails every reply."""
+    async def _connect_and_send(self) -> None:
+        """Connect, then write every waiting batch in the order made, in one go (no later
+        batch can slip in between); a failed connection fails them all."""
         try:
-            while not self._send(commands, replies):
-                async with self._connecting:
-                    if not self.connected:
-                        self._proto = await self._connect()
+            if not self.connected:
+                self._proto = await self._connect()
         except BaseException as exc:
             error = exc if isinstance(exc, RedisError) else ConnectionError(repr(exc))
-            for fut in replies:
-                if not fut.done():
-                    fut.set_exception(error)
+            self._fail_waiting(error)
             if not isinstance(exc, Exception):
                 raise
+            return
+        waiting, self._waiting = self._waiting, []
+        for commands, replies in waiting:
+            if not self._send(commands, replies):  # lost again at once
+                _fail(replies, ConnectionError("Redis connection lost while connecting"))
+
+    def _fail_waiting(self, error: RedisError) -> None:
+        waiting, self._waiting = self._waiting, []
+        for _, replies in waiting:
+            _fail(replies, error)
 
     async def _connect(self) -> _Protocol:
         t = self._template
@@ -259,6 +266,12 @@ class RedisMux:
         proto, self._proto = self._proto, None
         if proto is not None and proto.transport is not None:
             proto.transport.close()
+
+
+def _fail(replies: list[asyncio.Future[Any]], error: RedisError) -> None:
+    for fut in replies:
+        if not fut.done():  # one exception each: a raised one collects its traceback
+            fut.set_exception(type(error)(*error.args))
 
 
 def _keepalive(proto: _Protocol) -> None:

@@ -79,6 +79,11 @@ class Keys:
         return f"{self.prefix}:outbox:{backend_id}"
 
     @property
+    def outboxes(self) -> str:
+        """Every client with an outbox stream (ZSET backendId -> time of its last message)."""
+        return f"{self.prefix}:outboxes"
+
+    @property
     def progress(self) -> str:
         """HASH backendId -> connId of clients connected with ``progress=1`` (anywhere)."""
         return f"{self.prefix}:progress"

@@ -15,7 +15,7 @@ from typing import Any
 
 import uvicorn
 
-from aigcq.config import PlatformConfig, Settings
+from aigcq.config import NO_SIGNING_KEY, PlatformConfig, Settings
 from aigcq.embedded.ownership import EmbeddedServerError
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.plumbing.redis_client import redis_client
@@ -142,6 +142,14 @@ async def serve(settings: Settings, config: PlatformConfig) -> None:
         await redis.aclose()
 
 
+def require_signing_key(settings: Settings) -> None:
+    """Refuse to start without a key for webhook URLs: with an empty one anyone could sign
+    a TASK_END (``up`` generates TOKEN_SECRET; several ``serve`` processes share one)."""
+    if not settings.signing_key():
+        log.error("%s", NO_SIGNING_KEY)
+        raise SystemExit(2)
+
+
 def warn_missing_secrets(settings: Settings, *, bridges: bool) -> None:
     """``aigcq serve`` takes its secrets from the environment (``up`` generates them): say
     at start-up, not at each refusal, who will be turned away (``bridges``: this process
@@ -185,6 +193,8 @@ def run_with_redis(
     main: Callable[[], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
     """Serve (or run ``main``); start a private Redis first when no ``AIGCQ_REDIS_URL``."""
+    if main is None:
+        require_signing_key(settings)
     embedded: EmbeddedRedis | None = None
     if not settings.redis_url:
         embedded = EmbeddedRedis(embedded_dir)

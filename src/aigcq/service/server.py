@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from redis.asyncio import Redis
 from aigcq import platforms
 from aigcq.bridges.hub import BridgeHub
 from aigcq.config import PlatformConfig, Settings
+from aigcq.delivery.retention import RETENTION_SWEEP_S, OutboxRetention
 from aigcq.gateway.admin_api import admin_router
 from aigcq.gateway.callbacks import callback_routes
 from aigcq.gateway.errors import ClientError
@@ -27,7 +29,7 @@ from aigcq.gateway.ws import client_endpoint
 from aigcq.observability import metrics
 from aigcq.platforms.base import PlatformAdapter, ResultOutcome, adapter_class, registered
 from aigcq.platforms.client import PlatformClient
-from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.background import cancel_and_wait, round_failed
 from aigcq.plumbing.events import EventBus
 from aigcq.queue.store import TaskStore
 from aigcq.scheduler.dispatcher import Dispatcher
@@ -119,10 +121,23 @@ class Service:
         return self._callback_format.parse_result(body)
 
     async def _deliver_sweep(self) -> None:
-        """Covers pub/sub messages lost while a subscription was reconnecting."""
+        """Covers pub/sub messages lost while a subscription was reconnecting, and drops
+        outbox messages past their retention (about once a minute)."""
+        loop = asyncio.get_running_loop()
+        retention = OutboxRetention(
+            self.rt.redis, self.rt.store.keys, self.rt.settings.outbox_retention_s
+        )
+        next_trim = loop.time()
         while True:
             await asyncio.sleep(self.rt.settings.sweep_interval_s * 5)
             self.gateway.clients.notify_all()
+            if loop.time() < next_trim:
+                continue
+            next_trim = loop.time() + RETENTION_SWEEP_S
+            try:
+                await retention.sweep(time.time())
+            except Exception as exc:
+                round_failed(log, "outbox retention sweep", exc)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:

@@ -35,6 +35,7 @@ redis.call('HINCRBY', P .. ':finished', h[5] or '', 1)
 if h[8] == '1' and ARGV[12] ~= '1' then
   redis.call('XADD', P .. ':outbox:' .. h[7], 'MINID', '~', ARGV[9], '*',
     'taskId', id, 'status', to, 'body', ARGV[8])
+  redis.call('ZADD', P .. ':outboxes', now, h[7])  -- for the retention sweep (outbox.py)
   redis.call('PUBLISH', P .. ':events', 'outbox:' .. h[7])
 end
 -- A slot is free: wake the dispatchers when tasks wait for it. Bridge slots are shared
