@@ -93,6 +93,7 @@ class Bridge:
             self._register_message,
             self._heartbeat_message,
             self._on_assign,
+            self.runner.cancel,
         )
         self._server: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task[Any]] = []

@@ -28,6 +28,8 @@ from aigcq.bridges.protocol import (
     RegisterMessage,
     TaskAssignData,
     TaskAssignMessage,
+    TaskCancelData,
+    TaskCancelMessage,
     encode,
     parse_bridge_message,
 )
@@ -72,6 +74,7 @@ class HubLink:
         register: Callable[[], RegisterMessage],
         heartbeat_message: Callable[[], HeartbeatMessage],
         on_assign: Callable[[TaskAssignData], Coroutine[object, object, None]],
+        on_cancel: Callable[[TaskCancelData], Coroutine[object, object, None]],
     ) -> None:
         self.url = url
         self.token = token
@@ -81,6 +84,7 @@ class HubLink:
         self._register = register
         self._heartbeat_message = heartbeat_message
         self._on_assign = on_assign
+        self._on_cancel = on_cancel
         self.state = "disconnected"
         self.since = time.time()
         self.last_error = ""
@@ -208,9 +212,9 @@ class HubLink:
         if isinstance(msg, PingMessage):
             await ws.send(encode(PongMessage()))
         elif isinstance(msg, TaskAssignMessage):
-            task = asyncio.create_task(self._on_assign(msg.data))
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
+            self._handle_in_background(self._on_assign(msg.data))
+        elif isinstance(msg, TaskCancelMessage):
+            self._handle_in_background(self._on_cancel(msg.data))
         elif isinstance(msg, ErrorMessage):
             log.warning(
                 "bridge %s: hub error %s: %s",
@@ -219,3 +223,8 @@ class HubLink:
                 msg.data.msg,
                 extra=ctx(bridge=self.bridge_id),
             )
+
+    def _handle_in_background(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -61,20 +60,37 @@ def history_outputs(entry: dict[str, Any]) -> list[OutputRef]:
     return refs
 
 
-def history_error(entry: dict[str, Any]) -> str | None:
-    """None for a successful entry, else a one-line description of what went wrong."""
+@dataclass(frozen=True, slots=True)
+class PromptError:
+    """Why a finished prompt failed: ``infrastructure`` (out of memory, interrupted from
+    outside) or the task's own (a node raised on its inputs)."""
+
+    failure_class: Literal["task", "infrastructure"]
+    code: str
+    message: str
+
+
+_OOM = ("OutOfMemoryError", "out of memory", "Allocation on device")
+
+
+def history_error(entry: dict[str, Any]) -> PromptError | None:
+    """None for a successful entry, else what went wrong."""
     status = entry.get("status") or {}
     if status.get("status_str") == "success":
         return None
     for name, data in reversed(status.get("messages") or []):
         if name == "execution_error":
-            return (
+            message = (
                 f"{data.get('node_type')} (node {data.get('node_id')}): "
                 f"{data.get('exception_type')}: {data.get('exception_message')}"
             )
+            if any(sign in message for sign in _OOM):
+                return PromptError("infrastructure", "OutOfMemory", message)
+            return PromptError("task", "NodeError", message)
         if name == "execution_interrupted":
-            return f"interrupted at {data.get('node_type')} (node {data.get('node_id')})"
-    return "ComfyUI reported an error"
+            where = f"{data.get('node_type')} (node {data.get('node_id')})"
+            return PromptError("infrastructure", "Interrupted", f"interrupted at {where}")
+    return PromptError("infrastructure", "ComfyUIError", "ComfyUI reported an error")
 
 
 def rejection_summary(body: Any) -> str:
@@ -201,6 +217,18 @@ class ComfyInstance:
             return None
         return entry if isinstance(entry, dict) else None
 
+    async def queued(self, prompt_id: str) -> bool:
+        """Whether ``prompt_id`` is running or waiting in ``/queue``; raises
+        :class:`InstanceDown` when the instance does not answer."""
+        try:
+            resp = await self.http.get(f"{self.url}/queue", timeout=5.0)
+            resp.raise_for_status()
+            q = resp.json()
+            items = [*q.get("queue_running", []), *q.get("queue_pending", [])]
+        except (httpx.HTTPError, ValueError, AttributeError) as e:
+            raise InstanceDown(f"{self.instance_id}: /queue: {e}") from None
+        return any(isinstance(i, list) and len(i) > 1 and i[1] == prompt_id for i in items)
+
     async def download(self, ref: OutputRef, dest: Path) -> None:
         """Stream ``/view`` for ``ref`` into ``dest``."""
         params = {"filename": ref.filename, "subfolder": ref.subfolder, "type": ref.type}
@@ -233,19 +261,6 @@ class InstancePool:
         best = min(free, key=lambda i: (len(i.running), i.external_load))
         best.running.add(task_id)
         return best
-
-    async def acquire_within(
-        self, task_id: str, exclude: frozenset[str], timeout: float
-    ) -> ComfyInstance | None:
-        """Like :meth:`acquire`, waiting up to ``timeout`` for a busy instance to free up;
-        None at once when no other healthy instance exists."""
-        deadline = time.monotonic() + timeout
-        while True:
-            found = self.acquire(task_id, exclude)
-            others = [i for i in self.instances if i.healthy and i.instance_id not in exclude]
-            if found is not None or not others or time.monotonic() >= deadline:
-                return found
-            await asyncio.sleep(0.2)
 
     @staticmethod
     def release(instance: ComfyInstance, task_id: str) -> None:

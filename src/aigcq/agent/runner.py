@@ -41,10 +41,12 @@ from aigcq.bridges.protocol import (
     ACK_WORKFLOW_NOT_FOUND,
     AckBody,
     BridgeMessage,
+    FailureClass,
     OutputFile,
     TaskAckData,
     TaskAckMessage,
     TaskAssignData,
+    TaskCancelData,
     TaskEndBody,
     TaskEndResult,
     TaskProgressData,
@@ -58,7 +60,15 @@ _FINAL_EVENTS = frozenset({"execution_success", "execution_error", "execution_in
 
 
 class TaskFailed(Exception):
-    """The task ends with TASK_END code 1 and this message."""
+    """The task ends with TASK_END code 1 and this failure (class, code, message)."""
+
+    def __init__(self, failure_class: FailureClass, code: str, message: str) -> None:
+        super().__init__(message)
+        self.result = TaskEndResult.failed(failure_class, code, message)
+
+
+def _machine(code: str, message: str) -> TaskFailed:
+    return TaskFailed("infrastructure", code, message)
 
 
 def prompt_id_for(task_id: str, attempt: int | None) -> str:
@@ -75,9 +85,12 @@ class RunningTask:
     task_id: str
     prompt_id: str
     instance: ComfyInstance
+    attempt: int | None = None
     started: float = field(default_factory=time.monotonic)
     progress: dict[str, Any] = field(default_factory=dict)
     last_progress_sent: float = 0.0
+    job: asyncio.Task[Any] | None = None  # the handler running it
+    cancelled: bool = False  # by the hub (TASK_CANCEL): no TASK_END
 
 
 @dataclass(frozen=True)
@@ -137,21 +150,50 @@ class TaskRunner:
             return
         except WorkflowError as e:
             await self._ack(task_id, assign.attempt)
-            self._finish(task_id, assign.webhook_url, TaskEndResult.failure(str(e)))
+            result = TaskEndResult.failed("task", "InvalidWorkflow", str(e))
+            self._finish(task_id, assign.webhook_url, result)
             return
         instance = self.pool.acquire(task_id)
         if instance is None:
             await self._ack(task_id, assign.attempt, ACK_NO_CAPACITY, "no free ComfyUI instance")
             return
         await self._ack(task_id, assign.attempt)
-        task = RunningTask(task_id, prompt_id_for(task_id, assign.attempt), instance)
+        prompt_id = prompt_id_for(task_id, assign.attempt)
+        task = RunningTask(task_id, prompt_id, instance, assign.attempt)
+        task.job = asyncio.current_task()
         self.running[task_id] = task
         try:
             result = await self._run(task, workflow)
+        except asyncio.CancelledError:
+            if not task.cancelled:
+                raise
+            return  # the hub no longer wants it: no TASK_END
         finally:
             self.running.pop(task_id, None)
             self.pool.release(task.instance, task_id)
         self._finish(task_id, assign.webhook_url, result)
+
+    async def cancel(self, order: TaskCancelData) -> None:
+        """TASK_CANCEL: stop the prompt on its instance (interrupt it only if that
+        instance runs it, else delete it from its queue), free the slot, no TASK_END."""
+        task = self.running.get(order.task_id)
+        if task is None or order.attempt not in (None, task.attempt):
+            log.info(
+                "task %s: TASK_CANCEL for a task not running here",
+                order.task_id,
+                extra=ctx(task=order.task_id),
+            )
+            return
+        task.cancelled = True
+        await task.instance.cancel(task.prompt_id)
+        if task.job is not None:
+            task.job.cancel()
+        log.info(
+            "task %s: cancelled on %s",
+            task.task_id,
+            task.instance.instance_id,
+            extra=ctx(task=task.task_id),
+        )
 
     async def _ack(
         self, task_id: str, attempt: int | None, code: int = ACK_OK, msg: str = "success"
@@ -181,15 +223,18 @@ class TaskRunner:
         try:
             entry = await self._execute(task, workflow)
             files = await self._collect(task, entry)
-        except (TaskFailed, PromptRejected) as e:
-            return TaskEndResult.failure(str(e))
+        except TaskFailed as e:
+            return e.result
+        except PromptRejected as e:  # ComfyUI's validation: the workflow's fault
+            return TaskEndResult.failed("task", "PromptValidation", str(e))
         except Exception as e:  # a bridge bug must still end the task
             log.exception("task %s: unexpected error", task.task_id, extra=ctx(task=task.task_id))
-            return TaskEndResult.failure(f"bridge error: {type(e).__name__}: {e}")
+            return _machine("BridgeError", f"bridge error: {type(e).__name__}: {e}").result
         return TaskEndResult(code=0, msg="success", data=files)
 
     async def _execute(self, task: RunningTask, workflow: Workflow) -> dict[str, Any]:
-        """Run the prompt, moving to another instance while instances are down."""
+        """Run the prompt, moving to another free instance while instances are down; none
+        free: a machine's failure, the hub retries the task elsewhere."""
         tried: set[str] = set()
         while True:
             try:
@@ -205,11 +250,9 @@ class TaskRunner:
                 task.instance.healthy = False
                 tried.add(task.instance.instance_id)
                 self.pool.release(task.instance, task.task_id)
-                other = await self.pool.acquire_within(
-                    task.task_id, frozenset(tried), self.settings.task_timeout
-                )
+                other = self.pool.acquire(task.task_id, frozenset(tried))
                 if other is None:
-                    raise TaskFailed(f"no ComfyUI instance reachable ({e})") from None
+                    raise _machine("InstanceLost", f"no ComfyUI instance free ({e})") from None
                 task.instance = other
 
     async def _run_on(self, task: RunningTask, workflow: Workflow) -> dict[str, Any]:
@@ -243,14 +286,29 @@ class TaskRunner:
                 continue
             if not instance.healthy:
                 raise InstanceDown("lost while running the prompt")
-            entry = await instance.history(task.prompt_id)
+            entry = await self._reconcile(task)
             if entry is not None:
                 error = history_error(entry)
                 if error:
-                    raise TaskFailed(error)
+                    raise TaskFailed(error.failure_class, error.code, error.message)
                 return entry
         await instance.cancel(task.prompt_id)
-        raise TaskFailed(f"ComfyUI did not finish within {self.settings.task_timeout:.0f}s")
+        timeout = self.settings.task_timeout
+        raise _machine("Timeout", f"ComfyUI did not finish within {timeout:.0f}s")
+
+    @staticmethod
+    async def _reconcile(task: RunningTask) -> dict[str, Any] | None:
+        """The prompt's history entry once it finished; ``None`` while it is queued or
+        running. In neither (deleted from the queue, the instance restarted): lost."""
+        instance = task.instance
+        entry = await instance.history(task.prompt_id)
+        if entry is not None or await instance.queued(task.prompt_id):
+            return entry
+        entry = await instance.history(task.prompt_id)  # it may have just finished
+        if entry is None:
+            where = instance.instance_id
+            raise _machine("PromptLost", f"prompt {task.prompt_id} vanished from {where}")
+        return entry
 
     async def _progress(self, task: RunningTask, data: dict[str, Any]) -> None:
         task.progress = {
@@ -285,7 +343,8 @@ class TaskRunner:
             try:
                 await task.instance.download(ref, folder / name)
             except (httpx.HTTPError, OSError) as e:
-                raise TaskFailed(f"could not fetch output {ref.filename}: {e}") from None
+                message = f"could not fetch output {ref.filename}: {e}"
+                raise _machine("OutputUnavailable", message) from None
             url = f"{self.public_url()}/files/{folder_name}/{quote(name)}"
             file_type = PurePosixPath(name).suffix.lstrip(".").lower()
             files.append(

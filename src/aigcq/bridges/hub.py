@@ -1,9 +1,11 @@
 """The bridge hub: bridges connect to ``/ws``, we assign them tasks (an ``InternalTarget``).
 
-A slot is taken when TASK_ASSIGN is sent and reconciled with each HEARTBEAT. TASK_ACK code 0
-marks the task RUNNING (its TASK_END arrives over HTTP); a refusal, a missing ACK or a lost
-bridge puts an unacknowledged task back at the head of its queue, refunded. Bad input gets
-an ``ERROR`` frame and changes nothing; a bad token closes with 4401, a flood with 4008.
+A slot is taken when TASK_ASSIGN is sent and given back when the task ends, whichever way
+(see :mod:`.slots`). TASK_ACK code 0 marks the task RUNNING (its TASK_END arrives over
+HTTP); a refusal, a missing ACK or a lost bridge puts an unacknowledged task back at the
+head of its queue, refunded; a workflow nobody knows fails the task at once. A cancelled
+or superseded task is stopped on its bridge (TASK_CANCEL). Bad input gets an ``ERROR``
+frame and changes nothing; a bad token closes with 4401, a flood with 4008.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
@@ -22,9 +24,8 @@ from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
     ACK_OK,
+    ACK_WORKFLOW_NOT_FOUND,
     BridgeMessage,
-    ErrorData,
-    ErrorMessage,
     HeartbeatData,
     HeartbeatMessage,
     PingMessage,
@@ -36,27 +37,33 @@ from aigcq.bridges.protocol import (
     TaskAckMessage,
     TaskAssignData,
     TaskAssignMessage,
+    TaskCancelData,
+    TaskCancelMessage,
     TaskProgressMessage,
     encode,
     parse_bridge_message,
 )
 from aigcq.bridges.registry import Assignment, BridgeConn, BridgeRegistry
+from aigcq.bridges.rotation import Rotation
+from aigcq.bridges.session import CLOSE_AUTH, CLOSE_FLOOD, CLOSE_TIMEOUT, Rate, Session
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.gateway.auth import Auth, bearer
 from aigcq.health import Health, HealthMonitor
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import REDIS_OUTAGE
-from aigcq.plumbing.events import bridge_end_event, progress_event, running_message
+from aigcq.plumbing.events import progress_event, running_message
 from aigcq.plumbing.ws_frames import receive_frame
 from aigcq.queue.store import Claimed
-from aigcq.scheduler.outcomes import Outcomes
+from aigcq.scheduler.outcomes import Outcomes, TaskEnd
 from aigcq.service.runtime import Runtime
+
+__all__ = ["CLOSE_AUTH", "CLOSE_FLOOD", "CLOSE_TIMEOUT", "BridgeHub", "HubConfig"]
 
 log = logging.getLogger(__name__)
 
-CLOSE_AUTH = 4401
-CLOSE_FLOOD = 4008
-CLOSE_TIMEOUT = 4000
+#: how long a bridge whose socket closed counts as known (its reconnect is a blip)
+KNOWN_FOR_S = 600.0
+_COUNTED = {TaskEnd.SUCCEEDED: True, TaskEnd.FAILED: False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,38 +72,6 @@ class HubConfig:
     heartbeat_interval_s: float = 30.0
     missed_heartbeats: int = 3
     ack_timeout_s: float = 5.0
-
-
-class _Rate:
-    """At most ``limit`` messages per one-second window (``0``: no limit)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.window = 0
-        self.count = 0
-
-    def allow(self) -> bool:
-        now = int(time.monotonic())
-        if now != self.window:
-            self.window, self.count = now, 0
-        self.count += 1
-        return self.limit <= 0 or self.count <= self.limit
-
-
-@dataclass(slots=True)
-class _Session:
-    """One WebSocket: authenticated yet?, the bridge registered on it, its PING loop."""
-
-    ws: WebSocket
-    authed: bool
-    rate: _Rate
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    conn: BridgeConn | None = None
-    keepalive: asyncio.Task[None] | None = None
-
-    async def send(self, text: str) -> None:
-        async with self.lock:
-            await self.ws.send_text(text)
 
 
 class BridgeHub:
@@ -124,6 +99,7 @@ class BridgeHub:
         self.health = HealthMonitor(
             rt.redis, self.registry.live, rt.settings, on_change=lambda: self.wake()
         )
+        self.rotation = Rotation(rt, self.registry, self.health, lambda: self.wake())
         self.progress = ProgressRelay(rt)
         self.peers = PeerCapacity(
             rt.redis,
@@ -133,6 +109,7 @@ class BridgeHub:
         )
         # md:state:* describes the fleet: a process with no bridge leaves it to one with some
         self.health.speaks = lambda: bool(self.registry.live()) or not self.peers.bridges_elsewhere
+        self._closed_at: dict[str, float] = {}  # bridgeId -> when its socket closed
         self._background: set[asyncio.Task[None]] = set()
 
     # ---- InternalTarget ----------------------------------------------------------------
@@ -175,7 +152,7 @@ class BridgeHub:
         )
         if conn is None:
             return False
-        await self._save(conn)
+        await self.rotation.save(conn)
         if not drained:
             self.wake()
         return True
@@ -187,7 +164,7 @@ class BridgeHub:
         await ws.accept()
         token = ws.query_params.get("token") or bearer(ws.headers.get("authorization"))
         limit = self.rt.settings.bridge_max_msgs_per_s
-        session = _Session(ws, authed=token is not None, rate=_Rate(limit))
+        session = Session(ws, authed=token is not None, rate=Rate(limit))
         if token is not None and not self.auth.bridge(token):
             await self._refuse(session)
             return
@@ -195,7 +172,7 @@ class BridgeHub:
             while (raw := await receive_frame(ws)) is not None:
                 if not session.rate.allow():
                     log.warning(
-                        "bridge %s: message flood, closing", _bid(session), extra=_ctx(session)
+                        "bridge %s: message flood, closing", session.bridge_id, extra=session.ctx()
                     )
                     await ws.close(CLOSE_FLOOD, "too many messages")
                     break
@@ -208,8 +185,9 @@ class BridgeHub:
                 session.keepalive.cancel()
             if session.conn is not None:
                 await self._lost(session.conn, "socket closed")
+                self._closed_at[session.conn.bridge_id] = time.monotonic()
 
-    async def _on_frame_or_outage(self, session: _Session, raw: str | bytes) -> bool:
+    async def _on_frame_or_outage(self, session: Session, raw: str | bytes) -> bool:
         """:meth:`_on_frame`, keeping the bridge connected through a Redis outage: the
         message's effect is lost (what it reported comes again: heartbeats, held tasks on
         REGISTER, TASK_END retried by the bridge), not the connection."""
@@ -218,13 +196,13 @@ class BridgeHub:
         except REDIS_OUTAGE as exc:
             log.warning(
                 "bridge %s: message not handled, Redis unavailable (%s)",
-                _bid(session),
+                session.bridge_id,
                 exc,
-                extra=_ctx(session),
+                extra=session.ctx(),
             )
             return True
 
-    async def _on_frame(self, session: _Session, raw: str | bytes) -> bool:
+    async def _on_frame(self, session: Session, raw: str | bytes) -> bool:
         """Handle one frame; ``False`` when the connection was closed."""
         try:
             msg = parse_bridge_message(raw, sender="bridge")
@@ -232,8 +210,8 @@ class BridgeHub:
             if not session.authed:
                 await self._refuse(session)
                 return False
-            log.info("bridge %s: bad message: %s", _bid(session), exc, extra=_ctx(session))
-            await session.send(encode(exc.to_message()))
+            log.info("bridge %s: bad message: %s", session.bridge_id, exc, extra=session.ctx())
+            await session.send_message(exc.to_message())
             return True
         if not session.authed:
             if not (isinstance(msg, RegisterMessage) and self.auth.bridge(msg.data.token)):
@@ -243,12 +221,14 @@ class BridgeHub:
         await self._on_message(session, msg)
         return True
 
-    async def _on_message(self, session: _Session, msg: BridgeMessage) -> None:
+    async def _on_message(self, session: Session, msg: BridgeMessage) -> None:
         conn = session.conn
+        if conn is not None:
+            conn.last_seen = time.monotonic()  # any message is a sign of life
         if isinstance(msg, RegisterMessage):
             await self._register(session, msg.data)
         elif conn is None:
-            await _error(session, "NotRegistered", f"{msg.type} before REGISTER")
+            await session.error("NotRegistered", f"{msg.type} before REGISTER")
         elif isinstance(msg, HeartbeatMessage):
             await self._heartbeat(conn, msg.data)
         elif isinstance(msg, TaskAckMessage):
@@ -258,30 +238,29 @@ class BridgeHub:
         elif isinstance(msg, TaskProgressMessage):
             await self.progress.forward(msg.data)
 
-    async def _refuse(self, session: _Session) -> None:
+    async def _refuse(self, session: Session) -> None:
         log.warning("bridge connection refused: invalid or missing token")
-        await _error(session, "AuthError", "invalid or missing bridge token")
+        await session.error("AuthError", "invalid or missing bridge token")
         await session.ws.close(CLOSE_AUTH, "AuthError")
 
     # ---- bridge messages ----------------------------------------------------------------
 
-    async def _register(self, session: _Session, data: RegisterData) -> None:
+    async def _register(self, session: Session, data: RegisterData) -> None:
         bridge_id = data.bridge_id
         if session.conn is not None and session.conn.bridge_id != bridge_id:
-            await _error(session, "InvalidMessage", "bridgeId cannot change on a connection")
+            await session.error("InvalidMessage", "bridgeId cannot change on a connection")
             return
         old = self.registry.bridges.get(bridge_id)
         if old is not None and old is not session.conn:
             await self._lost(old, "replaced by a new connection", check=False)
         conn = session.conn or BridgeConn(bridge_id, session.send)
-        conn.online = True
-        conn.drained = bridge_id in self.registry.drained
-        conn.reconcile(data.instance_count, data.available_instance_count)
+        conn.set_state(online=True, drained=bridge_id in self.registry.drained)
+        conn.report(data.instance_count, data.available_instance_count)
         self.registry.bridges[bridge_id] = conn
         session.conn = conn
         if session.keepalive is None:
             session.keepalive = asyncio.create_task(self._keepalive(session, conn))
-        await self._save(conn)
+        await self.rotation.save(conn)
         if data.tasks is not None:
             await self._reconcile_held(conn, set(data.tasks))
         log.info(
@@ -291,18 +270,25 @@ class BridgeHub:
             data.instance_count,
             extra=ctx(bridge=bridge_id),
         )
-        self.health.poke()  # the first bridge ever makes internal capacity usable at once
+        # the first bridge ever, or a known one back after a socket blip: usable at once
+        self.health.poke(reconnected=self._known(bridge_id))
         self.wake()
 
+    def _known(self, bridge_id: str) -> bool:
+        now = time.monotonic()
+        self._closed_at = {b: t for b, t in self._closed_at.items() if now - t < KNOWN_FOR_S}
+        return self._closed_at.pop(bridge_id, None) is not None
+
     async def _reconcile_held(self, conn: BridgeConn, listed: set[str]) -> None:
-        """Requeue acknowledged tasks the bridge no longer lists (fenced by attempt)."""
+        """Keep on ``conn`` the acknowledged tasks it still holds (re-adopted prompts among
+        them); requeue those it no longer lists (fenced by attempt)."""
         ttl = int(self.rt.settings.task_deadline_s) + 60
         for task_id, attempt in (await self.registry.take_held(conn.bridge_id)).items():
             if task_id in listed:
                 await self.registry.remember(conn.bridge_id, task_id, attempt, ttl)
-                conn.running.add(task_id)
+                conn.adopt(task_id, attempt)
                 continue
-            conn.running.discard(task_id)
+            conn.end(task_id)
             log.warning(
                 "bridge %s: task %s no longer held, requeued",
                 conn.bridge_id,
@@ -315,13 +301,16 @@ class BridgeHub:
 
     async def _heartbeat(self, conn: BridgeConn, data: HeartbeatData) -> None:
         before = conn.free()
-        conn.reconcile(data.instance_count, data.available_instance_count)
-        cooled = time.monotonic() - (conn.quarantined_at or 0.0) >= self._quarantine_s
-        probation: int | None = None
-        if conn.quarantined_at is not None and cooled and data.available_instance_count > 0:
-            probation = conn.failures = self.rt.settings.bridge_failure_limit - 1
-            self._readmit(conn, "heartbeat with free instances after cool-down")
-        await self._save(conn, failures=probation)
+        gone = conn.report(data.instance_count, data.available_instance_count, data.tasks)
+        for task_id in gone:
+            log.info(
+                "bridge %s: task %s no longer held, its slot is free",
+                conn.bridge_id,
+                task_id,
+                extra=ctx(task=task_id, bridge=conn.bridge_id),
+            )
+        probation = self.rotation.probation(conn, data.available_instance_count)
+        await self.rotation.save(conn, failures=probation)
         log.debug(
             "bridge %s: heartbeat, %d free",
             conn.bridge_id,
@@ -331,39 +320,60 @@ class BridgeHub:
         if conn.free() > before:
             self.wake()
 
-    async def _ack(self, session: _Session, conn: BridgeConn, data: TaskAckData) -> None:
+    async def _ack(self, session: Session, conn: BridgeConn, data: TaskAckData) -> None:
         task_id = data.data.task_id
-        pending = conn.pending.pop(task_id, None)
-        if pending is None:
-            if task_id in conn.ended_early:  # finished already: nothing left to do
-                conn.ended_early.discard(task_id)
+        if task_id not in conn.pending:
+            if conn.slots.ended_early(task_id):  # finished already: nothing left to do
                 return
-            await _error(session, "UnknownTask", f"task {task_id!r} is not awaiting an ACK")
-            return
-        if pending.timer is not None:
-            pending.timer.cancel()
+            if not conn.pending or data.data.attempt is not None:
+                await session.error("UnknownTask", f"task {task_id!r} is not awaiting an ACK")
+                return
+            # a seed-002 bridge (no attempt echoed) acknowledges with its own taskId: it
+            # answers the oldest assignment it has not acknowledged
+            remote_id, task_id = task_id, next(iter(conn.pending))
+            conn.pending[task_id].remote_id = remote_id
         if data.code == ACK_OK:
+            pending = conn.ack(task_id)
+            assert pending is not None
             await self._acked(conn, task_id, pending)
         else:
-            # The slot stays taken until the next HEARTBEAT says otherwise: a bridge that
-            # refused (no instance free, say) would be handed the same task again at once.
-            reason = f"bridge {conn.bridge_id} refused: {data.code} {data.msg}"
+            await self._refused(conn, task_id, data)
+
+    async def _refused(self, conn: BridgeConn, task_id: str, data: TaskAckData) -> None:
+        """A refusal: the slot stays busy until the bridge's next report (it said it has no
+        room); the task waits again, or fails when nobody knows its workflow."""
+        pending = conn.refuse(task_id)
+        assert pending is not None
+        reason = f"bridge {conn.bridge_id} refused: {data.code} {data.msg}"
+        if data.code == ACK_WORKFLOW_NOT_FOUND:
+            if not await self._workflow_known(pending.workflow_id):
+                await self._fail(task_id, "WorkflowNotFound", data.msg, pending.workflow_id)
+                return
+            await self.rt.store.requeue(task_id, attempt=pending.attempt, reason=reason)
+        else:
             await self._requeue(task_id, pending.attempt, reason)
-            self.wake()
+        self.wake()
+
+    async def _workflow_known(self, workflow_id: str) -> bool:
+        """Whether the workflow registry holds ``workflow_id``."""
+        if not workflow_id:
+            return False
+        return bool(await self.rt.redis.exists(self.rt.store.keys.workflow(workflow_id)))
 
     async def _acked(self, conn: BridgeConn, task_id: str, pending: Assignment) -> None:
         deadline_s = self.rt.deadline_s(self.rt.config.account(pending.aigc, pending.platform))
-        conn.running.add(task_id)  # already: its TASK_END may arrive while we write this
         ok = await self.rt.store.mark_running(
             task_id,
             pending.attempt,
-            task_id,
+            pending.remote_id or task_id,
             deadline_s=deadline_s,
             kind="callback",
             progress=progress_event(pending.backend_id, running_message(task_id, self.name)),
         )
-        if not ok:
-            conn.running.discard(task_id)
+        if not ok:  # no longer wanted (cancelled, superseded): stop it on the bridge
+            if conn.end(task_id, pending.attempt):
+                self._spawn(self._cancel_on(conn, task_id, pending.attempt))
+                self.wake()
         else:
             await self.registry.remember(
                 conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
@@ -382,11 +392,12 @@ class BridgeHub:
         try:
             msg = self._assign_message(c)
         except ValidationError as exc:
-            await self._reject(c, str(exc))
+            await self._fail(c.task_id, "InvalidPayload", "not a valid bridge task", str(exc))
             return
-        pending = Assignment(c.attempt, aigc, platform, c.backend_id)
-        conn.available -= 1
-        conn.pending[c.task_id] = pending
+        pending = Assignment(c.attempt, aigc, platform, c.backend_id, workflow_id=c.workflow_id)
+        if not conn.take(c.task_id, pending):
+            await self._requeue(c.task_id, c.attempt, f"bridge {conn.bridge_id} is full")
+            return
         pending.timer = asyncio.get_running_loop().call_later(
             self.config.ack_timeout_s, self._spawn_ack_timeout, conn, c.task_id
         )
@@ -424,42 +435,40 @@ class BridgeHub:
         )
         return TaskAssignMessage(data=data)
 
-    async def _reject(self, c: Claimed, reason: str) -> None:
-        """A payload no bridge can run: the task fails for its client."""
-        error = {"code": "InvalidPayload", "message": "not a valid bridge task", "detail": reason}
+    async def _fail(self, task_id: str, code: str, message: str, detail: str) -> None:
+        """A task no bridge can run (invalid payload, unknown workflow): it fails for its
+        client at once, and no bridge's health is touched."""
+        error = {"code": code, "message": message, "detail": detail}
         await self.rt.store.finish(
-            c.task_id,
+            task_id,
             TaskState.FAILED,
             error=error,
             message=self.outcomes.error_body(ErrorCode.TASK_FAILED, error),
-            note="bridge: invalid payload",
+            note=f"bridge: {code}",
         )
         log.warning(
-            "task %s: not assignable to a bridge: %s", c.task_id, reason, extra=ctx(task=c.task_id)
+            "task %s: fails, %s: %s (%s)",
+            task_id,
+            code,
+            message,
+            detail,
+            extra=ctx(task=task_id),
         )
 
     def _spawn_ack_timeout(self, conn: BridgeConn, task_id: str) -> None:
         self._spawn(self._ack_timeout(conn, task_id))
 
     async def _ack_timeout(self, conn: BridgeConn, task_id: str) -> None:
-        pending = conn.pending.pop(task_id, None)
+        pending = conn.release(task_id)
         if pending is not None:
-            reason = f"bridge {conn.bridge_id}: no TASK_ACK"
             log.warning(
                 "bridge %s: task %s not acknowledged in time",
                 conn.bridge_id,
                 task_id,
                 extra=ctx(task=task_id, bridge=conn.bridge_id),
             )
-            await self._release(conn, task_id, pending, reason)
-
-    async def _release(
-        self, conn: BridgeConn, task_id: str, pending: Assignment, reason: str
-    ) -> None:
-        """Give back an unacknowledged task's slot and put the task back at the head."""
-        conn.available += 1
-        await self._requeue(task_id, pending.attempt, reason)
-        self.wake()
+            await self._requeue(task_id, pending.attempt, f"bridge {conn.bridge_id}: no TASK_ACK")
+            self.wake()
 
     async def _requeue(self, task_id: str, attempt: int, reason: str) -> None:
         await self.rt.store.requeue(
@@ -472,127 +481,84 @@ class BridgeHub:
         the head of its queue, refunded (a bridge's late TASK_ACK is then ignored)."""
         handed: list[str] = []
         for conn in list(self.registry.bridges.values()):
-            pending, conn.pending = conn.pending, {}
-            for task_id, p in pending.items():
-                if p.timer is not None:
-                    p.timer.cancel()
-                conn.available += 1
+            for task_id, p in conn.release_all().items():
                 await self._requeue(task_id, p.attempt, f"bridge {conn.bridge_id}: {reason}")
                 handed.append(task_id)
         return handed
 
-    # ---- failing bridges -----------------------------------------------------------------
+    # ---- a task's end -------------------------------------------------------------------
 
-    @property
-    def _quarantine_s(self) -> float:
-        return self.rt.settings.bridge_quarantine_s
-
-    def task_ended(self, task_id: str, target: str, ok: bool) -> None:
-        """TASK_END hook: the slot is free again; consecutive failures take a bridge out of
-        rotation, a success re-admits it. A bridge is also re-admitted by its first
-        HEARTBEAT with free instances after ``bridge_quarantine_s``, on probation: one more
-        failure and it is out again.
-
-        The count is the bridge's, in Redis, whichever process receives the TASK_END; the
-        process holding the bridge's connection applies it (see :meth:`_save`)."""
-        if target != self.name:
+    def task_ended(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
+        """A task ended (TASK_END applied or refused as gone, a cancel): its slot is free
+        on whichever bridge here holds it; a bridge still running a cancelled or superseded
+        attempt is told to stop (TASK_CANCEL). A machine's failure counts against the
+        bridge (its slot freed after the count: a failing bridge is out first), a success
+        resets the count; the count is shared in Redis (see :class:`.Rotation`)."""
+        holders = self.registry.holders(task_id)
+        if target != self.name and not holders:
             return
-        conn = next((b for b in self.registry.live() if _holds(b, task_id)), None)
-        if conn is not None:
-            _forget(conn, task_id)
-            if ok:
-                self._free_slot(conn)
-        self._spawn(self._count_end(task_id, ok, conn))
+        ran = next((b for b in holders if b.slots.attempt_of(task_id) == attempt), None)
+        for conn in holders:
+            if conn is not ran or end is not TaskEnd.FAILED:
+                self._end_on(conn, task_id, end, attempt)
+        if end is TaskEnd.GONE:
+            return  # a bridge elsewhere frees it when it stops listing the task
+        self._spawn(self._count(task_id, end, ran, attempt))
 
-    def _free_slot(self, conn: BridgeConn) -> None:
-        # The instance is free again now, not at the bridge's next HEARTBEAT (up to 30 s
-        # away): without this, finished GPUs would look busy and tasks would overflow.
-        # A HEARTBEAT sent after the task ended but handled before its TASK_END (HTTP and
-        # the socket race) has already counted this slot free: never count more free slots
-        # than the tasks we know to be on the bridge leave.
-        ours = conn.instance_count - len(conn.running) - len(conn.pending)
-        conn.available = min(conn.available + 1, ours)
+    async def _count(
+        self, task_id: str, end: TaskEnd, ran: BridgeConn | None, attempt: int | None
+    ) -> None:
+        cancel = end is TaskEnd.CANCELLED
+        await self.rotation.count_end(task_id, _COUNTED.get(end), ran, cancel=cancel)
+        if ran is not None and end is TaskEnd.FAILED:
+            self._end_on(ran, task_id, end, attempt)
+
+    def _end_on(self, conn: BridgeConn, task_id: str, end: TaskEnd, attempt: int | None) -> None:
+        held = conn.slots.attempt_of(task_id)
+        if held is None or (end is TaskEnd.GONE and attempt not in (None, held)):
+            return  # a newer attempt runs there: its slot stays taken
+        if end is TaskEnd.CANCELLED or (end is not TaskEnd.GONE and held != attempt):
+            self._spawn(self._cancel_on(conn, task_id, held))
+        conn.end(task_id)
         self.wake()
 
-    async def _count_end(self, task_id: str, ok: bool, conn: BridgeConn | None) -> None:
+    async def _cancel_on(self, conn: BridgeConn, task_id: str, attempt: int) -> None:
+        msg = TaskCancelMessage(data=TaskCancelData(task_id=task_id, attempt=attempt))
         try:
-            counted = await self.registry.count_end(task_id, ok, conn.bridge_id if conn else "")
-        except Exception as exc:  # Redis away: the next TASK_END counts again
-            log.warning(
-                "task %s: bridge failure count not updated: %r",
+            await conn.send(encode(msg))
+        except Exception as exc:  # gone: it re-registers without the task, or finishes it
+            log.info(
+                "bridge %s: TASK_CANCEL for task %s not sent: %r",
+                conn.bridge_id,
                 task_id,
                 exc,
-                extra=ctx(task=task_id, bridge=conn.bridge_id if conn else None),
-            )
-            counted = None
-        if conn is not None and not ok:  # freed only now: a failing bridge is out first
-            self._free_slot(conn)
-        if counted is None:
-            return
-        bridge_id, failures = counted
-        owner = self.registry.bridges.get(bridge_id)
-        if owner is None:  # another process holds the bridge: its slot is free now
-            end = {"bridgeId": bridge_id, "taskId": task_id, "failures": failures}
-            await self.rt.store.mux.command(
-                "PUBLISH", self.rt.store.keys.events, bridge_end_event(end)
-            )
-        elif self._apply_failures(owner, failures, task_id):
-            await self.registry.save(owner)
-
-    def remote_task_end(self, end: dict[str, Any]) -> None:
-        """A TASK_END that another process received, for a bridge connected here: free
-        the slot now rather than at the bridge's next HEARTBEAT (up to 30 s away), and
-        apply the bridge's failure count first (a failing bridge is out before reuse)."""
-        conn = self.registry.bridges.get(str(end.get("bridgeId")))
-        task_id = str(end.get("taskId"))
-        if conn is None or not _holds(conn, task_id):
-            return
-        _forget(conn, task_id)
-        if self._apply_failures(conn, int(end.get("failures", 0)), task_id):
-            self._spawn(self._save(conn))
-        self._free_slot(conn)
-
-    async def _save(self, conn: BridgeConn, *, failures: int | None = None) -> None:
-        """Save ``conn`` (setting its shared failure count to ``failures``, if given) and
-        apply the shared count, which TASK_ENDs received by other processes change."""
-        shared = await self.registry.save(conn, failures=failures)
-        if conn.online and self._apply_failures(conn, shared, None):
-            await self.registry.save(conn)
-
-    def _apply_failures(self, conn: BridgeConn, failures: int, task_id: str | None) -> bool:
-        """Quarantine at ``bridge_failure_limit`` failures in a row, re-admit below it (a
-        success resets the count); ``True`` if that changed the bridge's rotation."""
-        conn.failures = failures
-        limit = self.rt.settings.bridge_failure_limit
-        if conn.quarantined_at is None and failures >= limit:
-            conn.quarantined_at = time.monotonic()
-            log.warning(
-                "bridge %s: out of rotation after %d failed tasks in a row (last: task %s)",
-                conn.bridge_id,
-                conn.failures,
-                task_id or "?",
                 extra=ctx(task=task_id, bridge=conn.bridge_id),
             )
-            self.health.poke()
-            return True
-        if conn.quarantined_at is not None and failures < limit:
-            self._readmit(conn, f"task {task_id or '?'} succeeded")
-            return True
-        return False
-
-    def _readmit(self, conn: BridgeConn, why: str) -> None:
-        conn.quarantined_at = None
-        log.warning(
-            "bridge %s: back in rotation (%s)",
+            return
+        log.info(
+            "bridge %s: task %s attempt %d cancelled",
             conn.bridge_id,
-            why,
-            extra=ctx(bridge=conn.bridge_id),
+            task_id,
+            attempt,
+            extra=ctx(task=task_id, bridge=conn.bridge_id),
         )
-        self.wake()
+
+    def remote_task_end(self, end: dict[str, Any]) -> None:
+        """A task end that another process received, for a bridge connected here: free
+        the slot now rather than at the bridge's next HEARTBEAT, apply the bridge's
+        failure count first (a failing bridge is out before reuse), stop a cancelled task."""
+        conn = self.registry.bridges.get(str(end.get("bridgeId")))
+        task_id = str(end.get("taskId"))
+        if conn is None or not conn.slots.holds(task_id):
+            return
+        if self.rotation.apply(conn, int(end.get("failures", 0)), task_id):
+            self._spawn(self.rotation.save(conn))
+        kind = TaskEnd.CANCELLED if end.get("cancel") else TaskEnd.SUCCEEDED
+        self._end_on(conn, task_id, kind, conn.slots.attempt_of(task_id))
 
     # ---- losing a bridge ----------------------------------------------------------------
 
-    async def _keepalive(self, session: _Session, conn: BridgeConn) -> None:
+    async def _keepalive(self, session: Session, conn: BridgeConn) -> None:
         """PING periodically; declare the bridge lost after too many silent intervals."""
         cfg = self.config
         silence = cfg.heartbeat_interval_s * cfg.missed_heartbeats
@@ -606,7 +572,7 @@ class BridgeHub:
                 return
             if time.monotonic() >= next_ping:
                 next_ping += cfg.ping_interval_s
-                await session.send(encode(PingMessage()))
+                await session.send_message(PingMessage())
 
     async def _lost(self, conn: BridgeConn, reason: str, *, check: bool = True) -> None:
         """Offline: stop sending; unacknowledged tasks go back to waiting at once.
@@ -615,12 +581,12 @@ class BridgeHub:
         """
         if not conn.online:
             return
-        conn.online = False
         if self.registry.bridges.get(conn.bridge_id) is conn:
             del self.registry.bridges[conn.bridge_id]
+        conn.set_state(online=False)
         if check:
             self.health.poke()
-        pending, conn.pending = conn.pending, {}
+        pending = conn.release_all()
         log.warning(
             "bridge %s: offline (%s), %d unacked",
             conn.bridge_id,
@@ -628,9 +594,6 @@ class BridgeHub:
             len(pending),
             extra=ctx(bridge=conn.bridge_id),
         )
-        for p in pending.values():
-            if p.timer is not None:
-                p.timer.cancel()
         try:
             for task_id, p in pending.items():
                 await self._requeue(task_id, p.attempt, f"bridge {conn.bridge_id} lost: {reason}")
@@ -650,30 +613,3 @@ class BridgeHub:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-
-def _holds(conn: BridgeConn, task_id: str) -> bool:
-    return task_id in conn.running or task_id in conn.pending
-
-
-def _forget(conn: BridgeConn, task_id: str) -> None:
-    """The task's TASK_END came: it no longer runs on ``conn``. Its TASK_ACK may not have
-    (HTTP can overtake the socket): that late ACK is then dropped quietly."""
-    conn.running.discard(task_id)
-    early = conn.pending.pop(task_id, None)
-    if early is not None:
-        if early.timer is not None:
-            early.timer.cancel()
-        conn.ended_early.add(task_id)
-
-
-async def _error(session: _Session, code: str, msg: str) -> None:
-    await session.send(encode(ErrorMessage(data=ErrorData(code=code, msg=msg))))
-
-
-def _bid(session: _Session) -> str:
-    return session.conn.bridge_id if session.conn else "-"
-
-
-def _ctx(session: _Session) -> dict[str, str]:
-    return ctx(bridge=session.conn.bridge_id if session.conn else None)

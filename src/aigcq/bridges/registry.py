@@ -13,30 +13,40 @@ receives, at the next save, i.e. HEARTBEAT, for those another process received).
 
 Picking a bridge is O(log n): bridges with a free slot are bucketed by their sort key
 (load, -free), the keys kept in a heap with lazy deletion. A :class:`BridgeConn` in the
-registry re-files itself whenever a field its key depends on is assigned.
+registry re-files itself on every change through its methods (its slots are a
+:class:`~aigcq.bridges.slots.SlotLedger`), and the registry indexes which bridge holds
+which task.
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping, ValuesView
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    MutableMapping,
+    ValuesView,
+)
 from dataclasses import dataclass, field
+from typing import Literal
 
 from redis.commands.core import AsyncScript
 
+from aigcq.bridges.slots import Assignment, SlotLedger
 from aigcq.plumbing.text import text
 from aigcq.queue.store import TaskStore
 
 Send = Callable[[str], Awaitable[None]]
 Key = tuple[float, int]  # (load, -free): the smallest is picked
 
-#: BridgeConn fields that ``free()`` and ``load()`` depend on.
-_INDEXED = frozenset({"available", "instance_count", "online", "quarantined_at", "drained"})
+__all__ = ["Assignment", "BridgeConn", "BridgeRegistry"]
 
-# KEYS: bridgeof:{taskId}. ARGV: prefix, taskId, ok (1/0), fallback bridgeId.
+# KEYS: bridgeof:{taskId}. ARGV: prefix, taskId, ok (1/0, '': no count), fallback bridgeId.
 # Returns {bridgeId, failures}, or nil when no bridge is known for the task.
 _COUNT_END = """
 local bridge = redis.call('GET', KEYS[1])
@@ -50,62 +60,117 @@ if ARGV[3] == '1' then
   redis.call('HSET', key, 'failures', 0)
   return {bridge, 0}
 end
+if ARGV[3] == '' then
+  return {bridge, tonumber(redis.call('HGET', key, 'failures') or '0')}
+end
 return {bridge, redis.call('HINCRBY', key, 'failures', 1)}
 """
 
 
-@dataclass(slots=True)
-class Assignment:
-    """A TASK_ASSIGN sent and not yet acknowledged."""
-
-    attempt: int
-    aigc: str
-    platform: str
-    backend_id: str = ""
-    timer: asyncio.TimerHandle | None = None
-
-
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class BridgeConn:
-    """One live bridge connection. ``available`` counts a slot as taken at TASK_ASSIGN."""
+    """One live bridge connection: its slots (:class:`SlotLedger`) and its state.
 
-    #: the registry holding this connection, told when a field in ``_INDEXED`` changes
-    #: (first, so it exists before ``__init__`` assigns the others)
-    owner: BridgeRegistry | None = field(default=None, init=False, repr=False, compare=False)
+    Everything the pick index depends on (free slots, load, online, rotation, drain)
+    changes through a method here, which re-files the bridge in its registry."""
+
     bridge_id: str
     send: Send
-    instance_count: int = 0
-    available: int = 0
+    slots: SlotLedger = field(default_factory=SlotLedger)
     online: bool = True
-    last_seen: float = field(default_factory=time.monotonic)  # last REGISTER/HEARTBEAT
+    last_seen: float = field(default_factory=time.monotonic)  # last message of any kind
     last_pong: float = 0.0
-    pending: dict[str, Assignment] = field(default_factory=dict)
-    running: set[str] = field(default_factory=set)  # acknowledged, awaiting TASK_END
-    ended_early: set[str] = field(default_factory=set)  # TASK_END came before TASK_ACK
     failures: int = 0  # consecutive failed TASK_ENDs
     quarantined_at: float | None = None  # out of rotation since (monotonic)
     drained: bool = False  # by an operator: no new tasks, running ones finish
+    #: the registry holding this connection, told of every change to the above
+    owner: BridgeRegistry | None = field(default=None, repr=False)
 
-    def __setattr__(self, name: str, value: object) -> None:
-        object.__setattr__(self, name, value)
-        if name in _INDEXED and self.owner is not None:
-            self.owner.refile(self)
+    # ---- read-only views ---------------------------------------------------------------
+
+    @property
+    def instance_count(self) -> int:
+        return self.slots.instances
+
+    @property
+    def pending(self) -> dict[str, Assignment]:
+        return self.slots.pending
+
+    @property
+    def running(self) -> dict[str, int]:
+        return self.slots.running
 
     def free(self) -> int:
         usable = self.online and self.quarantined_at is None and not self.drained
-        return max(0, self.available) if usable else 0
+        return self.slots.free if usable else 0
 
     def load(self) -> float:
         """Share of instances in use (0 = idle); least-loaded bridges are picked first."""
-        if self.instance_count <= 0:
+        if self.slots.instances <= 0:
             return 1.0
-        return 1.0 - self.free() / self.instance_count
+        return 1.0 - self.free() / self.slots.instances
 
-    def reconcile(self, instance_count: int, reported_available: int) -> None:
-        """Trust the bridge's count, minus assignments it has not acknowledged yet."""
-        self.instance_count = instance_count
-        self.available = reported_available - len(self.pending)
+    # ---- changes (each re-files the bridge) --------------------------------------------
+
+    def set_state(
+        self,
+        *,
+        online: bool | None = None,
+        drained: bool | None = None,
+        quarantined_at: float | Literal["keep"] | None = "keep",
+    ) -> None:
+        if online is not None:
+            self.online = online
+        if drained is not None:
+            self.drained = drained
+        if quarantined_at != "keep":
+            self.quarantined_at = quarantined_at
+        self._changed()
+
+    def report(
+        self, instances: int, available: int, held: Collection[str] | None = None
+    ) -> list[str]:
+        """REGISTER / HEARTBEAT counts (see :meth:`SlotLedger.report`); a sign of life."""
         self.last_seen = time.monotonic()
+        gone = self.slots.report(instances, available, held)
+        self._changed(gone=gone)
+        return gone
+
+    def take(self, task_id: str, assignment: Assignment) -> bool:
+        taken = self.slots.take(task_id, assignment)
+        self._changed(added=[task_id] if taken else ())
+        return taken
+
+    def adopt(self, task_id: str, attempt: int) -> None:
+        self.slots.adopt(task_id, attempt)
+        self._changed(added=[task_id])
+
+    def ack(self, task_id: str) -> Assignment | None:
+        return self.slots.ack(task_id)  # a slot still taken: nothing to re-file
+
+    def refuse(self, task_id: str) -> Assignment | None:
+        assignment = self.slots.refuse(task_id)
+        self._changed(gone=[task_id] if assignment else ())
+        return assignment
+
+    def release(self, task_id: str) -> Assignment | None:
+        assignment = self.slots.release(task_id)
+        self._changed(gone=[task_id] if assignment else ())
+        return assignment
+
+    def release_all(self) -> dict[str, Assignment]:
+        out = self.slots.release_all()
+        self._changed(gone=list(out))
+        return out
+
+    def end(self, task_id: str, attempt: int | None = None) -> bool:
+        ended = self.slots.end(task_id, attempt)
+        self._changed(gone=[task_id] if ended else ())
+        return ended
+
+    def _changed(self, added: Iterable[str] = (), gone: Iterable[str] = ()) -> None:
+        if self.owner is not None:
+            self.owner.refile(self, added, gone)
 
 
 class _Bucket:
@@ -145,14 +210,15 @@ class _Bridges(MutableMapping[str, BridgeConn]):
         old = self._d.get(bridge_id)
         if old is not None and old is not conn:
             old.owner = None
+            self._registry.unfile(old)
         self._d[bridge_id] = conn
         conn.owner = self._registry
-        self._registry.refile(conn)
+        self._registry.refile(conn, added=[*conn.pending, *conn.running])
 
     def __delitem__(self, bridge_id: str) -> None:
         conn = self._d.pop(bridge_id)
         conn.owner = None
-        self._registry.unfile(bridge_id)
+        self._registry.unfile(conn)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._d)
@@ -189,6 +255,9 @@ class BridgeRegistry:
         self._in_heap: set[Key] = set()
         self._free_of: dict[str, int] = {}
         self._free_total = 0
+        #: taskId -> the bridges here holding it (two, briefly, when an attempt was
+        #: superseded on one and runs on the other)
+        self._holders: dict[str, list[BridgeConn]] = {}
         self._count_end: AsyncScript | None = None
 
     def key(self, bridge_id: str) -> str:
@@ -199,11 +268,22 @@ class BridgeRegistry:
 
     # ---- the pick index -------------------------------------------------------------------
 
-    def refile(self, conn: BridgeConn) -> None:
-        """Re-index ``conn`` after a change to its free slots, load or state."""
+    def holders(self, task_id: str) -> list[BridgeConn]:
+        """The bridges connected here that hold ``task_id`` (O(1))."""
+        return list(self._holders.get(task_id, ()))
+
+    def refile(self, conn: BridgeConn, added: Iterable[str] = (), gone: Iterable[str] = ()) -> None:
+        """Re-index ``conn`` after a change to its free slots, load or state; ``added`` and
+        ``gone``: the task ids it took on or let go."""
         bridge_id = conn.bridge_id
         if self._conns.get(bridge_id) is not conn:
             return
+        for task_id in added:
+            holders = self._holders.setdefault(task_id, [])
+            if conn not in holders:
+                holders.append(conn)
+        for task_id in gone:
+            self._unhold(task_id, conn)
         free = conn.free()
         self._free_total += free - self._free_of.get(bridge_id, 0)
         self._free_of[bridge_id] = free
@@ -223,12 +303,22 @@ class BridgeRegistry:
                     heapq.heappush(self._heap, new)
             bucket.add(bridge_id)
 
-    def unfile(self, bridge_id: str) -> None:
-        """Forget ``bridge_id`` (no longer in :attr:`bridges`)."""
+    def unfile(self, conn: BridgeConn) -> None:
+        """Forget ``conn`` (no longer in :attr:`bridges`)."""
+        bridge_id = conn.bridge_id
+        for task_id in [*conn.pending, *conn.running]:
+            self._unhold(task_id, conn)
         self._free_total -= self._free_of.pop(bridge_id, 0)
         old = self._key_of.get(bridge_id)
         if old is not None:
             self._unbucket(bridge_id, old)
+
+    def _unhold(self, task_id: str, conn: BridgeConn) -> None:
+        holders = self._holders.get(task_id)
+        if holders is not None and conn in holders:
+            holders.remove(conn)
+            if not holders:
+                del self._holders[task_id]
 
     def _unbucket(self, bridge_id: str, key: Key) -> None:
         del self._key_of[bridge_id]
@@ -257,7 +347,7 @@ class BridgeRegistry:
             self.drained.discard(bridge_id)
         conn = self.bridges.get(bridge_id)
         if conn is not None:
-            conn.drained = drained
+            conn.set_state(drained=drained)
         return conn
 
     def live(self) -> list[BridgeConn]:
@@ -303,13 +393,16 @@ class BridgeRegistry:
         )
         return int(replies[-1] or 0)
 
-    async def count_end(self, task_id: str, ok: bool, fallback: str = "") -> tuple[str, int] | None:
+    async def count_end(
+        self, task_id: str, ok: bool | None, fallback: str = ""
+    ) -> tuple[str, int] | None:
         """Count a TASK_END against the bridge that ran ``task_id`` (``fallback`` if none is
-        recorded): a success resets the bridge's shared failure count, a failure adds one.
-        Return (bridgeId, the new count), or ``None`` when the bridge is unknown."""
+        recorded): a success resets the bridge's shared failure count, a failure adds one,
+        ``None`` leaves it. Return (bridgeId, the count), or ``None`` when the bridge is
+        unknown."""
         if self._count_end is None:
             self._count_end = self.store.redis.register_script(_COUNT_END)
-        args: list[str | int] = [self.prefix, task_id, int(ok), fallback]
+        args: list[str | int] = [self.prefix, task_id, "" if ok is None else int(ok), fallback]
         out = await self.store.mux.script(self._count_end, [self.owner_key(task_id)], args)
         if not out:
             return None
