@@ -299,3 +299,14 @@ async def test_server_address_changes_at_run_time(env: Env, tmp_path: Path) -> N
         page = await env.http.get(f"{admin}/")
         assert new in page.text
         assert (await env.http.get(f"{admin}/healthz")).json() == {"status": "ok"}
+
+
+async def test_the_file_server_answers_only_files_the_bridge_produced(env: Env) -> None:
+    async with Bridge(env.settings) as bridge:
+        base = bridge.public_url
+        for path in ("/files/../bridge_id", "/files/%2E%2E/bridge_id", "/files/x/..%2Fbridge_id"):
+            async with httpx.AsyncClient() as http:
+                url = httpx.URL(base + path)
+                request = http.build_request("GET", url)
+                request.url = url.copy_with(raw_path=path.encode())  # sent as written
+                assert (await http.send(request)).status_code == 404, path

@@ -1,0 +1,94 @@
+"""Every end of a task on a bridge frees its slot at once, not at the bridge's next
+HEARTBEAT (30 s away): a client's cancel, a TASK_END refused as gone. An idle one-GPU
+bridge must not look busy, or the next task overflows to the paid platform.
+
+Also the seed-002 bridge that acknowledges with its own taskId, and TASK_CANCEL."""
+
+from __future__ import annotations
+
+import pytest
+
+from aigcq.domain import TaskState
+from tests.e2e.conftest import generate
+from tests.integration.test_bridge_hub import Env, env, task_end
+from tests.helpers import until
+
+__all__ = ["env"]
+
+
+async def test_a_client_cancel_frees_the_slot_and_stops_the_task_on_its_bridge(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    await client.request(generate("c1"))
+    assign = (await bridge.next())["data"]
+    await bridge.ack("c1")
+    await until(lambda: env.task("c1"), lambda t: t.state == "running")
+    reply = await client.request({"type": "cancel", "taskId": "c1"})
+    assert reply["type"] == "cancelled"
+    stop = await bridge.next()
+    assert stop == {"type": "TASK_CANCEL", "data": {"taskId": "c1", "attempt": 1}}
+    await client.request(generate("c2"))  # no HEARTBEAT in between
+    assert (await bridge.next())["data"]["taskId"] == "c2"
+    assert await task_end(env, assign["webhookUrl"], code=1) == 410
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_a_task_end_refused_as_gone_frees_the_slot(env: Env) -> None:
+    """The task was settled without the hub (a lost reply on finish, a process that
+    crashed): its TASK_END is answered 410, and the slot is free all the same."""
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    await client.request(generate("g1"))
+    assign = (await bridge.next())["data"]
+    await bridge.ack("g1")
+    await until(lambda: env.task("g1"), lambda t: t.state == "running")
+    await env.service.rt.store.finish("g1", TaskState.FAILED, error={"code": "x"}, note="test")
+    assert await task_end(env, assign["webhookUrl"]) == 410
+    await client.request(generate("g2"))
+    assert (await bridge.next())["data"]["taskId"] == "g2"
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_a_bridge_that_stops_listing_a_task_frees_its_slot(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    await client.request(generate("h1"))
+    await bridge.next()
+    await bridge.ack("h1")
+    await until(lambda: env.task("h1"), lambda t: t.state == "running")
+    await client.request(generate("h2"))
+    with pytest.raises(TimeoutError):
+        await bridge.next(timeout=0.3)  # the only slot is taken
+    await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1, "tasks": []})
+    assert (await bridge.next())["data"]["taskId"] == "h2"
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_a_seed_002_ack_with_the_bridges_own_id_binds_to_the_oldest_assignment(
+    env: Env,
+) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    client = await env.client()
+    for task_id in ("s1", "s2"):
+        await client.request(generate(task_id))
+    assigns = [(await bridge.next())["data"] for _ in range(2)]
+    for own in ("1910000000000000001", "1910000000000000002"):
+        body = {"taskId": own, "taskStatus": "RUNNING"}
+        await bridge.send("TASK_ACK", {"code": 0, "msg": "success", "data": body})
+    for a, own in zip(assigns, ("1910000000000000001", "1910000000000000002"), strict=True):
+        task = await until(lambda a=a: env.task(a["taskId"]), lambda t: t.state == "running")
+        assert task.remote_id == own
+    with pytest.raises(TimeoutError):  # no UnknownTask, no assignment again
+        await bridge.next(timeout=0.5)
+    for a in assigns:
+        assert await task_end(env, a["webhookUrl"]) == 200
+    assert {(await client.next())["taskId"] for _ in range(2)} == {"s1", "s2"}
+    await bridge.ws.close()
+    await client.close()
