@@ -10,8 +10,8 @@ import pytest
 
 from aigcq.domain import TaskState
 from tests.e2e.conftest import generate
-from tests.integration.test_bridge_hub import Env, env, task_end
 from tests.helpers import until
+from tests.integration.test_bridge_hub import Env, env, task_end
 
 __all__ = ["env"]
 

@@ -433,6 +433,7 @@ class QueueItem:
     extra_data: dict[str, Any] = field(compare=False)
     valid: ValidPrompt = field(compare=False)
     interrupted: bool = field(default=False, compare=False)
+    forgotten: bool = field(default=False, compare=False)  # its server "restarted"
 
     @property
     def client_id(self) -> str | None:
@@ -510,6 +511,15 @@ class ComfyUIEmulator:
         if self.running and prompt_id in (None, self.running.prompt_id):
             self.running.interrupted = True
 
+    async def restart(self) -> None:
+        """As if the ComfyUI process restarted: its queue, history and the running prompt
+        are forgotten (no events, no history entry for it)."""
+        self.pending = []
+        self.history.clear()
+        if self.running is not None:
+            self.running.interrupted = self.running.forgotten = True
+        await self.broadcast_status()
+
     def _take_failure(self) -> bool:
         if self.config.fail_next > 0:
             self.config.fail_next -= 1
@@ -559,6 +569,8 @@ class ComfyUIEmulator:
                         item, current, results, ui, current == fail_at
                     )
         except Interrupted:
+            if item.forgotten:
+                return
             node_type = item.prompt[current]["class_type"]
             info = {"node_id": current, "node_type": node_type, "executed": list(results)}
             await event("execution_interrupted", info, broadcast=True)
@@ -787,6 +799,11 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
         emu.config.fail_next = int(body.get("next", emu.config.fail_next))
         emu.config.fail_rate = float(body.get("rate", emu.config.fail_rate))
         return {"next": emu.config.fail_next, "rate": emu.config.fail_rate}
+
+    @r.post("/emulator/restart")
+    async def restart() -> dict[str, Any]:
+        await emu.restart()
+        return {"restarted": True}
 
     @r.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
