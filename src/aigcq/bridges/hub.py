@@ -13,18 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
-from pydantic import ValidationError
 
+from aigcq.bridges.assigner import Assigner
+from aigcq.bridges.endings import TaskEnds
 from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
     ACK_OK,
-    ACK_WORKFLOW_NOT_FOUND,
     BridgeMessage,
     HeartbeatData,
     HeartbeatMessage,
@@ -35,23 +34,23 @@ from aigcq.bridges.protocol import (
     RegisterMessage,
     TaskAckData,
     TaskAckMessage,
-    TaskAssignData,
-    TaskAssignMessage,
-    TaskCancelData,
-    TaskCancelMessage,
     TaskProgressMessage,
-    encode,
     parse_bridge_message,
 )
-from aigcq.bridges.registry import Assignment, BridgeConn, BridgeRegistry
+from aigcq.bridges.registry import BridgeConn, BridgeRegistry
 from aigcq.bridges.rotation import Rotation
-from aigcq.bridges.session import CLOSE_AUTH, CLOSE_FLOOD, CLOSE_TIMEOUT, Rate, Session
-from aigcq.domain import ErrorCode, TaskState
+from aigcq.bridges.session import (
+    CLOSE_AUTH,
+    CLOSE_FLOOD,
+    CLOSE_TIMEOUT,
+    HubConfig,
+    Rate,
+    Session,
+)
 from aigcq.gateway.auth import Auth, bearer
 from aigcq.health import Health, HealthMonitor
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import REDIS_OUTAGE
-from aigcq.plumbing.events import progress_event, running_message
 from aigcq.plumbing.ws_frames import receive_frame
 from aigcq.queue.store import Claimed
 from aigcq.scheduler.outcomes import Outcomes, TaskEnd
@@ -63,15 +62,6 @@ log = logging.getLogger(__name__)
 
 #: how long a bridge whose socket closed counts as known (its reconnect is a blip)
 KNOWN_FOR_S = 600.0
-_COUNTED = {TaskEnd.SUCCEEDED: True, TaskEnd.FAILED: False}
-
-
-@dataclass(frozen=True, slots=True)
-class HubConfig:
-    ping_interval_s: float = 30.0
-    heartbeat_interval_s: float = 30.0
-    missed_heartbeats: int = 3
-    ack_timeout_s: float = 5.0
 
 
 class BridgeHub:
@@ -100,6 +90,17 @@ class BridgeHub:
             rt.redis, self.registry.live, rt.settings, on_change=lambda: self.wake()
         )
         self.rotation = Rotation(rt, self.registry, self.health, lambda: self.wake())
+        self.ends = TaskEnds(self.name, self.registry, self.rotation, lambda: self.wake())
+        self.assigner = Assigner(
+            rt,
+            outcomes,
+            self.registry,
+            self.ends,
+            name=self.name,
+            config=lambda: self.config,
+            wake=lambda: self.wake(),
+            lost=self._lost,
+        )
         self.progress = ProgressRelay(rt)
         self.peers = PeerCapacity(
             rt.redis,
@@ -110,7 +111,6 @@ class BridgeHub:
         # md:state:* describes the fleet: a process with no bridge leaves it to one with some
         self.health.speaks = lambda: bool(self.registry.live()) or not self.peers.bridges_elsewhere
         self._closed_at: dict[str, float] = {}  # bridgeId -> when its socket closed
-        self._background: set[asyncio.Task[None]] = set()
 
     # ---- InternalTarget ----------------------------------------------------------------
 
@@ -131,14 +131,10 @@ class BridgeHub:
         return self.peers.elsewhere
 
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
-        """Each task to the least-loaded bridge with a free slot (see
-        :meth:`BridgeRegistry.pick`), else back to waiting."""
-        for c in tasks:
-            conn = self.registry.pick(c.workflow_id)
-            if conn is None:
-                await self._requeue(c.task_id, c.attempt, "no bridge has a free slot")
-                continue
-            await self._send_assign(conn, aigc, platform, c)
+        await self.assigner.assign(aigc, platform, tasks)
+
+    async def hand_back(self, reason: str = "aigcq shutting down") -> list[str]:
+        return await self.assigner.hand_back(reason)
 
     async def drain(self, bridge_id: str, drained: bool) -> bool:
         """Stop (or resume) assigning to ``bridge_id``; ``False`` if it is not connected here
@@ -335,226 +331,17 @@ class BridgeHub:
         if data.code == ACK_OK:
             pending = conn.ack(task_id)
             assert pending is not None
-            await self._acked(conn, task_id, pending)
+            await self.assigner.acked(conn, task_id, pending)
         else:
-            await self._refused(conn, task_id, data)
+            await self.assigner.refused(conn, task_id, data)
 
-    async def _refused(self, conn: BridgeConn, task_id: str, data: TaskAckData) -> None:
-        """A refusal: the slot stays busy until the bridge's next report (it said it has no
-        room); the task waits again, or fails when nobody knows its workflow."""
-        pending = conn.refuse(task_id)
-        assert pending is not None
-        reason = f"bridge {conn.bridge_id} refused: {data.code} {data.msg}"
-        if data.code == ACK_WORKFLOW_NOT_FOUND:
-            if not await self._workflow_known(pending.workflow_id):
-                await self._fail(task_id, "WorkflowNotFound", data.msg, pending.workflow_id)
-                return
-            await self.rt.store.requeue(task_id, attempt=pending.attempt, reason=reason)
-        else:
-            await self._requeue(task_id, pending.attempt, reason)
-        self.wake()
-
-    async def _workflow_known(self, workflow_id: str) -> bool:
-        """Whether the workflow registry holds ``workflow_id``."""
-        if not workflow_id:
-            return False
-        return bool(await self.rt.redis.exists(self.rt.store.keys.workflow(workflow_id)))
-
-    async def _acked(self, conn: BridgeConn, task_id: str, pending: Assignment) -> None:
-        deadline_s = self.rt.deadline_s(self.rt.config.account(pending.aigc, pending.platform))
-        ok = await self.rt.store.mark_running(
-            task_id,
-            pending.attempt,
-            pending.remote_id or task_id,
-            deadline_s=deadline_s,
-            kind="callback",
-            progress=progress_event(pending.backend_id, running_message(task_id, self.name)),
-        )
-        if not ok:  # no longer wanted (cancelled, superseded): stop it on the bridge
-            if conn.end(task_id, pending.attempt):
-                self._spawn(self._cancel_on(conn, task_id, pending.attempt))
-                self.wake()
-        else:
-            await self.registry.remember(
-                conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
-            )
-        log.info(
-            "bridge %s: task %s acknowledged (running=%s)",
-            conn.bridge_id,
-            task_id,
-            ok,
-            extra=ctx(task=task_id, bridge=conn.bridge_id),
-        )
-
-    # ---- assignment ---------------------------------------------------------------------
-
-    async def _send_assign(self, conn: BridgeConn, aigc: str, platform: str, c: Claimed) -> None:
-        try:
-            msg = self._assign_message(c)
-        except ValidationError as exc:
-            await self._fail(c.task_id, "InvalidPayload", "not a valid bridge task", str(exc))
-            return
-        pending = Assignment(c.attempt, aigc, platform, c.backend_id, workflow_id=c.workflow_id)
-        if not conn.take(c.task_id, pending):
-            await self._requeue(c.task_id, c.attempt, f"bridge {conn.bridge_id} is full")
-            return
-        pending.timer = asyncio.get_running_loop().call_later(
-            self.config.ack_timeout_s, self._spawn_ack_timeout, conn, c.task_id
-        )
-        try:
-            await conn.send(encode(msg))
-        except Exception as exc:  # the socket went away mid-send
-            log.warning(
-                "bridge %s: task %s send failed: %r",
-                conn.bridge_id,
-                c.task_id,
-                exc,
-                extra=ctx(task=c.task_id, bridge=conn.bridge_id),
-            )
-            await self._lost(conn, "send failed")
-            return
-        log.info(
-            "bridge %s: task %s assigned (attempt %d)",
-            conn.bridge_id,
-            c.task_id,
-            c.attempt,
-            extra=ctx(task=c.task_id, bridge=conn.bridge_id),
-        )
-
-    def _assign_message(self, c: Claimed) -> TaskAssignMessage:
-        hook = self.rt.webhook_url(c.task_id, c.attempt)
-        data = TaskAssignData.model_validate(
-            {
-                "taskId": c.task_id,
-                "attempt": c.attempt,
-                "workflowId": c.workflow_id or None,
-                "nodeInfoList": c.payload.get("nodeInfoList") or [],
-                "webhookUrl": hook,
-                "workflow": c.payload.get("workflow"),
-            }
-        )
-        return TaskAssignMessage(data=data)
-
-    async def _fail(self, task_id: str, code: str, message: str, detail: str) -> None:
-        """A task no bridge can run (invalid payload, unknown workflow): it fails for its
-        client at once, and no bridge's health is touched."""
-        error = {"code": code, "message": message, "detail": detail}
-        await self.rt.store.finish(
-            task_id,
-            TaskState.FAILED,
-            error=error,
-            message=self.outcomes.error_body(ErrorCode.TASK_FAILED, error),
-            note=f"bridge: {code}",
-        )
-        log.warning(
-            "task %s: fails, %s: %s (%s)",
-            task_id,
-            code,
-            message,
-            detail,
-            extra=ctx(task=task_id),
-        )
-
-    def _spawn_ack_timeout(self, conn: BridgeConn, task_id: str) -> None:
-        self._spawn(self._ack_timeout(conn, task_id))
-
-    async def _ack_timeout(self, conn: BridgeConn, task_id: str) -> None:
-        pending = conn.release(task_id)
-        if pending is not None:
-            log.warning(
-                "bridge %s: task %s not acknowledged in time",
-                conn.bridge_id,
-                task_id,
-                extra=ctx(task=task_id, bridge=conn.bridge_id),
-            )
-            await self._requeue(task_id, pending.attempt, f"bridge {conn.bridge_id}: no TASK_ACK")
-            self.wake()
-
-    async def _requeue(self, task_id: str, attempt: int, reason: str) -> None:
-        await self.rt.store.requeue(
-            task_id, attempt=attempt, refund=True, front=True, reason=reason
-        )
-        log.info("task %s: back to waiting (%s)", task_id, reason, extra=ctx(task=task_id))
-
-    async def hand_back(self, reason: str = "aigcq shutting down") -> list[str]:
-        """Graceful shutdown: every task assigned here and not yet acknowledged goes back to
-        the head of its queue, refunded (a bridge's late TASK_ACK is then ignored)."""
-        handed: list[str] = []
-        for conn in list(self.registry.bridges.values()):
-            for task_id, p in conn.release_all().items():
-                await self._requeue(task_id, p.attempt, f"bridge {conn.bridge_id}: {reason}")
-                handed.append(task_id)
-        return handed
-
-    # ---- a task's end -------------------------------------------------------------------
+    # ---- a task's end (see :mod:`.endings`) -------------------------------------------
 
     def task_ended(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
-        """A task ended (TASK_END applied or refused as gone, a cancel): its slot is free
-        on whichever bridge here holds it; a bridge still running a cancelled or superseded
-        attempt is told to stop (TASK_CANCEL). A machine's failure counts against the
-        bridge (its slot freed after the count: a failing bridge is out first), a success
-        resets the count; the count is shared in Redis (see :class:`.Rotation`)."""
-        holders = self.registry.holders(task_id)
-        if target != self.name and not holders:
-            return
-        ran = next((b for b in holders if b.slots.attempt_of(task_id) == attempt), None)
-        for conn in holders:
-            if conn is not ran or end is not TaskEnd.FAILED:
-                self._end_on(conn, task_id, end, attempt)
-        if end is TaskEnd.GONE:
-            return  # a bridge elsewhere frees it when it stops listing the task
-        self._spawn(self._count(task_id, end, ran, attempt))
-
-    async def _count(
-        self, task_id: str, end: TaskEnd, ran: BridgeConn | None, attempt: int | None
-    ) -> None:
-        cancel = end is TaskEnd.CANCELLED
-        await self.rotation.count_end(task_id, _COUNTED.get(end), ran, cancel=cancel)
-        if ran is not None and end is TaskEnd.FAILED:
-            self._end_on(ran, task_id, end, attempt)
-
-    def _end_on(self, conn: BridgeConn, task_id: str, end: TaskEnd, attempt: int | None) -> None:
-        held = conn.slots.attempt_of(task_id)
-        if held is None or (end is TaskEnd.GONE and attempt not in (None, held)):
-            return  # a newer attempt runs there: its slot stays taken
-        if end is TaskEnd.CANCELLED or (end is not TaskEnd.GONE and held != attempt):
-            self._spawn(self._cancel_on(conn, task_id, held))
-        conn.end(task_id)
-        self.wake()
-
-    async def _cancel_on(self, conn: BridgeConn, task_id: str, attempt: int) -> None:
-        msg = TaskCancelMessage(data=TaskCancelData(task_id=task_id, attempt=attempt))
-        try:
-            await conn.send(encode(msg))
-        except Exception as exc:  # gone: it re-registers without the task, or finishes it
-            log.info(
-                "bridge %s: TASK_CANCEL for task %s not sent: %r",
-                conn.bridge_id,
-                task_id,
-                exc,
-                extra=ctx(task=task_id, bridge=conn.bridge_id),
-            )
-            return
-        log.info(
-            "bridge %s: task %s attempt %d cancelled",
-            conn.bridge_id,
-            task_id,
-            attempt,
-            extra=ctx(task=task_id, bridge=conn.bridge_id),
-        )
+        self.ends.task_ended(task_id, target, end, attempt)
 
     def remote_task_end(self, end: dict[str, Any]) -> None:
-        """A task end that another process received, for a bridge connected here: free
-        the slot now rather than at the bridge's next HEARTBEAT, apply the bridge's
-        failure count first (a failing bridge is out before reuse), stop a cancelled task."""
-        conn = self.registry.bridges.get(str(end.get("bridgeId")))
-        task_id = str(end.get("taskId"))
-        if conn is None or not conn.slots.holds(task_id):
-            return
-        if self.rotation.apply(conn, int(end.get("failures", 0)), task_id):
-            self._spawn(self.rotation.save(conn))
-        kind = TaskEnd.CANCELLED if end.get("cancel") else TaskEnd.SUCCEEDED
-        self._end_on(conn, task_id, kind, conn.slots.attempt_of(task_id))
+        self.ends.remote_task_end(end)
 
     # ---- losing a bridge ----------------------------------------------------------------
 
@@ -596,7 +383,9 @@ class BridgeHub:
         )
         try:
             for task_id, p in pending.items():
-                await self._requeue(task_id, p.attempt, f"bridge {conn.bridge_id} lost: {reason}")
+                await self.assigner.requeue(
+                    task_id, p.attempt, f"bridge {conn.bridge_id} lost: {reason}"
+                )
             await self.registry.save(conn)
         except REDIS_OUTAGE as exc:
             # what is not requeued now is settled by its task deadline
@@ -608,8 +397,3 @@ class BridgeHub:
             )
         if pending:
             self.wake()
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)

@@ -17,6 +17,14 @@ CLOSE_FLOOD = 4008
 CLOSE_TIMEOUT = 4000
 
 
+@dataclass(frozen=True, slots=True)
+class HubConfig:
+    ping_interval_s: float = 30.0
+    heartbeat_interval_s: float = 30.0
+    missed_heartbeats: int = 3
+    ack_timeout_s: float = 5.0
+
+
 class Rate:
     """At most ``limit`` messages per one-second window (``0``: no limit)."""
 
