@@ -179,7 +179,7 @@ class BridgeHub:
         finally:
             if session.keepalive is not None:
                 session.keepalive.cancel()
-            if session.conn is not None:
+            if session.conn is not None and session.conn.online:  # not silent: a blip
                 await self._lost(session.conn, "socket closed")
                 self._closed_at[session.conn.bridge_id] = time.monotonic()
 
