@@ -310,3 +310,20 @@ async def test_the_file_server_answers_only_files_the_bridge_produced(env: Env) 
                 request = http.build_request("GET", url)
                 request.url = url.copy_with(raw_path=path.encode())  # sent as written
                 assert (await http.send(request)).status_code == 404, path
+
+
+async def test_an_instance_that_goes_away_is_reported_at_once(env: Env, tmp_path: Path) -> None:
+    """HEARTBEATs are 30 s apart here: the news comes in a HEARTBEAT out of turn."""
+    config = ComfyUIConfig(output_dir=tmp_path / "own" / "output", step_time=0.03, steps=2)
+    app = create_app(config)
+    async with contextlib.AsyncExitStack() as stack:
+        own = await stack.enter_async_context(serve_app(app))
+        settings = env.settings.model_copy(update={"comfyui": [env.comfy[0], own], "heartbeat": 30})
+        async with Bridge(settings):
+            register = await env.hub.next("REGISTER")
+            assert register["availableInstanceCount"] == 2
+            await stack.aclose()  # the instance goes away
+            beat = await env.hub.next("HEARTBEAT", timeout=5.0)
+            assert beat["availableInstanceCount"] == 1
+            states = {i["url"]: i["state"] for i in beat["instances"]}
+            assert states[own] == "offline"

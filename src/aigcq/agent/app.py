@@ -97,10 +97,20 @@ class Bridge:
         )
         self._server: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._changes: set[asyncio.Task[bool]] = set()
+        for instance in self.pool.instances:
+            instance.on_change = self._instances_changed
 
     # -- messages --
     async def _send(self, msg: BridgeMessage) -> bool:
         return await self.link.send(msg)
+
+    def _instances_changed(self) -> None:
+        """An instance came back or went away: tell aigcq now (a HEARTBEAT out of turn)."""
+        if self.link.state == "connected":
+            task = asyncio.ensure_future(self._send(self._heartbeat_message()))
+            self._changes.add(task)
+            task.add_done_callback(self._changes.discard)
 
     async def _on_assign(self, assign: TaskAssignData) -> None:
         await self.runner.handle(assign)

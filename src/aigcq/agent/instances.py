@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +25,9 @@ from aigcq.bridges.protocol import InstanceInfo
 log = logging.getLogger(__name__)
 
 Event = dict[str, Any]
+
+#: seconds between attempts to reopen an instance's WebSocket
+RECONNECT_S = 0.5
 InstanceState = Literal["idle", "busy", "offline"]
 
 
@@ -120,6 +124,8 @@ class ComfyInstance:
         self.external_load = 0  # queued prompts that are not ours
         self.running: set[str] = set()  # our task ids
         self.ws_connected = asyncio.Event()
+        #: called when the instance comes back or goes away (the bridge tells aigcq now)
+        self.on_change: Callable[[], None] = lambda: None
         self._watchers: dict[str, asyncio.Queue[Event]] = {}
 
     # -- state --
@@ -145,13 +151,17 @@ class ComfyInstance:
         except (httpx.HTTPError, ValueError, AttributeError) as e:
             if self.healthy:
                 log.warning("instance %s: health check failed: %s", self.instance_id, e)
-            self.healthy = False
+                self._set_healthy(False)
             return False
+        self.external_load = max(load - len(self.running), 0)
         if not self.healthy:
             log.info("instance %s: healthy", self.instance_id)
-        self.healthy = True
-        self.external_load = max(load - len(self.running), 0)
+            self._set_healthy(True)
         return True
+
+    def _set_healthy(self, healthy: bool) -> None:
+        self.healthy = healthy
+        self.on_change()
 
     # -- events --
     def watch(self, prompt_id: str) -> asyncio.Queue[Event]:
@@ -162,14 +172,15 @@ class ComfyInstance:
         self._watchers.pop(prompt_id, None)
 
     async def listen(self) -> None:
-        """Keep the WebSocket open forever, routing events to watchers."""
+        """Keep the WebSocket open forever, routing events to watchers. Its opening and
+        closing are checked at once: an instance that comes back or goes away is known
+        within a second, not at the next periodic check."""
         ws_url = self.url.replace("http", "ws", 1) + f"/ws?clientId={quote(self.client_id)}"
-        delay = 1.0
         while True:
             try:
                 async with connect(ws_url, max_size=None, open_timeout=5) as ws:
                     self.ws_connected.set()
-                    delay = 1.0
+                    await self.check()
                     async for raw in ws:
                         if isinstance(raw, str):
                             self._route(raw)
@@ -177,8 +188,8 @@ class ComfyInstance:
                 log.debug("instance %s: websocket: %s", self.instance_id, e)
             finally:
                 self.ws_connected.clear()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
+            await self.check()
+            await asyncio.sleep(RECONNECT_S)
 
     def _route(self, raw: str) -> None:
         with contextlib.suppress(ValueError, LookupError, TypeError):

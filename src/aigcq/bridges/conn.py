@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from aigcq.bridges.slots import Assignment, SlotLedger
 
@@ -40,6 +40,8 @@ class BridgeConn:
     failures: int = 0  # consecutive failed TASK_ENDs
     quarantined_at: float | None = None  # out of rotation since (monotonic)
     drained: bool = False  # by an operator: no new tasks, running ones finish
+    #: each instance as the bridge last reported it: {"instanceId", "state", "taskId"}
+    instance_states: list[dict[str, Any]] = field(default_factory=list)
     #: the registry holding this connection, told of every change to the above
     owner: Filing | None = field(default=None, repr=False)
 

@@ -27,6 +27,7 @@ from aigcq.bridges.protocol import (
     BridgeMessage,
     HeartbeatData,
     HeartbeatMessage,
+    InstanceInfo,
     PingMessage,
     PongMessage,
     ProtocolError,
@@ -252,6 +253,7 @@ class BridgeHub:
         conn = session.conn or BridgeConn(bridge_id, session.send)
         conn.set_state(online=True, drained=bridge_id in self.registry.drained)
         conn.report(data.instance_count, data.available_instance_count)
+        conn.instance_states = _states(data.instances)
         self.registry.bridges[bridge_id] = conn
         session.conn = conn
         if session.keepalive is None:
@@ -298,6 +300,8 @@ class BridgeHub:
     async def _heartbeat(self, conn: BridgeConn, data: HeartbeatData) -> None:
         before = conn.free()
         gone = conn.report(data.instance_count, data.available_instance_count, data.tasks)
+        if data.instances is not None:
+            conn.instance_states = _states(data.instances)
         for task_id in gone:
             log.info(
                 "bridge %s: task %s no longer held, its slot is free",
@@ -397,3 +401,8 @@ class BridgeHub:
             )
         if pending:
             self.wake()
+
+
+def _states(instances: list[InstanceInfo] | None) -> list[dict[str, Any]]:
+    """Each instance's state, for ``aigcq status`` and the dashboard."""
+    return [i.model_dump(include={"instance_id", "state", "task_id"}) for i in instances or []]

@@ -30,6 +30,7 @@ from collections.abc import (
     ValuesView,
 )
 
+import orjson
 from redis.commands.core import AsyncScript
 
 from aigcq.bridges.conn import BridgeConn
@@ -271,6 +272,7 @@ class BridgeRegistry:
             "online": int(conn.online),
             "inRotation": int(conn.quarantined_at is None),
             "drained": int(conn.drained),
+            "instances": orjson.dumps(conn.instance_states).decode(),
             "lastSeen": time.time(),
         }
         if failures is not None:

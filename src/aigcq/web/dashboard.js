@@ -52,11 +52,16 @@ function setStatus(text, bad) {
 const ago = (t) => (t ? Math.max(0, Date.now() / 1000 - t).toFixed(0) + " s ago" : "-");
 const clock = (t) => new Date(t * 1000).toLocaleTimeString();
 
+// "2: host:8188 busy, host:8189 offline" (each instance as its bridge reported it)
+const instanceStates = (b) =>
+  `${b.instances}` + ((b.instanceStates || []).length
+    ? ": " + b.instanceStates.map((i) => `${i.instanceId} ${i.state}`).join(", ") : "");
+
 function renderBridges(bridges) {
   fillTable("#bridges", bridges.map((b) => [
     b.bridgeId,
     !b.online ? "offline" : b.drained ? "drained" : b.running.length ? "busy" : "idle",
-    b.instances, b.free, b.running.join(" ") || "-", ago(b.lastHeartbeat), b.failures,
+    instanceStates(b), b.free, b.running.join(" ") || "-", ago(b.lastHeartbeat), b.failures,
     b.inRotation ? "in" : "out",
     button(b.drained ? "Undrain" : "Drain", () => act("POST",
       `/api/admin/bridges/${encodeURIComponent(b.bridgeId)}/${b.drained ? "undrain" : "drain"}`)),
