@@ -41,6 +41,14 @@ class Fleet:
     comfy: list[ComfyUIEmulator]
     bridges: list[Bridge]
 
+    async def restart_bridge(self, index: int) -> None:
+        """Stop the bridge (as a kill would leave it: its tasks unfinished) and start it
+        again with the same settings and data folder."""
+        old = self.bridges[index]
+        await old.stop()
+        self.bridges[index] = Bridge(old.settings)
+        await self.bridges[index].start()
+
     async def task(self, task_id: str) -> Task:
         task = await self.service.rt.store.get(task_id)
         assert task is not None
@@ -103,7 +111,10 @@ async def fleet(
                 ws_silence=0.3,
                 webhook_max_delay=0.2,
             )
-            bridges.append(await stack.enter_async_context(Bridge(bridge_settings)))
+            bridge = Bridge(bridge_settings)
+            await bridge.start()
+            bridges.append(bridge)
+        stack.push_async_callback(_stop_all, bridges)
         port = int(base.rsplit(":", 1)[1])
         client = await Client(port, "b1", issue_client_token(SECRET, "b1")).connect()
         stack.push_async_callback(client.close)
@@ -111,6 +122,11 @@ async def fleet(
         assert hub is not None
         await until(lambda: _free(service), lambda n: n == sum(comfy_per_bridge), within=10)
         yield Fleet(service, client, emulators, bridges)
+
+
+async def _stop_all(bridges: list[Bridge]) -> None:
+    for bridge in bridges:
+        await bridge.stop()
 
 
 async def _free(service: Service) -> int:
@@ -213,3 +229,16 @@ async def test_an_instance_that_dies_mid_run_is_retried_on_another_bridge(
 
 async def _running_on(emulators: list[ComfyUIEmulator]) -> int | None:
     return next((i for i, e in enumerate(emulators) if e.running), None)
+
+
+async def test_a_restarted_bridge_readopts_its_prompt_instead_of_running_it_again(
+    one_gpu: Fleet,
+) -> None:
+    await one_gpu.client.request(task_of("keep"))
+    await until(lambda: _running(one_gpu.comfy[0]), lambda p: p == "keep", within=10)
+    await one_gpu.restart_bridge(0)
+    result = await one_gpu.result("keep")
+    assert result["status"] == "success"
+    task = await one_gpu.task("keep")
+    assert (task.attempt, task.target) == (1, "bridge")
+    assert list(one_gpu.comfy[0].history) == ["keep"]  # ran once, never as "keep-2"

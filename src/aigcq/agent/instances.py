@@ -273,6 +273,9 @@ class InstancePool:
         best.running.add(task_id)
         return best
 
+    def by_url(self, url: str) -> ComfyInstance | None:
+        return next((i for i in self.instances if i.url == url.rstrip("/")), None)
+
     @staticmethod
     def release(instance: ComfyInstance, task_id: str) -> None:
         instance.running.discard(task_id)

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
+from aigcq.agent.held import HeldPrompt, HeldPrompts
 from aigcq.agent.instances import (
     ComfyInstance,
     Event,
@@ -122,6 +123,7 @@ class TaskRunner:
         self.settings = settings
         self.claimed: set[str] = set()  # accepted, no result yet
         self.running: dict[str, RunningTask] = {}
+        self.prompts = HeldPrompts(files_dir.parent / "held")
 
     def held(self) -> list[str]:
         """Task ids this bridge holds: in progress or with an undelivered result."""
@@ -139,8 +141,49 @@ class TaskRunner:
         self.claimed.add(task_id)
         try:
             await self._take(task_id, assign)
+            self.prompts.remove(task_id)  # ended (not stopped by a shutdown): nothing to adopt
         finally:
             self.claimed.discard(task_id)
+
+    def held_prompts(self) -> list[HeldPrompt]:
+        """The prompts a previous run of this bridge left unfinished, claimed now (so
+        REGISTER lists them); follow each with :meth:`readopt`."""
+        found = self.prompts.load_all()
+        self.claimed.update(h.task_id for h in found)
+        return found
+
+    async def readopt(self, held: HeldPrompt) -> None:
+        """Follow a prompt a previous run submitted to its end and send its TASK_END."""
+        task_id = held.task_id
+        try:
+            instance = self.pool.by_url(held.instance_url)
+            if instance is None:
+                where = held.instance_url
+                result = _machine("InstanceLost", f"instance {where} is no longer configured")
+                self._finish(task_id, held.assign.webhook_url, result.result)
+            else:
+                instance.running.add(task_id)
+                task = RunningTask(task_id, held.prompt_id, instance, held.assign.attempt)
+                log.info(
+                    "task %s: re-adopted prompt %s on %s",
+                    task_id,
+                    held.prompt_id,
+                    instance.instance_id,
+                    extra=ctx(task=task_id),
+                )
+                await self._drive(task, held.assign.webhook_url, self._resume(task))
+            self.prompts.remove(task_id)
+        finally:
+            self.claimed.discard(task_id)
+
+    async def _resume(self, task: RunningTask) -> dict[str, Any]:
+        events = task.instance.watch(task.prompt_id)
+        try:
+            return await self._follow(task, events)
+        except InstanceDown as e:
+            raise _machine("InstanceLost", f"{task.instance.instance_id}: {e}") from None
+        finally:
+            task.instance.unwatch(task.prompt_id)
 
     async def _take(self, task_id: str, assign: TaskAssignData) -> None:
         try:
@@ -160,18 +203,25 @@ class TaskRunner:
         await self._ack(task_id, assign.attempt)
         prompt_id = prompt_id_for(task_id, assign.attempt)
         task = RunningTask(task_id, prompt_id, instance, assign.attempt)
+        await self._drive(task, assign.webhook_url, self._execute(task, workflow, assign))
+
+    async def _drive(
+        self, task: RunningTask, webhook_url: str, run: Coroutine[Any, Any, dict[str, Any]]
+    ) -> None:
+        """Run ``task`` (``run`` gives its history entry), then its TASK_END; none when the
+        hub cancelled it."""
         task.job = asyncio.current_task()
-        self.running[task_id] = task
+        self.running[task.task_id] = task
         try:
-            result = await self._run(task, workflow)
+            result = await self._outcome(task, run)
         except asyncio.CancelledError:
             if not task.cancelled:
                 raise
             return  # the hub no longer wants it: no TASK_END
         finally:
-            self.running.pop(task_id, None)
-            self.pool.release(task.instance, task_id)
-        self._finish(task_id, assign.webhook_url, result)
+            self.running.pop(task.task_id, None)
+            self.pool.release(task.instance, task.task_id)
+        self._finish(task.task_id, webhook_url, result)
 
     async def cancel(self, order: TaskCancelData) -> None:
         """TASK_CANCEL: stop the prompt on its instance (interrupt it only if that
@@ -219,9 +269,11 @@ class TaskRunner:
         )
         self.sender.send(SpooledResult(webhook_url, TaskEndBody.build(task_id, result)))
 
-    async def _run(self, task: RunningTask, workflow: Workflow) -> TaskEndResult:
+    async def _outcome(
+        self, task: RunningTask, run: Coroutine[Any, Any, dict[str, Any]]
+    ) -> TaskEndResult:
         try:
-            entry = await self._execute(task, workflow)
+            entry = await run
             files = await self._collect(task, entry)
         except TaskFailed as e:
             return e.result
@@ -232,13 +284,15 @@ class TaskRunner:
             return _machine("BridgeError", f"bridge error: {type(e).__name__}: {e}").result
         return TaskEndResult(code=0, msg="success", data=files)
 
-    async def _execute(self, task: RunningTask, workflow: Workflow) -> dict[str, Any]:
+    async def _execute(
+        self, task: RunningTask, workflow: Workflow, assign: TaskAssignData
+    ) -> dict[str, Any]:
         """Run the prompt, moving to another free instance while instances are down; none
         free: a machine's failure, the hub retries the task elsewhere."""
         tried: set[str] = set()
         while True:
             try:
-                return await self._run_on(task, workflow)
+                return await self._run_on(task, workflow, assign)
             except InstanceDown as e:
                 log.warning(
                     "task %s: instance %s down: %s",
@@ -255,11 +309,14 @@ class TaskRunner:
                     raise _machine("InstanceLost", f"no ComfyUI instance free ({e})") from None
                 task.instance = other
 
-    async def _run_on(self, task: RunningTask, workflow: Workflow) -> dict[str, Any]:
+    async def _run_on(
+        self, task: RunningTask, workflow: Workflow, assign: TaskAssignData
+    ) -> dict[str, Any]:
         instance = task.instance
         events = instance.watch(task.prompt_id)
         try:
             await instance.submit(workflow, task.prompt_id)
+            self.prompts.put(HeldPrompt(assign, task.prompt_id, instance.url))
             log.info(
                 "task %s: submitted to %s as %s",
                 task.task_id,
