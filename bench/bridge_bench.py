@@ -46,6 +46,7 @@ from bench.host import cpu_seconds, python_speed_ms
 from tests.e2e.conftest import BRIDGE_TOKEN, Client, Cluster, Proc, free_port, generate, wait_http
 
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
+from aigcq.bridges.slots import Assignment, SlotLedger
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.scheduler.routing import plan
 
@@ -359,8 +360,7 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
 
     registry = BridgeRegistry(cast(Any, None), "bench", ttl_s=60)
     for i in range(n_bridges):
-        conn = BridgeConn(f"b{i}", noop)
-        conn.reconcile(SLOTS, i % (SLOTS + 1))
+        conn = BridgeConn(f"b{i}", noop, SlotLedger(SLOTS, i % (SLOTS + 1)))
         registry.bridges[conn.bridge_id] = conn
     decide, picks, plan_only, linear = [], [], [], []
     for r in range(rounds):
@@ -368,9 +368,9 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
         split = plan(5000 + r, registry.free_slots(), 50)
         pick = registry.pick(f"wf{r % 10}")
         assert pick is not None
-        pick.available -= 1  # TASK_ASSIGN takes the slot (re-files the bridge)
+        assert pick.take(f"t{r}", Assignment(r, "bench", "comfyui"))  # TASK_ASSIGN's slot
         decide.append((time.perf_counter_ns() - t) / 1e6)
-        pick.available += 1  # TASK_END frees it again: the next round sees the same bridges
+        pick.end(f"t{r}")  # TASK_END frees it again: the next round sees the same bridges
         t = time.perf_counter_ns()
         registry.pick()
         picks.append((time.perf_counter_ns() - t) / 1e6)

@@ -124,6 +124,29 @@ def free_port() -> int:
         return port
 
 
+def quick_bridge(
+    server: str, token: str, comfyui: list[str], data_dir: Path, **overrides: Any
+) -> BridgeSettings:
+    """Bridge settings for tests: its own port, short intervals everywhere."""
+    values: dict[str, Any] = {
+        "heartbeat": 0.3,
+        "health_interval": 0.2,
+        "reconnect_max": 0.5,
+        "ws_silence": 0.3,
+        "progress_interval": 0.0,
+        "webhook_max_delay": 0.2,
+    }
+    return BridgeSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        server=server,
+        token=token,
+        comfyui=comfyui,
+        http_port=free_port(),
+        data_dir=data_dir,
+        **(values | overrides),
+    )
+
+
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     hub, webhook = Hub(), Recorder()
@@ -137,20 +160,8 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         apps = [create_app(c) for c in comfy_configs]
         comfy = [await stack.enter_async_context(serve_app(app)) for app in apps]
         http = await stack.enter_async_context(httpx.AsyncClient())
-        settings = BridgeSettings(
-            _env_file=None,  # type: ignore[call-arg]
-            server=hub_url.replace("http", "ws") + "/ws",
-            token=TOKEN,
-            comfyui=comfy,
-            http_port=free_port(),
-            data_dir=tmp_path / "bridge",
-            heartbeat=0.3,
-            health_interval=0.2,
-            reconnect_max=0.5,
-            ws_silence=0.5,
-            progress_interval=0.0,
-            webhook_max_delay=0.2,
-        )
+        server = hub_url.replace("http", "ws") + "/ws"
+        settings = quick_bridge(server, TOKEN, comfy, tmp_path / "bridge", ws_silence=0.5)
         emulators = [app.state.emulator for app in apps]
         yield Env(hub, hub_url, webhook, webhook_url, comfy, emulators, settings, http)
 

@@ -6,24 +6,32 @@ Also the seed-002 bridge that acknowledges with its own taskId, and TASK_CANCEL.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from aigcq.domain import TaskState
-from tests.e2e.conftest import generate
+from tests.e2e.conftest import Client, generate
 from tests.helpers import until
-from tests.integration.test_bridge_hub import Env, env, task_end
+from tests.integration.test_bridge_hub import Bridge, Env, env, task_end
 
 __all__ = ["env"]
 
 
-async def test_a_client_cancel_frees_the_slot_and_stops_the_task_on_its_bridge(env: Env) -> None:
+async def one_running(env: Env, task_id: str) -> tuple[Bridge, Client, dict[str, Any]]:
+    """A one-slot bridge running ``task_id`` (acknowledged): its bridge, client, TASK_ASSIGN."""
     bridge = await env.bridge()
     await bridge.register(count=1)
     client = await env.client()
-    await client.request(generate("c1"))
-    assign = (await bridge.next())["data"]
-    await bridge.ack("c1")
-    await until(lambda: env.task("c1"), lambda t: t.state == "running")
+    await client.request(generate(task_id))
+    assign: dict[str, Any] = (await bridge.next())["data"]
+    await bridge.ack(task_id)
+    await until(lambda: env.task(task_id), lambda t: t.state == "running")
+    return bridge, client, assign
+
+
+async def test_a_client_cancel_frees_the_slot_and_stops_the_task_on_its_bridge(env: Env) -> None:
+    bridge, client, assign = await one_running(env, "c1")
     reply = await client.request({"type": "cancel", "taskId": "c1"})
     assert reply["type"] == "cancelled"
     stop = await bridge.next()
@@ -38,13 +46,7 @@ async def test_a_client_cancel_frees_the_slot_and_stops_the_task_on_its_bridge(e
 async def test_a_task_end_refused_as_gone_frees_the_slot(env: Env) -> None:
     """The task was settled without the hub (a lost reply on finish, a process that
     crashed): its TASK_END is answered 410, and the slot is free all the same."""
-    bridge = await env.bridge()
-    await bridge.register(count=1)
-    client = await env.client()
-    await client.request(generate("g1"))
-    assign = (await bridge.next())["data"]
-    await bridge.ack("g1")
-    await until(lambda: env.task("g1"), lambda t: t.state == "running")
+    bridge, client, assign = await one_running(env, "g1")
     await env.service.rt.store.finish("g1", TaskState.FAILED, error={"code": "x"}, note="test")
     assert await task_end(env, assign["webhookUrl"]) == 410
     await client.request(generate("g2"))
@@ -54,13 +56,7 @@ async def test_a_task_end_refused_as_gone_frees_the_slot(env: Env) -> None:
 
 
 async def test_a_bridge_that_stops_listing_a_task_frees_its_slot(env: Env) -> None:
-    bridge = await env.bridge()
-    await bridge.register(count=1)
-    client = await env.client()
-    await client.request(generate("h1"))
-    await bridge.next()
-    await bridge.ack("h1")
-    await until(lambda: env.task("h1"), lambda t: t.state == "running")
+    bridge, client, _ = await one_running(env, "h1")
     await client.request(generate("h2"))
     with pytest.raises(TimeoutError):
         await bridge.next(timeout=0.3)  # the only slot is taken

@@ -17,7 +17,6 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.agent.app import Bridge
-from aigcq.agent.settings import BridgeSettings
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
@@ -27,7 +26,7 @@ from aigcq.gateway.auth import issue_client_token
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until
-from tests.integration.test_agent import free_port
+from tests.integration.test_agent import quick_bridge
 from tests.integration.test_emulator_comfyui import GRAPH
 
 SECRET = "fleet-secret-with-at-least-32-bytes-of-key"
@@ -98,19 +97,8 @@ async def fleet(
                 app = create_app(ComfyUIConfig(output_dir=out, step_time=0.1, steps=3))
                 urls.append(await stack.enter_async_context(serve_app(app)))
                 emulators.append(app.state.emulator)
-            bridge_settings = BridgeSettings(
-                _env_file=None,  # type: ignore[call-arg]
-                server=base.replace("http", "ws") + "/ws",
-                token=BRIDGE_TOKEN,
-                comfyui=urls,
-                http_port=free_port(),
-                data_dir=tmp_path / f"bridge{b}",
-                heartbeat=0.3,
-                health_interval=0.2,
-                reconnect_max=0.5,
-                ws_silence=0.3,
-                webhook_max_delay=0.2,
-            )
+            server = base.replace("http", "ws") + "/ws"
+            bridge_settings = quick_bridge(server, BRIDGE_TOKEN, urls, tmp_path / f"bridge{b}")
             bridge = Bridge(bridge_settings)
             await bridge.start()
             bridges.append(bridge)
