@@ -88,3 +88,29 @@ async def test_a_seed_002_ack_with_the_bridges_own_id_binds_to_the_oldest_assign
     assert {(await client.next())["taskId"] for _ in range(2)} == {"s1", "s2"}
     await bridge.ws.close()
     await client.close()
+
+
+async def test_a_seed_002_bridge_runs_20_tasks_once_each(env: Env) -> None:
+    """It ACKs with its own taskId and no attempt, and POSTs TASK_END with that id."""
+    bridge = await env.bridge()
+    await bridge.register(count=4)
+    client = await env.client()
+    ids = [f"seed-{i}" for i in range(20)]
+    for task_id in ids:
+        await client.request(generate(task_id))
+    assigned: list[str] = []
+    for n in range(20):
+        assign = (await bridge.next())["data"]
+        assigned.append(assign["taskId"])
+        own = f"1910{n:015d}"
+        body = {"taskId": own, "taskStatus": "RUNNING"}
+        await bridge.send("TASK_ACK", {"code": 0, "msg": "success", "data": body})
+        await until(lambda a=assign: env.task(a["taskId"]), lambda t: t.state == "running")
+        assert await task_end(env, assign["webhookUrl"]) == 200
+    assert sorted(assigned) == sorted(ids)  # each assigned once
+    results = [(await client.next())["taskId"] for _ in ids]
+    assert sorted(results) == sorted(ids)
+    with pytest.raises(TimeoutError):
+        await bridge.next(timeout=0.5)
+    await bridge.ws.close()
+    await client.close()
