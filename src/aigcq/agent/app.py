@@ -21,8 +21,9 @@ import uvicorn
 
 from aigcq import __version__
 from aigcq.agent.connection import HubLink, redact
+from aigcq.agent.following import RunnerSettings
 from aigcq.agent.instances import ComfyInstance, InstancePool
-from aigcq.agent.runner import RunnerSettings, TaskRunner
+from aigcq.agent.runner import TaskRunner
 from aigcq.agent.settings import BridgeSettings, http_base
 from aigcq.agent.spool import Spool, WebhookSender
 from aigcq.agent.web import create_web_app
