@@ -20,14 +20,28 @@ def emulate_comfyui(
     steps: Annotated[int, typer.Option(help="Progress steps per executed node")] = 4,
     fail_rate: Annotated[float, typer.Option(help="Probability a prompt fails")] = 0.0,
     output_dir: Path = Path(".aigcq/comfyui/output"),
+    checkpoint: Annotated[
+        list[str] | None, typer.Option(help="A model file CheckpointLoaderSimple offers")
+    ] = None,
+    model_load_time: Annotated[float, typer.Option(help="Seconds to switch checkpoints")] = 0.0,
+    node: Annotated[
+        list[str] | None, typer.Option(help="Only these node classes (default: all)")
+    ] = None,
     log_level: str = "INFO",
 ) -> None:
-    """Run a ComfyUI emulator (EmptyImage, ImageInvert, SaveImage, PreviewImage)."""
+    """Run a ComfyUI emulator (EmptyImage, ImageInvert, SaveImage, PreviewImage,
+    CheckpointLoaderSimple, EmptyLatentImage, VAEDecode)."""
     from aigcq.emulators.comfyui import ComfyUIConfig, run
 
     configure_logging(log_level)
     config = ComfyUIConfig(
-        output_dir=output_dir, step_time=step_time, steps=steps, fail_rate=fail_rate
+        output_dir=output_dir,
+        step_time=step_time,
+        steps=steps,
+        fail_rate=fail_rate,
+        node_classes=frozenset(node) if node else None,
+        checkpoints=tuple(checkpoint or ("sd15.safetensors",)),
+        model_load_time=model_load_time,
     )
     run(host, port, config)
 

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class GpuTime:
+    """Which checkpoint is in VRAM, and seconds spent loading models and running prompts."""
+
+    loaded: str | None = None
+    loading_s: float = 0.0
+    busy_s: float = 0.0
+    loads: int = 0
 
 
 @dataclass
@@ -21,6 +31,15 @@ class ComfyUIConfig:
     fail_rate: float = 0.0
     fail_next: int = 0
     seed: int | None = None
+    #: the node classes this instance has (``None``: every emulated one), as in
+    #: ``/object_info``; a prompt naming another is ``invalid_prompt``
+    node_classes: frozenset[str] | None = None
+    #: model files offered by ``CheckpointLoaderSimple.ckpt_name``
+    checkpoints: tuple[str, ...] = ("sd15.safetensors",)
+    #: seconds to load a checkpoint that is not the one in VRAM
+    model_load_time: float = 0.0
+    #: GPU time accounting (see :class:`GpuTime`)
+    gpu: GpuTime = field(default_factory=lambda: GpuTime())
 
     def directory(self, kind: str) -> Path | None:
         """The folder for a ``/view`` ``type`` (output, input, temp)."""

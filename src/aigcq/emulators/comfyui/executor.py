@@ -23,7 +23,7 @@ from aigcq.emulators.comfyui.graph import (
     signature,
     validate_prompt,
 )
-from aigcq.emulators.comfyui.nodes import NODES, NodeContext, NodeFailure
+from aigcq.emulators.comfyui.nodes import NodeContext, NodeFailure, node_table
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class ComfyUIEmulator:
 
     def __init__(self, config: ComfyUIConfig) -> None:
         self.config = config
+        self.nodes = node_table(config.node_classes, config.checkpoints)
         self.pending: list[QueueItem] = []
         self.running: QueueItem | None = None
         self.history: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -94,7 +95,7 @@ class ComfyUIEmulator:
     async def submit(self, body: dict[str, Any]) -> dict[str, Any]:
         if "prompt" not in body:
             raise PromptRejected("no_prompt", "No prompt provided", "No prompt provided")
-        valid = validate_prompt(body["prompt"])
+        valid = validate_prompt(body["prompt"], self.nodes)
         prompt_id = str(body.get("prompt_id") or uuid.uuid4())
         number: float = self._number
         if "number" in body:
@@ -143,10 +144,12 @@ class ComfyUIEmulator:
                 await self._wake.wait()
                 continue
             self.running = self.pending.pop(0)
+            started = time.monotonic()
             try:
                 await self._run(self.running)
             finally:
                 self.running = None
+                self.config.gpu.busy_s += time.monotonic() - started
             await self.broadcast_status()
 
     # -- execution --
@@ -217,7 +220,7 @@ class ComfyUIEmulator:
             k: results[str(v[0])][v[1]] if isinstance(v, list) else v
             for k, v in item.valid.inputs[node_id].items()
         }
-        spec = NODES[item.prompt[node_id]["class_type"]]
+        spec = self.nodes[item.prompt[node_id]["class_type"]]
         ctx = NodeContext(self.config, item.prompt)
         outputs, node_ui = await asyncio.to_thread(spec.run, ctx, inputs)
         if node_ui is not None:

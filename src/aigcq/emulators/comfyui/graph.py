@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from aigcq.emulators.comfyui.nodes import NODES
+from aigcq.emulators.comfyui.nodes import NodeDef
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,11 @@ def _check_value(name: str, spec: tuple[Any, dict[str, Any]], val: Any) -> tuple
     """Convert a literal input as ComfyUI does; return (value, errors)."""
     kind, opts = spec
     info = {"input_config": list(spec), "received_value": val}
+    if isinstance(kind, list):  # a COMBO: one of the listed values (model files, say)
+        if val in kind:
+            return val, []
+        details = f"{name}: '{val}' not in {kind}"
+        return val, [_input_error("value_not_in_list", "Value not in list", name, details, **info)]
     if kind == "STRING":
         return str(val), []
     if kind != "INT":
@@ -62,6 +67,7 @@ def _check_value(name: str, spec: tuple[Any, dict[str, Any]], val: Any) -> tuple
 @dataclass
 class _Validator:
     prompt: dict[str, Any]
+    nodes: dict[str, NodeDef]
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # converted values
     valid: dict[str, bool] = field(default_factory=dict)
     errors: dict[str, list[Any]] = field(default_factory=dict)
@@ -71,7 +77,7 @@ class _Validator:
             return self.valid[node_id]
         self.valid[node_id] = True  # provisional: breaks link cycles
         node = self.prompt[node_id]
-        spec = NODES[node["class_type"]]
+        spec = self.nodes[node["class_type"]]
         raw = node.get("inputs") or {}
         errors: list[Any] = []
         upstream_ok = True
@@ -102,7 +108,7 @@ class _Validator:
             msg = "Bad linked input, must be a length-2 list of [string, int]"
             return [_input_error("bad_linked_input", msg, name, name, **info)], False
         src = str(val[0])
-        outputs = NODES[self.prompt[src]["class_type"]].outputs
+        outputs = self.nodes[self.prompt[src]["class_type"]].outputs
         received = outputs[val[1]] if 0 <= val[1] < len(outputs) else None
         if received != spec[0]:
             msg = "Return type mismatch between linked nodes"
@@ -119,7 +125,7 @@ class ValidPrompt:
     node_errors: dict[str, Any]
 
 
-def validate_prompt(prompt: Any) -> ValidPrompt:
+def validate_prompt(prompt: Any, nodes: dict[str, NodeDef]) -> ValidPrompt:
     """ComfyUI's ``validate_prompt``: raises :class:`PromptRejected` with its error types."""
     if not isinstance(prompt, dict):
         raise PromptRejected("invalid_prompt", "Prompt is not a dict", "")
@@ -127,13 +133,13 @@ def validate_prompt(prompt: Any) -> ValidPrompt:
         if not isinstance(node, dict) or "class_type" not in node:
             msg = "Cannot execute because a node is missing the class_type property."
             raise PromptRejected("invalid_prompt", msg, f"Node ID '#{node_id}'")
-        if node["class_type"] not in NODES:
+        if node["class_type"] not in nodes:
             msg = f"Cannot execute because node {node['class_type']} does not exist."
             raise PromptRejected("invalid_prompt", msg, f"Node ID '#{node_id}'")
-    outputs = [i for i, n in prompt.items() if NODES[n["class_type"]].output_node]
+    outputs = [i for i, n in prompt.items() if nodes[n["class_type"]].output_node]
     if not outputs:
         raise PromptRejected("prompt_no_outputs", "Prompt has no outputs", "")
-    v = _Validator(prompt)
+    v = _Validator(prompt, nodes)
     good = [o for o in outputs if v.node(o)]
     node_errors: dict[str, Any] = {}
     for out in outputs:

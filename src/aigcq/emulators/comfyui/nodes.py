@@ -1,4 +1,6 @@
-"""The emulated node classes: ``EmptyImage``, ``ImageInvert``, ``SaveImage``, ``PreviewImage``."""
+"""The emulated node classes: ``EmptyImage``, ``ImageInvert``, ``SaveImage``, ``PreviewImage``,
+and a weight-free model path: ``CheckpointLoaderSimple`` (charges the configured load time
+when it switches checkpoints), ``EmptyLatentImage``, ``VAEDecode`` (a gray image)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 import random
 import re
 import string
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -99,7 +102,45 @@ def _int(default: int, lo: int, hi: int, **extra: Any) -> tuple[str, dict[str, A
     return "INT", {"default": default, "min": lo, "max": hi, "step": 1, **extra}
 
 
+def _load_checkpoint(ctx: NodeContext, inp: dict[str, Any]) -> NodeResult:
+    gpu, name = ctx.config.gpu, inp["ckpt_name"]
+    if gpu.loaded != name:
+        time.sleep(ctx.config.model_load_time)  # in a worker thread, as a real load
+        gpu.loaded, gpu.loads = name, gpu.loads + 1
+        gpu.loading_s += ctx.config.model_load_time
+    model = {"ckpt": name}
+    return (model, model, model), None
+
+
+def _empty_latent(ctx: NodeContext, inp: dict[str, Any]) -> NodeResult:
+    return ({"width": inp["width"], "height": inp["height"], "batch": inp["batch_size"]},), None
+
+
+def _vae_decode(ctx: NodeContext, inp: dict[str, Any]) -> NodeResult:
+    latent = inp["samples"]
+    img = solid_image(latent["width"], latent["height"], 0x808080)
+    return ([img] * latent["batch"],), None
+
+
+def checkpoint_loader(checkpoints: tuple[str, ...]) -> NodeDef:
+    """``CheckpointLoaderSimple`` offering ``checkpoints`` (a COMBO input, as in ComfyUI)."""
+    required: dict[str, tuple[Any, dict[str, Any]]] = {"ckpt_name": (list(checkpoints), {})}
+    outputs = ("MODEL", "CLIP", "VAE")
+    return NodeDef("CheckpointLoaderSimple", "loaders", required, outputs, False, _load_checkpoint)
+
+
+def node_table(
+    node_classes: frozenset[str] | None, checkpoints: tuple[str, ...]
+) -> dict[str, NodeDef]:
+    """The node classes one instance has."""
+    table = {**NODES, "CheckpointLoaderSimple": checkpoint_loader(checkpoints)}
+    if node_classes is None:
+        return table
+    return {name: node for name, node in table.items() if name in node_classes}
+
+
 _SIZE = _int(512, 1, 16384)
+_LATENT = _int(512, 16, 16384)
 NODES: dict[str, NodeDef] = {
     n.name: n
     for n in (
@@ -126,5 +167,21 @@ NODES: dict[str, NodeDef] = {
             _save_image,
         ),
         NodeDef("PreviewImage", "image", {"images": ("IMAGE", {})}, (), True, _preview_image),
+        NodeDef(
+            "EmptyLatentImage",
+            "latent",
+            {"width": _LATENT, "height": _LATENT, "batch_size": _int(1, 1, 4096)},
+            ("LATENT",),
+            False,
+            _empty_latent,
+        ),
+        NodeDef(
+            "VAEDecode",
+            "latent",
+            {"samples": ("LATENT", {}), "vae": ("VAE", {})},
+            ("IMAGE",),
+            False,
+            _vae_decode,
+        ),
     )
 }

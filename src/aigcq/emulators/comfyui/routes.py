@@ -19,7 +19,6 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from aigcq.emulators.comfyui.config import ComfyUIConfig
 from aigcq.emulators.comfyui.executor import ComfyUIEmulator
 from aigcq.emulators.comfyui.graph import PromptRejected
-from aigcq.emulators.comfyui.nodes import NODES
 
 log = logging.getLogger(__name__)
 
@@ -147,11 +146,11 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
 
     @r.get("/object_info")
     async def object_info() -> dict[str, Any]:
-        return {name: node.object_info() for name, node in NODES.items()}
+        return {name: node.object_info() for name, node in emu.nodes.items()}
 
     @r.get("/object_info/{node_class}")
     async def object_info_one(node_class: str) -> dict[str, Any]:
-        node = NODES.get(node_class)
+        node = emu.nodes.get(node_class)
         return {node_class: node.object_info()} if node else {}
 
     @r.get("/view")
@@ -164,6 +163,16 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
         emu.config.fail_next = int(body.get("next", emu.config.fail_next))
         emu.config.fail_rate = float(body.get("rate", emu.config.fail_rate))
         return {"next": emu.config.fail_next, "rate": emu.config.fail_rate}
+
+    @r.get("/emulator/stats")
+    async def stats() -> dict[str, Any]:
+        gpu = emu.config.gpu
+        return {
+            "loaded": gpu.loaded,
+            "loads": gpu.loads,
+            "loadingS": gpu.loading_s,
+            "busyS": gpu.busy_s,
+        }
 
     @r.post("/emulator/restart")
     async def restart() -> dict[str, Any]:
