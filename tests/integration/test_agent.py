@@ -338,3 +338,51 @@ async def test_an_instance_that_goes_away_is_reported_at_once(env: Env, tmp_path
             assert beat["availableInstanceCount"] == 1
             states = {i["url"]: i["state"] for i in beat["instances"]}
             assert states[own] == "offline"
+
+
+async def test_tasks_go_to_the_instance_with_their_model_loaded_or_fail_clearly(
+    env: Env, tmp_path: Path
+) -> None:
+    checkpoints = [("a.safetensors", "b.safetensors"), ("b.safetensors",)]
+    apps = [
+        create_app(
+            ComfyUIConfig(output_dir=tmp_path / f"m{i}" / "output", step_time=0.01, steps=1,
+                          checkpoints=ckpts)
+        )
+        for i, ckpts in enumerate(checkpoints)
+    ]  # fmt: skip
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [await stack.enter_async_context(serve_app(app)) for app in apps]
+        settings = env.settings.model_copy(update={"comfyui": urls})
+        async with Bridge(settings) as bridge:
+            register = await env.hub.next("REGISTER")
+            offered = {i["url"]: i["models"] for i in register["instances"]}
+            assert offered == {urls[0]: list(checkpoints[0]), urls[1]: list(checkpoints[1])}
+            assert "CheckpointLoaderSimple" in register["instances"][0]["nodeClasses"]
+
+            async def run(task_id: str, ckpt: str) -> dict[str, Any]:
+                graph = json.loads(json.dumps(MODEL_GRAPH).replace("CKPT", ckpt))
+                await env.hub.send("TASK_ASSIGN", env.assign(task_id, workflow=graph))
+                return await env.end_for(task_id)
+
+            assert (await run("only-first", "a.safetensors"))["code"] == 0
+            assert list(apps[0].state.emulator.history) == ["only-first"]
+            failed = await run("nowhere", "c.safetensors")
+            assert failed["failure"]["code"] == "NoCapableInstance"
+            assert "model files: c.safetensors" in failed["msg"]
+            history = {url: app.state.emulator.history for url, app in zip(urls, apps, strict=True)}
+            assert (await run("b-1", "b.safetensors"))["code"] == 0
+            [loaded_on] = [url for url in urls if "b-1" in history[url]]
+            for task_id in ("b-2", "b-3"):  # where b is loaded
+                assert (await run(task_id, "b.safetensors"))["code"] == 0
+                assert task_id in history[loaded_on]
+            instance = bridge.pool.by_url(loaded_on)
+            assert instance is not None and instance.loaded == {"b.safetensors"}
+
+
+MODEL_GRAPH = {
+    "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "CKPT"}},
+    "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+    "8": {"class_type": "VAEDecode", "inputs": {"samples": ["5", 0], "vae": ["4", 2]}},
+    "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0], "filename_prefix": "m"}},
+}

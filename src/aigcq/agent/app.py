@@ -83,7 +83,12 @@ class Bridge:
             self._send,
             self.files_dir,
             lambda: self.public_url,
-            RunnerSettings(settings.ws_silence, settings.task_timeout, settings.progress_interval),
+            RunnerSettings(
+                settings.ws_silence,
+                settings.task_timeout,
+                settings.progress_interval,
+                settings.affinity,
+            ),
         )
         self.link = HubLink(
             settings.server,

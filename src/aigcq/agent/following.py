@@ -70,6 +70,7 @@ class RunnerSettings:
     ws_silence: float = 5.0
     task_timeout: float = 3600.0
     progress_interval: float = 0.5
+    affinity: bool = True  # prefer the instance whose loaded models a task needs
 
 
 class Follower:

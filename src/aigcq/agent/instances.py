@@ -20,6 +20,7 @@ import httpx
 from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
 
+from aigcq.agent.capabilities import Needs, offered_by
 from aigcq.bridges.protocol import InstanceInfo
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,8 @@ class ComfyInstance:
         self.healthy = False
         self.external_load = 0  # queued prompts that are not ours
         self.running: set[str] = set()  # our task ids
+        self.offer: Needs | None = None  # from /object_info (None: not known yet)
+        self.loaded: frozenset[str] = frozenset()  # model files its last prompt of ours used
         self.ws_connected = asyncio.Event()
         #: called when the instance comes back or goes away (the bridge tells aigcq now)
         self.on_change: Callable[[], None] = lambda: None
@@ -136,7 +139,18 @@ class ComfyInstance:
     def info(self) -> InstanceInfo:
         state: InstanceState = "offline" if not self.healthy else "busy" if self.running else "idle"
         task = min(self.running) if self.running else None
-        return InstanceInfo(instance_id=self.instance_id, url=self.url, state=state, task_id=task)
+        offer = self.offer
+        return InstanceInfo(
+            instance_id=self.instance_id,
+            url=self.url,
+            state=state,
+            task_id=task,
+            node_classes=sorted(offer.node_classes) if offer else None,
+            models=sorted(offer.models) if offer else None,
+        )
+
+    def can_run(self, needs: Needs | None) -> bool:
+        return needs is None or self.offer is None or self.offer.covers(needs)
 
     # -- health --
     async def check(self) -> bool:
@@ -156,8 +170,19 @@ class ComfyInstance:
         self.external_load = max(load - len(self.running), 0)
         if not self.healthy:
             log.info("instance %s: healthy", self.instance_id)
+            await self._learn()
             self._set_healthy(True)
         return True
+
+    async def _learn(self) -> None:
+        """What it offers (``/object_info``): read each time it comes (back) up."""
+        try:
+            resp = await self.http.get(f"{self.url}/object_info", timeout=10.0)
+            resp.raise_for_status()
+            self.offer = offered_by(resp.json())
+        except (httpx.HTTPError, ValueError) as e:
+            log.warning("instance %s: /object_info unreadable: %s", self.instance_id, e)
+            self.offer = None
 
     def _set_healthy(self, healthy: bool) -> None:
         self.healthy = healthy
@@ -264,14 +289,40 @@ class InstancePool:
     def __init__(self, instances: list[ComfyInstance]) -> None:
         self.instances = instances
 
-    def acquire(self, task_id: str, exclude: frozenset[str] = frozenset()) -> ComfyInstance | None:
-        """Reserve a slot on the least-busy healthy instance, or None if all are full."""
-        free = [i for i in self.instances if i.free_slots and i.instance_id not in exclude]
+    def acquire(
+        self,
+        task_id: str,
+        exclude: frozenset[str] = frozenset(),
+        needs: Needs | None = None,
+        affinity: bool = True,
+    ) -> ComfyInstance | None:
+        """Reserve a slot on a healthy instance that can run ``needs``, or None if all such
+        are full. With ``affinity``, one whose loaded models are the ones needed first
+        (no model load), then the least busy."""
+        free = [
+            i
+            for i in self.instances
+            if i.free_slots and i.instance_id not in exclude and i.can_run(needs)
+        ]
         if not free:
             return None
-        best = min(free, key=lambda i: (len(i.running), i.external_load))
+        models = needs.models if needs and affinity else frozenset()
+
+        def rank(i: ComfyInstance) -> tuple[bool, int, int]:
+            return (not (models and models <= i.loaded), len(i.running), i.external_load)
+
+        best = min(free, key=rank)
         best.running.add(task_id)
+        if needs is not None and needs.models:
+            best.loaded = needs.models
         return best
+
+    def lacks(self, needs: Needs) -> str:
+        """What no instance here offers (``""``: some instance can run ``needs``)."""
+        known = [i.offer for i in self.instances if i.offer is not None]
+        if len(known) < len(self.instances) or any(o.covers(needs) for o in known):
+            return ""
+        return min((o.missing(needs) for o in known), key=len, default="")
 
     def by_url(self, url: str) -> ComfyInstance | None:
         return next((i for i in self.instances if i.url == url.rstrip("/")), None)

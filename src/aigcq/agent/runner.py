@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from aigcq.agent.capabilities import needs_of
 from aigcq.agent.following import (
     Follower,
     RunnerSettings,
@@ -159,7 +160,14 @@ class TaskRunner:
             self.stopped.discard(task_id)
             log.info("task %s: cancelled before it started", task_id, extra=ctx(task=task_id))
             return
-        instance = self.pool.acquire(task_id)
+        needs = needs_of(workflow)
+        if lacking := self.pool.lacks(needs):  # no instance here could ever run it
+            await self._ack(task_id, assign.attempt)
+            message = f"no ComfyUI instance of this bridge has {lacking}"
+            result = TaskEndResult.failed("task", "NoCapableInstance", message)
+            self._finish(task_id, assign.webhook_url, result)
+            return
+        instance = self.pool.acquire(task_id, needs=needs, affinity=self.settings.affinity)
         if instance is None:
             await self._ack(task_id, assign.attempt, ACK_NO_CAPACITY, "no free ComfyUI instance")
             return
@@ -270,7 +278,8 @@ class TaskRunner:
                 task.instance.healthy = False
                 tried.add(task.instance.instance_id)
                 self.pool.release(task.instance, task.task_id)
-                other = self.pool.acquire(task.task_id, frozenset(tried))
+                needs, affinity = needs_of(workflow), self.settings.affinity
+                other = self.pool.acquire(task.task_id, frozenset(tried), needs, affinity)
                 if other is None:
                     raise machine_failure(
                         "InstanceLost", f"no ComfyUI instance free ({e})"

@@ -28,6 +28,9 @@ class BridgeSettings(BaseSettings):
     workflows: Path | None = Field(None, description="Folder of <workflowId>.json files.")
     heartbeat: float = Field(30.0, gt=0, description="Seconds between HEARTBEATs.")
     slots_per_instance: int = Field(1, ge=1, description="Prompts run at once per instance.")
+    affinity: bool = Field(
+        True, description="Prefer the instance whose loaded models a task needs."
+    )
     health_interval: float = Field(5.0, gt=0, description="Seconds between instance checks.")
     reconnect_max: float = Field(60.0, gt=0, description="Cap of the reconnect backoff.")
     ws_silence: float = Field(

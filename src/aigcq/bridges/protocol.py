@@ -74,6 +74,8 @@ class InstanceInfo(_Model):
     url: str
     state: Literal["idle", "busy", "offline"]
     task_id: str | None = None
+    node_classes: list[str] | None = None  # from its /object_info
+    models: list[str] | None = None  # model files its loaders offer
 
 
 class RegisterData(_Model):
