@@ -6,6 +6,7 @@ Also the seed-002 bridge that acknowledges with its own taskId, and TASK_CANCEL.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from aigcq.domain import TaskState
 from tests.e2e.conftest import Client, generate
 from tests.helpers import until
+from tests.integration.test_agent import MODEL_GRAPH
 from tests.integration.test_bridge_hub import Bridge, Env, env, task_end
 
 __all__ = ["env"]
@@ -113,4 +115,37 @@ async def test_a_seed_002_bridge_runs_20_tasks_once_each(env: Env) -> None:
     with pytest.raises(TimeoutError):
         await bridge.next(timeout=0.5)
     await bridge.ws.close()
+    await client.close()
+
+
+def _instances(*models: str) -> list[dict[str, Any]]:
+    classes = ["CheckpointLoaderSimple", "EmptyLatentImage", "VAEDecode", "SaveImage"]
+    return [
+        {"instanceId": "i0", "url": "http://i0", "state": "idle", "nodeClasses": classes,
+         "models": list(models)}
+    ]  # fmt: skip
+
+
+def _needing(task_id: str, ckpt: str) -> dict[str, Any]:
+    graph = json.loads(json.dumps(MODEL_GRAPH).replace("CKPT", ckpt))
+    return generate(task_id, workflow=graph)
+
+
+async def test_a_task_goes_only_to_a_bridge_that_has_its_model_files(env: Env) -> None:
+    idle = await env.bridge()  # the least loaded, but without the model
+    await idle.register("idle", count=4, instances=_instances("a.safetensors"))
+    busy = await env.bridge()
+    await busy.register("has-b", count=2, instances=_instances("a.safetensors", "b.safetensors"))
+    client = await env.client()
+    await client.request(_needing("needs-b", "b.safetensors"))
+    assert (await busy.next())["data"]["taskId"] == "needs-b"
+    await client.request(_needing("needs-c", "c.safetensors"))  # nobody has it
+    result = await client.next()
+    assert (result["taskId"], result["status"]) == ("needs-c", "failed")
+    assert result["error"]["code"] == "NoCapableInstance"
+    assert "model files: c.safetensors" in result["error"]["detail"]
+    with pytest.raises(TimeoutError):
+        await idle.next(timeout=0.3)
+    for ws in (idle.ws, busy.ws):
+        await ws.close()
     await client.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aigcq.agent.capabilities import Needs, needs_of, offered_by
 from aigcq.agent.instances import ComfyInstance, InstancePool
+from aigcq.bridges.capabilities import Needs, needs_of, offered_by
 
 GRAPH = {
     "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "b.safetensors"}},

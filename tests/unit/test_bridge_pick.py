@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
 from aigcq.bridges.slots import Assignment, SlotLedger
 
@@ -110,3 +111,33 @@ def test_indexed_pick_matches_the_linear_definition(ops: list[tuple[Any, ...]]) 
         assert sorted(least.ids if least else []) == sorted(_allowed(registry, ""))
         anyone = registry.pick()  # after every step, without a workflow
         assert (anyone.bridge_id if anyone else None) in (_allowed(registry, "") or {None})
+
+
+NEEDS = [None, Needs(frozenset({"L"}), frozenset({"a"})), Needs(frozenset({"L"}), frozenset({"b"}))]
+OFFERS = st.sampled_from([None, (NEEDS[1],), (NEEDS[2],), (NEEDS[1], NEEDS[2])])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(IDS, st.integers(1, 4), st.integers(0, 4), OFFERS), max_size=6),
+    st.lists(st.tuples(st.sampled_from(NEEDS), st.sampled_from(["", "wf1"])), max_size=20),
+)
+def test_a_pick_with_needs_is_the_least_loaded_bridge_that_can_run_them(
+    bridges: list[tuple[str, int, int, Any]], picks: list[tuple[Needs | None, str]]
+) -> None:
+    registry = _registry()
+    for bridge_id, count, free, offers in bridges:
+        conn = BridgeConn(bridge_id, _nothing, SlotLedger(count, min(free, count)))
+        conn.offers = offers
+        registry.bridges[bridge_id] = conn
+    for n, (needs, workflow_id) in enumerate(picks):
+        capable = [b for b in registry.bridges.values() if needs is None or b.can_run(needs)]
+        candidates = [b for b in capable if b.free() > 0]
+        picked = registry.pick(workflow_id, needs)
+        if not candidates:
+            assert picked is None
+            continue
+        best = min((b.load(), -b.free()) for b in candidates)
+        tied = {b.bridge_id for b in candidates if (b.load(), -b.free()) == best}
+        assert picked is not None and picked.bridge_id in tied
+        assert picked.take(f"t{n}", Assignment(1, "a", "comfyui"))

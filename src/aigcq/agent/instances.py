@@ -20,7 +20,7 @@ import httpx
 from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
 
-from aigcq.agent.capabilities import Needs, offered_by
+from aigcq.bridges.capabilities import Needs, offered_by
 from aigcq.bridges.protocol import InstanceInfo
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from aigcq.agent.capabilities import needs_of
 from aigcq.agent.following import (
     Follower,
     RunnerSettings,
@@ -35,6 +34,7 @@ from aigcq.agent.workflow import (
     WorkflowSource,
     apply_node_info,
 )
+from aigcq.bridges.capabilities import needs_of
 from aigcq.bridges.protocol import (
     ACK_NO_CAPACITY,
     ACK_OK,

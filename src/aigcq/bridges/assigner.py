@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
+from aigcq.bridges.capabilities import Needs, needs_of, with_overrides
 from aigcq.bridges.endings import TaskEnds
 from aigcq.bridges.protocol import (
     ACK_WORKFLOW_NOT_FOUND,
@@ -48,6 +52,7 @@ class Assigner:
         config: Callable[[], HubConfig],
         wake: Callable[[], None],
         lost: Callable[[BridgeConn, str], Awaitable[None]],
+        bridges_elsewhere: Callable[[], int] = lambda: 0,
     ) -> None:
         self.rt = rt
         self.outcomes = outcomes
@@ -57,17 +62,27 @@ class Assigner:
         self.config = config
         self.wake = wake
         self.lost = lost
+        self.bridges_elsewhere = bridges_elsewhere
+        self.needs = WorkflowNeeds(rt)
         self._spawn = Spawner()
 
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
         """Each task to the least-loaded bridge with a free slot (see
         :meth:`BridgeRegistry.pick`), else back to waiting."""
         for c in tasks:
-            conn = self.registry.pick(c.workflow_id)
-            if conn is None:
+            needs = await self.needs.of(c)
+            conn = self.registry.pick(c.workflow_id, needs)
+            if conn is not None:
+                await self.send_assign(conn, aigc, platform, c)
+            elif needs is not None and not self._somewhere(needs):
+                message = "no connected ComfyUI instance has every node class and model file"
+                await self.fail(c.task_id, "NoCapableInstance", message, _listed(needs))
+            else:
                 await self.requeue(c.task_id, c.attempt, "no bridge has a free slot")
-                continue
-            await self.send_assign(conn, aigc, platform, c)
+
+    def _somewhere(self, needs: Needs) -> bool:
+        """A bridge here, or one connected to another process, may run ``needs``."""
+        return self.registry.anyone_can_run(needs) or self.bridges_elsewhere() > 0
 
     async def refused(self, conn: BridgeConn, task_id: str, data: TaskAckData) -> None:
         """A refusal: the slot stays busy until the bridge's next report (it said it has no
@@ -213,3 +228,49 @@ class Assigner:
                 await self.requeue(task_id, p.attempt, f"bridge {conn.bridge_id}: {reason}")
                 handed.append(task_id)
         return handed
+
+
+def _listed(needs: Needs) -> str:
+    return Needs().missing(needs)
+
+
+class WorkflowNeeds:
+    """The node classes and model files a claimed task's workflow names: its inline
+    ``workflow``, else its ``workflowId`` from the registry (cached a minute; one read per
+    workflow id), with its ``nodeInfoList``'s model files. ``None``: not known."""
+
+    TTL_S = 60.0
+    KEPT = 1024
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self._cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
+
+    async def of(self, c: Claimed) -> Needs | None:
+        workflow = _graph(c.payload.get("workflow"))
+        if workflow is None and c.workflow_id:
+            workflow = await self._registered(c.workflow_id)
+        if workflow is None:
+            return None
+        return with_overrides(needs_of(workflow), workflow, c.payload.get("nodeInfoList"))
+
+    async def _registered(self, workflow_id: str) -> dict[str, Any] | None:
+        now = time.monotonic()
+        cached = self._cache.get(workflow_id)
+        if cached is not None and now - cached[0] < self.TTL_S:
+            return cached[1]
+        raw = await self.rt.redis.get(self.rt.store.keys.workflow(workflow_id))
+        graph = _graph(raw)
+        if len(self._cache) >= self.KEPT:
+            self._cache.clear()
+        self._cache[workflow_id] = (now, graph)
+        return graph
+
+
+def _graph(raw: Any) -> dict[str, Any] | None:
+    if isinstance(raw, str | bytes):
+        try:
+            raw = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+    return raw if isinstance(raw, dict) else None

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from aigcq.bridges.capabilities import Needs, offers_of
+from aigcq.bridges.protocol import InstanceInfo
 from aigcq.bridges.slots import Assignment, SlotLedger
 
 Send = Callable[[str], Awaitable[None]]
@@ -42,6 +44,8 @@ class BridgeConn:
     drained: bool = False  # by an operator: no new tasks, running ones finish
     #: each instance as the bridge last reported it: {"instanceId", "state", "taskId"}
     instance_states: list[dict[str, Any]] = field(default_factory=list)
+    #: what each instance offers (None: not known, not ruled out; see :mod:`.capabilities`)
+    offers: tuple[Needs, ...] | None = None
     #: the registry holding this connection, told of every change to the above
     owner: Filing | None = field(default=None, repr=False)
 
@@ -58,6 +62,17 @@ class BridgeConn:
     @property
     def running(self) -> dict[str, int]:
         return self.slots.running
+
+    def describe(self, instances: list[InstanceInfo] | None) -> None:
+        """Each instance as the bridge reported it: its state (for ``aigcq status`` and the
+        dashboard) and what it offers (for routing)."""
+        keep = {"instance_id", "state", "task_id"}
+        self.instance_states = [i.model_dump(include=keep) for i in instances or []]
+        self.offers = offers_of(instances)
+
+    def can_run(self, needs: Needs) -> bool:
+        """Whether one of its instances has every node class and model file ``needs``."""
+        return self.offers is None or any(o.covers(needs) for o in self.offers)
 
     def free(self) -> int:
         usable = self.online and self.quarantined_at is None and not self.drained

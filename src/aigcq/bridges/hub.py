@@ -1,11 +1,8 @@
 """The bridge hub: bridges connect to ``/ws``, we assign them tasks (an ``InternalTarget``).
 
-A slot is taken when TASK_ASSIGN is sent and given back when the task ends, whichever way
-(see :mod:`.slots`). TASK_ACK code 0 marks the task RUNNING (its TASK_END arrives over
-HTTP); a refusal, a missing ACK or a lost bridge puts an unacknowledged task back at the
-head of its queue, refunded; a workflow nobody knows fails the task at once. A cancelled
-or superseded task is stopped on its bridge (TASK_CANCEL). Bad input gets an ``ERROR``
-frame and changes nothing; a bad token closes with 4401, a flood with 4008.
+The socket and its messages are here; slots are :mod:`.slots`', handing out tasks
+:mod:`.assigner`'s, a task's end :mod:`.endings`', rotation :mod:`.rotation`'s. Bad input
+gets an ``ERROR`` frame and changes nothing; a bad token closes with 4401, a flood with 4008.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ from aigcq.bridges.protocol import (
     BridgeMessage,
     HeartbeatData,
     HeartbeatMessage,
-    InstanceInfo,
     PingMessage,
     PongMessage,
     ProtocolError,
@@ -101,6 +97,7 @@ class BridgeHub:
             config=lambda: self.config,
             wake=lambda: self.wake(),
             lost=self._lost,
+            bridges_elsewhere=lambda: self.peers.bridges_elsewhere,
         )
         self.progress = ProgressRelay(rt)
         self.peers = PeerCapacity(
@@ -253,7 +250,7 @@ class BridgeHub:
         conn = session.conn or BridgeConn(bridge_id, session.send)
         conn.set_state(online=True, drained=bridge_id in self.registry.drained)
         conn.report(data.instance_count, data.available_instance_count)
-        conn.instance_states = _states(data.instances)
+        conn.describe(data.instances)
         self.registry.bridges[bridge_id] = conn
         session.conn = conn
         if session.keepalive is None:
@@ -301,7 +298,7 @@ class BridgeHub:
         before = conn.free()
         gone = conn.report(data.instance_count, data.available_instance_count, data.tasks)
         if data.instances is not None:
-            conn.instance_states = _states(data.instances)
+            conn.describe(data.instances)
         for task_id in gone:
             log.info(
                 "bridge %s: task %s no longer held, its slot is free",
@@ -401,8 +398,3 @@ class BridgeHub:
             )
         if pending:
             self.wake()
-
-
-def _states(instances: list[InstanceInfo] | None) -> list[dict[str, Any]]:
-    """Each instance's state, for ``aigcq status`` and the dashboard."""
-    return [i.model_dump(include={"instance_id", "state", "task_id"}) for i in instances or []]

@@ -33,6 +33,7 @@ from collections.abc import (
 import orjson
 from redis.commands.core import AsyncScript
 
+from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.conn import BridgeConn
 from aigcq.bridges.slots import Assignment
 from aigcq.plumbing.text import text
@@ -247,19 +248,37 @@ class BridgeRegistry:
         """``sum(b.free() for b in bridges)``, kept up to date (O(1))."""
         return self._free_total
 
-    def pick(self, workflow_id: str = "") -> BridgeConn | None:
+    def pick(self, workflow_id: str = "", needs: Needs | None = None) -> BridgeConn | None:
         """The least-loaded live bridge with a free slot (ties: the one with more free
-        slots). Among equally placed ones: the bridge that last ran ``workflow_id`` (seed
-        000 §9.2.3, same bridge first), else a random one, so ties do not always land on
-        the same bridge. O(log n) (amortized), see :meth:`refile`."""
+        slots) that can run ``needs`` (see :mod:`.capabilities`). Among equally placed ones:
+        the bridge that last ran ``workflow_id`` (seed 000 §9.2.3, same bridge first, its
+        models likely loaded), else a random one, so ties do not always land on the same
+        bridge. O(log n) (amortized, see :meth:`refile`) when that bridge can run it, else
+        the buckets are scanned in order until one holds a bridge that can."""
         bucket = self._least_loaded()
         if bucket is None:
             return None
         last = self.last_bridge.get(workflow_id) if workflow_id else None
         bridge_id = last if last is not None and last in bucket.pos else random.choice(bucket.ids)
-        if workflow_id:
-            self.last_bridge[workflow_id] = bridge_id
-        return self._conns[bridge_id]
+        conn: BridgeConn | None = self._conns[bridge_id]
+        if needs is not None and conn is not None and not conn.can_run(needs):
+            conn = self._capable(needs, last)
+        if workflow_id and conn is not None:
+            self.last_bridge[workflow_id] = conn.bridge_id
+        return conn
+
+    def _capable(self, needs: Needs, last: str | None) -> BridgeConn | None:
+        """The pick among bridges that can run ``needs``: buckets in key order (there are
+        few keys), the first with a capable bridge."""
+        for key in sorted(self._buckets):
+            ids = [b for b in self._buckets[key].ids if self._conns[b].can_run(needs)]
+            if ids:
+                return self._conns[last if last in ids else random.choice(ids)]
+        return None
+
+    def anyone_can_run(self, needs: Needs) -> bool:
+        """Whether a bridge connected here (busy or not) can run ``needs``."""
+        return any(c.can_run(needs) for c in self._conns.values())
 
     async def save(self, conn: BridgeConn, *, failures: int | None = None) -> int:
         """Publish the bridge's capacity and last-seen time (and set its shared count of
