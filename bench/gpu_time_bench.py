@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until
 from tests.integration.test_agent import quick_bridge
+from tests.integration.test_emulator_comfyui import model_graph
 
 from aigcq.agent.app import Bridge
 from aigcq.config import PlatformConfig, Settings
@@ -46,18 +47,6 @@ SECRET = "gpu-bench-secret-with-at-least-32-bytes"
 TOKEN = "gpu-bench-bridge"
 INSTANCES = 8
 CHECKPOINTS = [f"model-{i}.safetensors" for i in range(4)]
-
-
-def workflow(ckpt: str) -> dict[str, Any]:
-    return {
-        "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": ckpt}},
-        "5": {
-            "class_type": "EmptyLatentImage",
-            "inputs": {"width": 64, "height": 64, "batch_size": 1},
-        },
-        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["5", 0], "vae": ["4", 2]}},
-        "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0], "filename_prefix": "g"}},
-    }
 
 
 async def _free(service: Service) -> int:
@@ -124,7 +113,7 @@ async def one_run(
         for i, ckpt in enumerate(order):
             task_id = f"g{i}"
             sent[task_id] = time.perf_counter()
-            await client.send(generate(task_id, workflow=workflow(ckpt)))
+            await client.send(generate(task_id, workflow=model_graph(ckpt)))
             await asyncio.sleep(max(0.0, started + (i + 1) / args.rate - time.perf_counter()))
         await reader
         loading = sum(e.config.gpu.loading_s for e in emulators)

@@ -29,7 +29,7 @@ from aigcq.agent.app import Bridge
 from aigcq.agent.settings import BridgeSettings
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from tests.helpers import Received, Recorder, serve_app, until
-from tests.integration.test_emulator_comfyui import GRAPH, read_png
+from tests.integration.test_emulator_comfyui import GRAPH, model_graph, read_png
 
 TOKEN = "bridge-secret"
 
@@ -361,7 +361,7 @@ async def test_tasks_go_to_the_instance_with_their_model_loaded_or_fail_clearly(
             assert "CheckpointLoaderSimple" in register["instances"][0]["nodeClasses"]
 
             async def run(task_id: str, ckpt: str) -> dict[str, Any]:
-                graph = json.loads(json.dumps(MODEL_GRAPH).replace("CKPT", ckpt))
+                graph = model_graph(ckpt)
                 await env.hub.send("TASK_ASSIGN", env.assign(task_id, workflow=graph))
                 return await env.end_for(task_id)
 
@@ -378,11 +378,3 @@ async def test_tasks_go_to_the_instance_with_their_model_loaded_or_fail_clearly(
                 assert task_id in history[loaded_on]
             instance = bridge.pool.by_url(loaded_on)
             assert instance is not None and instance.loaded == {"b.safetensors"}
-
-
-MODEL_GRAPH = {
-    "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "CKPT"}},
-    "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
-    "8": {"class_type": "VAEDecode", "inputs": {"samples": ["5", 0], "vae": ["4", 2]}},
-    "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0], "filename_prefix": "m"}},
-}

@@ -6,7 +6,6 @@ Also the seed-002 bridge that acknowledges with its own taskId, and TASK_CANCEL.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -14,8 +13,8 @@ import pytest
 from aigcq.domain import TaskState
 from tests.e2e.conftest import Client, generate
 from tests.helpers import until
-from tests.integration.test_agent import MODEL_GRAPH
 from tests.integration.test_bridge_hub import Bridge, Env, env, task_end
+from tests.integration.test_emulator_comfyui import model_graph
 
 __all__ = ["env"]
 
@@ -127,8 +126,7 @@ def _instances(*models: str) -> list[dict[str, Any]]:
 
 
 def _needing(task_id: str, ckpt: str) -> dict[str, Any]:
-    graph = json.loads(json.dumps(MODEL_GRAPH).replace("CKPT", ckpt))
-    return generate(task_id, workflow=graph)
+    return generate(task_id, workflow=model_graph(ckpt))
 
 
 async def test_a_task_goes_only_to_a_bridge_that_has_its_model_files(env: Env) -> None:
