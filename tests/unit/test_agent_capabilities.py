@@ -64,3 +64,15 @@ def test_only_an_instance_that_can_run_it_and_what_none_offers() -> None:
     assert pool.lacks(needs) == (
         "node classes: CheckpointLoaderSimple, LoraLoader; model files: b.safetensors, l.pt"
     )
+
+
+def test_a_model_nobody_has_loaded_replaces_the_one_loaded_most_often() -> None:
+    offer = Needs(frozenset({"CheckpointLoaderSimple"}), frozenset({"a", "b", "c"}))
+    b_only = _instance("b-only", offer, frozenset({"b"}))
+    a_twice = [_instance(f"a{i}", offer, frozenset({"a"})) for i in range(2)]
+    pool = InstancePool([b_only, *a_twice])
+    c = Needs(frozenset({"CheckpointLoaderSimple"}), frozenset({"c"}))
+    assert pool.acquire("t1", needs=c) in a_twice  # "b" keeps its only warm instance
+    fresh = _instance("fresh", offer)
+    pool = InstancePool([*a_twice, fresh])
+    assert pool.acquire("t2", needs=c) is fresh  # nothing loaded there: nothing lost

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,8 +298,9 @@ class InstancePool:
         affinity: bool = True,
     ) -> ComfyInstance | None:
         """Reserve a slot on a healthy instance that can run ``needs``, or None if all such
-        are full. With ``affinity``, one whose loaded models are the ones needed first
-        (no model load), then the least busy."""
+        are full. With ``affinity``, one whose loaded models are the ones needed first (no
+        model load), else one whose models are loaded on most other instances; then the
+        least busy."""
         free = [
             i
             for i in self.instances
@@ -307,9 +309,14 @@ class InstancePool:
         if not free:
             return None
         models = needs.models if needs and affinity else frozenset()
+        copies = Counter(i.loaded for i in self.instances) if models else Counter()
 
-        def rank(i: ComfyInstance) -> tuple[bool, int, int]:
-            return (not (models and models <= i.loaded), len(i.running), i.external_load)
+        def rank(i: ComfyInstance) -> tuple[bool, int, int, int]:
+            # no instance has them loaded: replace what is loaded on the most instances
+            # (nothing loaded counts as most), so each model keeps its warm instances
+            spare = -len(self.instances) if not i.loaded else -copies[i.loaded]
+            warm = bool(models) and models <= i.loaded
+            return (not warm, spare if models else 0, len(i.running), i.external_load)
 
         best = min(free, key=rank)
         best.running.add(task_id)
