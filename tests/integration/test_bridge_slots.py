@@ -147,3 +147,25 @@ async def test_a_task_goes_only_to_a_bridge_that_has_its_model_files(env: Env) -
     for ws in (idle.ws, busy.ws):
         await ws.close()
     await client.close()
+
+
+async def test_a_superseded_attempt_is_stopped_on_its_bridge_when_another_finishes(
+    env: Env,
+) -> None:
+    first, client, old = await one_running(env, "sup")
+    await env.service.rt.store.requeue("sup", attempt=1, reason="test: deadline passed")
+    second = await env.bridge()
+    await second.register("br2", count=1)
+    new = (await second.next())["data"]
+    assert (new["taskId"], new["attempt"]) == ("sup", 2)
+    await second.ack("sup")
+    await until(lambda: env.task("sup"), lambda t: t.state == "running" and t.attempt == 2)
+    assert await task_end(env, new["webhookUrl"]) == 200
+    stop = await first.next()
+    assert stop == {"type": "TASK_CANCEL", "data": {"taskId": "sup", "attempt": 1}}
+    hub = env.service.hub
+    assert hub is not None and old["attempt"] == 1
+    assert hub.registry.bridges["br1"].free() == 1  # its slot is free again
+    for ws in (first.ws, second.ws):
+        await ws.close()
+    await client.close()
