@@ -38,7 +38,7 @@ from aigcq.bridges.protocol import (
     utc_timestamp,
 )
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.background import Spawner, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class Bridge:
         )
         self._server: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task[Any]] = []
-        self._changes: set[asyncio.Task[bool]] = set()
+        self._changes = Spawner()
         for instance in self.pool.instances:
             instance.on_change = self._instances_changed
 
@@ -114,9 +114,12 @@ class Bridge:
     def _instances_changed(self) -> None:
         """An instance came back or went away: tell aigcq now (a HEARTBEAT out of turn)."""
         if self.link.state == "connected":
-            task = asyncio.ensure_future(self._send(self._heartbeat_message()))
-            self._changes.add(task)
-            task.add_done_callback(self._changes.discard)
+            self._changes(self._beat_now())
+
+    async def _beat_now(self) -> None:
+        # built when sent, not when asked for: a stale task list would tell aigcq that a
+        # task acknowledged in between has ended
+        await self._send(self._heartbeat_message())
 
     async def _on_assign(self, assign: TaskAssignData) -> None:
         await self.runner.handle(assign)

@@ -34,7 +34,7 @@ from aigcq.bridges.protocol import (
     parse_bridge_message,
 )
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.background import Spawner, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class HubLink:
         self.last_error = ""
         self._ws: ClientConnection | None = None
         self._changed = asyncio.Event()
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._handlers = Spawner()
 
     def _set_state(self, state: str) -> None:
         self.state, self.since = state, time.time()
@@ -121,7 +121,7 @@ class HubLink:
 
     async def close(self) -> None:
         """Cancel the running TASK_ASSIGN handlers (the run loop is cancelled by its owner)."""
-        await cancel_and_wait(list(self._handlers))
+        await cancel_and_wait(list(self._handlers.tasks))
 
     async def run(self) -> None:
         """Connect, serve, reconnect — forever."""
@@ -212,9 +212,9 @@ class HubLink:
         if isinstance(msg, PingMessage):
             await ws.send(encode(PongMessage()))
         elif isinstance(msg, TaskAssignMessage):
-            self._handle_in_background(self._on_assign(msg.data))
+            self._handlers(self._on_assign(msg.data))
         elif isinstance(msg, TaskCancelMessage):
-            self._handle_in_background(self._on_cancel(msg.data))
+            self._handlers(self._on_cancel(msg.data))
         elif isinstance(msg, ErrorMessage):
             log.warning(
                 "bridge %s: hub error %s: %s",
@@ -223,8 +223,3 @@ class HubLink:
                 msg.data.msg,
                 extra=ctx(bridge=self.bridge_id),
             )
-
-    def _handle_in_background(self, coro: Coroutine[object, object, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._handlers.add(task)
-        task.add_done_callback(self._handlers.discard)
