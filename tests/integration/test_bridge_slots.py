@@ -6,6 +6,7 @@ Also the seed-002 bridge that acknowledges with its own taskId, and TASK_CANCEL.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -168,4 +169,29 @@ async def test_a_superseded_attempt_is_stopped_on_its_bridge_when_another_finish
     assert hub.registry.bridges["br1"].free() == 1  # its slot is free again
     for ws in (first.ws, second.ws):
         await ws.close()
+    await client.close()
+
+
+async def test_a_workflow_the_registry_has_but_a_bridge_cannot_fetch_fails_after_its_attempts(
+    env: Env,
+) -> None:
+    """Code 380 for a registered workflow is retried as new attempts, not looped forever."""
+    rt = env.service.rt
+    await env.redis.set(rt.store.keys.workflow("wf-known"), json.dumps(model_graph("a")))
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    await client.request(generate("known", workflowId="wf-known", nodeInfoList=[]))
+    attempts = []
+    while len(attempts) < rt.settings.max_attempts:
+        assign = (await bridge.next(timeout=15))["data"]
+        attempts.append(assign["attempt"])
+        refusal = {"taskId": "known", "attempt": assign["attempt"]}
+        await bridge.send("TASK_ACK", {"code": 380, "msg": "workflow not found", "data": refusal})
+        await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1})
+    assert attempts == list(range(1, rt.settings.max_attempts + 1))
+    result = await client.next(timeout=15)
+    assert (result["taskId"], result["status"]) == ("known", "failed")
+    assert result["error"]["detail"]["code"] == "WorkflowNotFound"
+    await bridge.ws.close()
     await client.close()

@@ -94,7 +94,15 @@ class Assigner:
             if not await self.workflow_known(pending.workflow_id):
                 await self.fail(task_id, "WorkflowNotFound", data.msg, pending.workflow_id)
                 return
-            await self.rt.store.requeue(task_id, attempt=pending.attempt, reason=reason)
+            await self.outcomes.retry_or_fail(  # a new attempt each time: bounded
+                task_id,
+                aigc=pending.aigc,
+                platform=pending.platform,
+                attempt=pending.attempt,
+                reason=reason,
+                code=ErrorCode.TASK_FAILED,
+                detail={"code": "WorkflowNotFound", "workflowId": pending.workflow_id},
+            )
         else:
             await self.requeue(task_id, pending.attempt, reason)
         self.wake()
