@@ -6,6 +6,8 @@ Measures (issue 3's targets in brackets):
 * ``lifecycle``  client → bridge → TASK_END → client throughput, 20 bridges × 8 instances
   completing at once (≥ 2,000 tasks/s);
 * ``loss``       bridge socket lost → the first task reaching RunningHub (< 200 ms);
+* ``recovery``   a bridge reconnect → its first new TASK_ASSIGN, and a task's instance dying
+  (an ``infrastructure`` failure) → the task assigned to another bridge (< 1 s each);
 * ``routing``    one routing decision in-process at 1,000 bridges × 8 instances:
   ``routing.plan`` + the hub's free-slot count + ``BridgeRegistry.pick`` + taking the slot
   (< 1 ms); the old linear pick alongside for comparison. ``--routing-only`` runs just this.
@@ -45,7 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.host import cpu_seconds, python_speed_ms
 from tests.e2e.conftest import BRIDGE_TOKEN, Client, Cluster, Proc, free_port, generate, wait_http
 
+from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
+from aigcq.bridges.slots import Assignment, SlotLedger
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.scheduler.routing import plan
 
@@ -55,6 +59,15 @@ END_DATA = orjson.dumps(
         "code": 0,
         "msg": "success",
         "data": [{"fileUrl": "http://b/x.png", "fileType": "png", "taskCostTime": 0}],
+    }
+).decode()
+#: what ``aigcq bridge`` reports when the instance running the task died
+LOST_DATA = orjson.dumps(
+    {
+        "code": 1,
+        "msg": "instance died",
+        "data": [],
+        "failure": {"class": "infrastructure", "code": "InstanceLost", "message": "died"},
     }
 ).decode()
 
@@ -67,12 +80,22 @@ class FakeBridge:
     """One bridge with ``slots`` instances that finish every task the moment it arrives."""
 
     def __init__(
-        self, url: str, bridge_id: str, http: aiohttp.ClientSession, beat_s: float
+        self,
+        url: str,
+        bridge_id: str,
+        http: aiohttp.ClientSession,
+        beat_s: float,
+        *,
+        failing: bool = False,
+        slots: int = SLOTS,
     ) -> None:
         self.url, self.bridge_id, self.http, self.beat_s = url, bridge_id, http, beat_s
-        self.slots = SLOTS
+        self.failing = failing  # every task ends as a machine's failure
+        self.slots = slots
         self.running = 0
         self.assigned: dict[str, float] = {}  # taskId -> perf_counter at TASK_ASSIGN
+        self.ended: dict[str, float] = {}  # taskId -> perf_counter at its TASK_END
+        self.registered = 0.0  # perf_counter when REGISTER was sent
         self.ws: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._beats: asyncio.Task[None] | None = None
@@ -84,6 +107,7 @@ class FakeBridge:
 
     async def connect(self) -> FakeBridge:
         self.ws = await websockets.connect(f"{self.url}?token={BRIDGE_TOKEN}", max_size=None)
+        self.registered = now()
         await self._send("REGISTER", {"bridgeId": self.bridge_id, **self._counts(), "tasks": []})
         self._reader = asyncio.create_task(self._read())
         self._beats = asyncio.create_task(self._heartbeats())
@@ -112,7 +136,9 @@ class FakeBridge:
 
     async def _end(self, task_id: str, hook: str) -> None:
         self.running -= 1  # the instance is free once its task ends, before TASK_END is sent
-        body = {"event": "TASK_END", "taskId": task_id, "eventData": END_DATA}
+        data = LOST_DATA if self.failing else END_DATA
+        body = {"event": "TASK_END", "taskId": task_id, "eventData": data}
+        self.ended[task_id] = now()
         for _ in range(5):
             with contextlib.suppress(aiohttp.ClientError):
                 async with self.http.post(hook, json=body) as resp:
@@ -341,6 +367,56 @@ async def bridge_loss(
         await rh.runner.cleanup()
 
 
+async def recovery(
+    cluster: Cluster, args: argparse.Namespace, http: aiohttp.ClientSession
+) -> dict[str, Any]:
+    """Issue 16's targets (< 1 s each), no paid overflow (tasks wait for internal capacity):
+
+    * a bridge's socket drops and it reconnects: REGISTER → its first new TASK_ASSIGN;
+    * a task's instance dies (its bridge reports an ``infrastructure`` failure): that
+      TASK_END → the task's TASK_ASSIGN on another bridge."""
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}}})
+    server, port = start_server(
+        cluster,
+        args.flood_limit,
+        AIGCQ_HEALTH_INTERVAL_S="1",
+        AIGCQ_BRIDGE_FAILURE_LIMIT="1",
+    )
+    url = f"ws://127.0.0.1:{port}/ws"
+    reconnect: list[float] = []
+    elsewhere: list[float] = []
+    try:
+        for trial in range(args.loss_trials):
+            first = await FakeBridge(url, f"back{trial}", http, args.heartbeat_s).connect()
+            await asyncio.sleep(0.2)
+            first.abort()
+            await asyncio.sleep(0.2)  # lost, degraded
+            waiting = asyncio.create_task(Load(port, clients=1).run(3, None, f"back{trial}"))
+            await asyncio.sleep(0.2)  # the tasks wait: no bridge, no paid platform
+            again = await FakeBridge(url, f"back{trial}", http, args.heartbeat_s).connect()
+            await waiting  # its tasks done: on the bridge, the only place they can run
+            reconnect.append((min(again.assigned.values(), default=now()) - again.registered) * 1e3)
+            await again.close()
+            await first.close()
+            # equally idle, more free slots: the dying bridge is picked first
+            dying = await FakeBridge(url, f"dying{trial}", http, 30.0, failing=True).connect()
+            other = await FakeBridge(url, f"other{trial}", http, 30.0, slots=SLOTS // 2).connect()
+            await asyncio.sleep(0.2)
+            await Load(port, clients=1).run(1, None, f"die{trial}")
+            task_id = f"die{trial}-0"
+            died = dying.ended.get(task_id, now())
+            elsewhere.append((other.assigned.get(task_id, now()) - died) * 1e3)
+            await other.close()
+            await dying.close()
+        return {
+            "trials": len(reconnect),
+            "reconnect_to_first_assign_ms": [round(t, 1) for t in reconnect],
+            "instance_death_to_running_elsewhere_ms": [round(t, 1) for t in elsewhere],
+        }
+    finally:
+        server.stop()
+
+
 def linear_pick(registry: BridgeRegistry) -> BridgeConn | None:
     """``BridgeRegistry.pick`` as it was before the index: a scan of every bridge."""
     candidates = [b for b in registry.bridges.values() if b.free() > 0]
@@ -359,8 +435,7 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
 
     registry = BridgeRegistry(cast(Any, None), "bench", ttl_s=60)
     for i in range(n_bridges):
-        conn = BridgeConn(f"b{i}", noop)
-        conn.reconcile(SLOTS, i % (SLOTS + 1))
+        conn = BridgeConn(f"b{i}", noop, SlotLedger(SLOTS, i % (SLOTS + 1)))
         registry.bridges[conn.bridge_id] = conn
     decide, picks, plan_only, linear = [], [], [], []
     for r in range(rounds):
@@ -368,9 +443,9 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
         split = plan(5000 + r, registry.free_slots(), 50)
         pick = registry.pick(f"wf{r % 10}")
         assert pick is not None
-        pick.available -= 1  # TASK_ASSIGN takes the slot (re-files the bridge)
+        assert pick.take(f"t{r}", Assignment(r, "bench", "comfyui"))  # TASK_ASSIGN's slot
         decide.append((time.perf_counter_ns() - t) / 1e6)
-        pick.available += 1  # TASK_END frees it again: the next round sees the same bridges
+        pick.end(f"t{r}")  # TASK_END frees it again: the next round sees the same bridges
         t = time.perf_counter_ns()
         registry.pick()
         picks.append((time.perf_counter_ns() - t) / 1e6)
@@ -382,6 +457,7 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
             linear_pick(registry)
             linear.append((time.perf_counter_ns() - t) / 1e6)
     assert split.internal > 0
+    capable = capable_pick(registry, rounds)
     return {
         "bridges": n_bridges,
         "instances_per_bridge": SLOTS,
@@ -391,6 +467,27 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
         "pick_least_loaded_p50_ms": pct(picks, 0.5),
         "pick_least_loaded_p99_ms": pct(picks, 0.99),
         "linear_pick_p50_ms": pct(linear, 0.5),
+        **capable,
+    }
+
+
+def capable_pick(registry: BridgeRegistry, rounds: int) -> dict[str, float]:
+    """A task only every 10th bridge can run (its model file): the least-loaded bridge
+    cannot, so the pick scans the bridges with a free slot."""
+    common = Needs(frozenset({"CheckpointLoaderSimple"}), frozenset({"a"}))
+    rare = Needs(common.node_classes, frozenset({"a", "b"}))
+    for i, conn in enumerate(registry.bridges.values()):
+        conn.offers = (rare if i % 10 == 0 else common,)
+    needs_b = Needs(common.node_classes, frozenset({"b"}))
+    times = []
+    for r in range(rounds // 4):
+        t = time.perf_counter_ns()
+        pick = registry.pick(f"wf{r % 10}", needs_b)
+        times.append((time.perf_counter_ns() - t) / 1e6)
+        assert pick is not None and pick.can_run(needs_b)
+    return {
+        "pick_capable_tenth_p50_ms": pct(times, 0.5),
+        "pick_capable_tenth_p99_ms": pct(times, 0.99),
     }
 
 
@@ -407,6 +504,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         async with aiohttp.ClientSession(connector=connector) as http:
             report.update(await dispatch_and_lifecycle(cluster, args, http))
             report["loss"] = await bridge_loss(cluster, args, http)
+            report["recovery"] = await recovery(cluster, args, http)
+            print("recovery", report["recovery"], file=sys.stderr)
         report["host_python_ms"].append(python_speed_ms())
         return report
     finally:

@@ -18,7 +18,8 @@ The process starts healthy (nothing has failed yet) and checks every
 ``health_interval_s``; the hub calls :meth:`HealthMonitor.poke` when a bridge is lost or
 taken out of rotation, which degrades at once when the check now fails, and when a bridge
 registers (a poke counts as a pass only for the first pass ever, so it cannot shorten a
-recovery).
+recovery from capacity that failed). A known bridge reconnecting after its socket closed is
+usable at once: when the only failure was "no bridge connected", nothing failed but a socket.
 
 State is published under the seed's keys (no project prefix): ``md:state:connection``,
 ``md:state:capacity`` (60 s TTL), ``md:state:last_heartbeat`` (epoch ms, 60 s TTL), plus
@@ -50,6 +51,7 @@ CONNECTION_KEY = "md:state:connection"
 CAPACITY_KEY = "md:state:capacity"
 HEARTBEAT_KEY = "md:state:last_heartbeat"
 HEALTH_KEY = "md:state:health"
+NO_BRIDGE = "no bridge connected"
 
 
 class HealthState(StrEnum):
@@ -78,10 +80,14 @@ class Health:
     def healthy(self) -> bool:
         return self.state is HealthState.HEALTHY
 
-    def observe(self, reason: str, *, immediate: bool = False) -> HealthState | None:
+    def observe(
+        self, reason: str, *, immediate: bool = False, reconnected: bool = False
+    ) -> HealthState | None:
         """Record one check (``reason`` empty = passed); the new state if it changed.
         A failure below ``failure_threshold`` (and not ``immediate``) leaves a healthy
-        state as it is."""
+        state as it is. ``reconnected``: a pass because a known bridge came back; when the
+        only failure was that no bridge was connected (a socket that blipped, not capacity
+        that failed), it restores health at once."""
         before = self.state
         self.failures = self.failures + 1 if reason else 0
         healthy_yet = before is HealthState.HEALTHY and self.failures < self.failure_threshold
@@ -93,7 +99,8 @@ class Health:
                 self.degrades += 1
         elif before is not HealthState.HEALTHY:
             self.passes += 1
-            if self.passes >= self.recover_passes or not self.proven:
+            blip = reconnected and self.reason == NO_BRIDGE
+            if self.passes >= self.recover_passes or not self.proven or blip:
                 self.state, self.reason, self.passes = HealthState.HEALTHY, "", 0
                 self.recovers += 1
             else:
@@ -106,7 +113,7 @@ def check_bridges(bridges: Iterable[BridgeConn], now: float, silence_s: float) -
     """Why the bridges give no usable internal capacity; ``""`` when they do (seed §8.3.1)."""
     live = [b for b in bridges if b.online]
     if not live:
-        return "no bridge connected"
+        return NO_BRIDGE
     heard = [b for b in live if now - b.last_seen <= silence_s]
     if not heard:
         return f"no heartbeat within {silence_s:g} s"
@@ -157,21 +164,22 @@ class HealthMonitor:
         self._observe(self._reason())
         await self.publish()
 
-    def poke(self) -> None:
+    def poke(self, *, reconnected: bool = False) -> None:
         """Check now, after a bridge registered or was lost: a failure is recorded, a pass
-        only when it is the first ever (see the module's docstring)."""
+        only when it is the first ever or ``reconnected`` (a known bridge is back, see
+        :meth:`Health.observe`)."""
         reason = self._reason()
-        if reason or not self.health.proven:
-            self._observe(reason)
+        if reason or not self.health.proven or reconnected:
+            self._observe(reason, reconnected=reconnected)
         self._spawn(self.publish())
 
     def _reason(self) -> str:
         return check_bridges(self.bridges(), time.monotonic(), self.silence_s)
 
-    def _observe(self, reason: str) -> None:
+    def _observe(self, reason: str, *, reconnected: bool = False) -> None:
         h = self.health
         was, before = h.reason, h.state
-        changed = h.observe(reason)
+        changed = h.observe(reason, reconnected=reconnected)
         if changed is HealthState.DEGRADED and before is HealthState.RECOVERING:
             log.warning("internal capacity recovery interrupted (%s)", reason)
         elif changed is HealthState.DEGRADED:

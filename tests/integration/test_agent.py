@@ -29,7 +29,7 @@ from aigcq.agent.app import Bridge
 from aigcq.agent.settings import BridgeSettings
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from tests.helpers import Received, Recorder, serve_app, stream_until_answered, until
-from tests.integration.test_emulator_comfyui import GRAPH, read_png
+from tests.integration.test_emulator_comfyui import GRAPH, model_graph, read_png
 
 TOKEN = "bridge-secret"
 
@@ -124,6 +124,29 @@ def free_port() -> int:
         return port
 
 
+def quick_bridge(
+    server: str, token: str, comfyui: list[str], data_dir: Path, **overrides: Any
+) -> BridgeSettings:
+    """Bridge settings for tests: its own port, short intervals everywhere."""
+    values: dict[str, Any] = {
+        "heartbeat": 0.3,
+        "health_interval": 0.2,
+        "reconnect_max": 0.5,
+        "ws_silence": 0.3,
+        "progress_interval": 0.0,
+        "webhook_max_delay": 0.2,
+    }
+    return BridgeSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        server=server,
+        token=token,
+        comfyui=comfyui,
+        http_port=free_port(),
+        data_dir=data_dir,
+        **(values | overrides),
+    )
+
+
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     hub, webhook = Hub(), Recorder()
@@ -137,20 +160,8 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         apps = [create_app(c) for c in comfy_configs]
         comfy = [await stack.enter_async_context(serve_app(app)) for app in apps]
         http = await stack.enter_async_context(httpx.AsyncClient())
-        settings = BridgeSettings(
-            _env_file=None,  # type: ignore[call-arg]
-            server=hub_url.replace("http", "ws") + "/ws",
-            token=TOKEN,
-            comfyui=comfy,
-            http_port=free_port(),
-            data_dir=tmp_path / "bridge",
-            heartbeat=0.3,
-            health_interval=0.2,
-            reconnect_max=0.5,
-            ws_silence=0.5,
-            progress_interval=0.0,
-            webhook_max_delay=0.2,
-        )
+        server = hub_url.replace("http", "ws") + "/ws"
+        settings = quick_bridge(server, TOKEN, comfy, tmp_path / "bridge", ws_silence=0.5)
         emulators = [app.state.emulator for app in apps]
         yield Env(hub, hub_url, webhook, webhook_url, comfy, emulators, settings, http)
 
@@ -330,3 +341,71 @@ async def test_the_admin_server_refuses_a_huge_chunked_body_before_reading_it(
         upload = await stream_until_answered(base, "POST", "/api/server", headers, 32 << 20)
     assert upload.status == status and upload.sent < 32 << 20
     assert control.servers == []
+
+
+async def test_the_file_server_answers_only_files_the_bridge_produced(env: Env) -> None:
+    async with Bridge(env.settings) as bridge:
+        base = bridge.public_url
+        for path in ("/files/../bridge_id", "/files/%2E%2E/bridge_id", "/files/x/..%2Fbridge_id"):
+            async with httpx.AsyncClient() as http:
+                url = httpx.URL(base + path)
+                request = http.build_request("GET", url)
+                request.url = url.copy_with(raw_path=path.encode())  # sent as written
+                assert (await http.send(request)).status_code == 404, path
+
+
+async def test_an_instance_that_goes_away_is_reported_at_once(env: Env, tmp_path: Path) -> None:
+    """HEARTBEATs are 30 s apart here: the news comes in a HEARTBEAT out of turn."""
+    config = ComfyUIConfig(output_dir=tmp_path / "own" / "output", step_time=0.03, steps=2)
+    app = create_app(config)
+    async with contextlib.AsyncExitStack() as stack:
+        own = await stack.enter_async_context(serve_app(app))
+        settings = env.settings.model_copy(update={"comfyui": [env.comfy[0], own], "heartbeat": 30})
+        async with Bridge(settings):
+            register = await env.hub.next("REGISTER")
+            assert register["availableInstanceCount"] == 2
+            await stack.aclose()  # the instance goes away
+            beat = await env.hub.next("HEARTBEAT", timeout=5.0)
+            assert beat["availableInstanceCount"] == 1
+            states = {i["url"]: i["state"] for i in beat["instances"]}
+            assert states[own] == "offline"
+
+
+async def test_tasks_go_to_the_instance_with_their_model_loaded_or_fail_clearly(
+    env: Env, tmp_path: Path
+) -> None:
+    checkpoints = [("a.safetensors", "b.safetensors"), ("b.safetensors",)]
+    apps = [
+        create_app(
+            ComfyUIConfig(output_dir=tmp_path / f"m{i}" / "output", step_time=0.01, steps=1,
+                          checkpoints=ckpts)
+        )
+        for i, ckpts in enumerate(checkpoints)
+    ]  # fmt: skip
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [await stack.enter_async_context(serve_app(app)) for app in apps]
+        settings = env.settings.model_copy(update={"comfyui": urls})
+        async with Bridge(settings) as bridge:
+            register = await env.hub.next("REGISTER")
+            offered = {i["url"]: i["models"] for i in register["instances"]}
+            assert offered == {urls[0]: list(checkpoints[0]), urls[1]: list(checkpoints[1])}
+            assert "CheckpointLoaderSimple" in register["instances"][0]["nodeClasses"]
+
+            async def run(task_id: str, ckpt: str) -> dict[str, Any]:
+                graph = model_graph(ckpt)
+                await env.hub.send("TASK_ASSIGN", env.assign(task_id, workflow=graph))
+                return await env.end_for(task_id)
+
+            assert (await run("only-first", "a.safetensors"))["code"] == 0
+            assert list(apps[0].state.emulator.history) == ["only-first"]
+            failed = await run("nowhere", "c.safetensors")
+            assert failed["failure"]["code"] == "NoCapableInstance"
+            assert "model files: c.safetensors" in failed["msg"]
+            history = {url: app.state.emulator.history for url, app in zip(urls, apps, strict=True)}
+            assert (await run("b-1", "b.safetensors"))["code"] == 0
+            [loaded_on] = [url for url in urls if "b-1" in history[url]]
+            for task_id in ("b-2", "b-3"):  # where b is loaded
+                assert (await run(task_id, "b.safetensors"))["code"] == 0
+                assert task_id in history[loaded_on]
+            instance = bridge.pool.by_url(loaded_on)
+            assert instance is not None and instance.loaded == {"b.safetensors"}

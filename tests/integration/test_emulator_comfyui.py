@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import struct
 import zlib
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
-from tests.helpers import serve_app
+from tests.helpers import serve_app, until
 
 GRAPH = {
     "1": {
@@ -262,3 +263,50 @@ async def test_api_prefix(comfy: Comfy) -> None:
     assert info["SaveImage"]["output_node"] is True
     async with connect(f"{comfy.ws_url}/api/ws?clientId=z") as ws:
         assert json.loads(await ws.recv())["data"]["sid"] == "z"
+
+
+def model_graph(ckpt: str) -> dict[str, Any]:
+    """CheckpointLoaderSimple → VAEDecode(EmptyLatentImage) → SaveImage, as in ComfyUI."""
+    return {
+        "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": ckpt}},
+        "5": {
+            "class_type": "EmptyLatentImage",
+            "inputs": {"width": 64, "height": 64, "batch_size": 1},
+        },
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["5", 0], "vae": ["4", 2]}},
+        "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0], "filename_prefix": "m"}},
+    }
+
+
+async def test_each_instance_has_its_node_classes_and_model_files(tmp_path: Path) -> None:
+    config = ComfyUIConfig(
+        output_dir=tmp_path / "output",
+        step_time=0.005,
+        steps=1,
+        node_classes=frozenset({"CheckpointLoaderSimple", "EmptyLatentImage", "VAEDecode"})
+        | {"SaveImage"},
+        checkpoints=("a.safetensors", "b.safetensors"),
+        model_load_time=0.05,
+    )
+    app = create_app(config)
+    async with serve_app(app) as url, httpx.AsyncClient() as http:
+        info = (await http.get(f"{url}/object_info")).json()
+        assert set(info) == {"CheckpointLoaderSimple", "EmptyLatentImage", "VAEDecode", "SaveImage"}
+        ckpt = info["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"]
+        assert ckpt == [["a.safetensors", "b.safetensors"], {}]
+        missing = await http.post(f"{url}/prompt", json={"prompt": GRAPH})
+        assert missing.status_code == 400
+        assert missing.json()["error"]["type"] == "invalid_prompt"  # no EmptyImage here
+        bad = await http.post(f"{url}/prompt", json={"prompt": model_graph("c.safetensors")})
+        assert bad.status_code == 400
+        [error] = bad.json()["node_errors"]["4"]["errors"]
+        assert (error["type"], error["message"]) == ("value_not_in_list", "Value not in list")
+        assert error["details"].startswith("ckpt_name: 'c.safetensors' not in")
+        for ckpt_name in ("a.safetensors", "a.safetensors", "b.safetensors"):
+            resp = await http.post(f"{url}/prompt", json={"prompt": model_graph(ckpt_name)})
+            assert resp.status_code == 200, resp.text
+        emulator: ComfyUIEmulator = app.state.emulator
+        await until(lambda: asyncio.sleep(0, emulator.pending or emulator.running), operator.not_)
+        stats = (await http.get(f"{url}/emulator/stats")).json()
+        assert (stats["loads"], stats["loaded"]) == (2, "b.safetensors")  # a, then b
+        assert stats["loadingS"] == pytest.approx(0.1) and stats["busyS"] >= stats["loadingS"]

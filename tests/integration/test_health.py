@@ -93,13 +93,32 @@ async def test_bridge_loss_degrades_at_once_and_recovery_takes_three_checks(env:
     assert connection["status"] == "disconnected" and connection["disconnectedAt"]
 
     bridge = await env.bridge()
-    await bridge.register(count=2)
+    await bridge.register("br2", count=2)  # not the bridge that blipped: capacity is new
     assert not hub.healthy and hub.free_slots() == 0  # back, but not stable yet
     await goes_to(env, client, "out-2", "runninghub")
     await until(lambda: health(env), status(HealthState.RECOVERING), within=1.0)
     state = await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
     assert state["recoverCount"] == "1" and state["degradeCount"] == "1"
     await goes_to(env, client, "in-2", "bridge")
+    await client.close()
+
+
+async def test_a_known_bridge_that_reconnects_is_usable_at_once(env: Env) -> None:
+    """A socket that blipped is not capacity that failed: no 3-check stability period."""
+    hub = env.service.hub
+    assert hub is not None
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    await until(lambda: asyncio.sleep(0, hub.healthy), bool, within=2.0)
+    client = await env.client()
+    await bridge.ws.close()
+    await until(lambda: asyncio.sleep(0, hub.healthy), lambda ok: not ok, within=1.0)
+    hub.health.interval_s = 60  # no periodic check from now on could make it healthy
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 2, within=2.0)
+    await goes_to(env, client, "after-blip", "bridge")
+    await assign(bridge)
     await client.close()
 
 

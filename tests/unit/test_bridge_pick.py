@@ -8,7 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
+from aigcq.bridges.slots import Assignment, SlotLedger
 
 
 async def _nothing(_text: str) -> None:
@@ -18,9 +20,7 @@ async def _nothing(_text: str) -> None:
 def _registry(*bridges: tuple[str, int, int]) -> BridgeRegistry:
     registry = BridgeRegistry(Any, "p", ttl_s=60)  # type: ignore[arg-type]  # never saved
     for bridge_id, count, free in bridges:
-        registry.bridges[bridge_id] = BridgeConn(
-            bridge_id, _nothing, instance_count=count, available=free
-        )
+        registry.bridges[bridge_id] = BridgeConn(bridge_id, _nothing, SlotLedger(count, free))
     return registry
 
 
@@ -62,11 +62,8 @@ def _allowed(registry: BridgeRegistry, workflow_id: str) -> set[str]:
 
 IDS = st.sampled_from(["a", "b", "c", "d", "e"])
 OPS = st.one_of(
-    st.tuples(st.just("add"), IDS, st.integers(0, 8), st.integers(-2, 9)),
+    st.tuples(st.just("add"), IDS, st.integers(0, 8), st.integers(0, 9)),
     st.tuples(st.just("remove"), IDS),
-    st.tuples(
-        st.just("set"), IDS, st.sampled_from(["available", "instance_count"]), st.integers(-1, 9)
-    ),
     st.tuples(st.just("set"), IDS, st.sampled_from(["online", "drained"]), st.booleans()),
     st.tuples(st.just("set"), IDS, st.just("quarantined_at"), st.sampled_from([None, 1.0])),
     st.tuples(st.just("reconcile"), IDS, st.integers(0, 8), st.integers(0, 9)),
@@ -87,19 +84,17 @@ def test_indexed_pick_matches_the_linear_definition(ops: list[tuple[Any, ...]]) 
             bridge_id, count, free = args
             if conn is not None:
                 replaced.append(conn)
-            registry.bridges[bridge_id] = BridgeConn(
-                bridge_id, _nothing, instance_count=count, available=free
-            )
+            registry.bridges[bridge_id] = BridgeConn(bridge_id, _nothing, SlotLedger(count, free))
         elif kind == "remove" and conn is not None:
             replaced.append(conn)
             del registry.bridges[conn.bridge_id]
         elif kind == "set" and conn is not None:
-            setattr(conn, args[1], args[2])
+            conn.set_state(**{args[1]: args[2]})
         elif kind == "reconcile" and conn is not None:
-            conn.reconcile(args[1], args[2])
+            conn.report(args[1], args[2])
         elif kind == "stale" and replaced:
-            replaced[-1].available = args[0]
-            replaced[-1].online = True
+            replaced[-1].report(args[0], args[0])
+            replaced[-1].set_state(online=True)
         elif kind == "assign":
             allowed = _allowed(registry, args[0])
             picked = registry.pick(args[0])
@@ -110,9 +105,39 @@ def test_indexed_pick_matches_the_linear_definition(ops: list[tuple[Any, ...]]) 
             assert picked is registry.bridges[picked.bridge_id]
             if args[0]:
                 assert registry.last_bridge[args[0]] == picked.bridge_id
-            picked.available -= 1  # what the hub does on TASK_ASSIGN
+            assert picked.take(f"task{len(picked.pending)}", Assignment(1, "a", "comfyui"))
         assert registry.free_slots() == sum(b.free() for b in registry.bridges.values())
         least = registry._least_loaded()  # the bucket pick chooses from at random
         assert sorted(least.ids if least else []) == sorted(_allowed(registry, ""))
         anyone = registry.pick()  # after every step, without a workflow
         assert (anyone.bridge_id if anyone else None) in (_allowed(registry, "") or {None})
+
+
+NEEDS = [None, Needs(frozenset({"L"}), frozenset({"a"})), Needs(frozenset({"L"}), frozenset({"b"}))]
+OFFERS = st.sampled_from([None, (NEEDS[1],), (NEEDS[2],), (NEEDS[1], NEEDS[2])])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(IDS, st.integers(1, 4), st.integers(0, 4), OFFERS), max_size=6),
+    st.lists(st.tuples(st.sampled_from(NEEDS), st.sampled_from(["", "wf1"])), max_size=20),
+)
+def test_a_pick_with_needs_is_the_least_loaded_bridge_that_can_run_them(
+    bridges: list[tuple[str, int, int, Any]], picks: list[tuple[Needs | None, str]]
+) -> None:
+    registry = _registry()
+    for bridge_id, count, free, offers in bridges:
+        conn = BridgeConn(bridge_id, _nothing, SlotLedger(count, min(free, count)))
+        conn.offers = offers
+        registry.bridges[bridge_id] = conn
+    for n, (needs, workflow_id) in enumerate(picks):
+        capable = [b for b in registry.bridges.values() if needs is None or b.can_run(needs)]
+        candidates = [b for b in capable if b.free() > 0]
+        picked = registry.pick(workflow_id, needs)
+        if not candidates:
+            assert picked is None
+            continue
+        best = min((b.load(), -b.free()) for b in candidates)
+        tied = {b.bridge_id for b in candidates if (b.load(), -b.free()) == best}
+        assert picked is not None and picked.bridge_id in tied
+        assert picked.take(f"t{n}", Assignment(1, "a", "comfyui"))

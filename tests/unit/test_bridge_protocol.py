@@ -187,7 +187,13 @@ def test_task_end_body_is_double_encoded() -> None:
         ],
     }
     assert TaskEndBody.model_validate(wire).result() == result
-    assert TaskEndResult.failure("boom").model_dump() == {"code": 1, "msg": "boom", "data": []}
+    failed = TaskEndResult.failed("task", "NodeError", "boom").model_dump()
+    assert failed == {
+        "code": 1,
+        "msg": "boom",
+        "data": [],
+        "failure": {"class": "task", "code": "NodeError", "message": "boom"},
+    }
     with pytest.raises(ProtocolError, match="eventData"):
         TaskEndBody(task_id="t", event_data="{}").result()
 

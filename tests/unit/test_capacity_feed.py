@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 
 from aigcq.bridges.registry import Assignment, BridgeConn
+from aigcq.bridges.slots import SlotLedger
 from aigcq.dispatcher.capacity import Instance, InstanceBook, instance_events
 from aigcq.dispatcher.feed_client import feed_url
 
@@ -14,7 +15,10 @@ async def _nothing(_text: str) -> None:
 
 
 def _bridge(count: int, free: int, running: set[str] | None = None) -> BridgeConn:
-    return BridgeConn("b", _nothing, instance_count=count, available=free, running=running or set())
+    slots = SlotLedger(count, free)
+    for task_id in sorted(running or ()):
+        slots.adopt(task_id, 1)
+    return BridgeConn("b", _nothing, slots)
 
 
 def _statuses(instances: list[Instance]) -> list[tuple[str, str | None]]:
@@ -32,9 +36,9 @@ def test_a_task_keeps_its_instance_while_it_runs() -> None:
 def test_unknown_use_pending_tasks_and_quarantine() -> None:
     book = InstanceBook()
     conn = _bridge(3, 0)
-    conn.pending["t1"] = Assignment(1, "a", "comfyui")
+    conn.pending["t1"] = Assignment(1, "a", "comfyui")  # a slot the bridge counted busy
     assert _statuses(book.instances([conn])) == [("busy", "t1"), ("busy", None), ("busy", None)]
-    conn.quarantined_at = 1.0
+    conn.set_state(quarantined_at=1.0)
     assert [s for s, _ in _statuses(book.instances([conn]))] == ["busy", "offline", "offline"]
 
 

@@ -45,8 +45,8 @@ def test_client_protocol_lists_every_error_code_with_its_status() -> None:
 
 def test_bridge_protocol_lists_every_error_code_the_hub_sends() -> None:
     bridges = ROOT / "src/aigcq/bridges"
-    sources = (bridges / "hub.py").read_text() + (bridges / "protocol.py").read_text()
-    sent = set(re.findall(r'(?:_error\(session, |ProtocolError\()"(\w+)"', sources))
+    sources = "".join(path.read_text() for path in bridges.glob("*.py"))
+    sent = set(re.findall(r'(?:session\.error\(|ProtocolError\()"(\w+)"', sources))
     assert {"NotRegistered", "JSONError"} <= sent
     doc = (ROOT / "docs/bridge-protocol.md").read_text()
     missing = {code for code in sent if f"`{code}`" not in doc}

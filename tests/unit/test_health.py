@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aigcq.bridges.registry import BridgeConn
+from aigcq.bridges.slots import SlotLedger
 from aigcq.health import Health, HealthState, check_bridges
 from aigcq.scheduler.routing import overflow_ready
 
@@ -78,7 +79,7 @@ async def _noop(_: str) -> None:
 
 
 def bridge(count: int = 2, *, seen: float = 100.0, online: bool = True) -> BridgeConn:
-    conn = BridgeConn("b", _noop, instance_count=count, available=count, online=online)
+    conn = BridgeConn("b", _noop, SlotLedger(count, count), online=online)
     conn.last_seen = seen
     return conn
 
@@ -90,14 +91,14 @@ def test_check_bridges_names_the_first_failing_condition() -> None:
     assert check_bridges([bridge(seen=30.0)], now, silence) == "no heartbeat within 60 s"
     assert check_bridges([bridge(count=0)], now, silence) == "no instances"
     out = bridge()
-    out.quarantined_at = 90.0
+    out.set_state(quarantined_at=90.0)
     assert check_bridges([out], now, silence) == "every bridge is out of rotation"
     assert check_bridges([out, bridge(count=0), bridge(seen=90.0)], now, silence) == ""
 
 
 def test_busy_bridges_are_still_healthy() -> None:
     busy = bridge()
-    busy.available = 0
+    busy.report(2, 0)
     assert check_bridges([busy], 100.0, 60.0) == ""
 
 

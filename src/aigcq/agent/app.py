@@ -21,8 +21,9 @@ import uvicorn
 
 from aigcq import __version__
 from aigcq.agent.connection import HubLink, redact
+from aigcq.agent.following import RunnerSettings
 from aigcq.agent.instances import ComfyInstance, InstancePool
-from aigcq.agent.runner import RunnerSettings, TaskRunner
+from aigcq.agent.runner import TaskRunner
 from aigcq.agent.settings import BridgeSettings, http_base
 from aigcq.agent.spool import Spool, WebhookSender
 from aigcq.agent.web import create_web_app
@@ -37,7 +38,7 @@ from aigcq.bridges.protocol import (
     utc_timestamp,
 )
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.background import Spawner, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,12 @@ class Bridge:
             self._send,
             self.files_dir,
             lambda: self.public_url,
-            RunnerSettings(settings.ws_silence, settings.task_timeout, settings.progress_interval),
+            RunnerSettings(
+                settings.ws_silence,
+                settings.task_timeout,
+                settings.progress_interval,
+                settings.affinity,
+            ),
         )
         self.link = HubLink(
             settings.server,
@@ -93,13 +99,27 @@ class Bridge:
             self._register_message,
             self._heartbeat_message,
             self._on_assign,
+            self.runner.cancel,
         )
         self._server: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._changes = Spawner()
+        for instance in self.pool.instances:
+            instance.on_change = self._instances_changed
 
     # -- messages --
     async def _send(self, msg: BridgeMessage) -> bool:
         return await self.link.send(msg)
+
+    def _instances_changed(self) -> None:
+        """An instance came back or went away: tell aigcq now (a HEARTBEAT out of turn)."""
+        if self.link.state == "connected":
+            self._changes(self._beat_now())
+
+    async def _beat_now(self) -> None:
+        # built when sent, not when asked for: a stale task list would tell aigcq that a
+        # task acknowledged in between has ended
+        await self._send(self._heartbeat_message())
 
     async def _on_assign(self, assign: TaskAssignData) -> None:
         await self.runner.handle(assign)
@@ -170,6 +190,8 @@ class Bridge:
         self._spawn(self.pool.health_loop(self.settings.health_interval), "health")
         for instance in self.pool.instances:
             self._spawn(instance.listen(), f"comfyui-ws-{instance.instance_id}")
+        for held in self.runner.held_prompts():  # claimed before REGISTER lists them
+            self._spawn(self.runner.readopt(held), f"readopt-{held.task_id}")
         self._spawn(self.link.run(), "hub-link")
         resent = self.sender.resend_spooled()
         log.info(

@@ -28,11 +28,13 @@ from aigcq.bridges.protocol import (
     RegisterMessage,
     TaskAssignData,
     TaskAssignMessage,
+    TaskCancelData,
+    TaskCancelMessage,
     encode,
     parse_bridge_message,
 )
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.background import Spawner, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,7 @@ class HubLink:
         register: Callable[[], RegisterMessage],
         heartbeat_message: Callable[[], HeartbeatMessage],
         on_assign: Callable[[TaskAssignData], Coroutine[object, object, None]],
+        on_cancel: Callable[[TaskCancelData], Coroutine[object, object, None]],
     ) -> None:
         self.url = url
         self.token = token
@@ -81,12 +84,13 @@ class HubLink:
         self._register = register
         self._heartbeat_message = heartbeat_message
         self._on_assign = on_assign
+        self._on_cancel = on_cancel
         self.state = "disconnected"
         self.since = time.time()
         self.last_error = ""
         self._ws: ClientConnection | None = None
         self._changed = asyncio.Event()
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._handlers = Spawner()
 
     def _set_state(self, state: str) -> None:
         self.state, self.since = state, time.time()
@@ -117,7 +121,7 @@ class HubLink:
 
     async def close(self) -> None:
         """Cancel the running TASK_ASSIGN handlers (the run loop is cancelled by its owner)."""
-        await cancel_and_wait(list(self._handlers))
+        await cancel_and_wait(list(self._handlers.tasks))
 
     async def run(self) -> None:
         """Connect, serve, reconnect — forever."""
@@ -208,9 +212,9 @@ class HubLink:
         if isinstance(msg, PingMessage):
             await ws.send(encode(PongMessage()))
         elif isinstance(msg, TaskAssignMessage):
-            task = asyncio.create_task(self._on_assign(msg.data))
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
+            self._handlers(self._on_assign(msg.data))
+        elif isinstance(msg, TaskCancelMessage):
+            self._handlers(self._on_cancel(msg.data))
         elif isinstance(msg, ErrorMessage):
             log.warning(
                 "bridge %s: hub error %s: %s",

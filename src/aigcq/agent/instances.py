@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -20,11 +21,15 @@ import httpx
 from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
 
+from aigcq.bridges.capabilities import Needs, offered_by
 from aigcq.bridges.protocol import InstanceInfo
 
 log = logging.getLogger(__name__)
 
 Event = dict[str, Any]
+
+#: seconds between attempts to reopen an instance's WebSocket
+RECONNECT_S = 0.5
 InstanceState = Literal["idle", "busy", "offline"]
 
 
@@ -61,20 +66,37 @@ def history_outputs(entry: dict[str, Any]) -> list[OutputRef]:
     return refs
 
 
-def history_error(entry: dict[str, Any]) -> str | None:
-    """None for a successful entry, else a one-line description of what went wrong."""
+@dataclass(frozen=True, slots=True)
+class PromptError:
+    """Why a finished prompt failed: ``infrastructure`` (out of memory, interrupted from
+    outside) or the task's own (a node raised on its inputs)."""
+
+    failure_class: Literal["task", "infrastructure"]
+    code: str
+    message: str
+
+
+_OOM = ("OutOfMemoryError", "out of memory", "Allocation on device")
+
+
+def history_error(entry: dict[str, Any]) -> PromptError | None:
+    """None for a successful entry, else what went wrong."""
     status = entry.get("status") or {}
     if status.get("status_str") == "success":
         return None
     for name, data in reversed(status.get("messages") or []):
         if name == "execution_error":
-            return (
+            message = (
                 f"{data.get('node_type')} (node {data.get('node_id')}): "
                 f"{data.get('exception_type')}: {data.get('exception_message')}"
             )
+            if any(sign in message for sign in _OOM):
+                return PromptError("infrastructure", "OutOfMemory", message)
+            return PromptError("task", "NodeError", message)
         if name == "execution_interrupted":
-            return f"interrupted at {data.get('node_type')} (node {data.get('node_id')})"
-    return "ComfyUI reported an error"
+            where = f"{data.get('node_type')} (node {data.get('node_id')})"
+            return PromptError("infrastructure", "Interrupted", f"interrupted at {where}")
+    return PromptError("infrastructure", "ComfyUIError", "ComfyUI reported an error")
 
 
 def rejection_summary(body: Any) -> str:
@@ -103,7 +125,11 @@ class ComfyInstance:
         self.healthy = False
         self.external_load = 0  # queued prompts that are not ours
         self.running: set[str] = set()  # our task ids
+        self.offer: Needs | None = None  # from /object_info (None: not known yet)
+        self.loaded: frozenset[str] = frozenset()  # model files its last prompt of ours used
         self.ws_connected = asyncio.Event()
+        #: called when the instance comes back or goes away (the bridge tells aigcq now)
+        self.on_change: Callable[[], None] = lambda: None
         self._watchers: dict[str, asyncio.Queue[Event]] = {}
 
     # -- state --
@@ -114,7 +140,18 @@ class ComfyInstance:
     def info(self) -> InstanceInfo:
         state: InstanceState = "offline" if not self.healthy else "busy" if self.running else "idle"
         task = min(self.running) if self.running else None
-        return InstanceInfo(instance_id=self.instance_id, url=self.url, state=state, task_id=task)
+        offer = self.offer
+        return InstanceInfo(
+            instance_id=self.instance_id,
+            url=self.url,
+            state=state,
+            task_id=task,
+            node_classes=sorted(offer.node_classes) if offer else None,
+            models=sorted(offer.models) if offer else None,
+        )
+
+    def can_run(self, needs: Needs | None) -> bool:
+        return needs is None or self.offer is None or self.offer.covers(needs)
 
     # -- health --
     async def check(self) -> bool:
@@ -129,13 +166,28 @@ class ComfyInstance:
         except (httpx.HTTPError, ValueError, AttributeError) as e:
             if self.healthy:
                 log.warning("instance %s: health check failed: %s", self.instance_id, e)
-            self.healthy = False
+                self._set_healthy(False)
             return False
+        self.external_load = max(load - len(self.running), 0)
         if not self.healthy:
             log.info("instance %s: healthy", self.instance_id)
-        self.healthy = True
-        self.external_load = max(load - len(self.running), 0)
+            await self._learn()
+            self._set_healthy(True)
         return True
+
+    async def _learn(self) -> None:
+        """What it offers (``/object_info``): read each time it comes (back) up."""
+        try:
+            resp = await self.http.get(f"{self.url}/object_info", timeout=10.0)
+            resp.raise_for_status()
+            self.offer = offered_by(resp.json())
+        except (httpx.HTTPError, ValueError) as e:
+            log.warning("instance %s: /object_info unreadable: %s", self.instance_id, e)
+            self.offer = None
+
+    def _set_healthy(self, healthy: bool) -> None:
+        self.healthy = healthy
+        self.on_change()
 
     # -- events --
     def watch(self, prompt_id: str) -> asyncio.Queue[Event]:
@@ -146,14 +198,15 @@ class ComfyInstance:
         self._watchers.pop(prompt_id, None)
 
     async def listen(self) -> None:
-        """Keep the WebSocket open forever, routing events to watchers."""
+        """Keep the WebSocket open forever, routing events to watchers. Its opening and
+        closing are checked at once: an instance that comes back or goes away is known
+        within a second, not at the next periodic check."""
         ws_url = self.url.replace("http", "ws", 1) + f"/ws?clientId={quote(self.client_id)}"
-        delay = 1.0
         while True:
             try:
                 async with connect(ws_url, max_size=None, open_timeout=5) as ws:
                     self.ws_connected.set()
-                    delay = 1.0
+                    await self.check()
                     async for raw in ws:
                         if isinstance(raw, str):
                             self._route(raw)
@@ -161,8 +214,8 @@ class ComfyInstance:
                 log.debug("instance %s: websocket: %s", self.instance_id, e)
             finally:
                 self.ws_connected.clear()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
+            await self.check()
+            await asyncio.sleep(RECONNECT_S)
 
     def _route(self, raw: str) -> None:
         with contextlib.suppress(ValueError, LookupError, TypeError):
@@ -201,6 +254,18 @@ class ComfyInstance:
             return None
         return entry if isinstance(entry, dict) else None
 
+    async def queued(self, prompt_id: str) -> bool:
+        """Whether ``prompt_id`` is running or waiting in ``/queue``; raises
+        :class:`InstanceDown` when the instance does not answer."""
+        try:
+            resp = await self.http.get(f"{self.url}/queue", timeout=5.0)
+            resp.raise_for_status()
+            q = resp.json()
+            items = [*q.get("queue_running", []), *q.get("queue_pending", [])]
+        except (httpx.HTTPError, ValueError, AttributeError) as e:
+            raise InstanceDown(f"{self.instance_id}: /queue: {e}") from None
+        return any(isinstance(i, list) and len(i) > 1 and i[1] == prompt_id for i in items)
+
     async def download(self, ref: OutputRef, dest: Path) -> None:
         """Stream ``/view`` for ``ref`` into ``dest``."""
         params = {"filename": ref.filename, "subfolder": ref.subfolder, "type": ref.type}
@@ -225,27 +290,49 @@ class InstancePool:
     def __init__(self, instances: list[ComfyInstance]) -> None:
         self.instances = instances
 
-    def acquire(self, task_id: str, exclude: frozenset[str] = frozenset()) -> ComfyInstance | None:
-        """Reserve a slot on the least-busy healthy instance, or None if all are full."""
-        free = [i for i in self.instances if i.free_slots and i.instance_id not in exclude]
+    def acquire(
+        self,
+        task_id: str,
+        exclude: frozenset[str] = frozenset(),
+        needs: Needs | None = None,
+        affinity: bool = True,
+    ) -> ComfyInstance | None:
+        """Reserve a slot on a healthy instance that can run ``needs``, or None if all such
+        are full. With ``affinity``, one whose loaded models are the ones needed first (no
+        model load), else one whose models are loaded on most other instances; then the
+        least busy."""
+        free = [
+            i
+            for i in self.instances
+            if i.free_slots and i.instance_id not in exclude and i.can_run(needs)
+        ]
         if not free:
             return None
-        best = min(free, key=lambda i: (len(i.running), i.external_load))
+        models = needs.models if needs and affinity else frozenset()
+        copies = Counter(i.loaded for i in self.instances) if models else Counter()
+
+        def rank(i: ComfyInstance) -> tuple[bool, int, int, int]:
+            # no instance has them loaded: replace what is loaded on the most instances
+            # (nothing loaded counts as most), so each model keeps its warm instances
+            spare = -len(self.instances) if not i.loaded else -copies[i.loaded]
+            warm = bool(models) and models <= i.loaded
+            return (not warm, spare if models else 0, len(i.running), i.external_load)
+
+        best = min(free, key=rank)
         best.running.add(task_id)
+        if needs is not None and needs.models:
+            best.loaded = needs.models
         return best
 
-    async def acquire_within(
-        self, task_id: str, exclude: frozenset[str], timeout: float
-    ) -> ComfyInstance | None:
-        """Like :meth:`acquire`, waiting up to ``timeout`` for a busy instance to free up;
-        None at once when no other healthy instance exists."""
-        deadline = time.monotonic() + timeout
-        while True:
-            found = self.acquire(task_id, exclude)
-            others = [i for i in self.instances if i.healthy and i.instance_id not in exclude]
-            if found is not None or not others or time.monotonic() >= deadline:
-                return found
-            await asyncio.sleep(0.2)
+    def lacks(self, needs: Needs) -> str:
+        """What no instance here offers (``""``: some instance can run ``needs``)."""
+        known = [i.offer for i in self.instances if i.offer is not None]
+        if len(known) < len(self.instances) or any(o.covers(needs) for o in known):
+            return ""
+        return min((o.missing(needs) for o in known), key=len, default="")
+
+    def by_url(self, url: str) -> ComfyInstance | None:
+        return next((i for i in self.instances if i.url == url.rstrip("/")), None)
 
     @staticmethod
     def release(instance: ComfyInstance, task_id: str) -> None:

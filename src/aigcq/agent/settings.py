@@ -28,10 +28,15 @@ class BridgeSettings(BaseSettings):
     workflows: Path | None = Field(None, description="Folder of <workflowId>.json files.")
     heartbeat: float = Field(30.0, gt=0, description="Seconds between HEARTBEATs.")
     slots_per_instance: int = Field(1, ge=1, description="Prompts run at once per instance.")
+    affinity: bool = Field(
+        True, description="Prefer the instance whose loaded models a task needs."
+    )
     health_interval: float = Field(5.0, gt=0, description="Seconds between instance checks.")
     reconnect_max: float = Field(60.0, gt=0, description="Cap of the reconnect backoff.")
     ws_silence: float = Field(
-        5.0, gt=0, description="Poll /history when ComfyUI's WebSocket is silent this long."
+        5.0,
+        gt=0,
+        description="Reconcile a prompt with /history and /queue when ComfyUI is silent this long.",
     )
     task_timeout: float = Field(3600.0, gt=0, description="Give up on a prompt after this.")
     progress_interval: float = Field(0.5, ge=0, description="Min seconds between TASK_PROGRESS.")

@@ -12,8 +12,10 @@ import json
 import logging
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
 import httpx
@@ -25,6 +27,7 @@ from aigcq.plumbing.background import cancel_and_wait
 log = logging.getLogger(__name__)
 
 DROP_STATUSES = frozenset({404, 410})
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +40,8 @@ class SpooledResult:
         return self.body.task_id
 
 
-class Spool:
-    """One JSON file per undelivered result, written atomically."""
+class JsonFiles:
+    """One JSON file per task id in ``directory``, written atomically (fsync, rename)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -47,14 +50,13 @@ class Spool:
     def _path(self, task_id: str) -> Path:
         return self.directory / f"{quote(task_id, safe='')}.json"
 
-    def put(self, item: SpooledResult) -> None:
-        data = {"webhookUrl": item.webhook_url, "body": item.body.model_dump()}
-        tmp = self._path(item.task_id).with_suffix(".tmp")
+    def write(self, task_id: str, data: dict[str, Any]) -> None:
+        tmp = self._path(task_id).with_suffix(".tmp")
         with tmp.open("w") as f:
             json.dump(data, f)
             f.flush()
             os.fsync(f.fileno())
-        tmp.replace(self._path(item.task_id))
+        tmp.replace(self._path(task_id))
 
     def remove(self, task_id: str) -> None:
         self._path(task_id).unlink(missing_ok=True)
@@ -65,16 +67,27 @@ class Spool:
     def task_ids(self) -> list[str]:
         return sorted(unquote(p.stem) for p in self.directory.glob("*.json"))
 
-    def load_all(self) -> list[SpooledResult]:
+    def read_all(self, parse: Callable[[dict[str, Any]], T]) -> list[T]:
+        """Every file through ``parse``; an unreadable one is logged and left in place."""
         items = []
         for path in sorted(self.directory.glob("*.json")):
             try:
-                data = json.loads(path.read_text())
-                body = TaskEndBody.model_validate(data["body"])
-                items.append(SpooledResult(data["webhookUrl"], body))
+                items.append(parse(json.loads(path.read_text())))
             except (OSError, ValueError, KeyError) as e:
-                log.error("spool: unreadable %s left in place: %s", path, e)
+                log.error("%s: unreadable %s left in place: %s", self.directory.name, path, e)
         return items
+
+
+class Spool(JsonFiles):
+    """Undelivered results."""
+
+    def put(self, item: SpooledResult) -> None:
+        self.write(item.task_id, {"webhookUrl": item.webhook_url, "body": item.body.model_dump()})
+
+    def load_all(self) -> list[SpooledResult]:
+        return self.read_all(
+            lambda data: SpooledResult(data["webhookUrl"], TaskEndBody.model_validate(data["body"]))
+        )
 
 
 class WebhookSender:

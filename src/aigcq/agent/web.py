@@ -128,9 +128,9 @@ def create_web_app(bridge: BridgeControl) -> FastAPI:
 
     @app.get("/files/{task_id}/{filename}")
     async def files(task_id: str, filename: str) -> FileResponse:
-        folder = bridge.files_dir / quote(task_id, safe="")
-        path = folder / filename
-        if filename in ("", ".", "..") or "/" in filename or not path.is_file():
+        root = bridge.files_dir.resolve()
+        path = (root / quote(task_id, safe="") / filename).resolve()
+        if path.parent.parent != root or not path.is_file():  # only files it produced
             raise HTTPException(404, "no such file")
         return FileResponse(path, filename=filename, content_disposition_type="inline")
 

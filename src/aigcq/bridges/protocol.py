@@ -74,6 +74,8 @@ class InstanceInfo(_Model):
     url: str
     state: Literal["idle", "busy", "offline"]
     task_id: str | None = None
+    node_classes: list[str] | None = None  # from its /object_info
+    models: list[str] | None = None  # model files its loaders offer
 
 
 class RegisterData(_Model):
@@ -147,6 +149,13 @@ class TaskAssignData(_Model):
         return self
 
 
+class TaskCancelData(_Model):
+    """Stop ``taskId`` (this attempt, if given): cancelled, or superseded elsewhere."""
+
+    task_id: str = Field(min_length=1)
+    attempt: int | None = None
+
+
 class ErrorData(_Model):
     code: str
     msg: str
@@ -195,6 +204,12 @@ class TaskAssignMessage(_Message):
     data: TaskAssignData
 
 
+class TaskCancelMessage(_Message):
+    TYPE: ClassVar[str] = "TASK_CANCEL"
+    type: Literal["TASK_CANCEL"] = "TASK_CANCEL"
+    data: TaskCancelData
+
+
 class PingMessage(_Message):
     TYPE: ClassVar[str] = "PING"
     type: Literal["PING"] = "PING"
@@ -214,6 +229,7 @@ BridgeMessage = (
     | TaskProgressMessage
     | PongMessage
     | TaskAssignMessage
+    | TaskCancelMessage
     | PingMessage
     | ErrorMessage
 )
@@ -225,7 +241,12 @@ _FROM_BRIDGE: tuple[type[_Message], ...] = (
     TaskProgressMessage,
     PongMessage,
 )
-_FROM_HUB: tuple[type[_Message], ...] = (TaskAssignMessage, PingMessage, ErrorMessage)
+_FROM_HUB: tuple[type[_Message], ...] = (
+    TaskAssignMessage,
+    TaskCancelMessage,
+    PingMessage,
+    ErrorMessage,
+)
 MESSAGE_TYPES: dict[str, type[_Message]] = {m.TYPE: m for m in _FROM_BRIDGE + _FROM_HUB}
 #: Message types each side may send.
 FROM_BRIDGE = frozenset(m.TYPE for m in _FROM_BRIDGE)
@@ -284,16 +305,48 @@ class OutputFile(_Model):
     node_id: str
 
 
+#: a failure's class: the task's own fault (fail it, the bridge is fine) or the machine's
+#: (retry elsewhere within max_attempts; counts against the bridge)
+FailureClass = Literal["task", "infrastructure"]
+
+
+class Failure(_Model):
+    """Why a task failed: ``class``, a specific ``code`` (``PromptValidation``,
+    ``NodeError``, ``InstanceLost``, ...) and a message."""
+
+    failure_class: FailureClass = Field(alias="class")
+    code: str
+    message: str
+
+
 class TaskEndResult(_Model):
-    """The decoded ``eventData``: ``code`` 0 = success, anything else = failure."""
+    """The decoded ``eventData``: ``code`` 0 = success, anything else = failure; our
+    bridges add ``failure`` (a seed bridge's failure has none: counted as the machine's)."""
 
     code: int
     msg: str
     data: list[OutputFile] = Field(default_factory=list)
+    failure: Failure | None = None
 
     @classmethod
-    def failure(cls, msg: str) -> TaskEndResult:
-        return cls(code=1, msg=msg, data=[])
+    def failed(cls, failure_class: FailureClass, code: str, msg: str) -> TaskEndResult:
+        failure = Failure(failure_class=failure_class, code=code, message=msg)
+        return cls(code=1, msg=msg, data=[], failure=failure)
+
+
+def failure_of(event_data: Any) -> Failure | None:
+    """The ``failure`` of a TASK_END's ``eventData`` (a dict or JSON text), if valid."""
+    if isinstance(event_data, str | bytes):
+        try:
+            event_data = json.loads(event_data)
+        except ValueError:
+            return None
+    if not isinstance(event_data, dict) or not isinstance(event_data.get("failure"), dict):
+        return None
+    try:
+        return Failure.model_validate(event_data["failure"])
+    except ValidationError:
+        return None
 
 
 class TaskEndBody(_Model):
@@ -305,7 +358,7 @@ class TaskEndBody(_Model):
 
     @classmethod
     def build(cls, task_id: str, result: TaskEndResult) -> TaskEndBody:
-        return cls(task_id=task_id, event_data=result.model_dump_json())
+        return cls(task_id=task_id, event_data=result.model_dump_json(exclude_none=True))
 
     def result(self) -> TaskEndResult:
         """Decode ``eventData``; raises :class:`ProtocolError` if it is not valid."""

@@ -13,30 +13,37 @@ receives, at the next save, i.e. HEARTBEAT, for those another process received).
 
 Picking a bridge is O(log n): bridges with a free slot are bucketed by their sort key
 (load, -free), the keys kept in a heap with lazy deletion. A :class:`BridgeConn` in the
-registry re-files itself whenever a field its key depends on is assigned.
+registry re-files itself on every change through its methods (its slots are a
+:class:`~aigcq.bridges.slots.SlotLedger`), and the registry indexes which bridge holds
+which task.
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping, ValuesView
-from dataclasses import dataclass, field
+from collections.abc import (
+    Iterable,
+    Iterator,
+    MutableMapping,
+    ValuesView,
+)
 
+import orjson
 from redis.commands.core import AsyncScript
 
+from aigcq.bridges.capabilities import Needs
+from aigcq.bridges.conn import BridgeConn
+from aigcq.bridges.slots import Assignment
 from aigcq.plumbing.text import text
 from aigcq.queue.store import TaskStore
 
-Send = Callable[[str], Awaitable[None]]
 Key = tuple[float, int]  # (load, -free): the smallest is picked
 
-#: BridgeConn fields that ``free()`` and ``load()`` depend on.
-_INDEXED = frozenset({"available", "instance_count", "online", "quarantined_at", "drained"})
+__all__ = ["Assignment", "BridgeConn", "BridgeRegistry"]
 
-# KEYS: bridgeof:{taskId}. ARGV: prefix, taskId, ok (1/0), fallback bridgeId.
+# KEYS: bridgeof:{taskId}. ARGV: prefix, taskId, ok (1/0, '': no count), fallback bridgeId.
 # Returns {bridgeId, failures}, or nil when no bridge is known for the task.
 _COUNT_END = """
 local bridge = redis.call('GET', KEYS[1])
@@ -50,62 +57,11 @@ if ARGV[3] == '1' then
   redis.call('HSET', key, 'failures', 0)
   return {bridge, 0}
 end
+if ARGV[3] == '' then
+  return {bridge, tonumber(redis.call('HGET', key, 'failures') or '0')}
+end
 return {bridge, redis.call('HINCRBY', key, 'failures', 1)}
 """
-
-
-@dataclass(slots=True)
-class Assignment:
-    """A TASK_ASSIGN sent and not yet acknowledged."""
-
-    attempt: int
-    aigc: str
-    platform: str
-    backend_id: str = ""
-    timer: asyncio.TimerHandle | None = None
-
-
-@dataclass(slots=True)
-class BridgeConn:
-    """One live bridge connection. ``available`` counts a slot as taken at TASK_ASSIGN."""
-
-    #: the registry holding this connection, told when a field in ``_INDEXED`` changes
-    #: (first, so it exists before ``__init__`` assigns the others)
-    owner: BridgeRegistry | None = field(default=None, init=False, repr=False, compare=False)
-    bridge_id: str
-    send: Send
-    instance_count: int = 0
-    available: int = 0
-    online: bool = True
-    last_seen: float = field(default_factory=time.monotonic)  # last REGISTER/HEARTBEAT
-    last_pong: float = 0.0
-    pending: dict[str, Assignment] = field(default_factory=dict)
-    running: set[str] = field(default_factory=set)  # acknowledged, awaiting TASK_END
-    ended_early: set[str] = field(default_factory=set)  # TASK_END came before TASK_ACK
-    failures: int = 0  # consecutive failed TASK_ENDs
-    quarantined_at: float | None = None  # out of rotation since (monotonic)
-    drained: bool = False  # by an operator: no new tasks, running ones finish
-
-    def __setattr__(self, name: str, value: object) -> None:
-        object.__setattr__(self, name, value)
-        if name in _INDEXED and self.owner is not None:
-            self.owner.refile(self)
-
-    def free(self) -> int:
-        usable = self.online and self.quarantined_at is None and not self.drained
-        return max(0, self.available) if usable else 0
-
-    def load(self) -> float:
-        """Share of instances in use (0 = idle); least-loaded bridges are picked first."""
-        if self.instance_count <= 0:
-            return 1.0
-        return 1.0 - self.free() / self.instance_count
-
-    def reconcile(self, instance_count: int, reported_available: int) -> None:
-        """Trust the bridge's count, minus assignments it has not acknowledged yet."""
-        self.instance_count = instance_count
-        self.available = reported_available - len(self.pending)
-        self.last_seen = time.monotonic()
 
 
 class _Bucket:
@@ -145,14 +101,15 @@ class _Bridges(MutableMapping[str, BridgeConn]):
         old = self._d.get(bridge_id)
         if old is not None and old is not conn:
             old.owner = None
+            self._registry.unfile(old)
         self._d[bridge_id] = conn
         conn.owner = self._registry
-        self._registry.refile(conn)
+        self._registry.refile(conn, added=[*conn.pending, *conn.running])
 
     def __delitem__(self, bridge_id: str) -> None:
         conn = self._d.pop(bridge_id)
         conn.owner = None
-        self._registry.unfile(bridge_id)
+        self._registry.unfile(conn)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._d)
@@ -189,6 +146,9 @@ class BridgeRegistry:
         self._in_heap: set[Key] = set()
         self._free_of: dict[str, int] = {}
         self._free_total = 0
+        #: taskId -> the bridges here holding it (two, briefly, when an attempt was
+        #: superseded on one and runs on the other)
+        self._holders: dict[str, list[BridgeConn]] = {}
         self._count_end: AsyncScript | None = None
 
     def key(self, bridge_id: str) -> str:
@@ -199,11 +159,22 @@ class BridgeRegistry:
 
     # ---- the pick index -------------------------------------------------------------------
 
-    def refile(self, conn: BridgeConn) -> None:
-        """Re-index ``conn`` after a change to its free slots, load or state."""
+    def holders(self, task_id: str) -> list[BridgeConn]:
+        """The bridges connected here that hold ``task_id`` (O(1))."""
+        return list(self._holders.get(task_id, ()))
+
+    def refile(self, conn: BridgeConn, added: Iterable[str] = (), gone: Iterable[str] = ()) -> None:
+        """Re-index ``conn`` after a change to its free slots, load or state; ``added`` and
+        ``gone``: the task ids it took on or let go."""
         bridge_id = conn.bridge_id
         if self._conns.get(bridge_id) is not conn:
             return
+        for task_id in added:
+            holders = self._holders.setdefault(task_id, [])
+            if conn not in holders:
+                holders.append(conn)
+        for task_id in gone:
+            self._unhold(task_id, conn)
         free = conn.free()
         self._free_total += free - self._free_of.get(bridge_id, 0)
         self._free_of[bridge_id] = free
@@ -223,12 +194,22 @@ class BridgeRegistry:
                     heapq.heappush(self._heap, new)
             bucket.add(bridge_id)
 
-    def unfile(self, bridge_id: str) -> None:
-        """Forget ``bridge_id`` (no longer in :attr:`bridges`)."""
+    def unfile(self, conn: BridgeConn) -> None:
+        """Forget ``conn`` (no longer in :attr:`bridges`)."""
+        bridge_id = conn.bridge_id
+        for task_id in [*conn.pending, *conn.running]:
+            self._unhold(task_id, conn)
         self._free_total -= self._free_of.pop(bridge_id, 0)
         old = self._key_of.get(bridge_id)
         if old is not None:
             self._unbucket(bridge_id, old)
+
+    def _unhold(self, task_id: str, conn: BridgeConn) -> None:
+        holders = self._holders.get(task_id)
+        if holders is not None and conn in holders:
+            holders.remove(conn)
+            if not holders:
+                del self._holders[task_id]
 
     def _unbucket(self, bridge_id: str, key: Key) -> None:
         del self._key_of[bridge_id]
@@ -257,7 +238,7 @@ class BridgeRegistry:
             self.drained.discard(bridge_id)
         conn = self.bridges.get(bridge_id)
         if conn is not None:
-            conn.drained = drained
+            conn.set_state(drained=drained)
         return conn
 
     def live(self) -> list[BridgeConn]:
@@ -267,19 +248,37 @@ class BridgeRegistry:
         """``sum(b.free() for b in bridges)``, kept up to date (O(1))."""
         return self._free_total
 
-    def pick(self, workflow_id: str = "") -> BridgeConn | None:
+    def pick(self, workflow_id: str = "", needs: Needs | None = None) -> BridgeConn | None:
         """The least-loaded live bridge with a free slot (ties: the one with more free
-        slots). Among equally placed ones: the bridge that last ran ``workflow_id`` (seed
-        000 §9.2.3, same bridge first), else a random one, so ties do not always land on
-        the same bridge. O(log n) (amortized), see :meth:`refile`."""
+        slots) that can run ``needs`` (see :mod:`.capabilities`). Among equally placed ones:
+        the bridge that last ran ``workflow_id`` (seed 000 §9.2.3, same bridge first, its
+        models likely loaded), else a random one, so ties do not always land on the same
+        bridge. O(log n) (amortized, see :meth:`refile`) when that bridge can run it, else
+        the buckets are scanned in order until one holds a bridge that can."""
         bucket = self._least_loaded()
         if bucket is None:
             return None
         last = self.last_bridge.get(workflow_id) if workflow_id else None
         bridge_id = last if last is not None and last in bucket.pos else random.choice(bucket.ids)
-        if workflow_id:
-            self.last_bridge[workflow_id] = bridge_id
-        return self._conns[bridge_id]
+        conn: BridgeConn | None = self._conns[bridge_id]
+        if needs is not None and conn is not None and not conn.can_run(needs):
+            conn = self._capable(needs, last)
+        if workflow_id and conn is not None:
+            self.last_bridge[workflow_id] = conn.bridge_id
+        return conn
+
+    def _capable(self, needs: Needs, last: str | None) -> BridgeConn | None:
+        """The pick among bridges that can run ``needs``: buckets in key order (there are
+        few keys), the first with a capable bridge."""
+        for key in sorted(self._buckets):
+            ids = [b for b in self._buckets[key].ids if self._conns[b].can_run(needs)]
+            if ids:
+                return self._conns[last if last in ids else random.choice(ids)]
+        return None
+
+    def anyone_can_run(self, needs: Needs) -> bool:
+        """Whether a bridge connected here (busy or not) can run ``needs``."""
+        return any(c.can_run(needs) for c in self._conns.values())
 
     async def save(self, conn: BridgeConn, *, failures: int | None = None) -> int:
         """Publish the bridge's capacity and last-seen time (and set its shared count of
@@ -292,6 +291,7 @@ class BridgeRegistry:
             "online": int(conn.online),
             "inRotation": int(conn.quarantined_at is None),
             "drained": int(conn.drained),
+            "instances": orjson.dumps(conn.instance_states).decode(),
             "lastSeen": time.time(),
         }
         if failures is not None:
@@ -303,13 +303,16 @@ class BridgeRegistry:
         )
         return int(replies[-1] or 0)
 
-    async def count_end(self, task_id: str, ok: bool, fallback: str = "") -> tuple[str, int] | None:
+    async def count_end(
+        self, task_id: str, ok: bool | None, fallback: str = ""
+    ) -> tuple[str, int] | None:
         """Count a TASK_END against the bridge that ran ``task_id`` (``fallback`` if none is
-        recorded): a success resets the bridge's shared failure count, a failure adds one.
-        Return (bridgeId, the new count), or ``None`` when the bridge is unknown."""
+        recorded): a success resets the bridge's shared failure count, a failure adds one,
+        ``None`` leaves it. Return (bridgeId, the count), or ``None`` when the bridge is
+        unknown."""
         if self._count_end is None:
             self._count_end = self.store.redis.register_script(_COUNT_END)
-        args: list[str | int] = [self.prefix, task_id, int(ok), fallback]
+        args: list[str | int] = [self.prefix, task_id, "" if ok is None else int(ok), fallback]
         out = await self.store.mux.script(self._count_end, [self.owner_key(task_id)], args)
         if not out:
             return None

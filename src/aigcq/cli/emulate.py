@@ -23,15 +23,29 @@ def emulate_comfyui(
     output_dir: Annotated[Path, typer.Option(help="Where SaveImage writes")] = Path(
         ".aigcq/comfyui/output"
     ),
+    checkpoint: Annotated[
+        list[str] | None, typer.Option(help="A model file CheckpointLoaderSimple offers")
+    ] = None,
+    model_load_time: Annotated[float, typer.Option(help="Seconds to switch checkpoints")] = 0.0,
+    node: Annotated[
+        list[str] | None, typer.Option(help="Only these node classes (default: all)")
+    ] = None,
     log_level: LogLevelOption = "INFO",
 ) -> None:
-    """Run a ComfyUI emulator (EmptyImage, ImageInvert, SaveImage, PreviewImage)."""
+    """Run a ComfyUI emulator (EmptyImage, ImageInvert, SaveImage, PreviewImage,
+    CheckpointLoaderSimple, EmptyLatentImage, VAEDecode)."""
     from aigcq.emulators.comfyui import ComfyUIConfig, run
 
     configure_logging(log_level)
     require_free_ports(host, [(port, "--port")])
     config = ComfyUIConfig(
-        output_dir=output_dir, step_time=step_time, steps=steps, fail_rate=fail_rate
+        output_dir=output_dir,
+        step_time=step_time,
+        steps=steps,
+        fail_rate=fail_rate,
+        node_classes=frozenset(node) if node else None,
+        checkpoints=tuple(checkpoint or ("sd15.safetensors",)),
+        model_load_time=model_load_time,
     )
     run(host, port, config)
 

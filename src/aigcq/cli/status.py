@@ -65,16 +65,23 @@ def _health(h: dict[str, Any]) -> Table:
 
 
 def _bridges(rows: list[dict[str, Any]]) -> Table:
-    table = Table("bridge", "online", "instances", "free", "running", "heard", title="bridges")
+    columns = ("bridge", "online", "instances", "free", "running", "heard", "instance states")
+    table = Table(*columns, title="bridges")
     now = time.time()
     for b in rows:
         heard = f"{now - b['lastHeartbeat']:.0f} s ago" if b.get("lastHeartbeat") else "-"
         state = "drained" if b.get("drained") else "yes" if b["online"] else "no"
         table.add_row(
             b["bridgeId"], state, str(b["instances"]), str(b["free"]),
-            str(len(b.get("running", []))), heard,
+            str(len(b.get("running", []))), heard, _instance_states(b),
         )  # fmt: skip
     return table
+
+
+def _instance_states(bridge: dict[str, Any]) -> str:
+    """``host:8188 busy, host:8189 offline`` (each instance as its bridge reported it)."""
+    states = bridge.get("instanceStates") or []
+    return ", ".join(f"{i.get('instanceId')} {i.get('state')}" for i in states) or "-"
 
 
 def _queues(rows: list[dict[str, Any]]) -> Table:

@@ -146,6 +146,7 @@ class Monitor:
                 "failures": conn.failures,
                 "inRotation": conn.quarantined_at is None,
                 "drained": conn.drained,
+                "instanceStates": conn.instance_states,
                 "local": True,
             }
         return sorted(rows.values(), key=lambda r: str(r["bridgeId"]))
@@ -184,8 +185,17 @@ def bridge_row_from_hash(h: dict[str, str]) -> dict[str, Any]:
         "failures": 0,
         "inRotation": h.get("inRotation", "1") == "1",
         "drained": h.get("drained") == "1",
+        "instanceStates": _json_list(h.get("instances")),
         "local": False,
     }
+
+
+def _json_list(raw: str | None) -> list[Any]:
+    try:
+        value = orjson.loads(raw or "[]")
+    except orjson.JSONDecodeError:
+        return []
+    return value if isinstance(value, list) else []
 
 
 def task_row(t: Task) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, Pending, ResultOutcome, Succeeded
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, read_body
+from aigcq.scheduler.outcomes import TaskEnd, end_of
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class TaskEndEndpoint:
     async def _handle(self, scope: Scope, receive: Receive) -> tuple[int, dict[str, Any]]:
         gw = self.gw
         target = ""  # known from finish for a success, else from the task read first
+        task_id, attempt = "", 0
         try:
             task_id, attempt, outcome = await _accept(gw, self.parse, scope, receive)
             try:
@@ -98,8 +100,10 @@ class TaskEndEndpoint:
                 raise ClientError(ErrorCode.GONE, f"task already {done.state}", task_id)
         except ClientError as exc:
             metrics.callback_rejected(exc.code.value)
+            if exc.code is ErrorCode.GONE:  # that run is over all the same: free its slot
+                gw.outcomes.on_task_end(task_id, target, TaskEnd.GONE, attempt)
             return exc.status, exc.body(gw.messages)
-        gw.outcomes.on_task_end(task_id, done.target or target, isinstance(outcome, Succeeded))
+        gw.outcomes.on_task_end(task_id, done.target or target, end_of(outcome), attempt)
         return 200, {"code": 0, "msg": "success"}
 
 

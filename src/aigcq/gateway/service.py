@@ -13,7 +13,7 @@ from aigcq.gateway.clients import ClientHub
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.submission import Submission
 from aigcq.observability.jsonlog import ctx
-from aigcq.scheduler.outcomes import Outcomes
+from aigcq.scheduler.outcomes import Outcomes, TaskEnd
 from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class Gateway:
         )
         if not done.applied:
             raise ClientError(ErrorCode.GONE, f"task already {done.state}", task_id)
+        self.outcomes.on_task_end(task_id, task.target, TaskEnd.CANCELLED, task.attempt)
         adapter = self.rt.platforms.adapters.get(task.target)
         if done.orphan:  # a paid remote task: cancelled, and counted until it ends
             await self.outcomes.cancel_orphan(task_id, done)

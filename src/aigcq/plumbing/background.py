@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -57,3 +57,16 @@ async def cancel_and_wait(
             if not task.cancelled() and task.exception() is not None:
                 log.warning("%r ended with an error", task, exc_info=task.exception())
     return pending
+
+
+class Spawner:
+    """Fire-and-forget coroutines, kept referenced until they finish (asyncio holds only
+    weak references to tasks)."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)

@@ -9,6 +9,7 @@ the live attempt's remote task is then cancelled (:mod:`aigcq.scheduler.orphans`
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -22,13 +23,45 @@ from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
+#: the ``class`` a bridge gives a failure that is the machine's, not the task's
+INFRASTRUCTURE = "infrastructure"
+
+
+class TaskEnd(enum.Enum):
+    """How a task's run on a target ended, as its TASK_END (or a cancel) says."""
+
+    SUCCEEDED = "succeeded"  # the target's failure count resets
+    FAILED = "failed"  # the machine's failure (or cause unknown): counts against it
+    REJECTED = "rejected"  # the task's own fault: the target's health is unchanged
+    GONE = "gone"  # not applied: that attempt was superseded or the task is over
+    CANCELLED = "cancelled"  # by its client or an admin: the target is told to stop
+
+
+def end_of(outcome: ResultOutcome) -> TaskEnd:
+    """The :class:`TaskEnd` of an applied TASK_END."""
+    if isinstance(outcome, Succeeded):
+        return TaskEnd.SUCCEEDED
+    if isinstance(outcome, Failed) and _failure_class(outcome) == "task":
+        return TaskEnd.REJECTED
+    return TaskEnd.FAILED
+
+
+def _failure_class(outcome: Failed) -> str:
+    detail = outcome.detail
+    return str(detail.get("class", "")) if isinstance(detail, dict) else ""
+
+
+#: (taskId, target, how it ended, the attempt the TASK_END was for, if known)
+TaskEndHook = Callable[[str, str, TaskEnd, "int | None"], None]
+
 
 class Outcomes:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.orphans = Orphans(rt)
-        #: called with (taskId, target, succeeded) once a TASK_END callback finished a task
-        self.on_task_end: Callable[[str, str, bool], None] = lambda task_id, target, ok: None
+        #: called once a TASK_END callback finished a task, or was refused as gone, or a
+        #: task was cancelled (see :class:`TaskEnd`)
+        self.on_task_end: TaskEndHook = lambda task_id, target, end, attempt: None
         #: a failed result puts the task back while it has attempts left (the
         #: message-dispatcher's retries, seed 000 §9.3.2); otherwise it fails at once
         self.retry_failures = False
@@ -54,7 +87,8 @@ class Outcomes:
                 )
             case Failed(code=code, message=message, detail=detail):
                 error = {"code": code, "message": message, "detail": detail}
-                if await self._retried(task_id, f"failed: {code} {message}", attempt):
+                machine = _failure_class(outcome) == INFRASTRUCTURE
+                if await self._retried(task_id, f"failed: {code} {message}", attempt, machine):
                     return MoveResult(True, TaskState.PENDING)
                 done = await self.rt.store.finish(
                     task_id,
@@ -89,9 +123,12 @@ class Outcomes:
         else:
             log.debug("task %s: orphan %s already released", task_id, done.orphan)
 
-    async def _retried(self, task_id: str, reason: str, attempt: int | None) -> bool:
-        """With ``retry_failures``: requeue a failed task that has attempts left."""
-        if not self.retry_failures:
+    async def _retried(
+        self, task_id: str, reason: str, attempt: int | None, machine: bool = False
+    ) -> bool:
+        """With ``retry_failures``, or for a machine's failure (``machine``): requeue a
+        failed task that has attempts left."""
+        if not (self.retry_failures or machine):
             return False
         task = await self.rt.store.get(task_id)
         if task is None or task.state.terminal:

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from aigcq import platforms
 from aigcq.bridges.hub import BridgeHub
+from aigcq.bridges.protocol import failure_of
 from aigcq.config import PlatformConfig, Settings
 from aigcq.delivery.retention import RETENTION_SWEEP_S, OutboxRetention
 from aigcq.gateway.admin_api import admin_router
@@ -27,7 +28,13 @@ from aigcq.gateway.queue_view import internal_capacity
 from aigcq.gateway.service import Gateway
 from aigcq.gateway.ws import client_endpoint
 from aigcq.observability import metrics
-from aigcq.platforms.base import PlatformAdapter, ResultOutcome, adapter_class, registered
+from aigcq.platforms.base import (
+    Failed,
+    PlatformAdapter,
+    ResultOutcome,
+    adapter_class,
+    registered,
+)
 from aigcq.platforms.client import PlatformClient
 from aigcq.plumbing.background import cancel_and_wait, round_failed
 from aigcq.plumbing.events import EventBus
@@ -117,8 +124,14 @@ class Service:
 
     def parse_callback(self, body: dict[str, Any]) -> ResultOutcome:
         """TASK_END bodies share RunningHub's format, whichever target sent them (bridges,
-        the message-dispatcher and RunningHub itself): no need to know the task first."""
-        return self._callback_format.parse_result(body)
+        the message-dispatcher and RunningHub itself): no need to know the task first.
+        A bridge's failure keeps its class and specific code (see ``docs/bridge-protocol.md``)."""
+        outcome = self._callback_format.parse_result(body)
+        failure = failure_of(body.get("eventData"))
+        if isinstance(outcome, Failed) and failure is not None:
+            detail = {"class": failure.failure_class}
+            return Failed(failure.code, failure.message, detail=detail)
+        return outcome
 
     async def _deliver_sweep(self) -> None:
         """Covers pub/sub messages lost while a subscription was reconnecting, and drops

@@ -77,11 +77,16 @@ function polyline(values, max, width, height, cls, dashed) {
   return poly;
 }
 
+// "2: host:8188 busy, host:8189 offline" (each instance as its bridge reported it)
+const instanceStates = (b) =>
+  `${b.instances}` + ((b.instanceStates || []).length
+    ? ": " + b.instanceStates.map((i) => `${i.instanceId} ${i.state}`).join(", ") : "");
+
 function renderBridges(bridges) {
   fillTable("#bridges", bridges.map((b) => [
     b.bridgeId,
     !b.online ? "offline" : b.drained ? "drained" : b.running.length ? "busy" : "idle",
-    b.instances, b.free, wrap(b.running.join(" ") || "-"), ago(b.lastHeartbeat), b.failures,
+    soft(instanceStates(b)), b.free, wrap(b.running.join(" ") || "-"), ago(b.lastHeartbeat), b.failures,
     b.inRotation ? "in" : "out",
     button(b.drained ? "Undrain" : "Drain", () => act("POST",
       `/api/admin/bridges/${encodeURIComponent(b.bridgeId)}/${b.drained ? "undrain" : "drain"}`)),

@@ -1,0 +1,287 @@
+"""Handing tasks to bridges: TASK_ASSIGN, what its TASK_ACK says, what a refusal means.
+
+A slot is taken when TASK_ASSIGN is sent. TASK_ACK code 0 marks the task RUNNING; a
+refusal, a missing ACK or a lost bridge puts an unacknowledged task back at the head of its
+queue, uncharged; a workflow nobody knows fails the task at once (``WorkflowNotFound``), as
+does a payload no bridge can run; an acknowledged task that is no longer wanted is stopped
+on its bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from aigcq.bridges.capabilities import Needs, needs_of, with_overrides
+from aigcq.bridges.endings import TaskEnds
+from aigcq.bridges.protocol import (
+    ACK_WORKFLOW_NOT_FOUND,
+    TaskAckData,
+    TaskAssignData,
+    TaskAssignMessage,
+    encode,
+)
+from aigcq.bridges.registry import Assignment, BridgeConn, BridgeRegistry
+from aigcq.bridges.session import HubConfig
+from aigcq.domain import ErrorCode, TaskState
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import Spawner
+from aigcq.plumbing.events import progress_event, running_message
+from aigcq.queue.store import Claimed
+from aigcq.scheduler.outcomes import Outcomes
+from aigcq.service.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+class Assigner:
+    def __init__(
+        self,
+        rt: Runtime,
+        outcomes: Outcomes,
+        registry: BridgeRegistry,
+        ends: TaskEnds,
+        *,
+        name: str,
+        config: Callable[[], HubConfig],
+        wake: Callable[[], None],
+        lost: Callable[[BridgeConn, str], Awaitable[None]],
+        bridges_elsewhere: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.rt = rt
+        self.outcomes = outcomes
+        self.registry = registry
+        self.ends = ends
+        self.name = name
+        self.config = config
+        self.wake = wake
+        self.lost = lost
+        self.bridges_elsewhere = bridges_elsewhere
+        self.needs = WorkflowNeeds(rt)
+        self._spawn = Spawner()
+
+    async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
+        """Each task to the least-loaded bridge with a free slot (see
+        :meth:`BridgeRegistry.pick`), else back to waiting."""
+        for c in tasks:
+            needs = await self.needs.of(c)
+            conn = self.registry.pick(c.workflow_id, needs)
+            if conn is not None:
+                await self.send_assign(conn, aigc, platform, c)
+            elif needs is not None and not self._somewhere(needs):
+                message = "no connected ComfyUI instance has every node class and model file"
+                await self.fail(c.task_id, "NoCapableInstance", message, _listed(needs))
+            else:
+                await self.requeue(c.task_id, c.attempt, "no bridge has a free slot")
+
+    def _somewhere(self, needs: Needs) -> bool:
+        """A bridge here, or one connected to another process, may run ``needs``."""
+        return self.registry.anyone_can_run(needs) or self.bridges_elsewhere() > 0
+
+    async def refused(self, conn: BridgeConn, task_id: str, data: TaskAckData) -> None:
+        """A refusal: the slot stays busy until the bridge's next report (it said it has no
+        room); the task waits again, or fails when nobody knows its workflow."""
+        pending = conn.refuse(task_id)
+        assert pending is not None
+        reason = f"bridge {conn.bridge_id} refused: {data.code} {data.msg}"
+        if data.code == ACK_WORKFLOW_NOT_FOUND:
+            if not await self.workflow_known(pending.workflow_id):
+                await self.fail(task_id, "WorkflowNotFound", data.msg, pending.workflow_id)
+                return
+            await self.outcomes.retry_or_fail(  # a new attempt each time: bounded
+                task_id,
+                aigc=pending.aigc,
+                platform=pending.platform,
+                attempt=pending.attempt,
+                charged=pending.charged,
+                reason=reason,
+                code=ErrorCode.TASK_FAILED,
+                detail={"code": "WorkflowNotFound", "workflowId": pending.workflow_id},
+            )
+        else:
+            await self.requeue(task_id, pending.attempt, reason)
+        self.wake()
+
+    async def workflow_known(self, workflow_id: str) -> bool:
+        """Whether the workflow registry holds ``workflow_id``."""
+        if not workflow_id:
+            return False
+        return bool(await self.rt.redis.exists(self.rt.store.keys.workflow(workflow_id)))
+
+    async def acked(self, conn: BridgeConn, task_id: str, pending: Assignment) -> None:
+        deadline_s = self.rt.deadline_s(self.rt.config.account(pending.aigc, pending.platform))
+        ok = await self.rt.store.mark_running(
+            task_id,
+            pending.attempt,
+            pending.remote_id or task_id,
+            deadline_s=deadline_s,
+            kind="callback",
+            progress=progress_event(pending.backend_id, running_message(task_id, self.name)),
+        )
+        if not ok:  # no longer wanted (cancelled, superseded): stop it on the bridge
+            if conn.end(task_id, pending.attempt):
+                self._spawn(self.ends.cancel_on(conn, task_id, pending.attempt))
+                self.wake()
+        else:
+            await self.registry.remember(
+                conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
+            )
+        log.info(
+            "bridge %s: task %s acknowledged (running=%s)",
+            conn.bridge_id,
+            task_id,
+            ok,
+            extra=ctx(task=task_id, bridge=conn.bridge_id),
+        )
+
+    async def send_assign(self, conn: BridgeConn, aigc: str, platform: str, c: Claimed) -> None:
+        try:
+            msg = self._assign_message(c)
+        except ValidationError as exc:
+            await self.fail(c.task_id, "InvalidPayload", "not a valid bridge task", str(exc))
+            return
+        pending = Assignment(
+            c.attempt, aigc, platform, c.backend_id, workflow_id=c.workflow_id, charged=c.charged
+        )
+        if not conn.take(c.task_id, pending):
+            await self.requeue(c.task_id, c.attempt, f"bridge {conn.bridge_id} is full")
+            return
+        pending.timer = asyncio.get_running_loop().call_later(
+            self.config().ack_timeout_s, self._spawn_ack_timeout, conn, c.task_id
+        )
+        try:
+            await conn.send(encode(msg))
+        except Exception as exc:  # the socket went away mid-send
+            log.warning(
+                "bridge %s: task %s send failed: %r",
+                conn.bridge_id,
+                c.task_id,
+                exc,
+                extra=ctx(task=c.task_id, bridge=conn.bridge_id),
+            )
+            await self.lost(conn, "send failed")
+            return
+        log.info(
+            "bridge %s: task %s assigned (attempt %d)",
+            conn.bridge_id,
+            c.task_id,
+            c.attempt,
+            extra=ctx(task=c.task_id, bridge=conn.bridge_id),
+        )
+
+    def _assign_message(self, c: Claimed) -> TaskAssignMessage:
+        hook = self.rt.webhook_url(c.task_id, c.attempt)
+        data = TaskAssignData.model_validate(
+            {
+                "taskId": c.task_id,
+                "attempt": c.attempt,
+                "workflowId": c.workflow_id or None,
+                "nodeInfoList": c.payload.get("nodeInfoList") or [],
+                "webhookUrl": hook,
+                "workflow": c.payload.get("workflow"),
+            }
+        )
+        return TaskAssignMessage(data=data)
+
+    async def fail(self, task_id: str, code: str, message: str, detail: str) -> None:
+        """A task no bridge can run (invalid payload, unknown workflow): it fails for its
+        client at once, and no bridge's health is touched."""
+        error = {"code": code, "message": message, "detail": detail}
+        await self.rt.store.finish(
+            task_id,
+            TaskState.FAILED,
+            error=error,
+            message=self.outcomes.error_body(ErrorCode.TASK_FAILED, error),
+            note=f"bridge: {code}",
+        )
+        log.warning(
+            "task %s: fails, %s: %s (%s)",
+            task_id,
+            code,
+            message,
+            detail,
+            extra=ctx(task=task_id),
+        )
+
+    def _spawn_ack_timeout(self, conn: BridgeConn, task_id: str) -> None:
+        self._spawn(self._ack_timeout(conn, task_id))
+
+    async def _ack_timeout(self, conn: BridgeConn, task_id: str) -> None:
+        pending = conn.release(task_id)
+        if pending is not None:
+            log.warning(
+                "bridge %s: task %s not acknowledged in time",
+                conn.bridge_id,
+                task_id,
+                extra=ctx(task=task_id, bridge=conn.bridge_id),
+            )
+            await self.requeue(task_id, pending.attempt, f"bridge {conn.bridge_id}: no TASK_ACK")
+            self.wake()
+
+    async def requeue(self, task_id: str, attempt: int, reason: str) -> None:
+        await self.rt.store.requeue(
+            task_id, attempt=attempt, uncharge=True, front=True, reason=reason
+        )
+        log.info("task %s: back to waiting (%s)", task_id, reason, extra=ctx(task=task_id))
+
+    async def hand_back(self, reason: str = "aigcq shutting down") -> list[str]:
+        """Graceful shutdown: every task assigned here and not yet acknowledged goes back to
+        the head of its queue, uncharged (a bridge's late TASK_ACK is then ignored)."""
+        handed: list[str] = []
+        for conn in list(self.registry.bridges.values()):
+            for task_id, p in conn.release_all().items():
+                await self.requeue(task_id, p.attempt, f"bridge {conn.bridge_id}: {reason}")
+                handed.append(task_id)
+        return handed
+
+
+def _listed(needs: Needs) -> str:
+    return Needs().missing(needs)
+
+
+class WorkflowNeeds:
+    """The node classes and model files a claimed task's workflow names: its inline
+    ``workflow``, else its ``workflowId`` from the registry (cached a minute; one read per
+    workflow id), with its ``nodeInfoList``'s model files. ``None``: not known."""
+
+    TTL_S = 60.0
+    KEPT = 1024
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self._cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
+
+    async def of(self, c: Claimed) -> Needs | None:
+        workflow = _graph(c.payload.get("workflow"))
+        if workflow is None and c.workflow_id:
+            workflow = await self._registered(c.workflow_id)
+        if workflow is None:
+            return None
+        return with_overrides(needs_of(workflow), workflow, c.payload.get("nodeInfoList"))
+
+    async def _registered(self, workflow_id: str) -> dict[str, Any] | None:
+        now = time.monotonic()
+        cached = self._cache.get(workflow_id)
+        if cached is not None and now - cached[0] < self.TTL_S:
+            return cached[1]
+        raw = await self.rt.redis.get(self.rt.store.keys.workflow(workflow_id))
+        graph = _graph(raw)
+        if len(self._cache) >= self.KEPT:
+            self._cache.clear()
+        self._cache[workflow_id] = (now, graph)
+        return graph
+
+
+def _graph(raw: Any) -> dict[str, Any] | None:
+    if isinstance(raw, str | bytes):
+        try:
+            raw = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+    return raw if isinstance(raw, dict) else None

@@ -1,0 +1,103 @@
+"""A task's end on the bridges here: free its slot, stop what is no longer wanted, count.
+
+Whichever way a task ends (its TASK_END applied, or refused as gone; a cancel), the
+bridge holding it gets its slot back at once. A bridge still running a cancelled or
+superseded attempt is told to stop (TASK_CANCEL). A machine's failure counts against the
+bridge, a success resets the count (see :mod:`.rotation`); the task's own failure does not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aigcq.bridges.protocol import TaskCancelData, TaskCancelMessage, encode
+from aigcq.bridges.registry import BridgeConn, BridgeRegistry
+from aigcq.bridges.rotation import Rotation
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import Spawner
+from aigcq.scheduler.outcomes import TaskEnd
+
+log = logging.getLogger(__name__)
+
+_COUNTED = {TaskEnd.SUCCEEDED: True, TaskEnd.FAILED: False}
+
+
+class TaskEnds:
+    def __init__(
+        self, name: str, registry: BridgeRegistry, rotation: Rotation, wake: Callable[[], None]
+    ) -> None:
+        self.name = name
+        self.registry = registry
+        self.rotation = rotation
+        self.wake = wake
+        self._spawn = Spawner()
+
+    def task_ended(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
+        """A task ended (TASK_END applied or refused as gone, a cancel): its slot is free
+        on whichever bridge here holds it; a bridge still running a cancelled or superseded
+        attempt is told to stop (TASK_CANCEL). A machine's failure counts against the
+        bridge (its slot freed after the count: a failing bridge is out first), a success
+        resets the count; the count is shared in Redis (see :class:`.Rotation`)."""
+        holders = self.registry.holders(task_id)
+        if target != self.name and not holders:
+            return
+        ran = next((b for b in holders if b.slots.attempt_of(task_id) == attempt), None)
+        for conn in holders:
+            if conn is not ran or end is not TaskEnd.FAILED:
+                self.end_on(conn, task_id, end, attempt)
+        if end is TaskEnd.GONE:
+            return  # a bridge elsewhere frees it when it stops listing the task
+        self._spawn(self._count(task_id, end, ran, attempt))
+
+    async def _count(
+        self, task_id: str, end: TaskEnd, ran: BridgeConn | None, attempt: int | None
+    ) -> None:
+        cancel = end is TaskEnd.CANCELLED
+        await self.rotation.count_end(task_id, _COUNTED.get(end), ran, cancel=cancel)
+        if ran is not None and end is TaskEnd.FAILED:
+            self.end_on(ran, task_id, end, attempt)
+
+    def end_on(self, conn: BridgeConn, task_id: str, end: TaskEnd, attempt: int | None) -> None:
+        held = conn.slots.attempt_of(task_id)
+        if held is None or (end is TaskEnd.GONE and attempt not in (None, held)):
+            return  # a newer attempt runs there: its slot stays taken
+        if end is TaskEnd.CANCELLED or (end is not TaskEnd.GONE and held != attempt):
+            self._spawn(self.cancel_on(conn, task_id, held))
+        conn.end(task_id)
+        self.wake()
+
+    async def cancel_on(self, conn: BridgeConn, task_id: str, attempt: int) -> None:
+        msg = TaskCancelMessage(data=TaskCancelData(task_id=task_id, attempt=attempt))
+        try:
+            await conn.send(encode(msg))
+        except Exception as exc:  # gone: it re-registers without the task, or finishes it
+            log.info(
+                "bridge %s: TASK_CANCEL for task %s not sent: %r",
+                conn.bridge_id,
+                task_id,
+                exc,
+                extra=ctx(task=task_id, bridge=conn.bridge_id),
+            )
+            return
+        log.info(
+            "bridge %s: task %s attempt %d cancelled",
+            conn.bridge_id,
+            task_id,
+            attempt,
+            extra=ctx(task=task_id, bridge=conn.bridge_id),
+        )
+
+    def remote_task_end(self, end: dict[str, Any]) -> None:
+        """A task end that another process received, for a bridge connected here: free
+        the slot now rather than at the bridge's next HEARTBEAT, apply the bridge's
+        failure count first (a failing bridge is out before reuse), stop a cancelled task."""
+        conn = self.registry.bridges.get(str(end.get("bridgeId")))
+        task_id = str(end.get("taskId"))
+        if conn is None or not conn.slots.holds(task_id):
+            return
+        if self.rotation.apply(conn, int(end.get("failures", 0)), task_id):
+            self._spawn(self.rotation.save(conn))
+        kind = TaskEnd.CANCELLED if end.get("cancel") else TaskEnd.SUCCEEDED
+        self.end_on(conn, task_id, kind, conn.slots.attempt_of(task_id))

@@ -1,0 +1,173 @@
+"""One bridge's slots: which are free, which hold a task of ours, which the bridge withholds.
+
+The one invariant: ``free + pending + running + withheld - credited == instances`` (the
+instance count the bridge last reported), no term ever negative. Should the bridge report
+fewer instances than our tasks on it, ``free`` is 0 until enough of them end. A task's slot is freed
+exactly once per end of that task, whichever way it ends: a TASK_END applied or refused,
+a cancel, an ACK that never came, a refusal, the bridge saying it no longer holds it.
+
+* ``pending``: TASK_ASSIGN sent, no TASK_ACK yet (with the timer that gives it back).
+* ``running``: acknowledged, until the task ends (taskId -> attempt).
+* ``withheld``: slots the bridge counts busy that are not ours (an instance offline, a
+  prompt queued by someone else, a refusal "no instance free"); fixed at each report.
+* ``credited``: acknowledged tasks the bridge already counts free (it finished them, their
+  TASK_END is on its way): their slots are free now, and their end does not free them again.
+
+No I/O: the hub applies what the bridge and the queue say, this class keeps the count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Collection
+from dataclasses import dataclass
+
+#: how many ended-before-acknowledged task ids are kept (to drop their late TASK_ACK)
+ENDED_EARLY_KEPT = 1024
+
+
+@dataclass(slots=True)
+class Assignment:
+    """A TASK_ASSIGN sent and not yet acknowledged."""
+
+    attempt: int
+    aigc: str
+    platform: str
+    backend_id: str = ""
+    workflow_id: str = ""
+    timer: asyncio.TimerHandle | None = None
+    remote_id: str = ""  # a seed-002 bridge's own taskId, once it acknowledged
+    charged: int = 1  # attempts charged to the task's budget, this one included
+
+    def stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+class SlotLedger:
+    """Slot accounting of one bridge (see the module docstring for the invariant)."""
+
+    __slots__ = ("_ended_early", "credited", "instances", "pending", "running", "withheld")
+
+    def __init__(self, instances: int = 0, available: int | None = None) -> None:
+        self.instances = 0
+        self.withheld = 0
+        self.credited = 0
+        self.pending: dict[str, Assignment] = {}
+        self.running: dict[str, int] = {}  # taskId -> attempt
+        self._ended_early: OrderedDict[str, None] = OrderedDict()
+        if instances:
+            self.report(instances, instances if available is None else available)
+
+    @property
+    def free(self) -> int:
+        return max(0, self.instances - self.withheld - self.used + self.credited)
+
+    @property
+    def used(self) -> int:
+        """Slots holding a task of ours (acknowledged or not)."""
+        return len(self.pending) + len(self.running)
+
+    def holds(self, task_id: str) -> bool:
+        return task_id in self.running or task_id in self.pending
+
+    def attempt_of(self, task_id: str) -> int | None:
+        pending = self.pending.get(task_id)
+        return pending.attempt if pending is not None else self.running.get(task_id)
+
+    # ---- what the bridge reports -----------------------------------------------------
+
+    def report(
+        self, instances: int, available: int, held: Collection[str] | None = None
+    ) -> list[str]:
+        """The bridge's count (REGISTER, HEARTBEAT). With ``held`` (the task ids the bridge
+        still holds), acknowledged tasks it no longer holds have ended: their slots are
+        freed and their ids returned. Assignments it has not acknowledged are not in its
+        count yet: they stay taken."""
+        gone = [t for t in self.running if t not in held] if held is not None else []
+        for task_id in gone:
+            del self.running[task_id]
+        self.instances = max(0, instances)
+        busy = max(0, self.instances - max(0, available))
+        # busy by its count beyond our acknowledged tasks: someone else's (or offline);
+        # fewer busy than our tasks: some finished, their TASK_END not here yet
+        self.withheld = max(0, busy - len(self.running))
+        self.credited = max(0, len(self.running) - busy)
+        return gone
+
+    def adopt(self, task_id: str, attempt: int) -> None:
+        """An acknowledged task the bridge still holds after it reconnected: one of the
+        slots it counted busy is ours."""
+        if self.holds(task_id):
+            return
+        self.running[task_id] = attempt
+        if self.withheld > 0:
+            self.withheld -= 1
+        else:  # it counts the slot free: the prompt is done, its TASK_END on its way
+            self.credited += 1
+
+    # ---- one task's way through ------------------------------------------------------
+
+    def take(self, task_id: str, assignment: Assignment) -> bool:
+        """TASK_ASSIGN: take a free slot for ``task_id`` (``False``: none free, or the
+        task is already here)."""
+        if self.free <= 0 or self.holds(task_id):
+            return False
+        self.pending[task_id] = assignment
+        return True
+
+    def ack(self, task_id: str) -> Assignment | None:
+        """TASK_ACK code 0: the task runs; ``None`` if it was not awaiting an ACK."""
+        assignment = self.pending.pop(task_id, None)
+        if assignment is not None:
+            assignment.stop_timer()
+            self.running[task_id] = assignment.attempt
+        return assignment
+
+    def refuse(self, task_id: str) -> Assignment | None:
+        """TASK_ACK with a non-zero code: the task leaves, and the bridge is taken at its
+        word that it has no room: the slot stays busy (withheld) until its next report."""
+        assignment = self._unpend(task_id)
+        if assignment is not None:
+            self.withheld += 1
+        return assignment
+
+    def release(self, task_id: str) -> Assignment | None:
+        """No TASK_ACK in time: the task leaves, its slot is free."""
+        return self._unpend(task_id)
+
+    def release_all(self) -> dict[str, Assignment]:
+        """Every unacknowledged task leaves (bridge lost, shutdown), slots free."""
+        out, self.pending = self.pending, {}
+        for assignment in out.values():
+            assignment.stop_timer()
+        return out
+
+    def end(self, task_id: str, attempt: int | None = None) -> bool:
+        """The task ended (any way): free its slot. ``attempt``, if given, must be the one
+        held here. ``True`` only the first time. A task that ends before its TASK_ACK came
+        is remembered so that late ACK is dropped (see :meth:`ended_early`)."""
+        if attempt is not None and self.attempt_of(task_id) not in (attempt, None):
+            return False
+        if self.running.pop(task_id, None) is not None:
+            if self.credited > 0:  # freed already when the bridge counted it free
+                self.credited -= 1
+            return True
+        if self._unpend(task_id) is None:
+            return False
+        self._ended_early[task_id] = None
+        while len(self._ended_early) > ENDED_EARLY_KEPT:
+            self._ended_early.popitem(last=False)
+        return True
+
+    def ended_early(self, task_id: str) -> bool:
+        """Whether ``task_id`` ended before its TASK_ACK (asked once, by that ACK)."""
+        return self._ended_early.pop(task_id, 0) is None
+
+    def _unpend(self, task_id: str) -> Assignment | None:
+        assignment = self.pending.pop(task_id, None)
+        if assignment is not None:
+            assignment.stop_timer()
+        return assignment

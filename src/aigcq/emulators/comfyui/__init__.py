@@ -1,0 +1,49 @@
+"""A ComfyUI emulator: a real HTTP + WebSocket server following ComfyUI's API.
+
+Implements ``/prompt`` (with ComfyUI's validation errors), ``/history``, ``/view``,
+``/queue``, ``/interrupt``, ``/system_stats``, ``/object_info`` and ``/ws`` — each also under
+``/api/`` — for the weight-free nodes ``EmptyImage``, ``ImageInvert``, ``SaveImage`` and
+``PreviewImage``. Prompts run one at a time; every executed node takes ``steps`` steps of
+``step_time`` seconds (one ``progress`` event each). Images are real PNG files written
+without Pillow. Failures are injected by ``fail_rate`` or ``fail_next`` (also settable at
+run time with ``POST /emulator/fail {"next": n, "rate": r}``). ``POST /emulator/restart``
+acts as a ComfyUI process that restarted: its queue, history and running prompt are
+forgotten. ``POST /queue {"delete": [...]}`` deletes pending prompts, as ComfyUI's UI does.
+
+Events go to the socket whose ``clientId`` is the prompt's ``client_id``; ``status`` is
+broadcast. As in ComfyUI, a prompt without ``client_id`` has its ``executing``/``progress``/
+``executed`` broadcast and its ``execution_*`` events sent to no one, except
+``execution_interrupted`` (broadcast).
+
+Simplification: output nodes are never served from the cache, so every run writes files.
+
+Modules: :mod:`.config`, :mod:`.png` (images), :mod:`.nodes`, :mod:`.graph` (validation,
+dependencies), :mod:`.executor` (queue, history, worker), :mod:`.routes` (HTTP + WebSocket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import uvicorn
+
+from aigcq.emulators.comfyui.config import ComfyUIConfig
+from aigcq.emulators.comfyui.executor import ComfyUIEmulator
+from aigcq.emulators.comfyui.routes import create_app
+
+__all__ = ["ComfyUIConfig", "ComfyUIEmulator", "create_app", "run", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+async def serve(host: str, port: int, config: ComfyUIConfig | None = None) -> None:
+    """Serve the emulator until cancelled."""
+    server_config = uvicorn.Config(create_app(config), host=host, port=port, log_config=None)
+    log.info("comfyui emulator listening on http://%s:%s", host, port)
+    await uvicorn.Server(server_config).serve()
+
+
+def run(host: str = "127.0.0.1", port: int = 8188, config: ComfyUIConfig | None = None) -> None:
+    """Blocking entry point for ``aigcq emulate comfyui``."""
+    asyncio.run(serve(host, port, config))

@@ -1,0 +1,52 @@
+"""The emulator's settings."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GpuTime:
+    """Which checkpoint is in VRAM, and seconds spent loading models and running prompts."""
+
+    loaded: str | None = None
+    loading_s: float = 0.0
+    busy_s: float = 0.0
+    loads: int = 0
+
+
+@dataclass
+class ComfyUIConfig:
+    """Emulator settings; ``fail_next`` and ``fail_rate`` may be changed while running."""
+
+    output_dir: Path = Path(".aigcq/comfyui/output")
+    input_dir: Path | None = None  # default: ``output_dir/../input``
+    temp_dir: Path | None = None  # default: ``output_dir/../temp``
+    step_time: float = 0.05
+    steps: int = 4
+    fail_rate: float = 0.0
+    fail_next: int = 0
+    seed: int | None = None
+    #: the node classes this instance has (``None``: every emulated one), as in
+    #: ``/object_info``; a prompt naming another is ``invalid_prompt``
+    node_classes: frozenset[str] | None = None
+    #: model files offered by ``CheckpointLoaderSimple.ckpt_name``
+    checkpoints: tuple[str, ...] = ("sd15.safetensors",)
+    #: seconds to load a checkpoint that is not the one in VRAM
+    model_load_time: float = 0.0
+    #: GPU time accounting (see :class:`GpuTime`)
+    gpu: GpuTime = field(default_factory=lambda: GpuTime())
+
+    def directory(self, kind: str) -> Path | None:
+        """The folder for a ``/view`` ``type`` (output, input, temp)."""
+        base = self.output_dir.parent
+        dirs = {
+            "output": self.output_dir,
+            "input": self.input_dir or base / "input",
+            "temp": self.temp_dir or base / "temp",
+        }
+        return dirs.get(kind)

@@ -1,0 +1,224 @@
+"""ComfyUI's HTTP and WebSocket API over one :class:`ComfyUIEmulator` (also under ``/api/``),
+plus the emulator's own controls (``/emulator/fail``, ``/emulator/restart``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import FileResponse, JSONResponse, Response
+
+from aigcq.emulators.comfyui.config import ComfyUIConfig
+from aigcq.emulators.comfyui.executor import ComfyUIEmulator
+from aigcq.emulators.comfyui.graph import PromptRejected
+
+log = logging.getLogger(__name__)
+
+
+def _ram() -> tuple[int, int]:
+    try:
+        page = os.sysconf("SC_PAGE_SIZE")
+        return page * os.sysconf("SC_PHYS_PAGES"), page * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0, 0
+
+
+def _system_stats() -> dict[str, Any]:
+    total, free = _ram()
+    return {
+        "system": {
+            "os": os.name,
+            "ram_total": total,
+            "ram_free": free,
+            "comfyui_version": "emulator",
+            "python_version": sys.version,
+            "pytorch_version": "none",
+            "embedded_python": False,
+            "argv": sys.argv,
+        },
+        "devices": [
+            {
+                "name": "cpu",
+                "type": "cpu",
+                "index": None,
+                "vram_total": 0,
+                "vram_free": 0,
+                "torch_vram_total": 0,
+                "torch_vram_free": 0,
+            }
+        ],
+    }
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object, or ``{}`` for an empty or non-object body."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    body = json.loads(raw)
+    return body if isinstance(body, dict) else {}
+
+
+def _view(config: ComfyUIConfig, filename: str, subfolder: str, kind: str) -> Response:
+    if not filename or filename.startswith("/") or ".." in filename:
+        return Response(status_code=400)
+    root = config.directory(kind)
+    if root is None:
+        return Response(status_code=400)
+    folder = (root / subfolder).resolve()
+    if not folder.is_relative_to(root.resolve()):
+        return Response(status_code=403)
+    path = folder / filename
+    if not path.is_file():
+        return Response(status_code=404)
+    headers = {"Content-Disposition": f'filename="{filename}"'}
+    return FileResponse(path, headers=headers)
+
+
+def _router(emu: ComfyUIEmulator) -> APIRouter:
+    r = APIRouter()
+
+    @r.post("/prompt")
+    async def post_prompt(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return Response("Invalid JSON", status_code=500)
+        try:
+            return JSONResponse(await emu.submit(body if isinstance(body, dict) else {}))
+        except PromptRejected as e:
+            return JSONResponse(e.body, status_code=400)
+
+    @r.get("/prompt")
+    async def get_prompt() -> dict[str, Any]:
+        return {"exec_info": {"queue_remaining": emu.queue_remaining()}}
+
+    @r.get("/history")
+    async def get_history(max_items: int | None = None) -> dict[str, Any]:
+        items = list(emu.history.items())
+        return dict(items[-max_items:] if max_items else items)
+
+    @r.get("/history/{prompt_id}")
+    async def get_history_item(prompt_id: str) -> dict[str, Any]:
+        entry = emu.history.get(prompt_id)
+        return {prompt_id: entry} if entry is not None else {}
+
+    @r.post("/history")
+    async def post_history(request: Request) -> Response:
+        body = await _json_body(request)
+        if body.get("clear"):
+            emu.history.clear()
+        for pid in body.get("delete") or []:
+            emu.history.pop(str(pid), None)
+        return Response(status_code=200)
+
+    @r.get("/queue")
+    async def get_queue() -> dict[str, Any]:
+        running = [emu.running.as_list()] if emu.running else []
+        return {"queue_running": running, "queue_pending": [i.as_list() for i in emu.pending]}
+
+    @r.post("/queue")
+    async def post_queue(request: Request) -> Response:
+        body = await _json_body(request)
+        if body.get("clear"):
+            await emu.delete_pending(None)
+        elif body.get("delete"):
+            await emu.delete_pending([str(p) for p in body["delete"]])
+        return Response(status_code=200)
+
+    @r.post("/interrupt")
+    async def post_interrupt(request: Request) -> Response:
+        body = await _json_body(request)
+        emu.interrupt(str(body["prompt_id"]) if body.get("prompt_id") else None)
+        return Response(status_code=200)
+
+    @r.get("/system_stats")
+    async def system_stats() -> dict[str, Any]:
+        return _system_stats()
+
+    @r.get("/object_info")
+    async def object_info() -> dict[str, Any]:
+        return {name: node.object_info() for name, node in emu.nodes.items()}
+
+    @r.get("/object_info/{node_class}")
+    async def object_info_one(node_class: str) -> dict[str, Any]:
+        node = emu.nodes.get(node_class)
+        return {node_class: node.object_info()} if node else {}
+
+    @r.get("/view")
+    async def view(filename: str = "", subfolder: str = "", type: str = "output") -> Response:
+        return _view(emu.config, filename, subfolder, type)
+
+    @r.post("/emulator/fail")
+    async def inject_failures(request: Request) -> dict[str, Any]:
+        body = await _json_body(request)
+        emu.config.fail_next = int(body.get("next", emu.config.fail_next))
+        emu.config.fail_rate = float(body.get("rate", emu.config.fail_rate))
+        return {"next": emu.config.fail_next, "rate": emu.config.fail_rate}
+
+    @r.get("/emulator/stats")
+    async def stats() -> dict[str, Any]:
+        gpu = emu.config.gpu
+        return {
+            "loaded": gpu.loaded,
+            "loads": gpu.loads,
+            "loadingS": gpu.loading_s,
+            "busyS": gpu.busy_s,
+        }
+
+    @r.post("/emulator/restart")
+    async def restart() -> dict[str, Any]:
+        await emu.restart()
+        return {"restarted": True}
+
+    @r.websocket("/ws")
+    async def ws(websocket: WebSocket) -> None:
+        sid = websocket.query_params.get("clientId") or uuid.uuid4().hex
+        await websocket.accept()
+        old = emu.sockets.get(sid)
+        emu.sockets[sid] = websocket
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.close()
+        await websocket.send_json({"type": "status", "data": {**emu.status(), "sid": sid}})
+        try:
+            while True:
+                await websocket.receive_text()
+        except WebSocketDisconnect:
+            pass
+        finally:
+            if emu.sockets.get(sid) is websocket:
+                del emu.sockets[sid]
+
+    return r
+
+
+def create_app(config: ComfyUIConfig | None = None) -> FastAPI:
+    """The emulator as an ASGI app; its state is ``app.state.emulator``."""
+    emu = ComfyUIEmulator(config or ComfyUIConfig())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        emu.config.output_dir.mkdir(parents=True, exist_ok=True)
+        worker = asyncio.create_task(emu.worker(), name="comfyui-emulator-worker")
+        try:
+            yield
+        finally:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+
+    app = FastAPI(title="ComfyUI emulator", lifespan=lifespan)
+    app.state.emulator = emu
+    router = _router(emu)
+    app.include_router(router)
+    app.include_router(router, prefix="/api")
+    return app

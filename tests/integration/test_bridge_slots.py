@@ -1,0 +1,197 @@
+"""Every end of a task on a bridge frees its slot at once, not at the bridge's next
+HEARTBEAT (30 s away): a client's cancel, a TASK_END refused as gone. An idle one-GPU
+bridge must not look busy, or the next task overflows to the paid platform.
+
+Also the seed-002 bridge that acknowledges with its own taskId, and TASK_CANCEL."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from aigcq.domain import TaskState
+from tests.e2e.conftest import Client, generate
+from tests.helpers import until
+from tests.integration.test_bridge_hub import Bridge, Env, env, task_end
+from tests.integration.test_emulator_comfyui import model_graph
+
+__all__ = ["env"]
+
+
+async def one_running(env: Env, task_id: str) -> tuple[Bridge, Client, dict[str, Any]]:
+    """A one-slot bridge running ``task_id`` (acknowledged): its bridge, client, TASK_ASSIGN."""
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    await client.request(generate(task_id))
+    assign: dict[str, Any] = (await bridge.next())["data"]
+    await bridge.ack(task_id)
+    await until(lambda: env.task(task_id), lambda t: t.state == "running")
+    return bridge, client, assign
+
+
+async def test_a_client_cancel_frees_the_slot_and_stops_the_task_on_its_bridge(env: Env) -> None:
+    bridge, client, assign = await one_running(env, "c1")
+    reply = await client.request({"type": "cancel", "taskId": "c1"})
+    assert reply["type"] == "cancelled"
+    stop = await bridge.next()
+    assert stop == {"type": "TASK_CANCEL", "data": {"taskId": "c1", "attempt": 1}}
+    await client.request(generate("c2"))  # no HEARTBEAT in between
+    assert (await bridge.next())["data"]["taskId"] == "c2"
+    assert await task_end(env, assign["webhookUrl"], code=1) == 410
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_a_task_end_refused_as_gone_frees_the_slot(env: Env) -> None:
+    """The task was settled without the hub (a lost reply on finish, a process that
+    crashed): its TASK_END is answered 410, and the slot is free all the same."""
+    bridge, client, assign = await one_running(env, "g1")
+    await env.service.rt.store.finish("g1", TaskState.FAILED, error={"code": "x"}, note="test")
+    assert await task_end(env, assign["webhookUrl"]) == 410
+    await client.request(generate("g2"))
+    assert (await bridge.next())["data"]["taskId"] == "g2"
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_a_bridge_that_stops_listing_a_task_frees_its_slot(env: Env) -> None:
+    bridge, client, _ = await one_running(env, "h1")
+    await client.request(generate("h2"))
+    with pytest.raises(TimeoutError):
+        await bridge.next(timeout=0.3)  # the only slot is taken
+    await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1, "tasks": []})
+    assert (await bridge.next())["data"]["taskId"] == "h2"
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_a_seed_002_ack_with_the_bridges_own_id_binds_to_the_oldest_assignment(
+    env: Env,
+) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    client = await env.client()
+    for task_id in ("s1", "s2"):
+        await client.request(generate(task_id))
+    assigns = [(await bridge.next())["data"] for _ in range(2)]
+    for own in ("1910000000000000001", "1910000000000000002"):
+        body = {"taskId": own, "taskStatus": "RUNNING"}
+        await bridge.send("TASK_ACK", {"code": 0, "msg": "success", "data": body})
+    for a, own in zip(assigns, ("1910000000000000001", "1910000000000000002"), strict=True):
+        task = await until(lambda a=a: env.task(a["taskId"]), lambda t: t.state == "running")
+        assert task.remote_id == own
+    with pytest.raises(TimeoutError):  # no UnknownTask, no assignment again
+        await bridge.next(timeout=0.5)
+    for a in assigns:
+        assert await task_end(env, a["webhookUrl"]) == 200
+    assert {(await client.next())["taskId"] for _ in range(2)} == {"s1", "s2"}
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_a_seed_002_bridge_runs_20_tasks_once_each(env: Env) -> None:
+    """It ACKs with its own taskId and no attempt, and POSTs TASK_END with that id."""
+    bridge = await env.bridge()
+    await bridge.register(count=4)
+    client = await env.client()
+    ids = [f"seed-{i}" for i in range(20)]
+    for task_id in ids:
+        await client.request(generate(task_id))
+    assigned: list[str] = []
+    for n in range(20):
+        assign = (await bridge.next())["data"]
+        assigned.append(assign["taskId"])
+        own = f"1910{n:015d}"
+        body = {"taskId": own, "taskStatus": "RUNNING"}
+        await bridge.send("TASK_ACK", {"code": 0, "msg": "success", "data": body})
+        await until(lambda a=assign: env.task(a["taskId"]), lambda t: t.state == "running")
+        assert await task_end(env, assign["webhookUrl"]) == 200
+    assert sorted(assigned) == sorted(ids)  # each assigned once
+    results = [(await client.next())["taskId"] for _ in ids]
+    assert sorted(results) == sorted(ids)
+    with pytest.raises(TimeoutError):
+        await bridge.next(timeout=0.5)
+    await bridge.ws.close()
+    await client.close()
+
+
+def _instances(*models: str) -> list[dict[str, Any]]:
+    classes = ["CheckpointLoaderSimple", "EmptyLatentImage", "VAEDecode", "SaveImage"]
+    return [
+        {"instanceId": "i0", "url": "http://i0", "state": "idle", "nodeClasses": classes,
+         "models": list(models)}
+    ]  # fmt: skip
+
+
+def _needing(task_id: str, ckpt: str) -> dict[str, Any]:
+    return generate(task_id, workflow=model_graph(ckpt))
+
+
+async def test_a_task_goes_only_to_a_bridge_that_has_its_model_files(env: Env) -> None:
+    idle = await env.bridge()  # the least loaded, but without the model
+    await idle.register("idle", count=4, instances=_instances("a.safetensors"))
+    busy = await env.bridge()
+    await busy.register("has-b", count=2, instances=_instances("a.safetensors", "b.safetensors"))
+    client = await env.client()
+    await client.request(_needing("needs-b", "b.safetensors"))
+    assert (await busy.next())["data"]["taskId"] == "needs-b"
+    await client.request(_needing("needs-c", "c.safetensors"))  # nobody has it
+    result = await client.next()
+    assert (result["taskId"], result["status"]) == ("needs-c", "failed")
+    assert result["error"]["code"] == "NoCapableInstance"
+    assert "model files: c.safetensors" in result["error"]["detail"]
+    with pytest.raises(TimeoutError):
+        await idle.next(timeout=0.3)
+    for ws in (idle.ws, busy.ws):
+        await ws.close()
+    await client.close()
+
+
+async def test_a_superseded_attempt_is_stopped_on_its_bridge_when_another_finishes(
+    env: Env,
+) -> None:
+    first, client, old = await one_running(env, "sup")
+    await env.service.rt.store.requeue("sup", attempt=1, reason="test: deadline passed")
+    second = await env.bridge()
+    await second.register("br2", count=1)
+    new = (await second.next())["data"]
+    assert (new["taskId"], new["attempt"]) == ("sup", 2)
+    await second.ack("sup")
+    await until(lambda: env.task("sup"), lambda t: t.state == "running" and t.attempt == 2)
+    assert await task_end(env, new["webhookUrl"]) == 200
+    stop = await first.next()
+    assert stop == {"type": "TASK_CANCEL", "data": {"taskId": "sup", "attempt": 1}}
+    hub = env.service.hub
+    assert hub is not None and old["attempt"] == 1
+    assert hub.registry.bridges["br1"].free() == 1  # its slot is free again
+    for ws in (first.ws, second.ws):
+        await ws.close()
+    await client.close()
+
+
+async def test_a_workflow_the_registry_has_but_a_bridge_cannot_fetch_fails_after_its_attempts(
+    env: Env,
+) -> None:
+    """Code 380 for a registered workflow is retried as new attempts, not looped forever."""
+    rt = env.service.rt
+    await env.redis.set(rt.store.keys.workflow("wf-known"), json.dumps(model_graph("a")))
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    await client.request(generate("known", workflowId="wf-known", nodeInfoList=[]))
+    attempts = []
+    while len(attempts) < rt.settings.max_attempts:
+        assign = (await bridge.next(timeout=15))["data"]
+        attempts.append(assign["attempt"])
+        refusal = {"taskId": "known", "attempt": assign["attempt"]}
+        await bridge.send("TASK_ACK", {"code": 380, "msg": "workflow not found", "data": refusal})
+        await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1})
+    assert attempts == list(range(1, rt.settings.max_attempts + 1))
+    result = await client.next(timeout=15)
+    assert (result["taskId"], result["status"]) == ("known", "failed")
+    assert result["error"]["detail"]["code"] == "WorkflowNotFound"
+    await bridge.ws.close()
+    await client.close()
