@@ -288,6 +288,31 @@ async def test_spooled_result_survives_a_restart(
         await until(spool_present, lambda present: not present)
 
 
+@pytest.mark.parametrize(("status", "dropped"), [(400, True), (403, True), (429, False)])
+async def test_a_task_end_refused_for_good_is_not_sent_forever(
+    env: Env, status: int, dropped: bool
+) -> None:
+    """A 4xx other than 404/410/408/429 (a body or signature the hub will never take) ends
+    the deliveries; 429 and 5xx are tried again."""
+    env.webhook.fail_first, env.webhook.fail_status = 10**6, status
+    spooled = env.settings.data_dir / "spool" / "refused.json"
+    async with Bridge(env.settings):
+        await env.hub.next("REGISTER")
+        await env.hub.send("TASK_ASSIGN", env.assign("refused"))
+        if dropped:
+
+            async def spool_present() -> bool:
+                return spooled.exists()
+
+            await env.webhook.wait_for(1, within=10)
+            await until(spool_present, lambda present: not present)
+            await asyncio.sleep(1.0)  # a retry would come within the first back-off
+            assert len(env.webhook.received) == 1
+        else:
+            await env.webhook.wait_for(2, within=10)
+            assert spooled.exists()
+
+
 async def test_server_address_changes_at_run_time(env: Env, tmp_path: Path) -> None:
     other = Hub()
     async with serve_app(other.app) as other_url, Bridge(env.settings) as bridge:

@@ -1,8 +1,10 @@
 """TASK_END delivery that survives restarts.
 
 A finished result is written to ``<data dir>/spool/<taskId>.json`` *before* the first POST,
-and removed only once the hub answered 2xx (taken), 404 or 410 (no longer wanted). On
-start-up every spooled result is sent again.
+and removed only once the hub answered: 2xx (taken), 404 or 410 (no longer wanted), or
+another 4xx but 408 and 429 (refused for good: a body or a signature the hub will never
+take; sending it again would loop forever). 5xx, 408, 429 and no answer are tried again
+with back-off. On start-up every spooled result is sent again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from aigcq.plumbing.background import cancel_and_wait
 log = logging.getLogger(__name__)
 
 DROP_STATUSES = frozenset({404, 410})
+#: 4xx answers that may change if asked again later
+RETRY_STATUSES = frozenset({408, 429})
 T = TypeVar("T")
 
 
@@ -123,6 +127,15 @@ class WebhookSender:
         while True:
             attempt += 1
             status, outcome = await self._post(item, payload)
+            if status is not None and _refused_for_good(status):
+                log.error(
+                    "task %s: TASK_END refused by the hub (%s), dropped",
+                    item.task_id,
+                    outcome,
+                    extra=ctx(task=item.task_id),
+                )
+                self.spool.remove(item.task_id)
+                return
             if status is not None and (200 <= status < 300 or status in DROP_STATUSES):
                 log.info(
                     "task %s: TASK_END delivered (HTTP %s, try %d)",
@@ -153,3 +166,8 @@ class WebhookSender:
         except httpx.HTTPError as e:
             return None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         return resp.status_code, f"HTTP {resp.status_code}"
+
+
+def _refused_for_good(status: int) -> bool:
+    """A 4xx that sending the same TASK_END again cannot change."""
+    return 400 <= status < 500 and status not in DROP_STATUSES | RETRY_STATUSES
