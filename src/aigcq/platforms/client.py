@@ -23,8 +23,11 @@ from aigcq.platforms.base import (
     Rejected,
     ResultOutcome,
     SubmitOutcome,
+    Succeeded,
     Uncertain,
+    Unknown,
 )
+from aigcq.storage.base import Storage, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +40,16 @@ class PlatformUnavailable(Exception):
 
 
 class PlatformClient:
-    def __init__(self, adapters: dict[str, PlatformAdapter], *, timeout_s: float) -> None:
+    def __init__(
+        self,
+        adapters: dict[str, PlatformAdapter],
+        *,
+        timeout_s: float,
+        storage: Storage | None = None,
+    ) -> None:
         self.adapters = adapters
+        #: where result files a platform sends inline (base64) are kept and served from
+        self.storage = storage
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
@@ -65,8 +76,8 @@ class PlatformClient:
             await self._session.close()
 
     async def _send(self, req: HttpRequest) -> tuple[int, Any]:
-        headers, body = req.headers, None
-        if req.json is not None:  # serialised once to bytes (aiohttp's json= encodes twice)
+        headers, body = req.headers, req.body
+        if body is None and req.json is not None:  # once to bytes (aiohttp's json= does twice)
             body = orjson.dumps(req.json)
             if not any(k.lower() == "content-type" for k in headers):
                 headers = {**headers, "Content-Type": "application/json"}
@@ -118,7 +129,35 @@ class PlatformClient:
                 extra=ctx(task=task.task_id),
             )
             raise PlatformUnavailable(str(exc)) from exc
-        return adapter.parse_query(status, body)
+        outcome = adapter.parse_query(status, body)
+        if isinstance(outcome, Succeeded) and outcome.files:
+            return await self._store_files(adapter, task, outcome)
+        return outcome
+
+    async def _store_files(
+        self, adapter: PlatformAdapter, task: Task, outcome: Succeeded
+    ) -> Succeeded | Unknown:
+        """Store inline result files and hand out their URLs instead (names are per task,
+        so a second query of the same result overwrites rather than duplicates)."""
+        if self.storage is None:
+            return Unknown("inline result files but no result storage configured")
+        data = list(outcome.data) if isinstance(outcome.data, list) else []
+        try:
+            for file in outcome.files:
+                name = f"platforms/{adapter.name}/{task.task_id}/{file.name}"
+                url = await self.storage.put(name, file.data, file.content_type)
+                kind = file.name.rsplit(".", 1)[-1] if "." in file.name else ""
+                data.append({"fileUrl": url, "fileType": kind})
+        except StorageError as exc:
+            log.warning(
+                "task %s: storing %s result files failed: %s",
+                task.task_id,
+                adapter.name,
+                exc,
+                extra=ctx(task=task.task_id),
+            )
+            return Unknown(f"storing result files failed: {exc}")
+        return Succeeded(data)
 
     async def cancel(self, adapter: PlatformAdapter, task: Task, apikey: str) -> None:
         req = adapter.cancel_request(task, apikey) if task.remote_id else None

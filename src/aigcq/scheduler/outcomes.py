@@ -12,7 +12,7 @@ from typing import Any
 
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.jsonlog import ctx
-from aigcq.platforms.base import Failed, NotFound, Pending, ResultOutcome, Succeeded
+from aigcq.platforms.base import Failed, NotFound, Pending, ResultOutcome, Succeeded, Unknown
 from aigcq.queue.store import Finished
 from aigcq.runtime import Runtime
 
@@ -50,6 +50,15 @@ class Outcomes:
                     note=note,
                 )
             case Pending() | NotFound():
+                return None
+            case Unknown(reason=reason):
+                log.warning(
+                    "task %s: unreadable answer via %s: %s",
+                    task_id,
+                    note,
+                    reason,
+                    extra=ctx(task=task_id),
+                )
                 return None
         log.debug(
             "task %s: %s via %s (applied=%s)",

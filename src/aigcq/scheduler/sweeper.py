@@ -16,7 +16,7 @@ import time
 from aigcq.background import round_failed
 from aigcq.domain import TaskState
 from aigcq.jsonlog import ctx
-from aigcq.platforms.base import Pending
+from aigcq.platforms.base import Pending, Unknown
 from aigcq.platforms.client import PlatformUnavailable
 from aigcq.runtime import Runtime
 from aigcq.scheduler.outcomes import Outcomes
@@ -72,6 +72,8 @@ class Sweeper:
             else:
                 if await self.outcomes.settle(task_id, outcome, note="queried after deadline"):
                     return
+                if isinstance(outcome, Unknown) and adapter.paid:
+                    return  # no readable answer: ask again on the next sweep, never pay twice
                 still_running = isinstance(outcome, Pending)
         await self.outcomes.retry_or_fail(
             task_id,
