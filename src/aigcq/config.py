@@ -90,7 +90,9 @@ class Settings(BaseSettings):
     )
     coze_url: str = Field("https://api.coze.cn", validation_alias=_env("COZE_URL", "COZE_URL"))
     jimuai_url: str = Field(
-        "https://visual.volcengineapi.com", validation_alias=_env("JIMUAI_URL", "JIMUAI_URL")
+        "https://visual.volcengineapi.com",
+        validation_alias=_env("JIMUAI_URL", "JIMUAI_URL"),
+        description="JimuAI (即梦) = Volcengine's visual API; point at `aigcq emulate jimuai`.",
     )
     platform_urls: dict[str, str] = Field(
         default_factory=dict,

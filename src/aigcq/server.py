@@ -26,6 +26,7 @@ from aigcq.gateway.service import Gateway
 from aigcq.gateway.ws import client_endpoint
 from aigcq.platforms.base import PlatformAdapter, ResultOutcome, adapter_class, registered
 from aigcq.platforms.client import PlatformClient
+from aigcq.platforms.result_files import files_route, result_storage
 from aigcq.queue.store import TaskStore
 from aigcq.runtime import Runtime
 from aigcq.scheduler.dispatcher import Dispatcher, InternalTarget
@@ -66,7 +67,11 @@ class Service:
                 retention_s=settings.result_retention_s,
                 outbox_retention_s=settings.outbox_retention_s,
             ),
-            platforms=PlatformClient(build_adapters(settings), timeout_s=settings.http_timeout_s),
+            platforms=PlatformClient(
+                build_adapters(settings),
+                timeout_s=settings.http_timeout_s,
+                storage=result_storage(settings),  # inline (base64) results, e.g. JimuAI's
+            ),
         )
         self.outcomes = Outcomes(self.rt)
         self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []
@@ -177,4 +182,5 @@ class Service:
         app.add_api_route("/healthz", healthz, methods=["GET"])
         app.add_api_route("/readyz", readyz, methods=["GET"])
         app.add_route("/metrics", metrics.endpoint(ServiceState(self)), include_in_schema=False)
+        app.router.routes.append(files_route(self.rt.platforms.storage))
         return app
