@@ -200,7 +200,7 @@ async def test_adapter_runs_a_task_through_the_emulator(tmp_path: Any) -> None:
                 lambda: client.query(adapter, task, APIKEY), lambda o: not isinstance(o, Pending)
             )
             assert isinstance(done, Succeeded)
-            [entry] = done.data
+            [entry] = done.data["data"]
             assert entry["fileType"] == "png" and entry["fileUrl"].startswith(base)
 
             await inject(base, "not_found")
@@ -230,7 +230,7 @@ async def test_adapter_stores_base64_only_results_and_backs_off_on_limits(tmp_pa
             task.remote_id = accepted.remote_id
             done = await client.query(adapter, task, APIKEY)
             assert isinstance(done, Succeeded)
-            [entry] = done.data
+            [entry] = done.data["data"]
             assert entry == {
                 "fileUrl": "http://files.test/files/platforms/jimuai/t9/0.png",
                 "fileType": "png",

@@ -24,7 +24,7 @@ from aigcq.platforms.base import (
     Unknown,
     registered,
 )
-from aigcq.platforms.jimuai import JimuAIAdapter, JimuCredentials
+from aigcq.platforms.jimuai import JimuAIAdapter, JimuCredentials, files_result
 from aigcq.platforms.volc_sign import parse_authorization
 
 APIKEY = JimuCredentials("AK", "SK", req_key="jimeng_t2i_v40").pack()
@@ -127,9 +127,9 @@ def test_query_states_and_codes(jimu: JimuAIAdapter) -> None:
     expired = jimu.parse_query(200, ok({"status": "expired"}))
     assert isinstance(expired, Failed) and expired.code == "JIMUAI_EXPIRED"
     done = jimu.parse_query(200, ok({"status": "done", "image_urls": ["https://a/1.png"]}))
-    assert done == Succeeded([{"fileUrl": "https://a/1.png", "fileType": "png"}])
+    assert done == Succeeded(files_result([{"fileUrl": "https://a/1.png", "fileType": "png"}]))
     video = jimu.parse_query(200, ok({"status": "done", "video_url": "https://a/v.mp4"}))
-    assert video == Succeeded([{"fileUrl": "https://a/v.mp4", "fileType": "mp4"}])
+    assert video == Succeeded(files_result([{"fileUrl": "https://a/v.mp4", "fileType": "mp4"}]))
     png = b"\x89PNG\r\n\x1a\nxx"
     inline = jimu.parse_query(
         200, ok({"status": "done", "binary_data_base64": [base64.b64encode(png).decode()]})

@@ -95,7 +95,7 @@ class Succeeded:
 
     ``files`` are inline result files: :class:`aigcq.platforms.client.PlatformClient`
     stores them and appends ``{"fileUrl", "fileType"}`` entries for them to ``data`` (a
-    list) before anyone settles the task.
+    list, or the list under ``data["data"]``) before anyone settles the task.
     """
 
     data: Any

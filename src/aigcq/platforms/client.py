@@ -141,13 +141,17 @@ class PlatformClient:
         so a second query of the same result overwrites rather than duplicates)."""
         if self.storage is None:
             return Unknown("inline result files but no result storage configured")
-        data = list(outcome.data) if isinstance(outcome.data, list) else []
+        data = outcome.data
+        listed: Any = data.get("data") if isinstance(data, dict) else data
+        if not isinstance(listed, list):
+            return Unknown("inline result files but no list to add their URLs to")
+        entries = list(listed)
         try:
             for file in outcome.files:
                 name = f"platforms/{adapter.name}/{task.task_id}/{file.name}"
                 url = await self.storage.put(name, file.data, file.content_type)
                 kind = file.name.rsplit(".", 1)[-1] if "." in file.name else ""
-                data.append({"fileUrl": url, "fileType": kind})
+                entries.append({"fileUrl": url, "fileType": kind})
         except StorageError as exc:
             log.warning(
                 "task %s: storing %s result files failed: %s",
@@ -157,7 +161,7 @@ class PlatformClient:
                 extra=ctx(task=task.task_id),
             )
             return Unknown(f"storing result files failed: {exc}")
-        return Succeeded(data)
+        return Succeeded({**data, "data": entries} if isinstance(data, dict) else entries)
 
     async def cancel(self, adapter: PlatformAdapter, task: Task, apikey: str) -> None:
         req = adapter.cancel_request(task, apikey) if task.remote_id else None

@@ -17,7 +17,7 @@ answer                                  on submit                    on get-resu
 ======================================  ===========================  ======================
 code 10000                              Accepted(task_id)            by ``data.status``
 status in_queue / generating            -                            Pending
-status done + image_urls / video_url    -                            Succeeded(file URLs)
+status done + image_urls / video_url    -                            Succeeded(fileUrl list)
 status done + binary_data_base64 only   -                            Succeeded(files: stored)
 status not_found                        -                            NotFound
 status expired                          -                            Failed
@@ -143,6 +143,12 @@ def _detail(body: dict[str, Any]) -> dict[str, Any]:
     return {"request_id": body.get("request_id", ""), "code": body.get("code")}
 
 
+def files_result(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the client receives: RunningHub's ``/outputs`` shape, so a client reads a
+    JimuAI result exactly as a ComfyUI one."""
+    return {"code": 0, "msg": "success", "data": entries}
+
+
 def _result_files(task_data: dict[str, Any]) -> ResultOutcome:
     """A ``done`` task's outputs: URLs as they are, base64 images as files to store."""
     urls = task_data.get("image_urls")
@@ -153,7 +159,7 @@ def _result_files(task_data: dict[str, Any]) -> ResultOutcome:
     if isinstance(video, str) and video:
         entries.append({"fileUrl": video, "fileType": "mp4"})
     if entries:
-        return Succeeded(entries)
+        return Succeeded(files_result(entries))
     blobs = task_data.get("binary_data_base64")
     files: list[ResultFile] = []
     if isinstance(blobs, list):
@@ -165,7 +171,7 @@ def _result_files(task_data: dict[str, Any]) -> ResultOutcome:
             except (binascii.Error, ValueError):
                 return Unknown("done, but binary_data_base64 is not valid base64")
     if files:
-        return Succeeded([], files=tuple(files))
+        return Succeeded(files_result([]), files=tuple(files))
     return Failed("JIMUAI_EMPTY_RESULT", "done without image_urls, video_url or images")
 
 
