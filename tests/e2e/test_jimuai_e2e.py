@@ -111,3 +111,23 @@ async def test_sigkill_of_serve_mid_run_loses_nothing_and_pays_nothing_twice(
     seen = await stats(jimu)
     assert (seen["accepted"], seen["duplicates"]) == (20, {})
     await again.close()
+
+
+async def test_a_cancelled_task_keeps_its_slot_until_jimuai_ends_it(cluster: Cluster) -> None:
+    # JimuAI has no cancel: the first task runs on to its end there, inside the cap of 1
+    _, port, jimu = setup(cluster, "--duration", "2", "--max-concurrent", "100", cap=1)
+    client = await Client(port, "biz-cancel").connect()
+    await client.request(job("a"))
+    while (await stats(jimu)).get("accepted", 0) < 1:
+        await asyncio.sleep(0.05)
+    reply = await client.request({"type": "cancel", "taskId": "j-a"})
+    assert reply["type"] == "cancelled", reply
+    await client.request(job("b"))
+    await asyncio.sleep(1.0)
+    assert (await stats(jimu))["accepted"] == 1  # b waits: a still runs on JimuAI
+    await client.collect(2, timeout=30)
+    assert client.results["j-a"][0]["status"] == "cancelled"
+    assert client.results["j-b"][0]["status"] == "success"
+    seen = await stats(jimu)
+    assert (seen["accepted"], seen["peak_running"]) == (2, 1)
+    await client.close()

@@ -14,6 +14,7 @@ from aigcq.gateway.errors import ClientError
 from aigcq.gateway.submission import Submission
 from aigcq.jsonlog import ctx
 from aigcq.runtime import Runtime
+from aigcq.scheduler.held import hold, holds, release
 from aigcq.scheduler.outcomes import Outcomes
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,11 @@ class Gateway:
     async def cancel(self, task_id: str, backend_id: str | None) -> str:
         """Cancel a live task (``backend_id`` None = admin). Returns the resulting state."""
         task = await self.owned_task(task_id, backend_id)
+        adapter = self.rt.platforms.adapters.get(task.target)
+        # a running task its platform cannot cancel keeps its slot until it ends there
+        held = adapter is not None and task.state is TaskState.RUNNING and holds(adapter, task)
+        if held and adapter is not None:
+            await hold(self.rt, adapter, task, "cancelled")
         done = await self.rt.store.finish(
             task_id,
             TaskState.CANCELLED,
@@ -49,8 +55,9 @@ class Gateway:
             note="cancelled by client" if backend_id else "cancelled by admin",
         )
         if not done.applied:
+            if held and adapter is not None:
+                await release(self.rt, task.aigc, adapter.name, task.remote_id)
             raise ClientError(ErrorCode.GONE, f"task already {done.state}", task_id)
-        adapter = self.rt.platforms.adapters.get(task.target)
         if adapter is not None and task.remote_id:
             account = self.rt.config.account(task.aigc, task.platform)
             await self.rt.platforms.cancel(adapter, task, account.apikey if account else "")

@@ -14,6 +14,7 @@ from aigcq.domain import TaskState
 from aigcq.platforms.base import PlatformAdapter
 from aigcq.platforms.client import PlatformUnavailable
 from aigcq.runtime import Runtime
+from aigcq.scheduler.held import poll_held
 from aigcq.scheduler.outcomes import Outcomes
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,9 @@ class Poller:
             for start in range(0, len(pairs), POLL_BATCH):
                 batch = pairs[start : start + POLL_BATCH]
                 await asyncio.gather(*(self._poll(a, p, t) for a, p, t in batch))
-            return len(pairs)
+            # tasks given up on but still running remotely (no cancel): slots held until done
+            held = [await poll_held(self.rt, self.adapter, a, p) for a, p in self._queues()]
+            return len(pairs) + sum(held)
         finally:
             await self.rt.redis.delete(lock)
 

@@ -19,6 +19,7 @@ from aigcq.jsonlog import ctx
 from aigcq.platforms.base import Pending, Unknown
 from aigcq.platforms.client import PlatformUnavailable
 from aigcq.runtime import Runtime
+from aigcq.scheduler.held import hold, holds
 from aigcq.scheduler.outcomes import Outcomes
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ class Sweeper:
                 if isinstance(outcome, Unknown) and adapter.paid:
                     return  # no readable answer: ask again on the next sweep, never pay twice
                 still_running = isinstance(outcome, Pending)
+        if still_running and adapter is not None and holds(adapter, task):
+            await hold(rt, adapter, task, "deadline passed")
         await self.outcomes.retry_or_fail(
             task_id,
             aigc=task.aigc,
