@@ -59,19 +59,22 @@ class Poller:
     async def poll_once(self) -> int:
         """Query every running task once; returns how many were in flight."""
         keys = self.rt.store.keys
+        queues = self._queues()
+        if not queues:  # nothing configured for this platform: no lock, no Redis traffic
+            return 0
         lock = keys.lock(f"poll:{self.adapter.name}")
         if not await self.rt.redis.set(lock, "1", nx=True, px=2000):
             return 0
         try:
             pairs: list[tuple[str, str, str]] = []
-            for aigc, platform in self._queues():
+            for aigc, platform in queues:
                 polling = await self.rt.redis.hgetall(keys.polling(aigc, platform))
                 pairs += [(aigc, platform, str(tid)) for tid in polling.values()]
             for start in range(0, len(pairs), POLL_BATCH):
                 batch = pairs[start : start + POLL_BATCH]
                 await asyncio.gather(*(self._poll(a, p, t) for a, p, t in batch))
             # tasks given up on but still running remotely (no cancel): slots held until done
-            held = [await poll_held(self.rt, self.adapter, a, p) for a, p in self._queues()]
+            held = [await poll_held(self.rt, self.adapter, a, p) for a, p in queues]
             return len(pairs) + sum(held)
         finally:
             await self.rt.redis.delete(lock)
