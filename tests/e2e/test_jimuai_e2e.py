@@ -10,15 +10,24 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Client, Cluster, generate
+from tests.helpers import until
 
 pytestmark = pytest.mark.e2e
 
 AK, SK = "AKLTe2e", "e2e-jimuai-secret"
 
 
-def setup(cluster: Cluster, *emulator_args: str, cap: int = 5, **env: str) -> tuple[Any, int, str]:
+def setup(
+    cluster: Cluster, *emulator_args: str, cap: int = 5, deadline_s: float = 600, **env: str
+) -> tuple[Any, int, str]:
     jimu = cluster.emulator("jimuai", "--access-key", AK, "--secret-key", SK, *emulator_args)
-    account = {"access_key": AK, "secret_key": SK, "concurrency": cap, "req_key": "jimeng_t2i_v40"}
+    account = {
+        "access_key": AK,
+        "secret_key": SK,
+        "concurrency": cap,
+        "req_key": "jimeng_t2i_v40",
+        "deadline_s": deadline_s,
+    }
     cluster.write_models({"proj": {"jimuai": account}})
     server, port = cluster.server(AIGCQ_JIMUAI_URL=jimu, **{"AIGCQ_POLL_INTERVAL_S": "0.1", **env})
     return server, port, jimu
@@ -118,8 +127,7 @@ async def test_a_cancelled_task_keeps_its_slot_until_jimuai_ends_it(cluster: Clu
     _, port, jimu = setup(cluster, "--duration", "2", "--max-concurrent", "100", cap=1)
     client = await Client(port, "biz-cancel").connect()
     await client.request(job("a"))
-    while (await stats(jimu)).get("accepted", 0) < 1:
-        await asyncio.sleep(0.05)
+    await until(lambda: stats(jimu), lambda s: s.get("accepted", 0) >= 1, within=10)
     reply = await client.request({"type": "cancel", "taskId": "j-a"})
     assert reply["type"] == "cancelled", reply
     await client.request(job("b"))
@@ -130,4 +138,26 @@ async def test_a_cancelled_task_keeps_its_slot_until_jimuai_ends_it(cluster: Clu
     assert client.results["j-b"][0]["status"] == "success"
     seen = await stats(jimu)
     assert (seen["accepted"], seen["peak_running"]) == (2, 1)
+    await client.close()
+
+
+async def test_a_task_past_its_deadline_is_retried_only_once_its_slot_is_free(
+    cluster: Cluster,
+) -> None:
+    # every run outlives its deadline: each is given up on and retried (as for Coze),
+    # but each keeps the only slot until JimuAI ends it, so two never run at once
+    _, port, jimu = setup(
+        cluster,
+        *("--duration", "2.2", "--max-concurrent", "100"),
+        cap=1,
+        deadline_s=0.5,  # given up on at 0.5 s, retried 1 s later: overlapping, unless held
+        AIGCQ_MAX_ATTEMPTS="2",
+    )
+    client = await Client(port, "biz-late").connect()
+    await client.request(job("late"))
+    await client.collect(1, timeout=30)
+    [result] = client.results["j-late"]
+    assert (result["status"], result["code"]) == ("failed", "TaskTimeout")
+    seen = await stats(jimu)
+    assert (seen["accepted"], seen["peak_running"]) == (2, 1)  # MAX_ATTEMPTS runs, one by one
     await client.close()
