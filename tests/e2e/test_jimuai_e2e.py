@@ -161,3 +161,24 @@ async def test_a_task_past_its_deadline_is_retried_only_once_its_slot_is_free(
     seen = await stats(jimu)
     assert (seen["accepted"], seen["peak_running"]) == (2, 1)  # MAX_ATTEMPTS runs, one by one
     await client.close()
+
+
+async def test_a_task_whose_platform_answers_only_rate_limits_is_never_run_twice(
+    cluster: Cluster,
+) -> None:
+    # past its deadline, get-result says only "QPS limit": aigcq cannot tell whether the
+    # (paid) task still runs, so it asks again rather than run it a second time
+    _, port, jimu = setup(cluster, "--duration", "0.2", deadline_s=0.5)
+    async with httpx.AsyncClient() as http:
+        inject = {"kind": "result_rate_limit", "count": 10_000}
+        assert (await http.post(f"{jimu}/_emulator/inject", json=inject)).status_code == 200
+        client = await Client(port, "biz-busy").connect()
+        await client.request(job("busy"))
+        await asyncio.sleep(2.0)  # four deadlines long
+        assert not client.results
+        await http.post(f"{jimu}/_emulator/inject", json={"kind": "clear"})
+    await client.collect(1, timeout=20)
+    assert client.results["j-busy"][0]["status"] == "success"
+    seen = await stats(jimu)
+    assert seen["accepted"] == 1 and seen["code_50429"] > 5
+    await client.close()

@@ -16,8 +16,9 @@ and HTTP statuses: ``50429`` (QPS, ``qps`` per key), ``50430`` (more than
 ``max_concurrent`` tasks in_queue or generating per key), ``50500`` (internal; the fate of
 ``failure_rate`` of the tasks). ``POST /_emulator/inject {"kind", "count"}`` makes the next
 ``count`` answers ``rate_limit`` / ``concurrency`` / ``internal`` (submits) or
-``not_found`` / ``expired`` (get-results). ``GET /_emulator/stats`` reports submits, polls,
-running, the peak of running tasks and how often each prompt was created (``duplicates``).
+``not_found`` / ``expired`` / ``result_rate_limit`` (get-results); ``clear`` drops them.
+``GET /_emulator/stats`` reports submits, polls, running, the peak of running tasks and
+how often each prompt was created (``duplicates``).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ SUBMIT_INJECTIONS = {
     "concurrency": CONCURRENCY_LIMIT,
     "internal": INTERNAL_ERROR,
 }
-RESULT_INJECTIONS = ("not_found", "expired")
+RESULT_INJECTIONS = ("not_found", "expired", "result_rate_limit")
 
 
 @dataclass
@@ -300,7 +301,10 @@ class _JimuAI(EmulatorCore):
         if not isinstance(req_key, str) or not req_key or not isinstance(task_id, str):
             return self._business(INVALID_INPUT)
         if self.injections and self.injections[0] in RESULT_INJECTIONS:
-            return self._answer(10000, self._data(self.injections.popleft()))
+            kind = self.injections.popleft()
+            if kind == "result_rate_limit":
+                return self._business(RATE_LIMIT)
+            return self._answer(10000, self._data(kind))
         task = self.tasks.get(task_id)
         if task is None or task.req_key != req_key:
             return self._answer(10000, self._data("not_found"))
@@ -329,10 +333,13 @@ class _JimuAI(EmulatorCore):
         body = await read_json(request)
         kind = body.get("kind") if isinstance(body, dict) else None
         count = body.get("count", 1) if isinstance(body, dict) else 0
-        known = (*SUBMIT_INJECTIONS, *RESULT_INJECTIONS)
+        known = (*SUBMIT_INJECTIONS, *RESULT_INJECTIONS, "clear")
         if kind not in known or not isinstance(count, int) or count < 0:
             return reply({"detail": f"kind must be one of {known}, count >= 0"}, 400)
-        self.injections.extend([kind] * count)
+        if kind == "clear":
+            self.injections.clear()
+        else:
+            self.injections.extend([kind] * count)
         return reply({"queued": list(self.injections)})
 
     def has_file(self, item_id: str) -> bool:
