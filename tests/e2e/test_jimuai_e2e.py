@@ -104,7 +104,7 @@ async def test_sigkill_of_serve_mid_run_loses_nothing_and_pays_nothing_twice(
     server, port, jimu = setup(cluster, "--duration", "1.5", "--max-concurrent", "20", cap=20)
     client = await Client(port, "biz-kill").connect()
     for i in range(20):
-        await client.send(job(i))
+        await client.request(job(i))  # read the replies: unread frames stall ws.close()
     await asyncio.sleep(0.8)  # submitted and running on JimuAI, not finished
     assert (await stats(jimu))["accepted"] > 0
     server.kill()
