@@ -44,11 +44,15 @@ def holds(adapter: PlatformAdapter, task: Task) -> bool:
 async def hold(rt: Runtime, adapter: PlatformAdapter, task: Task, reason: str) -> None:
     """Keep ``task``'s slot counted until its platform reports it ended."""
     keys = rt.store.keys
-    entry = {"taskId": task.task_id, "platform": task.platform, "payload": task.payload}
+    until = time.time() + HOLD_MAX_S
+    entry = {
+        "taskId": task.task_id,
+        "platform": task.platform,
+        "payload": task.payload,
+        "until": until,
+    }
     pipe = rt.redis.pipeline(transaction=True)
-    pipe.zadd(
-        keys.running(task.aigc, adapter.name), {PREFIX + task.remote_id: time.time() + HOLD_MAX_S}
-    )
+    pipe.zadd(keys.running(task.aigc, adapter.name), {PREFIX + task.remote_id: until})
     pipe.hset(held_key(keys.prefix, task.aigc, adapter.name), task.remote_id, orjson.dumps(entry))
     await pipe.execute()
     log.info(
@@ -70,7 +74,8 @@ async def release(rt: Runtime, aigc: str, target: str, remote_id: str) -> None:
 
 
 async def poll_held(rt: Runtime, adapter: PlatformAdapter, aigc: str, platform: str) -> int:
-    """Ask about every held task of one queue once; release those that ended. Returns how
+    """Ask about every held task of one queue once; release those that ended (or that were
+    held for ``HOLD_MAX_S``, after which the platform no longer knows them). Returns how
     many are still held."""
     raw: dict[Any, Any] = await rt.redis.hgetall(held_key(rt.store.keys.prefix, aigc, adapter.name))
     account = rt.config.account(aigc, platform)
@@ -79,6 +84,9 @@ async def poll_held(rt: Runtime, adapter: PlatformAdapter, aigc: str, platform: 
     for remote, value in raw.items():
         remote_id = remote.decode() if isinstance(remote, bytes) else str(remote)
         entry = orjson.loads(value)
+        if float(entry.get("until") or 0) < time.time():
+            await release(rt, aigc, adapter.name, remote_id)
+            continue
         task = Task(
             str(entry.get("taskId", "")),
             str(entry.get("platform", platform)),
