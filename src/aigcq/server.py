@@ -71,6 +71,7 @@ class Service:
                 build_adapters(settings),
                 timeout_s=settings.http_timeout_s,
                 storage=result_storage(settings),  # inline (base64) results, e.g. JimuAI's
+                file_key=settings.signing_key(),
             ),
         )
         self.outcomes = Outcomes(self.rt)

@@ -8,6 +8,8 @@ httpx stays the client everywhere else.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from typing import Any
 
@@ -46,10 +48,13 @@ class PlatformClient:
         *,
         timeout_s: float,
         storage: Storage | None = None,
+        file_key: bytes = b"",
     ) -> None:
         self.adapters = adapters
         #: where result files a platform sends inline (base64) are kept and served from
         self.storage = storage
+        #: keys the folder names of stored files, so a task id alone cannot find them
+        self.file_key = file_key
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
@@ -137,8 +142,10 @@ class PlatformClient:
     async def _store_files(
         self, adapter: PlatformAdapter, task: Task, outcome: Succeeded
     ) -> Succeeded | Unknown:
-        """Store inline result files and hand out their URLs instead (names are per task,
-        so a second query of the same result overwrites rather than duplicates)."""
+        """Store inline result files and hand out their URLs instead. Names are per task
+        (a second query of the same result overwrites rather than duplicates) and keyed
+        (``platforms/<adapter>/<HMAC(task id)>/<file>``): knowing a task id is not enough
+        to fetch its images."""
         if self.storage is None:
             return Unknown("inline result files but no result storage configured")
         data = outcome.data
@@ -146,9 +153,10 @@ class PlatformClient:
         if not isinstance(listed, list):
             return Unknown("inline result files but no list to add their URLs to")
         entries = list(listed)
+        folder = hmac.new(self.file_key, task.task_id.encode(), hashlib.sha256).hexdigest()[:32]
         try:
             for file in outcome.files:
-                name = f"platforms/{adapter.name}/{task.task_id}/{file.name}"
+                name = f"platforms/{adapter.name}/{folder}/{file.name}"
                 url = await self.storage.put(name, file.data, file.content_type)
                 kind = file.name.rsplit(".", 1)[-1] if "." in file.name else ""
                 entries.append({"fileUrl": url, "fileType": kind})
