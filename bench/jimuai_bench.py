@@ -25,7 +25,7 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.host import python_speed_ms
+from bench.host import cpu_seconds, python_speed_ms
 from tests.e2e.conftest import Client, Cluster, generate
 
 from aigcq.embedded.redis import EmbeddedRedis
@@ -66,8 +66,11 @@ async def scenario(tmp: Path, n: int, cap: int, interval: float | None) -> dict[
         env = {"AIGCQ_JIMUAI_URL": jimu, "AIGCQ_PROJECT_PREFIX": "bench"}
         if interval is not None:
             env["AIGCQ_POLL_INTERVAL_S"] = str(interval)
-        _, port = cluster.server(**env)
+        server, port = cluster.server(**env)
+        assert server.p is not None
+        cpu = cpu_seconds(server.p.pid)
         elapsed = await run_load(port, n)
+        cpu = cpu_seconds(server.p.pid) - cpu
         async with httpx.AsyncClient() as http:
             stats = (await http.get(f"{jimu}/_emulator/stats")).json()
         return {
@@ -76,6 +79,7 @@ async def scenario(tmp: Path, n: int, cap: int, interval: float | None) -> dict[
             "poll_interval_s": interval if interval is not None else "adaptive 5-30",
             "seconds": round(elapsed, 3),
             "tasks_per_s": round(n / elapsed, 1),
+            "server_cpu_ms_per_task": round(cpu * 1000 / n, 2),
             "submits": stats.get("submits", 0),
             "concurrency_refusals": stats.get("code_50430", 0),
             "polls": stats.get("polls", 0),
@@ -95,7 +99,7 @@ async def main() -> None:
     parser.add_argument("--interval", type=float, default=0.05)
     parser.add_argument("--adaptive-tasks", type=int, default=100)
     args = parser.parse_args()
-    report: dict[str, Any] = {"python_speed_ms": python_speed_ms()}
+    report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
     with tempfile.TemporaryDirectory() as tmp:
         report["fixed_interval"] = await scenario(
             Path(tmp) / "fixed", args.tasks, args.concurrency, args.interval
@@ -104,6 +108,7 @@ async def main() -> None:
             report["adaptive_interval"] = await scenario(
                 Path(tmp) / "adaptive", args.adaptive_tasks, args.concurrency, None
             )
+    report["host_python_ms"].append(python_speed_ms())
     print(json.dumps(report, indent=2))
 
 
