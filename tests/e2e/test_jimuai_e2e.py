@@ -122,11 +122,19 @@ async def test_sigkill_of_serve_mid_run_loses_nothing_and_pays_nothing_twice(
     await again.close()
 
 
-async def test_a_cancelled_task_keeps_its_slot_until_jimuai_ends_it(cluster: Cluster) -> None:
-    # JimuAI has no cancel: the first task runs on to its end there, inside the cap of 1
+@pytest.mark.parametrize("req_key", ["", "jimeng_t2i_v30"], ids=["account", "payload"])
+async def test_a_cancelled_task_keeps_its_slot_until_jimuai_ends_it(
+    cluster: Cluster, req_key: str
+) -> None:
+    # JimuAI has no cancel: the first task runs on to its end there, inside the cap of 1.
+    # It is checked as an orphan, with the req_key it was created with (another one would
+    # be "not found" on JimuAI, which would free its slot too early)
     _, port, jimu = setup(cluster, "--duration", "2", "--max-concurrent", "100", cap=1)
     client = await Client(port, "biz-cancel").connect()
-    await client.request(job("a"))
+    first = job("a")
+    if req_key:
+        first["payload"]["req_key"] = req_key
+    await client.request(first)
     await until(lambda: stats(jimu), lambda s: s.get("accepted", 0) >= 1, within=10)
     reply = await client.request({"type": "cancel", "taskId": "j-a"})
     assert reply["type"] == "cancelled", reply

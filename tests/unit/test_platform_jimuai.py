@@ -26,6 +26,7 @@ from aigcq.platforms.base import (
 )
 from aigcq.platforms.jimuai import JimuAIAdapter, JimuCredentials, files_result
 from aigcq.platforms.volc_sign import parse_authorization
+from aigcq.queue.store import workflow_of
 
 APIKEY = JimuCredentials("AK", "SK", req_key="jimeng_t2i_v40").pack()
 
@@ -83,6 +84,19 @@ def test_query_asks_for_urls(jimu: JimuAIAdapter) -> None:
     assert body["task_id"] == "r9" and body["req_key"] == "jimeng_t2i_v40"
     assert json.loads(body["req_json"]) == {"return_url": True}
     assert jimu.cancel_request(make_task(), APIKEY) is None
+
+
+def test_an_orphan_is_queried_with_the_req_key_its_task_was_created_with(
+    jimu: JimuAIAdapter,
+) -> None:
+    # an orphan has no payload, only the task's workflowId: the payload's req_key
+    payload = {"prompt": "a fox", "req_key": "jimeng_i2v"}
+    orphan = Task("t1", "jimuai", "img", "", {}, remote_id="r9", workflow_id=workflow_of(payload))
+    assert orjson.loads(jimu.query_request(orphan, APIKEY).body or b"")["req_key"] == "jimeng_i2v"
+    plain = Task("t1", "jimuai", "img", "", {}, remote_id="r9", workflow_id=workflow_of({}))
+    assert orjson.loads(jimu.query_request(plain, APIKEY).body or b"")["req_key"] == (
+        "jimeng_t2i_v40"  # the account's
+    )
 
 
 @pytest.mark.parametrize(
