@@ -4,6 +4,7 @@ Redis and the JimuAI emulator (a process, checking every request's Volcengine si
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import httpx
@@ -108,13 +109,10 @@ async def test_sigkill_of_serve_mid_run_loses_nothing_and_pays_nothing_twice(
     await asyncio.sleep(0.8)  # submitted and running on JimuAI, not finished
     assert (await stats(jimu))["accepted"] > 0
     server.kill()
-    await client.ws.close()
-    cluster.server(port, AIGCQ_JIMUAI_URL=jimu, AIGCQ_POLL_INTERVAL_S="0.1")
-    again = await Client(port, "biz-kill").connect()
-    for results in client.results.values():
-        again.results.setdefault(results[0]["taskId"], []).extend(results)
-    await again.collect(20, timeout=60)
-    await again.linger(0.5)
+    restart = functools.partial(
+        cluster.server, port, AIGCQ_JIMUAI_URL=jimu, AIGCQ_POLL_INTERVAL_S="0.1"
+    )
+    again = await client.resumed(restart, 20)
     assert sorted(again.results) == sorted(f"j-{i}" for i in range(20))
     assert all(len(r) == 1 and r[0]["status"] == "success" for r in again.results.values())
     seen = await stats(jimu)
