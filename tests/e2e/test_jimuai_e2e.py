@@ -43,6 +43,16 @@ async def stats(base: str) -> dict[str, Any]:
         return (await http.get(f"{base}/_emulator/stats")).json()  # type: ignore[no-any-return]
 
 
+async def all_succeed(client: Client, count: int, jimu: str, timeout: float) -> dict[str, Any]:
+    """Send ``count`` jobs, check each succeeded once; what the emulator saw."""
+    for i in range(count):
+        await client.send(job(i))
+    await client.collect(count, timeout=timeout)
+    assert {r[0]["status"] for r in client.results.values()} == {"success"}
+    await client.close()
+    return await stats(jimu)
+
+
 async def download(url: str) -> bytes:
     async with httpx.AsyncClient() as http:
         response = await http.get(url)
@@ -75,28 +85,16 @@ async def test_200_tasks_at_concurrency_5_never_run_more_than_5(cluster: Cluster
     _, port, jimu = setup(
         cluster, "--duration", "0.05", "--max-concurrent", "100", AIGCQ_POLL_INTERVAL_S="0.05"
     )
-    client = await Client(port, "biz-200").connect()
-    for i in range(200):
-        await client.send(job(i))
-    await client.collect(200, timeout=90)
-    assert {r[0]["status"] for r in client.results.values()} == {"success"}
-    seen = await stats(jimu)
+    seen = await all_succeed(await Client(port, "biz-200").connect(), 200, jimu, timeout=90)
     assert seen["peak_running"] == 5
     assert (seen["accepted"], seen["duplicates"]) == (200, {})
-    await client.close()
 
 
 async def test_rate_limit_answers_are_back_off_not_failure(cluster: Cluster) -> None:
     _, port, jimu = setup(cluster, "--duration", "0.1", "--qps", "2", AIGCQ_FULL_BACKOFF_S="0.2")
-    client = await Client(port, "biz-qps").connect()
-    for i in range(8):
-        await client.send(job(i))
-    await client.collect(8, timeout=40)
-    assert {r[0]["status"] for r in client.results.values()} == {"success"}
-    seen = await stats(jimu)
+    seen = await all_succeed(await Client(port, "biz-qps").connect(), 8, jimu, timeout=40)
     assert seen["code_50429"] > 0  # JimuAI did say "QPS limit" ...
     assert seen["accepted"] == 8 and seen["duplicates"] == {}  # ... and nothing ran twice
-    await client.close()
 
 
 async def test_sigkill_of_serve_mid_run_loses_nothing_and_pays_nothing_twice(

@@ -45,7 +45,6 @@ from aigcq.emulators._common import (
     read_json,
     reply,
     run_app,
-    serve_app,
     tiny_png,
 )
 from aigcq.platforms.volc_sign import (
@@ -379,10 +378,6 @@ def create_app(config: JimuAIEmulatorConfig) -> FastAPI:
     app.add_route("/_emulator/inject", emulator.inject, methods=["POST"])
     add_common_routes(app, emulator)
     return app
-
-
-async def serve(host: str, port: int, config: JimuAIEmulatorConfig) -> None:
-    await serve_app(create_app(config), host, port)
 
 
 def run(host: str = "127.0.0.1", port: int = 9103, **options: Any) -> None:
