@@ -10,7 +10,8 @@ import asyncio
 import logging
 
 from aigcq.domain import TaskState
-from aigcq.platforms.base import PlatformAdapter
+from aigcq.observability.jsonlog import ctx
+from aigcq.platforms.base import PlatformAdapter, Unknown
 from aigcq.plumbing.background import round_failed
 from aigcq.scheduler.outcomes import Outcomes
 from aigcq.service.runtime import Runtime
@@ -82,6 +83,15 @@ class Poller:
         account = self.rt.config.account(aigc, platform)
         apikey = account.apikey if account else ""
         outcome = await self.rt.platforms.query(self.adapter, task, apikey)
+        if isinstance(outcome, Unknown):  # asked again next round; worth a look if it lasts
+            log.warning(
+                "task %s: no usable answer from %s: %s",
+                task_id,
+                self.adapter.name,
+                outcome.reason,
+                extra=ctx(task=task_id),
+            )
+            return
         await self.outcomes.settle(task_id, outcome, f"polled {self.adapter.name}", task.attempt)
 
 
