@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -112,6 +112,11 @@ class Settings(BaseSettings):
         validation_alias=_env("RUNNINGHUB_URL", "RunningHub_URL", "RUNNINGHUB_URL"),
     )
     coze_url: str = Field("https://api.coze.cn", validation_alias=_env("COZE_URL", "COZE_URL"))
+    jimuai_url: str = Field(
+        "https://visual.volcengineapi.com",
+        validation_alias=_env("JIMUAI_URL", "JIMUAI_URL"),
+        description="JimuAI (即梦) = Volcengine's visual API; point at `aigcq emulate jimuai`.",
+    )
     platform_urls: dict[str, str] = Field(
         default_factory=dict,
         validation_alias=_env("PLATFORM_URLS"),
@@ -227,6 +232,7 @@ class Settings(BaseSettings):
         defaults = {
             "runninghub": self.runninghub_url,
             "coze": self.coze_url,
+            "jimuai": self.jimuai_url,
             "message_dispatcher": self.message_dispatcher_url,
         }
         return self.platform_urls.get(name) or defaults.get(name, "")
@@ -265,11 +271,43 @@ class PlatformAccount(BaseModel):
     retry_uncertain: bool = False
 
 
+class JimuAIAccount(PlatformAccount):
+    """model.json's ``jimuai`` entry: Volcengine AK/SK instead of an apikey.
+
+    The four values are packed (as JSON) into ``apikey``, the one credential the platform
+    adapters are handed (:class:`aigcq.platforms.jimuai.JimuCredentials` reads it back).
+    Neither key shows in the account's repr.
+    """
+
+    apikey: str = Field("", repr=False)
+    access_key: str = Field(min_length=1)
+    secret_key: str = Field(min_length=1, repr=False)
+    region: str = "cn-north-1"
+    req_key: str = Field("", description="Model used when a payload names no req_key.")
+
+    @model_validator(mode="after")
+    def _pack(self) -> JimuAIAccount:
+        self.apikey = json.dumps(
+            {
+                "access_key": self.access_key,
+                "secret_key": self.secret_key,
+                "region": self.region,
+                "req_key": self.req_key,
+            },
+            separators=(",", ":"),
+        )
+        return self
+
+
+#: model.json entries whose platform needs more than an apikey
+ACCOUNT_MODELS: dict[str, type[PlatformAccount]] = {"jimuai": JimuAIAccount}
+
+
 class PlatformKinds(BaseModel):
     """Platform.json: which platforms report by callback and which are polled."""
 
     callback: list[str] = Field(default_factory=lambda: ["comfyui", "runninghub"])
-    polling: list[str] = Field(default_factory=lambda: ["coze"])
+    polling: list[str] = Field(default_factory=lambda: ["coze", "jimuai"])
 
 
 DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
@@ -342,7 +380,12 @@ class PlatformConfig:
             if not isinstance(platforms, dict):
                 raise ConfigError(f"{config_dir / 'model.json'}: field {aigc!r} must be an object")
             accounts[aigc] = {
-                name: _validate(PlatformAccount, entry, config_dir / "model.json", f"{aigc}.{name}")
+                name: _validate(
+                    ACCOUNT_MODELS.get(name, PlatformAccount),
+                    entry,
+                    config_dir / "model.json",
+                    f"{aigc}.{name}",
+                )
                 for name, entry in platforms.items()
             }
         kinds_raw = _read_json(config_dir / "Platform.json", None)

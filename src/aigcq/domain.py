@@ -116,6 +116,7 @@ class Task:
     create_at: float = 0.0
     target: str = ""
     remote_id: str = ""
+    #: the workflow or model the payload names (``queue.store.workflow_of``)
     workflow_id: str = ""
     created_at: float = 0.0
     updated_at: float = 0.0

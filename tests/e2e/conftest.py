@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -184,6 +185,22 @@ class Client:
 
     async def close(self) -> None:
         await self.ws.close()
+
+    async def resumed(
+        self, restart: Callable[[], object], count: int, *, linger: float = 0.5
+    ) -> Client:
+        """Drop this connection, ``restart`` the server, and come back as the same backend
+        with the results got so far (as a business backend keeps them); then read until
+        ``count`` tasks have a result, and ``linger`` to catch duplicates."""
+        await self.ws.close()
+        restart()
+        again = copy.copy(self)  # same URL: the same backend
+        again.replies = []
+        again.results = {task_id: list(msgs) for task_id, msgs in self.results.items()}
+        await again.connect()
+        await again.collect(count, timeout=60)
+        await again.linger(linger)
+        return again
 
     async def send(self, message: dict[str, Any] | str) -> None:
         await self.ws.send(message if isinstance(message, str) else orjson.dumps(message).decode())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
@@ -153,13 +154,10 @@ async def test_sigkill_server_with_50_in_flight_loses_nothing(cluster: Cluster) 
         await client.request(generate(f"k-{i}"))
     await asyncio.sleep(0.5)
     server.kill()
-    await client.ws.close()
-    cluster.server(port, AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_TASK_DEADLINE_S="6")
-    again = await Client(port, "biz-kill").connect()
-    for msg in client.results.values():
-        again.results.setdefault(msg[0]["taskId"], []).extend(msg)
-    await again.collect(50, timeout=60)
-    await again.linger(1.0)
+    restart = functools.partial(
+        cluster.server, port, AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_TASK_DEADLINE_S="6"
+    )
+    again = await client.resumed(restart, 50, linger=1.0)
     assert sorted(again.results) == sorted(f"k-{i}" for i in range(50))
     assert all(len(r) == 1 for r in again.results.values()), {
         k: len(v) for k, v in again.results.items() if len(v) != 1

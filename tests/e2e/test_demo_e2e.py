@@ -77,6 +77,12 @@ async def test_up_demo_runs_internal_first_then_overflows(
             await client.request(generate(task_id, aigc="aigcq", **payload))
         await client.collect(6, timeout=40)
         assert all(len(r) == 1 and r[0]["status"] == "success" for r in client.results.values())
+        # the banner's JimuAI line: polled from the demo's emulated JimuAI
+        assert "aigcq submit jimuai" in banner
+        await client.request(generate("demo-jimu", "jimuai", "aigcq", prompt="a red fox"))
+        await client.collect(7, timeout=30)
+        [jimu] = client.results["demo-jimu"]
+        assert jimu["status"] == "success" and jimu["data"]["data"][0]["fileType"] == "png"
         await client.close()
         auth = {"Authorization": f"Bearer {token}"}
         targets = [
@@ -86,7 +92,7 @@ async def test_up_demo_runs_internal_first_then_overflows(
         assert targets[:2] == ["bridge", "bridge"], targets
         assert "runninghub" in targets, targets
         children = children_of(demo.p.pid)
-        assert len(children) >= 4, children  # 2 ComfyUI, RunningHub, bridge (and Redis)
+        assert len(children) >= 4, children  # 2 ComfyUI, RunningHub, JimuAI, bridge (and Redis)
     finally:
         demo.p.send_signal(signal.SIGINT)  # Ctrl-C
         demo.p.wait(20)

@@ -33,7 +33,7 @@ def taken() -> Iterator[int]:
 def command(taken: int, other: int) -> list[tuple[list[str], dict[str, str], str]]:
     """(arguments, environment, the setting the error names) of every listening command."""
     redis = {"AIGCQ_REDIS_URL": "redis://127.0.0.1:1/0"}
-    emulators = ["comfyui", "runninghub", "coze", "model-service", "oss", "prompts-core"]
+    emulators = ["comfyui", "runninghub", "coze", "jimuai", "model-service", "oss", "prompts-core"]
     return [
         (["up"], {"AIGCQ_WS_PORT": str(taken)}, "AIGCQ_WS_PORT"),
         (["up"], {"AIGCQ_WS_PORT": str(other), "AIGCQ_CALLBACK_PORT": str(taken)},
@@ -42,6 +42,9 @@ def command(taken: int, other: int) -> list[tuple[list[str], dict[str, str], str
         (["up", "--demo"], {"AIGCQ_WS_PORT": str(other), "AIGCQ_CALLBACK_PORT": str(other),
                             "AIGCQ_DEMO_RUNNINGHUB_PORT": str(taken)},
          "AIGCQ_DEMO_RUNNINGHUB_PORT"),
+        (["up", "--demo"], {"AIGCQ_WS_PORT": str(other), "AIGCQ_CALLBACK_PORT": str(other),
+                            "AIGCQ_DEMO_JIMUAI_PORT": str(taken)},
+         "AIGCQ_DEMO_JIMUAI_PORT"),
         (["serve"], {**redis, "AIGCQ_WS_PORT": str(taken)}, "AIGCQ_WS_PORT"),
         (["dispatcher"], {"AIGCQ_MD_PORT": str(taken)}, "AIGCQ_MD_PORT"),
         (["bridge", "--port", str(taken)], {}, "--port or AIGCQ_BRIDGE_HTTP_PORT"),

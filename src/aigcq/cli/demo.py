@@ -45,6 +45,7 @@ GRAPH = {
     "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "demo"}},
 }
 DEMO_APIKEY = "demo-runninghub-key-0123456789abcdef"
+DEMO_JIMUAI_AK, DEMO_JIMUAI_SK = "AKLTdemo", "demo-jimuai-secret"
 PR_SET_PDEATHSIG = 1
 
 
@@ -61,8 +62,11 @@ class DemoOptions(BaseSettings):
     steps: int = Field(4, ge=1)
     runninghub_cap: int = Field(2, ge=0)
     runninghub_duration: float = Field(4.0, ge=0)
+    jimuai_cap: int = Field(2, ge=0)
+    jimuai_duration: float = Field(3.0, ge=0)
     # Where the demo's helpers listen (0: any free port); printed at start.
     runninghub_port: int = Field(0, ge=0)
+    jimuai_port: int = Field(0, ge=0)
     comfyui_port: int = Field(0, ge=0, description="The first instance's; the next ones +1.")
     bridge_port: int = Field(0, ge=0, description="The bridge's admin page.")
 
@@ -76,6 +80,7 @@ def _port_settings(options: DemoOptions) -> list[tuple[int, str]]:
     ]
     return [
         (options.runninghub_port, "AIGCQ_DEMO_RUNNINGHUB_PORT"),
+        (options.jimuai_port, "AIGCQ_DEMO_JIMUAI_PORT"),
         *comfyui,
         (options.bridge_port, "AIGCQ_DEMO_BRIDGE_PORT"),
     ]
@@ -149,6 +154,7 @@ class Demo:
     root: Path
     host: str
     runninghub: str
+    jimuai: str
     comfyui: list[str]
     bridge_port: int
 
@@ -162,6 +168,7 @@ class Demo:
             root=root,
             host=host,
             runninghub=f"http://{host}:{options.runninghub_port or free_port(host)}",
+            jimuai=f"http://{host}:{options.jimuai_port or free_port(host)}",
             comfyui=[f"http://{host}:{port}" for port in _comfyui_ports(host, options)],
             bridge_port=options.bridge_port or free_port(host),
         )
@@ -176,10 +183,19 @@ class Demo:
         config_dir.mkdir(parents=True, exist_ok=True)
         (self.root / "logs").mkdir(exist_ok=True)
         account = {"apikey": DEMO_APIKEY, "concurrency": self.options.runninghub_cap}
-        models = {self.settings.project_prefix: {"comfyui": account}}
+        jimuai = {
+            "access_key": DEMO_JIMUAI_AK,
+            "secret_key": DEMO_JIMUAI_SK,
+            "concurrency": self.options.jimuai_cap,
+            "req_key": "jimeng_t2i_v40",
+        }
+        models = {self.settings.project_prefix: {"comfyui": account, "jimuai": jimuai}}
         (config_dir / "model.json").write_text(json.dumps(models, indent=2))
         self.settings.config_dir = config_dir
         self.settings.runninghub_url = self.runninghub
+        self.settings.jimuai_url = self.jimuai
+        if self.settings.poll_interval_s is None:  # the seed's 5-30 s is long for a demo
+            self.settings.poll_interval_s = 1.0
         return PlatformConfig.load(config_dir)
 
     def emulators(self) -> list[Child]:
@@ -194,7 +210,18 @@ class Demo:
                     *("--duration", str(o.runninghub_duration), "--api-key", DEMO_APIKEY),
                 ],
                 logs / "runninghub.log",
-            )
+            ),
+            Child(
+                "jimuai",
+                [
+                    *("emulate", "jimuai", "--host", self.host),
+                    *("--port", self.jimuai.rsplit(":", 1)[1]),
+                    *("--access-key", DEMO_JIMUAI_AK, "--secret-key", DEMO_JIMUAI_SK),
+                    *("--max-concurrent", str(o.jimuai_cap), "--queue", "1"),
+                    *("--duration", str(o.jimuai_duration)),
+                ],
+                logs / "jimuai.log",
+            ),
         ]
         for i, url in enumerate(self.comfyui, 1):
             children.append(
@@ -235,6 +262,8 @@ class Demo:
             f"  bridge      http://{self.host}:{self.bridge_port}/ (admin page) in front of them",
             f"  RunningHub  {self.runninghub} (emulated: at most {o.runninghub_cap} at once, "
             f"{o.runninghub_duration:g} s a task)",
+            f"  JimuAI      {self.jimuai} (emulated 即梦: at most {o.jimuai_cap} at once, "
+            f"{o.jimuai_duration:g} s a task, polled)",
             f"  config      {self.root / 'config' / 'model.json'} (./config is not used)",
             f"  logs        {self.root / 'logs'}/",
             "",
@@ -246,6 +275,9 @@ class Demo:
             f"  export AIGCQ_CLIENT_TOKEN={client_token}",
             f"  for i in 1 2 3 4 5 6; do {submit} --backend-id demo-$i & done; wait",
             f"  aigcq status --server {http}",
+            "",
+            "A JimuAI (即梦) image, polled from its emulator:",
+            f'  aigcq submit jimuai \'{{"prompt":"a red fox"}}\' --server {self.server_ws}/',
             "",
         ]
         for line in lines:

@@ -144,3 +144,42 @@ def emulate_coze(
         failure_rate=failure_rate,
         tokens=set(api_key) if api_key else None,
     )
+
+
+@emulate_app.command("jimuai")
+def emulate_jimuai(
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 9103,
+    access_key: Annotated[str, typer.Option(help="Accepted access key")] = "AKLTemulator",
+    secret_key: Annotated[
+        str, typer.Option(help="Its secret key", envvar="AIGCQ_EMULATOR_JIMUAI_SK")
+    ] = "emulator-secret",
+    max_concurrent: Annotated[
+        int, typer.Option(help="in_queue+generating per key, then 50430")
+    ] = 5,
+    qps: Annotated[
+        float, typer.Option(help="Submits per second per key, then 50429 (0 = any)")
+    ] = 0.0,
+    queue_s: Annotated[float, typer.Option("--queue", help="Seconds in_queue")] = 0.0,
+    duration: _Duration = 1.0,
+    failure_rate: _FailureRate = 0.0,
+    base64_only: Annotated[bool, typer.Option(help="Results only as base64")] = False,
+    log_level: LogLevelOption = "INFO",
+) -> None:
+    """Run a JimuAI (即梦, Volcengine visual API) emulator: signed CVSync2AsyncSubmitTask /
+    CVSync2AsyncGetResult; stats at /_emulator/stats, failures via /_emulator/inject."""
+    from aigcq.emulators.jimuai import run
+
+    configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
+    run(
+        host,
+        port,
+        credentials={access_key: secret_key},
+        max_concurrent=max_concurrent,
+        qps=qps,
+        queue_s=queue_s,
+        duration_s=duration,
+        failure_rate=failure_rate,
+        base64_only=base64_only,
+    )

@@ -26,6 +26,9 @@ class HttpRequest:
     url: str
     headers: dict[str, str] = field(default_factory=dict)
     json: Any = None
+    #: the body exactly as sent, when it must be byte-exact (a signature covers it);
+    #: takes precedence over ``json``
+    body: bytes | None = None
 
 
 # ---- what a submit can lead to -------------------------------------------------------
@@ -87,10 +90,25 @@ class Pending:
 
 
 @dataclass(frozen=True, slots=True)
+class ResultFile:
+    """A result file the platform sent inline (e.g. base64) rather than as a URL."""
+
+    name: str
+    data: bytes
+    content_type: str = "image/png"
+
+
+@dataclass(frozen=True, slots=True)
 class Succeeded:
-    """Finished; ``data`` is what the client receives as the task's result."""
+    """Finished; ``data`` is what the client receives as the task's result.
+
+    ``files`` are inline result files: :class:`aigcq.platforms.client.PlatformClient`
+    stores them and appends ``{"fileUrl", "fileType"}`` entries for them to ``data`` (a
+    list, or the list under ``data["data"]``) before anyone settles the task.
+    """
 
     data: Any
+    files: tuple[ResultFile, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ connect timeout) is :class:`NotSent`; a lost or late reply is :class:`Uncertain`
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -30,9 +32,11 @@ from aigcq.platforms.base import (
     PlatformAdapter,
     ResultOutcome,
     SubmitOutcome,
+    Succeeded,
     Uncertain,
     Unknown,
 )
+from aigcq.storage.base import Storage, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +57,14 @@ class PlatformClient:
         *,
         timeout_s: float,
         max_in_flight: int = MAX_IN_FLIGHT,
+        storage: Storage | None = None,
+        file_key: bytes = b"",
     ) -> None:
         self.adapters = adapters
+        #: where result files a platform sends inline (base64) are kept and served from
+        self.storage = storage
+        #: keys the folder names of stored files, so a task id alone cannot find them
+        self.file_key = file_key
         # connect: establishing a connection (a free pooled one is waited for before,
         # outside this timeout); sock_read: the reply, once the request is out.
         self.timeout = aiohttp.ClientTimeout(
@@ -87,8 +97,8 @@ class PlatformClient:
             await self._session.close()
 
     async def _send(self, req: HttpRequest) -> tuple[int, Any]:
-        headers, body = req.headers, None
-        if req.json is not None:  # serialised once to bytes (aiohttp's json= encodes twice)
+        headers, body = req.headers, req.body
+        if body is None and req.json is not None:  # once to bytes (aiohttp's json= does twice)
             body = orjson.dumps(req.json)
             if not any(k.lower() == "content-type" for k in headers):
                 headers = {**headers, "Content-Type": "application/json"}
@@ -133,7 +143,36 @@ class PlatformClient:
         except (aiohttp.ClientError, TimeoutError) as exc:
             self._warn(task, adapter, "query failed", exc)
             return Unknown(f"unreachable: {str(exc) or type(exc).__name__}")
-        return adapter.parse_query(status, body)
+        outcome = adapter.parse_query(status, body)
+        if isinstance(outcome, Succeeded) and outcome.files:
+            return await self._store_files(adapter, task, outcome)
+        return outcome
+
+    async def _store_files(
+        self, adapter: PlatformAdapter, task: Task, outcome: Succeeded
+    ) -> Succeeded | Unknown:
+        """Store inline result files and hand out their URLs instead. Names are per task
+        (a second query of the same result overwrites rather than duplicates) and keyed
+        (``platforms/<adapter>/<HMAC(task id)>/<file>``): knowing a task id is not enough
+        to fetch its images."""
+        if self.storage is None:
+            return Unknown("inline result files but no result storage configured")
+        data = outcome.data
+        listed: Any = data.get("data") if isinstance(data, dict) else data
+        if not isinstance(listed, list):
+            return Unknown("inline result files but no list to add their URLs to")
+        entries = list(listed)
+        folder = hmac.new(self.file_key, task.task_id.encode(), hashlib.sha256).hexdigest()[:32]
+        try:
+            for file in outcome.files:
+                name = f"platforms/{adapter.name}/{folder}/{file.name}"
+                url = await self.storage.put(name, file.data, file.content_type)
+                kind = file.name.rsplit(".", 1)[-1] if "." in file.name else ""
+                entries.append({"fileUrl": url, "fileType": kind})
+        except StorageError as exc:
+            self._warn(task, adapter, "storing result files failed", exc)
+            return Unknown(f"storing result files failed: {exc}")
+        return Succeeded({**data, "data": entries} if isinstance(data, dict) else entries)
 
     async def cancel(self, adapter: PlatformAdapter, task: Task, apikey: str) -> bool:
         """Ask the platform to cancel the remote task; False when it has no cancel or the

@@ -165,7 +165,7 @@ class TaskStore:
         deliver: bool = True,
     ) -> Submitted:
         """Create a task and queue it; an existing ``task_id`` is returned unchanged."""
-        workflow_id = str(payload.get("workflowId") or payload.get("workflow_id") or "")
+        workflow_id = workflow_of(payload)
         created, state, owner = await self._run(
             "submit",
             task_id,
@@ -464,6 +464,16 @@ _HEAD = [
     "updated",
     "deadline",
 ]
+
+
+#: payload fields naming the workflow or model a task runs (RunningHub, Coze, JimuAI)
+WORKFLOW_FIELDS = ("workflowId", "workflow_id", "req_key")
+
+
+def workflow_of(payload: dict[str, Any]) -> str:
+    """The workflow or model a payload names; kept in the task (and in its orphans), as a
+    platform's status query may need it (Coze's ``workflow_id``, JimuAI's ``req_key``)."""
+    return next((str(payload[f]) for f in WORKFLOW_FIELDS if payload.get(f)), "")
 
 
 def _orphan(remote_id: str, raw: dict[Any, Any]) -> Orphan:

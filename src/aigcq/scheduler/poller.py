@@ -1,4 +1,4 @@
-"""Result polling for polling-type platforms (Coze): batches of 100, adaptive interval.
+"""Result polling for polling-type platforms (Coze, JimuAI): batches of 100, adaptive interval.
 
 Only one process polls a platform at a time (a short Redis lock per round); the others
 skip. Settling is idempotent, so a lost lock only costs a duplicate query.
@@ -10,7 +10,8 @@ import asyncio
 import logging
 
 from aigcq.domain import TaskState
-from aigcq.platforms.base import PlatformAdapter
+from aigcq.observability.jsonlog import ctx
+from aigcq.platforms.base import PlatformAdapter, Unknown
 from aigcq.plumbing.background import round_failed
 from aigcq.scheduler.outcomes import Outcomes
 from aigcq.service.runtime import Runtime
@@ -57,12 +58,15 @@ class Poller:
     async def poll_once(self) -> int:
         """Query every running task once; returns how many were in flight."""
         keys = self.rt.store.keys
+        queues = self._queues()
+        if not queues:  # nothing configured for this platform: no lock, no Redis traffic
+            return 0
         lock = keys.lock(f"poll:{self.adapter.name}")
         if not await self.rt.redis.set(lock, "1", nx=True, px=2000):
             return 0
         try:
             pairs: list[tuple[str, str, str]] = []
-            for aigc, platform in self._queues():
+            for aigc, platform in queues:
                 polling = await self.rt.redis.hgetall(keys.polling(aigc, platform))
                 pairs += [(aigc, platform, str(tid)) for tid in polling.values()]
             for start in range(0, len(pairs), POLL_BATCH):
@@ -79,6 +83,15 @@ class Poller:
         account = self.rt.config.account(aigc, platform)
         apikey = account.apikey if account else ""
         outcome = await self.rt.platforms.query(self.adapter, task, apikey)
+        if isinstance(outcome, Unknown):  # asked again next round; worth a look if it lasts
+            log.warning(
+                "task %s: no usable answer from %s: %s",
+                task_id,
+                self.adapter.name,
+                outcome.reason,
+                extra=ctx(task=task_id),
+            )
+            return
         await self.outcomes.settle(task_id, outcome, f"polled {self.adapter.name}", task.attempt)
 
 

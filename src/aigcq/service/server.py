@@ -36,6 +36,7 @@ from aigcq.platforms.base import (
     registered,
 )
 from aigcq.platforms.client import PlatformClient
+from aigcq.platforms.result_files import files_route, result_storage
 from aigcq.plumbing.background import cancel_and_wait, round_failed
 from aigcq.plumbing.events import EventBus
 from aigcq.queue.store import TaskStore
@@ -86,6 +87,8 @@ class Service:
                 build_adapters(settings),
                 timeout_s=settings.http_timeout_s,
                 max_in_flight=settings.platform_max_in_flight,
+                storage=result_storage(settings),  # inline (base64) results, e.g. JimuAI's
+                file_key=settings.signing_key(),
             ),
         )
         self.rt.store.paid_targets = ",".join(
@@ -225,4 +228,5 @@ class Service:
         app.add_api_route("/healthz", healthz, methods=["GET"])
         app.add_api_route("/readyz", readyz, methods=["GET"])
         app.add_route("/metrics", metrics.endpoint(ServiceState(self)), include_in_schema=False)
+        app.router.routes.append(files_route(self.rt.platforms.storage))
         return app

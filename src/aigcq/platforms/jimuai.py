@@ -1,0 +1,279 @@
+"""JimuAI (即梦, sold through Volcengine's visual API) adapter: a polling platform.
+
+Submit: ``POST {base}/?Action=CVSync2AsyncSubmitTask&Version=2022-08-31`` with the client's
+payload as the body (``req_key`` from model.json when the payload has none), answered with
+``data.task_id``. Poll: ``Action=CVSync2AsyncGetResult`` with ``{req_key, task_id,
+req_json: '{"return_url":true}'}`` until ``data.status`` is ``done``. Every request carries
+Volcengine's HMAC-SHA256 signature (:mod:`aigcq.platforms.volc_sign`).
+
+Credentials come per AIGC project from model.json (``access_key``, ``secret_key``,
+``region``, ``req_key``); :class:`aigcq.config.JimuAIAccount` packs them into the account's
+``apikey`` string, the one credential the adapter interface passes around.
+
+What each answer means (Volcengine docs 85621 / 6444 "业务错误码", 6369/68677 "公共错误码"):
+
+======================================  ===========================  ======================
+answer                                  on submit                    on get-result
+======================================  ===========================  ======================
+code 10000                              Accepted(task_id)            by ``data.status``
+status in_queue / generating            -                            Pending
+status done + image_urls / video_url    -                            Succeeded(fileUrl list)
+status done + binary_data_base64 only   -                            Succeeded(files: stored)
+status not_found                        -                            NotFound
+status expired                          -                            Failed
+50429 QPS limit, 50430 concurrency      Full (back off)              Unknown (ask later)
+50500 / 50501 internal                  Rejected, retryable          Failed
+50511/50516/50517/50519 post-review     Rejected, retryable          Failed
+other 504xx/505xx (input review, ...)   Rejected                     Failed
+gateway FlowLimitExceeded / HTTP 429    Full                         Unknown
+gateway InternalError/Timeout/5xx       Rejected, retryable          Unknown
+gateway signature/key/permission        Rejected                     Unknown
+anything else / unreadable              Uncertain (2xx) / by HTTP    Unknown
+======================================  ===========================  ======================
+
+There is no remote cancel: a task we no longer want runs to its end on the platform, counted
+in its account's cap as an orphan (:mod:`aigcq.scheduler.orphans`) until it ends there.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import orjson
+
+from aigcq.domain import Task
+from aigcq.platforms._parse import as_int, http_outcome
+from aigcq.platforms.base import (
+    Accepted,
+    Failed,
+    Full,
+    HttpRequest,
+    NotFound,
+    Pending,
+    PlatformAdapter,
+    Rejected,
+    ResultFile,
+    ResultOutcome,
+    SubmitOutcome,
+    Succeeded,
+    Uncertain,
+    Unknown,
+    register,
+)
+from aigcq.platforms.volc_sign import Credentials, sign
+
+DEFAULT_URL = "https://visual.volcengineapi.com"
+VERSION = "2022-08-31"
+SUBMIT_ACTION = "CVSync2AsyncSubmitTask"
+RESULT_ACTION = "CVSync2AsyncGetResult"
+DEFAULT_REGION = "cn-north-1"
+SERVICE = "cv"
+SUCCESS = 10000
+#: QPS limit and concurrency limit ("Request Has Reached API (Concurrent) Limit")
+FULL_CODES = frozenset({50429, 50430})
+#: documented as worth retrying: internal errors and output (post-generation) reviews
+RETRYABLE_CODES = frozenset({50500, 50501, 50511, 50516, 50517, 50519})
+#: gateway (ResponseMetadata.Error) codes: throttled, and transient service trouble
+GATEWAY_FULL = frozenset({"FlowLimitExceeded"})
+GATEWAY_TRANSIENT = frozenset(
+    {"InternalError", "InternalServiceTimeout", "ServiceUnavailableTemp", "InternalServiceError"}
+)
+RETURN_URL = json.dumps({"return_url": True}, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class JimuCredentials:
+    """One project's JimuAI account, as packed into ``PlatformAccount.apikey``."""
+
+    access_key: str
+    secret_key: str
+    region: str = DEFAULT_REGION
+    req_key: str = ""
+
+    def __repr__(self) -> str:  # never print the secret key
+        return f"JimuCredentials(access_key={self.access_key!r}, region={self.region!r})"
+
+    def pack(self) -> str:
+        return json.dumps(
+            {
+                "access_key": self.access_key,
+                "secret_key": self.secret_key,
+                "region": self.region,
+                "req_key": self.req_key,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def unpack(cls, apikey: str) -> JimuCredentials:
+        """From the packed form; a bare ``apikey`` (no JSON) yields unusable credentials
+        that the platform refuses, as it would any wrong key."""
+        try:
+            raw = json.loads(apikey)
+        except ValueError:
+            raw = None
+        if not isinstance(raw, dict):
+            return cls("", "")
+        return cls(
+            str(raw.get("access_key") or ""),
+            str(raw.get("secret_key") or ""),
+            str(raw.get("region") or DEFAULT_REGION),
+            str(raw.get("req_key") or ""),
+        )
+
+
+def gateway_error(body: Any) -> dict[str, Any] | None:
+    """``ResponseMetadata.Error`` of a gateway error reply (signature, throttling, ...)."""
+    if not isinstance(body, dict):
+        return None
+    meta = body.get("ResponseMetadata")
+    error = meta.get("Error") if isinstance(meta, dict) else None
+    return error if isinstance(error, dict) and error.get("Code") else None
+
+
+def _code_message(body: dict[str, Any]) -> tuple[int | None, str]:
+    return as_int(body.get("code")), str(body.get("message") or "")
+
+
+def _detail(body: dict[str, Any]) -> dict[str, Any]:
+    return {"request_id": body.get("request_id", ""), "code": body.get("code")}
+
+
+def files_result(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the client receives: RunningHub's ``/outputs`` shape, so a client reads a
+    JimuAI result exactly as a ComfyUI one."""
+    return {"code": 0, "msg": "success", "data": entries}
+
+
+def _result_files(task_data: dict[str, Any]) -> ResultOutcome:
+    """A ``done`` task's outputs: URLs as they are, base64 images as files to store."""
+    urls = task_data.get("image_urls")
+    entries: list[dict[str, Any]] = []
+    if isinstance(urls, list):
+        entries += [{"fileUrl": u, "fileType": "png"} for u in urls if isinstance(u, str) and u]
+    video = task_data.get("video_url")
+    if isinstance(video, str) and video:
+        entries.append({"fileUrl": video, "fileType": "mp4"})
+    if entries:
+        return Succeeded(files_result(entries))
+    blobs = task_data.get("binary_data_base64")
+    files: list[ResultFile] = []
+    if isinstance(blobs, list):
+        for i, blob in enumerate(blobs):
+            if not isinstance(blob, str):
+                continue
+            try:
+                files.append(ResultFile(f"{i}.png", base64.b64decode(blob, validate=True)))
+            except (binascii.Error, ValueError):
+                return Unknown("done, but binary_data_base64 is not valid base64")
+    if files:
+        return Succeeded(files_result([]), files=tuple(files))
+    return Failed("JIMUAI_EMPTY_RESULT", "done without image_urls, video_url or images")
+
+
+@register
+class JimuAIAdapter(PlatformAdapter):
+    name = "jimuai"
+    kind = "polling"
+    serves = ("jimuai",)
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url or DEFAULT_URL)
+        parts = urlsplit(self.base_url)
+        self._host = parts.netloc
+        self._path = parts.path or "/"
+
+    def _request(self, action: str, apikey: str, body: dict[str, Any]) -> HttpRequest:
+        creds = JimuCredentials.unpack(apikey)
+        query = {"Action": action, "Version": VERSION}
+        raw = orjson.dumps(body)
+        headers = sign(
+            Credentials(creds.access_key, creds.secret_key, creds.region, SERVICE),
+            method="POST",
+            host=self._host,
+            path=self._path,
+            query=query,
+            body=raw,
+        )
+        slash = "/" if self._path == "/" else ""
+        url = f"{self.base_url}{slash}?{urlencode(query)}"
+        return HttpRequest("POST", url, headers, body=raw)
+
+    @staticmethod
+    def _req_key(task: Task, apikey: str) -> str:
+        """The payload's ``req_key``, else the account's. An orphan (a remote task we no
+        longer want, checked until it ends) has no payload: it carries the payload's
+        ``req_key`` as its ``workflow_id``."""
+        given = task.payload.get("req_key") or task.workflow_id
+        return str(given) if given else JimuCredentials.unpack(apikey).req_key
+
+    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> HttpRequest:
+        body = {**task.payload, "req_key": self._req_key(task, apikey)}
+        return self._request(SUBMIT_ACTION, apikey, body)
+
+    def parse_submit(self, status: int, body: Any) -> SubmitOutcome:
+        if (error := gateway_error(body)) is not None:
+            name = str(error.get("Code"))
+            text = str(error.get("Message") or "")
+            if name in GATEWAY_FULL or status == 429:
+                return Full(f"JIMUAI_{name}")
+            retryable = name in GATEWAY_TRANSIENT or status >= 500
+            return Rejected(f"JIMUAI_{name}", text, retryable=retryable, detail=error)
+        if not isinstance(body, dict) or (code_msg := _code_message(body))[0] is None:
+            # A 2xx we cannot read may have created a (paid) task: never re-send it blindly.
+            return (
+                Uncertain(f"unreadable reply (HTTP {status})")
+                if status < 300
+                else (http_outcome("JIMUAI", status))
+            )
+        code, message = code_msg
+        if code == SUCCESS:
+            data = body.get("data")
+            task_id = data.get("task_id") if isinstance(data, dict) else None
+            if task_id in (None, ""):
+                return Uncertain("success without task_id")
+            return Accepted(str(task_id))
+        if code in FULL_CODES:
+            return Full(f"JIMUAI_{code} {message}".rstrip())
+        # Any other code: documented as "no task_id", so nothing was created or billed.
+        return Rejected(
+            f"JIMUAI_{code}", message, retryable=code in RETRYABLE_CODES, detail=_detail(body)
+        )
+
+    def query_request(self, task: Task, apikey: str) -> HttpRequest:
+        body = {
+            "req_key": self._req_key(task, apikey),
+            "task_id": task.remote_id,
+            "req_json": RETURN_URL,
+        }
+        return self._request(RESULT_ACTION, apikey, body)
+
+    def parse_query(self, status: int, body: Any) -> ResultOutcome:
+        if (error := gateway_error(body)) is not None:
+            return Unknown(f"gateway error {error.get('Code')} (HTTP {status})")
+        if not isinstance(body, dict) or (code_msg := _code_message(body))[0] is None:
+            return Unknown(f"unreadable reply (HTTP {status})")
+        code, message = code_msg
+        if code in FULL_CODES:
+            return Unknown(f"JIMUAI_{code} rate limited")
+        if code != SUCCESS:
+            return Failed(f"JIMUAI_{code}", message or "task failed", detail=_detail(body))
+        data = body.get("data")
+        state = str(data.get("status") or "") if isinstance(data, dict) else ""
+        match state:
+            case "in_queue" | "generating":
+                return Pending(state)
+            case "done":
+                assert isinstance(data, dict)
+                return _result_files(data)
+            case "not_found":
+                return NotFound("task not found (unknown or older than 12 h)")
+            case "expired":
+                return Failed("JIMUAI_EXPIRED", "task expired on JimuAI", detail=_detail(body))
+            case _:
+                return Unknown(f"undocumented status {state!r}")

@@ -1,0 +1,189 @@
+"""JimuAI adapter: signed requests, every documented state and code, credentials in config."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from aigcq.config import ConfigError, PlatformConfig
+from aigcq.domain import Task
+from aigcq.platforms.base import (
+    Accepted,
+    Failed,
+    Full,
+    NotFound,
+    Pending,
+    Rejected,
+    Succeeded,
+    Uncertain,
+    Unknown,
+    registered,
+)
+from aigcq.platforms.jimuai import JimuAIAdapter, JimuCredentials, files_result
+from aigcq.platforms.volc_sign import parse_authorization
+from aigcq.queue.store import workflow_of
+
+APIKEY = JimuCredentials("AK", "SK", req_key="jimeng_t2i_v40").pack()
+
+
+def make_task(**payload: Any) -> Task:
+    return Task("t1", "jimuai", "img", "b1", {"prompt": "a fox", **payload}, remote_id="r9")
+
+
+def ok(data: Any) -> dict[str, Any]:
+    return {"code": 10000, "data": data, "message": "Success", "request_id": "x", "status": 10000}
+
+
+def err(code: int, message: str = "m") -> dict[str, Any]:
+    return {"code": code, "data": None, "message": message, "request_id": "x", "status": code}
+
+
+def gateway(code: str) -> dict[str, Any]:
+    return {"ResponseMetadata": {"Error": {"Code": code, "CodeN": 1, "Message": "m"}}}
+
+
+@pytest.fixture
+def jimu() -> JimuAIAdapter:
+    return JimuAIAdapter("https://visual.volcengineapi.com")
+
+
+def test_registered_as_a_polling_platform() -> None:
+    assert registered()["jimuai"] is JimuAIAdapter
+    assert JimuAIAdapter.kind == "polling" and JimuAIAdapter.paid
+    assert JimuAIAdapter("").base_url == "https://visual.volcengineapi.com"
+
+
+def test_submit_is_the_payload_signed_with_req_key_from_config(jimu: JimuAIAdapter) -> None:
+    req = jimu.submit_request(make_task(width=1024), APIKEY, "http://hook")
+    assert req.url == (
+        "https://visual.volcengineapi.com/?Action=CVSync2AsyncSubmitTask&Version=2022-08-31"
+    )
+    assert req.body is not None
+    assert orjson.loads(req.body) == {"prompt": "a fox", "width": 1024, "req_key": "jimeng_t2i_v40"}
+    assert req.headers["Host"] == "visual.volcengineapi.com"
+    auth = parse_authorization(req.headers["Authorization"])
+    assert auth is not None and (auth.access_key, auth.region, auth.service) == (
+        "AK",
+        "cn-north-1",
+        "cv",
+    )
+    assert "SK" not in json.dumps(req.headers)
+    own = jimu.submit_request(make_task(req_key="jimeng_i2v"), APIKEY, "")
+    assert orjson.loads(own.body or b"")["req_key"] == "jimeng_i2v"
+
+
+def test_query_asks_for_urls(jimu: JimuAIAdapter) -> None:
+    req = jimu.query_request(make_task(), APIKEY)
+    assert "Action=CVSync2AsyncGetResult" in req.url
+    body = orjson.loads(req.body or b"")
+    assert body["task_id"] == "r9" and body["req_key"] == "jimeng_t2i_v40"
+    assert json.loads(body["req_json"]) == {"return_url": True}
+    assert jimu.cancel_request(make_task(), APIKEY) is None
+
+
+def test_an_orphan_is_queried_with_the_req_key_its_task_was_created_with(
+    jimu: JimuAIAdapter,
+) -> None:
+    # an orphan has no payload, only the task's workflowId: the payload's req_key
+    payload = {"prompt": "a fox", "req_key": "jimeng_i2v"}
+    orphan = Task("t1", "jimuai", "img", "", {}, remote_id="r9", workflow_id=workflow_of(payload))
+    assert orjson.loads(jimu.query_request(orphan, APIKEY).body or b"")["req_key"] == "jimeng_i2v"
+    plain = Task("t1", "jimuai", "img", "", {}, remote_id="r9", workflow_id=workflow_of({}))
+    assert orjson.loads(jimu.query_request(plain, APIKEY).body or b"")["req_key"] == (
+        "jimeng_t2i_v40"  # the account's
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (200, ok({"task_id": "7392"}), Accepted("7392")),
+        (429, err(50429), Full),
+        (429, err(50430), Full),
+        (429, gateway("FlowLimitExceeded"), Full),
+        (500, err(50500), Rejected),
+        (400, err(50412), Rejected),
+        (401, gateway("SignatureDoesNotMatch"), Rejected),
+        (500, gateway("InternalError"), Rejected),
+        (200, ok({}), Uncertain),
+        (200, {"weird": True}, Uncertain),
+        (502, "bad gateway", Rejected),
+    ],
+)
+def test_submit_answers(jimu: JimuAIAdapter, status: int, body: Any, expected: Any) -> None:
+    outcome = jimu.parse_submit(status, body)
+    if isinstance(expected, type):
+        assert isinstance(outcome, expected)
+    else:
+        assert outcome == expected
+
+
+def test_submit_retryable_codes(jimu: JimuAIAdapter) -> None:
+    retry = {50500: True, 50501: True, 50511: True, 50412: False, 50413: False, 50411: False}
+    for code, retryable in retry.items():
+        outcome = jimu.parse_submit(400, err(code))
+        assert isinstance(outcome, Rejected) and outcome.retryable is retryable, code
+    outcome = jimu.parse_submit(500, gateway("InternalServiceTimeout"))
+    assert isinstance(outcome, Rejected) and outcome.retryable
+    outcome = jimu.parse_submit(401, gateway("InvalidAccessKey"))
+    assert isinstance(outcome, Rejected) and not outcome.retryable
+
+
+def test_query_states_and_codes(jimu: JimuAIAdapter) -> None:
+    assert jimu.parse_query(200, ok({"status": "in_queue"})) == Pending("in_queue")
+    assert jimu.parse_query(200, ok({"status": "generating"})) == Pending("generating")
+    assert isinstance(jimu.parse_query(200, ok({"status": "not_found"})), NotFound)
+    expired = jimu.parse_query(200, ok({"status": "expired"}))
+    assert isinstance(expired, Failed) and expired.code == "JIMUAI_EXPIRED"
+    done = jimu.parse_query(200, ok({"status": "done", "image_urls": ["https://a/1.png"]}))
+    assert done == Succeeded(files_result([{"fileUrl": "https://a/1.png", "fileType": "png"}]))
+    video = jimu.parse_query(200, ok({"status": "done", "video_url": "https://a/v.mp4"}))
+    assert video == Succeeded(files_result([{"fileUrl": "https://a/v.mp4", "fileType": "mp4"}]))
+    png = b"\x89PNG\r\n\x1a\nxx"
+    inline = jimu.parse_query(
+        200, ok({"status": "done", "binary_data_base64": [base64.b64encode(png).decode()]})
+    )
+    assert isinstance(inline, Succeeded) and inline.files[0].data == png
+    empty = jimu.parse_query(200, ok({"status": "done", "image_urls": None}))
+    assert isinstance(empty, Failed) and empty.code == "JIMUAI_EMPTY_RESULT"
+    for code in (50511, 50412, 50500, 50501):
+        failed = jimu.parse_query(400, err(code, "Post Img Risk Not Pass"))
+        assert isinstance(failed, Failed) and failed.code == f"JIMUAI_{code}"
+    # never read as running: limits, gateway trouble, undocumented states, garbage
+    for status, body in [
+        (429, err(50429)),
+        (429, err(50430)),
+        (401, gateway("SignatureDoesNotMatch")),
+        (200, ok({"status": "paused"})),
+        (200, ok(None)),
+        (502, "<html>"),
+        (200, {"code": "x"}),
+    ]:
+        assert isinstance(jimu.parse_query(status, body), Unknown), body
+    bad = jimu.parse_query(200, ok({"status": "done", "binary_data_base64": ["%%%"]}))
+    assert isinstance(bad, Unknown)
+
+
+def test_model_json_takes_the_jimuai_account(tmp_path: Path) -> None:
+    entry = {"access_key": "AK", "secret_key": "SK", "concurrency": 5, "req_key": "k"}
+    (tmp_path / "model.json").write_text(json.dumps({"img": {"jimuai": entry}}))
+    config = PlatformConfig.load(tmp_path)
+    account = config.account("img", "jimuai")
+    assert account is not None and account.concurrency == 5
+    creds = JimuCredentials.unpack(account.apikey)
+    assert (creds.access_key, creds.secret_key, creds.region, creds.req_key) == (
+        "AK",
+        "SK",
+        "cn-north-1",
+        "k",
+    )
+    assert "SK" not in repr(account) and "SK" not in repr(creds)
+    assert "jimuai" in config.kinds.polling
+    (tmp_path / "model.json").write_text(json.dumps({"img": {"jimuai": {"access_key": "AK"}}}))
+    with pytest.raises(ConfigError, match=r"img\.jimuai\.secret_key"):
+        PlatformConfig.load(tmp_path)
