@@ -2,6 +2,8 @@
 every ``every_s`` seconds, and submit→result latency (p50 / p99) of recent tasks.
 
 Per process and in memory, like the split chart: a restarted process starts a new hour.
+Spend is what this process's overflow cost since its dashboard started (the Prometheus
+counters it reads never go back to zero while the process lives).
 The latency is read from the most recently finished tasks still retained in Redis (any
 process's), so it is the fleet's.
 """
@@ -14,6 +16,7 @@ from collections import deque
 from typing import Any
 
 from aigcq.domain import TaskState
+from aigcq.gateway.admin_panels import overflow_spend
 from aigcq.queue.store import TaskStore
 
 TREND_EVERY_S = 10.0
@@ -35,6 +38,7 @@ class Trends:
         self.points: deque[dict[str, Any]] = deque(maxlen=TREND_POINTS)
         self.latency: dict[str, Any] = {"p50": None, "p99": None, "tasks": 0}
         self._last = float("-inf")
+        self._spend_base = float(overflow_spend()["totalCost"])
 
     async def sample(
         self, store: TaskStore, queues: list[dict[str, Any]], overflow: dict[str, Any]
@@ -50,7 +54,7 @@ class Trends:
                 "waiting": sum(q["waiting"] for q in queues),
                 "oldestWaitS": max((q["oldestWaitS"] for q in queues), default=0.0),
                 "inFlight": sum(sum(q["inFlight"].values()) for q in queues),
-                "spend": overflow.get("totalCost", 0.0),
+                "spend": round(overflow.get("totalCost", 0.0) - self._spend_base, 4),
             }
         )
         finished = await store.recent(LATENCY_SAMPLE)
