@@ -8,6 +8,10 @@ The platform files keep the seed's shapes:
 
 A file that exists but is malformed stops start-up with :class:`ConfigError`, naming the
 file, the field and the problem.
+
+Longer than 400 lines because :class:`Settings` is the one table of every setting, each
+with its variable names, bounds and description (``scripts/gen_config_reference.py`` writes
+docs/configuration.md from it); the platform files follow it, from :class:`ConfigError` on.
 """
 
 from __future__ import annotations

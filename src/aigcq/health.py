@@ -42,7 +42,7 @@ from redis.asyncio import Redis
 
 from aigcq.bridges.registry import BridgeConn
 from aigcq.config import Settings
-from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.background import every, round_failed
 
 log = logging.getLogger(__name__)
 
@@ -152,12 +152,7 @@ class HealthMonitor:
         return self.health.healthy
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.check()
-            except Exception as exc:
-                round_failed(log, "health check failed to run", exc)
+        await every(self.interval_s, self.check, log, "health check failed to run")
 
     async def check(self) -> None:
         """One periodic check: a pass counts towards recovery."""

@@ -1,4 +1,5 @@
-"""cancel_and_wait: background tasks end even when a cancellation is lost."""
+"""cancel_and_wait: background tasks end even when a cancellation is lost; every: a loop
+that outlives its failed rounds."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 
 import pytest
 
-from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.background import cancel_and_wait, every
 
 
 async def test_a_task_that_loses_cancellations_is_cancelled_again() -> None:
@@ -58,3 +59,24 @@ async def test_errors_are_logged_not_raised(caplog: pytest.LogCaptureFixture) ->
     with caplog.at_level(logging.WARNING, logger="aigcq.plumbing.background"):
         assert await cancel_and_wait([task, asyncio.create_task(asyncio.sleep(0))]) == set()
     assert "cleanup failed" in caplog.text
+
+
+async def test_a_failed_round_is_logged_and_the_next_one_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rounds = 0
+    third = asyncio.Event()
+
+    async def one_round() -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 3:
+            third.set()
+        if rounds == 1:
+            raise RuntimeError("first round broke")
+
+    with caplog.at_level(logging.ERROR, logger="test.every"):
+        loop = asyncio.create_task(every(0, one_round, logging.getLogger("test.every"), "pass"))
+        await third.wait()
+        await cancel_and_wait([loop])
+    assert "first round broke" in caplog.text and rounds >= 3

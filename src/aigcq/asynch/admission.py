@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import redis.asyncio as aioredis
 
 from aigcq.asynch.coalesce import Coalescer
-from aigcq.asynch.rebuild import REBUILD_NEEDED, RUN_ID_CHECK, RUN_ID_KEY, RedisStateLost
+from aigcq.asynch.rebuild import REBUILD_NEEDED, RUN_ID_CHECK, RUN_ID_KEY, Rebuild, admitting
 from aigcq.asynch.runtime import (
     EFFECTIVE_LIMIT,
     gate_key,
@@ -113,7 +113,7 @@ class Admission:
         self,
         redis: aioredis.Redis,
         lease_seconds: float,
-        rebuild: Callable[[], Awaitable[None]] | None = None,
+        rebuild: Rebuild | None = None,
     ) -> None:
         self.redis = redis
         self.rebuild = rebuild
@@ -130,13 +130,7 @@ class Admission:
     ) -> Admitted:
         """Take a gate slot for ``task_id`` and, if that worked, try the lease ``lease``."""
         take = _Take(model, tenant, task_id, lease, queue_cap, sem_cap)
-        for _ in range(3):
-            admitted = await self._ops.submit(take)
-            if admitted is not Admitted.REBUILD_NEEDED or self.rebuild is None:
-                break
-            await self.rebuild()
-        if admitted is Admitted.REBUILD_NEEDED:
-            raise RedisStateLost("Redis lost the asynch state and it could not be rebuilt")
+        admitted = await admitting(lambda: self._ops.submit(take), self.rebuild)
         assert admitted is not None
         if metrics.gate_taken(model, admitted is not Admitted.QUEUE_FULL):
             metrics.semaphore_acquired(model, admitted is Admitted.RUNNING)

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 from aigcq.asynch.db import Pool, Row
 from aigcq.asynch.gate import QueueGate
+from aigcq.asynch.rebuild import Rebuild
 from aigcq.asynch.runtime import semaphore_key
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import lease_id
@@ -132,7 +132,7 @@ class Cleaner:
         queue_timeout: float,
         gate_grace: float,
         files: LocalStorage | None = None,
-        rebuild: Callable[[], Awaitable[None]] | None = None,
+        rebuild: Rebuild | None = None,
     ) -> None:
         self.rebuild = rebuild
         self.pool = pool

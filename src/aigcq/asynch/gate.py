@@ -10,11 +10,11 @@ left behind by comparing the members with the rows.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
 import redis.asyncio as aioredis
 
-from aigcq.asynch.rebuild import REBUILD_NEEDED, RUN_ID_CHECK, RUN_ID_KEY, RedisStateLost
+from aigcq.asynch.rebuild import RUN_ID_CHECK, RUN_ID_KEY, Rebuild, admitting
 from aigcq.asynch.runtime import EFFECTIVE_LIMIT, gate_key, runtime_queue_limit_key
 from aigcq.observability import metrics
 
@@ -32,9 +32,7 @@ return 1
 
 
 class QueueGate:
-    def __init__(
-        self, redis: aioredis.Redis, rebuild: Callable[[], Awaitable[None]] | None = None
-    ) -> None:
+    def __init__(self, redis: aioredis.Redis, rebuild: Rebuild | None = None) -> None:
         self.redis = redis
         self.rebuild = rebuild
         self._take = redis.register_script(_TAKE)
@@ -42,14 +40,10 @@ class QueueGate:
     async def take(self, model: str, task_id: str, cap: int) -> bool:
         """Take a slot for ``task_id``; False when the model's queue is full."""
         keys = [gate_key(model), runtime_queue_limit_key(model), RUN_ID_KEY]
-        for _ in range(3):
-            result = int(await self._take(keys=keys, args=[task_id, cap, time.time()]))
-            if result != REBUILD_NEEDED or self.rebuild is None:
-                break
-            await self.rebuild()
-        if result == REBUILD_NEEDED:
-            raise RedisStateLost("Redis lost the asynch state and it could not be rebuilt")
-        return metrics.gate_taken(model, result == 1)
+        result = await admitting(
+            lambda: self._take(keys=keys, args=[task_id, cap, time.time()]), self.rebuild
+        )
+        return metrics.gate_taken(model, int(result) == 1)
 
     async def release(self, model: str, *task_ids: str) -> None:
         if task_ids:

@@ -18,6 +18,8 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 
@@ -40,6 +42,24 @@ end
 
 class RedisStateLost(RuntimeError):
     """Admission found no run id even after a rebuild (Redis keeps losing its data)."""
+
+
+#: What an admitting caller runs when Redis lost its data (:meth:`Rebuilder.ensure`).
+Rebuild = Callable[[], Awaitable[None]]
+_Answer = TypeVar("_Answer")
+
+
+async def admitting(script: Callable[[], Awaitable[_Answer]], rebuild: Rebuild | None) -> _Answer:
+    """Run an admitting ``script``; while it answers :data:`REBUILD_NEEDED`, ``rebuild`` and
+    run it again, three times at most, then :class:`RedisStateLost`."""
+    for _ in range(3):
+        answer = await script()
+        if answer != REBUILD_NEEDED:
+            return answer
+        if rebuild is None:
+            break
+        await rebuild()
+    raise RedisStateLost("Redis lost the asynch state and it could not be rebuilt")
 
 
 _LIVE = """

@@ -9,11 +9,10 @@ by the configured one.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 
-from aigcq.asynch.rebuild import REBUILD_NEEDED, RUN_ID_CHECK, RUN_ID_KEY, RedisStateLost
+from aigcq.asynch.rebuild import RUN_ID_CHECK, RUN_ID_KEY, Rebuild, admitting
 from aigcq.asynch.runtime import EFFECTIVE_LIMIT, runtime_max_concurrency_key, semaphore_key
 from aigcq.observability import metrics
 
@@ -48,7 +47,7 @@ class Semaphore:
         self,
         redis: aioredis.Redis,
         lease_seconds: float,
-        rebuild: Callable[[], Awaitable[None]] | None = None,
+        rebuild: Rebuild | None = None,
     ) -> None:
         self.redis = redis
         self.rebuild = rebuild
@@ -58,15 +57,11 @@ class Semaphore:
 
     async def acquire(self, model: str, tenant: str, task_id: str, cap: int) -> bool:
         keys = [semaphore_key(model, tenant), runtime_max_concurrency_key(model), RUN_ID_KEY]
-        for _ in range(3):
-            args: list[str | float] = [task_id, cap, time.time(), self.lease_seconds]
-            result = int(await self._acquire(keys=keys, args=args))
-            if result != REBUILD_NEEDED or self.rebuild is None:
-                break
-            await self.rebuild()
-        if result == REBUILD_NEEDED:
-            raise RedisStateLost("Redis lost the asynch state and it could not be rebuilt")
-        return metrics.semaphore_acquired(model, result == 1)
+        result = await admitting(
+            lambda: self._acquire(keys=keys, args=[task_id, cap, time.time(), self.lease_seconds]),
+            self.rebuild,
+        )
+        return metrics.semaphore_acquired(model, int(result) == 1)
 
     async def renew(self, model: str, tenant: str, task_id: str) -> bool:
         """Extend the lease; False when it had been lost (it is put back)."""

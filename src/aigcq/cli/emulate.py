@@ -13,6 +13,12 @@ from aigcq.observability.logconfig import configure_logging
 emulate_app = typer.Typer(no_args_is_help=True, help="Run an emulator of an external service.")
 
 
+def _prepare(host: str, port: int, log_level: str) -> None:
+    """What every emulator does before it serves: its logging, and a port it can listen on."""
+    configure_logging(log_level)
+    require_free_ports(host, [(port, "--port")])
+
+
 @emulate_app.command("comfyui")
 def emulate_comfyui(
     host: HostOption = "127.0.0.1",
@@ -36,8 +42,7 @@ def emulate_comfyui(
     CheckpointLoaderSimple, EmptyLatentImage, VAEDecode)."""
     from aigcq.emulators.comfyui import ComfyUIConfig, run
 
-    configure_logging(log_level)
-    require_free_ports(host, [(port, "--port")])
+    _prepare(host, port, log_level)
     config = ComfyUIConfig(
         output_dir=output_dir,
         step_time=step_time,
@@ -62,8 +67,7 @@ def emulate_model_service(
     """Run an HTTP model service emulator (stats at /_emulator/stats)."""
     from aigcq.emulators.model_service import ModelBehaviour, run
 
-    configure_logging(log_level)
-    require_free_ports(host, [(port, "--port")])
+    _prepare(host, port, log_level)
     run(host, port, ModelBehaviour(latency, failure_rate, response))  # type: ignore[arg-type]
 
 
@@ -74,8 +78,7 @@ def emulate_oss(
     """Run the OSS file service emulator (oss/file/uploadFile)."""
     from aigcq.emulators.oss import run
 
-    configure_logging(log_level)
-    require_free_ports(host, [(port, "--port")])
+    _prepare(host, port, log_level)
     run(host, port)
 
 
@@ -86,8 +89,7 @@ def emulate_prompts_core(
     """Run the prompts-core emulator (prompt/createPrompt)."""
     from aigcq.emulators.prompts_core import run
 
-    configure_logging(log_level)
-    require_free_ports(host, [(port, "--port")])
+    _prepare(host, port, log_level)
     run(host, port)
 
 
@@ -111,8 +113,7 @@ def emulate_runninghub(
     """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats)."""
     from aigcq.emulators.runninghub import run
 
-    configure_logging(log_level)
-    require_free_ports(host, [(port, "--port")])
+    _prepare(host, port, log_level)
     run(
         host,
         port,
@@ -135,8 +136,7 @@ def emulate_coze(
     """Run a Coze emulator (workflow run + run_histories; stats at /_emulator/stats)."""
     from aigcq.emulators.coze import run
 
-    configure_logging(log_level)
-    require_free_ports(host, [(port, "--port")])
+    _prepare(host, port, log_level)
     run(
         host,
         port,
@@ -170,8 +170,7 @@ def emulate_jimuai(
     CVSync2AsyncGetResult; stats at /_emulator/stats, failures via /_emulator/inject."""
     from aigcq.emulators.jimuai import run
 
-    configure_logging(log_level)
-    require_free_ports(host, [(port, "--port")])
+    _prepare(host, port, log_level)
     run(
         host,
         port,

@@ -15,7 +15,6 @@ one. Every ``interval_s`` this loop
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ import orjson
 
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.background import every
 from aigcq.queue.store import task_from_hash
 from aigcq.scheduler.outcomes import Outcomes
 from aigcq.service.runtime import Runtime
@@ -68,12 +67,7 @@ class CacheQueue:
         self.completed_key = f"{prefix}:cache:completed"
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.pass_once()
-            except Exception as exc:
-                round_failed(log, "cache queue pass failed", exc)
+        await every(self.interval_s, self.pass_once, log, "cache queue pass failed")
 
     async def pass_once(self) -> None:
         keys, redis = self.rt.store.keys, self.rt.redis

@@ -30,7 +30,6 @@ from aigcq.emulators._common import (
     read_json,
     reply,
     run_app,
-    serve_app,
 )
 from aigcq.emulators._faults import BrokenReply
 
@@ -268,10 +267,6 @@ def create_app(config: CozeEmulatorConfig) -> FastAPI:
     )
     add_common_routes(app, emulator)
     return app
-
-
-async def serve(host: str, port: int, config: CozeEmulatorConfig) -> None:
-    await serve_app(create_app(config), host, port)
 
 
 def run(host: str = "127.0.0.1", port: int = 9102, **options: Any) -> None:

@@ -32,7 +32,6 @@ from aigcq.emulators._common import (
     read_json,
     reply,
     run_app,
-    serve_app,
 )
 from aigcq.emulators._faults import BrokenReply
 from aigcq.emulators._webhook import WebhookOutbox
@@ -175,17 +174,13 @@ class _RunningHub(EmulatorCore):
         )
 
     async def status(self, request: Request) -> Response:
-        if (fault := self.faults.status_fault()) is not None:
-            return fault
-        found = await self._lookup(request)
+        found = await self._read(request)
         if isinstance(found, Response):
             return found
         return _ok(found[1].status(time.monotonic()))
 
     async def outputs(self, request: Request) -> Response:
-        if (fault := self.faults.status_fault()) is not None:
-            return fault
-        found = await self._lookup(request)
+        found = await self._read(request)
         if isinstance(found, Response):
             return found
         return reply(self._outputs_body(*found))
@@ -296,6 +291,12 @@ class _RunningHub(EmulatorCore):
             self._webhook_urls.add(webhook_url)
         return task_id
 
+    async def _read(self, request: Request) -> tuple[str, _Task] | Response:
+        """:meth:`_lookup` for a status or outputs read: an injected status fault answers first."""
+        if (fault := self.faults.status_fault()) is not None:
+            return fault
+        return await self._lookup(request)
+
     async def _lookup(self, request: Request) -> tuple[str, _Task] | Response:
         """The task named by ``{apiKey, taskId}``, or the error answer."""
         body = await read_json(request)
@@ -379,10 +380,6 @@ def create_app(config: RunningHubEmulatorConfig) -> FastAPI:
         app.add_route(path, handler, methods=["POST"])
     add_common_routes(app, emulator)
     return app
-
-
-async def serve(host: str, port: int, config: RunningHubEmulatorConfig) -> None:
-    await serve_app(create_app(config), host, port)
 
 
 def run(host: str = "127.0.0.1", port: int = 9101, **options: Any) -> None:

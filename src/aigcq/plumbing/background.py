@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -33,6 +33,19 @@ def round_failed(logger: logging.Logger, what: str, exc: Exception) -> None:
         logger.warning("%s: Redis unavailable (%s); trying again", what, exc)
     else:
         logger.exception("%s", what)
+
+
+async def every(
+    seconds: float, one_round: Callable[[], Awaitable[object]], logger: logging.Logger, what: str
+) -> None:
+    """Wait ``seconds``, run ``one_round``, and again, until cancelled; a round that fails is
+    logged (:func:`round_failed`, as ``what``) and the next one runs as planned."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await one_round()
+        except Exception as exc:
+            round_failed(logger, what, exc)
 
 
 _RETRY_S = 0.05  # how long a cancelled task may take before it is cancelled again

@@ -1,4 +1,10 @@
-"""TaskStore: the only code that writes task state. Each method is one atomic Lua call."""
+"""TaskStore: the only code that writes task state. Each method is one atomic Lua call.
+
+Longer than 400 lines on purpose: this is the one writer of task state (DESIGN.md), so every
+move a task can make is read here, in one class, next to the records its scripts answer
+with (the scripts are in ``lua/``, the key names in :mod:`aigcq.queue.keys`). Splitting it by
+concern would spread the writers over several modules, which is what the rule forbids.
+"""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from aigcq.platforms.base import (
     Succeeded,
     Unknown,
 )
-from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.background import every
 from aigcq.scheduler.orphans import orphan_of
 from aigcq.scheduler.outcomes import Outcomes
 from aigcq.service.runtime import Runtime
@@ -53,12 +53,7 @@ class Sweeper:
         self.outcomes = outcomes
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.rt.settings.sweep_interval_s)
-            try:
-                await self.sweep_once()
-            except Exception as exc:
-                round_failed(log, "sweep failed", exc)
+        await every(self.rt.settings.sweep_interval_s, self.sweep_once, log, "sweep failed")
 
     async def sweep_once(self) -> None:
         await self.rt.store.promote_delayed()
