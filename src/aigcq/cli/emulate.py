@@ -31,7 +31,9 @@ def emulate_comfyui(
         list[str] | None, typer.Option(help="Only these node classes (default: all)")
     ] = None,
     device: Annotated[str, typer.Option(help="The device /system_stats names")] = "cpu",
-    vram_mb: Annotated[int, typer.Option(help="Its VRAM in MiB (0: a CPU device)")] = 0,
+    vram_mb: Annotated[
+        int, typer.Option(help="Its VRAM in MiB (default: none, a CPU device)", show_default=False)
+    ] = 0,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a ComfyUI emulator (EmptyImage, ImageInvert, SaveImage, PreviewImage,
