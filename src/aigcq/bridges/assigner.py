@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 Overflow = Callable[[str, str, Claimed, str], Awaitable[bool]]
 #: how long a task that only busy instances can run waits before it is claimed again
 BUSY_WAIT_S = 0.5
+#: how long a task no bridge here can run waits for bridges of other processes to take it
+ELSEWHERE_WAIT_S = 5.0
 
 
 async def _no_overflow(aigc: str, platform: str, c: Claimed, reason: str) -> bool:
@@ -96,17 +98,28 @@ class Assigner:
         instances that can run it: none connected anywhere can, it goes to the external
         platform, or fails (``NoCapableInstance``) when none serves its queue; those that can
         are busy, it overflows as when every slot is busy (after ``overflow_after_ms``), or
-        waits a moment for them."""
+        waits a moment for them; none here can, it waits for other processes' bridges
+        (:meth:`_elsewhere`)."""
         if needs is None:  # not known: it waits for a free slot
             await self.requeue(c.task_id, c.attempt, "no bridge has a free slot")
         elif self.registry.anyone_can_run(needs):
             busy = "its capable instances are busy"
             if not (self._may_overflow(c) and await self.overflow(aigc, platform, c, busy)):
                 await self.requeue(c.task_id, c.attempt, busy, delay_s=BUSY_WAIT_S)
-        elif self.bridges_elsewhere() > 0:  # one connected to another process may run it
-            await self.requeue(c.task_id, c.attempt, "no bridge here can run it")
+        elif self.bridges_elsewhere() > 0:
+            await self._elsewhere(aigc, platform, c)
         else:
             await self._nowhere(aigc, platform, c, needs)
+
+    async def _elsewhere(self, aigc: str, platform: str, c: Claimed) -> None:
+        """No bridge here can run ``c``; one connected to another process may: it waits for
+        that one (after a back-off, not claimed here again in a loop), and once it has
+        waited ``ELSEWHERE_WAIT_S`` it overflows (this process cannot tell whether any
+        bridge can run it, so it never fails for that)."""
+        reason = "no bridge here can run it"
+        waited = time.time() - c.created_at >= ELSEWHERE_WAIT_S
+        if not (waited and await self.overflow(aigc, platform, c, reason)):
+            await self.requeue(c.task_id, c.attempt, reason, delay_s=BUSY_WAIT_S)
 
     async def _nowhere(self, aigc: str, platform: str, c: Claimed, needs: Needs) -> None:
         reason = f"no connected ComfyUI instance has {_listed(needs)}"
