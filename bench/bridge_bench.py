@@ -10,7 +10,9 @@ Measures (issue 3's targets in brackets):
   (an ``infrastructure`` failure) → the task assigned to another bridge (< 1 s each);
 * ``routing``    one routing decision in-process at 1,000 bridges × 8 instances:
   ``routing.plan`` + the hub's free-slot count + ``BridgeRegistry.pick`` + taking the slot
-  (< 1 ms); the old linear pick alongside for comparison. ``--routing-only`` runs just this.
+  (< 1 ms); the old linear pick alongside for comparison; a task only a tenth of the
+  bridges can run, and one none can (it goes to the external platform: the first ask after
+  a change to the fleet scans it, later ones are O(1)). ``--routing-only`` runs just this.
 
 The fake bridges speak the bridge protocol with the ``websockets`` client: REGISTER, TASK_ACK
 per TASK_ASSIGN, TASK_END POSTed to the ``webhookUrl`` over kept-alive aiohttp connections,
@@ -478,6 +480,7 @@ def capable_pick(registry: BridgeRegistry, rounds: int) -> dict[str, float]:
     rare = Needs(common.node_classes, frozenset({"a", "b"}))
     for i, conn in enumerate(registry.bridges.values()):
         conn.offers = (rare if i % 10 == 0 else common,)
+    registry.offers_changed()
     needs_b = Needs(common.node_classes, frozenset({"b"}))
     times = []
     for r in range(rounds // 4):
@@ -485,9 +488,17 @@ def capable_pick(registry: BridgeRegistry, rounds: int) -> dict[str, float]:
         pick = registry.pick(f"wf{r % 10}", needs_b)
         times.append((time.perf_counter_ns() - t) / 1e6)
         assert pick is not None and pick.can_run(needs_b)
+    nowhere = Needs(common.node_classes, frozenset({"z"}))  # to the external platform
+    unplaced = []
+    for _ in range(rounds // 4):
+        t = time.perf_counter_ns()
+        assert registry.pick("wfz", nowhere) is None and not registry.anyone_can_run(nowhere)
+        unplaced.append((time.perf_counter_ns() - t) / 1e6)
     return {
         "pick_capable_tenth_p50_ms": pct(times, 0.5),
         "pick_capable_tenth_p99_ms": pct(times, 0.99),
+        "pick_nobody_capable_p50_ms": pct(unplaced, 0.5),
+        "pick_nobody_capable_p99_ms": pct(unplaced, 0.99),
     }
 
 

@@ -40,6 +40,7 @@ class Move(enum.StrEnum):
     FINISH = "finish"  # a result, a failure or a cancel
     WITHDRAW = "withdraw"  # its submitter took back a task that was still waiting
     RETRY = "retry"  # an operator queues a failed or cancelled task again
+    RETARGET = "retarget"  # a claimed task no instance of its target can run: to another
 
 
 #: move -> (the states it may start from, the states it may lead to)
@@ -58,6 +59,7 @@ TRANSITIONS: dict[Move, tuple[frozenset[TaskState], frozenset[TaskState]]] = {
         frozenset({TaskState.FAILED, TaskState.CANCELLED}),
         frozenset({TaskState.PENDING}),
     ),
+    Move.RETARGET: (frozenset({TaskState.DISPATCHING}), frozenset({TaskState.DISPATCHING})),
 }
 
 

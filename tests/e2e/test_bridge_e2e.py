@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, Client, Cluster, Proc, generate
+from tests.integration.test_emulator_comfyui import model_graph
 
 pytestmark = pytest.mark.e2e
 
@@ -304,3 +305,37 @@ async def test_degrade_on_bridge_loss_then_back_at_once_with_its_prompt_readopte
     readopted = (await s.tasks(["h-0"]))["h-0"]
     assert readopted["attempt"] == 1, readopted  # followed to its end, not run again
     await client.close()
+
+
+async def needs_nowhere(rh_cap: int, cluster: Cluster) -> tuple[Setup, dict[str, Any]]:
+    """A task whose workflow names a model no ComfyUI instance has: its one result."""
+    s = Setup(cluster).start(rh_cap=rh_cap)
+    client = await Client(s.port, "biz-cap").connect()
+    graph = model_graph("nowhere.safetensors")
+    reply = await client.request(generate("cap-1", workflowId="needs-nowhere", workflow=graph))
+    assert reply["type"] == "submitted", reply
+    await client.collect(1, timeout=20)
+    await client.linger(0.3)
+    [result] = client.results["cap-1"]
+    await client.close()
+    return s, result
+
+
+async def test_a_workflow_no_instance_can_run_goes_to_runninghub(cluster: Cluster) -> None:
+    """Issue 16 item 9: internal capacity for a task is the free slots on the instances that
+    can run it; none can (both idle): it overflows to the paid platform at once."""
+    s, result = await needs_nowhere(2, cluster)
+    assert result["status"] == "success", result
+    assert (await s.tasks(["cap-1"]))["cap-1"]["target"] == "runninghub"
+    assert s.rh_stats()["peak_concurrent"]
+
+
+async def test_a_workflow_no_instance_can_run_fails_clearly_without_a_platform(
+    cluster: Cluster,
+) -> None:
+    s, result = await needs_nowhere(0, cluster)  # RunningHub's cap 0: never overflow
+    assert result["status"] == "failed", result
+    assert result["error"]["code"] == "NoCapableInstance"
+    assert "model files: nowhere.safetensors" in result["error"]["detail"]
+    assert "no external platform serves proj/comfyui" in result["error"]["message"]
+    assert not s.rh_stats()["peak_concurrent"]

@@ -76,7 +76,12 @@ async def env(
 async def gpus(env: Env, count: int = 2) -> AsyncIterator[Bridge]:
     """A bridge that acknowledges every task and ends it successfully after GPU_SECONDS."""
     bridge = await env.bridge()
-    await bridge.register(count=count)
+    vram = {"device": "NVIDIA L4", "vramTotal": 24 * 2**30, "vramFree": 6 * 2**30}
+    instances = [
+        {"instanceId": f"gpu{i}:8188", "url": f"http://gpu{i}:8188", "state": "idle", **vram}
+        for i in range(count)
+    ]
+    await bridge.register(count=count, instances=instances)
 
     async def finish(webhook: str) -> None:
         await asyncio.sleep(GPU_SECONDS)
@@ -123,6 +128,8 @@ async def test_dashboard_shows_live_tasks_and_drains_a_bridge(
         assert await page.eval("location.search") == ""  # the token left the address bar
         await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'idle'")
         assert await page.eval("document.querySelector('#health').textContent") == "healthy"
+        gpu0 = "gpu0:8188 idle (NVIDIA L4, 6.0/24.0 GiB free)"  # each instance's device, VRAM
+        assert gpu0 in await page.eval(cell("bridges", "br1", 2))
         await page.screenshot(ARTIFACTS / "01-loaded.png")
 
         client = await env.client()

@@ -139,6 +139,30 @@ async def test_a_client_token_sees_bridge_work_capacity_and_oldest_wait(env: Env
     await client.close()
 
 
+async def test_status_and_snapshot_show_each_instances_device_and_vram(env: Env) -> None:
+    gib = 2**30
+    instances = [
+        {"instanceId": "gpu-a:8188", "url": "http://gpu-a:8188", "state": "idle",
+         "device": "NVIDIA L4", "vramTotal": 24 * gib, "vramFree": 6 * gib},
+        {"instanceId": "gpu-b:8188", "url": "http://gpu-b:8188", "state": "offline"},
+    ]  # fmt: skip
+    bridge = await env.bridge()
+    await bridge.register(count=2, instances=instances)
+    async with httpx.AsyncClient(base_url=env.base) as http:
+        snap = await until(partial(snapshot, http), lambda s: bool(s["bridges"]))
+    first, second = bridge_row(snap)["instanceStates"]
+    assert (first["device"], first["vramTotal"], first["vramFree"]) == (
+        "NVIDIA L4",
+        24 * gib,
+        6 * gib,
+    )
+    assert (second["state"], second["device"]) == ("offline", None)
+    args = ["status", "--server", env.base, "--token", ADMIN]
+    run = partial(CliRunner().invoke, app, args, env={"COLUMNS": "400"})
+    out = (await asyncio.to_thread(run)).stdout
+    assert "gpu-a:8188 idle (NVIDIA L4, 6.0/24.0 GiB free), gpu-b:8188 offline" in out, out
+
+
 async def test_status_watch_writes_each_round_when_piped(env: Env) -> None:
     token = issue_client_token(SECRET, "b1")
     args = ["status", "--watch", "--interval", "0.1", "--server", env.base, "--token", token]

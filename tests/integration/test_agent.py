@@ -434,3 +434,44 @@ async def test_tasks_go_to_the_instance_with_their_model_loaded_or_fail_clearly(
                 assert task_id in history[loaded_on]
             instance = bridge.pool.by_url(loaded_on)
             assert instance is not None and instance.loaded == {"b.safetensors"}
+
+
+async def test_each_instance_reports_its_device_and_vram(env: Env, tmp_path: Path) -> None:
+    """From ComfyUI's ``/system_stats``, in REGISTER and, as VRAM use changes, HEARTBEAT."""
+    gib = 2**30
+    config = ComfyUIConfig(
+        output_dir=tmp_path / "gpu" / "output",
+        device="cuda:0 NVIDIA L4 : cudaMallocAsync",
+        vram_total=24 * gib,
+        vram_free=20 * gib,
+    )
+    async with serve_app(create_app(config)) as url:
+        settings = env.settings.model_copy(update={"comfyui": [url]})
+        async with Bridge(settings):
+            [instance] = (await env.hub.next("REGISTER"))["instances"]
+            assert instance["device"] == "cuda:0 NVIDIA L4 : cudaMallocAsync"
+            assert (instance["vramTotal"], instance["vramFree"]) == (24 * gib, 20 * gib)
+            config.vram_free = 6 * gib  # a model loaded
+            for _ in range(30):
+                [instance] = (await env.hub.next("HEARTBEAT", timeout=5.0))["instances"]
+                if instance["vramFree"] == 6 * gib:
+                    break
+            assert instance["vramFree"] == 6 * gib
+
+
+async def test_progress_names_the_node_by_its_title_or_class(env: Env) -> None:
+    """Issue 18 item 8: the spinner shows the node's name, not only its id."""
+    graph = json.loads(json.dumps(GRAPH))
+    graph["2"]["_meta"] = {"title": "Invert colours"}
+    async with Bridge(env.settings):
+        await env.hub.next("REGISTER")
+        await env.hub.send("TASK_ASSIGN", env.assign("named", workflow=graph))
+        names: dict[str, str] = {}
+        while len(names) < len(graph):
+            progress = await env.hub.next("TASK_PROGRESS")
+            names[progress["node"]] = progress["nodeName"]
+        assert names == {
+            node_id: "Invert colours" if node_id == "2" else node["class_type"]
+            for node_id, node in graph.items()
+        }
+        assert (await env.end_for("named"))["code"] == 0

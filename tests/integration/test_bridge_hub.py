@@ -349,8 +349,9 @@ async def test_progress_reaches_the_client_rate_limited(env: Env) -> None:
     with pytest.raises(TimeoutError):
         await client.next(timeout=0.3)
     await asyncio.sleep(0.3)  # past the 0.5 s interval
-    await bridge.send("TASK_PROGRESS", {"taskId": "p1", "value": 9, "max": 20})
-    assert (await client.next())["value"] == 9
+    named = {"taskId": "p1", "value": 9, "max": 20, "node": "3", "nodeName": "KSampler"}
+    await bridge.send("TASK_PROGRESS", named)  # the node's name: relayed as it came
+    assert await client.next() == {"type": "progress", **named}
 
 
 async def test_hub_log_lines_carry_task_and_bridge_ids(

@@ -7,17 +7,22 @@ Also the seed-002 bridge that acknowledges with its own taskId, and TASK_CANCEL.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 from aigcq.domain import TaskState
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from tests.e2e.conftest import Client, generate
-from tests.helpers import until
-from tests.integration.test_bridge_hub import Bridge, Env, env, task_end
+from tests.helpers import service_with_runninghub, until
+from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge, Env, env, task_end
 from tests.integration.test_emulator_comfyui import model_graph
 
 __all__ = ["env"]
+
+TOKEN = "client-token-for-the-overflow-test"
 
 
 async def one_running(env: Env, task_id: str) -> tuple[Bridge, Client, dict[str, Any]]:
@@ -195,3 +200,33 @@ async def test_a_workflow_the_registry_has_but_a_bridge_cannot_fetch_fails_after
     assert result["error"]["detail"]["code"] == "WorkflowNotFound"
     await bridge.ws.close()
     await client.close()
+
+
+async def test_a_task_whose_capable_bridge_is_busy_overflows_not_to_an_idle_incapable_one(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Internal capacity for a task is the free slots that can run it: the idle bridge
+    lacks its model, the one that has it is busy, so it goes to RunningHub as when every
+    slot is busy (``overflow_after_ms`` 0), in its first attempt."""
+    models = '{"proj": {"comfyui": {"apikey": "k", "concurrency": 2}}}'
+    emulator = RunningHubEmulatorConfig(duration_s=0.1)
+    async with service_with_runninghub(
+        tmp_path, redis, redis_url, models=models, emulator=emulator, token=TOKEN,
+        bridge_token=BRIDGE_TOKEN,
+    ) as stack:  # fmt: skip
+        port = int(stack.base.rsplit(":", 1)[1])
+        idle, busy = await Bridge.connect(port), await Bridge.connect(port)
+        await idle.register("idle", count=2, instances=_instances("a.safetensors"))
+        await busy.register("has-b", count=1, instances=_instances("b.safetensors"))
+        client = await Client(port, "b1", TOKEN).connect()
+        await client.request(_needing("b-1", "b.safetensors"))
+        assert (await busy.next())["data"]["taskId"] == "b-1"
+        await client.request(_needing("b-2", "b.safetensors"))
+        result = await client.next(timeout=10)
+        assert (result["taskId"], result["status"]) == ("b-2", "success"), result
+        task = await stack.service.rt.store.get("b-2")
+        assert task is not None and (task.target, task.attempt) == ("runninghub", 1)
+        with pytest.raises(TimeoutError):
+            await idle.next(timeout=0.3)
+        for ws in (idle.ws, busy.ws, client.ws):
+            await ws.close()

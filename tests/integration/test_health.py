@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from aigcq.bridges import assigner
 from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.health import HealthState
@@ -21,6 +22,8 @@ from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end
+from tests.integration.test_bridge_slots import _instances
+from tests.integration.test_emulator_comfyui import model_graph
 
 INTERVAL_S = 0.25
 
@@ -282,3 +285,33 @@ async def test_overflow_after_ms_holds_overflow_while_internal_is_healthy(env: E
     task = await until(partial(env.task, "w-out"), lambda t: t.target != "", within=1.0)
     assert task.target == "runninghub"
     await client.close()
+
+
+async def test_a_task_no_bridge_here_can_run_waits_for_other_processes_then_overflows(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes, each with a bridge that lacks the task's model: neither claims it
+    again and again (a back-off between claims), and it goes to RunningHub once it has
+    waited for the other process's bridges (ELSEWHERE_WAIT_S)."""
+    monkeypatch.setattr(assigner, "ELSEWHERE_WAIT_S", 1.0, raising=False)
+    settings = env.service.rt.settings.model_copy(update={"config_dir": tmp_path})
+    other = Service(settings, PlatformConfig.load(tmp_path), env.redis)
+    async with serve_app(other.app) as other_base:
+        there = await Bridge.connect(int(other_base.rsplit(":", 1)[1]))
+        here = await env.bridge()
+        for bridge, name in ((here, "here"), (there, "there")):
+            await bridge.register(name, count=1, instances=_instances("a.safetensors"))
+        for service in (env.service, other):
+            hub = service.hub
+            assert hub is not None
+            await until(lambda h=hub: asyncio.sleep(0, h.peers.bridges_elsewhere), bool)
+        client = await env.client()
+        task_id = "needs-c"
+        await client.request(generate(task_id, workflow=model_graph("c.safetensors")))
+        task = await until(partial(env.task, task_id), lambda t: t.target == "runninghub")
+        assert task.attempt <= 10  # a few claims, not a loop
+        for bridge in (here, there):
+            with pytest.raises(TimeoutError):
+                await bridge.next(timeout=0.1)
+        await there.ws.close()
+        await client.close()

@@ -52,6 +52,29 @@ async def test_concurrent_claims_never_exceed_cap(redis: aioredis.Redis) -> None
     assert len(ids) == 7 == len(set(ids))
 
 
+async def test_retarget_moves_a_claimed_task_in_its_attempt_within_the_new_cap(
+    redis: aioredis.Redis,
+) -> None:
+    """A task the bridges cannot run goes to the paid platform without a new attempt, never
+    above that platform's cap, and not once it moved on."""
+    store = make_store(redis)
+    for i in range(2):
+        await submit(store, f"t{i}")
+    first, second = await store.claim("p", "comfyui", "bridge", cap=-1, n=2, deadline_s=60)
+    assert await store.retarget("t0", first.attempt + 1, "bridge", "rh", cap=1, deadline_s=60) == -1
+    assert await store.retarget("t0", first.attempt, "bridge", "rh", cap=1, deadline_s=60) == 1
+    assert await store.retarget("t1", second.attempt, "bridge", "rh", cap=1, deadline_s=60) == 0
+    assert await redis.zrange("t:running:p:rh", 0, -1) == ["t0"]
+    assert await redis.zrange("t:running:p:bridge", 0, -1) == ["t1"]
+    task = await store.get("t0")
+    assert task is not None and (task.state, task.target, task.attempt) == (
+        TaskState.DISPATCHING,
+        "rh",
+        1,
+    )
+    assert await store.retarget("t0", 1, "bridge", "rh", cap=5, deadline_s=60) == -1  # moved
+
+
 async def test_lifecycle_to_success_queues_one_outbox_message(redis: aioredis.Redis) -> None:
     store = make_store(redis)
     await submit(store, "a")

@@ -60,6 +60,8 @@ class RunningTask:
     attempt: int | None = None
     started: float = field(default_factory=time.monotonic)
     progress: dict[str, Any] = field(default_factory=dict)
+    #: node id -> its name, for progress (see :func:`aigcq.agent.workflow.node_names`)
+    node_names: dict[str, str] = field(default_factory=dict)
     last_progress_sent: float = 0.0
     job: asyncio.Task[Any] | None = None  # the handler running it
     cancelled: bool = False  # by the hub (TASK_CANCEL): no TASK_END
@@ -135,12 +137,13 @@ class Follower:
         if now - task.last_progress_sent < self.settings.progress_interval:
             return
         task.last_progress_sent = now
-        node = data.get("node")
+        node = str(data["node"]) if data.get("node") is not None else None
         msg = TaskProgressData(
             task_id=task.task_id,
             value=int(data.get("value", 0)),
             max=int(data.get("max", 0)),
-            node=str(node) if node is not None else None,
+            node=node,
+            node_name=task.node_names.get(node) if node is not None else None,
         )
         await self.send(TaskProgressMessage(data=msg))
 

@@ -113,6 +113,24 @@ def rejection_summary(body: Any) -> str:
     return "; ".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class Device:
+    """The torch device an instance runs on, from its ``/system_stats``; VRAM in bytes."""
+
+    name: str
+    vram_total: int
+    vram_free: int
+
+
+def device_of(stats: Any) -> Device | None:
+    """The first device of a ``/system_stats`` answer (ComfyUI runs on one), if readable."""
+    try:
+        first = stats["devices"][0]
+        return Device(str(first["name"]), int(first["vram_total"]), int(first["vram_free"]))
+    except (LookupError, TypeError, ValueError):
+        return None
+
+
 class ComfyInstance:
     """One ComfyUI server."""
 
@@ -127,6 +145,7 @@ class ComfyInstance:
         self.running: set[str] = set()  # our task ids
         self.offer: Needs | None = None  # from /object_info (None: not known yet)
         self.loaded: frozenset[str] = frozenset()  # model files its last prompt of ours used
+        self.device: Device | None = None  # from /system_stats, at each health check
         self.ws_connected = asyncio.Event()
         #: called when the instance comes back or goes away (the bridge tells aigcq now)
         self.on_change: Callable[[], None] = lambda: None
@@ -148,6 +167,9 @@ class ComfyInstance:
             task_id=task,
             node_classes=sorted(offer.node_classes) if offer else None,
             models=sorted(offer.models) if offer else None,
+            device=self.device.name if self.device else None,
+            vram_total=max(self.device.vram_total, 0) if self.device else None,
+            vram_free=max(self.device.vram_free, 0) if self.device else None,
         )
 
     def can_run(self, needs: Needs | None) -> bool:
@@ -155,7 +177,8 @@ class ComfyInstance:
 
     # -- health --
     async def check(self) -> bool:
-        """``/system_stats`` and ``/queue`` both answer: healthy. Updates ``external_load``."""
+        """``/system_stats`` and ``/queue`` both answer: healthy. Updates ``external_load``
+        and ``device`` (its VRAM free changes as models load)."""
         try:
             stats = await self.http.get(f"{self.url}/system_stats", timeout=5.0)
             queue = await self.http.get(f"{self.url}/queue", timeout=5.0)
@@ -163,6 +186,7 @@ class ComfyInstance:
             queue.raise_for_status()
             q = queue.json()
             load = len(q.get("queue_running", [])) + len(q.get("queue_pending", []))
+            self.device = device_of(stats.json())
         except (httpx.HTTPError, ValueError, AttributeError) as e:
             if self.healthy:
                 log.warning("instance %s: health check failed: %s", self.instance_id, e)

@@ -33,6 +33,7 @@ from aigcq.agent.workflow import (
     WorkflowNotFound,
     WorkflowSource,
     apply_node_info,
+    node_names,
 )
 from aigcq.bridges.capabilities import needs_of
 from aigcq.bridges.protocol import (
@@ -174,6 +175,7 @@ class TaskRunner:
         await self._ack(task_id, assign.attempt)
         prompt_id = prompt_id_for(task_id, assign.attempt)
         task = RunningTask(task_id, prompt_id, instance, assign.attempt)
+        task.node_names = node_names(workflow)
         await self._drive(task, assign.webhook_url, self._execute(task, workflow, assign))
 
     async def _drive(

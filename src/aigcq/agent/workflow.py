@@ -111,6 +111,20 @@ def coerce(value: Any, current: Any) -> Any:
     return value
 
 
+def node_names(workflow: Workflow) -> dict[str, str]:
+    """Each node's name as ComfyUI's UI shows it: its ``_meta.title``, else its
+    ``class_type`` (progress names the node, not only its id)."""
+    names = {}
+    for node_id, node in workflow.items():
+        if isinstance(node, dict):
+            meta = node.get("_meta")
+            title = meta.get("title") if isinstance(meta, dict) else None
+            name = title if isinstance(title, str) and title else node.get("class_type")
+            if isinstance(name, str) and name:
+                names[str(node_id)] = name
+    return names
+
+
 def apply_node_info(workflow: Workflow, node_info: Sequence[NodeInfo]) -> Workflow:
     """A copy of ``workflow`` with each ``nodeInfoList`` entry applied.
 

@@ -3,8 +3,9 @@
 A slot is taken when TASK_ASSIGN is sent. TASK_ACK code 0 marks the task RUNNING; a
 refusal, a missing ACK or a lost bridge puts an unacknowledged task back at the head of its
 queue, uncharged; a workflow nobody knows fails the task at once (``WorkflowNotFound``), as
-does a payload no bridge can run; an acknowledged task that is no longer wanted is stopped
-on its bridge.
+does an invalid payload; a task no connected instance can run goes to the external platform
+(``NoCapableInstance`` when none serves its queue); an acknowledged task that is no longer
+wanted is stopped on its bridge.
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
+#: (AIGC, platform, task, reason) -> False when no external platform serves the queue
+Overflow = Callable[[str, str, Claimed, str], Awaitable[bool]]
+#: how long a task that only busy instances can run waits before it is claimed again
+BUSY_WAIT_S = 0.5
+#: how long a task no bridge here can run waits for bridges of other processes to take it
+ELSEWHERE_WAIT_S = 5.0
+
+
+async def _no_overflow(aigc: str, platform: str, c: Claimed, reason: str) -> bool:
+    return False
+
 
 class Assigner:
     def __init__(
@@ -53,6 +65,7 @@ class Assigner:
         wake: Callable[[], None],
         lost: Callable[[BridgeConn, str], Awaitable[None]],
         bridges_elsewhere: Callable[[], int] = lambda: 0,
+        overflow: Overflow = _no_overflow,
     ) -> None:
         self.rt = rt
         self.outcomes = outcomes
@@ -63,26 +76,63 @@ class Assigner:
         self.wake = wake
         self.lost = lost
         self.bridges_elsewhere = bridges_elsewhere
+        #: hands a claimed task to its queue's external platform (the dispatcher's)
+        self.overflow = overflow
         self.needs = WorkflowNeeds(rt)
         self._spawn = Spawner()
 
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
-        """Each task to the least-loaded bridge with a free slot (see
-        :meth:`BridgeRegistry.pick`), else back to waiting."""
+        """Each task to the least-loaded bridge with a free slot on an instance that can run
+        it (see :meth:`BridgeRegistry.pick`), else to the external platform or back to
+        waiting (see :meth:`_unplaced`)."""
         for c in tasks:
             needs = await self.needs.of(c)
             conn = self.registry.pick(c.workflow_id, needs)
             if conn is not None:
                 await self.send_assign(conn, aigc, platform, c)
-            elif needs is not None and not self._somewhere(needs):
-                message = "no connected ComfyUI instance has every node class and model file"
-                await self.fail(c.task_id, "NoCapableInstance", message, _listed(needs))
             else:
-                await self.requeue(c.task_id, c.attempt, "no bridge has a free slot")
+                await self._unplaced(aigc, platform, c, needs)
 
-    def _somewhere(self, needs: Needs) -> bool:
-        """A bridge here, or one connected to another process, may run ``needs``."""
-        return self.registry.anyone_can_run(needs) or self.bridges_elsewhere() > 0
+    async def _unplaced(self, aigc: str, platform: str, c: Claimed, needs: Needs | None) -> None:
+        """No free slot here can run ``c``. Internal capacity for a task is the free slots on
+        instances that can run it: none connected anywhere can, it goes to the external
+        platform, or fails (``NoCapableInstance``) when none serves its queue; those that can
+        are busy, it overflows as when every slot is busy (after ``overflow_after_ms``), or
+        waits a moment for them; none here can, it waits for other processes' bridges
+        (:meth:`_elsewhere`)."""
+        if needs is None:  # not known: it waits for a free slot
+            await self.requeue(c.task_id, c.attempt, "no bridge has a free slot")
+        elif self.registry.anyone_can_run(needs):
+            busy = "its capable instances are busy"
+            if not (self._may_overflow(c) and await self.overflow(aigc, platform, c, busy)):
+                await self.requeue(c.task_id, c.attempt, busy, delay_s=BUSY_WAIT_S)
+        elif self.bridges_elsewhere() > 0:
+            await self._elsewhere(aigc, platform, c)
+        else:
+            await self._nowhere(aigc, platform, c, needs)
+
+    async def _elsewhere(self, aigc: str, platform: str, c: Claimed) -> None:
+        """No bridge here can run ``c``; one connected to another process may: it waits for
+        that one (after a back-off, not claimed here again in a loop), and once it has
+        waited ``ELSEWHERE_WAIT_S`` it overflows (this process cannot tell whether any
+        bridge can run it, so it never fails for that)."""
+        reason = "no bridge here can run it"
+        waited = time.time() - c.created_at >= ELSEWHERE_WAIT_S
+        if not (waited and await self.overflow(aigc, platform, c, reason)):
+            await self.requeue(c.task_id, c.attempt, reason, delay_s=BUSY_WAIT_S)
+
+    async def _nowhere(self, aigc: str, platform: str, c: Claimed, needs: Needs) -> None:
+        reason = f"no connected ComfyUI instance has {_listed(needs)}"
+        if not await self.overflow(aigc, platform, c, reason):
+            message = (
+                "no connected ComfyUI instance has every node class and model file, "
+                f"and no external platform serves {aigc}/{platform}"
+            )
+            await self.fail(c.task_id, "NoCapableInstance", message, _listed(needs))
+
+    def _may_overflow(self, c: Claimed) -> bool:
+        after_s = self.rt.settings.overflow_after_ms / 1000
+        return after_s <= 0 or time.time() - c.created_at >= after_s
 
     async def refused(self, conn: BridgeConn, task_id: str, data: TaskAckData) -> None:
         """A refusal: the slot stays busy until the bridge's next report (it said it has no
@@ -224,9 +274,13 @@ class Assigner:
             await self.requeue(task_id, pending.attempt, f"bridge {conn.bridge_id}: no TASK_ACK")
             self.wake()
 
-    async def requeue(self, task_id: str, attempt: int, reason: str) -> None:
+    async def requeue(
+        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0
+    ) -> None:
+        """Back to the head of its queue, uncharged (after ``delay_s``: a back-off, so a
+        task only busy instances can run is not claimed again in a loop)."""
         await self.rt.store.requeue(
-            task_id, attempt=attempt, uncharge=True, front=True, reason=reason
+            task_id, attempt=attempt, uncharge=True, front=True, reason=reason, delay_s=delay_s
         )
         log.info("task %s: back to waiting (%s)", task_id, reason, extra=ctx(task=task_id))
 

@@ -17,6 +17,9 @@ from aigcq.bridges.slots import Assignment, SlotLedger
 
 Send = Callable[[str], Awaitable[None]]
 
+#: what ``aigcq status`` and the dashboard show of each instance
+_SHOWN = {"instance_id", "state", "task_id", "device", "vram_total", "vram_free"}
+
 
 class Filing(Protocol):
     """What indexes a bridge: told of every change, and of tasks taken on or let go."""
@@ -24,6 +27,8 @@ class Filing(Protocol):
     def refile(
         self, conn: BridgeConn, added: Iterable[str] = (), gone: Iterable[str] = ()
     ) -> None: ...
+
+    def offers_changed(self) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -42,7 +47,8 @@ class BridgeConn:
     failures: int = 0  # consecutive failed TASK_ENDs
     quarantined_at: float | None = None  # out of rotation since (monotonic)
     drained: bool = False  # by an operator: no new tasks, running ones finish
-    #: each instance as the bridge last reported it: {"instanceId", "state", "taskId"}
+    #: each instance as the bridge last reported it: {"instanceId", "state", "taskId"},
+    #: and its device and VRAM when the bridge reports them
     instance_states: list[dict[str, Any]] = field(default_factory=list)
     #: what each instance offers (None: not known, not ruled out; see :mod:`.capabilities`)
     offers: tuple[Needs, ...] | None = None
@@ -66,9 +72,12 @@ class BridgeConn:
     def describe(self, instances: list[InstanceInfo] | None) -> None:
         """Each instance as the bridge reported it: its state (for ``aigcq status`` and the
         dashboard) and what it offers (for routing)."""
-        keep = {"instance_id", "state", "task_id"}
-        self.instance_states = [i.model_dump(include=keep) for i in instances or []]
-        self.offers = offers_of(instances)
+        self.instance_states = [i.model_dump(include=_SHOWN) for i in instances or []]
+        offers = offers_of(instances)
+        if offers != self.offers:
+            self.offers = offers
+            if self.owner is not None:
+                self.owner.offers_changed()
 
     def can_run(self, needs: Needs) -> bool:
         """Whether one of its instances has every node class and model file ``needs``."""

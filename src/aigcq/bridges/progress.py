@@ -21,13 +21,15 @@ class ProgressRelay:
             return
         owner = await self.rt.redis.hget(self.rt.store.keys.task(data.task_id), "backendId")
         backend_id = text(owner)
-        message = {
+        message: dict[str, object] = {
             "type": "progress",
             "taskId": data.task_id,
             "value": data.value,
             "max": data.max,
             "node": data.node,
         }
+        if data.node_name is not None:  # a superset field: only bridges that know it
+            message["nodeName"] = data.node_name
         await publish_progress(self.rt, backend_id, message)
 
     def _allow(self, task_id: str) -> bool:

@@ -76,6 +76,9 @@ class InstanceInfo(_Model):
     task_id: str | None = None
     node_classes: list[str] | None = None  # from its /object_info
     models: list[str] | None = None  # model files its loaders offer
+    device: str | None = None  # from its /system_stats: the torch device's name
+    vram_total: NonNegInt | None = None  # bytes
+    vram_free: NonNegInt | None = None  # bytes
 
 
 class RegisterData(_Model):
@@ -115,6 +118,7 @@ class TaskProgressData(_Model):
     value: int
     max: int
     node: str | None = None
+    node_name: str | None = None  # the node's ``_meta.title``, else its ``class_type``
 
 
 class NodeInfo(_Model):

@@ -104,11 +104,13 @@ class _Bridges(MutableMapping[str, BridgeConn]):
             self._registry.unfile(old)
         self._d[bridge_id] = conn
         conn.owner = self._registry
+        self._registry.offers_changed()
         self._registry.refile(conn, added=[*conn.pending, *conn.running])
 
     def __delitem__(self, bridge_id: str) -> None:
         conn = self._d.pop(bridge_id)
         conn.owner = None
+        self._registry.offers_changed()
         self._registry.unfile(conn)
 
     def __iter__(self) -> Iterator[str]:
@@ -150,6 +152,9 @@ class BridgeRegistry:
         #: superseded on one and runs on the other)
         self._holders: dict[str, list[BridgeConn]] = {}
         self._count_end: AsyncScript | None = None
+        #: needs -> whether a bridge here can run them; cleared when the bridges or what
+        #: they offer change, so a task nobody can run costs O(1), not a scan of them all
+        self._can_run: dict[Needs, bool] = {}
 
     def key(self, bridge_id: str) -> str:
         return f"{self.prefix}:bridge:{bridge_id}"
@@ -262,7 +267,7 @@ class BridgeRegistry:
         bridge_id = last if last is not None and last in bucket.pos else random.choice(bucket.ids)
         conn: BridgeConn | None = self._conns[bridge_id]
         if needs is not None and conn is not None and not conn.can_run(needs):
-            conn = self._capable(needs, last)
+            conn = self._capable(needs, last) if self.anyone_can_run(needs) else None
         if workflow_id and conn is not None:
             self.last_bridge[workflow_id] = conn.bridge_id
         return conn
@@ -277,8 +282,18 @@ class BridgeRegistry:
         return None
 
     def anyone_can_run(self, needs: Needs) -> bool:
-        """Whether a bridge connected here (busy or not) can run ``needs``."""
-        return any(c.can_run(needs) for c in self._conns.values())
+        """Whether a bridge connected here (busy or not) can run ``needs`` (O(1) but for
+        the first ask after a change to the bridges or their offers)."""
+        known = self._can_run.get(needs)
+        if known is None:
+            if len(self._can_run) >= 1024:
+                self._can_run.clear()
+            known = self._can_run[needs] = any(c.can_run(needs) for c in self._conns.values())
+        return known
+
+    def offers_changed(self) -> None:
+        """A bridge came, went, or reported other node classes or model files."""
+        self._can_run.clear()
 
     async def save(self, conn: BridgeConn, *, failures: int | None = None) -> int:
         """Publish the bridge's capacity and last-seen time (and set its shared count of

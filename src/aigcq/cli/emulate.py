@@ -36,6 +36,10 @@ def emulate_comfyui(
     node: Annotated[
         list[str] | None, typer.Option(help="Only these node classes (default: all)")
     ] = None,
+    device: Annotated[str, typer.Option(help="The device /system_stats names")] = "cpu",
+    vram_mb: Annotated[
+        int, typer.Option(help="Its VRAM in MiB (default: none, a CPU device)", show_default=False)
+    ] = 0,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a ComfyUI emulator (EmptyImage, ImageInvert, SaveImage, PreviewImage,
@@ -51,6 +55,9 @@ def emulate_comfyui(
         node_classes=frozenset(node) if node else None,
         checkpoints=tuple(checkpoint or ("sd15.safetensors",)),
         model_load_time=model_load_time,
+        device=device,
+        vram_total=vram_mb * 2**20,
+        vram_free=vram_mb * 2**20,
     )
     run(host, port, config)
 

@@ -79,9 +79,24 @@ def _bridges(rows: list[dict[str, Any]]) -> Table:
 
 
 def _instance_states(bridge: dict[str, Any]) -> str:
-    """``host:8188 busy, host:8189 offline`` (each instance as its bridge reported it)."""
+    """``host:8188 busy (NVIDIA L4, 18.2/22.5 GiB free), host:8189 offline`` (each instance
+    as its bridge reported it, with its device and VRAM when known)."""
     states = bridge.get("instanceStates") or []
-    return ", ".join(f"{i.get('instanceId')} {i.get('state')}" for i in states) or "-"
+    return ", ".join(f"{i.get('instanceId')} {i.get('state')}{_device(i)}" for i in states) or "-"
+
+
+def _device(instance: dict[str, Any]) -> str:
+    """`` (NVIDIA L4, 18.2/22.5 GiB free)``; `` (cpu)`` without VRAM; ``""`` when unknown."""
+    name, total = instance.get("device"), instance.get("vramTotal")
+    if not name:
+        return ""
+    if not total:
+        return f" ({name})"
+    return f" ({name}, {_gib(instance.get('vramFree') or 0)}/{_gib(total)} GiB free)"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f}"
 
 
 def _queues(rows: list[dict[str, Any]]) -> Table:

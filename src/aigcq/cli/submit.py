@@ -57,10 +57,12 @@ def printable(result: Result) -> dict[str, Any]:
 
 
 def describe(progress: Progress) -> str:
-    """``running on runninghub`` or ``node 3 [████████░░░░░░░░░░░░] step 2/5``."""
+    """``running on runninghub``, or ``KSampler [████████░░░░░░░░░░░░] step 2/5`` (the
+    node's name; ``node 3`` when the bridge does not send it)."""
     if progress.state is not None:
         return f"{progress.state} on {progress.target}"
-    node = f"node {progress.node} " if progress.node else ""
+    node = f"{progress.node_name} " if progress.node_name else ""
+    node = node or (f"node {progress.node} " if progress.node else "")
     if progress.value is None or not progress.max:
         return f"{node}running".lstrip()
     done = max(0, min(20, round(20 * progress.value / progress.max)))

@@ -65,6 +65,8 @@ class Progress:
     node: str | None = None
     state: str | None = None
     target: str | None = None
+    #: the node's name (its title, else its class), when the bridge knows it
+    node_name: str | None = None
 
     @classmethod
     def from_message(cls, msg: dict[str, Any]) -> Progress:
@@ -75,6 +77,7 @@ class Progress:
             node=msg.get("node"),
             state=msg.get("state"),
             target=msg.get("target"),
+            node_name=msg.get("nodeName"),
         )
 
 

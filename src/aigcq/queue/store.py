@@ -113,6 +113,7 @@ SCRIPTS = (
     "mark_running",
     "postpone",
     "requeue",
+    "retarget",
     "finish",
     "promote",
     "retry",
@@ -253,6 +254,27 @@ class TaskStore:
             "1" if where else "0",
         )
         return Marked(int(code) == 1, int(code) == 2)
+
+    async def retarget(
+        self, task_id: str, attempt: int, source: str, target: str, *, cap: int, deadline_s: float
+    ) -> int:
+        """Move a task claimed for ``source`` (nothing sent yet) to ``target`` in the same
+        attempt, while ``target``'s in-flight count < ``cap``: 1 moved, 0 ``target`` is
+        full, -1 the task moved on."""
+        now = time.time()
+        return int(
+            await self._run(
+                "retarget",
+                task_id,
+                attempt,
+                now,
+                source,
+                target,
+                cap,
+                deadline_s,
+                allowed_from(Move.RETARGET, TaskState.DISPATCHING),
+            )
+        )
 
     async def begin_create(
         self, task_id: str, attempt: int, create_id: str, *, deadline_s: float

@@ -243,6 +243,38 @@ class Dispatcher:
         self._inflight.discard(task)
         self._claims.pop(task, None)
 
+    async def overflow(self, aigc: str, platform: str, c: Claimed, reason: str) -> bool:
+        """A task claimed for the internal target that none of its instances able to run it
+        can take (none has every node class and model file its workflow names, or those are
+        busy): to the queue's external platform in the same attempt, within its cap (full:
+        it waits, after a back-off). False: no external platform serves the queue."""
+        ext = self.rt.platforms.adapter_for(platform)
+        account = self.rt.config.account(aigc, platform)
+        cap = _capped(account.concurrency, self.rt.settings.external_capacity_max) if account else 0
+        if ext is None or account is None or cap <= 0 or self.internal is None:
+            return False
+        moved = await self.rt.store.retarget(
+            c.task_id,
+            c.attempt,
+            self.internal.name,
+            ext.name,
+            cap=cap,
+            deadline_s=self.rt.dispatch_deadline_s,
+        )
+        log.info(
+            "task %s: to %s (%s): %s",
+            c.task_id,
+            ext.name,
+            {1: "sent", 0: "full, waits"}.get(moved, "moved on"),
+            reason,
+            extra=ctx(task=c.task_id),
+        )
+        if moved > 0:
+            self._spawn(self._submit_external(ext, aigc, platform, c), [c])
+        elif moved == 0:
+            await self._requeue_unrun(c, aigc, platform, f"{ext.name} full; {reason}")
+        return True
+
     async def _submit_external(
         self, adapter: PlatformAdapter, aigc: str, platform: str, c: Claimed
     ) -> None:

@@ -102,6 +102,8 @@ class Service:
             self.hub = BridgeHub(self.rt, self.outcomes, wake=lambda: self.dispatcher.wake())
             self.outcomes.on_task_end = self.hub.task_ended
         self.dispatcher = Dispatcher(self.rt, self.outcomes, target or self.hub)
+        if self.hub is not None:  # a task no bridge can run overflows as when all are busy
+            self.hub.assigner.overflow = self.dispatcher.overflow
         self.sweeper = Sweeper(self.rt, self.outcomes)
         self.gateway = Gateway(self.rt, self.outcomes)
         self.pollers = [

@@ -77,10 +77,15 @@ function polyline(values, max, width, height, cls, dashed) {
   return poly;
 }
 
-// "2: host:8188 busy, host:8189 offline" (each instance as its bridge reported it)
+// " (NVIDIA L4, 18.2/22.5 GiB free)": an instance's device and VRAM, when its bridge reports them
+const gib = (n) => (n / 2 ** 30).toFixed(1);
+const device = (i) => !i.device ? "" : !i.vramTotal ? ` (${i.device})`
+  : ` (${i.device}, ${gib(i.vramFree || 0)}/${gib(i.vramTotal)} GiB free)`;
+
+// "2: host:8188 busy (…), host:8189 offline" (each instance as its bridge reported it)
 const instanceStates = (b) =>
   `${b.instances}` + ((b.instanceStates || []).length
-    ? ": " + b.instanceStates.map((i) => `${i.instanceId} ${i.state}`).join(", ") : "");
+    ? ": " + b.instanceStates.map((i) => `${i.instanceId} ${i.state}${device(i)}`).join(", ") : "");
 
 function renderBridges(bridges) {
   fillTable("#bridges", bridges.map((b) => [

@@ -38,6 +38,10 @@ class ComfyUIConfig:
     checkpoints: tuple[str, ...] = ("sd15.safetensors",)
     #: seconds to load a checkpoint that is not the one in VRAM
     model_load_time: float = 0.0
+    #: the torch device ``/system_stats`` names, and its VRAM in bytes (0: a CPU device)
+    device: str = "cpu"
+    vram_total: int = 0
+    vram_free: int = 0
     #: GPU time accounting (see :class:`GpuTime`)
     gpu: GpuTime = field(default_factory=lambda: GpuTime())
 

@@ -31,8 +31,10 @@ def _ram() -> tuple[int, int]:
         return 0, 0
 
 
-def _system_stats() -> dict[str, Any]:
+def _system_stats(config: ComfyUIConfig) -> dict[str, Any]:
+    """As ComfyUI's ``server.py`` answers it: the machine, and the torch device in use."""
     total, free = _ram()
+    gpu = config.vram_total > 0
     return {
         "system": {
             "os": os.name,
@@ -46,13 +48,13 @@ def _system_stats() -> dict[str, Any]:
         },
         "devices": [
             {
-                "name": "cpu",
-                "type": "cpu",
-                "index": None,
-                "vram_total": 0,
-                "vram_free": 0,
-                "torch_vram_total": 0,
-                "torch_vram_free": 0,
+                "name": config.device,
+                "type": "cuda" if gpu else "cpu",
+                "index": 0 if gpu else None,
+                "vram_total": config.vram_total,
+                "vram_free": config.vram_free,
+                "torch_vram_total": config.vram_total,
+                "torch_vram_free": config.vram_free,
             }
         ],
     }
@@ -142,7 +144,7 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
 
     @r.get("/system_stats")
     async def system_stats() -> dict[str, Any]:
-        return _system_stats()
+        return _system_stats(emu.config)
 
     @r.get("/object_info")
     async def object_info() -> dict[str, Any]:
