@@ -19,6 +19,7 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
 from aigcq.emulators import coze, runninghub
 from aigcq.emulators._records import paid_runs
+from aigcq.gateway.signing import webhook_url
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client
@@ -60,9 +61,14 @@ class Paid:
         assert task is not None
         return task
 
-    async def post_task_end(self, task_id: str, attempt: int, event_data: dict[str, Any]) -> int:
-        """POST a RunningHub TASK_END to the signed URL of ``attempt``."""
+    async def post_task_end(
+        self, task_id: str, attempt: int, event_data: dict[str, Any], *, here: bool = False
+    ) -> int:
+        """POST a RunningHub TASK_END to the signed URL of ``attempt`` (``here``: to this
+        service, whatever public callback URL it hands out)."""
         url = self.service.rt.webhook_url(task_id, attempt)
+        if here:
+            url = webhook_url(self.base, self.service.rt.settings.signing_key(), task_id, attempt)
         body = {"event": "TASK_END", "taskId": "x", "eventData": json.dumps(event_data)}
         async with httpx.AsyncClient() as http:
             return (await http.post(url, json=body)).status_code
