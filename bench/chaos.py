@@ -195,6 +195,18 @@ async def leaked_slots(redis_url: str) -> int:
         await client.aclose()
 
 
+async def held_records(redis_url: str) -> int:
+    """Tasks Redis still records as held by a bridge (``bridge:{id}:tasks`` entries and
+    ``bridgeof:{taskId}`` keys) once all have ended."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        held = [await client.hlen(k) async for k in client.scan_iter("aigcq:bridge:*:tasks")]
+        owners = [k async for k in client.scan_iter("aigcq:bridgeof:*")]
+        return sum(held) + len(owners)
+    finally:
+        await client.aclose()
+
+
 async def records(rh: str) -> dict[str, Any]:
     async with httpx.AsyncClient() as http:
         found: dict[str, Any] = (await http.get(f"{rh}/_emulator/records")).json()
@@ -260,6 +272,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             + sum(r["current"] for r in recs.values())
             + sum(bridge_slots.values()),
             "bridge_slots_taken": bridge_slots,
+            "bridge_tasks_recorded": await held_records(cluster.redis_url),
             "outcomes": dict(outcomes),
             "targets": dict(await targets(cluster.redis_url, load.submitted)),
             "faults": dict(chaos.done),
