@@ -37,8 +37,9 @@ import redis.asyncio as aioredis
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.chaos_fleet import GRAPH, Fleet
+from bench.chaos_fleet import Fleet
 from tests.e2e.conftest import CLIENT_TOKEN, Cluster, Proc, generate
+from tests.integration.test_emulator_comfyui import GRAPH
 
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.emulators._records import paid_runs

@@ -19,15 +19,7 @@ from typing import Any
 import httpx
 from tests.e2e.conftest import ADMIN_TOKEN, Cluster, Proc
 
-#: a prompt of this graph takes 3 nodes x STEPS x STEP_TIME on an emulated instance
-GRAPH: dict[str, Any] = {
-    "1": {
-        "class_type": "EmptyImage",
-        "inputs": {"width": 32, "height": 32, "batch_size": 1, "color": 0xFF0000},
-    },
-    "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
-    "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "chaos"}},
-}
+#: a prompt of the chaos tasks' graph (3 nodes) takes 3 x STEPS x STEP_TIME on an instance
 STEPS, STEP_TIME = 2, 0.1
 BRIDGE_ARGS = ("--heartbeat=0.5",)
 BRIDGE_ENV = {"AIGCQ_BRIDGE_HEALTH_INTERVAL": "0.5", "AIGCQ_BRIDGE_WS_SILENCE": "2"}

@@ -18,7 +18,7 @@ from aigcq.plumbing.text import text
 from tests.e2e.conftest import generate
 from tests.helpers import until
 from tests.integration.paid_stack import RH_KEY, Paid, models, paid_stack
-from tests.integration.test_paid_faults import expire_now
+from tests.integration.test_paid_faults import created, expire_now
 
 FAILED = {"code": 805, "msg": "APIKEY_TASK_STATUS_ERROR", "data": None}
 NO_RECHECK = {"sweep_interval_s": 3600}
@@ -38,16 +38,6 @@ async def orphaned_attempts(env: Paid) -> list[int]:
     return sorted(o.attempt for o in found if o is not None)
 
 
-async def created(env: Paid, task_id: str) -> None:
-    await until(partial(env.creates, task_id), bool, within=15)
-
-
-async def cancelled_while_running(env: Paid, task_id: str) -> None:
-    await env.client.request(generate(task_id))
-    await until(partial(env.task, task_id), lambda t: t.state is TaskState.RUNNING)
-    await env.service.gateway.cancel(task_id, None)
-
-
 # ---- item 2: an orphan's own webhook releases it -----------------------------------------
 
 
@@ -59,11 +49,8 @@ async def test_a_cancelled_runs_own_webhook_frees_its_slot_without_a_recheck(
     rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
     model = models(concurrency=1)
     async with paid_stack(tmp_path, redis, redis_url, rh=rh, model=model, **NO_RECHECK) as env:
-        await cancelled_while_running(env, "o1")
-        await env.client.request(generate("o2"))
-        await created(env, "o2")
-        records = (await env.records())[RH_KEY]
-        assert records["peak"] == 1, records
+        await env.cancel_running("o1")
+        await env.runs_alone("o2")
 
 
 async def test_only_the_webhook_of_the_orphaned_attempt_releases_it(
@@ -74,7 +61,7 @@ async def test_only_the_webhook_of_the_orphaned_attempt_releases_it(
     rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
     dead = {"callback_url": "http://127.0.0.1:9", **NO_RECHECK}  # webhooks by hand only
     async with paid_stack(tmp_path, redis, redis_url, rh=rh, model=models(), **dead) as env:
-        await cancelled_while_running(env, "f1")
+        await env.cancel_running("f1")
         await env.client.request(generate("f2"))
         await until(partial(env.task, "f2"), lambda t: t.state is TaskState.RUNNING)
         assert await counted(env) == 1
