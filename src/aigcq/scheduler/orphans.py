@@ -5,7 +5,11 @@ platform (a client cancel, an older attempt's success, a create accepted after t
 left ``dispatching``, a retry after the deadline). The queue scripts keep it in its
 account's cap atomically with that move; here it is cancelled (RunningHub's cancel; Coze
 has none, so it is left to finish) and then watched: each check asks the platform, and
-only its word that the task ended (a result, a failure, "not found") frees the slot.
+only its word that the task ended (a result, a failure, "not found") frees the slot —
+or the run's own webhook, whose TASK_END releases that attempt's orphan in the finishing
+script. A create still out when its task moved on (no remote id yet) is counted as
+``create:<createId>``: its reply names the remote task (then cancelled), its webhook
+ends it, or it is freed at the deadline the sweeper gives such a create.
 """
 
 from __future__ import annotations
