@@ -1,12 +1,17 @@
 """Chaos run (issue 15): steady load on two ``aigcq serve`` processes sharing one Redis
-(AOF), overflowing to a recording RunningHub emulator, while random faults strike:
-SIGKILL of either serve (restarted a moment later), SIGKILL of Redis (restarted), lost
+(AOF), each with a bridge (``aigcq bridge``) in front of emulated ComfyUI instances, and
+overflowing to a recording RunningHub emulator, while random faults strike: SIGKILL of
+either serve, of either bridge (each restarted a moment later), of Redis (restarted), lost
 create replies, faulty status answers and slow cancels from the platform, client cancels
 of running tasks. Prints JSON:
 
     submitted, lost, duplicated_to_client, double_paid, peak_over_cap, leaked_slots
 
-all of which must be 0, plus what happened (faults, outcomes, seconds).
+all of which must be 0, plus what happened (faults, outcomes, targets, seconds).
+``leaked_slots`` counts, once the load stopped and everything settled: tasks still in a
+paid account's cap or in flight in Redis (running sets, orphans, ``inflight``), tasks
+RunningHub still runs, and bridge slots not free as the hub or the bridge itself sees
+them (``bridge_slots_taken`` per bridge).
 
     python bench/chaos.py [--seconds 20] [--minutes N] [--rate 10] [--seed 1]
 """
@@ -32,7 +37,9 @@ import redis.asyncio as aioredis
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.chaos_fleet import Fleet
 from tests.e2e.conftest import CLIENT_TOKEN, Cluster, Proc, generate
+from tests.integration.test_emulator_comfyui import GRAPH
 
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.emulators._records import paid_runs
@@ -45,6 +52,11 @@ SERVE_ENV = {
     "AIGCQ_FULL_BACKOFF_S": "0.3",
     "AIGCQ_SWEEP_INTERVAL_S": "0.3",
 }
+
+
+def task(task_id: str) -> dict[str, Any]:
+    """A task either a bridge or RunningHub can run."""
+    return generate(task_id, workflowId="chaos-inline", workflow=GRAPH)
 
 
 class Load:
@@ -67,7 +79,7 @@ class Load:
             try:
                 self.ws = await websockets.connect(f"ws://127.0.0.1:{port}/?{query}")
                 for task_id in sorted(self.unacked):
-                    await self._send(generate(task_id))
+                    await self._send(task(task_id))
                 return
             except (OSError, websockets.WebSocketException, TimeoutError):
                 await asyncio.sleep(0.2)
@@ -97,7 +109,7 @@ class Load:
             await self._send({"type": "ack", "id": msg["id"]})
         elif msg["type"] == "error" and task_id in self.unacked:
             await asyncio.sleep(0.2)  # e.g. Redis down: try again
-            await self._send(generate(task_id))
+            await self._send(task(task_id))
 
     async def submit(self, seconds: float) -> None:
         start, i = time.monotonic(), 0
@@ -105,7 +117,7 @@ class Load:
             task_id = f"chaos-{i}"
             self.submitted.append(task_id)
             self.unacked.add(task_id)
-            await self._send(generate(task_id))
+            await self._send(task(task_id))
             i += 1
             await asyncio.sleep(1 / self.rate)
 
@@ -114,7 +126,7 @@ class Load:
 
     async def resend_unacked(self) -> None:
         for task_id in sorted(self.unacked):
-            await self._send(generate(task_id))
+            await self._send(task(task_id))
 
 
 class Chaos:
@@ -124,6 +136,7 @@ class Chaos:
         self, cluster: Cluster, redis: EmbeddedRedis, rh: str, load: Load, seed: int
     ) -> None:
         self.cluster, self.redis, self.rh, self.load = cluster, redis, rh, load
+        self.fleet = Fleet(cluster)
         self.rng = random.Random(seed)
         self.serves: dict[int, Proc] = {}
         self.done: Counter[str] = Counter()
@@ -134,10 +147,12 @@ class Chaos:
         return port
 
     async def strike(self) -> None:
-        actions = ["kill_serve", "kill_serve", "kill_redis", "lose", "status", "cancel"]
+        actions = ["kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel"]
         action = self.rng.choice(actions)
         self.done[action] += 1
-        if action == "kill_serve":
+        if action == "kill_bridge":
+            await self.fleet.kill_one(self.rng)
+        elif action == "kill_serve":
             port = self.rng.choice(sorted(self.serves))
             self.serves[port].kill()
             await asyncio.sleep(self.rng.uniform(0.5, 3.0))
@@ -150,8 +165,8 @@ class Chaos:
             await self._faults(drop_create_replies=self.rng.randint(1, 3))
         elif action == "cancel":  # a client cancel; RunningHub takes a while to stop it
             await self._faults(cancel_delay_s=self.rng.uniform(0, 2))
-            recent = self.load.submitted[-20:]
-            for task_id in self.rng.sample(recent, min(2, len(recent))):
+            live = [t for t in self.load.submitted[-40:] if t not in self.load.results]
+            for task_id in self.rng.sample(live, min(2, len(live))):
                 await self.load.cancel(task_id)
         else:
             kinds = ["5xx", "non_json", "unknown_code"]
@@ -169,12 +184,28 @@ class Chaos:
 
 
 async def leaked_slots(redis_url: str) -> int:
-    """Tasks still counted against a cap (in flight or orphaned) once all have ended."""
+    """Tasks still counted against a cap (in flight or orphaned) once all have ended:
+    running sets (paid accounts' and the bridges'), orphans, the in-flight index."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         keys = [k async for k in client.scan_iter("aigcq:running:*")]
         keys += [k async for k in client.scan_iter("aigcq:orphans:*")]
+        keys.append("aigcq:inflight")
         return sum([await client.zcard(k) for k in keys])
+    finally:
+        await client.aclose()
+
+
+async def held_records(redis_url: str) -> int:
+    """Tasks Redis still records as held by a bridge (``bridge:{id}:tasks`` entries and
+    ``bridgeof:{taskId}`` keys) once all have ended. Not a slot, so not in ``leaked_slots``:
+    a TASK_END refused as gone (its attempt superseded after the bridge's deadline) is not
+    counted against the bridge, and leaves its ``bridgeof`` key to its TTL."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        held = [await client.hlen(k) async for k in client.scan_iter("aigcq:bridge:*:tasks")]
+        owners = [k async for k in client.scan_iter("aigcq:bridgeof:*")]
+        return sum(held) + len(owners)
     finally:
         await client.aclose()
 
@@ -185,16 +216,29 @@ async def records(rh: str) -> dict[str, Any]:
         return found
 
 
-async def settle(load: Load, rh: str, redis_url: str, within: float) -> None:
+async def settle(load: Load, fleet: Fleet, rh: str, redis_url: str, within: float) -> None:
     """Wait until every task has a result and nothing runs or is counted any more."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         await load.resend_unacked()
         running = sum(r["current"] for r in (await records(rh)).values())
         done = all(t in load.results for t in load.submitted)
-        if done and running == 0 and await leaked_slots(redis_url) == 0:
+        idle = running == 0 and await leaked_slots(redis_url) == 0
+        if done and idle and not any((await fleet.slots_taken()).values()):
             return
         await asyncio.sleep(1.0)
+
+
+async def targets(redis_url: str, task_ids: list[str]) -> Counter[str]:
+    """Where the tasks ended (their last target; "" = never dispatched)."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        pipe = client.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hget(f"aigcq:task:{task_id}", "target")
+        return Counter(t or "" for t in await pipe.execute())
+    finally:
+        await client.aclose()
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -210,14 +254,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         load = Load(ports, args.rate)
         chaos = Chaos(cluster, redis, rh, load, args.seed)
         ports += [chaos.start_serve(), chaos.start_serve()]
+        await asyncio.to_thread(chaos.fleet.start, ports, [2, 1])
         reader = asyncio.create_task(load.read())
         await asyncio.gather(load.submit(seconds), chaos.run(seconds))
-        await settle(load, rh, cluster.redis_url, within=args.drain)
+        await settle(load, chaos.fleet, rh, cluster.redis_url, within=args.drain)
         reader.cancel()
         recs = await records(rh)
         runs = paid_runs(recs)
         peak = max((r["peak"] for r in recs.values()), default=0)
         outcomes = Counter(s[0] for s in load.results.values())
+        bridge_slots = await chaos.fleet.slots_taken()
         return {
             "seconds": round(time.monotonic() - started, 1),
             "submitted": len(load.submitted),
@@ -226,8 +272,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "double_paid": sum(1 for n in runs.values() if n > 1),
             "peak_over_cap": max(0, peak - CAP),
             "leaked_slots": await leaked_slots(cluster.redis_url)
-            + sum(r["current"] for r in recs.values()),
+            + sum(r["current"] for r in recs.values())
+            + sum(bridge_slots.values()),
+            "bridge_slots_taken": bridge_slots,
+            "bridge_tasks_recorded": await held_records(cluster.redis_url),
             "outcomes": dict(outcomes),
+            "targets": dict(await targets(cluster.redis_url, load.submitted)),
             "faults": dict(chaos.done),
             "creates": sum(runs.values()),
             "cancels": sum(len(r["cancels"]) for r in recs.values()),

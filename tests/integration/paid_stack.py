@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,14 @@ import httpx
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.domain import Task
+from aigcq.domain import Task, TaskState
 from aigcq.emulators import coze, runninghub
 from aigcq.emulators._records import paid_runs
+from aigcq.gateway.signing import webhook_url
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.service.server import Service
-from tests.e2e.conftest import Client
-from tests.helpers import serve_app
+from tests.e2e.conftest import Client, generate
+from tests.helpers import serve_app, until
 
 TOKEN = "paid-client-token"
 RH_KEY = "rh-key"
@@ -60,9 +62,27 @@ class Paid:
         assert task is not None
         return task
 
-    async def post_task_end(self, task_id: str, attempt: int, event_data: dict[str, Any]) -> int:
-        """POST a RunningHub TASK_END to the signed URL of ``attempt``."""
+    async def cancel_running(self, task_id: str) -> None:
+        """Submit ``task_id``, wait until it runs on RunningHub, cancel it (as an admin)."""
+        await self.client.request(generate(task_id))
+        await until(partial(self.task, task_id), lambda t: t.state is TaskState.RUNNING)
+        await self.service.gateway.cancel(task_id, None)
+
+    async def runs_alone(self, task_id: str) -> None:
+        """Submit ``task_id``; once RunningHub created it, it never ran beside another."""
+        await self.client.request(generate(task_id))
+        await until(partial(self.creates, task_id), bool, within=15)
+        records = (await self.records())[RH_KEY]
+        assert records["peak"] == 1, records
+
+    async def post_task_end(
+        self, task_id: str, attempt: int, event_data: dict[str, Any], *, here: bool = False
+    ) -> int:
+        """POST a RunningHub TASK_END to the signed URL of ``attempt`` (``here``: to this
+        service, whatever public callback URL it hands out)."""
         url = self.service.rt.webhook_url(task_id, attempt)
+        if here:
+            url = webhook_url(self.base, self.service.rt.settings.signing_key(), task_id, attempt)
         body = {"event": "TASK_END", "taskId": "x", "eventData": json.dumps(event_data)}
         async with httpx.AsyncClient() as http:
             return (await http.post(url, json=body)).status_code

@@ -3,7 +3,9 @@
 The URL we handed out carries ``t`` (taskId), ``a`` (attempt) and ``s`` (HMAC). A bad or
 missing signature -> 403; an unknown task -> 404; a task already finished -> 410 (the
 first result wins); a body over the limit -> 413, seen before it is read whole. All of
-them change nothing. A valid one settles the task in one atomic step and answers at once.
+them change nothing, except that a run that ended is no longer counted: the TASK_END of
+an attempt whose remote task was unwanted (an orphan) releases its cap slot, 410 or not.
+A valid one settles the task in one atomic step and answers at once.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ class TaskEndEndpoint:
             task_id, attempt, outcome = await _accept(gw, self.parse, scope, receive)
             try:
                 if not isinstance(outcome, Succeeded):
-                    target = await _check_live(gw, task_id)
+                    target = await _target_of(gw, task_id)
                 done = await gw.outcomes.settle(task_id, outcome, "callback", attempt=attempt)
             except redis.exceptions.RedisError as exc:  # the sender retries a 503
                 log.warning(
@@ -143,12 +145,11 @@ def _is_attempt(value: str) -> bool:
     return 0 < len(value) <= 9 and value.isascii() and value.isdigit()
 
 
-async def _check_live(gw: Gateway, task_id: str) -> str:
-    """The task exists and is not finished; its target. (Whether a failure comes from the
-    live attempt is decided inside the finishing script.)"""
+async def _target_of(gw: Gateway, task_id: str) -> str:
+    """The task's target (it exists). Whether it is still live, and whether a failure
+    comes from the live attempt, is decided inside the finishing script, which also
+    releases the orphan of that attempt, if any, even when the task is over."""
     task = await gw.rt.store.head(task_id)  # routes on state and target only
     if task is None:
         raise ClientError(ErrorCode.NOT_FOUND, "unknown task", task_id)
-    if task.state.terminal:
-        raise ClientError(ErrorCode.GONE, f"task already {task.state}", task_id)
     return task.target

@@ -34,7 +34,9 @@ class Keys:
         return f"{self.prefix}:orphans:{aigc}:{target}"
 
     def orphan(self, remote_id: str) -> str:
-        """HASH: which task and attempt an orphan ran for, and where."""
+        """HASH: which task and attempt an orphan ran for, and where. ``remote_id`` is
+        ``create:<createId>`` (with ``createAt``) for a create with no remote id yet. The
+        task's hash names each attempt's orphan (``orphan.<attempt>``)."""
         return f"{self.prefix}:orphan:{remote_id}"
 
     @property

@@ -104,6 +104,14 @@ class Orphan:
     platform: str
     target: str
     workflow_id: str
+    #: when the create of a run with no remote id yet was recorded (0: the id is known)
+    create_at: float = 0.0
+
+    @property
+    def awaiting_create(self) -> bool:
+        """A create whose outcome is unknown: nothing to ask or cancel until its remote
+        id, its webhook or its deadline resolves it."""
+        return self.create_at > 0
 
 
 SCRIPTS = (
@@ -514,6 +522,7 @@ def _orphan(remote_id: str, raw: dict[Any, Any]) -> Orphan:
         h.get("platform", ""),
         h.get("target", ""),
         h.get("workflowId", ""),
+        float(h.get("createAt") or 0),
     )
 
 

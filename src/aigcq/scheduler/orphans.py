@@ -5,12 +5,17 @@ platform (a client cancel, an older attempt's success, a create accepted after t
 left ``dispatching``, a retry after the deadline). The queue scripts keep it in its
 account's cap atomically with that move; here it is cancelled (RunningHub's cancel; Coze
 has none, so it is left to finish) and then watched: each check asks the platform, and
-only its word that the task ended (a result, a failure, "not found") frees the slot.
+only its word that the task ended (a result, a failure, "not found") frees the slot —
+or the run's own webhook, whose TASK_END releases that attempt's orphan in the finishing
+script. A create still out when its task moved on (no remote id yet) is counted as
+``create:<createId>``: its reply names the remote task (then cancelled), its webhook
+ends it, or it is freed at the deadline the sweeper gives such a create.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from aigcq.domain import Task
 from aigcq.observability.jsonlog import ctx
@@ -29,9 +34,19 @@ class Orphans:
         self.rt = rt
 
     async def cancel(self, o: Orphan) -> None:
-        """Ask the platform to cancel an orphan (nothing where it has no cancel)."""
+        """Ask the platform to cancel an orphan (nothing where it has no cancel, or while
+        its remote id is not known: it is cancelled once the create's reply names it)."""
         adapter = self.rt.platforms.adapters.get(o.target)
         if adapter is None:
+            return
+        if o.awaiting_create:
+            log.info(
+                "task %s: attempt %s unwanted while its create's outcome is unknown; counted "
+                "until its reply, its webhook or its deadline",
+                o.task_id,
+                o.attempt,
+                extra=ctx(task=o.task_id),
+            )
             return
         sent = await self.rt.platforms.cancel(adapter, _as_task(o), self._apikey(o))
         log.info(
@@ -55,6 +70,8 @@ class Orphans:
         adapter = self.rt.platforms.adapters.get(o.target)
         if adapter is None:
             return int(await self.rt.store.release_orphan(o.remote_id))
+        if o.awaiting_create:
+            return await self._check_create(o)
         outcome = await self.rt.platforms.query(adapter, _as_task(o), self._apikey(o))
         if isinstance(outcome, Succeeded | Failed | NotFound):
             log.info(
@@ -68,6 +85,24 @@ class Orphans:
         await self.cancel(o)  # still running (or no answer): ask again
         await self.rt.store.check_orphan_later(o, RECHECK_S)
         return 0
+
+    async def _check_create(self, o: Orphan) -> int:
+        """A create with no remote id: the platform cannot be asked about it, so it is
+        counted until the task's deadline from the create (the rule that fails such a
+        task with ``UncertainSubmit``), unless its reply or webhook resolved it first."""
+        account = self.rt.config.account(o.aigc, o.platform)
+        left = o.create_at + self.rt.deadline_s(account) - time.time()
+        if left > 0:
+            await self.rt.store.check_orphan_later(o, min(left, RECHECK_S))
+            return 0
+        log.warning(
+            "task %s: the create of attempt %s was never resolved by its deadline; its slot "
+            "is free again",
+            o.task_id,
+            o.attempt,
+            extra=ctx(task=o.task_id),
+        )
+        return int(await self.rt.store.release_orphan(o.remote_id))
 
     def _accounts(self) -> set[tuple[str, str]]:
         """(AIGC, paid target) of every configured queue."""

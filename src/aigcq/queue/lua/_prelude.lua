@@ -27,13 +27,46 @@ end
 
 -- Remote tasks we no longer want but that may still run on a paid platform: each keeps
 -- its place in its account's cap (ZSET remoteId -> next check) until the platform says
--- it ended; ``{P}:orphan:{remoteId}`` tells which task and attempt it ran for.
+-- it ended; ``{P}:orphan:{remoteId}`` tells which task and attempt it ran for. An attempt
+-- has at most one: the task's hash names it (``orphan.<attempt>``), so that attempt's own
+-- TASK_END releases exactly it. A create whose outcome is unknown (no remote id yet) is
+-- kept as ``create:<createId>`` (with its ``createAt``) until its id, its webhook or its
+-- deadline resolves it.
 local function orphkey(aigc, target) return P .. ':orphans:' .. aigc .. ':' .. target end
+local function unorphan(remote)
+  local o = P .. ':orphan:' .. remote
+  local h = redis.call('HMGET', o, 'AIGC', 'target', 'taskId', 'attempt')
+  if not h[1] then return 0 end
+  redis.call('ZREM', orphkey(h[1], h[2]), remote)
+  redis.call('DEL', o)
+  local field = 'orphan.' .. (h[4] or '0')
+  if h[3] and redis.call('HGET', tkey(h[3]), field) == remote then
+    redis.call('HDEL', tkey(h[3]), field)
+  end
+  redis.call('PUBLISH', P .. ':events', 'wake')  -- a slot is free
+  return 1
+end
 local function orphan(remote, id, attempt, aigc, platform, target, now)
+  local k, field = tkey(id), 'orphan.' .. (attempt or 0)
+  local before = redis.call('HGET', k, field)
+  if before and before ~= remote then unorphan(before) end  -- its create resolved
   redis.call('ZADD', orphkey(aigc, target), tonumber(now) + 1, remote)
   redis.call('HSET', P .. ':orphan:' .. remote, 'taskId', id, 'attempt', attempt or 0,
     'AIGC', aigc, 'platform', platform, 'target', target, 'since', now,
-    'workflowId', redis.call('HGET', tkey(id), 'workflowId') or '')
+    'workflowId', redis.call('HGET', k, 'workflowId') or '')
+  if redis.call('EXISTS', k) == 1 then redis.call('HSET', k, field, remote) end
+end
+-- The run of ``attempt`` of task ``id`` ended (its own TASK_END): its orphan, if any, is
+-- released. Only the one that task and attempt name.
+local function orphan_ended(id, attempt)
+  local remote = redis.call('HGET', tkey(id), 'orphan.' .. attempt)
+  if not remote then return 0 end
+  local o = redis.call('HMGET', P .. ':orphan:' .. remote, 'taskId', 'attempt')
+  if o[1] ~= id or o[2] ~= attempt then
+    redis.call('HDEL', tkey(id), 'orphan.' .. attempt)  -- released meanwhile
+    return 0
+  end
+  return unorphan(remote)
 end
 
 -- ``csv`` lists the paid targets: their unwanted remote tasks are kept as orphans.

@@ -5,19 +5,31 @@
 -- (csv), fenced ('1': a failure, applied only while ``from attempt`` is the live one),
 -- ended ('1': the run of ``from attempt`` has ended). The live attempt's remote task on a
 -- paid target, unless it is the one that ended, becomes an orphan, kept in its account's
--- cap until it ends; its id is returned last so the caller cancels it. Returns {1, to, AIGC, platform, target, created, orphan},
+-- cap until it ends; its id is returned last so the caller cancels it. A create whose
+-- outcome is unknown (recorded, no remote id) is kept likewise as ``create:<createId>``.
+-- Whether applied or not, an ended run of ``from attempt`` releases that attempt's orphan.
+-- Returns {1, to, AIGC, platform, target, created, orphan},
 -- {0, state} (not allowed), {2, state} (fenced: a superseded attempt), {-1, ''} (unknown).
 local id, to, now, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local k = tkey(id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
 if not h[1] then return {-1, ''} end
+if ARGV[16] == '1' and ARGV[13] ~= '' and orphan_ended(id, ARGV[13]) == 1
+    and ARGV[13] == h[2] then
+  redis.call('HSET', k, 'endedAttempt', h[2])  -- a create reply still to come: nothing runs
+end
 if not allowed(ARGV[11], h[1]) then return {0, h[1]} end
 if ARGV[15] == '1' and (h[2] ~= ARGV[13] or h[1] == 'pending') then return {2, h[1]} end
-local orphaned = ''
+local orphaned, create_at = '', nil
 local over = ARGV[16] == '1' and ARGV[13] == h[2]
-if h[6] and h[6] ~= '' and not over and paid(ARGV[14], h[5]) then
-  orphan(h[6], id, h[2], h[3], h[4], h[5], now)
-  orphaned = h[6]
+if not over and paid(ARGV[14], h[5]) then
+  if h[6] and h[6] ~= '' then
+    orphaned = h[6]
+  elseif h[9] and h[9] ~= '' then  -- a create may be out: counted until it is resolved
+    orphaned, create_at = 'create:' .. h[9], redis.call('HGET', k, 'createAt') or now
+  end
+  if orphaned ~= '' then orphan(orphaned, id, h[2], h[3], h[4], h[5], now) end
+  if create_at then redis.call('HSET', P .. ':orphan:' .. orphaned, 'createAt', create_at) end
 end
 if h[1] == 'pending' then
   redis.call('LREM', waitkey(h[3], h[4]), 1, id)
