@@ -136,16 +136,24 @@ class Outcomes:
         if task.charged >= self.rt.max_attempts(self.rt.config.account(task.aigc, task.platform)):
             return False
         live = task.attempt if attempt is None else attempt
-        retried = await self.rt.store.requeue(task_id, attempt=live, reason=reason, ended=True)
-        if retried:
+        return await self._requeue(task_id, live, reason, delay_s=0.0, ended=True)
+
+    async def _requeue(
+        self, task_id: str, attempt: int, reason: str, *, delay_s: float, ended: bool
+    ) -> bool:
+        """Put ``attempt`` back for another one (only while it is the live attempt)."""
+        moved = await self.rt.store.requeue(
+            task_id, attempt=attempt, delay_s=delay_s, reason=reason, ended=ended
+        )
+        if moved:
             log.warning(
                 "task %s: attempt %s %s, retrying",
                 task_id,
-                live,
+                attempt,
                 reason,
                 extra=ctx(task=task_id),
             )
-        return retried
+        return moved
 
     async def retry_or_fail(
         self,
@@ -165,18 +173,9 @@ class Outcomes:
         kept counted and cancelled). True when the task moved."""
         account = self.rt.config.account(aigc, platform)
         if charged < self.rt.max_attempts(account):
-            moved = await self.rt.store.requeue(
-                task_id, attempt=attempt, delay_s=min(charged, 10), reason=reason, ended=ended
+            return await self._requeue(
+                task_id, attempt, reason, delay_s=min(charged, 10), ended=ended
             )
-            if moved:
-                log.warning(
-                    "task %s: attempt %s %s, retrying",
-                    task_id,
-                    attempt,
-                    reason,
-                    extra=ctx(task=task_id),
-                )
-            return moved
         error = {"code": code.value, "message": reason, "detail": detail}
         done = await self.fail(task_id, attempt, code, error, reason, ended=ended)
         if done.applied:
