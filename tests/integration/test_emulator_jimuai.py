@@ -238,6 +238,15 @@ async def test_adapter_stores_base64_only_results_and_backs_off_on_limits(tmp_pa
             assert stored.read_bytes().startswith(b"\x89PNG")
             again = await client.query(adapter, task, APIKEY)  # asked twice: the same file
             assert isinstance(again, Succeeded) and again.data == done.data
+            # An orphan's check only asks whether it ended: nothing is stored for it.
+            orphan = make_task("t10", req_key=REQ_KEY)
+            created = await client.submit(adapter, orphan, APIKEY, "")
+            assert isinstance(created, Accepted)
+            orphan.remote_id = created.remote_id
+            before = sorted(tmp_path.rglob("*"))
+            peeked = await client.peek(adapter, orphan, APIKEY)
+            assert isinstance(peeked, Succeeded) and peeked.files
+            assert sorted(tmp_path.rglob("*")) == before
 
             await inject(base, "rate_limit")
             assert isinstance(await client.submit(adapter, make_task("t3"), APIKEY, ""), Full)

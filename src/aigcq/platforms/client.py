@@ -134,7 +134,16 @@ class PlatformClient:
         return adapter.parse_submit(status, body)
 
     async def query(self, adapter: PlatformAdapter, task: Task, apikey: str) -> ResultOutcome:
-        """The remote task's state; :class:`Unknown` when the platform gave no answer."""
+        """The remote task's state, a success ready to deliver (inline result files stored,
+        their URLs in its data); :class:`Unknown` when the platform gave no answer."""
+        outcome = await self.peek(adapter, task, apikey)
+        if isinstance(outcome, Succeeded) and outcome.files:
+            return await self._store_files(adapter, task, outcome)
+        return outcome
+
+    async def peek(self, adapter: PlatformAdapter, task: Task, apikey: str) -> ResultOutcome:
+        """The remote task's state as the platform says it, inline files left unstored: for
+        a caller that only needs to know whether the task ended (an orphan's check)."""
         if not task.remote_id:
             return NotFound("no remote task id")
         try:
@@ -143,10 +152,7 @@ class PlatformClient:
         except (aiohttp.ClientError, TimeoutError) as exc:
             self._warn(task, adapter, "query failed", exc)
             return Unknown(f"unreachable: {str(exc) or type(exc).__name__}")
-        outcome = adapter.parse_query(status, body)
-        if isinstance(outcome, Succeeded) and outcome.files:
-            return await self._store_files(adapter, task, outcome)
-        return outcome
+        return adapter.parse_query(status, body)
 
     async def _store_files(
         self, adapter: PlatformAdapter, task: Task, outcome: Succeeded

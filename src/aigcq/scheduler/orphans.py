@@ -72,7 +72,8 @@ class Orphans:
             return int(await self.rt.store.release_orphan(o.remote_id))
         if o.awaiting_create:
             return await self._check_create(o)
-        outcome = await self.rt.platforms.query(adapter, _as_task(o), self._apikey(o))
+        # peek: the result is nobody's, so inline files are not stored
+        outcome = await self.rt.platforms.peek(adapter, _as_task(o), self._apikey(o))
         if isinstance(outcome, Succeeded | Failed | NotFound):
             log.info(
                 "task %s: unwanted remote task %s ended (%s)",
