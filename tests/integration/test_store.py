@@ -178,3 +178,22 @@ async def test_finish_unknown_task(redis: aioredis.Redis) -> None:
     store = make_store(redis)
     done = await store.finish("nope", TaskState.SUCCESS)
     assert not done.applied and done.state is None
+
+
+async def test_a_retry_while_a_create_may_be_out_keeps_it_in_the_cap(
+    redis: aioredis.Redis,
+) -> None:
+    """``retry_uncertain`` at the deadline: the task goes back to waiting while its first
+    create may run (no remote id yet). That create stays counted in its account's cap, as
+    ``create:<createId>``, exactly as when the task is finished instead."""
+    store = make_store(redis)
+    store.paid_targets = "runninghub"
+    await submit(store, "u1")
+    (c,) = await store.claim("p", "comfyui", "runninghub", cap=1, n=1, deadline_s=60)
+    assert await store.begin_create("u1", c.attempt, "c1", deadline_s=60)
+    await store.mark_running("u1", c.attempt, "", deadline_s=60, kind="callback")
+    assert await store.requeue("u1", attempt=c.attempt, reason="deadline passed")
+    assert await redis.zrange("t:orphans:p:runninghub", 0, -1) == ["create:c1"]
+    orphan = await store.orphans_of("create:c1")
+    assert orphan is not None and orphan.awaiting_create and orphan.attempt == c.attempt
+    assert await store.claim("p", "comfyui", "runninghub", cap=1, n=1, deadline_s=60) == []

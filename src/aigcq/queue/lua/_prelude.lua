@@ -74,6 +74,23 @@ local function paid(csv, target)
   return target and target ~= '' and allowed(csv, target)
 end
 
+-- The live attempt's run on a paid target becomes an orphan, counted in its account's cap
+-- until it ends: its remote task, or a create whose outcome is unknown (recorded, no remote
+-- id) as ``create:<createId>`` with its ``createAt``. ``h`` = FIELDS. Returns its id ('').
+local function orphan_live(id, h, csv, now)
+  if not paid(csv, h[5]) then return '' end
+  local orphaned, create_at = '', nil
+  if h[6] and h[6] ~= '' then
+    orphaned = h[6]
+  elseif h[9] and h[9] ~= '' then
+    orphaned, create_at = 'create:' .. h[9], redis.call('HGET', tkey(id), 'createAt') or now
+  end
+  if orphaned == '' then return '' end
+  orphan(orphaned, id, h[2], h[3], h[4], h[5], now)
+  if create_at then redis.call('HSET', P .. ':orphan:' .. orphaned, 'createAt', create_at) end
+  return orphaned
+end
+
 -- Take a task out of every in-flight index. ``h`` = {status, attempt, AIGC, platform, target, remoteTaskId}
 local function unlink_inflight(id, h)
   if h[5] and h[5] ~= '' then redis.call('ZREM', runkey(h[3], h[5]), id) end

@@ -20,17 +20,9 @@ if ARGV[16] == '1' and ARGV[13] ~= '' and orphan_ended(id, ARGV[13]) == 1
 end
 if not allowed(ARGV[11], h[1]) then return {0, h[1]} end
 if ARGV[15] == '1' and (h[2] ~= ARGV[13] or h[1] == 'pending') then return {2, h[1]} end
-local orphaned, create_at = '', nil
+local orphaned = ''
 local over = ARGV[16] == '1' and ARGV[13] == h[2]
-if not over and paid(ARGV[14], h[5]) then
-  if h[6] and h[6] ~= '' then
-    orphaned = h[6]
-  elseif h[9] and h[9] ~= '' then  -- a create may be out: counted until it is resolved
-    orphaned, create_at = 'create:' .. h[9], redis.call('HGET', k, 'createAt') or now
-  end
-  if orphaned ~= '' then orphan(orphaned, id, h[2], h[3], h[4], h[5], now) end
-  if create_at then redis.call('HSET', P .. ':orphan:' .. orphaned, 'createAt', create_at) end
-end
+if not over then orphaned = orphan_live(id, h, ARGV[14], now) end
 if h[1] == 'pending' then
   redis.call('LREM', waitkey(h[3], h[4]), 1, id)
   redis.call('ZREM', P .. ':delayed', id)

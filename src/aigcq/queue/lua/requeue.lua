@@ -13,9 +13,7 @@ if not allowed(ARGV[9], h[1]) or (attempt ~= '' and h[2] ~= attempt) then return
 if ARGV[10] ~= '' and h[6] ~= ARGV[10] then return 0 end
 if ARGV[14] == '1' and h[9] then return 0 end
 unlink_inflight(id, h)
-if h[6] and h[6] ~= '' and ARGV[13] ~= '1' and paid(ARGV[12], h[5]) then
-  orphan(h[6], id, h[2], h[3], h[4], h[5], now)
-end
+if ARGV[13] ~= '1' then orphan_live(id, h, ARGV[12], now) end
 if ARGV[7] == '1' then
   local free = redis.call('HINCRBY', k, 'uncharged', 1)
   if free <= tonumber(ARGV[11]) and tonumber(redis.call('HGET', k, 'charged') or 0) > 0 then
