@@ -17,6 +17,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 import websockets
+from redis import exceptions as redis_errors
 
 from aigcq.bridges.hub import HubConfig
 from aigcq.config import PlatformConfig, Settings
@@ -255,6 +256,47 @@ async def test_reregister_requeues_acked_tasks_the_bridge_no_longer_holds(env: E
     bridge = await env.bridge()
     await bridge.register(count=1, availableInstanceCount=0, tasks=[])
     await until(lambda: env.task("h1"), lambda t: t.state == "pending")
+    await bridge.ws.close()
+    await client.close()
+
+
+async def test_a_lost_reply_while_re_adopting_held_tasks_forgets_none_of_them(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bridge reconnects listing both its tasks and the reply to the hub's refresh of
+    their record is lost: when it reconnects again holding neither, both are requeued (the
+    record was taken before the refresh, so they waited for their deadline)."""
+    bridge = await env.bridge()
+    await bridge.register(count=2)
+    client = await env.client()
+    for task_id in ("h1", "h2"):
+        await client.request(generate(task_id))
+        await bridge.next()
+        await bridge.ack(task_id)
+        await until(partial(env.task, task_id), lambda t: t.state == "running")
+    held = env.service.hub.registry.tasks_key("br1")  # type: ignore[union-attr]
+    await until(lambda: env.redis.hlen(held), lambda n: n == 2)
+    await bridge.ws.close()
+    mux = env.service.rt.store.mux
+    real = mux.commands
+    lost: list[Any] = []
+
+    async def lose_reply(*commands: Any) -> list[Any]:
+        replies = await real(*commands)
+        if not lost and any(str(c[1]).endswith(":tasks") for c in commands):
+            lost.append(commands)
+            raise redis_errors.ConnectionError("reply lost")
+        return replies
+
+    monkeypatch.setattr(mux, "commands", lose_reply)
+    bridge = await env.bridge()
+    await bridge.register(count=2, availableInstanceCount=0, tasks=["h1", "h2"])
+    await until(lambda: asyncio.sleep(0, lost), bool)
+    await bridge.ws.close()
+    bridge = await env.bridge()
+    await bridge.register(count=2, availableInstanceCount=0, tasks=[])
+    for task_id in ("h1", "h2"):
+        await until(partial(env.task, task_id), lambda t: t.state == "pending")
     await bridge.ws.close()
     await client.close()
 

@@ -6,12 +6,14 @@ Also the seed-002 bridge that acknowledges with its own taskId, and TASK_CANCEL.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
 
 from aigcq.domain import TaskState
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
@@ -230,3 +232,25 @@ async def test_a_task_whose_capable_bridge_is_busy_overflows_not_to_an_idle_inca
             await idle.next(timeout=0.3)
         for ws in (idle.ws, busy.ws, client.ws):
             await ws.close()
+
+
+async def test_a_failed_task_end_frees_the_slot_though_its_count_is_not_saved(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine's failure takes the bridge out of rotation (limit 1) and saving that
+    fails (Redis away): the task's slot is freed all the same, not kept till a HEARTBEAT."""
+    hub = env.service.hub
+    assert hub is not None
+    env.service.rt.settings.bridge_failure_limit = 1
+    bridge, client, assign = await one_running(env, "q1")
+
+    async def redis_away(*args: Any, **kwargs: Any) -> int:
+        raise redis_errors.ConnectionError("Redis away")
+
+    monkeypatch.setattr(hub.registry, "save", redis_away)
+    assert await task_end(env, assign["webhookUrl"], code=1) == 200
+    conn = hub.registry.bridges["br1"]
+    await until(lambda: asyncio.sleep(0, conn), lambda c: c.quarantined_at is not None)
+    await until(lambda: asyncio.sleep(0, conn), lambda c: not c.slots.holds("q1"))
+    await bridge.ws.close()
+    await client.close()

@@ -54,10 +54,14 @@ class TaskEnds:
     async def _count(
         self, task_id: str, end: TaskEnd, ran: BridgeConn | None, attempt: int | None
     ) -> None:
+        """Count the end; a failed task's slot is freed after the count (a failing bridge
+        is out first), and freed however the count went (Redis away while saving it)."""
         cancel = end is TaskEnd.CANCELLED
-        await self.rotation.count_end(task_id, _COUNTED.get(end), ran, cancel=cancel)
-        if ran is not None and end is TaskEnd.FAILED:
-            self.end_on(ran, task_id, end, attempt)
+        try:
+            await self.rotation.count_end(task_id, _COUNTED.get(end), ran, cancel=cancel)
+        finally:
+            if ran is not None and end is TaskEnd.FAILED:
+                self.end_on(ran, task_id, end, attempt)
 
     def end_on(self, conn: BridgeConn, task_id: str, end: TaskEnd, attempt: int | None) -> None:
         held = conn.slots.attempt_of(task_id)

@@ -276,23 +276,30 @@ class BridgeHub:
 
     async def _reconcile_held(self, conn: BridgeConn, listed: set[str]) -> None:
         """Keep on ``conn`` the acknowledged tasks it still holds (re-adopted prompts among
-        them); requeue those it no longer lists (fenced by attempt)."""
-        ttl = int(self.rt.settings.task_deadline_s) + 60
-        for task_id, attempt in (await self.registry.take_held(conn.bridge_id)).items():
-            if task_id in listed:
-                await self.registry.remember(conn.bridge_id, task_id, attempt, ttl)
-                conn.adopt(task_id, attempt)
-                continue
-            conn.end(task_id)
-            log.warning(
-                "bridge %s: task %s no longer held, requeued",
-                conn.bridge_id,
-                task_id,
-                extra=ctx(task=task_id, bridge=conn.bridge_id),
-            )
-            await self.rt.store.requeue(
-                task_id, attempt=attempt, front=True, reason=f"bridge {conn.bridge_id} lost it"
-            )
+        them, their record refreshed in one round trip); requeue those it no longer lists
+        (fenced by attempt), each forgotten only once requeued: a restart or a Redis fault
+        halfway leaves the rest recorded for the next REGISTER."""
+        held = await self.registry.held(conn.bridge_id)
+        kept = {t: a for t, a in held.items() if t in listed}
+        for task_id, attempt in kept.items():
+            conn.adopt(task_id, attempt)
+        await self.registry.keep(conn.bridge_id, kept, int(self.rt.settings.task_deadline_s) + 60)
+        for task_id, attempt in held.items():
+            if task_id not in kept:
+                await self._no_longer_held(conn, task_id, attempt)
+
+    async def _no_longer_held(self, conn: BridgeConn, task_id: str, attempt: int) -> None:
+        conn.end(task_id)
+        log.warning(
+            "bridge %s: task %s no longer held, requeued",
+            conn.bridge_id,
+            task_id,
+            extra=ctx(task=task_id, bridge=conn.bridge_id),
+        )
+        await self.rt.store.requeue(
+            task_id, attempt=attempt, front=True, reason=f"bridge {conn.bridge_id} lost it"
+        )
+        await self.registry.forget(conn.bridge_id, task_id)
 
     async def _heartbeat(self, conn: BridgeConn, data: HeartbeatData) -> None:
         before = conn.free()

@@ -336,18 +336,27 @@ class BridgeRegistry:
 
     async def remember(self, bridge_id: str, task_id: str, attempt: int, ttl_s: int) -> None:
         """Record an acknowledged task as held by ``bridge_id``."""
+        await self.keep(bridge_id, {task_id: attempt}, ttl_s)
+
+    async def keep(self, bridge_id: str, tasks: dict[str, int], ttl_s: int) -> None:
+        """Record acknowledged ``tasks`` (taskId -> attempt) as held by ``bridge_id``, in
+        one round trip however many they are."""
+        if not tasks:
+            return
         key = self.tasks_key(bridge_id)
         await self.store.mux.commands(
-            ["HSET", key, task_id, attempt],
+            ["HSET", key, *(x for kv in tasks.items() for x in kv)],
             ["EXPIRE", key, ttl_s],
-            ["SET", self.owner_key(task_id), bridge_id, "EX", ttl_s],
+            *(["SET", self.owner_key(t), bridge_id, "EX", ttl_s] for t in tasks),
         )
 
-    async def take_held(self, bridge_id: str) -> dict[str, int]:
-        """The acknowledged tasks recorded for ``bridge_id``, forgetting them."""
-        key = self.tasks_key(bridge_id)
-        pipe = self.store.redis.pipeline(transaction=True)
-        pipe.hgetall(key)
-        pipe.delete(key)
-        raw, _ = await pipe.execute()
-        return {str(k): int(v) for k, v in raw.items()}
+    async def held(self, bridge_id: str) -> dict[str, int]:
+        """The acknowledged tasks recorded for ``bridge_id``. Read, not taken: each is
+        forgotten (:meth:`forget`) only once its end is settled, so a restart or a lost
+        reply halfway through a reconcile leaves the rest for the next one."""
+        raw = await self.store.redis.hgetall(self.tasks_key(bridge_id))
+        return {text(k): int(v) for k, v in raw.items()}
+
+    async def forget(self, bridge_id: str, task_id: str) -> None:
+        """``task_id`` is no longer recorded as held by ``bridge_id``."""
+        await self.store.mux.command("HDEL", self.tasks_key(bridge_id), task_id)
