@@ -92,6 +92,38 @@ async def test_owed_callbacks_are_sent_after_a_restart_and_given_up_visibly(
     assert 'aigcq_asynch_callbacks{state="failed"} 1.0' in metrics
 
 
+class _CountingPool:
+    """The service's pool, counting the connections its callback sender takes."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.checkouts = 0
+
+    def connection(self) -> Any:
+        self.checkouts += 1
+        return self.pool.connection()
+
+
+async def test_delivered_callbacks_are_deleted_together_not_one_statement_each(
+    asynch: Asynch,
+) -> None:
+    callbacks = asynch.svc.callbacks
+    counting = _CountingPool(callbacks.pool)
+    callbacks.pool = counting  # type: ignore[assignment]
+    ok = Recorder()
+    async with serve_app(ok.app) as url:
+        await asynch.db.execute(
+            "INSERT INTO asynch_callback (task_id, url, params)"
+            " SELECT 't' || g, %s, '{}' FROM generate_series(1, 60) g",
+            (f"{url}/b",),
+        )
+        callbacks.wake()
+        await ok.wait_for(60, within=10)
+        await until(callbacks.counts, lambda c: c["owed"] == 0, within=5)
+    assert await callbacks.counts() == {"owed": 0, "failed": 0}
+    assert counting.checkouts < 20  # one per claim and per delete batch, not per callback
+
+
 # ---- 2: a PostgreSQL outage retries the finishing write, not the attempt ------------------
 
 

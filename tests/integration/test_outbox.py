@@ -116,3 +116,15 @@ async def test_a_drain_that_fails_half_way_does_not_resend_what_it_sent(
     await outbox.drain("flaky", works, cursor, auto_ack=True)
     assert more == ["flaky-2", "flaky-3", "flaky-4"]  # nothing sent twice
     assert await redis.xlen("ob:outbox:flaky") == 0
+
+
+async def test_indexing_streams_written_before_the_index_is_one_write_per_scan_page(
+    store: TaskStore, redis: aioredis.Redis
+) -> None:
+    for i in range(40):  # streams of a version without the index
+        await redis.xadd(f"ob:outbox:legacy-{i}", {"taskId": f"t{i}", "status": "success"})
+    await redis.config_resetstat()
+    await OutboxRetention(redis, store.keys, RETENTION).index_existing(time.time())
+    assert await redis.zcard("ob:outboxes") == 40
+    stats = await redis.info("commandstats")
+    assert stats["cmdstat_zadd"]["calls"] <= stats["cmdstat_scan"]["calls"]

@@ -5,7 +5,8 @@ records the success (:mod:`aigcq.asynch.tasks_repo`), so it follows from durable
 Redis failure while the task's slots are freed, or a process that stops, cannot lose it.
 :class:`Callbacks` is the sender loop every serving process runs: it claims owed rows
 (``FOR UPDATE SKIP LOCKED``, then a lease on the row by pushing ``next_at``), sends them with a
-doubling pause between tries, deletes a delivered row and marks a row given up (state 2)
+doubling pause between tries, deletes delivered rows (those finishing together by one
+statement, :class:`~aigcq.asynch.coalesce.Coalescer`) and marks a row given up (state 2)
 after ``attempts`` tries; those stay visible in stats (:meth:`Callbacks.counts`). Delivery is
 at least once: a sender that dies between sending and recording sends again after the lease.
 ``text`` is cut to 2000 characters.
@@ -16,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from aigcq.asynch.coalesce import Coalescer
 from aigcq.asynch.db import Pool, Row
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import cancel_and_wait
@@ -44,7 +47,7 @@ WHERE c.id IN (
     ORDER BY next_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 RETURNING c.id, c.task_id, c.url, c.params, c.attempts
 """
-_DELIVERED = "DELETE FROM asynch_callback WHERE id = %s"
+_DELIVERED = "DELETE FROM asynch_callback WHERE id = ANY(%s)"
 _FAILED = """
 UPDATE asynch_callback SET last_error = %(error)s, updated_at = now(),
     state = CASE WHEN attempts >= %(max)s THEN 2 ELSE 0 END,
@@ -90,6 +93,8 @@ class Callbacks:
         self.poll_seconds = poll_seconds
         self._sending: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
+        #: delivered rows finishing together are deleted by one statement
+        self._deletes: Coalescer[int, None] = Coalescer(self._delete_rows)
 
     def wake(self) -> None:
         """A callback was just recorded: look now rather than at the next poll."""
@@ -149,11 +154,11 @@ class Callbacks:
     async def _record(
         self, row_id: int, task_id: str, url: str, attempt: int, problem: str | None
     ) -> None:
+        if problem is None:
+            await self._deletes.submit(row_id)
+            log.info("task %s: callback delivered to %s", task_id, url, extra=ctx(task=task_id))
+            return
         async with self.pool.connection() as conn:
-            if problem is None:
-                await conn.execute(_DELIVERED, (row_id,))
-                log.info("task %s: callback delivered to %s", task_id, url, extra=ctx(task=task_id))
-                return
             pause = self.backoff * 2 ** (attempt - 1)
             cur = await conn.execute(
                 _FAILED, {"id": row_id, "error": problem, "max": self.attempts, "pause": pause}
@@ -179,6 +184,11 @@ class Callbacks:
                 problem,
                 extra=ctx(task=task_id),
             )
+
+    async def _delete_rows(self, row_ids: Sequence[int]) -> list[None]:
+        async with self.pool.connection() as conn:
+            await conn.execute(_DELIVERED, (list(row_ids),))
+        return [None] * len(row_ids)
 
     async def counts(self) -> dict[str, int]:
         """Callbacks owed (not delivered yet) and given up."""

@@ -87,5 +87,11 @@ class OutboxRetention:
         """Index streams written before the index existed (once per process): their age
         is unknown, so they count as written ``now`` (kept one more retention period)."""
         prefix = self.keys.outbox("")
-        async for raw in self.redis.scan_iter(match=f"{prefix}*", count=1000, _type="stream"):
-            await self.redis.zadd(self.keys.outboxes, {text(raw)[len(prefix) :]: now}, nx=True)
+        cursor: int = 0
+        while True:  # one ZADD per SCAN page, not one round trip per stream
+            cursor, raws = await self.redis.scan(cursor, f"{prefix}*", 1000, "stream")
+            if raws:
+                found = {text(raw)[len(prefix) :]: now for raw in raws}
+                await self.redis.zadd(self.keys.outboxes, found, nx=True)
+            if not cursor:
+                return
