@@ -37,7 +37,7 @@ from aigcq.platforms.base import (
 )
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.result_files import files_route, result_storage
-from aigcq.plumbing.background import cancel_and_wait, round_failed
+from aigcq.plumbing.background import cancel_and_wait, every
 from aigcq.plumbing.events import EventBus
 from aigcq.queue.store import TaskStore
 from aigcq.scheduler.dispatcher import Dispatcher
@@ -138,24 +138,21 @@ class Service:
             return Failed(failure.code, failure.message, detail=detail)
         return outcome
 
-    async def _deliver_sweep(self) -> None:
-        """Covers pub/sub messages lost while a subscription was reconnecting, and drops
-        outbox messages past their retention (about once a minute)."""
-        loop = asyncio.get_running_loop()
+    async def _redeliver(self) -> None:
+        """Covers pub/sub messages lost while a subscription was reconnecting."""
+
+        async def notify_all() -> None:
+            self.gateway.clients.notify_all()
+
+        await every(self.rt.settings.sweep_interval_s * 5, notify_all, log, "redelivery sweep")
+
+    async def _trim_outboxes(self) -> None:
+        """Drops outbox messages past their retention, about once a minute."""
         retention = OutboxRetention(
             self.rt.redis, self.rt.store.keys, self.rt.settings.outbox_retention_s
         )
-        next_trim = loop.time()
-        while True:
-            await asyncio.sleep(self.rt.settings.sweep_interval_s * 5)
-            self.gateway.clients.notify_all()
-            if loop.time() < next_trim:
-                continue
-            next_trim = loop.time() + RETENTION_SWEEP_S
-            try:
-                await retention.sweep(time.time())
-            except Exception as exc:
-                round_failed(log, "outbox retention sweep", exc)
+        sweep = lambda: retention.sweep(time.time())  # noqa: E731
+        await every(RETENTION_SWEEP_S, sweep, log, "outbox retention sweep")
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
@@ -163,7 +160,8 @@ class Service:
             self.events.run(),
             self.dispatcher.run(),
             self.sweeper.run(),
-            self._deliver_sweep(),
+            self._redeliver(),
+            self._trim_outboxes(),
             *(p.run() for p in self.pollers),
             *([self.hub.health.run(), self.hub.peers.run()] if self.hub else []),
             *(loop() for loop in self.background),
