@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -75,26 +76,22 @@ def callback_request(
     return url, params
 
 
+@dataclass(eq=False)
 class Callbacks:
     """The sender loop over ``asynch_callback`` (see the module docstring)."""
 
-    def __init__(
-        self,
-        pool: Pool,
-        client: httpx.AsyncClient,
-        attempts: int,
-        backoff: float,
-        poll_seconds: float = 1.0,
-    ) -> None:
-        self.pool = pool
-        self.client = client
-        self.attempts = attempts
-        self.backoff = backoff
-        self.poll_seconds = poll_seconds
-        self._sending: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
-        #: delivered rows finishing together are deleted by one statement
-        self._deletes: Coalescer[int, None] = Coalescer(self._delete_rows)
+    pool: Pool
+    client: httpx.AsyncClient
+    attempts: int
+    backoff: float
+    poll_seconds: float = 1.0
+    _sending: set[asyncio.Task[None]] = field(init=False, default_factory=set)
+    _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    #: delivered rows finishing together are deleted by one statement
+    _deletes: Coalescer[int, None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._deletes = Coalescer(self._delete_rows)
 
     def wake(self) -> None:
         """A callback was just recorded: look now rather than at the next poll."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass, field
 
 from aigcq.asynch.db import Pool, Row
 from aigcq.asynch.gate import QueueGate
@@ -121,28 +121,19 @@ class CleanReport:
         return asdict(self)
 
 
+@dataclass(eq=False)
 class Cleaner:
-    def __init__(
-        self,
-        pool: Pool,
-        gate: QueueGate,
-        semaphore: Semaphore,
-        *,
-        running_grace: float,
-        queue_timeout: float,
-        gate_grace: float,
-        files: LocalStorage | None = None,
-        rebuild: Rebuild | None = None,
-    ) -> None:
-        self.rebuild = rebuild
-        self.pool = pool
-        self.files = files
-        self.gate = gate
-        self.semaphore = semaphore
-        self.running_grace = running_grace
-        self.queue_timeout = queue_timeout
-        self.gate_grace = gate_grace
-        self._dead: set[tuple[str, int]] = set()  # leases found gone at the last look
+    pool: Pool
+    gate: QueueGate
+    semaphore: Semaphore
+    _: KW_ONLY
+    running_grace: float
+    queue_timeout: float
+    gate_grace: float
+    files: LocalStorage | None = None
+    rebuild: Rebuild | None = None
+    #: leases found gone at the last look
+    _dead: set[tuple[str, int]] = field(init=False, default_factory=set)
 
     async def run_once(self) -> CleanReport:
         report = CleanReport()

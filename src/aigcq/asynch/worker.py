@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import KW_ONLY, dataclass, field
 
 from aigcq.asynch.executor import Executor
 from aigcq.asynch.semaphore import Semaphore
@@ -24,26 +25,18 @@ from aigcq.plumbing.background import cancel_and_wait, round_failed
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class Worker:
-    def __init__(
-        self,
-        tasks: TaskRepo,
-        executor: Executor,
-        semaphore: Semaphore,
-        *,
-        interval: float,
-        batch_size: int,
-        capacity: int,
-    ) -> None:
-        self.tasks = tasks
-        self.executor = executor
-        self.semaphore = semaphore
-        self.interval = interval
-        self.batch_size = batch_size
-        self.capacity = capacity
-        self._running: set[asyncio.Task[State | None]] = set()
-        self._followers: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
+    tasks: TaskRepo
+    executor: Executor
+    semaphore: Semaphore
+    _: KW_ONLY
+    interval: float
+    batch_size: int
+    capacity: int
+    _running: set[asyncio.Task[State | None]] = field(init=False, default_factory=set)
+    _followers: set[asyncio.Task[None]] = field(init=False, default_factory=set)
+    _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
 
     async def admit(self, task_id: str, model: str, tenant: str, attempt: int, cap: int) -> bool:
         """Take the semaphore lease the attempt will run under."""
