@@ -16,12 +16,13 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
 
 from aigcq.asynch.coalesce import Coalescer
-from aigcq.asynch.rebuild import REBUILD_NEEDED, RUN_ID_CHECK, RUN_ID_KEY, Rebuild, admitting
+from aigcq.asynch.rebuild import REBUILD_NEEDED, RUN_ID_CHECK, RUN_ID_KEY, LeaseScripts, admitting
 from aigcq.asynch.runtime import (
     EFFECTIVE_LIMIT,
     gate_key,
@@ -108,19 +109,16 @@ class _Release(NamedTuple):
     gate: bool
 
 
-class Admission:
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        lease_seconds: float,
-        rebuild: Rebuild | None = None,
-    ) -> None:
-        self.redis = redis
-        self.rebuild = rebuild
-        self.lease_seconds = lease_seconds
-        self._script = redis.register_script(_OPS)
-        self._mux = RedisMux(redis)  # a call per createTask and per finished attempt
-        self._ops: Coalescer[_Take | _Release, Admitted | None] = Coalescer(self._run)
+@dataclass(eq=False)
+class Admission(LeaseScripts):
+    _script: AsyncScript = field(init=False)
+    _mux: RedisMux = field(init=False)  # a call per createTask and per finished attempt
+    _ops: Coalescer[_Take | _Release, Admitted | None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._script = self.redis.register_script(_OPS)
+        self._mux = RedisMux(self.redis)
+        self._ops = Coalescer(self._run)
 
     async def aclose(self) -> None:
         await self._mux.aclose()

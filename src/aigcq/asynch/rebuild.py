@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import redis.asyncio as aioredis
@@ -60,6 +61,17 @@ async def admitting(script: Callable[[], Awaitable[_Answer]], rebuild: Rebuild |
             break
         await rebuild()
     raise RedisStateLost("Redis lost the asynch state and it could not be rebuilt")
+
+
+@dataclass(eq=False)
+class LeaseScripts:
+    """Base of the Redis scripts that hand out semaphore leases of ``lease_seconds``
+    (:class:`~aigcq.asynch.semaphore.Semaphore`, :class:`~aigcq.asynch.admission.Admission`):
+    their admitting calls run ``rebuild`` when Redis lost its data (:func:`admitting`)."""
+
+    redis: aioredis.Redis
+    lease_seconds: float
+    rebuild: Rebuild | None = None
 
 
 _LIVE = """

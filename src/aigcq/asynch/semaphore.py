@@ -9,10 +9,11 @@ by the configured one.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
-import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
 
-from aigcq.asynch.rebuild import RUN_ID_CHECK, RUN_ID_KEY, Rebuild, admitting
+from aigcq.asynch.rebuild import RUN_ID_CHECK, RUN_ID_KEY, LeaseScripts, admitting
 from aigcq.asynch.runtime import EFFECTIVE_LIMIT, runtime_max_concurrency_key, semaphore_key
 from aigcq.observability import metrics
 
@@ -42,18 +43,14 @@ return 0
 """
 
 
-class Semaphore:
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        lease_seconds: float,
-        rebuild: Rebuild | None = None,
-    ) -> None:
-        self.redis = redis
-        self.rebuild = rebuild
-        self.lease_seconds = lease_seconds
-        self._acquire = redis.register_script(_ACQUIRE)
-        self._renew = redis.register_script(_RENEW)
+@dataclass(eq=False)
+class Semaphore(LeaseScripts):
+    _acquire: AsyncScript = field(init=False)
+    _renew: AsyncScript = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._acquire = self.redis.register_script(_ACQUIRE)
+        self._renew = self.redis.register_script(_RENEW)
 
     async def acquire(self, model: str, tenant: str, task_id: str, cap: int) -> bool:
         keys = [semaphore_key(model, tenant), runtime_max_concurrency_key(model), RUN_ID_KEY]
