@@ -11,7 +11,6 @@ import httpx
 
 from aigcq.asynch.admission import Admission
 from aigcq.asynch.callback import Callbacks
-from aigcq.asynch.gate import QueueGate
 from aigcq.asynch.invoke import DEFAULT_MAX_BYTES, CallError, call_model
 from aigcq.asynch.lease import LeaseKeeper
 from aigcq.asynch.models_repo import ModelConfig, ModelRepo
@@ -35,7 +34,6 @@ class Executor:
     models: ModelRepo
     tasks: TaskRepo
     storage: Storage
-    gate: QueueGate
     semaphore: Semaphore
     admission: Admission
     callbacks: Callbacks

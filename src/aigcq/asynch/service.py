@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -35,28 +35,72 @@ from aigcq.storage.local import LocalStorage
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)
 class AsynchService:
+    """The service's parts, built over the pools and clients it is given."""
+
     settings: AsynchSettings
     pool: Pool
     redis: aioredis.Redis
     http: httpx.AsyncClient
     model_http: aiohttp.ClientSession
     storage: Storage
-    models: ModelRepo
-    types: ModelTypeRepo
-    tasks: TaskRepo
-    gate: QueueGate
-    semaphore: Semaphore
-    admission: Admission
-    callbacks: Callbacks
-    worker: Worker
-    cleaner: Cleaner
+    models: ModelRepo = field(init=False)
+    types: ModelTypeRepo = field(init=False)
+    tasks: TaskRepo = field(init=False)
+    gate: QueueGate = field(init=False)
+    semaphore: Semaphore = field(init=False)
+    admission: Admission = field(init=False)
+    callbacks: Callbacks = field(init=False)
+    worker: Worker = field(init=False)
+    cleaner: Cleaner = field(init=False)
 
-    @property
-    def public_url(self) -> str:
-        s = self.settings
-        return (s.public_url or f"http://{s.host}:{s.port}").rstrip("/")
+    def __post_init__(self) -> None:
+        s, pool, redis = self.settings, self.pool, self.redis
+        rebuild = Rebuilder(pool, redis, s.lease_seconds).ensure
+        self.semaphore = Semaphore(redis, s.lease_seconds, rebuild)
+        self.gate = QueueGate(redis, rebuild)
+        self.admission = Admission(redis, s.lease_seconds, rebuild)
+        self.models = ModelRepo(pool, s.model_cache_seconds)
+        self.types = ModelTypeRepo(pool, self.http, s.prompts_core_url)
+        self.tasks = TaskRepo(pool)
+        self.callbacks = Callbacks(
+            pool,
+            self.http,
+            s.callback_attempts,
+            s.callback_backoff_seconds,
+            s.callback_poll_seconds,
+        )
+        executor = Executor(
+            http=self.model_http,
+            models=self.models,
+            tasks=self.tasks,
+            storage=self.storage,
+            semaphore=self.semaphore,
+            admission=self.admission,
+            callbacks=self.callbacks,
+            upload_attempts=s.upload_attempts,
+            text_max_chars=s.result_text_max_chars,
+            reply_max_bytes=s.reply_max_bytes,
+        )
+        self.worker = Worker(
+            self.tasks,
+            executor,
+            self.semaphore,
+            interval=s.worker_interval_seconds,
+            batch_size=s.worker_batch_size,
+            capacity=s.worker_goroutines * s.worker_batch_size,
+        )
+        self.cleaner = Cleaner(
+            pool,
+            self.gate,
+            self.semaphore,
+            running_grace=s.running_grace_seconds,
+            queue_timeout=s.queue_timeout_seconds,
+            gate_grace=s.gate_grace_seconds,
+            files=self.local_files,
+            rebuild=rebuild,
+        )
 
     @property
     def local_files(self) -> LocalStorage | None:
@@ -111,88 +155,27 @@ async def open_service(
     """Open pools and clients, yield the service, then stop its work and close them."""
     pool = await open_pool(database_url, settings.db_pool_max, settings.db_acquire_timeout_seconds)
     redis = redis_client(redis_url)
-    rebuild = Rebuilder(pool, redis, settings.lease_seconds).ensure
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
     http = httpx.AsyncClient(limits=limits, timeout=30.0)
     model_http = model_session()
-    public = (settings.public_url or f"http://{settings.host}:{settings.port}").rstrip("/")
     storage = build_storage(
         storage_settings or StorageSettings(),
         http,
         default_dir=data_dir / "files",
-        default_url=f"{public}/files",
+        default_url=f"{settings.base_url}/files",
     )
-    semaphore = Semaphore(redis, settings.lease_seconds, rebuild)
-    gate = QueueGate(redis, rebuild)
-    admission = Admission(redis, settings.lease_seconds, rebuild)
-    models = ModelRepo(pool, settings.model_cache_seconds)
-    tasks = TaskRepo(pool)
-    callbacks = Callbacks(
-        pool,
-        http,
-        settings.callback_attempts,
-        settings.callback_backoff_seconds,
-        settings.callback_poll_seconds,
-    )
-    executor = Executor(
-        http=model_http,
-        models=models,
-        tasks=tasks,
-        storage=storage,
-        gate=gate,
-        semaphore=semaphore,
-        admission=admission,
-        callbacks=callbacks,
-        upload_attempts=settings.upload_attempts,
-        text_max_chars=settings.result_text_max_chars,
-        reply_max_bytes=settings.reply_max_bytes,
-    )
-    worker = Worker(
-        tasks,
-        executor,
-        semaphore,
-        interval=settings.worker_interval_seconds,
-        batch_size=settings.worker_batch_size,
-        capacity=settings.worker_goroutines * settings.worker_batch_size,
-    )
-    cleaner = Cleaner(
-        pool,
-        gate,
-        semaphore,
-        running_grace=settings.running_grace_seconds,
-        queue_timeout=settings.queue_timeout_seconds,
-        gate_grace=settings.gate_grace_seconds,
-        files=storage if isinstance(storage, LocalStorage) else None,
-        rebuild=rebuild,
-    )
-    service = AsynchService(
-        settings=settings,
-        pool=pool,
-        redis=redis,
-        http=http,
-        model_http=model_http,
-        storage=storage,
-        models=models,
-        types=ModelTypeRepo(pool, http, settings.prompts_core_url),
-        tasks=tasks,
-        gate=gate,
-        semaphore=semaphore,
-        admission=admission,
-        callbacks=callbacks,
-        worker=worker,
-        cleaner=cleaner,
-    )
+    service = AsynchService(settings, pool, redis, http, model_http, storage)
     loops = [
-        asyncio.create_task(callbacks.loop(), name="asynch-callbacks"),
+        asyncio.create_task(service.callbacks.loop(), name="asynch-callbacks"),
         asyncio.create_task(service.reaper_loop(), name="asynch-reaper"),
     ]
     try:
         yield service
     finally:
         await cancel_and_wait(loops)
-        await worker.aclose()
-        await callbacks.aclose()
-        await admission.aclose()
+        await service.worker.aclose()
+        await service.callbacks.aclose()
+        await service.admission.aclose()
         await http.aclose()
         await model_http.close()
         await redis.aclose()

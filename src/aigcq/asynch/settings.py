@@ -63,3 +63,8 @@ class AsynchSettings(BaseSettings):
     )
     runtime_ttl_seconds: int = Field(7200, ge=1, description="TTL of autoTune's runtime limits.")
     db_pool_max: int = Field(20, ge=1)
+
+    @property
+    def base_url(self) -> str:
+        """``public_url``, or ``http://host:port`` when unset; no trailing slash."""
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
