@@ -35,7 +35,7 @@ from aigcq.storage.local import LocalStorage
 log = logging.getLogger(__name__)
 
 
-@dataclass(eq=False)
+@dataclass
 class AsynchService:
     """The service's parts, built over the pools and clients it is given."""
 
