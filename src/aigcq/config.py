@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -352,18 +353,13 @@ class Messages:
         return self._by_code.get(code, default or code)
 
 
+@dataclass
 class PlatformConfig:
     """model.json + Platform.json + code.json, loaded and validated together."""
 
-    def __init__(
-        self,
-        accounts: dict[str, dict[str, PlatformAccount]],
-        kinds: PlatformKinds,
-        messages: Messages,
-    ) -> None:
-        self.accounts = accounts
-        self.kinds = kinds
-        self.messages = messages
+    accounts: dict[str, dict[str, PlatformAccount]]
+    kinds: PlatformKinds
+    messages: Messages
 
     def account(self, aigc: str, platform: str) -> PlatformAccount | None:
         return self.accounts.get(aigc, {}).get(platform)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -107,6 +108,26 @@ _Duration = Annotated[float, typer.Option("--duration", help="Seconds a task run
 _FailureRate = Annotated[float, typer.Option(help="Share of tasks that fail, 0..1")]
 
 
+def _serve_platform(
+    run: Callable[..., None],
+    host: str,
+    port: int,
+    log_level: str,
+    duration: float,
+    failure_rate: float,
+    **options: Any,
+) -> None:
+    """Serve a platform emulator's ``run``: ``duration`` and ``failure_rate`` are what every
+    one has (``EmulatorConfig``), ``options`` its own config fields."""
+    _prepare(host, port, log_level)
+    run(host, port, duration_s=duration, failure_rate=failure_rate, **options)
+
+
+def _key_set(api_key: list[str] | None) -> set[str] | None:
+    """The keys ``--api-key`` accepts: None (any key) when it is not given."""
+    return set(api_key) if api_key else None
+
+
 @emulate_app.command("runninghub")
 def emulate_runninghub(
     host: HostOption = "127.0.0.1",
@@ -120,14 +141,15 @@ def emulate_runninghub(
     """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats)."""
     from aigcq.emulators.runninghub import run
 
-    _prepare(host, port, log_level)
-    run(
+    _serve_platform(
+        run,
         host,
         port,
+        log_level,
+        duration,
+        failure_rate,
         max_concurrent=max_concurrent,
-        duration_s=duration,
-        failure_rate=failure_rate,
-        api_keys=set(api_key) if api_key else None,
+        api_keys=_key_set(api_key),
     )
 
 
@@ -143,14 +165,7 @@ def emulate_coze(
     """Run a Coze emulator (workflow run + run_histories; stats at /_emulator/stats)."""
     from aigcq.emulators.coze import run
 
-    _prepare(host, port, log_level)
-    run(
-        host,
-        port,
-        duration_s=duration,
-        failure_rate=failure_rate,
-        tokens=set(api_key) if api_key else None,
-    )
+    _serve_platform(run, host, port, log_level, duration, failure_rate, tokens=_key_set(api_key))
 
 
 @emulate_app.command("jimuai")
@@ -177,15 +192,16 @@ def emulate_jimuai(
     CVSync2AsyncGetResult; stats at /_emulator/stats, failures via /_emulator/inject."""
     from aigcq.emulators.jimuai import run
 
-    _prepare(host, port, log_level)
-    run(
+    _serve_platform(
+        run,
         host,
         port,
+        log_level,
+        duration,
+        failure_rate,
         credentials={access_key: secret_key},
         max_concurrent=max_concurrent,
         qps=qps,
         queue_s=queue_s,
-        duration_s=duration,
-        failure_rate=failure_rate,
         base64_only=base64_only,
     )

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from aigcq.client.aio import AsyncClient
-from aigcq.client.types import Result
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Client, P], T]:
+    """The :class:`AsyncClient` coroutine method ``method`` as a blocking :class:`Client` one."""
+
+    @functools.wraps(method)
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._call(method(self._client, *args, **kwargs))
+
+    return call
 
 
 class Client:
@@ -33,21 +46,9 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def submit(
-        self,
-        platform: str,
-        payload: dict[str, Any],
-        *,
-        task_id: str | None = None,
-        aigc: str | None = None,
-    ) -> str:
-        return self._call(self._client.submit(platform, payload, task_id=task_id, aigc=aigc))
-
-    def result(self, task_id: str, timeout: float | None = None) -> Result:
-        return self._call(self._client.result(task_id, timeout))
-
-    def cancel(self, task_id: str) -> str:
-        return self._call(self._client.cancel(task_id))
+    submit = _blocking(AsyncClient.submit)
+    result = _blocking(AsyncClient.result)
+    cancel = _blocking(AsyncClient.cancel)
 
     def close(self) -> None:
         if self._thread.is_alive():

@@ -15,9 +15,12 @@ import fcntl
 import logging
 import os
 import signal
+import subprocess
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,39 @@ class OwnerLock:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the lock
             self._fd = None
+
+
+class PrivateServer(ABC):
+    """A server of this process's own on the files in ``data_dir``: :meth:`start` claims the
+    directory (:class:`OwnerLock`) for as long as the server runs."""
+
+    #: seconds :meth:`start` waits for the server by default
+    start_timeout: ClassVar[float]
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.resolve()
+        self._owner = OwnerLock(self.data_dir)
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """Where its clients connect."""
+
+    def start(self, timeout: float | None = None) -> str:
+        """Start the server (stopping one a dead aigcq left behind here) within ``timeout``
+        seconds (default :attr:`start_timeout`); its URL."""
+        wait = self.start_timeout if timeout is None else timeout
+        return self._owner.start_owned(lambda: self._start(wait))
+
+    @abstractmethod
+    def _start(self, timeout: float) -> str:
+        """:meth:`start` once the directory is claimed."""
+
+    def _stopped(self) -> None:
+        """The server is gone: forget its process and give the claim back."""
+        self._proc = None
+        self._owner.release()
 
 
 def stop_leftover(pid_file: Path, program: str, stop_signal: int, timeout: float = 15.0) -> None:

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import psycopg
 
-from aigcq.embedded.ownership import EmbeddedServerError, OwnerLock, stop_leftover
+from aigcq.embedded.ownership import EmbeddedServerError, PrivateServer, stop_leftover
 
 log = logging.getLogger(__name__)
 
@@ -75,28 +75,24 @@ def _check_traversable(path: Path, user: pwd.struct_passwd) -> None:
             )
 
 
-class EmbeddedPostgres:
+class EmbeddedPostgres(PrivateServer):
     """Create (once), start, stop and kill a private PostgreSQL cluster.
 
     ``fast=True`` turns durability off (fsync, synchronous commit, full-page writes): for tests
     and benchmarks only.
     """
 
+    start_timeout = 30.0
+
     def __init__(self, data_dir: Path, *, fast: bool = False) -> None:
-        self.data_dir = data_dir.resolve()
+        super().__init__(data_dir)
         self.pgdata = self.data_dir / "pgdata"
         self.fast = fast
         self._user = _service_user()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._owner = OwnerLock(self.data_dir)
 
     @property
     def url(self) -> str:
         return f"postgresql://postgres@/postgres?host={quote(str(self.data_dir))}&port={PORT}"
-
-    def start(self, timeout: float = 30.0) -> str:
-        """Start the server (stopping one a dead aigcq left behind here); its URL."""
-        return self._owner.start_owned(lambda: self._start(timeout))
 
     def _start(self, timeout: float) -> str:
         self._prepare_dir()
@@ -131,8 +127,7 @@ class EmbeddedPostgres:
             self._proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-        self._proc = None
-        self._owner.release()
+        self._stopped()
 
     def kill(self) -> None:
         """SIGKILL the postmaster and its backends (its process group)."""
@@ -141,8 +136,7 @@ class EmbeddedPostgres:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._proc.pid, signal.SIGKILL)
         self._proc.wait()
-        self._proc = None
-        self._owner.release()
+        self._stopped()
 
     def _prepare_dir(self) -> None:
         if self._user is None:

