@@ -25,15 +25,9 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from aigcq.emulators._common import (
-    EmulatorConfig,
-    EmulatorCore,
-    add_common_routes,
-    read_json,
-    reply,
-    run_app,
-)
+from aigcq.emulators._common import EmulatorConfig, EmulatorCore, add_common_routes
 from aigcq.emulators._faults import BrokenReply
+from aigcq.emulators._http import read_json, reply, run_app
 from aigcq.emulators._webhook import WebhookOutbox
 
 logger = logging.getLogger(__name__)
@@ -120,7 +114,6 @@ class _RunningHub(EmulatorCore):
     def __init__(self, config: RunningHubEmulatorConfig) -> None:
         super().__init__(config)
         self.tasks: dict[str, _Task] = {}
-        self.counts: Counter[str] = Counter()
         self.per_workflow: Counter[str] = Counter()
         #: wall-clock times (epoch s) of the last accepted creates, for benchmarks
         self.create_times: deque[float] = deque(maxlen=CREATE_TIMES_KEPT)
