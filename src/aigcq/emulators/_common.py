@@ -1,4 +1,4 @@
-"""What the emulators share: config basics, ids, failure dice, JSON replies, files, serving."""
+"""What the platform emulators share: config basics, ids, failure dice, result files."""
 
 from __future__ import annotations
 
@@ -7,18 +7,17 @@ import struct
 import time
 import zlib
 from abc import ABC, abstractmethod
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-import uvicorn
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
 from aigcq.emulators._faults import Faults
+from aigcq.emulators._http import read_json, reply
 from aigcq.emulators._records import Records
 
 
@@ -90,16 +89,10 @@ def tiny_png(rgb: tuple[int, int, int], size: int = 8) -> bytes:
     )
 
 
-def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(body), status, headers, media_type="application/json")
-
-
-async def read_json(request: Request) -> Any:
-    """The request's JSON body, or None when it is not valid JSON."""
-    try:
-        return orjson.loads(await request.body())
-    except orjson.JSONDecodeError:
-        return None
+def result_png(item_id: str) -> bytes:
+    """The PNG of a result, ``GET /files/{item_id}/...``: one colour derived from the id."""
+    digest = zlib.crc32(item_id.encode())
+    return tiny_png((digest & 0xFF, (digest >> 8) & 0xFF, (digest >> 16) & 0xFF))
 
 
 class EmulatorCore(ABC):
@@ -113,6 +106,8 @@ class EmulatorCore(ABC):
         self.retention = Retention(config.retention_s)
         self.faults = Faults()
         self.records = Records()
+        #: what happened how often, for :meth:`stats`
+        self.counts: Counter[str] = Counter()
 
     def draw_failure(self) -> bool:
         rate = self.config.failure_rate
@@ -147,9 +142,7 @@ def add_common_routes(app: FastAPI, core: EmulatorCore) -> None:
         item_id = request.path_params["item_id"]
         if not core.has_file(item_id):
             return reply({"detail": "not found"}, 404)
-        digest = zlib.crc32(item_id.encode())
-        rgb = (digest & 0xFF, (digest >> 8) & 0xFF, (digest >> 16) & 0xFF)
-        return Response(tiny_png(rgb), media_type="image/png")
+        return Response(result_png(item_id), media_type="image/png")
 
     async def stats(request: Request) -> Response:
         return reply(core.stats())
@@ -164,18 +157,3 @@ def add_common_routes(app: FastAPI, core: EmulatorCore) -> None:
     app.add_route("/_emulator/stats", stats, methods=["GET"])
     app.add_route("/_emulator/records", records, methods=["GET"])
     app.add_route("/_emulator/faults", faults, methods=["POST"])
-
-
-def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
-    return uvicorn.Server(config)
-
-
-async def serve_app(app: FastAPI, host: str, port: int) -> None:
-    """Serve ``app`` with uvicorn in the running loop until stopped; logging is the caller's."""
-    await _server(app, host, port).serve()
-
-
-def run_app(app: FastAPI, host: str, port: int) -> None:
-    """Serve ``app`` until interrupted, on uvicorn's fastest loop (uvloop when installed)."""
-    _server(app, host, port).run()

@@ -13,7 +13,6 @@ import asyncio
 import heapq
 import secrets
 import time
-from collections import Counter
 from collections.abc import Set
 from dataclasses import dataclass
 from typing import Any
@@ -23,15 +22,9 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from aigcq.emulators._common import (
-    EmulatorConfig,
-    EmulatorCore,
-    add_common_routes,
-    read_json,
-    reply,
-    run_app,
-)
+from aigcq.emulators._common import EmulatorConfig, EmulatorCore, add_common_routes
 from aigcq.emulators._faults import BrokenReply
+from aigcq.emulators._http import read_json, reply, run_app
 
 SPACE_ID = "7350000000000000001"
 CONNECTOR_API = "1024"
@@ -113,7 +106,6 @@ class _Coze(EmulatorCore):
     def __init__(self, config: CozeEmulatorConfig) -> None:
         super().__init__(config)
         self.runs: dict[str, _Run] = {}
-        self.counts: Counter[str] = Counter()
         #: per token, the end times of its async runs not yet counted as ended (a heap)
         self._ends: dict[str, list[float]] = {}
 

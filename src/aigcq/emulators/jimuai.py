@@ -38,15 +38,8 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from aigcq.emulators._common import (
-    EmulatorConfig,
-    EmulatorCore,
-    add_common_routes,
-    read_json,
-    reply,
-    run_app,
-    tiny_png,
-)
+from aigcq.emulators._common import EmulatorConfig, EmulatorCore, add_common_routes, result_png
+from aigcq.emulators._http import read_json, reply, run_app
 from aigcq.platforms.volc_sign import (
     DATE_FORMAT,
     canonical_request,
@@ -139,12 +132,6 @@ def _request_id() -> str:
     )
 
 
-def png_of(task_id: str) -> bytes:
-    """The PNG of a result: the same bytes as ``/files/{task_id}/output.png`` serves."""
-    digest = zlib.crc32(task_id.encode())
-    return tiny_png((digest & 0xFF, (digest >> 8) & 0xFF, (digest >> 16) & 0xFF))
-
-
 class _JimuAI(EmulatorCore):
     config: JimuAIEmulatorConfig
 
@@ -152,7 +139,6 @@ class _JimuAI(EmulatorCore):
         super().__init__(config)
         self.tasks: dict[str, _Task] = {}
         self.active: dict[str, list[_Task]] = {}  # per access key, not yet done
-        self.counts: Counter[str] = Counter()
         self.created_by_prompt: Counter[str] = Counter()
         self.injections: deque[str] = deque()
         self.peak = 0
@@ -319,7 +305,7 @@ class _JimuAI(EmulatorCore):
         if options.get("return_url") is True and not self.config.base64_only:
             data["image_urls"] = [self.file_url(task_id)]
         else:
-            data["binary_data_base64"] = [base64.b64encode(png_of(task_id)).decode()]
+            data["binary_data_base64"] = [base64.b64encode(result_png(task_id)).decode()]
         return self._answer(10000, data)
 
     @staticmethod

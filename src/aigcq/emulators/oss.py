@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 
-from aigcq.emulators._common import read_json, reply, serve_app
+from aigcq.emulators._http import read_json, reply, serve_app
 
 
 @dataclass

@@ -18,6 +18,7 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator, Set
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 import orjson
@@ -25,15 +26,9 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from aigcq.emulators._common import (
-    EmulatorConfig,
-    EmulatorCore,
-    add_common_routes,
-    read_json,
-    reply,
-    run_app,
-)
+from aigcq.emulators._common import EmulatorConfig, EmulatorCore, add_common_routes
 from aigcq.emulators._faults import BrokenReply
+from aigcq.emulators._http import read_json, reply, run_app
 from aigcq.emulators._webhook import WebhookOutbox
 
 logger = logging.getLogger(__name__)
@@ -50,13 +45,17 @@ REMAIN_COINS = "177814"
 #: concurrent webhook senders, each with its own kept-alive connection per origin.
 WEBHOOK_SENDERS = 16
 
-PARAMS_INVALID = (301, "PARAMS_INVALID")
-WORKFLOW_NOT_EXISTS = (380, "WORKFLOW_NOT_EXISTS")
-TASK_QUEUE_MAXED = (421, "TASK_QUEUE_MAXED")
-VALIDATE_PROMPT_FAILED = (433, "VALIDATE_PROMPT_FAILED")
-APIKEY_UNAUTHORIZED = (802, "APIKEY_UNAUTHORIZED")
-APIKEY_INVALID_NODE_INFO = (803, "APIKEY_INVALID_NODE_INFO")
-APIKEY_TASK_NOT_FOUND = (807, "APIKEY_TASK_NOT_FOUND")
+
+class Refusal(IntEnum):
+    """The error codes we answer; each one's ``msg`` is its name."""
+
+    PARAMS_INVALID = 301
+    WORKFLOW_NOT_EXISTS = 380
+    TASK_QUEUE_MAXED = 421
+    VALIDATE_PROMPT_FAILED = 433
+    APIKEY_UNAUTHORIZED = 802
+    APIKEY_INVALID_NODE_INFO = 803
+    APIKEY_TASK_NOT_FOUND = 807
 
 
 @dataclass
@@ -89,8 +88,8 @@ class _Task:
         return QUEUED if now < self.run_at else RUNNING
 
 
-def _error(code_msg: tuple[int, str], data: Any = None) -> Response:
-    return reply({"code": code_msg[0], "msg": code_msg[1], "data": data})
+def _error(refusal: Refusal) -> Response:
+    return reply({"code": refusal.value, "msg": refusal.name, "data": None})
 
 
 def _ok(data: Any) -> Response:
@@ -120,7 +119,6 @@ class _RunningHub(EmulatorCore):
     def __init__(self, config: RunningHubEmulatorConfig) -> None:
         super().__init__(config)
         self.tasks: dict[str, _Task] = {}
-        self.counts: Counter[str] = Counter()
         self.per_workflow: Counter[str] = Counter()
         #: wall-clock times (epoch s) of the last accepted creates, for benchmarks
         self.create_times: deque[float] = deque(maxlen=CREATE_TIMES_KEPT)
@@ -150,13 +148,13 @@ class _RunningHub(EmulatorCore):
     async def create(self, request: Request) -> Response:
         body = await read_json(request)
         if not isinstance(body, dict):
-            return _error(PARAMS_INVALID)
+            return _error(Refusal.PARAMS_INVALID)
         if (refused := self._refuse_create(body)) is not None:
             return refused
         api_key: str = body["apiKey"]
         if self.records.current(api_key) >= self.config.max_concurrent:
             self.counts["rejected_full"] += 1
-            return _error(TASK_QUEUE_MAXED)
+            return _error(Refusal.TASK_QUEUE_MAXED)
         self.remember_base(request)
         task_id = self._start(api_key, body)
         if self.faults.take_drop():
@@ -244,9 +242,9 @@ class _RunningHub(EmulatorCore):
 
     def _refuse_key(self, api_key: Any) -> Response | None:
         if not isinstance(api_key, str) or not api_key:
-            return _error(PARAMS_INVALID)
+            return _error(Refusal.PARAMS_INVALID)
         if self.config.api_keys is not None and api_key not in self.config.api_keys:
-            return _error(APIKEY_UNAUTHORIZED)
+            return _error(Refusal.APIKEY_UNAUTHORIZED)
         return None
 
     def _refuse_create(self, body: dict[str, Any]) -> Response | None:
@@ -256,18 +254,18 @@ class _RunningHub(EmulatorCore):
         workflow_id, workflow = body.get("workflowId"), body.get("workflow")
         webhook_url, instance = body.get("webhookUrl"), body.get("instanceType")
         if workflow is None and (workflow_id == "" or not isinstance(workflow_id, str | int)):
-            return _error(PARAMS_INVALID)
+            return _error(Refusal.PARAMS_INVALID)
         if webhook_url is not None and not isinstance(webhook_url, str):
-            return _error(PARAMS_INVALID)
+            return _error(Refusal.PARAMS_INVALID)
         if instance is not None and instance not in INSTANCE_TYPES:
-            return _error(PARAMS_INVALID)
+            return _error(Refusal.PARAMS_INVALID)
         if workflow is not None and not _workflow_json_valid(workflow):
-            return _error(VALIDATE_PROMPT_FAILED)
+            return _error(Refusal.VALIDATE_PROMPT_FAILED)
         known = self.config.workflow_ids
         if workflow is None and known is not None and str(workflow_id) not in known:
-            return _error(WORKFLOW_NOT_EXISTS)
+            return _error(Refusal.WORKFLOW_NOT_EXISTS)
         if not _node_info_valid(body.get("nodeInfoList", [])):
-            return _error(APIKEY_INVALID_NODE_INFO)
+            return _error(Refusal.APIKEY_INVALID_NODE_INFO)
         return None
 
     def _start(self, api_key: str, body: dict[str, Any]) -> str:
@@ -301,13 +299,13 @@ class _RunningHub(EmulatorCore):
         """The task named by ``{apiKey, taskId}``, or the error answer."""
         body = await read_json(request)
         if not isinstance(body, dict) or body.get("taskId") in (None, ""):
-            return _error(PARAMS_INVALID)
+            return _error(Refusal.PARAMS_INVALID)
         if (refused := self._refuse_key(body.get("apiKey"))) is not None:
             return refused
         task_id = str(body["taskId"])
         task = self.tasks.get(task_id)
         if task is None or task.api_key != body["apiKey"]:
-            return _error(APIKEY_TASK_NOT_FOUND)
+            return _error(Refusal.APIKEY_TASK_NOT_FOUND)
         return task_id, task
 
     def _outputs_body(self, task_id: str, task: _Task) -> dict[str, Any]:

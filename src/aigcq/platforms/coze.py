@@ -11,22 +11,8 @@ from typing import Any
 from urllib.parse import quote
 
 from aigcq.domain import Task
+from aigcq.platforms import base
 from aigcq.platforms._parse import as_int, http_outcome, loads_if_json
-from aigcq.platforms.base import (
-    Accepted,
-    Failed,
-    Full,
-    HttpRequest,
-    NotFound,
-    Pending,
-    PlatformAdapter,
-    Rejected,
-    ResultOutcome,
-    SubmitOutcome,
-    Succeeded,
-    Unknown,
-    register,
-)
 
 #: rate limits: system request limit ("retry later"), RPM exceeded.
 FULL_CODES = frozenset({4009, 4020})
@@ -49,15 +35,15 @@ def decode_output(raw: Any) -> Any:
     return output
 
 
-def _failed(record: dict[str, Any]) -> Failed:
+def _failed(record: dict[str, Any]) -> base.Failed:
     code = record.get("error_code")
     message = record.get("error_message") or record.get("error_msg") or "workflow failed"
     detail = {"debug_url": record.get("debug_url", ""), "logid": record.get("logid", "")}
-    return Failed(str(code) if code not in (None, "") else "Fail", str(message), detail=detail)
+    return base.Failed(str(code) if code not in (None, "") else "Fail", str(message), detail=detail)
 
 
-@register
-class CozeAdapter(PlatformAdapter):
+@base.register
+class CozeAdapter(base.PlatformAdapter):
     name = "coze"
     kind = "polling"
     serves = ("coze",)
@@ -66,11 +52,13 @@ class CozeAdapter(PlatformAdapter):
     def _headers(apikey: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {apikey}", "Content-Type": "application/json"}
 
-    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> HttpRequest:
+    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
         body = {**task.payload, "is_async": True}
-        return HttpRequest("POST", f"{self.base_url}/v1/workflow/run", self._headers(apikey), body)
+        return base.HttpRequest(
+            "POST", f"{self.base_url}/v1/workflow/run", self._headers(apikey), body
+        )
 
-    def parse_submit(self, status: int, body: Any) -> SubmitOutcome:
+    def parse_submit(self, status: int, body: Any) -> base.SubmitOutcome:
         # A missing ``code`` means 0 (one documented async reply omits it).
         if not isinstance(body, dict) or (code := as_int(body.get("code", 0))) is None:
             return http_outcome("COZE", status)
@@ -80,36 +68,36 @@ class CozeAdapter(PlatformAdapter):
         if code == 0:
             execute_id = body.get("execute_id")
             if execute_id in (None, ""):
-                return Rejected("COZE_BAD_RESPONSE", "success without execute_id", detail=body)
-            return Accepted(str(execute_id))
+                return base.Rejected("COZE_BAD_RESPONSE", "success without execute_id", detail=body)
+            return base.Accepted(str(execute_id))
         if code in FULL_CODES:
-            return Full(f"COZE_{code} {msg}".rstrip())
-        return Rejected(f"COZE_{code}", msg, retryable=code in TRANSIENT_CODES, detail=body)
+            return base.Full(f"COZE_{code} {msg}".rstrip())
+        return base.Rejected(f"COZE_{code}", msg, retryable=code in TRANSIENT_CODES, detail=body)
 
-    def query_request(self, task: Task, apikey: str) -> HttpRequest:
+    def query_request(self, task: Task, apikey: str) -> base.HttpRequest:
         workflow_id = quote(str(task.payload.get("workflow_id") or task.workflow_id), safe="")
         execute_id = quote(task.remote_id, safe="")
         url = f"{self.base_url}/v1/workflows/{workflow_id}/run_histories/{execute_id}"
-        return HttpRequest("GET", url, self._headers(apikey))
+        return base.HttpRequest("GET", url, self._headers(apikey))
 
-    def parse_query(self, status: int, body: Any) -> ResultOutcome:
+    def parse_query(self, status: int, body: Any) -> base.ResultOutcome:
         if status >= 500 or not isinstance(body, dict) or "raw" in body:
-            return Unknown(f"COZE: no valid reply (HTTP {status})")
+            return base.Unknown(f"COZE: no valid reply (HTTP {status})")
         if (code := as_int(body.get("code", 0))) is None:
-            return Unknown(f"COZE: unreadable code (HTTP {status})")
+            return base.Unknown(f"COZE: unreadable code (HTTP {status})")
         if code == NOT_FOUND:
-            return NotFound(str(body.get("msg") or "execution record not found"))
+            return base.NotFound(str(body.get("msg") or "execution record not found"))
         if code != 0:
-            return Unknown(f"COZE_{code} {body.get('msg') or ''}".rstrip())  # ask again
+            return base.Unknown(f"COZE_{code} {body.get('msg') or ''}".rstrip())  # ask again
         records = body.get("data")
         record = records[0] if isinstance(records, list) and records else None
         if not isinstance(record, dict):
-            return NotFound("empty run history")
+            return base.NotFound("empty run history")
         status_text = str(record.get("execute_status", ""))
         match status_text.lower():
             case "success":
-                return Succeeded(decode_output(record.get("output")))
+                return base.Succeeded(decode_output(record.get("output")))
             case "fail":
                 return _failed(record)
             case _:
-                return Pending(status_text or "Running")
+                return base.Pending(status_text or "Running")

@@ -47,24 +47,8 @@ from urllib.parse import urlencode, urlsplit
 import orjson
 
 from aigcq.domain import Task
+from aigcq.platforms import base
 from aigcq.platforms._parse import as_int, http_outcome
-from aigcq.platforms.base import (
-    Accepted,
-    Failed,
-    Full,
-    HttpRequest,
-    NotFound,
-    Pending,
-    PlatformAdapter,
-    Rejected,
-    ResultFile,
-    ResultOutcome,
-    SubmitOutcome,
-    Succeeded,
-    Uncertain,
-    Unknown,
-    register,
-)
 from aigcq.platforms.volc_sign import Credentials, sign
 
 DEFAULT_URL = "https://visual.volcengineapi.com"
@@ -150,7 +134,7 @@ def files_result(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {"code": 0, "msg": "success", "data": entries}
 
 
-def _result_files(task_data: dict[str, Any]) -> ResultOutcome:
+def _result_files(task_data: dict[str, Any]) -> base.ResultOutcome:
     """A ``done`` task's outputs: URLs as they are, base64 images as files to store."""
     urls = task_data.get("image_urls")
     entries: list[dict[str, Any]] = []
@@ -160,24 +144,24 @@ def _result_files(task_data: dict[str, Any]) -> ResultOutcome:
     if isinstance(video, str) and video:
         entries.append({"fileUrl": video, "fileType": "mp4"})
     if entries:
-        return Succeeded(files_result(entries))
+        return base.Succeeded(files_result(entries))
     blobs = task_data.get("binary_data_base64")
-    files: list[ResultFile] = []
+    files: list[base.ResultFile] = []
     if isinstance(blobs, list):
         for i, blob in enumerate(blobs):
             if not isinstance(blob, str):
                 continue
             try:
-                files.append(ResultFile(f"{i}.png", base64.b64decode(blob, validate=True)))
+                files.append(base.ResultFile(f"{i}.png", base64.b64decode(blob, validate=True)))
             except (binascii.Error, ValueError):
-                return Unknown("done, but binary_data_base64 is not valid base64")
+                return base.Unknown("done, but binary_data_base64 is not valid base64")
     if files:
-        return Succeeded(files_result([]), files=tuple(files))
-    return Failed("JIMUAI_EMPTY_RESULT", "done without image_urls, video_url or images")
+        return base.Succeeded(files_result([]), files=tuple(files))
+    return base.Failed("JIMUAI_EMPTY_RESULT", "done without image_urls, video_url or images")
 
 
-@register
-class JimuAIAdapter(PlatformAdapter):
+@base.register
+class JimuAIAdapter(base.PlatformAdapter):
     name = "jimuai"
     kind = "polling"
     serves = ("jimuai",)
@@ -188,7 +172,7 @@ class JimuAIAdapter(PlatformAdapter):
         self._host = parts.netloc
         self._path = parts.path or "/"
 
-    def _request(self, action: str, apikey: str, body: dict[str, Any]) -> HttpRequest:
+    def _request(self, action: str, apikey: str, body: dict[str, Any]) -> base.HttpRequest:
         creds = JimuCredentials.unpack(apikey)
         query = {"Action": action, "Version": VERSION}
         raw = orjson.dumps(body)
@@ -202,7 +186,7 @@ class JimuAIAdapter(PlatformAdapter):
         )
         slash = "/" if self._path == "/" else ""
         url = f"{self.base_url}{slash}?{urlencode(query)}"
-        return HttpRequest("POST", url, headers, body=raw)
+        return base.HttpRequest("POST", url, headers, body=raw)
 
     @staticmethod
     def _req_key(task: Task, apikey: str) -> str:
@@ -212,22 +196,22 @@ class JimuAIAdapter(PlatformAdapter):
         given = task.payload.get("req_key") or task.workflow_id
         return str(given) if given else JimuCredentials.unpack(apikey).req_key
 
-    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> HttpRequest:
+    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
         body = {**task.payload, "req_key": self._req_key(task, apikey)}
         return self._request(SUBMIT_ACTION, apikey, body)
 
-    def parse_submit(self, status: int, body: Any) -> SubmitOutcome:
+    def parse_submit(self, status: int, body: Any) -> base.SubmitOutcome:
         if (error := gateway_error(body)) is not None:
             name = str(error.get("Code"))
             text = str(error.get("Message") or "")
             if name in GATEWAY_FULL or status == 429:
-                return Full(f"JIMUAI_{name}")
+                return base.Full(f"JIMUAI_{name}")
             retryable = name in GATEWAY_TRANSIENT or status >= 500
-            return Rejected(f"JIMUAI_{name}", text, retryable=retryable, detail=error)
+            return base.Rejected(f"JIMUAI_{name}", text, retryable=retryable, detail=error)
         if not isinstance(body, dict) or (code_msg := _code_message(body))[0] is None:
             # A 2xx we cannot read may have created a (paid) task: never re-send it blindly.
             return (
-                Uncertain(f"unreadable reply (HTTP {status})")
+                base.Uncertain(f"unreadable reply (HTTP {status})")
                 if status < 300
                 else (http_outcome("JIMUAI", status))
             )
@@ -236,16 +220,16 @@ class JimuAIAdapter(PlatformAdapter):
             data = body.get("data")
             task_id = data.get("task_id") if isinstance(data, dict) else None
             if task_id in (None, ""):
-                return Uncertain("success without task_id")
-            return Accepted(str(task_id))
+                return base.Uncertain("success without task_id")
+            return base.Accepted(str(task_id))
         if code in FULL_CODES:
-            return Full(f"JIMUAI_{code} {message}".rstrip())
+            return base.Full(f"JIMUAI_{code} {message}".rstrip())
         # Any other code: documented as "no task_id", so nothing was created or billed.
-        return Rejected(
+        return base.Rejected(
             f"JIMUAI_{code}", message, retryable=code in RETRYABLE_CODES, detail=_detail(body)
         )
 
-    def query_request(self, task: Task, apikey: str) -> HttpRequest:
+    def query_request(self, task: Task, apikey: str) -> base.HttpRequest:
         body = {
             "req_key": self._req_key(task, apikey),
             "task_id": task.remote_id,
@@ -253,27 +237,27 @@ class JimuAIAdapter(PlatformAdapter):
         }
         return self._request(RESULT_ACTION, apikey, body)
 
-    def parse_query(self, status: int, body: Any) -> ResultOutcome:
+    def parse_query(self, status: int, body: Any) -> base.ResultOutcome:
         if (error := gateway_error(body)) is not None:
-            return Unknown(f"gateway error {error.get('Code')} (HTTP {status})")
+            return base.Unknown(f"gateway error {error.get('Code')} (HTTP {status})")
         if not isinstance(body, dict) or (code_msg := _code_message(body))[0] is None:
-            return Unknown(f"unreadable reply (HTTP {status})")
+            return base.Unknown(f"unreadable reply (HTTP {status})")
         code, message = code_msg
         if code in FULL_CODES:
-            return Unknown(f"JIMUAI_{code} rate limited")
+            return base.Unknown(f"JIMUAI_{code} rate limited")
         if code != SUCCESS:
-            return Failed(f"JIMUAI_{code}", message or "task failed", detail=_detail(body))
+            return base.Failed(f"JIMUAI_{code}", message or "task failed", detail=_detail(body))
         data = body.get("data")
         state = str(data.get("status") or "") if isinstance(data, dict) else ""
         match state:
             case "in_queue" | "generating":
-                return Pending(state)
+                return base.Pending(state)
             case "done":
                 assert isinstance(data, dict)
                 return _result_files(data)
             case "not_found":
-                return NotFound("task not found (unknown or older than 12 h)")
+                return base.NotFound("task not found (unknown or older than 12 h)")
             case "expired":
-                return Failed("JIMUAI_EXPIRED", "task expired on JimuAI", detail=_detail(body))
+                return base.Failed("JIMUAI_EXPIRED", "task expired on JimuAI", detail=_detail(body))
             case _:
-                return Unknown(f"undocumented status {state!r}")
+                return base.Unknown(f"undocumented status {state!r}")

@@ -15,22 +15,8 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from aigcq.domain import Task
+from aigcq.platforms import base
 from aigcq.platforms._parse import as_int, http_outcome, loads_if_json
-from aigcq.platforms.base import (
-    Accepted,
-    Failed,
-    Full,
-    HttpRequest,
-    NotFound,
-    Pending,
-    PlatformAdapter,
-    Rejected,
-    ResultOutcome,
-    SubmitOutcome,
-    Succeeded,
-    Unknown,
-    register,
-)
 
 #: success codes: 0 as documented; some deployments answer 200.
 SUCCESS_CODES = frozenset({0, 200})
@@ -62,14 +48,14 @@ def _is_output_list(data: Any) -> bool:
     return data is None or (isinstance(data, list) and all(isinstance(i, dict) for i in data))
 
 
-def _failed(body: dict[str, Any], msg: str) -> Failed:
+def _failed(body: dict[str, Any], msg: str) -> base.Failed:
     data = loads_if_json(body.get("data"))
     reason = loads_if_json(data.get("failedReason")) if isinstance(data, dict) else None
     message = reason.get("exception_message") if isinstance(reason, dict) else None
-    return Failed(f"RH_{TASK_FAILED}", str(message or msg or "task failed"), detail=reason)
+    return base.Failed(f"RH_{TASK_FAILED}", str(message or msg or "task failed"), detail=reason)
 
 
-def _outputs_outcome(body: dict[str, Any], ended: bool) -> ResultOutcome:
+def _outputs_outcome(body: dict[str, Any], ended: bool) -> base.ResultOutcome:
     """Parse an ``/outputs`` answer (or a webhook's ``eventData``).
 
     ``ended`` (a TASK_END webhook) turns an unexpected non-zero code into a failure; in a
@@ -78,22 +64,22 @@ def _outputs_outcome(body: dict[str, Any], ended: bool) -> ResultOutcome:
     code = as_int(body.get("code"))
     msg = str(body.get("msg") or "")
     if code is None:
-        return Pending("INVALID_REPLY") if ended else Unknown("RH: no code in the reply")
+        return base.Pending("INVALID_REPLY") if ended else base.Unknown("RH: no code in the reply")
     if code in SUCCESS_CODES:
-        return Succeeded(_normalized_outputs(body))
+        return base.Succeeded(_normalized_outputs(body))
     if code in PENDING_CODES:
-        return Pending(PENDING_CODES[code])
+        return base.Pending(PENDING_CODES[code])
     if code == TASK_FAILED:
         return _failed(body, msg)
     if code in NOT_FOUND_CODES:
-        return NotFound(msg or f"RH_{code}")
+        return base.NotFound(msg or f"RH_{code}")
     if ended:
-        return Failed(f"RH_{code}", msg, detail=body.get("data"))
-    return Unknown(f"RH_{code} {msg}".rstrip())
+        return base.Failed(f"RH_{code}", msg, detail=body.get("data"))
+    return base.Unknown(f"RH_{code} {msg}".rstrip())
 
 
-@register
-class RunningHubAdapter(PlatformAdapter):
+@base.register
+class RunningHubAdapter(base.PlatformAdapter):
     name = "runninghub"
     kind = "callback"
     serves: ClassVar[tuple[str, ...]] = ("comfyui", "runninghub")
@@ -106,10 +92,10 @@ class RunningHubAdapter(PlatformAdapter):
             "Host": urlsplit(self.base_url).netloc,
         }
 
-    def _post(self, path: str, body: dict[str, Any]) -> HttpRequest:
-        return HttpRequest("POST", self.base_url + path, dict(self._headers), body)
+    def _post(self, path: str, body: dict[str, Any]) -> base.HttpRequest:
+        return base.HttpRequest("POST", self.base_url + path, dict(self._headers), body)
 
-    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> HttpRequest:
+    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
         body = {k: v for k, v in task.payload.items() if k not in OWN_FIELDS}
         if isinstance(body.get("workflow"), dict):  # the API wants the workflow as a string
             body["workflow"] = json.dumps(body["workflow"], ensure_ascii=False)
@@ -118,7 +104,7 @@ class RunningHubAdapter(PlatformAdapter):
             body["webhookUrl"] = webhook_url
         return self._post("/task/openapi/create", body)
 
-    def parse_submit(self, status: int, body: Any) -> SubmitOutcome:
+    def parse_submit(self, status: int, body: Any) -> base.SubmitOutcome:
         if not isinstance(body, dict) or (code := as_int(body.get("code"))) is None:
             return http_outcome("RH", status)
         msg = str(body.get("msg") or "")
@@ -126,33 +112,33 @@ class RunningHubAdapter(PlatformAdapter):
             data = body.get("data")
             task_id = data.get("taskId") if isinstance(data, dict) else None
             if task_id in (None, ""):
-                return Rejected("RH_BAD_RESPONSE", "success without taskId", detail=body)
-            return Accepted(str(task_id))
+                return base.Rejected("RH_BAD_RESPONSE", "success without taskId", detail=body)
+            return base.Accepted(str(task_id))
         if code in FULL_CODES:
-            return Full(f"RH_{code} {msg}".rstrip())
+            return base.Full(f"RH_{code} {msg}".rstrip())
         retryable = code in TRANSIENT_CODES or 500 <= code < 600
-        return Rejected(f"RH_{code}", msg, retryable=retryable, detail=body.get("data"))
+        return base.Rejected(f"RH_{code}", msg, retryable=retryable, detail=body.get("data"))
 
-    def parse_result(self, body: Any) -> ResultOutcome:
+    def parse_result(self, body: Any) -> base.ResultOutcome:
         """Parse a ``TASK_END`` webhook; its ``eventData`` is a JSON string (or a dict)."""
         body = loads_if_json(body)
         if not isinstance(body, dict) or body.get("event", "TASK_END") != "TASK_END":
-            return Pending("INVALID_CALLBACK")
+            return base.Pending("INVALID_CALLBACK")
         event_data = loads_if_json(body.get("eventData"))
         if not isinstance(event_data, dict):
-            return Pending("INVALID_CALLBACK")
+            return base.Pending("INVALID_CALLBACK")
         outputs = event_data.get("data")
         if as_int(event_data.get("code")) in SUCCESS_CODES and not _is_output_list(outputs):
             raise ValueError("a success's eventData.data must be a list of objects")
         return _outputs_outcome(event_data, ended=True)
 
-    def query_request(self, task: Task, apikey: str) -> HttpRequest:
+    def query_request(self, task: Task, apikey: str) -> base.HttpRequest:
         return self._post("/task/openapi/outputs", {"apiKey": apikey, "taskId": task.remote_id})
 
-    def parse_query(self, status: int, body: Any) -> ResultOutcome:
+    def parse_query(self, status: int, body: Any) -> base.ResultOutcome:
         if status >= 500 or not isinstance(body, dict) or "raw" in body:
-            return Unknown(f"RH: no valid reply (HTTP {status})")
+            return base.Unknown(f"RH: no valid reply (HTTP {status})")
         return _outputs_outcome(body, ended=False)
 
-    def cancel_request(self, task: Task, apikey: str) -> HttpRequest | None:
+    def cancel_request(self, task: Task, apikey: str) -> base.HttpRequest | None:
         return self._post("/task/openapi/cancel", {"apiKey": apikey, "taskId": task.remote_id})
