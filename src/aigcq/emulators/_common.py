@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import struct
 import time
 import zlib
 from abc import ABC, abstractmethod
@@ -19,6 +18,7 @@ from starlette.responses import Response
 from aigcq.emulators._faults import Faults
 from aigcq.emulators._http import read_json, reply
 from aigcq.emulators._records import Records
+from aigcq.emulators.png import tiny_png
 
 
 @dataclass
@@ -70,23 +70,6 @@ class Retention:
         horizon = now - self._keep_s
         while self._ends and self._ends[0][0] < horizon:
             yield self._ends.popleft()[1]
-
-
-def tiny_png(rgb: tuple[int, int, int], size: int = 8) -> bytes:
-    """A valid ``size``×``size`` PNG of one colour, built with zlib and struct only."""
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        crc = zlib.crc32(tag + data) & 0xFFFFFFFF
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", crc)
-
-    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)  # 8-bit RGB
-    rows = (b"\x00" + bytes(rgb) * size) * size  # filter byte 0 before each row
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
 
 
 def result_png(item_id: str) -> bytes:

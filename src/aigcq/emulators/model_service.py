@@ -31,8 +31,8 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
-from aigcq.emulators._common import tiny_png
 from aigcq.emulators._http import read_json, reply, serve_app
+from aigcq.emulators.png import tiny_png
 
 Kind = Literal["json", "text", "image", "drip", "oversize", "garbage", "empty"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aigcq.emulators.comfyui.config import ComfyUIConfig
-from aigcq.emulators.comfyui.png import Image, encode_png, invert_image, solid_image
+from aigcq.emulators.png import Image, encode_png, invert_image, solid_image
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Images as ComfyUI's weight-free nodes make them, and real PNG files without Pillow."""
+"""Images as ComfyUI's weight-free nodes make them, and real PNG files without Pillow (also
+the platform emulators' result files)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,8 @@ def encode_png(img: Image, text: dict[str, str] | None = None) -> bytes:
         + _chunk(b"IDAT", zlib.compress(raw, 6))
         + _chunk(b"IEND", b"")
     )
+
+
+def tiny_png(rgb: tuple[int, int, int], size: int = 8) -> bytes:
+    """A valid ``size``×``size`` PNG of one colour."""
+    return encode_png(Image(size, size, bytes(rgb) * (size * size)))
