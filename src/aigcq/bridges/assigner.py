@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import orjson
@@ -52,34 +53,25 @@ async def _no_overflow(aigc: str, platform: str, c: Claimed, reason: str) -> boo
     return False
 
 
+@dataclass(eq=False)
 class Assigner:
-    def __init__(
-        self,
-        rt: Runtime,
-        outcomes: Outcomes,
-        registry: BridgeRegistry,
-        ends: TaskEnds,
-        *,
-        name: str,
-        config: Callable[[], HubConfig],
-        wake: Callable[[], None],
-        lost: Callable[[BridgeConn, str], Awaitable[None]],
-        bridges_elsewhere: Callable[[], int] = lambda: 0,
-        overflow: Overflow = _no_overflow,
-    ) -> None:
-        self.rt = rt
-        self.outcomes = outcomes
-        self.registry = registry
-        self.ends = ends
-        self.name = name
-        self.config = config
-        self.wake = wake
-        self.lost = lost
-        self.bridges_elsewhere = bridges_elsewhere
-        #: hands a claimed task to its queue's external platform (the dispatcher's)
-        self.overflow = overflow
-        self.needs = WorkflowNeeds(rt)
-        self._spawn = Spawner()
+    rt: Runtime
+    outcomes: Outcomes
+    registry: BridgeRegistry
+    ends: TaskEnds
+    _: KW_ONLY
+    name: str
+    config: Callable[[], HubConfig]
+    wake: Callable[[], None]
+    lost: Callable[[BridgeConn, str], Awaitable[None]]
+    bridges_elsewhere: Callable[[], int] = lambda: 0
+    #: hands a claimed task to its queue's external platform (the dispatcher's)
+    overflow: Overflow = _no_overflow
+    needs: WorkflowNeeds = field(init=False)
+    _spawn: Spawner = field(init=False, default_factory=Spawner)
+
+    def __post_init__(self) -> None:
+        self.needs = WorkflowNeeds(self.rt)
 
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
         """Each task to the least-loaded bridge with a free slot on an instance that can run
