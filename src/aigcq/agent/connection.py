@@ -13,6 +13,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -61,36 +62,25 @@ def backoff_delay(attempt: int, cap: float) -> float:
     return min(cap, 2.0 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
 
 
+@dataclass(eq=False)
 class HubLink:
     """One outgoing WebSocket to aigcq, kept up for the bridge's lifetime."""
 
-    def __init__(
-        self,
-        url: str,
-        token: str,
-        bridge_id: str,
-        heartbeat: float,
-        reconnect_max: float,
-        register: Callable[[], RegisterMessage],
-        heartbeat_message: Callable[[], HeartbeatMessage],
-        on_assign: Callable[[TaskAssignData], Coroutine[object, object, None]],
-        on_cancel: Callable[[TaskCancelData], Coroutine[object, object, None]],
-    ) -> None:
-        self.url = url
-        self.token = token
-        self.bridge_id = bridge_id
-        self.heartbeat = heartbeat
-        self.reconnect_max = reconnect_max
-        self._register = register
-        self._heartbeat_message = heartbeat_message
-        self._on_assign = on_assign
-        self._on_cancel = on_cancel
-        self.state = "disconnected"
-        self.since = time.time()
-        self.last_error = ""
-        self._ws: ClientConnection | None = None
-        self._changed = asyncio.Event()
-        self._handlers = Spawner()
+    url: str
+    token: str = field(repr=False)
+    bridge_id: str
+    heartbeat: float
+    reconnect_max: float
+    register: Callable[[], RegisterMessage]
+    heartbeat_message: Callable[[], HeartbeatMessage]
+    on_assign: Callable[[TaskAssignData], Coroutine[object, object, None]]
+    on_cancel: Callable[[TaskCancelData], Coroutine[object, object, None]]
+    state: str = field(init=False, default="disconnected")
+    since: float = field(init=False, default_factory=time.time)
+    last_error: str = field(init=False, default="")
+    _ws: ClientConnection | None = field(init=False, default=None)
+    _changed: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _handlers: Spawner = field(init=False, default_factory=Spawner)
 
     def _set_state(self, state: str) -> None:
         self.state, self.since = state, time.time()
@@ -159,7 +149,7 @@ class HubLink:
                 self._ws = ws
                 self._set_state("connected")
                 self.last_error = ""
-                await ws.send(encode(self._register()))
+                await ws.send(encode(self.register()))
                 log.info(
                     "bridge %s: connected to %s, REGISTER sent",
                     self.bridge_id,
@@ -196,7 +186,7 @@ class HubLink:
     async def _beat(self, ws: ClientConnection) -> None:
         while True:
             await asyncio.sleep(self.heartbeat)
-            await ws.send(encode(self._heartbeat_message()))
+            await ws.send(encode(self.heartbeat_message()))
 
     async def _handle(self, ws: ClientConnection, raw: str | bytes) -> None:
         try:
@@ -212,9 +202,9 @@ class HubLink:
         if isinstance(msg, PingMessage):
             await ws.send(encode(PongMessage()))
         elif isinstance(msg, TaskAssignMessage):
-            self._handlers(self._on_assign(msg.data))
+            self._handlers(self.on_assign(msg.data))
         elif isinstance(msg, TaskCancelMessage):
-            self._handlers(self._on_cancel(msg.data))
+            self._handlers(self.on_cancel(msg.data))
         elif isinstance(msg, ErrorMessage):
             log.warning(
                 "bridge %s: hub error %s: %s",

@@ -75,18 +75,12 @@ class RunnerSettings:
     affinity: bool = True  # prefer the instance whose loaded models a task needs
 
 
+@dataclass(eq=False)
 class Follower:
-    def __init__(
-        self,
-        send: Callable[[BridgeMessage], Awaitable[bool]],
-        files_dir: Path,
-        public_url: Callable[[], str],
-        settings: RunnerSettings,
-    ) -> None:
-        self.send = send
-        self.files_dir = files_dir
-        self.public_url = public_url
-        self.settings = settings
+    send: Callable[[BridgeMessage], Awaitable[bool]]
+    files_dir: Path
+    public_url: Callable[[], str]
+    settings: RunnerSettings
 
     async def follow(self, task: RunningTask, events: asyncio.Queue[Event]) -> dict[str, Any]:
         """Wait for the prompt's end from WS events, polling /history when they go quiet."""

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,32 +57,27 @@ log = logging.getLogger(__name__)
 _FINAL_EVENTS = frozenset({"execution_success", "execution_error", "execution_interrupted"})
 
 
+@dataclass(eq=False)
 class TaskRunner:
     """Runs assignments; ``running`` and ``claimed`` feed the status page and REGISTER."""
 
-    def __init__(
-        self,
-        pool: InstancePool,
-        source: WorkflowSource,
-        sender: WebhookSender,
-        send: Callable[[BridgeMessage], Awaitable[bool]],
-        files_dir: Path,
-        public_url: Callable[[], str],
-        settings: RunnerSettings,
-    ) -> None:
-        self.pool = pool
-        self.source = source
-        self.sender = sender
-        self.send = send
-        self.files_dir = files_dir
-        self.public_url = public_url
-        self.settings = settings
-        self.claimed: set[str] = set()  # accepted, no result yet
-        self.running: dict[str, RunningTask] = {}
-        self.follow = Follower(send, files_dir, public_url, settings)
-        self.prompts = HeldPrompts(files_dir.parent / "held")
-        #: cancelled by the hub before their prompt started (a workflow being fetched)
-        self.stopped: set[str] = set()
+    pool: InstancePool
+    source: WorkflowSource
+    sender: WebhookSender
+    send: Callable[[BridgeMessage], Awaitable[bool]]
+    files_dir: Path
+    public_url: Callable[[], str]
+    settings: RunnerSettings
+    claimed: set[str] = field(init=False, default_factory=set)  # accepted, no result yet
+    running: dict[str, RunningTask] = field(init=False, default_factory=dict)
+    follow: Follower = field(init=False)
+    prompts: HeldPrompts = field(init=False)
+    #: cancelled by the hub before their prompt started (a workflow being fetched)
+    stopped: set[str] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.follow = Follower(self.send, self.files_dir, self.public_url, self.settings)
+        self.prompts = HeldPrompts(self.files_dir.parent / "held")
 
     def held(self) -> list[str]:
         """Task ids this bridge holds: in progress or with an undelivered result."""

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import orjson
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 from aigcq.bridges.capabilities import Needs, needs_of, with_overrides
 from aigcq.bridges.endings import TaskEnds
 from aigcq.bridges.protocol import (
+    ACK_OK,
     ACK_WORKFLOW_NOT_FOUND,
     TaskAckData,
     TaskAssignData,
@@ -29,7 +31,7 @@ from aigcq.bridges.protocol import (
     encode,
 )
 from aigcq.bridges.registry import Assignment, BridgeConn, BridgeRegistry
-from aigcq.bridges.session import HubConfig
+from aigcq.bridges.session import HubConfig, Session
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner
@@ -52,34 +54,25 @@ async def _no_overflow(aigc: str, platform: str, c: Claimed, reason: str) -> boo
     return False
 
 
+@dataclass(eq=False)
 class Assigner:
-    def __init__(
-        self,
-        rt: Runtime,
-        outcomes: Outcomes,
-        registry: BridgeRegistry,
-        ends: TaskEnds,
-        *,
-        name: str,
-        config: Callable[[], HubConfig],
-        wake: Callable[[], None],
-        lost: Callable[[BridgeConn, str], Awaitable[None]],
-        bridges_elsewhere: Callable[[], int] = lambda: 0,
-        overflow: Overflow = _no_overflow,
-    ) -> None:
-        self.rt = rt
-        self.outcomes = outcomes
-        self.registry = registry
-        self.ends = ends
-        self.name = name
-        self.config = config
-        self.wake = wake
-        self.lost = lost
-        self.bridges_elsewhere = bridges_elsewhere
-        #: hands a claimed task to its queue's external platform (the dispatcher's)
-        self.overflow = overflow
-        self.needs = WorkflowNeeds(rt)
-        self._spawn = Spawner()
+    rt: Runtime
+    outcomes: Outcomes
+    registry: BridgeRegistry
+    ends: TaskEnds
+    _: KW_ONLY
+    name: str
+    config: Callable[[], HubConfig]
+    wake: Callable[[], None]
+    lost: Callable[[BridgeConn, str], Awaitable[None]]
+    bridges_elsewhere: Callable[[], int] = lambda: 0
+    #: hands a claimed task to its queue's external platform (the dispatcher's)
+    overflow: Overflow = _no_overflow
+    needs: WorkflowNeeds = field(init=False)
+    _spawn: Spawner = field(init=False, default_factory=Spawner)
+
+    def __post_init__(self) -> None:
+        self.needs = WorkflowNeeds(self.rt)
 
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
         """Each task to the least-loaded bridge with a free slot on an instance that can run
@@ -133,6 +126,27 @@ class Assigner:
     def _may_overflow(self, c: Claimed) -> bool:
         after_s = self.rt.settings.overflow_after_ms / 1000
         return after_s <= 0 or time.time() - c.created_at >= after_s
+
+    async def on_ack(self, session: Session, conn: BridgeConn, data: TaskAckData) -> None:
+        """A TASK_ACK: code 0 is :meth:`acked`, anything else :meth:`refused`; an ACK for no
+        assignment awaiting one gets an ``UnknownTask`` error."""
+        task_id = data.data.task_id
+        if task_id not in conn.pending:
+            if conn.slots.ended_early(task_id):  # finished already: nothing left to do
+                return
+            if not conn.pending or data.data.attempt is not None:
+                await session.error("UnknownTask", f"task {task_id!r} is not awaiting an ACK")
+                return
+            # a seed-002 bridge (no attempt echoed) acknowledges with its own taskId: it
+            # answers the oldest assignment it has not acknowledged
+            remote_id, task_id = task_id, next(iter(conn.pending))
+            conn.pending[task_id].remote_id = remote_id
+        if data.code == ACK_OK:
+            pending = conn.ack(task_id)
+            assert pending is not None
+            await self.acked(conn, task_id, pending)
+        else:
+            await self.refused(conn, task_id, data)
 
     async def refused(self, conn: BridgeConn, task_id: str, data: TaskAckData) -> None:
         """A refusal: the slot stays busy until the bridge's next report (it said it has no

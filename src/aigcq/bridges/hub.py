@@ -1,8 +1,9 @@
 """The bridge hub: bridges connect to ``/ws``, we assign them tasks (an ``InternalTarget``).
 
-The socket and its messages are here; slots are :mod:`.slots`', handing out tasks
-:mod:`.assigner`'s, a task's end :mod:`.endings`', rotation :mod:`.rotation`'s. Bad input
-gets an ``ERROR`` frame and changes nothing; a bad token closes with 4401, a flood with 4008.
+The socket and its messages are here; slots are :mod:`.slots`', handing out tasks (and
+what their TASK_ACK says) :mod:`.assigner`'s, a task's end :mod:`.endings`', rotation
+:mod:`.rotation`'s. Bad input gets an ``ERROR`` frame and changes nothing; a bad token
+closes with 4401, a flood with 4008.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from aigcq.bridges.endings import TaskEnds
 from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
-    ACK_OK,
     BridgeMessage,
     HeartbeatData,
     HeartbeatMessage,
@@ -29,7 +29,6 @@ from aigcq.bridges.protocol import (
     ProtocolError,
     RegisterData,
     RegisterMessage,
-    TaskAckData,
     TaskAckMessage,
     TaskProgressMessage,
     parse_bridge_message,
@@ -226,7 +225,7 @@ class BridgeHub:
         elif isinstance(msg, HeartbeatMessage):
             await self._heartbeat(conn, msg.data)
         elif isinstance(msg, TaskAckMessage):
-            await self._ack(session, conn, msg.data)
+            await self.assigner.on_ack(session, conn, msg.data)
         elif isinstance(msg, PongMessage):
             conn.last_pong = time.monotonic()
         elif isinstance(msg, TaskProgressMessage):
@@ -323,25 +322,6 @@ class BridgeHub:
         )
         if conn.free() > before:
             self.wake()
-
-    async def _ack(self, session: Session, conn: BridgeConn, data: TaskAckData) -> None:
-        task_id = data.data.task_id
-        if task_id not in conn.pending:
-            if conn.slots.ended_early(task_id):  # finished already: nothing left to do
-                return
-            if not conn.pending or data.data.attempt is not None:
-                await session.error("UnknownTask", f"task {task_id!r} is not awaiting an ACK")
-                return
-            # a seed-002 bridge (no attempt echoed) acknowledges with its own taskId: it
-            # answers the oldest assignment it has not acknowledged
-            remote_id, task_id = task_id, next(iter(conn.pending))
-            conn.pending[task_id].remote_id = remote_id
-        if data.code == ACK_OK:
-            pending = conn.ack(task_id)
-            assert pending is not None
-            await self.assigner.acked(conn, task_id, pending)
-        else:
-            await self.assigner.refused(conn, task_id, data)
 
     # ---- a task's end (see :mod:`.endings`) -------------------------------------------
 

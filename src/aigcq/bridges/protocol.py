@@ -169,59 +169,57 @@ class ErrorData(_Model):
 
 
 class _Message(_Model):
-    TYPE: ClassVar[str]
+    """A frame: ``type`` (a subclass's ``Literal``, with its value as default) and ``data``."""
+
+    TYPE: ClassVar[str]  # the ``type`` value, taken from that default
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.TYPE = cls.model_fields["type"].default
 
 
 class RegisterMessage(_Message):
-    TYPE: ClassVar[str] = "REGISTER"
     type: Literal["REGISTER"] = "REGISTER"
     data: RegisterData
 
 
 class HeartbeatMessage(_Message):
-    TYPE: ClassVar[str] = "HEARTBEAT"
     type: Literal["HEARTBEAT"] = "HEARTBEAT"
     data: HeartbeatData
 
 
 class TaskAckMessage(_Message):
-    TYPE: ClassVar[str] = "TASK_ACK"
     type: Literal["TASK_ACK"] = "TASK_ACK"
     data: TaskAckData
 
 
 class TaskProgressMessage(_Message):
-    TYPE: ClassVar[str] = "TASK_PROGRESS"
     type: Literal["TASK_PROGRESS"] = "TASK_PROGRESS"
     data: TaskProgressData
 
 
 class PongMessage(_Message):
-    TYPE: ClassVar[str] = "PONG"
     type: Literal["PONG"] = "PONG"
     data: dict[str, Any] | None = None
 
 
 class TaskAssignMessage(_Message):
-    TYPE: ClassVar[str] = "TASK_ASSIGN"
     type: Literal["TASK_ASSIGN"] = "TASK_ASSIGN"
     data: TaskAssignData
 
 
 class TaskCancelMessage(_Message):
-    TYPE: ClassVar[str] = "TASK_CANCEL"
     type: Literal["TASK_CANCEL"] = "TASK_CANCEL"
     data: TaskCancelData
 
 
 class PingMessage(_Message):
-    TYPE: ClassVar[str] = "PING"
     type: Literal["PING"] = "PING"
     data: dict[str, Any] | None = None
 
 
 class ErrorMessage(_Message):
-    TYPE: ClassVar[str] = "ERROR"
     type: Literal["ERROR"] = "ERROR"
     data: ErrorData
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 
 import orjson
@@ -42,26 +43,22 @@ def iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds")
 
 
+@dataclass(eq=False)
 class CacheQueue:
-    def __init__(
-        self,
-        rt: Runtime,
-        outcomes: Outcomes,
-        queue: tuple[str, str],
-        hub_name: str,
-        placed: Placed,
-        *,
-        stale_after_s: float,
-        interval_s: float = 5.0,
-    ) -> None:
-        self.rt = rt
-        self.outcomes = outcomes
-        self.queue = queue
-        self.hub_name = hub_name
-        self.placed = placed
-        self.stale_after_s = stale_after_s
-        self.interval_s = interval_s
-        prefix = rt.store.keys.prefix
+    rt: Runtime
+    outcomes: Outcomes
+    queue: tuple[str, str]
+    hub_name: str
+    placed: Placed
+    _: KW_ONLY
+    stale_after_s: float
+    interval_s: float = 5.0
+    pending_key: str = field(init=False)
+    processing_key: str = field(init=False)
+    completed_key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        prefix = self.rt.store.keys.prefix
         self.pending_key = f"{prefix}:cache:pending"
         self.processing_key = f"{prefix}:cache:processing"
         self.completed_key = f"{prefix}:cache:completed"

@@ -154,25 +154,23 @@ class _Subscriber:
                 await self.ws.send_text(text)
 
 
+@dataclass(eq=False)
 class CapacityFeed:
     """The WebSocket endpoint and the loop that pushes capacity to every subscriber."""
 
-    def __init__(
-        self, hub: BridgeHub, auth: DispatcherAuth, config: FeedConfig | None = None
-    ) -> None:
-        self.hub = hub
-        self.auth = auth
-        self.config = config or FeedConfig()
-        self.book = InstanceBook()
-        self.subscribers: set[_Subscriber] = set()
-        self.instances: dict[str, Instance] = {}
-        self.connected_at: dict[str, str] = {}
-        #: taskId -> {targetInstance, clientId, at}: the backends' TASK_ALLOCATIONs
-        self.allocations: dict[str, dict[str, Any]] = {}
-        #: called with the online instance count when it went down (§9.4.1)
-        self.on_shrink: Callable[[int], Awaitable[object]] | None = None
-        self._online: int | None = None
-        self._touched = False
+    hub: BridgeHub
+    auth: DispatcherAuth
+    config: FeedConfig = field(default_factory=FeedConfig)
+    book: InstanceBook = field(init=False, default_factory=InstanceBook)
+    subscribers: set[_Subscriber] = field(init=False, default_factory=set)
+    instances: dict[str, Instance] = field(init=False, default_factory=dict)
+    connected_at: dict[str, str] = field(init=False, default_factory=dict)
+    #: taskId -> {targetInstance, clientId, at}: the backends' TASK_ALLOCATIONs
+    allocations: dict[str, dict[str, Any]] = field(init=False, default_factory=dict)
+    #: called with the online instance count when it went down (§9.4.1)
+    on_shrink: Callable[[int], Awaitable[object]] | None = field(init=False, default=None)
+    _online: int | None = field(init=False, default=None)
+    _touched: bool = field(init=False, default=False)
 
     # ---- state --------------------------------------------------------------------------
 

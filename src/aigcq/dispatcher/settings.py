@@ -19,6 +19,10 @@ def _env(name: str, *seed_names: str) -> AliasChoices:
     return AliasChoices(f"AIGCQ_MD_{name}", *seed_names)
 
 
+def _client_env(name: str) -> AliasChoices:
+    return AliasChoices(f"AIGCQ_MESSAGE_DISPATCHER_{name}", f"MESSAGE_DISPATCHER_{name}")
+
+
 class DispatcherSettings(BaseSettings):
     """``aigcq dispatcher``: its port, Redis key prefix, login and JWT lifetime."""
 
@@ -62,61 +66,31 @@ class MdClientSettings(BaseSettings):
 
     model_config = _CONFIG
 
-    url: str = Field(
-        "", validation_alias=AliasChoices("AIGCQ_MESSAGE_DISPATCHER_URL", "MESSAGE_DISPATCHER_URL")
-    )
-    enabled: bool = Field(
-        True,
-        validation_alias=AliasChoices(
-            "AIGCQ_MESSAGE_DISPATCHER_ENABLED", "MESSAGE_DISPATCHER_ENABLED"
-        ),
-    )
-    timeout_ms: int = Field(
-        30000,
-        gt=0,
-        validation_alias=AliasChoices(
-            "AIGCQ_MESSAGE_DISPATCHER_TIMEOUT", "MESSAGE_DISPATCHER_TIMEOUT"
-        ),
-    )
+    url: str = Field("", validation_alias=_client_env("URL"))
+    enabled: bool = Field(True, validation_alias=_client_env("ENABLED"))
+    timeout_ms: int = Field(30000, gt=0, validation_alias=_client_env("TIMEOUT"))
     health_check_interval_ms: int = Field(
-        10000,
-        gt=0,
-        validation_alias=AliasChoices(
-            "AIGCQ_MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL",
-            "MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL",
-        ),
+        10000, gt=0, validation_alias=_client_env("HEALTH_CHECK_INTERVAL")
     )
     health_check_timeout_ms: int = Field(
-        5000,
-        gt=0,
-        validation_alias=AliasChoices(
-            "AIGCQ_MESSAGE_DISPATCHER_HEALTH_CHECK_TIMEOUT",
-            "MESSAGE_DISPATCHER_HEALTH_CHECK_TIMEOUT",
-        ),
+        5000, gt=0, validation_alias=_client_env("HEALTH_CHECK_TIMEOUT")
     )
     health_check_failure_threshold: int = Field(
         1,
         ge=1,
-        validation_alias=AliasChoices(
-            "AIGCQ_MESSAGE_DISPATCHER_HEALTH_CHECK_FAILURE_THRESHOLD",
-            "MESSAGE_DISPATCHER_HEALTH_CHECK_FAILURE_THRESHOLD",
-        ),
+        validation_alias=_client_env("HEALTH_CHECK_FAILURE_THRESHOLD"),
         description="Failed health checks in a row that degrade (a failed submit: at once).",
     )
     priority: bool = Field(
         True,
-        validation_alias=AliasChoices(
-            "AIGCQ_MESSAGE_DISPATCHER_PRIORITY", "MESSAGE_DISPATCHER_PRIORITY"
-        ),
+        validation_alias=_client_env("PRIORITY"),
         description="true: the dispatcher first; false: RunningHub first, the dispatcher "
         "takes what RunningHub has no room for.",
     )
     retry_count: int = Field(
         0,
         ge=0,
-        validation_alias=AliasChoices(
-            "AIGCQ_MESSAGE_DISPATCHER_RETRY_COUNT", "MESSAGE_DISPATCHER_RETRY_COUNT"
-        ),
+        validation_alias=_client_env("RETRY_COUNT"),
         description="Times a submit the dispatcher failed (error, not timeout) is sent again "
         "before the task goes back to be routed (to RunningHub while degraded).",
     )

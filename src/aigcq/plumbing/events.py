@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import orjson
@@ -24,25 +25,16 @@ from aigcq.service.runtime import Runtime
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class EventBus:
-    def __init__(
-        self,
-        redis: Redis,
-        channel: str,
-        *,
-        on_wake: Callable[[], None],
-        on_outbox: Callable[[str], None],
-        on_client: Callable[[str, str], None],
-        on_progress: Callable[[str, dict[str, Any]], None],
-        on_bridge_end: Callable[[dict[str, Any]], None] = lambda end: None,
-    ) -> None:
-        self.redis = redis
-        self.channel = channel
-        self.on_wake = on_wake
-        self.on_outbox = on_outbox
-        self.on_client = on_client
-        self.on_progress = on_progress
-        self.on_bridge_end = on_bridge_end
+    redis: Redis
+    channel: str
+    _: KW_ONLY
+    on_wake: Callable[[], None]
+    on_outbox: Callable[[str], None]
+    on_client: Callable[[str, str], None]
+    on_progress: Callable[[str, dict[str, Any]], None]
+    on_bridge_end: Callable[[dict[str, Any]], None] = lambda end: None
 
     async def run(self) -> None:
         while True:

@@ -11,6 +11,17 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
+class _Fixed:
+    """A key that takes no argument, ``{prefix}:<suffix>``, read as an attribute of
+    :class:`Keys`."""
+
+    suffix: str
+
+    def __get__(self, keys: Keys, owner: type[Keys]) -> str:
+        return f"{keys.prefix}:{self.suffix}"
+
+
+@dataclass(frozen=True, slots=True)
 class Keys:
     prefix: str
 
@@ -39,35 +50,18 @@ class Keys:
         task's hash names each attempt's orphan (``orphan.<attempt>``)."""
         return f"{self.prefix}:orphan:{remote_id}"
 
-    @property
-    def inflight(self) -> str:
-        """Every task in flight, scored by its deadline (the sweeper's index)."""
-        return f"{self.prefix}:inflight"
-
-    @property
-    def delayed(self) -> str:
-        """Pending tasks backing off (ZSET id -> time they may be dispatched again)."""
-        return f"{self.prefix}:delayed"
-
-    @property
-    def recent(self) -> str:
-        """The last 1000 tasks to finish, newest first."""
-        return f"{self.prefix}:recent"
-
-    @property
-    def finished(self) -> str:
-        """Tasks finished so far, per target (HASH target -> count; "" = never dispatched)."""
-        return f"{self.prefix}:finished"
-
-    @property
-    def internal_free(self) -> str:
-        """Free bridge slots per aigcq process (HASH process id -> "<free> <bridges> <ms>")."""
-        return f"{self.prefix}:internal:free"
-
-    @property
-    def queues(self) -> str:
-        """Set of ``AIGC:platform`` pairs that have ever had a wait queue."""
-        return f"{self.prefix}:queues"
+    #: Every task in flight, scored by its deadline (the sweeper's index).
+    inflight = _Fixed("inflight")
+    #: Pending tasks backing off (ZSET id -> time they may be dispatched again).
+    delayed = _Fixed("delayed")
+    #: The last 1000 tasks to finish, newest first.
+    recent = _Fixed("recent")
+    #: Tasks finished so far, per target (HASH target -> count; "" = never dispatched).
+    finished = _Fixed("finished")
+    #: Free bridge slots per aigcq process (HASH process id -> "<free> <bridges> <ms>").
+    internal_free = _Fixed("internal:free")
+    #: Set of ``AIGC:platform`` pairs that have ever had a wait queue.
+    queues = _Fixed("queues")
 
     def callback(self, remote_id: str) -> str:
         """Seed 001 §5.3: ``{prefix}:callback:{remoteTaskId}`` -> taskId."""
@@ -80,15 +74,10 @@ class Keys:
     def outbox(self, backend_id: str) -> str:
         return f"{self.prefix}:outbox:{backend_id}"
 
-    @property
-    def outboxes(self) -> str:
-        """Every client with an outbox stream (ZSET backendId -> time of its last message)."""
-        return f"{self.prefix}:outboxes"
-
-    @property
-    def progress(self) -> str:
-        """HASH backendId -> connId of clients connected with ``progress=1`` (anywhere)."""
-        return f"{self.prefix}:progress"
+    #: Every client with an outbox stream (ZSET backendId -> time of its last message).
+    outboxes = _Fixed("outboxes")
+    #: HASH backendId -> connId of clients connected with ``progress=1`` (anywhere).
+    progress = _Fixed("progress")
 
     def quota(self, backend_id: str) -> str:
         return f"{self.prefix}:quota:{backend_id}"
@@ -99,7 +88,5 @@ class Keys:
     def workflow(self, workflow_id: str) -> str:
         return f"{self.prefix}:workflow:{workflow_id}"
 
-    @property
-    def events(self) -> str:
-        """Pub/sub channel: ``wake`` (work to dispatch) and ``outbox:<backendId>``."""
-        return f"{self.prefix}:events"
+    #: Pub/sub channel: ``wake`` (work to dispatch) and ``outbox:<backendId>``.
+    events = _Fixed("events")

@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from redis.exceptions import RedisError
@@ -69,19 +70,18 @@ class InternalTarget(Protocol):
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None: ...
 
 
+@dataclass(eq=False)
 class Dispatcher:
-    def __init__(
-        self, rt: Runtime, outcomes: Outcomes, internal: InternalTarget | None = None
-    ) -> None:
-        self.rt = rt
-        self.outcomes = outcomes
-        self.internal = internal
-        self._wake = asyncio.Event()
-        self._inflight: set[asyncio.Task[None]] = set()
-        self._rr = itertools.count()
-        self._recheck: asyncio.TimerHandle | None = None
-        self._claims: dict[asyncio.Task[None], list[Claimed]] = {}  # handed-off work
-        self.stopped = False  # graceful shutdown: claim nothing more
+    rt: Runtime
+    outcomes: Outcomes
+    internal: InternalTarget | None = None
+    _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _inflight: set[asyncio.Task[None]] = field(init=False, default_factory=set)
+    _rr: itertools.count[int] = field(init=False, default_factory=itertools.count)
+    _recheck: asyncio.TimerHandle | None = field(init=False, default=None)
+    #: handed-off work
+    _claims: dict[asyncio.Task[None], list[Claimed]] = field(init=False, default_factory=dict)
+    stopped: bool = field(init=False, default=False)  # graceful shutdown: claim nothing more
 
     def wake(self) -> None:
         self._wake.set()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from aigcq.domain import TaskState
 from aigcq.observability.jsonlog import ctx
@@ -36,11 +37,11 @@ def next_poll_interval(in_flight: int) -> float:
     return MAX_POLL_S - (MAX_POLL_S - MIN_POLL_S) * load
 
 
+@dataclass(eq=False)
 class Poller:
-    def __init__(self, rt: Runtime, outcomes: Outcomes, adapter: PlatformAdapter) -> None:
-        self.rt = rt
-        self.outcomes = outcomes
-        self.adapter = adapter
+    rt: Runtime
+    outcomes: Outcomes
+    adapter: PlatformAdapter
 
     async def run(self) -> None:
         while True:
