@@ -6,6 +6,7 @@ retried within max_attempts; a cancel reaches the GPU; an idle GPU is used, not 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aigcq.agent.app import Bridge
 from aigcq.config import PlatformConfig, Settings
@@ -70,6 +72,7 @@ async def fleet(
     redis_url: str,
     comfy_per_bridge: list[int],
     failure_limit: int = 1,
+    comfy_front: Callable[[ASGIApp], ASGIApp] = lambda app: app,
 ) -> AsyncIterator[Fleet]:
     models = {"proj": {"comfyui": {"apikey": "k", "concurrency": 5}}}
     (tmp_path / "model.json").write_text(json.dumps(models))
@@ -95,7 +98,7 @@ async def fleet(
             for i in range(count):
                 out = tmp_path / f"comfy{b}-{i}" / "output"
                 app = create_app(ComfyUIConfig(output_dir=out, step_time=0.1, steps=3))
-                urls.append(await stack.enter_async_context(serve_app(app)))
+                urls.append(await stack.enter_async_context(serve_app(comfy_front(app))))
                 emulators.append(app.state.emulator)
             server = base.replace("http", "ws") + "/ws"
             bridge_settings = quick_bridge(server, BRIDGE_TOKEN, urls, tmp_path / f"bridge{b}")
@@ -110,6 +113,34 @@ async def fleet(
         assert hub is not None
         await until(lambda: _free(service), lambda n: n == sum(comfy_per_bridge), within=10)
         yield Fleet(service, client, emulators, bridges)
+
+
+class HeldPromptReply:
+    """In front of a ComfyUI emulator: the first ``POST /prompt`` is queued and runs, but its
+    reply waits for :attr:`release`, so a bridge stopped meanwhile never heard it accepted."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+        self._armed = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        is_prompt = scope["type"] == "http" and (scope["method"], scope["path"]) == (
+            "POST",
+            "/prompt",
+        )
+        if not (is_prompt and self._armed):
+            await self.app(scope, receive, send)
+            return
+        self._armed = False
+
+        async def held(message: Message) -> None:
+            self.holding.set()
+            await self.release.wait()
+            await send(message)
+
+        await self.app(scope, receive, held)
 
 
 async def _stop_all(bridges: list[Bridge]) -> None:
@@ -230,3 +261,27 @@ async def test_a_restarted_bridge_readopts_its_prompt_instead_of_running_it_agai
     task = await one_gpu.task("keep")
     assert (task.attempt, task.target) == (1, "bridge")
     assert list(one_gpu.comfy[0].history) == ["keep"]  # ran once, never as "keep-2"
+
+
+async def test_a_bridge_stopped_before_comfyui_answered_its_submit_readopts_the_prompt(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """The worst moment for a restart: ComfyUI took the prompt, the bridge has not heard."""
+    front: list[HeldPromptReply] = []
+
+    def hold(app: ASGIApp) -> ASGIApp:
+        front.append(HeldPromptReply(app))
+        return front[-1]
+
+    async with fleet(tmp_path, redis, redis_url, [1], comfy_front=hold) as f:
+        try:
+            await f.client.request(task_of("keep"))
+            await asyncio.wait_for(front[0].holding.wait(), 10)
+            await f.restart_bridge(0)
+            result = await f.result("keep")
+        finally:
+            front[0].release.set()
+        assert result["status"] == "success"
+        task = await f.task("keep")
+        assert (task.attempt, task.target) == (1, "bridge")
+        assert list(f.comfy[0].history) == ["keep"]  # ran once, never as "keep-2"

@@ -1,9 +1,10 @@
 """Prompts this bridge submitted and has not finished, kept across its restarts.
 
-Written to ``<data dir>/held/<taskId>.json`` once ComfyUI accepted the prompt, removed once
-the task's TASK_END is spooled (or the hub cancelled it). A restarted bridge finds each one
-again on its instance (the prompt id is the task id) and follows it to its end instead of
-running it again; REGISTER lists them, so aigcq keeps them on this bridge.
+Written to ``<data dir>/held/<taskId>.json`` just before the prompt goes to ComfyUI, removed
+once the task's TASK_END is spooled (or the hub cancelled it). A restarted bridge finds each
+one again on its instance (the prompt id is the task id) and follows it to its end instead of
+running it again (one the instance never received is lost: a machine's failure, retried
+elsewhere); REGISTER lists them, so aigcq keeps them on this bridge.
 """
 
 from __future__ import annotations

@@ -290,8 +290,10 @@ class TaskRunner:
         instance = task.instance
         events = instance.watch(task.prompt_id)
         try:
-            await instance.submit(workflow, task.prompt_id)
+            # Held before it is sent: a restart between ComfyUI's accept and a later write
+            # would run the prompt twice; one ComfyUI never got is found lost on re-adoption.
             self.prompts.put(HeldPrompt(assign, task.prompt_id, instance.url))
+            await instance.submit(workflow, task.prompt_id)
             log.info(
                 "task %s: submitted to %s as %s",
                 task.task_id,
