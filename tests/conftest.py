@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+# pytest-xdist's workers start with COLUMNS=80, which rich reads once, when the CLI's console
+# is made at import; the CLI tests give each call its own width (CliRunner env).
+os.environ.pop("COLUMNS", None)
+
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 

@@ -20,7 +20,7 @@ import logging
 from redis.asyncio import Redis
 
 from aigcq.plumbing.text import text
-from aigcq.queue.keys import Keys
+from aigcq.queue.keys import Keys, outbox_minid
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,8 @@ class OutboxRetention:
             await self.index_existing(now)
             self._indexed = True
         cutoff = now - self.retention_s
-        args: list[str | float] = [self.keys.prefix, cutoff, int(cutoff * 1000)]
+        minid = outbox_minid(now, self.retention_s)
+        args: list[str | float] = [self.keys.prefix, cutoff, minid]
         args.append(now - EMPTY_GRACE_S)
         start = dropped = 0
         while True:

@@ -10,6 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def outbox_minid(now: float, retention_s: float) -> int:
+    """The first outbox stream id kept (``MINID``, milliseconds): entries older than
+    ``retention_s`` go, whether trimmed by a new message or by the retention sweep."""
+    return int((now - retention_s) * 1000)
+
+
 @dataclass(frozen=True, slots=True)
 class _Fixed:
     """A key that takes no argument, ``{prefix}:<suffix>``, read as an attribute of

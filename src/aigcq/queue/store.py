@@ -21,7 +21,7 @@ from aigcq.domain import Move, Task, TaskState, allowed_from
 from aigcq.observability import metrics
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.plumbing.text import text
-from aigcq.queue.keys import Keys
+from aigcq.queue.keys import Keys, outbox_minid
 
 
 def _load(name: str) -> str:
@@ -159,10 +159,6 @@ class TaskStore:
         callbacks, dispatches) share one write, each script stays one atomic step, and
         calls run in the order made."""
         return await self.mux.script(self._scripts[name], [], [self.keys.prefix, *args])
-
-    def _outbox_minid(self, now: float) -> int:
-        """Outbox entries older than the retention go (``XADD MINID``, milliseconds)."""
-        return int((now - self.outbox_retention_s) * 1000)
 
     async def aclose(self) -> None:
         await self.mux.aclose()
@@ -356,7 +352,7 @@ class TaskStore:
         orphan (``MoveResult.orphan``)."""
         assert state.terminal
         now = time.time()
-        minid = self._outbox_minid(now)
+        minid = outbox_minid(now, self.outbox_retention_s)
         applied, current, *labels = await self._run(
             "finish",
             task_id,
@@ -386,7 +382,7 @@ class TaskStore:
         """Cancel a task that is still waiting (never one dispatched or running), with no
         message for its client: its submitter has taken it back. False: not waiting."""
         now = time.time()
-        minid = self._outbox_minid(now)
+        minid = outbox_minid(now, self.outbox_retention_s)
         applied, *_ = await self._run(
             "finish",
             task_id,
