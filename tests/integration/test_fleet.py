@@ -115,12 +115,15 @@ async def fleet(
         yield Fleet(service, client, emulators, bridges)
 
 
-class HeldPromptReply:
-    """In front of a ComfyUI emulator: the first ``POST /prompt`` is queued and runs, but its
-    reply waits for :attr:`release`, so a bridge stopped meanwhile never heard it accepted."""
+class HeldPromptPost:
+    """In front of a ComfyUI emulator: the first ``POST /prompt`` waits for :attr:`release`,
+    either after ComfyUI queued it (``reply``: the bridge has not heard it was accepted) or
+    before ComfyUI sees it, its request read whole (so it is queued even if the bridge gave
+    up on it meanwhile)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, reply: bool) -> None:
         self.app = app
+        self.reply = reply
         self.holding = asyncio.Event()
         self.release = asyncio.Event()
         self._armed = True
@@ -134,13 +137,27 @@ class HeldPromptReply:
             await self.app(scope, receive, send)
             return
         self._armed = False
+        if self.reply:
 
-        async def held(message: Message) -> None:
-            self.holding.set()
-            await self.release.wait()
-            await send(message)
+            async def held(message: Message) -> None:
+                await self._hold()
+                await send(message)
 
-        await self.app(scope, receive, held)
+            await self.app(scope, receive, held)
+            return
+        request = [await receive()]
+        while request[-1].get("more_body"):
+            request.append(await receive())
+        await self._hold()
+
+        async def replay() -> Message:
+            return request.pop(0) if request else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _hold(self) -> None:
+        self.holding.set()
+        await self.release.wait()
 
 
 async def _stop_all(bridges: list[Bridge]) -> None:
@@ -267,10 +284,10 @@ async def test_a_bridge_stopped_before_comfyui_answered_its_submit_readopts_the_
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
     """The worst moment for a restart: ComfyUI took the prompt, the bridge has not heard."""
-    front: list[HeldPromptReply] = []
+    front: list[HeldPromptPost] = []
 
     def hold(app: ASGIApp) -> ASGIApp:
-        front.append(HeldPromptReply(app))
+        front.append(HeldPromptPost(app, reply=True))
         return front[-1]
 
     async with fleet(tmp_path, redis, redis_url, [1], comfy_front=hold) as f:
@@ -285,3 +302,35 @@ async def test_a_bridge_stopped_before_comfyui_answered_its_submit_readopts_the_
         task = await f.task("keep")
         assert (task.attempt, task.target) == (1, "bridge")
         assert list(f.comfy[0].history) == ["keep"]  # ran once, never as "keep-2"
+
+
+async def test_a_cancel_while_the_prompt_is_on_its_way_stops_it_once_comfyui_queued_it(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """A TASK_CANCEL between the bridge's POST /prompt and ComfyUI queueing it: the queue had
+    nothing to delete yet, and the prompt must not run on the slot the hub gave away."""
+    front: list[HeldPromptPost] = []
+
+    def hold(app: ASGIApp) -> ASGIApp:
+        front.append(HeldPromptPost(app, reply=False))
+        return front[-1]
+
+    async with fleet(tmp_path, redis, redis_url, [1], comfy_front=hold) as f:
+        runner = f.bridges[0].runner
+        try:
+            await f.client.request(task_of("late"))
+            await asyncio.wait_for(front[0].holding.wait(), 10)
+            reply = await f.client.request({"type": "cancel", "taskId": "late"})
+            assert reply["type"] == "cancelled"
+            await until(lambda: _cancelled_or_gone(runner.running, "late"), bool, within=10)
+        finally:
+            front[0].release.set()
+        await f.client.request(task_of("next"))
+        assert (await f.result("next"))["status"] == "success"
+        late = f.comfy[0].history.get("late", {})
+        assert late.get("status", {}).get("status_str") != "success", late
+
+
+async def _cancelled_or_gone(running: dict[str, Any], task_id: str) -> bool:
+    task = running.get(task_id)
+    return task is None or bool(task.cancelled)

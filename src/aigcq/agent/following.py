@@ -65,6 +65,7 @@ class RunningTask:
     last_progress_sent: float = 0.0
     job: asyncio.Task[Any] | None = None  # the handler running it
     cancelled: bool = False  # by the hub (TASK_CANCEL): no TASK_END
+    sending: bool = False  # its POST /prompt is out: ComfyUI may queue it yet
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,29 @@ class TaskRunner:
             self.pool.release(task.instance, task.task_id)
         self._finish(task.task_id, webhook_url, result)
 
+    async def _send(self, task: RunningTask, workflow: Workflow) -> None:
+        """``POST /prompt``, unless the hub cancelled the task; a TASK_CANCEL that came while
+        it was out is carried out once ComfyUI answered (before, the queue had nothing to
+        delete and the prompt would have run on a slot the hub already gave away)."""
+        if not task.cancelled:
+            task.sending = True
+            try:
+                await task.instance.submit(workflow, task.prompt_id)
+            finally:
+                task.sending = False
+        if task.cancelled:
+            await self._stop(task)
+            raise asyncio.CancelledError
+
+    async def _stop(self, task: RunningTask) -> None:
+        await task.instance.cancel(task.prompt_id)
+        log.info(
+            "task %s: cancelled on %s",
+            task.task_id,
+            task.instance.instance_id,
+            extra=ctx(task=task.task_id),
+        )
+
     async def cancel(self, order: TaskCancelData) -> None:
         """TASK_CANCEL: stop the prompt on its instance (interrupt it only if that
         instance runs it, else delete it from its queue), free the slot, no TASK_END."""
@@ -207,15 +230,11 @@ class TaskRunner:
             )
             return
         task.cancelled = True
-        await task.instance.cancel(task.prompt_id)
+        if task.sending:
+            return  # _send stops it once ComfyUI has answered
+        await self._stop(task)
         if task.job is not None:
             task.job.cancel()
-        log.info(
-            "task %s: cancelled on %s",
-            task.task_id,
-            task.instance.instance_id,
-            extra=ctx(task=task.task_id),
-        )
 
     async def _ack(
         self, task_id: str, attempt: int | None, code: int = ACK_OK, msg: str = "success"
@@ -293,7 +312,7 @@ class TaskRunner:
             # Held before it is sent: a restart between ComfyUI's accept and a later write
             # would run the prompt twice; one ComfyUI never got is found lost on re-adoption.
             self.prompts.put(HeldPrompt(assign, task.prompt_id, instance.url))
-            await instance.submit(workflow, task.prompt_id)
+            await self._send(task, workflow)
             log.info(
                 "task %s: submitted to %s as %s",
                 task.task_id,
