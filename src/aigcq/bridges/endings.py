@@ -1,7 +1,8 @@
 """A task's end on the bridges here: free its slot, stop what is no longer wanted, count.
 
 Whichever way a task ends (its TASK_END applied, or refused as gone; a cancel), the
-bridge holding it gets its slot back at once. A bridge still running a cancelled or
+bridge holding it gets its slot back at once (a failure that may take the bridge out of
+rotation: once counted). A bridge still running a cancelled or
 superseded attempt is told to stop (TASK_CANCEL). A machine's failure counts against the
 bridge, a success resets the count (see :mod:`.rotation`); the task's own failure does not.
 """
@@ -44,23 +45,34 @@ class TaskEnds:
         if target != self.name and not holders:
             return
         ran = next((b for b in holders if b.slots.attempt_of(task_id) == attempt), None)
+        # A failure that may take its bridge out frees the slot only after the count (the
+        # bridge is out first); any other frees it now, before the task it requeued is
+        # dispatched again: a slot still taken then made the retry overflow to a paid
+        # platform while its own GPU was about to be free.
+        last_straw = end is TaskEnd.FAILED and ran is not None and self.rotation.last_straw(ran)
         for conn in holders:
-            if conn is not ran or end is not TaskEnd.FAILED:
+            if not (last_straw and conn is ran):
                 self.end_on(conn, task_id, end, attempt)
         if end is TaskEnd.GONE:
             return  # a bridge elsewhere frees it when it stops listing the task
-        self._spawn(self._count(task_id, end, ran, attempt))
+        self._spawn(self._count(task_id, end, ran, attempt, free_after=last_straw))
 
     async def _count(
-        self, task_id: str, end: TaskEnd, ran: BridgeConn | None, attempt: int | None
+        self,
+        task_id: str,
+        end: TaskEnd,
+        ran: BridgeConn | None,
+        attempt: int | None,
+        *,
+        free_after: bool,
     ) -> None:
-        """Count the end; a failed task's slot is freed after the count (a failing bridge
-        is out first), and freed however the count went (Redis away while saving it)."""
+        """Count the end; with ``free_after``, free the slot of the bridge that ran it
+        after the count, however the count went (Redis away while saving it)."""
         cancel = end is TaskEnd.CANCELLED
         try:
             await self.rotation.count_end(task_id, _COUNTED.get(end), ran, cancel=cancel)
         finally:
-            if ran is not None and end is TaskEnd.FAILED:
+            if ran is not None and free_after:
                 self.end_on(ran, task_id, end, attempt)
 
     def end_on(self, conn: BridgeConn, task_id: str, end: TaskEnd, attempt: int | None) -> None:

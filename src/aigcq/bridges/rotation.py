@@ -76,6 +76,11 @@ class Rotation:
         if conn.online and self.apply(conn, shared, None):
             await self.registry.save(conn)
 
+    def last_straw(self, conn: BridgeConn) -> bool:
+        """Whether one more failed task takes ``conn`` out of rotation (by the count it had
+        when last applied here)."""
+        return conn.failures + 1 >= self.rt.settings.bridge_failure_limit
+
     def apply(self, conn: BridgeConn, failures: int, task_id: str | None) -> bool:
         """Quarantine at ``bridge_failure_limit`` failures in a row, re-admit below it (a
         success resets the count); ``True`` if that changed the bridge's rotation."""
