@@ -160,6 +160,25 @@ class HeldPromptPost:
         await self.release.wait()
 
 
+@contextlib.asynccontextmanager
+async def held_prompt_fleet(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, *, reply: bool
+) -> AsyncIterator[tuple[Fleet, HeldPromptPost]]:
+    """One bridge, one ComfyUI behind a :class:`HeldPromptPost`; the hold is released on
+    exit, whatever the test did."""
+    front: list[HeldPromptPost] = []
+
+    def hold(app: ASGIApp) -> ASGIApp:
+        front.append(HeldPromptPost(app, reply=reply))
+        return front[-1]
+
+    async with fleet(tmp_path, redis, redis_url, [1], comfy_front=hold) as f:
+        try:
+            yield f, front[0]
+        finally:
+            front[0].release.set()
+
+
 async def _stop_all(bridges: list[Bridge]) -> None:
     for bridge in bridges:
         await bridge.stop()
@@ -284,20 +303,12 @@ async def test_a_bridge_stopped_before_comfyui_answered_its_submit_readopts_the_
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
     """The worst moment for a restart: ComfyUI took the prompt, the bridge has not heard."""
-    front: list[HeldPromptPost] = []
-
-    def hold(app: ASGIApp) -> ASGIApp:
-        front.append(HeldPromptPost(app, reply=True))
-        return front[-1]
-
-    async with fleet(tmp_path, redis, redis_url, [1], comfy_front=hold) as f:
-        try:
-            await f.client.request(task_of("keep"))
-            await asyncio.wait_for(front[0].holding.wait(), 10)
-            await f.restart_bridge(0)
-            result = await f.result("keep")
-        finally:
-            front[0].release.set()
+    async with held_prompt_fleet(tmp_path, redis, redis_url, reply=True) as (f, front):
+        await f.client.request(task_of("keep"))
+        await asyncio.wait_for(front.holding.wait(), 10)
+        await f.restart_bridge(0)
+        front.release.set()
+        result = await f.result("keep")
         assert result["status"] == "success"
         task = await f.task("keep")
         assert (task.attempt, task.target) == (1, "bridge")
@@ -309,26 +320,20 @@ async def test_a_cancel_while_the_prompt_is_on_its_way_stops_it_once_comfyui_que
 ) -> None:
     """A TASK_CANCEL between the bridge's POST /prompt and ComfyUI queueing it: the queue had
     nothing to delete yet, and the prompt must not run on the slot the hub gave away."""
-    front: list[HeldPromptPost] = []
-
-    def hold(app: ASGIApp) -> ASGIApp:
-        front.append(HeldPromptPost(app, reply=False))
-        return front[-1]
-
-    async with fleet(tmp_path, redis, redis_url, [1], comfy_front=hold) as f:
+    async with held_prompt_fleet(tmp_path, redis, redis_url, reply=False) as (f, front):
         runner = f.bridges[0].runner
-        try:
-            await f.client.request(task_of("late"))
-            await asyncio.wait_for(front[0].holding.wait(), 10)
-            reply = await f.client.request({"type": "cancel", "taskId": "late"})
-            assert reply["type"] == "cancelled"
-            await until(lambda: _cancelled_or_gone(runner.running, "late"), bool, within=10)
-        finally:
-            front[0].release.set()
+        await f.client.request(task_of("late"))
+        await asyncio.wait_for(front.holding.wait(), 10)
+        reply = await f.client.request({"type": "cancel", "taskId": "late"})
+        assert reply["type"] == "cancelled"
+        await until(lambda: _cancelled_or_gone(runner.running, "late"), bool, within=10)
+        front.release.set()  # ComfyUI queues "late" now
         await f.client.request(task_of("next"))
         assert (await f.result("next"))["status"] == "success"
-        late = f.comfy[0].history.get("late", {})
-        assert late.get("status", {}).get("status_str") != "success", late
+        late = f.comfy[0].history.get("late")
+        # deleted from the queue (no history), or interrupted if it had started; never run
+        assert late is None or late["status"]["messages"][-1][0] == "execution_interrupted", late
+        assert list(f.comfy[0].history)[-1] == "next"
 
 
 async def _cancelled_or_gone(running: dict[str, Any], task_id: str) -> bool:
