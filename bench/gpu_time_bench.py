@@ -40,7 +40,7 @@ from aigcq.agent.app import Bridge
 from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
-from aigcq.gateway.auth import issue_client_token
+from aigcq.plumbing.auth import issue_client_token
 from aigcq.service.server import Service
 
 SECRET = "gpu-bench-secret-with-at-least-32-bytes"

@@ -248,7 +248,7 @@ class Settings(BaseSettings):
     def signing_key(self) -> bytes:
         """The HMAC key of webhook URLs: CALLBACK_SECRET, else TOKEN_SECRET. Empty when
         neither is set: ``serve`` then refuses to start, and nothing signs or verifies with
-        it (:mod:`aigcq.gateway.signing`)."""
+        it (:mod:`aigcq.plumbing.signing`)."""
         return (self.callback_secret or self.token_secret).encode()
 
 

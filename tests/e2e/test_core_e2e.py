@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from aigcq.embedded.redis import EmbeddedRedis
-from aigcq.gateway.signing import signature
+from aigcq.plumbing.signing import signature
 from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, SECRET, Client, Cluster, generate
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.gateway import admin_trends
+from aigcq.service import admin_trends
 from aigcq.service.server import Service
 from tests.e2e.cdp import Page, chromium, find_chromium
 from tests.e2e.conftest import Client, generate

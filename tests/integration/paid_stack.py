@@ -20,8 +20,8 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task, TaskState
 from aigcq.emulators import coze, runninghub
 from aigcq.emulators._records import paid_runs
-from aigcq.gateway.signing import webhook_url
 from aigcq.plumbing.redis_client import redis_client
+from aigcq.plumbing.signing import webhook_url
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until

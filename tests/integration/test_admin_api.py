@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from aigcq.cli.app import app
 from aigcq.config import PlatformConfig, Settings
-from aigcq.gateway.auth import issue_client_token
+from aigcq.plumbing.auth import issue_client_token
 from aigcq.service.server import Service
 from tests.e2e.conftest import generate
 from tests.helpers import serve_app, until

@@ -22,8 +22,8 @@ from redis import exceptions as redis_errors
 from aigcq.bridges.hub import HubConfig
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
-from aigcq.gateway.auth import issue_client_token
 from aigcq.observability.jsonlog import JsonFormatter
+from aigcq.plumbing.auth import issue_client_token
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import redis_snapshot, serve_app, until

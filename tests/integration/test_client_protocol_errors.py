@@ -17,7 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.gateway.signing import webhook_url
+from aigcq.plumbing.signing import webhook_url
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import redis_snapshot, serve_app

@@ -24,7 +24,7 @@ from aigcq.domain import Task
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from aigcq.emulators.runninghub import create_app as runninghub_app
-from aigcq.gateway.auth import issue_client_token
+from aigcq.plumbing.auth import issue_client_token
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until

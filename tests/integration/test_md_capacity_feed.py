@@ -16,8 +16,9 @@ import websockets
 
 import tests.integration.test_md_service as mds
 from aigcq.dispatcher.auth import DispatcherAuth
-from aigcq.dispatcher.capacity import FEED_PATH, FeedConfig
-from aigcq.dispatcher.client import MessageDispatcherTarget
+from aigcq.dispatcher.capacity import FeedConfig
+from aigcq.mdclient.feed_messages import FEED_PATH
+from aigcq.mdclient.target import MessageDispatcherTarget
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import until
@@ -131,7 +132,7 @@ async def test_feed_messages_and_their_structure(md: mds.Md) -> None:
 
 
 def _target(service: Service) -> MessageDispatcherTarget:
-    target = service.dispatcher.internal
+    target = service.internal
     assert isinstance(target, MessageDispatcherTarget)
     return target
 

@@ -11,9 +11,9 @@ import pytest
 import redis.asyncio as aioredis
 
 import tests.integration.test_md_service as mds
-from aigcq.dispatcher.client import MessageDispatcherTarget
 from aigcq.dispatcher.degrade import HANDED_BACK
 from aigcq.domain import TaskState
+from aigcq.mdclient.target import MessageDispatcherTarget
 from tests.e2e.conftest import Client, generate
 from tests.helpers import until
 from tests.integration.test_bridge_hub import Bridge
@@ -25,7 +25,7 @@ __all__ = ["fast_feed"]
 
 
 def _target(service: Any) -> MessageDispatcherTarget:
-    target = service.dispatcher.internal
+    target = service.internal
     assert isinstance(target, MessageDispatcherTarget)
     return target
 

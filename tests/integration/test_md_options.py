@@ -19,11 +19,11 @@ import redis.asyncio as aioredis
 
 import tests.integration.test_md_service as mds
 from aigcq.config import PlatformConfig, Settings
-from aigcq.dispatcher.client import MessageDispatcherTarget, internal_target
 from aigcq.dispatcher.service import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.domain import TaskState
 from aigcq.health import HealthState
+from aigcq.mdclient.target import MessageDispatcherTarget, internal_target
 from aigcq.service.server import Service
 from tests.e2e.conftest import generate
 from tests.helpers import serve_app, until
@@ -67,7 +67,7 @@ async def target_for(
     build = internal_target(settings)
     assert build is not None
     service = Service(settings, PlatformConfig.load(tmp_path), redis, internal=build)
-    target = service.dispatcher.internal
+    target = service.internal
     assert isinstance(target, MessageDispatcherTarget)
     try:
         yield service, target
@@ -87,7 +87,7 @@ async def test_priority_false_puts_runninghub_first(
     async with mds.serve_split_with_runninghub(
         tmp_path, redis, redis_url, md.base, duration_s=5.0
     ) as (service, client):
-        target = service.dispatcher.internal
+        target = service.internal
         assert isinstance(target, MessageDispatcherTarget) and target.preferred is False
         await until(lambda: _free(target), lambda n: n == 2)
         await client.request(generate("p-1"))
@@ -154,7 +154,7 @@ async def test_retry_count_resends_a_failed_submit_then_degrades_and_requeues(
         await store.submit("r-1", aigc="proj", platform="comfyui", backend_id="b1", payload={})
         claimed = await store.claim("proj", "comfyui", target.name, cap=-1, n=1, deadline_s=30.0)
         assert [c.task_id for c in claimed] == ["r-1"]
-        with caplog.at_level(logging.INFO, logger="aigcq.dispatcher.client"):
+        with caplog.at_level(logging.INFO, logger="aigcq.mdclient.target"):
             await target.assign("proj", "comfyui", claimed)
         resends = [r for r in caplog.records if "), retry " in r.getMessage()]
         assert len(resends) == retries
@@ -186,7 +186,7 @@ async def test_feed_lost_checks_at_once_and_a_gone_dispatcher_degrades(
         bridge = await Bridge.connect(int(md_url.rsplit(":", 1)[1]))
         await bridge.register(count=1)
         async with mds.serve_split(tmp_path, redis, redis_url, md_url) as (service, _):
-            target = service.dispatcher.internal
+            target = service.internal
             assert isinstance(target, MessageDispatcherTarget)
             await until(lambda: _free(target), lambda n: n == 1)
             await until(lambda: _connected(target), bool)

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 
 import tests.integration.test_md_service as mds
 from aigcq.dispatcher.capacity import FeedConfig
-from aigcq.dispatcher.client import MessageDispatcherTarget
+from aigcq.mdclient.target import MessageDispatcherTarget
 from tests.e2e.conftest import Client, generate
 from tests.helpers import until
 from tests.integration.test_bridge_hub import Bridge
@@ -62,7 +62,7 @@ async def test_scenario_1_internal_capacity_drops(
     await staying.register("stay", count=2)
     await leaving.register("leave", count=2)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
-        await until(lambda: _free(service.dispatcher.internal), lambda n: n == 4)
+        await until(lambda: _free(service.internal), lambda n: n == 4)
         for i in range(4):
             await client.request(generate(f"s1-{i}"))
         started = await _assigns(staying, 2)
@@ -73,7 +73,7 @@ async def test_scenario_1_internal_capacity_drops(
         assert await until(lambda: _pending(md), lambda n: n == 2) == 2
         health = (await md.http.get("/api/health")).json()["data"]
         assert health["bridges"] == 1 and health["freeSlots"] == 0
-        await until(lambda: _free(service.dispatcher.internal), lambda n: n == 0)
+        await until(lambda: _free(service.internal), lambda n: n == 0)
         for assign in started:
             await mds._task_end(md, assign["webhookUrl"])
         finished = {(await client.next(timeout=10))["taskId"] for _ in started}
@@ -91,7 +91,7 @@ async def test_scenario_2_more_tasks_sent_than_instances_left(
     bridge = await Bridge.connect(md.port)
     await bridge.register(count=4)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
-        await until(lambda: _free(service.dispatcher.internal), lambda n: n == 4)
+        await until(lambda: _free(service.internal), lambda n: n == 4)
         for i in range(4):
             await client.request(generate(f"s2-{i}"))
         assigns = await _assigns(bridge, 4)

@@ -20,15 +20,15 @@ import redis.asyncio as aioredis
 from aigcq.bridges.hub import HubConfig
 from aigcq.config import PlatformConfig, Settings
 from aigcq.dispatcher.auth import DispatcherAuth
-from aigcq.dispatcher.client import internal_target
 from aigcq.dispatcher.service import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.domain import Task
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.gateway.auth import issue_client_token
+from aigcq.mdclient.target import internal_target
 from aigcq.platforms.base import Accepted, NotFound, Pending, Rejected, Succeeded
 from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.runninghub import RunningHubAdapter
+from aigcq.plumbing.auth import issue_client_token
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import (

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.gateway.auth import issue_client_token
+from aigcq.plumbing.auth import issue_client_token
 from aigcq.service.server import Service
 from tests.helpers import serve_app
 

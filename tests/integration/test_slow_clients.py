@@ -25,8 +25,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.gateway.auth import issue_client_token
-from aigcq.gateway.signing import webhook_url
+from aigcq.plumbing.auth import issue_client_token
+from aigcq.plumbing.signing import webhook_url
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client
 from tests.helpers import serve_app

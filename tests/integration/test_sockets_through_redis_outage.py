@@ -12,7 +12,7 @@ import websockets
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.redis import EmbeddedRedis
-from aigcq.gateway.auth import issue_client_token
+from aigcq.plumbing.auth import issue_client_token
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from aigcq.cli.app import app
 from aigcq.cli.client import server_url, token_subject
-from aigcq.gateway.auth import issue_client_token
+from aigcq.plumbing.auth import issue_client_token
 
 PAYLOAD = '{"workflowId": "1"}'
 CLIENT_COMMANDS = [["status"], ["tasks", "show", "t1"], ["submit", "comfyui", PAYLOAD]]

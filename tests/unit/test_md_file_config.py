@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from aigcq.config import ConfigError, Settings
-from aigcq.dispatcher.file_config import apply_md_file, load_md_file
-from aigcq.dispatcher.settings import MdClientSettings
 from aigcq.health import Health, HealthState
+from aigcq.mdclient.file_config import apply_md_file, load_md_file
+from aigcq.mdclient.settings import MdClientSettings
 from aigcq.platforms.md_auth import JwtManager
 
 SEED = {

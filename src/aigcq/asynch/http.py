@@ -13,7 +13,7 @@ from pydantic.alias_generators import to_camel
 
 from aigcq.asynch.errors import AsynchError, Code, ok
 from aigcq.asynch.service import AsynchService
-from aigcq.gateway.auth import bearer
+from aigcq.plumbing.auth import bearer
 
 _B = TypeVar("_B", bound=BaseModel)
 

@@ -6,7 +6,7 @@ by ``AIGCQ_ADMIN_TOKEN`` as a Bearer token; without a configured admin token the
 refused (403), as there is nothing to check a caller against.
 
 ``aigcq serve`` with ``AIGCQ_ASYNCH_URL`` reads it once per dashboard snapshot (see
-:mod:`aigcq.gateway.admin_panels`).
+:mod:`aigcq.service.admin_panels`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from aigcq.asynch.runtime import (
     semaphore_key,
 )
 from aigcq.asynch.service import AsynchService
-from aigcq.gateway.auth import bearer
+from aigcq.plumbing.auth import bearer
 
 RECENT = 15
 MAX_MODELS = 200

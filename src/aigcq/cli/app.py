@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from aigcq.asynch.cli import asynch_app
 from aigcq.cli import help_style
+from aigcq.cli.asynch import asynch_app
 from aigcq.cli.client import status, submit, tasks_app
 from aigcq.cli.common import (
     LogLevelOption,
@@ -131,7 +131,7 @@ def token(
     Run it in the server's folder: the secret comes from TOKEN_SECRET (environment or
     ./.env) or the server's secrets file (AIGCQ_DATA_DIR/secrets.json).
     """
-    from aigcq.gateway.auth import issue_client_token
+    from aigcq.plumbing.auth import issue_client_token
     from aigcq.service.launch import stored_secrets
 
     settings = load_settings()

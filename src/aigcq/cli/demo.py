@@ -317,7 +317,7 @@ async def _serve_then_bridge(demo: Demo, config: PlatformConfig, bridge: Child) 
 def run(settings: Settings, console: Console, options: DemoOptions | None = None) -> None:
     """Blocking entry point of ``aigcq up --demo``."""
     from aigcq.cli.common import require_free_ports
-    from aigcq.gateway.auth import issue_client_token
+    from aigcq.plumbing.auth import issue_client_token
     from aigcq.service.launch import ensure_secrets, run_with_redis
 
     options = options or DemoOptions()

@@ -12,7 +12,8 @@ from aigcq.domain import ErrorCode
 from aigcq.gateway.admission import Admission
 from aigcq.gateway.errors import ClientError
 from aigcq.observability.jsonlog import ctx
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,9 @@ def _task_id(data: dict[str, Any]) -> str | None:
 
 
 class Submission:
-    def __init__(self, rt: Runtime, admission: Admission) -> None:
+    def __init__(self, rt: Runtime, lifecycle: Lifecycle, admission: Admission) -> None:
         self.rt = rt
+        self.lifecycle = lifecycle
         self.admission = admission
 
     async def submit(self, req: GenerateRequest, backend_id: str, *, deliver: bool) -> bool:
@@ -61,7 +63,7 @@ class Submission:
         if not await self.admission.admit(backend_id, task):
             raise ClientError(ErrorCode.BALANCE, "admission refused", req.taskId)
         try:
-            result = await self.rt.store.submit(
+            result = await self.lifecycle.submitted(
                 req.taskId,
                 aigc=aigc,
                 platform=req.platform,
@@ -81,11 +83,4 @@ class Submission:
                 raise ClientError(
                     ErrorCode.CONFLICT, "taskId belongs to another client", req.taskId
                 )
-        log.debug(
-            "task %s: submitted by %s (created=%s)",
-            req.taskId,
-            backend_id,
-            result.created,
-            extra=ctx(task=req.taskId),
-        )
         return result.created

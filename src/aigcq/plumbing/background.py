@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
@@ -83,3 +84,8 @@ class Spawner:
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+
+def backoff_delay(attempt: int, cap: float) -> float:
+    """Seconds before reconnect ``attempt`` (0-based): 1, 2, 4, … capped, times 0.5–1."""
+    return min(cap, 2.0 ** min(attempt, 16)) * random.uniform(0.5, 1.0)

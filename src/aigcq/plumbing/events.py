@@ -20,7 +20,6 @@ import orjson
 from redis.asyncio import Redis
 
 from aigcq.plumbing.text import text
-from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +70,15 @@ class EventBus:
             self.on_bridge_end(orjson.loads(rest))
 
 
-async def publish_progress(rt: Runtime, backend_id: str, message: dict[str, Any]) -> None:
+async def publish_progress(
+    redis: Redis, channel: str, backend_id: str, message: dict[str, Any]
+) -> None:
     """Send ``message`` to ``backend_id``'s socket, whichever process holds it (best effort)."""
     if not backend_id:
         return
     body = progress_event(backend_id, message)
     try:
-        await rt.redis.publish(rt.store.keys.events, f"progress:{body}")
+        await redis.publish(channel, f"progress:{body}")
     except Exception as exc:  # progress is optional: never fail the caller for it
         log.warning("progress for %s not published: %r", backend_id, exc)
 

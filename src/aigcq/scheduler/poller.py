@@ -14,8 +14,8 @@ from aigcq.domain import TaskState
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import PlatformAdapter, Unknown
 from aigcq.plumbing.background import round_failed
-from aigcq.scheduler.outcomes import Outcomes
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def next_poll_interval(in_flight: int) -> float:
 @dataclass(eq=False)
 class Poller:
     rt: Runtime
-    outcomes: Outcomes
+    lifecycle: Lifecycle
     adapter: PlatformAdapter
 
     async def run(self) -> None:
@@ -81,8 +81,7 @@ class Poller:
         task = await self.rt.store.get(task_id)
         if task is None or task.state is not TaskState.RUNNING:
             return
-        account = self.rt.config.account(aigc, platform)
-        apikey = account.apikey if account else ""
+        apikey = self.rt.apikey(aigc, platform)
         outcome = await self.rt.platforms.query(self.adapter, task, apikey)
         if isinstance(outcome, Unknown):  # asked again next round; worth a look if it lasts
             log.warning(
@@ -93,8 +92,15 @@ class Poller:
                 extra=ctx(task=task_id),
             )
             return
-        await self.outcomes.settle(task_id, outcome, f"polled {self.adapter.name}", task.attempt)
+        note = f"polled {self.adapter.name}"
+        await self.lifecycle.settle(task_id, outcome, note, task.attempt, target=task.target)
 
 
 def polling_adapters(rt: Runtime) -> list[PlatformAdapter]:
-    return [a for a in rt.platforms.adapters.values() if a.kind == "polling"]
+    """The polling platforms that serve a configured queue (each gets a :class:`Poller`)."""
+    platforms = {platform for _, platform in rt.config.queues()}
+    return [
+        a
+        for a in rt.platforms.adapters.values()
+        if a.kind == "polling" and platforms & set(a.serves)
+    ]

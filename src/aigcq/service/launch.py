@@ -124,7 +124,7 @@ def uvicorn_server(
 
 async def serve(settings: Settings, config: PlatformConfig) -> None:
     """Run ``aigcq serve`` until SIGINT/SIGTERM, then shut down cleanly."""
-    from aigcq.dispatcher.client import internal_target
+    from aigcq.mdclient.target import internal_target
     from aigcq.service.server import Service
     from aigcq.service.shutdown import stop_claiming
 

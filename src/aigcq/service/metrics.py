@@ -34,7 +34,7 @@ class ServiceState:
 
     def _targets(self) -> list[tuple[str, str]]:
         """(AIGC, target) pairs that may have tasks in flight."""
-        rt, internal = self.service.rt, self.service.dispatcher.internal
+        rt, internal = self.service.rt, self.service.internal
         pairs: set[tuple[str, str]] = set()
         for aigc, platform in rt.config.queues():
             ext = rt.platforms.adapter_for(platform)
@@ -95,7 +95,7 @@ class ServiceState:
 
     def _internal(self) -> list[Metric]:
         """Internal capacity as this process sees it; per bridge when it runs the hub."""
-        internal, hub = self.service.dispatcher.internal, self.service.hub
+        internal, hub = self.service.internal, self.service.hub
         if internal is None:
             return []
         free = GaugeMetricFamily(

@@ -1,25 +1,29 @@
 """What the components of a serve process see of the process that assembled them.
 
-The admin API, shutdown, the metrics source and the message-dispatcher's internal target
-take a :class:`ServiceParts` instead of :class:`~aigcq.service.server.Service`, so none of
-them imports the module that imports them.
+The admin API, shutdown and the metrics source take a :class:`ServiceParts` instead of
+:class:`~aigcq.service.server.Service`, so none of them imports the module that imports
+them. An :class:`Extension` is what a process built on a serve process adds to it (the
+standalone message-dispatcher's API, capacity feed and loops), built in its constructor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from fastapi import FastAPI
+from starlette.routing import BaseRoute
 
 from aigcq.bridges.hub import BridgeHub
 from aigcq.gateway.service import Gateway
-from aigcq.scheduler.dispatcher import Dispatcher, InternalTarget
-from aigcq.scheduler.outcomes import Outcomes
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
+from aigcq.scheduler.dispatch import DispatchLoop
+from aigcq.scheduler.lifecycle import Lifecycle
+from aigcq.scheduler.targets import InternalTarget
 
 #: a loop run while the app is up
 BackgroundLoop = Callable[[], Coroutine[Any, Any, None]]
-#: builds a process's internal target other than its own bridge hub (it may add loops)
-InternalTargetBuilder = Callable[[Runtime, Outcomes, list[BackgroundLoop]], InternalTarget]
 
 
 class ServiceParts(Protocol):
@@ -27,7 +31,7 @@ class ServiceParts(Protocol):
     def rt(self) -> Runtime: ...
 
     @property
-    def outcomes(self) -> Outcomes: ...
+    def lifecycle(self) -> Lifecycle: ...
 
     @property
     def gateway(self) -> Gateway: ...
@@ -36,7 +40,22 @@ class ServiceParts(Protocol):
     def hub(self) -> BridgeHub | None: ...
 
     @property
-    def dispatcher(self) -> Dispatcher: ...
+    def internal(self) -> InternalTarget | None: ...
 
     @property
-    def background(self) -> list[BackgroundLoop]: ...
+    def dispatch(self) -> DispatchLoop: ...
+
+
+@dataclass
+class Extension:
+    """Routes, WebSocket endpoints and loops added to a serve process."""
+
+    routes: list[BaseRoute] = field(default_factory=list)
+    websockets: dict[str, Callable[..., Coroutine[Any, Any, None]]] = field(default_factory=dict)
+    loops: list[BackgroundLoop] = field(default_factory=list)
+    #: amends the API's OpenAPI description (its title, its added routes)
+    describe: Callable[[FastAPI], None] = lambda api: None
+
+
+#: builds an :class:`Extension` from the serve process under construction
+Extend = Callable[[ServiceParts], Extension]

@@ -2,7 +2,7 @@
 
 ``GET /api/admin/events`` streams a snapshot every second as Server-Sent Events (bridges,
 queues, internal / external split, health, recent tasks, overflow spend, model-asynch —
-see :mod:`aigcq.gateway.admin_panels`); drain / undrain a bridge and retry
+see :mod:`aigcq.service.admin_panels`); drain / undrain a bridge and retry
 a failed or cancelled task. Every data call needs the admin token as a Bearer token.
 """
 
@@ -21,13 +21,12 @@ from fastapi import APIRouter, Header
 from fastapi.responses import Response, StreamingResponse
 
 from aigcq.domain import ErrorCode, Task
-from aigcq.gateway.admin_panels import AsynchPanel, overflow_spend
-from aigcq.gateway.admin_trends import Trends
-from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
-from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.auth import bearer
 from aigcq.plumbing.background import round_failed
+from aigcq.service.admin_panels import AsynchPanel, overflow_spend
+from aigcq.service.admin_trends import Trends
 
 if TYPE_CHECKING:
     from aigcq.service.parts import ServiceParts
@@ -107,7 +106,7 @@ class Monitor:
 
     async def snapshot(self) -> dict[str, Any]:
         rt = self.service.rt
-        queues = await queue_rows(rt, internal_capacity(self.service))
+        queues = await queue_rows(rt, internal_capacity(self.service.hub))
         overflow = overflow_spend()
         await self.trends.sample(rt.store, queues, overflow)
         return {
@@ -212,11 +211,10 @@ def task_row(t: Task) -> dict[str, Any]:
     }
 
 
-def admin_router(service: ServiceParts) -> APIRouter:
-    """The dashboard and its API; registers the snapshot loop in ``service.background``."""
+def admin_router(service: ServiceParts, monitor: Monitor) -> APIRouter:
+    """The dashboard and its API, showing what ``monitor`` samples (its loop runs with
+    the process's)."""
     router = APIRouter(tags=["admin"])
-    monitor = Monitor(service)
-    service.background.append(monitor.run)
     gw = service.gateway
 
     def require_admin(authorization: str | None) -> None:
@@ -282,13 +280,12 @@ def admin_router(service: ServiceParts) -> APIRouter:
     )
     async def retry(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
         require_admin(authorization)
-        done = await service.rt.store.retry(task_id, note="retried by an operator")
+        done = await service.lifecycle.retried_by_operator(task_id)
         if done.state is None:
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
         if not done.applied:
             detail = f"a {done.state} task cannot be retried"
             raise ClientError(ErrorCode.NOT_RETRYABLE, detail, task_id)
-        log.info("task %s: retried by an operator", task_id, extra=ctx(task=task_id))
         return {"taskId": task_id, "state": done.state.value}
 
     return router

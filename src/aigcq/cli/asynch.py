@@ -15,6 +15,7 @@ from aigcq.asynch.backing import backing_services
 from aigcq.asynch.migrate import SchemaMismatch, migrate
 from aigcq.asynch.service import open_service
 from aigcq.asynch.settings import AsynchSettings
+from aigcq.cli.common import require_free_ports
 from aigcq.config import Settings
 from aigcq.service.launch import SignalExit, exit_on_sigterm, run_async
 
@@ -57,8 +58,6 @@ def serve(
     }  # fmt: skip
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = AsynchSettings(**given)
-    from aigcq.cli.common import require_free_ports
-
     require_free_ports(settings.host, [(settings.port, "--port or AIGCQ_ASYNCH_PORT")])
     base = Settings()
     exit_on_sigterm()

@@ -1,0 +1,88 @@
+"""Watching unwanted remote tasks until their platform says they ended (see :mod:`.orphans`).
+
+Each check asks the platform; a result, a failure or "not found" frees the account's slot,
+anything else cancels again and asks later. A create with no remote id cannot be asked:
+it is counted until the deadline the sweeper gives such a create.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from aigcq.observability.jsonlog import ctx
+from aigcq.platforms.base import Failed, NotFound, Succeeded
+from aigcq.queue.store import Orphan
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
+from aigcq.scheduler.orphans import as_task
+
+log = logging.getLogger(__name__)
+
+#: seconds between two checks of one orphan
+RECHECK_S = 2.0
+
+
+@dataclass(eq=False)
+class OrphanChecks:
+    rt: Runtime
+    lifecycle: Lifecycle
+
+    async def check_due(self) -> int:
+        """Ask the platform about every orphan due for a check; the number released."""
+        released = 0
+        for aigc, target in self._accounts():
+            for o in await self.rt.store.orphans_due(aigc, target):
+                released += await self._check(o)
+        return released
+
+    async def _check(self, o: Orphan) -> int:
+        adapter = self.rt.platforms.adapters.get(o.target)
+        if adapter is None:
+            return int(await self.lifecycle.orphan_ended(o))
+        if o.awaiting_create:
+            return await self._check_create(o)
+        # peek: the result is nobody's, so inline files are not stored
+        outcome = await self.rt.platforms.peek(
+            adapter, as_task(o), self.rt.apikey(o.aigc, o.platform)
+        )
+        if isinstance(outcome, Succeeded | Failed | NotFound):
+            log.info(
+                "task %s: unwanted remote task %s ended (%s)",
+                o.task_id,
+                o.remote_id,
+                type(outcome).__name__,
+                extra=ctx(task=o.task_id),
+            )
+            return int(await self.lifecycle.orphan_ended(o))
+        await self.lifecycle.orphans.cancel(o)  # still running (or no answer): ask again
+        await self.lifecycle.orphan_unresolved(o, RECHECK_S)
+        return 0
+
+    async def _check_create(self, o: Orphan) -> int:
+        """A create with no remote id: the platform cannot be asked about it, so it is
+        counted until the task's deadline from the create (the rule that fails such a
+        task with ``UncertainSubmit``), unless its reply or webhook resolved it first."""
+        account = self.rt.config.account(o.aigc, o.platform)
+        left = o.create_at + self.rt.deadline_s(account) - time.time()
+        if left > 0:
+            await self.lifecycle.orphan_unresolved(o, min(left, RECHECK_S))
+            return 0
+        log.warning(
+            "task %s: the create of attempt %s was never resolved by its deadline; its slot "
+            "is free again",
+            o.task_id,
+            o.attempt,
+            extra=ctx(task=o.task_id),
+        )
+        return int(await self.lifecycle.orphan_ended(o))
+
+    def _accounts(self) -> set[tuple[str, str]]:
+        """(AIGC, paid target) of every configured queue."""
+        found = set()
+        for aigc, platform in self.rt.config.queues():
+            adapter = self.rt.platforms.adapter_for(platform)
+            if adapter is not None and adapter.paid:
+                found.add((aigc, adapter.name))
+        return found
