@@ -130,7 +130,7 @@ class ServiceStack:
 
     base: str  # http://127.0.0.1:<port> of the service
     rh: str  # base URL of the emulator
-    service: Any  # aigcq.service.server.Service
+    service: Any  # aigcq.serve.server.ServeProcess
 
     @property
     def ws_url(self) -> str:
@@ -156,7 +156,7 @@ async def service_with_runninghub(
     ``callback_url`` is given."""
     from aigcq.config import PlatformConfig, Settings
     from aigcq.emulators.runninghub import create_app
-    from aigcq.service.server import Service
+    from aigcq.serve.server import ServeProcess
 
     (config_dir / "model.json").write_text(models)
     async with serve_app(create_app(emulator)) as rh:
@@ -169,7 +169,7 @@ async def service_with_runninghub(
             sweep_interval_s=0.1,
             **settings,
         )
-        service = Service(s, PlatformConfig.load(config_dir), redis)
+        service = ServeProcess(s, PlatformConfig.load(config_dir), redis)
         async with serve_app(service.app) as base:
             if "callback_url" not in settings:
                 s.callback_url = base

@@ -20,8 +20,8 @@ from fastapi import FastAPI
 
 from aigcq.asynch.app import create_app
 from aigcq.asynch.migrate import migrate
+from aigcq.asynch.process import AsynchProcess, open_process
 from aigcq.asynch.rebuild import RUN_ID_KEY
-from aigcq.asynch.service import AsynchService, open_service
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.emulators import model_service, oss, prompts_core
@@ -105,7 +105,7 @@ def test_settings(**overrides: Any) -> AsynchSettings:
 @dataclass
 class Asynch:
     url: str
-    svc: AsynchService
+    svc: AsynchProcess
     client: httpx.AsyncClient
     redis: aioredis.Redis
     db: psycopg.AsyncConnection[Any]
@@ -189,7 +189,7 @@ async def open_asynch(
     try:
         async with serve_app(app) as url:
             settings = settings.model_copy(update={"public_url": url})
-            async with open_service(
+            async with open_process(
                 settings,
                 database_url=pg_url,
                 redis_url=redis_url,

@@ -17,8 +17,8 @@ import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.service import admin_trends
-from aigcq.service.server import Service
+from aigcq.serve import admin_trends
+from aigcq.serve.server import ServeProcess
 from tests.e2e.cdp import Page, chromium, find_chromium
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until
@@ -63,7 +63,7 @@ async def env(
             overflow_price={"runninghub": 0.25},
             asynch_url=asynch,
         )
-        service = Service(settings, PlatformConfig.load(tmp_path), redis)
+        service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
         async with serve_app(service.app) as base:
             settings.callback_url = base  # RunningHub's webhooks come back here
             env = Env(int(base.rsplit(":", 1)[1]), redis, service)

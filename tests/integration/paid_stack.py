@@ -22,7 +22,7 @@ from aigcq.emulators import coze, runninghub
 from aigcq.emulators._records import paid_runs
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.signing import webhook_url
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until
 
@@ -33,7 +33,7 @@ COZE_KEY = "pat-key"
 
 @dataclass
 class Paid:
-    service: Service
+    service: ServeProcess
     client: Client
     base: str  # the service
     urls: dict[str, str]  # emulator base URL by platform ("runninghub", "coze")
@@ -135,7 +135,7 @@ async def paid_stack(
         # the service's own client, as in production (the fixture's pool is not blocking)
         own = redis_client(redis_url)
         stack.push_async_callback(own.aclose)
-        service = Service(s, PlatformConfig.load(tmp_path), own)
+        service = ServeProcess(s, PlatformConfig.load(tmp_path), own)
         base = await stack.enter_async_context(serve_app(service.app))
         if "callback_url" not in settings:
             s.callback_url = base

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from aigcq.cli.app import app
 from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.auth import issue_client_token
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.e2e.conftest import generate
 from tests.helpers import serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Env, task_end
@@ -37,7 +37,7 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
         bridge_token=BRIDGE_TOKEN,
         admin_token=ADMIN,
     )
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base:
         env = Env(int(base.rsplit(":", 1)[1]), redis, service)
         yield env

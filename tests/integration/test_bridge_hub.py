@@ -24,7 +24,7 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
 from aigcq.observability.jsonlog import JsonFormatter
 from aigcq.plumbing.auth import issue_client_token
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.e2e.conftest import Client, generate
 from tests.helpers import redis_snapshot, serve_app, until
 
@@ -36,7 +36,7 @@ BRIDGE_TOKEN = "bridge-token"
 class Env:
     port: int
     redis: aioredis.Redis
-    service: Service
+    service: ServeProcess
     sockets: list[Any] = field(default_factory=list)  # closed at teardown, even on failure
 
     @property
@@ -68,7 +68,7 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
         config_dir=tmp_path,
         bridge_token=BRIDGE_TOKEN,
     )
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     assert service.hub is not None
     service.hub.config = HubConfig(ack_timeout_s=1.0)
     async with serve_app(service.app) as base:

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.signing import webhook_url
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.e2e.conftest import Client, generate
 from tests.helpers import redis_snapshot, serve_app
 from tests.integration.test_gateway import SECRET, token
@@ -53,7 +53,7 @@ async def serve(
         client_tokens=[STATIC],
         **overrides,
     )
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base:
         yield Server(int(base.rsplit(":", 1)[1]), redis)
 

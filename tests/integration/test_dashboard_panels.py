@@ -16,10 +16,10 @@ from fastapi import FastAPI, Header
 from fastapi.responses import JSONResponse
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.dispatcher.service import MessageDispatcher, core_settings
+from aigcq.dispatcher.process import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.observability import metrics
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.helpers import serve_app
 
 ADMIN = "panels-admin-token"
@@ -68,7 +68,7 @@ def fake_asynch(token: str = ADMIN) -> FastAPI:
     return app
 
 
-def service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, **extra: Any) -> Service:
+def service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, **extra: Any) -> ServeProcess:
     (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 1}}}')
     settings = Settings(
         redis_url=redis_url,
@@ -78,7 +78,7 @@ def service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, **extra: Any)
         overflow_price={"runninghub": 0.25},
         **extra,
     )
-    return Service(settings, PlatformConfig.load(tmp_path), redis)
+    return ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
 
 
 async def snapshot(base: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from aigcq.bridges import assigner
 from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.health import HealthState
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end
@@ -42,7 +42,7 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
             health_interval_s=INTERVAL_S,
             bridge_quarantine_s=0.3,
         )
-        service = Service(settings, PlatformConfig.load(tmp_path), redis)
+        service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
         async with serve_app(service.app) as base:
             env = Env(int(base.rsplit(":", 1)[1]), redis, service)
             yield env
@@ -178,12 +178,12 @@ async def test_a_bridge_whose_tasks_keep_failing_is_out_of_rotation_until_a_prob
 @contextlib.asynccontextmanager
 async def second_process(
     env: Env, config_dir: Path
-) -> AsyncIterator[tuple[Service, Env, Bridge, Client]]:
+) -> AsyncIterator[tuple[ServeProcess, Env, Bridge, Client]]:
     """A second aigcq process on the same Redis (configured from ``config_dir``), and a
     bridge of one instance connected to the first; yields (service, its Env, bridge,
     client of the first)."""
     settings = env.service.rt.settings.model_copy(update={"config_dir": config_dir})
-    other = Service(settings, PlatformConfig.load(config_dir), env.redis)
+    other = ServeProcess(settings, PlatformConfig.load(config_dir), env.redis)
     async with serve_app(other.app) as other_base:
         elsewhere = Env(int(other_base.rsplit(":", 1)[1]), env.redis, other)
         bridge = await env.bridge()
@@ -298,7 +298,7 @@ async def test_a_task_no_bridge_here_can_run_waits_for_other_processes_then_over
     waited for the other process's bridges (ELSEWHERE_WAIT_S)."""
     monkeypatch.setattr(assigner, "ELSEWHERE_WAIT_S", 1.0, raising=False)
     settings = env.service.rt.settings.model_copy(update={"config_dir": tmp_path})
-    other = Service(settings, PlatformConfig.load(tmp_path), env.redis)
+    other = ServeProcess(settings, PlatformConfig.load(tmp_path), env.redis)
     async with serve_app(other.app) as other_base:
         there = await Bridge.connect(int(other_base.rsplit(":", 1)[1]))
         here = await env.bridge()

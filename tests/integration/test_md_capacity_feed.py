@@ -19,7 +19,7 @@ from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.dispatcher.capacity import FeedConfig
 from aigcq.mdclient.feed_messages import FEED_PATH
 from aigcq.mdclient.target import MessageDispatcherTarget
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.e2e.conftest import Client, generate
 from tests.helpers import until
 from tests.integration.test_bridge_hub import Bridge
@@ -131,7 +131,7 @@ async def test_feed_messages_and_their_structure(md: mds.Md) -> None:
     await feed.ws.close()
 
 
-def _target(service: Service) -> MessageDispatcherTarget:
+def _target(service: ServeProcess) -> MessageDispatcherTarget:
     target = service.internal
     assert isinstance(target, MessageDispatcherTarget)
     return target

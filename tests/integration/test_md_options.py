@@ -19,12 +19,12 @@ import redis.asyncio as aioredis
 
 import tests.integration.test_md_service as mds
 from aigcq.config import PlatformConfig, Settings
-from aigcq.dispatcher.service import MessageDispatcher, core_settings
+from aigcq.dispatcher.process import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.domain import TaskState
 from aigcq.health import HealthState
 from aigcq.mdclient.target import MessageDispatcherTarget, internal_target
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.e2e.conftest import generate
 from tests.helpers import serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge
@@ -53,7 +53,7 @@ def black_hole() -> Iterator[str]:
 @contextlib.asynccontextmanager
 async def target_for(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str, md_url: str
-) -> AsyncIterator[tuple[Service, MessageDispatcherTarget]]:
+) -> AsyncIterator[tuple[ServeProcess, MessageDispatcherTarget]]:
     """``aigcq serve``'s message-dispatcher target, not started: the test drives it."""
     model = {"proj": {"comfyui": {"apikey": "rh-key", "concurrency": 1}}}
     (tmp_path / "model.json").write_text(orjson.dumps(model).decode())
@@ -66,7 +66,7 @@ async def target_for(
     )
     build = internal_target(settings)
     assert build is not None
-    service = Service(settings, PlatformConfig.load(tmp_path), redis, internal=build)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis, internal=build)
     target = service.internal
     assert isinstance(target, MessageDispatcherTarget)
     try:
@@ -155,7 +155,7 @@ async def test_retry_count_resends_a_failed_submit_then_degrades_and_requeues(
         claimed = await store.claim("proj", "comfyui", target.name, cap=-1, n=1, deadline_s=30.0)
         assert [c.task_id for c in claimed] == ["r-1"]
         with caplog.at_level(logging.INFO, logger="aigcq.mdclient.target"):
-            await target.assign("proj", "comfyui", claimed)
+            await target.hand_over("proj", "comfyui", claimed)
         resends = [r for r in caplog.records if "), retry " in r.getMessage()]
         assert len(resends) == retries
         assert target.health.state is HealthState.DEGRADED and target.free_slots() == 0

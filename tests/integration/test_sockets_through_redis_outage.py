@@ -13,7 +13,7 @@ import websockets
 from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.plumbing.auth import issue_client_token
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.e2e.conftest import Client, generate
 from tests.helpers import serve_app, until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env
@@ -30,7 +30,7 @@ async def test_bridges_and_clients_ride_out_a_redis_outage(
         bridge_token=BRIDGE_TOKEN,
     )
     redis = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     client_token = issue_client_token(SECRET, "b1")
     hub = service.hub
     assert hub is not None

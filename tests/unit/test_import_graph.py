@@ -128,7 +128,7 @@ LAYERS: list[set[str]] = [
     {"scheduler"},
     {"bridges", "mdclient"},
     {"gateway"},
-    {"service", "agent", "web"},
+    {"serve", "agent", "web"},
     {"dispatcher", "asynch"},
     {"cli", "__main__"},
 ]
@@ -161,5 +161,5 @@ def test_upward_imports_are_found() -> None:
 
 
 def test_no_package_imports_a_higher_layer() -> None:
-    """Nothing below ``service/`` or the CLI imports them; the runtime context sits low."""
+    """Nothing below ``serve/`` or the CLI imports them; the runtime context sits low."""
     assert upward_imports(import_graph()) == []

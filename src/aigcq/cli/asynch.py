@@ -13,11 +13,11 @@ from aigcq.asynch import goconfig
 from aigcq.asynch.app import create_app
 from aigcq.asynch.backing import backing_services
 from aigcq.asynch.migrate import SchemaMismatch, migrate
-from aigcq.asynch.service import open_service
+from aigcq.asynch.process import open_process
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.cli.common import require_free_ports
 from aigcq.config import Settings
-from aigcq.service.launch import SignalExit, exit_on_sigterm, run_async
+from aigcq.serve.launch import SignalExit, exit_on_sigterm, run_async
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ async def _serve(
             " cleanWork) are open to anyone who can reach this port"
         )
     async with (
-        open_service(
+        open_process(
             settings, database_url=database_url, redis_url=redis_url, data_dir=base.data_dir
         ) as svc,
         svc.background(),

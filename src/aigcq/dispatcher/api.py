@@ -29,7 +29,7 @@ from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.gateway.submission import GenerateRequest
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.auth import bearer
-from aigcq.service.parts import ServiceParts
+from aigcq.serve.parts import ServeParts
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def rh_ok(data: Any) -> JSONResponse:
 class DispatcherApi:
     def __init__(
         self,
-        service: ServiceParts,
+        service: ServeParts,
         auth: DispatcherAuth,
         aigc: str,
         on_accepted: Callable[[], None] = lambda: None,

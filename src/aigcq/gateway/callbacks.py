@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 from aigcq.bridges.protocol import failure_of
 from aigcq.domain import ErrorCode
 from aigcq.gateway.errors import ClientError
-from aigcq.gateway.service import Gateway
+from aigcq.gateway.gateway import Gateway
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, Pending, ResultOutcome, Succeeded

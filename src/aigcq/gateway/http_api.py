@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from aigcq.domain import ErrorCode
 from aigcq.gateway.errors import ClientError, as_client_error, error_responses
+from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.queue_view import InternalCapacity, queue_rows
-from aigcq.gateway.service import Gateway
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
 from aigcq.plumbing.auth import bearer, token_owner
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body

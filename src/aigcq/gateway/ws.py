@@ -20,7 +20,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from aigcq.domain import ErrorCode
 from aigcq.gateway.clients import ClientConnection
 from aigcq.gateway.errors import ClientError
-from aigcq.gateway.service import Gateway
+from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
 from aigcq.plumbing.background import REDIS_OUTAGE
 from aigcq.plumbing.ws_frames import close_within, receive_frame, send_within

@@ -17,7 +17,7 @@ from typing import Any
 
 from aigcq.domain import TaskState
 from aigcq.queue.store import TaskStore
-from aigcq.service.admin_panels import overflow_spend
+from aigcq.serve.admin_panels import overflow_spend
 
 TREND_EVERY_S = 10.0
 TREND_POINTS = 360  # an hour at 10 s

@@ -19,10 +19,10 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.delivery.retention import RETENTION_SWEEP_S, OutboxRetention
 from aigcq.gateway.callbacks import callback_routes
 from aigcq.gateway.errors import ClientError
+from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.hot_paths import HotPaths
 from aigcq.gateway.http_api import api_router, client_error_handler
 from aigcq.gateway.queue_view import internal_capacity
-from aigcq.gateway.service import Gateway
 from aigcq.gateway.ws import client_endpoint
 from aigcq.observability import metrics
 from aigcq.platforms.base import PlatformAdapter, registered
@@ -38,11 +38,11 @@ from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.poller import Poller, polling_adapters
 from aigcq.scheduler.sweeper import Sweeper
 from aigcq.scheduler.targets import InternalTarget, InternalTargetBuilder
-from aigcq.service import shutdown
-from aigcq.service.admin_api import Monitor, admin_router
-from aigcq.service.docs_page import offline_docs, without_422
-from aigcq.service.metrics import ServiceState
-from aigcq.service.parts import BackgroundLoop, Extend, Extension
+from aigcq.serve import shutdown
+from aigcq.serve.admin_api import Monitor, admin_router
+from aigcq.serve.docs_page import offline_docs, without_422
+from aigcq.serve.metrics import ServeState
+from aigcq.serve.parts import BackgroundLoop, Extend, Extension
 
 #: where clients connect their WebSocket (seed 001 uses the root)
 CLIENT_WS_PATHS = ("/", "/client")
@@ -77,7 +77,7 @@ def runtime(settings: Settings, config: PlatformConfig, redis: Redis) -> Runtime
     return Runtime(settings=settings, config=config, redis=redis, store=store, platforms=client)
 
 
-class Service:
+class ServeProcess:
     """One serve process, assembled once from its targets, subscribers, routes and loops."""
 
     def __init__(
@@ -217,7 +217,7 @@ class Service:
 
         app.add_api_route("/healthz", healthz, methods=["GET"])
         app.add_api_route("/readyz", readyz, methods=["GET"])
-        app.add_route("/metrics", metrics.endpoint(ServiceState(self)), include_in_schema=False)
+        app.add_route("/metrics", metrics.endpoint(ServeState(self)), include_in_schema=False)
         app.router.routes.append(files_route(self.rt.platforms.storage))
         extension.describe(app)
         return app

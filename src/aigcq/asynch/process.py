@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class AsynchService:
+class AsynchProcess:
     """The service's parts, built over the pools and clients it is given."""
 
     settings: AsynchSettings
@@ -144,14 +144,14 @@ class AsynchService:
 
 
 @contextlib.asynccontextmanager
-async def open_service(
+async def open_process(
     settings: AsynchSettings,
     *,
     database_url: str,
     redis_url: str,
     data_dir: Path,
     storage_settings: StorageSettings | None = None,
-) -> AsyncIterator[AsynchService]:
+) -> AsyncIterator[AsynchProcess]:
     """Open pools and clients, yield the service, then stop its work and close them."""
     pool = await open_pool(database_url, settings.db_pool_max, settings.db_acquire_timeout_seconds)
     redis = redis_client(redis_url)
@@ -164,7 +164,7 @@ async def open_service(
         default_dir=data_dir / "files",
         default_url=f"{settings.base_url}/files",
     )
-    service = AsynchService(settings, pool, redis, http, model_http, storage)
+    service = AsynchProcess(settings, pool, redis, http, model_http, storage)
     loops = [
         asyncio.create_task(service.callbacks.loop(), name="asynch-callbacks"),
         asyncio.create_task(service.reaper_loop(), name="asynch-reaper"),

@@ -16,17 +16,17 @@ from aigcq.health import Health, HealthState
 from aigcq.observability.metrics import age
 
 if TYPE_CHECKING:
-    from aigcq.service.parts import ServiceParts
+    from aigcq.serve.parts import ServeParts
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
-class ServiceState:
+class ServeState:
     """A metrics source (see :func:`aigcq.observability.metrics.endpoint`) for one process."""
 
-    def __init__(self, service: ServiceParts) -> None:
+    def __init__(self, service: ServeParts) -> None:
         self.service = service
 
     async def __call__(self) -> list[Metric]:

@@ -1,7 +1,7 @@
 """What the components of a serve process see of the process that assembled them.
 
-The admin API, shutdown and the metrics source take a :class:`ServiceParts` instead of
-:class:`~aigcq.service.server.Service`, so none of them imports the module that imports
+The admin API, shutdown and the metrics source take a :class:`ServeParts` instead of
+:class:`~aigcq.serve.server.ServeProcess`, so none of them imports the module that imports
 them. An :class:`Extension` is what a process built on a serve process adds to it (the
 standalone message-dispatcher's API, capacity feed and loops), built in its constructor.
 """
@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from starlette.routing import BaseRoute
 
 from aigcq.bridges.hub import BridgeHub
-from aigcq.gateway.service import Gateway
+from aigcq.gateway.gateway import Gateway
 from aigcq.runtime import Runtime
 from aigcq.scheduler.dispatch import DispatchLoop
 from aigcq.scheduler.lifecycle import Lifecycle
@@ -26,7 +26,7 @@ from aigcq.scheduler.targets import InternalTarget
 BackgroundLoop = Callable[[], Coroutine[Any, Any, None]]
 
 
-class ServiceParts(Protocol):
+class ServeParts(Protocol):
     @property
     def rt(self) -> Runtime: ...
 
@@ -58,4 +58,4 @@ class Extension:
 
 
 #: builds an :class:`Extension` from the serve process under construction
-Extend = Callable[[ServiceParts], Extension]
+Extend = Callable[[ServeParts], Extension]

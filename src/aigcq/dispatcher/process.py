@@ -1,7 +1,7 @@
 """``aigcq dispatcher``: the standalone message-dispatcher of seed 000.
 
-It is an aigcq :class:`~aigcq.service.server.Service` of its own (own Redis key prefix) whose only
-target is its bridge hub at ``/ws`` — no paid overflow — plus the dispatcher API
+It is a serve process of its own (:class:`~aigcq.serve.server.ServeProcess`, own Redis key
+prefix) whose only target is its bridge hub at ``/ws`` — no paid overflow — plus the API
 (:mod:`aigcq.dispatcher.api`), the capacity feed for queue backends
 (:mod:`aigcq.dispatcher.capacity`) and the webhook relay that returns results to whoever
 submitted them.
@@ -26,10 +26,10 @@ from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.dispatcher.webhooks import WebhookRelay
 from aigcq.mdclient.feed_messages import FEED_PATH
 from aigcq.plumbing.redis_client import redis_client
-from aigcq.service.launch import bind, ensure_secrets, run_with_redis, uvicorn_server
-from aigcq.service.parts import Extension, ServiceParts
-from aigcq.service.server import Service
-from aigcq.service.shutdown import stop_claiming
+from aigcq.serve.launch import bind, ensure_secrets, run_with_redis, uvicorn_server
+from aigcq.serve.parts import Extension, ServeParts
+from aigcq.serve.server import ServeProcess
+from aigcq.serve.shutdown import stop_claiming
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,11 @@ class MessageDispatcher:
             raise ValueError("the dispatcher needs a password and a JWT secret")
         self.md = md
         self.auth = DispatcherAuth(md.username, md.password, md.jwt_secret, md.jwt_ttl_s)
-        self.service = Service(
+        self.service = ServeProcess(
             settings, dispatcher_config(md), redis, retry_failures=True, extend=self._parts
         )
 
-    def _parts(self, service: ServiceParts) -> Extension:
+    def _parts(self, service: ServeParts) -> Extension:
         """The dispatcher's own parts over its serve process (its only target is its hub)."""
         rt, hub = service.rt, service.hub
         assert hub is not None, "the message-dispatcher runs its own bridge hub"

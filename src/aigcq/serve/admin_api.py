@@ -2,7 +2,7 @@
 
 ``GET /api/admin/events`` streams a snapshot every second as Server-Sent Events (bridges,
 queues, internal / external split, health, recent tasks, overflow spend, model-asynch —
-see :mod:`aigcq.service.admin_panels`); drain / undrain a bridge and retry
+see :mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry
 a failed or cancelled task. Every data call needs the admin token as a Bearer token.
 """
 
@@ -25,11 +25,11 @@ from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.plumbing.auth import bearer
 from aigcq.plumbing.background import round_failed
-from aigcq.service.admin_panels import AsynchPanel, overflow_spend
-from aigcq.service.admin_trends import Trends
+from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
+from aigcq.serve.admin_trends import Trends
 
 if TYPE_CHECKING:
-    from aigcq.service.parts import ServiceParts
+    from aigcq.serve.parts import ServeParts
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ STATIC = {
 class Monitor:
     """Builds a snapshot every second and keeps the per-second split of finished tasks."""
 
-    def __init__(self, service: ServiceParts, interval_s: float = 1.0) -> None:
+    def __init__(self, service: ServeParts, interval_s: float = 1.0) -> None:
         self.service = service
         self.interval_s = interval_s
         self.split: deque[dict[str, Any]] = deque(maxlen=HISTORY_S)
@@ -211,7 +211,7 @@ def task_row(t: Task) -> dict[str, Any]:
     }
 
 
-def admin_router(service: ServiceParts, monitor: Monitor) -> APIRouter:
+def admin_router(service: ServeParts, monitor: Monitor) -> APIRouter:
     """The dashboard and its API, showing what ``monitor`` samples (its loop runs with
     the process's)."""
     router = APIRouter(tags=["admin"])
@@ -291,7 +291,7 @@ def admin_router(service: ServiceParts, monitor: Monitor) -> APIRouter:
     return router
 
 
-async def set_drained(service: ServiceParts, bridge_id: str, drained: bool) -> dict[str, Any]:
+async def set_drained(service: ServeParts, bridge_id: str, drained: bool) -> dict[str, Any]:
     if service.hub is None:
         raise ClientError(ErrorCode.NOT_FOUND, "this process has no bridge hub")
     connected = await service.hub.drain(bridge_id, drained)

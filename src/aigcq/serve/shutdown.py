@@ -1,6 +1,6 @@
 """Graceful shutdown of a serve process: hand in-flight work back instead of stranding it.
 
-On SIGTERM (see :func:`aigcq.service.launch.uvicorn_server`) the dispatcher stops claiming at once.
+On SIGTERM (see :func:`aigcq.serve.launch.uvicorn_server`) the dispatcher stops claiming at once.
 When the app's lifespan ends, :func:`hand_back`:
 
 1. waits up to ``grace_s`` for hand-offs already under way (a platform submit, a
@@ -25,19 +25,19 @@ from typing import TYPE_CHECKING
 from aigcq.domain import TaskState
 
 if TYPE_CHECKING:
-    from aigcq.service.parts import ServiceParts
+    from aigcq.serve.parts import ServeParts
 
 log = logging.getLogger(__name__)
 
 REASON = "aigcq shutting down"
 
 
-def stop_claiming(service: ServiceParts) -> None:
+def stop_claiming(service: ServeParts) -> None:
     """Claim no more tasks (safe to call from a signal handler: it only sets a flag)."""
     service.dispatch.stopped = True
 
 
-async def hand_back(service: ServiceParts, grace_s: float) -> list[str]:
+async def hand_back(service: ServeParts, grace_s: float) -> list[str]:
     """Requeue (uncharged) what this process claimed but did not hand over, unless a
     create may be out for it (the sweeper resolves that one); the task ids."""
     stop_claiming(service)
