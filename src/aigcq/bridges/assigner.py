@@ -160,14 +160,9 @@ class Assigner:
         return bool(await self.rt.redis.exists(self.rt.store.keys.workflow(workflow_id)))
 
     async def acked(self, conn: BridgeConn, task_id: str, pending: Assignment) -> None:
+        queue, remote_id = (pending.aigc, pending.platform), pending.remote_id or task_id
         ok = await self.lifecycle.accepted(
-            task_id,
-            pending.attempt,
-            pending.remote_id or task_id,
-            backend_id=pending.backend_id,
-            queue=(pending.aigc, pending.platform),
-            target=self.name,
-            kind="callback",
+            pending, remote_id, queue=queue, target=self.name, kind="callback"
         )
         if not ok:  # no longer wanted (cancelled, superseded): stop it on the bridge
             if conn.end(task_id, pending.attempt):
@@ -195,7 +190,13 @@ class Assigner:
             )
             return
         pending = Assignment(
-            c.attempt, aigc, platform, c.backend_id, workflow_id=c.workflow_id, charged=c.charged
+            c.attempt,
+            aigc,
+            platform,
+            c.backend_id,
+            workflow_id=c.workflow_id,
+            charged=c.charged,
+            task_id=c.task_id,
         )
         if not conn.take(c.task_id, pending):
             await self.lifecycle.not_run(c.task_id, c.attempt, f"bridge {conn.bridge_id} is full")

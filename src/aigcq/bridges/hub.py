@@ -85,12 +85,8 @@ class BridgeHub:
         self.auth = Auth(rt.settings)
         ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
         self.registry = BridgeRegistry(rt.store, rt.settings.project_prefix, ttl_s=ttl)
-        self.peers = PeerCapacity(
-            rt.redis,
-            rt.store.keys.internal_free,
-            lambda: (self.free_slots(), len(self.registry.live())),
-            on_less=self.wake,
-        )
+        mine = lambda: (self.free_slots(), len(self.registry.live()))  # noqa: E731
+        self.peers = PeerCapacity(rt.redis, rt.store.keys.internal_free, mine, on_less=self.wake)
         self.health = HealthMonitor(
             rt.redis,
             self.registry.live,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from aigcq.dispatcher.capacity import CapacityFeed
@@ -39,14 +40,14 @@ def handed_back(task: Task) -> bool:
     return task.state is TaskState.CANCELLED and error.get("code") == HANDED_BACK
 
 
+@dataclass(eq=False)
 class Degrader:
-    def __init__(
-        self, rt: Runtime, lifecycle: Lifecycle, queue: tuple[str, str], feed: CapacityFeed
-    ) -> None:
-        self.rt = rt
-        self.lifecycle = lifecycle
-        self.queue = queue
-        self.feed = feed
+    """Hands the waiting tasks that lost instances left without a place back."""
+
+    rt: Runtime
+    lifecycle: Lifecycle
+    queue: tuple[str, str]
+    feed: CapacityFeed
 
     async def shrink(self, capacity: int) -> int:
         """Hand back the waiting tasks beyond ``capacity``; how many were handed back."""

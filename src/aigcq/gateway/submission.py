@@ -64,12 +64,7 @@ class Submission:
             raise ClientError(ErrorCode.BALANCE, "admission refused", req.taskId)
         try:
             result = await self.lifecycle.submitted(
-                req.taskId,
-                aigc=aigc,
-                platform=req.platform,
-                backend_id=backend_id,
-                payload=req.payload,
-                deliver=deliver,
+                req.taskId, (aigc, req.platform), backend_id, req.payload, deliver=deliver
             )
         except redis.exceptions.RedisError as exc:  # the task may exist: its reply was lost
             await self.admission.refund_unless_stored(backend_id, req.taskId)

@@ -205,17 +205,11 @@ class MessageDispatcherTarget:
     async def _apply(
         self, aigc: str, platform: str, c: Claimed, outcome: SubmitOutcome
     ) -> str | None:
-        lifecycle = self.lifecycle
+        lifecycle, queue = self.lifecycle, (aigc, platform)
         match outcome:
             case Accepted(remote_id=remote_id):
                 await lifecycle.accepted(
-                    c.task_id,
-                    c.attempt,
-                    remote_id,
-                    backend_id=c.backend_id,
-                    queue=(aigc, platform),
-                    target=self.name,
-                    kind="callback",
+                    c, remote_id, queue=queue, target=self.name, kind="callback"
                 )
                 log.info(
                     "task %s: accepted by the message-dispatcher as %s",
@@ -225,7 +219,7 @@ class MessageDispatcherTarget:
                 )
                 return remote_id
             case Uncertain(reason=reason):  # it may have been queued
-                await lifecycle.uncertain(c, aigc, platform, "callback", reason)
+                await lifecycle.uncertain(c, queue, "callback", reason)
                 self._observe(f"submit uncertain: {reason}", immediate=True)
             case Full(reason=reason):
                 self._free = 0
@@ -240,7 +234,7 @@ class MessageDispatcherTarget:
                 await lifecycle.not_run(c.task_id, c.attempt, reason)
             case Rejected() as rej:
                 reason = f"message-dispatcher rejected: {rej.code} {rej.message}"
-                await lifecycle.refused(c, aigc, platform, reason, ErrorCode.TASK_TIMEOUT)
+                await lifecycle.refused(c, queue, reason, code=ErrorCode.TASK_TIMEOUT)
         return None
 
     # ---- degrade notices (seed 000 §9.4.1) ---------------------------------------------

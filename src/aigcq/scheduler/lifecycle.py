@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
@@ -33,6 +33,25 @@ from aigcq.scheduler.ends import INFRASTRUCTURE, EndListener, TaskEnd, end_of, f
 from aigcq.scheduler.orphans import Orphans
 
 log = logging.getLogger(__name__)
+
+
+def _say(level: int, task_id: str, message: str, *args: object) -> None:
+    """One log line about a task: ``task <id>: <message>``, the id in the record too."""
+    log.log(level, "task %s: " + message, task_id, *args, extra=ctx(task=task_id))
+
+
+class Dispatched(Protocol):
+    """A task as a target holds it while it is being handed over."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def backend_id(self) -> str: ...
+
 
 #: waits between tries to record an accepted paid create while Redis does not answer
 MARK_RETRY_S = (0.2, 1.0, 3.0)
@@ -63,14 +82,14 @@ class Lifecycle:
     async def submitted(
         self,
         task_id: str,
-        *,
-        aigc: str,
-        platform: str,
+        queue: tuple[str, str],
         backend_id: str,
         payload: dict[str, Any],
+        *,
         deliver: bool,
     ) -> Submitted:
         """A client submitted a task: stored and queued (an existing id is left as it is)."""
+        aigc, platform = queue
         result = await self.rt.store.submit(
             task_id,
             aigc=aigc,
@@ -79,20 +98,14 @@ class Lifecycle:
             payload=payload,
             deliver=deliver,
         )
-        log.debug(
-            "task %s: submitted by %s (created=%s)",
-            task_id,
-            backend_id,
-            result.created,
-            extra=ctx(task=task_id),
-        )
+        _say(logging.DEBUG, task_id, "submitted by %s (created=%s)", backend_id, result.created)
         return result
 
     async def retried_by_operator(self, task_id: str) -> MoveResult:
         """An operator queued a failed or cancelled task again."""
         done = await self.rt.store.retry(task_id, note="retried by an operator")
         if done.applied:
-            log.info("task %s: retried by an operator", task_id, extra=ctx(task=task_id))
+            _say(logging.INFO, task_id, "retried by an operator")
         return done
 
     async def back_offs_over(self) -> int:
@@ -117,13 +130,13 @@ class Lifecycle:
         moved = await self.rt.store.retarget(
             c.task_id, c.attempt, source, target, cap=cap, deadline_s=self.rt.dispatch_deadline_s
         )
-        log.info(
-            "task %s: to %s (%s): %s",
+        _say(
+            logging.INFO,
             c.task_id,
+            "to %s (%s): %s",
             target,
             {1: "sent", 0: "full, waits"}.get(moved, "moved on"),
             reason,
-            extra=ctx(task=c.task_id),
         )
         return moved
 
@@ -136,24 +149,23 @@ class Lifecycle:
 
     async def accepted(
         self,
-        task_id: str,
-        attempt: int,
+        run: Dispatched,
         remote_id: str,
         *,
-        backend_id: str,
         queue: tuple[str, str],
         target: str,
         kind: str,
         paid: bool = False,
     ) -> bool:
-        """``target`` took ``attempt`` of the task (of ``queue``: AIGC, platform) as
+        """``target`` took ``run`` (an attempt of a task of ``queue``: AIGC, platform) as
         ``remote_id``: it runs. One accepted for an attempt that moved on meanwhile (a
         cancel, an older attempt's success) is not wanted: False (a paid one is cancelled
         here, and counted until it ends). A paid acceptance is kept trying into Redis while
         it does not answer: the create is out."""
         aigc, platform = queue
+        task_id, attempt = run.task_id, run.attempt
         deadline_s = self.rt.deadline_s(self.rt.config.account(aigc, platform))
-        progress = progress_event(backend_id, running_message(task_id, target))
+        progress = progress_event(run.backend_id, running_message(task_id, target))
         where = (aigc, platform, target) if paid else None
         if paid:
             metrics.overflowed(aigc, platform, target, self.rt.settings.overflow_price)
@@ -172,12 +184,8 @@ class Lifecycle:
             except RedisError as exc:
                 if wait_s is None:
                     raise  # the sweeper finds the create recorded and waits for the webhook
-                log.warning(
-                    "task %s: accepted as %s, not recorded yet: %s",
-                    task_id,
-                    remote_id,
-                    exc,
-                    extra=ctx(task=task_id),
+                _say(
+                    logging.WARNING, task_id, "accepted as %s, not recorded yet: %s", remote_id, exc
                 )
                 await asyncio.sleep(wait_s)
         if marked.orphaned:
@@ -186,16 +194,11 @@ class Lifecycle:
                 await self.orphans.cancel(orphan)
         return marked.running
 
-    async def uncertain(self, c: Claimed, aigc: str, platform: str, kind: str, reason: str) -> None:
+    async def uncertain(self, c: Claimed, queue: tuple[str, str], kind: str, reason: str) -> None:
         """A create's outcome is unknown (it may have been taken): the task waits as running
         for its webhook, or its deadline (see :mod:`aigcq.scheduler.sweeper`)."""
-        log.warning(
-            "task %s: submit uncertain (%s); awaiting webhook",
-            c.task_id,
-            reason,
-            extra=ctx(task=c.task_id),
-        )
-        deadline_s = self.rt.deadline_s(self.rt.config.account(aigc, platform))
+        _say(logging.WARNING, c.task_id, "submit uncertain (%s); awaiting webhook", reason)
+        deadline_s = self.rt.deadline_s(self.rt.config.account(*queue))
         await self.rt.store.mark_running(c.task_id, c.attempt, "", deadline_s=deadline_s, kind=kind)
 
     async def not_run(
@@ -212,29 +215,22 @@ class Lifecycle:
             delay_s=delay_s,
             ended=ended,
         )
-        log.info("task %s: back to waiting (%s)", task_id, reason, extra=ctx(task=task_id))
+        _say(logging.INFO, task_id, "back to waiting (%s)", reason)
 
-    async def not_sent(self, c: Claimed, aigc: str, platform: str, reason: str) -> None:
+    async def not_sent(self, c: Claimed, queue: tuple[str, str], reason: str) -> None:
         """A paid platform was full or never got the create: back to waiting after a
         back-off, uncharged while the task has free requeues left; then it uses attempts."""
         if c.uncharged >= self.rt.store.free_requeues:
-            await self.refused(c, aigc, platform, reason)
+            await self.refused(c, queue, reason)
             return
         await self.not_run(
             c.task_id, c.attempt, reason, delay_s=self.rt.settings.full_backoff_s, ended=True
         )
 
-    async def refused(
-        self,
-        c: Claimed,
-        aigc: str,
-        platform: str,
-        reason: str,
-        code: ErrorCode = ErrorCode.TASK_FAILED,
-        detail: Any = None,
-    ) -> bool:
+    async def refused(self, c: Claimed, queue: tuple[str, str], reason: str, **error: Any) -> bool:
         """Its target refused the task (ran nothing): another attempt while the budget
-        lasts, else it fails."""
+        lasts, else it fails (``error``: the failure's ``code`` and ``detail``)."""
+        aigc, platform = queue
         return await self.retry_or_fail(
             c.task_id,
             aigc=aigc,
@@ -242,9 +238,8 @@ class Lifecycle:
             attempt=c.attempt,
             charged=c.charged,
             reason=reason,
-            code=code,
-            detail=detail,
             ended=True,
+            **error,
         )
 
     async def rejected(self, c: Claimed, target: str, error: dict[str, Any]) -> None:
@@ -257,9 +252,7 @@ class Lifecycle:
             f"{target} rejected: {error['code']}",
             ended=True,
         )
-        log.warning(
-            "task %s: rejected by %s: %s", c.task_id, target, error, extra=ctx(task=c.task_id)
-        )
+        _say(logging.WARNING, c.task_id, "rejected by %s: %s", target, error)
 
     async def unrunnable(self, task_id: str, code: str, message: str, detail: str) -> None:
         """No target can run the task (an invalid payload, a workflow nobody knows): it
@@ -272,15 +265,13 @@ class Lifecycle:
             message=self.error_body(ErrorCode.TASK_FAILED, error),
             note=f"bridge: {code}",
         )
-        log.warning(
-            "task %s: fails, %s: %s (%s)", task_id, code, message, detail, extra=ctx(task=task_id)
-        )
+        _say(logging.WARNING, task_id, "fails, %s: %s (%s)", code, message, detail)
 
     async def lost(self, task_id: str, attempt: int, reason: str) -> None:
         """A bridge no longer holds an acknowledged task (a machine's failure): another
         attempt, at the head of its queue."""
         await self.rt.store.requeue(task_id, attempt=attempt, front=True, reason=reason)
-        log.warning("task %s: %s, requeued", task_id, reason, extra=ctx(task=task_id))
+        _say(logging.WARNING, task_id, "%s, requeued", reason)
 
     async def taken_back(self, task: Task, remote_id: str, reason: str) -> bool:
         """A message-dispatcher handed a running task back: routed again, while it still
@@ -289,7 +280,7 @@ class Lifecycle:
             task.task_id, attempt=task.attempt, front=True, reason=reason, remote_id=remote_id
         )
         if moved:
-            log.warning("task %s: %s", task.task_id, reason, extra=ctx(task=task.task_id))
+            _say(logging.WARNING, task.task_id, "%s", reason)
         return moved
 
     async def unsent(self, task_id: str, attempt: int, reason: str) -> bool:
@@ -299,7 +290,7 @@ class Lifecycle:
             task_id, attempt=attempt, uncharge=True, unsent_only=True, reason=reason
         )
         if moved:
-            log.warning("task %s: %s; back to waiting", task_id, reason, extra=ctx(task=task_id))
+            _say(logging.WARNING, task_id, "%s; back to waiting", reason)
         return moved
 
     async def withdrawn(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
@@ -353,14 +344,7 @@ class Lifecycle:
                 )
             case _:
                 return None
-        log.debug(
-            "task %s: %s via %s (applied=%s)",
-            task_id,
-            done.state,
-            note,
-            done.applied,
-            extra=ctx(task=task_id),
-        )
+        _say(logging.DEBUG, task_id, "%s via %s (applied=%s)", done.state, note, done.applied)
         await self._cancel_orphan(task_id, done)
         if done.applied:
             self.announce(task_id, done.target or target, end_of(outcome), attempt)
@@ -386,7 +370,7 @@ class Lifecycle:
         elif adapter is not None and task.remote_id:
             account = self.rt.config.account(task.aigc, task.platform)
             await self.rt.platforms.cancel(adapter, task, account.apikey if account else "")
-        log.info("task %s: cancelled", task.task_id, extra=ctx(task=task.task_id))
+        _say(logging.INFO, task.task_id, "cancelled")
         return done
 
     async def expired(self, task: Task, code: str, message: str, note: str) -> bool:
@@ -400,7 +384,7 @@ class Lifecycle:
             note=note,
         )
         if done.applied:
-            log.warning("task %s: %s", task.task_id, message, extra=ctx(task=task.task_id))
+            _say(logging.WARNING, task.task_id, "%s", message)
         return done.applied
 
     async def retry_or_fail(
@@ -427,13 +411,7 @@ class Lifecycle:
         error = {"code": code.value, "message": reason, "detail": detail}
         done = await self.fail(task_id, attempt, code, error, reason, ended=ended)
         if done.applied:
-            log.error(
-                "task %s: failed after %s attempts: %s",
-                task_id,
-                charged,
-                reason,
-                extra=ctx(task=task_id),
-            )
+            _say(logging.ERROR, task_id, "failed after %s attempts: %s", charged, reason)
         return done.applied
 
     async def fail(
@@ -469,7 +447,7 @@ class Lifecycle:
         if found is not None:
             await self.orphans.cancel(found)
         else:
-            log.debug("task %s: orphan %s already released", task_id, done.orphan)
+            _say(logging.DEBUG, task_id, "orphan %s already released", done.orphan)
 
     async def _retried(
         self, task_id: str, reason: str, attempt: int | None, machine: bool = False
@@ -494,13 +472,7 @@ class Lifecycle:
             task_id, attempt=attempt, delay_s=delay_s, reason=reason, ended=ended
         )
         if moved:
-            log.warning(
-                "task %s: attempt %s %s, retrying",
-                task_id,
-                attempt,
-                reason,
-                extra=ctx(task=task_id),
-            )
+            _say(logging.WARNING, task_id, "attempt %s %s, retrying", attempt, reason)
         return moved
 
     # ---- deadlines (the sweeper) ---------------------------------------------------------
@@ -512,11 +484,11 @@ class Lifecycle:
             task.task_id, task.attempt, "", deadline_s=max(left_s, 1.0), kind=kind
         )
         if moved:
-            log.warning(
-                "task %s: its create on %s may be out; waiting for its webhook",
+            _say(
+                logging.WARNING,
                 task.task_id,
+                "its create on %s may be out; waiting for its webhook",
                 task.target,
-                extra=ctx(task=task.task_id),
             )
         return bool(moved)
 
@@ -524,13 +496,13 @@ class Lifecycle:
         """Its platform gave no usable answer about the task: asked again later, with
         back-off; the delay."""
         delay = await self.rt.store.postpone(task.task_id, task.attempt, max_delay_s=max_delay_s)
-        log.warning(
-            "task %s: %s gave no usable answer (%s); asking again in %.1f s",
+        _say(
+            logging.WARNING,
             task.task_id,
+            "%s gave no usable answer (%s); asking again in %.1f s",
             task.target,
             reason,
             delay,
-            extra=ctx(task=task.task_id),
         )
         return delay
 

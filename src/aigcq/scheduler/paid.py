@@ -55,7 +55,7 @@ class PaidPlatforms:
             return -2
         moved = await self.lifecycle.overflowed(c, source, adapter.name, cap=cap, reason=reason)
         if moved == 0:
-            await self.lifecycle.not_sent(c, aigc, platform, f"{adapter.name} full; {reason}")
+            await self.lifecycle.not_sent(c, (aigc, platform), f"{adapter.name} full; {reason}")
         return moved
 
     async def hand_over(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
@@ -79,27 +79,22 @@ class PaidPlatforms:
         hook = self.rt.webhook_url(c.task_id, c.attempt)
         apikey = self.rt.apikey(aigc, platform)
         outcome = await self.rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
+        queue, kind = (aigc, platform), adapter.kind
         match outcome:
             case Accepted(remote_id=remote_id):
+                paid = adapter.paid
                 await lifecycle.accepted(
-                    c.task_id,
-                    c.attempt,
-                    remote_id,
-                    backend_id=c.backend_id,
-                    queue=(aigc, platform),
-                    target=name,
-                    kind=adapter.kind,
-                    paid=adapter.paid,
+                    c, remote_id, queue=queue, target=name, kind=kind, paid=paid
                 )
             case Uncertain(reason=reason):
-                await lifecycle.uncertain(c, aigc, platform, adapter.kind, reason)
+                await lifecycle.uncertain(c, queue, kind, reason)
             case Full(reason=reason):
-                await lifecycle.not_sent(c, aigc, platform, f"{name} full: {reason}")
+                await lifecycle.not_sent(c, queue, f"{name} full: {reason}")
             case NotSent(reason=reason):
-                await lifecycle.not_sent(c, aigc, platform, f"not sent to {name}: {reason}")
+                await lifecycle.not_sent(c, queue, f"not sent to {name}: {reason}")
             case Rejected(retryable=True) as rej:
                 reason = f"{name}: {rej.code} {rej.message}"
-                await lifecycle.refused(c, aigc, platform, reason, detail=rej.detail)
+                await lifecycle.refused(c, queue, reason, detail=rej.detail)
             case Rejected() as rej:
                 error = {"code": rej.code, "message": rej.message, "detail": rej.detail}
                 await lifecycle.rejected(c, name, error)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from aigcq.health import Health
 from aigcq.queue.store import Claimed
@@ -21,8 +21,7 @@ from aigcq.scheduler.ends import TaskEnd
 from aigcq.scheduler.lifecycle import Lifecycle
 
 
-@dataclass(frozen=True, slots=True)
-class Unrunnable:
+class Unrunnable(NamedTuple):
     """Why nobody can run a handed-back task: it fails with this, not waits."""
 
     code: str

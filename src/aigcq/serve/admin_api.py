@@ -22,8 +22,9 @@ from fastapi.responses import Response, StreamingResponse
 
 from aigcq.domain import ErrorCode, Task
 from aigcq.gateway.errors import ClientError, error_responses
+from aigcq.gateway.gateway import Gateway
+from aigcq.gateway.http_api import require_admin
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
-from aigcq.plumbing.auth import bearer
 from aigcq.plumbing.background import round_failed
 from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
 from aigcq.serve.admin_trends import Trends
@@ -215,12 +216,12 @@ def admin_router(service: ServeParts, monitor: Monitor) -> APIRouter:
     """The dashboard and its API, showing what ``monitor`` samples (its loop runs with
     the process's)."""
     router = APIRouter(tags=["admin"])
-    gw = service.gateway
+    _dashboard_routes(router, service.gateway, monitor)
+    _control_routes(router, service)
+    return router
 
-    def require_admin(authorization: str | None) -> None:
-        if not gw.auth.admin(bearer(authorization)):
-            raise ClientError(ErrorCode.AUTH, "admin token required")
 
+def _dashboard_routes(router: APIRouter, gw: Gateway, monitor: Monitor) -> None:
     @router.get("/dashboard", include_in_schema=False)
     async def dashboard() -> Response:
         return static_file("dashboard.html")
@@ -235,7 +236,7 @@ def admin_router(service: ServeParts, monitor: Monitor) -> APIRouter:
         responses=error_responses(ErrorCode.AUTH),
     )
     async def snapshot(authorization: Authorization = None) -> dict[str, Any]:
-        require_admin(authorization)
+        require_admin(gw, authorization)
         return monitor.latest or await monitor.snapshot()
 
     @router.get(
@@ -244,18 +245,23 @@ def admin_router(service: ServeParts, monitor: Monitor) -> APIRouter:
         responses=error_responses(ErrorCode.AUTH),
     )
     async def events(authorization: Authorization = None) -> StreamingResponse:
-        require_admin(authorization)
+        require_admin(gw, authorization)
         return StreamingResponse(
             sse(monitor),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
+
+def _control_routes(router: APIRouter, service: ServeParts) -> None:
+    """An operator's controls: drain a bridge, retry a task."""
+    gw = service.gateway
+
     def drain_route(drained: bool) -> Callable[..., Awaitable[dict[str, Any]]]:
         """The handler that sets a bridge's drained flag to ``drained``."""
 
         async def route(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
-            require_admin(authorization)
+            require_admin(gw, authorization)
             return await set_drained(service, bridge_id, drained)
 
         return route
@@ -279,7 +285,7 @@ def admin_router(service: ServeParts, monitor: Monitor) -> APIRouter:
         responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.NOT_RETRYABLE),
     )
     async def retry(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
-        require_admin(authorization)
+        require_admin(gw, authorization)
         done = await service.lifecycle.retried_by_operator(task_id)
         if done.state is None:
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
@@ -287,8 +293,6 @@ def admin_router(service: ServeParts, monitor: Monitor) -> APIRouter:
             detail = f"a {done.state} task cannot be retried"
             raise ClientError(ErrorCode.NOT_RETRYABLE, detail, task_id)
         return {"taskId": task_id, "state": done.state.value}
-
-    return router
 
 
 async def set_drained(service: ServeParts, bridge_id: str, drained: bool) -> dict[str, Any]:

@@ -27,23 +27,12 @@ BackgroundLoop = Callable[[], Coroutine[Any, Any, None]]
 
 
 class ServeParts(Protocol):
-    @property
-    def rt(self) -> Runtime: ...
-
-    @property
-    def lifecycle(self) -> Lifecycle: ...
-
-    @property
-    def gateway(self) -> Gateway: ...
-
-    @property
-    def hub(self) -> BridgeHub | None: ...
-
-    @property
-    def internal(self) -> InternalTarget | None: ...
-
-    @property
-    def dispatch(self) -> DispatchLoop: ...
+    rt: Runtime
+    lifecycle: Lifecycle
+    gateway: Gateway
+    hub: BridgeHub | None
+    internal: InternalTarget | None
+    dispatch: DispatchLoop
 
 
 @dataclass
