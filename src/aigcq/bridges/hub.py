@@ -64,7 +64,7 @@ KNOWN_FOR_S = 600.0
 
 
 class BridgeHub:
-    """Bridges connected to this process, as the dispatcher's internal target."""
+    """Bridges connected to this process, the dispatch loop's internal target (see :mod:`aigcq.scheduler.targets`)."""
 
     name = "bridge"
     serves: tuple[str, ...] = ("comfyui",)
