@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis.asyncio as aioredis
 
 from aigcq.domain import TaskState
@@ -197,3 +198,13 @@ async def test_a_retry_while_a_create_may_be_out_keeps_it_in_the_cap(
     orphan = await store.orphans_of("create:c1")
     assert orphan is not None and orphan.awaiting_create and orphan.attempt == c.attempt
     assert await store.claim("p", "comfyui", "runninghub", cap=1, n=1, deadline_s=60) == []
+
+
+async def test_a_script_argument_missing_or_unknown_is_refused_before_redis(
+    redis: aioredis.Redis,
+) -> None:
+    store = make_store(redis)
+    with pytest.raises(TypeError, match=r"script promote: missing \['limit'\]"):
+        await store._run("promote", now=1.0)
+    with pytest.raises(TypeError, match=r"unknown \['front'\]"):
+        await store._run("promote", now=1.0, limit=1, front=True)
