@@ -42,12 +42,21 @@ class Move(enum.StrEnum):
     MARK_RUNNING = "mark_running"  # the target accepted it
     POSTPONE = "postpone"  # its target could not say how it is doing: ask again later
     RETARGET = "retarget"  # a claimed task no instance of its target can run: to another
-    REQUEUE = "requeue"  # back to waiting: the target lost it, refused it, or timed out
+    # Back to waiting (each next claim is a new attempt):
+    REQUEUE_UNRUN = "requeue_unrun"  # its target ran nothing: uncharged, to the head
+    REQUEUE_UNSENT = "requeue_unsent"  # claimed, never sent (no create out): uncharged
+    REQUEUE_FOR_RETRY = "requeue_for_retry"  # the attempt failed, timed out, was lost
+    REQUEUE_HANDED_BACK = "requeue_handed_back"  # a message-dispatcher gave it back
     PROMOTE = "promote"  # a task whose back-off is over goes to the head of its queue
     FINISH = "finish"  # a result, a failure or a cancel
     WITHDRAW = "withdraw"  # its submitter took back a task that was still waiting
     RETRY = "retry"  # an operator queues a failed or cancelled task again
 
+
+_BACK_TO_WAITING = (
+    frozenset({TaskState.DISPATCHING, TaskState.RUNNING}),
+    frozenset({TaskState.PENDING}),
+)
 
 #: move -> (the states it may start from, the states it may lead to)
 TRANSITIONS: dict[Move, tuple[frozenset[TaskState], frozenset[TaskState]]] = {
@@ -60,10 +69,13 @@ TRANSITIONS: dict[Move, tuple[frozenset[TaskState], frozenset[TaskState]]] = {
         frozenset({TaskState.DISPATCHING, TaskState.RUNNING}),
     ),
     Move.RETARGET: (frozenset({TaskState.DISPATCHING}), frozenset({TaskState.DISPATCHING})),
-    Move.REQUEUE: (
-        frozenset({TaskState.DISPATCHING, TaskState.RUNNING}),
-        frozenset({TaskState.PENDING}),
-    ),
+    # The platform may answer "full" or "not sent" after the sweeper took a create that
+    # may be out as running (awaiting its webhook): such a task ran nothing either.
+    Move.REQUEUE_UNRUN: _BACK_TO_WAITING,
+    Move.REQUEUE_UNSENT: (frozenset({TaskState.DISPATCHING}), frozenset({TaskState.PENDING})),
+    Move.REQUEUE_FOR_RETRY: _BACK_TO_WAITING,
+    # only a running task carries the remote id the hand-back names
+    Move.REQUEUE_HANDED_BACK: (frozenset({TaskState.RUNNING}), frozenset({TaskState.PENDING})),
     Move.PROMOTE: (frozenset({TaskState.PENDING}), frozenset({TaskState.PENDING})),
     # A result is accepted from any live state: the first result wins, even one that
     # arrives for an earlier attempt after the task was handed back to the queue.

@@ -69,7 +69,7 @@ def test_argv_is_in_declared_order_with_flags_as_numbers() -> None:
     argv = script.argv("pfx", values)
     assert argv[0] == "pfx" and len(argv) == len(script.names) + 1
     by_name = dict(zip(script.names, argv[1:], strict=True))
-    assert by_name["task_id"] == "task_id" and by_name["reason"] == "reason"
+    assert by_name["task_id"] == "task_id" and by_name["move"] == "move"
     assert (by_name["unsent_only"], by_name["uncharge"], by_name["ended"]) == (1, 0, 1)
 
 

@@ -33,7 +33,8 @@ def test_an_operator_retry_is_the_only_way_out_of_a_terminal_state() -> None:
 
 
 def test_requeue_cannot_revive_a_finished_task() -> None:
-    assert allowed_from(Move.REQUEUE, TaskState.PENDING) == "dispatching,running"
+    assert allowed_from(Move.REQUEUE_FOR_RETRY, TaskState.PENDING) == "dispatching,running"
+    assert allowed_from(Move.REQUEUE_UNRUN, TaskState.PENDING) == "dispatching,running"
     assert not can_transition(TaskState.PENDING, TaskState.RUNNING)
 
 
@@ -52,6 +53,22 @@ def test_a_move_cannot_name_a_state_it_does_not_lead_to() -> None:
 
 
 # ---- every script that writes task state makes a move of the table ----------------------
+
+REQUEUES = {
+    Move.REQUEUE_UNRUN,
+    Move.REQUEUE_UNSENT,
+    Move.REQUEUE_FOR_RETRY,
+    Move.REQUEUE_HANDED_BACK,
+}
+
+
+def test_every_move_back_to_waiting_leaves_a_live_task_for_pending() -> None:
+    for move in REQUEUES:
+        src, dst = TRANSITIONS[move]
+        assert src and src <= LIVE_STATES - {TaskState.PENDING}, move
+        assert dst == {TaskState.PENDING}, move
+    assert allowed_from(Move.REQUEUE_UNSENT, TaskState.PENDING) == "dispatching"
+    assert allowed_from(Move.REQUEUE_HANDED_BACK, TaskState.PENDING) == "running"
 
 
 def test_a_move_that_keeps_the_state_leads_nowhere_else() -> None:
@@ -105,8 +122,9 @@ def test_a_script_checks_each_of_its_moves_from_states(name: str) -> None:
 
 
 def test_the_generated_from_and_to_are_the_tables() -> None:
-    source = scripts.load("claim").source
-    assert "local FROM = {claim = 'pending'}" in source
-    assert "local TO = {claim = 'dispatching'}" in source
+    source = scripts.load("requeue").source
+    assert "requeue_unsent = 'dispatching'" in source
+    assert "requeue_handed_back = 'running'" in source
+    assert "local TO = {requeue_unrun = 'pending'," in source
     # a move to several states (finish) has no TO: the caller names the state
     assert "local TO = {withdraw = 'cancelled'}" in scripts.load("finish").source

@@ -293,9 +293,7 @@ class Assigner:
     ) -> None:
         """Back to the head of its queue, uncharged (after ``delay_s``: a back-off, so a
         task only busy instances can run is not claimed again in a loop)."""
-        await self.rt.store.requeue(
-            task_id, attempt=attempt, uncharge=True, front=True, reason=reason, delay_s=delay_s
-        )
+        await self.rt.store.requeue_unrun(task_id, attempt, reason, delay_s=delay_s)
         log.info("task %s: back to waiting (%s)", task_id, reason, extra=ctx(task=task_id))
 
     async def hand_back(self, reason: str = "aigcq shutting down") -> list[str]:

@@ -295,9 +295,7 @@ class BridgeHub:
             task_id,
             extra=ctx(task=task_id, bridge=conn.bridge_id),
         )
-        await self.rt.store.requeue(
-            task_id, attempt=attempt, front=True, reason=f"bridge {conn.bridge_id} lost it"
-        )
+        await self.rt.store.requeue_for_retry(task_id, attempt, f"bridge {conn.bridge_id} lost it")
         await self.registry.forget(conn.bridge_id, task_id)
 
     async def _heartbeat(self, conn: BridgeConn, data: HeartbeatData) -> None:

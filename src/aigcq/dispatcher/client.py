@@ -249,21 +249,18 @@ class MessageDispatcherTarget:
             if task is None or task.target != self.name or task.remote_id != remote_id:
                 log.info("degrade notice for %s: not ours or moved on, ignored", remote_id)
                 continue
-            if await self.rt.store.requeue(
+            if await self.rt.store.requeue_handed_back(
                 task.task_id,
-                attempt=task.attempt,
-                front=True,
-                reason=f"message-dispatcher handed it back ({remote_id})",
-                remote_id=remote_id,
+                task.attempt,
+                remote_id,
+                f"message-dispatcher handed it back ({remote_id})",
             ):
                 log.warning("task %s: handed back by the message-dispatcher", task.task_id)
                 taken.append(remote_id)
         return taken
 
     async def _requeue(self, c: Claimed, reason: str) -> None:
-        await self.rt.store.requeue(
-            c.task_id, attempt=c.attempt, uncharge=True, front=True, reason=reason
-        )
+        await self.rt.store.requeue_unrun(c.task_id, c.attempt, reason)
         log.info("task %s: back to waiting (%s)", c.task_id, reason, extra=ctx(task=c.task_id))
 
 

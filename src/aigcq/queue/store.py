@@ -303,39 +303,81 @@ class TaskStore:
         )
         return float(delay)
 
-    async def requeue(
+    # ---- back to waiting: each next claim is a new attempt (its own webhook URL) ----------
+
+    async def requeue_unrun(
+        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0
+    ) -> bool:
+        """``attempt``'s target ran nothing (no slot, full, refused, never acknowledged,
+        not sent): the task goes back to the head of its queue, or after ``delay_s`` (a
+        back-off), and the attempt is given back to its budget (at most ``free_requeues``
+        times per task; later ones are charged). Nothing of the attempt runs anywhere, so
+        no orphan is kept. False: ``attempt`` is no longer the live one, or the task is
+        not dispatching or running."""
+        return await self._requeue(
+            Move.REQUEUE_UNRUN, task_id, attempt, reason, delay_s=delay_s, uncharge=True, ended=True
+        )
+
+    async def requeue_unsent(self, task_id: str, attempt: int, reason: str) -> bool:
+        """A task claimed for ``attempt`` and never sent (its process stopped first, or is
+        shutting down): back to the head of its queue, the attempt given back as by
+        :meth:`requeue_unrun`. Refused while a create may be out for it
+        (:meth:`begin_create`) or once it is no longer dispatching."""
+        return await self._requeue(
+            Move.REQUEUE_UNSENT, task_id, attempt, reason, uncharge=True, unsent_only=True
+        )
+
+    async def requeue_for_retry(
+        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0, ended: bool = False
+    ) -> bool:
+        """``attempt`` failed, timed out, or its target lost it: it stays charged, and the
+        task waits for a new attempt at the head of its queue, or after ``delay_s``.
+        ``ended``: its remote task is known to be over; otherwise one on a paid target (or
+        a create that may be out) is kept in its account's cap as an orphan. False:
+        ``attempt`` is no longer the live one, or the task is not dispatching or running."""
+        return await self._requeue(
+            Move.REQUEUE_FOR_RETRY, task_id, attempt, reason, delay_s=delay_s, ended=ended
+        )
+
+    async def requeue_handed_back(
+        self, task_id: str, attempt: int, remote_id: str, reason: str
+    ) -> bool:
+        """A message-dispatcher handed back the task it was running as ``remote_id`` (a
+        degrade notice): back to the head of its queue, ``attempt`` charged. Only while the
+        task is running as ``remote_id`` in ``attempt``, so one that finished, was retried
+        or moved on meanwhile is left as it is."""
+        return await self._requeue(
+            Move.REQUEUE_HANDED_BACK, task_id, attempt, reason, remote_id=remote_id
+        )
+
+    async def _requeue(
         self,
+        move: Move,
         task_id: str,
+        attempt: int,
+        reason: str,
         *,
-        attempt: int | None = None,
         delay_s: float = 0.0,
-        front: bool = True,
         uncharge: bool = False,
-        reason: str = "",
-        remote_id: str = "",
         ended: bool = False,
+        remote_id: str = "",
         unsent_only: bool = False,
     ) -> bool:
-        """Back to waiting; the next dispatch is a new attempt either way. ``uncharge``
-        gives back the attempt this one charged (the target never ran it; at most
-        ``free_requeues`` times per task); ``remote_id``: only while the task still carries
-        this remote task id; ``ended``: its remote task is known to be over (else one on a
-        paid target becomes an orphan); ``unsent_only``: not while a create may be out."""
         now = time.time()
         result = await self._run(
             "requeue",
+            move=move.value,
             task_id=task_id,
-            attempt="" if attempt is None else attempt,
+            attempt=attempt,
             now=now,
             ready_at=now + delay_s if delay_s > 0 else 0,
-            front=front,
-            uncharge=uncharge,
             reason=reason,
             remote_id=remote_id,
-            free_limit=self.free_requeues,
-            paid_targets=self.paid_targets,
-            ended=ended,
             unsent_only=unsent_only,
+            uncharge=uncharge,
+            free_limit=self.free_requeues,
+            ended=ended,
+            paid_targets=self.paid_targets,
         )
         return int(result) == 1
 

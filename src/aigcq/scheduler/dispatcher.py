@@ -378,13 +378,8 @@ class Dispatcher:
         if c.uncharged >= rt.store.free_requeues:
             await self.outcomes.retry_claimed(c, aigc, platform, reason)
             return
-        await rt.store.requeue(
-            c.task_id,
-            attempt=c.attempt,
-            delay_s=rt.settings.full_backoff_s,
-            uncharge=True,
-            reason=reason,
-            ended=True,
+        await rt.store.requeue_unrun(
+            c.task_id, c.attempt, reason, delay_s=rt.settings.full_backoff_s
         )
 
 

@@ -142,8 +142,8 @@ class Outcomes:
         self, task_id: str, attempt: int, reason: str, *, delay_s: float, ended: bool
     ) -> bool:
         """Put ``attempt`` back for another one (only while it is the live attempt)."""
-        moved = await self.rt.store.requeue(
-            task_id, attempt=attempt, delay_s=delay_s, reason=reason, ended=ended
+        moved = await self.rt.store.requeue_for_retry(
+            task_id, attempt, reason, delay_s=delay_s, ended=ended
         )
         if moved:
             log.warning(

@@ -127,12 +127,8 @@ class Sweeper:
     async def _dispatching(self, task: Task, adapter: PlatformAdapter) -> None:
         rt = self.rt
         if not task.create_id:
-            if await rt.store.requeue(
-                task.task_id,
-                attempt=task.attempt,
-                uncharge=True,
-                unsent_only=True,
-                reason="never sent to the platform (its process stopped)",
+            if await rt.store.requeue_unsent(
+                task.task_id, task.attempt, "never sent to the platform (its process stopped)"
             ):
                 log.warning(
                     "task %s: was never sent to %s; back to waiting",

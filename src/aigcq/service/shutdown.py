@@ -51,9 +51,7 @@ async def hand_back(service: ServiceParts, grace_s: float) -> list[str]:
         task = await store.get(c.task_id)
         if task is None or task.state is not TaskState.DISPATCHING or task.attempt != c.attempt:
             continue
-        if await store.requeue(
-            c.task_id, attempt=c.attempt, uncharge=True, unsent_only=True, reason=REASON
-        ):
+        if await store.requeue_unsent(c.task_id, c.attempt, REASON):
             handed.append(c.task_id)
     if handed:
         log.warning("shutdown: %d task(s) handed back to their queues", len(handed))
