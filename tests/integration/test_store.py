@@ -210,6 +210,37 @@ async def test_a_script_argument_missing_or_unknown_is_refused_before_redis(
         await store._run("promote", now=1.0, limit=1, front=True)
 
 
+async def test_an_acknowledgement_records_its_bridge_in_the_same_step(
+    redis: aioredis.Redis,
+) -> None:
+    """``mark_running(holder=...)``: the bridge's tasks hash and the task's bridgeof key
+    are written by the script that marks the task running (one round trip)."""
+    store = make_store(redis)
+    await submit(store, "a")
+    await submit(store, "b")
+    a, b = await store.claim("p", "comfyui", "bridge", cap=-1, n=2, deadline_s=60)
+    assert await store.mark_running(
+        "a", a.attempt, "a", deadline_s=60, kind="callback", holder="br1", holder_ttl_s=120
+    )
+    assert await redis.hgetall("t:bridge:br1:tasks") == {"a": str(a.attempt)}
+    assert await redis.get("t:bridgeof:a") == "br1"
+    assert 0 < await redis.ttl("t:bridge:br1:tasks") <= 120
+    assert 0 < await redis.ttl("t:bridgeof:a") <= 120
+    # a task that moved on is not recorded as held
+    assert await store.requeue_unrun("b", b.attempt, "test")
+    assert not await store.mark_running(
+        "b", b.attempt, "b", deadline_s=60, kind="callback", holder="br1", holder_ttl_s=120
+    )
+    assert await redis.hgetall("t:bridge:br1:tasks") == {"a": str(a.attempt)}
+    assert await redis.get("t:bridgeof:b") is None
+    # without a holder nothing is recorded
+    await submit(store, "c")
+    claimed = await store.claim("p", "comfyui", "bridge", cap=-1, n=2, deadline_s=60)
+    assert [x.task_id for x in claimed] == ["b", "c"]  # b went back to the head
+    assert await store.mark_running("c", claimed[1].attempt, "c", deadline_s=60, kind="callback")
+    assert await redis.get("t:bridgeof:c") is None
+
+
 async def test_an_unsent_task_goes_back_only_while_nothing_may_be_out(
     redis: aioredis.Redis,
 ) -> None:

@@ -187,15 +187,13 @@ class Assigner:
             deadline_s=deadline_s,
             kind="callback",
             progress=progress_event(pending.backend_id, running_message(task_id, self.name)),
+            holder=conn.bridge_id,  # recorded as held by it, in the same step
+            holder_ttl_s=int(deadline_s) + 60,
         )
-        if not ok:  # no longer wanted (cancelled, superseded): stop it on the bridge
-            if conn.end(task_id, pending.attempt):
-                self._spawn(self.ends.cancel_on(conn, task_id, pending.attempt))
-                self.wake()
-        else:
-            await self.registry.remember(
-                conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
-            )
+        # no longer wanted (cancelled, superseded): stop it on the bridge
+        if not ok and conn.end(task_id, pending.attempt):
+            self._spawn(self.ends.cancel_on(conn, task_id, pending.attempt))
+            self.wake()
         log.info(
             "bridge %s: task %s acknowledged (running=%s)",
             conn.bridge_id,

@@ -327,13 +327,10 @@ class BridgeRegistry:
         bridge_id, failures = out
         return text(bridge_id), int(failures)
 
-    async def remember(self, bridge_id: str, task_id: str, attempt: int, ttl_s: int) -> None:
-        """Record an acknowledged task as held by ``bridge_id``."""
-        await self.keep(bridge_id, {task_id: attempt}, ttl_s)
-
     async def keep(self, bridge_id: str, tasks: dict[str, int], ttl_s: int) -> None:
         """Record acknowledged ``tasks`` (taskId -> attempt) as held by ``bridge_id``, in
-        one round trip however many they are."""
+        one round trip however many they are (a re-REGISTER's; one acknowledgement is
+        recorded by :meth:`TaskStore.mark_running` itself)."""
         if not tasks:
             return
         key = self.keys.bridge_tasks(bridge_id)

@@ -233,6 +233,8 @@ class TaskStore:
         kind: str,
         progress: str = "",
         where: tuple[str, str, str] | None = None,
+        holder: str = "",
+        holder_ttl_s: int = 0,
     ) -> Marked:
         """The target accepted ``attempt`` as ``remote_id`` ('': the create's outcome is
         unknown; the task waits as running for its webhook). ``progress``: the body of a
@@ -240,7 +242,9 @@ class TaskStore:
         connected with ``progress=1`` (no round trip, and no message every process decodes
         for nothing). ``where`` (AIGC, platform, paid target): a remote task accepted for
         an attempt that is no longer live becomes an orphan (``orphaned``), inside that
-        target's cap until it ends."""
+        target's cap until it ends. ``holder``: the bridge that acknowledged the task,
+        recorded as holding it (:meth:`Keys.bridge_tasks`, :meth:`Keys.bridge_of`, kept
+        ``holder_ttl_s``) in the same step, whenever the task is running."""
         now = time.time()
         aigc, platform, target = where or ("", "", "")
         code = await self._run(
@@ -257,6 +261,10 @@ class TaskStore:
             platform=platform,
             target=target,
             on_paid=where is not None,
+            holder=holder,
+            holder_tasks=self.keys.bridge_tasks(holder) if holder else "",
+            holder_of=self.keys.bridge_of(task_id) if holder else "",
+            holder_ttl=holder_ttl_s,
         )
         return Marked(int(code) == 1, int(code) == 2)
 

@@ -1,7 +1,10 @@
 -- The target accepted the task, as ``remote_id`` ('' when the create's outcome is unknown:
--- it waits as running for its webhook). ``progress``: a ``progress:`` event published
--- only when the task's client is connected with ``progress=1``. Returns 1 (running), 0
--- (moved on), 2 (moved on; the remote task is now an orphan).
+-- it waits as running for its webhook). With a ``holder`` (a bridge), the task is recorded
+-- as held by it in the same step: its tasks hash (taskId -> attempt) and the key naming
+-- the bridge that runs the task, both kept ``holder_ttl`` s. ``progress``: a
+-- ``progress:`` event published only when the task's client is connected with
+-- ``progress=1``. Returns 1 (running), 0 (moved on), 2 (moved on; the remote task is now
+-- an orphan).
 --! move mark_running
 --! arg task_id
 --! arg attempt
@@ -15,10 +18,23 @@
 --! arg platform
 --! arg target
 --! arg on_paid:flag    a remote task accepted for an attempt no longer live is kept as an orphan
+--! arg holder          the bridge holding the task ('' = none)
+--! arg holder_tasks    its tasks hash (keys.bridge_tasks)
+--! arg holder_of       the key naming the task's bridge (keys.bridge_of)
+--! arg holder_ttl
+local function hold()
+  if holder == '' then return end
+  redis.call('HSET', holder_tasks, task_id, attempt)
+  redis.call('EXPIRE', holder_tasks, holder_ttl)
+  redis.call('SET', holder_of, holder, 'EX', holder_ttl)
+end
 local k = tkey(task_id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
 local running = TO.mark_running
-if h[1] == running and h[2] == attempt and remote_id ~= '' and h[6] == remote_id then return 1 end
+if h[1] == running and h[2] == attempt and remote_id ~= '' and h[6] == remote_id then
+  hold()
+  return 1
+end
 -- the same attempt, waiting as running for a create whose outcome was unknown: adopt it
 local adopt = h[1] == running and h[2] == attempt and remote_id ~= '' and (h[6] or '') == ''
 if not adopt and (not allowed(FROM.mark_running, h[1]) or h[2] ~= attempt) then
@@ -43,4 +59,5 @@ if progress ~= '' and h[7] and h[7] ~= ''
     and redis.call('HEXISTS', P .. ':progress', h[7]) == 1 then
   redis.call('PUBLISH', P .. ':events', 'progress:' .. progress)
 end
+hold()
 return 1
