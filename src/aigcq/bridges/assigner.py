@@ -162,17 +162,17 @@ class Assigner:
     async def acked(self, conn: BridgeConn, task_id: str, pending: Assignment) -> None:
         queue, remote_id = (pending.aigc, pending.platform), pending.remote_id or task_id
         ok = await self.lifecycle.accepted(
-            pending, remote_id, queue=queue, target=self.name, kind="callback"
+            pending,
+            remote_id,
+            queue=queue,
+            target=self.name,
+            kind="callback",
+            holder=conn.bridge_id,
         )
-        if not ok:  # no longer wanted (cancelled, superseded): stop it on the bridge
-            if conn.end(task_id, pending.attempt):
-                self._spawn(self.ends.cancel_on(conn, task_id, pending.attempt))
-                self.wake()
-        else:
-            deadline_s = self.rt.deadline_s(self.rt.config.account(pending.aigc, pending.platform))
-            await self.registry.remember(
-                conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
-            )
+        # no longer wanted (cancelled, superseded): stop it on the bridge
+        if not ok and conn.end(task_id, pending.attempt):
+            self._spawn(self.ends.cancel_on(conn, task_id, pending.attempt))
+            self.wake()
         log.info(
             "bridge %s: task %s acknowledged (running=%s)",
             conn.bridge_id,

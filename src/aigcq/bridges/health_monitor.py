@@ -30,14 +30,16 @@ from aigcq.bridges.registry import BridgeConn
 from aigcq.config import Settings
 from aigcq.health import NO_BRIDGE, Health, HealthState
 from aigcq.plumbing.background import every, round_failed
+from aigcq.queue.keys import (
+    MD_STATE_CAPACITY,
+    MD_STATE_CONNECTION,
+    MD_STATE_HEALTH,
+    MD_STATE_HEARTBEAT,
+)
 
 log = logging.getLogger(__name__)
 
 STATE_TTL_S = 60
-CONNECTION_KEY = "md:state:connection"
-CAPACITY_KEY = "md:state:capacity"
-HEARTBEAT_KEY = "md:state:last_heartbeat"
-HEALTH_KEY = "md:state:health"
 
 
 def check_bridges(bridges: Iterable[BridgeConn], now: float, silence_s: float) -> str:
@@ -134,7 +136,7 @@ class HealthMonitor:
         h = self.health
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(
-            CONNECTION_KEY,
+            MD_STATE_CONNECTION,
             mapping={
                 "status": "connected" if bridges else "disconnected",
                 "connectedAt": self._connected_at,
@@ -144,7 +146,7 @@ class HealthMonitor:
             },
         )
         pipe.hset(
-            CAPACITY_KEY,
+            MD_STATE_CAPACITY,
             mapping={
                 "totalBridges": len(bridges),
                 "totalInstances": total,
@@ -154,13 +156,13 @@ class HealthMonitor:
                 "updatedAt": now,
             },
         )
-        pipe.expire(CAPACITY_KEY, STATE_TTL_S)
+        pipe.expire(MD_STATE_CAPACITY, STATE_TTL_S)
         if bridges:
             last = max(b.last_seen for b in bridges)
             wall_ms = int((time.time() - (time.monotonic() - last)) * 1000)
-            pipe.set(HEARTBEAT_KEY, wall_ms, ex=STATE_TTL_S)
+            pipe.set(MD_STATE_HEARTBEAT, wall_ms, ex=STATE_TTL_S)
         pipe.hset(
-            HEALTH_KEY,
+            MD_STATE_HEALTH,
             mapping={
                 "status": h.state.value,
                 "reason": h.reason,

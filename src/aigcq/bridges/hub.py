@@ -64,7 +64,8 @@ KNOWN_FOR_S = 600.0
 
 
 class BridgeHub:
-    """Bridges connected to this process, the dispatch loop's internal target (see :mod:`aigcq.scheduler.targets`)."""
+    """Bridges connected to this process: the dispatch loop's internal target (see
+    :mod:`aigcq.scheduler.targets`)."""
 
     name = "bridge"
     serves: tuple[str, ...] = ("comfyui",)

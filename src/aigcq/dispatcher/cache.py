@@ -57,10 +57,10 @@ class CacheQueue:
     completed_key: str = field(init=False)
 
     def __post_init__(self) -> None:
-        prefix = self.rt.store.keys.prefix
-        self.pending_key = f"{prefix}:cache:pending"
-        self.processing_key = f"{prefix}:cache:processing"
-        self.completed_key = f"{prefix}:cache:completed"
+        keys = self.rt.store.keys
+        self.pending_key = keys.cache_pending
+        self.processing_key = keys.cache_processing
+        self.completed_key = keys.cache_completed
 
     async def run(self) -> None:
         await every(self.interval_s, self.pass_once, log, "cache queue pass failed")

@@ -156,12 +156,14 @@ class Lifecycle:
         target: str,
         kind: str,
         paid: bool = False,
+        holder: str = "",
     ) -> bool:
         """``target`` took ``run`` (an attempt of a task of ``queue``: AIGC, platform) as
         ``remote_id``: it runs. One accepted for an attempt that moved on meanwhile (a
         cancel, an older attempt's success) is not wanted: False (a paid one is cancelled
         here, and counted until it ends). A paid acceptance is kept trying into Redis while
-        it does not answer: the create is out."""
+        it does not answer: the create is out. ``holder``: the bridge that acknowledged it,
+        recorded as holding the task in the same step."""
         aigc, platform = queue
         task_id, attempt = run.task_id, run.attempt
         deadline_s = self.rt.deadline_s(self.rt.config.account(aigc, platform))
@@ -179,6 +181,8 @@ class Lifecycle:
                     kind=kind,
                     progress=progress,
                     where=where,
+                    holder=holder,
+                    holder_ttl_s=int(deadline_s) + 60,
                 )
                 break
             except RedisError as exc:
@@ -202,19 +206,11 @@ class Lifecycle:
         await self.rt.store.mark_running(c.task_id, c.attempt, "", deadline_s=deadline_s, kind=kind)
 
     async def not_run(
-        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0, ended: bool = False
+        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0
     ) -> None:
         """Its target did not run the task: back to the head of its queue, its attempt not
         charged (after ``delay_s``: a back-off, so it is not claimed again in a loop)."""
-        await self.rt.store.requeue(
-            task_id,
-            attempt=attempt,
-            uncharge=True,
-            front=True,
-            reason=reason,
-            delay_s=delay_s,
-            ended=ended,
-        )
+        await self.rt.store.requeue_unrun(task_id, attempt, reason, delay_s=delay_s)
         _say(logging.INFO, task_id, "back to waiting (%s)", reason)
 
     async def not_sent(self, c: Claimed, queue: tuple[str, str], reason: str) -> None:
@@ -223,9 +219,7 @@ class Lifecycle:
         if c.uncharged >= self.rt.store.free_requeues:
             await self.refused(c, queue, reason)
             return
-        await self.not_run(
-            c.task_id, c.attempt, reason, delay_s=self.rt.settings.full_backoff_s, ended=True
-        )
+        await self.not_run(c.task_id, c.attempt, reason, delay_s=self.rt.settings.full_backoff_s)
 
     async def refused(self, c: Claimed, queue: tuple[str, str], reason: str, **error: Any) -> bool:
         """Its target refused the task (ran nothing): another attempt while the budget
@@ -270,14 +264,14 @@ class Lifecycle:
     async def lost(self, task_id: str, attempt: int, reason: str) -> None:
         """A bridge no longer holds an acknowledged task (a machine's failure): another
         attempt, at the head of its queue."""
-        await self.rt.store.requeue(task_id, attempt=attempt, front=True, reason=reason)
+        await self.rt.store.requeue_for_retry(task_id, attempt, reason)
         _say(logging.WARNING, task_id, "%s, requeued", reason)
 
     async def taken_back(self, task: Task, remote_id: str, reason: str) -> bool:
         """A message-dispatcher handed a running task back: routed again, while it still
         runs there as ``remote_id``; its attempt is charged (a late TASK_END is refused)."""
-        moved = await self.rt.store.requeue(
-            task.task_id, attempt=task.attempt, front=True, reason=reason, remote_id=remote_id
+        moved = await self.rt.store.requeue_handed_back(
+            task.task_id, task.attempt, remote_id, reason
         )
         if moved:
             _say(logging.WARNING, task.task_id, "%s", reason)
@@ -286,9 +280,7 @@ class Lifecycle:
     async def unsent(self, task_id: str, attempt: int, reason: str) -> bool:
         """Claimed here and never sent (this process stopped, or died before it did): back
         to waiting, uncharged, unless a create may be out for it."""
-        moved = await self.rt.store.requeue(
-            task_id, attempt=attempt, uncharge=True, unsent_only=True, reason=reason
-        )
+        moved = await self.rt.store.requeue_unsent(task_id, attempt, reason)
         if moved:
             _say(logging.WARNING, task_id, "%s; back to waiting", reason)
         return moved
@@ -468,8 +460,8 @@ class Lifecycle:
         self, task_id: str, attempt: int, reason: str, *, delay_s: float, ended: bool
     ) -> bool:
         """Put ``attempt`` back for another one (only while it is the live attempt)."""
-        moved = await self.rt.store.requeue(
-            task_id, attempt=attempt, delay_s=delay_s, reason=reason, ended=ended
+        moved = await self.rt.store.requeue_for_retry(
+            task_id, attempt, reason, delay_s=delay_s, ended=ended
         )
         if moved:
             _say(logging.WARNING, task_id, "attempt %s %s, retrying", attempt, reason)

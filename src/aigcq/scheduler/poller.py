@@ -62,7 +62,7 @@ class Poller:
         queues = self._queues()
         if not queues:  # nothing configured for this platform: no lock, no Redis traffic
             return 0
-        lock = keys.lock(f"poll:{self.adapter.name}")
+        lock = keys.poll_lock(self.adapter.name)
         if not await self.rt.redis.set(lock, "1", nx=True, px=2000):
             return 0
         try:

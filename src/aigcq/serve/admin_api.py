@@ -127,9 +127,9 @@ class Monitor:
         hub = self.service.hub
         now_mono, now = time.monotonic(), time.time()
         rows: dict[str, dict[str, Any]] = {}
-        redis, prefix = self.service.rt.redis, self.service.rt.settings.project_prefix
-        async for key in redis.scan_iter(match=f"{prefix}:bridge:*", count=200, _type="hash"):
-            if str(key).endswith(":tasks"):
+        redis, keys = self.service.rt.redis, self.service.rt.store.keys
+        async for key in redis.scan_iter(match=keys.bridge("*"), count=200, _type="hash"):
+            if keys.is_bridge_tasks(str(key)):
                 continue
             h = {str(k): str(v) for k, v in (await redis.hgetall(key)).items()}
             if h.get("bridgeId"):
