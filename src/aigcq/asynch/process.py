@@ -27,7 +27,7 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.asynch.tasks_repo import TaskRepo
 from aigcq.asynch.types_repo import ModelTypeRepo
 from aigcq.asynch.worker import Worker
-from aigcq.plumbing.background import cancel_and_wait, round_failed
+from aigcq.plumbing.background import cancel_and_wait, one_round, round_failed
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.storage import Storage, StorageSettings, build_storage
 from aigcq.storage.local import LocalStorage
@@ -109,10 +109,8 @@ class AsynchProcess:
 
     async def cleaner_loop(self) -> None:
         while True:
-            try:
+            with one_round(log, "cleaner pass failed"):
                 await self.cleaner.run_once()
-            except Exception as exc:
-                round_failed(log, "cleaner pass failed", exc)
             await asyncio.sleep(self.settings.cleaner_interval_seconds)
 
     async def reaper_loop(self) -> None:

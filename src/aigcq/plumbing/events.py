@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from aigcq.plumbing.background import round_failed, round_ok
 from aigcq.plumbing.text import text
 
 log = logging.getLogger(__name__)
@@ -42,12 +43,13 @@ class EventBus:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("event subscription lost (%r); resubscribing", exc)
+                round_failed(log, "event subscription lost, resubscribing", exc)
                 await asyncio.sleep(1.0)
 
     async def _listen(self) -> None:
         async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
             await pubsub.subscribe(self.channel)
+            round_ok(log, "event subscription lost, resubscribing")
             self.on_wake()  # catch up on anything published while we were away
             async for message in pubsub.listen():
                 self._handle(text(message["data"]))

@@ -24,7 +24,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from aigcq.plumbing.background import cancel_and_wait, round_failed
+from aigcq.plumbing.background import cancel_and_wait, round_failed, round_ok
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
@@ -85,6 +85,8 @@ class DispatchLoop:
             except Exception as exc:
                 round_failed(log, "dispatch round failed", exc)
                 await asyncio.sleep(0.5)
+            else:
+                round_ok(log, "dispatch round failed")
 
     async def drain(self, timeout: float) -> None:
         """Let hand-offs already under way finish (graceful shutdown)."""

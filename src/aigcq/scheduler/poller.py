@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from aigcq.domain import TaskState
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import PlatformAdapter, Unknown
-from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.background import one_round
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
 
@@ -45,11 +45,9 @@ class Poller:
 
     async def run(self) -> None:
         while True:
-            try:
+            polled = 0
+            with one_round(log, f"{self.adapter.name}: polling round failed"):
                 polled = await self.poll_once()
-            except Exception as exc:
-                round_failed(log, f"{self.adapter.name}: polling round failed", exc)
-                polled = 0
             fixed = self.rt.settings.poll_interval_s
             await asyncio.sleep(fixed if fixed is not None else next_poll_interval(polled))
 

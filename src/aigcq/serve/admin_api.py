@@ -25,7 +25,7 @@ from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.http_api import require_admin
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
-from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.background import one_round
 from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
 from aigcq.serve.admin_trends import Trends
 
@@ -63,10 +63,8 @@ class Monitor:
     async def run(self) -> None:
         try:
             while True:
-                try:
+                with one_round(log, "dashboard snapshot failed"):
                     await self.sample()
-                except Exception as exc:
-                    round_failed(log, "dashboard snapshot failed", exc)
                 await asyncio.sleep(self.interval_s)
         finally:
             await self.asynch.aclose()
