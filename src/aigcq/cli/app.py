@@ -124,7 +124,7 @@ def dispatcher(log_level: LogLevelOption = "INFO") -> None:
 @app.command()
 def token(
     backend_id: Annotated[str, typer.Argument(help="The client (backend) the token names")],
-    ttl: Annotated[int, typer.Option(help="Seconds the token stays valid")] = 86400,
+    ttl: Annotated[int, typer.Option(min=1, help="Seconds the token stays valid")] = 86400,
 ) -> None:
     """Print a client JWT for BACKEND_ID signed with the server's TOKEN_SECRET.
 

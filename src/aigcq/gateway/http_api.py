@@ -58,9 +58,10 @@ def api_router(
 
 
 def _client_claims(gw: Gateway, authorization: str | None) -> dict[str, Any]:
-    claims = gw.auth.client(bearer(authorization))
+    token = bearer(authorization)
+    claims = gw.auth.client(token)
     if claims is None:
-        raise ClientError(ErrorCode.AUTH, "invalid or missing bearer token")
+        raise ClientError(ErrorCode.AUTH, gw.auth.refusal(token, "invalid or missing bearer token"))
     return claims
 
 

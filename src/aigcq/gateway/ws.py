@@ -39,7 +39,8 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
     failure: tuple[ClientError, int] | None = None
     claims = gw.auth.client(token)
     if claims is None:
-        failure = (ClientError(ErrorCode.AUTH, "invalid or missing token"), CLOSE_AUTH)
+        why = gw.auth.refusal(token, "invalid or missing token")
+        failure = (ClientError(ErrorCode.AUTH, why), CLOSE_AUTH)
     elif not backend_id or len(backend_id) > MAX_BACKEND_ID:
         failure = (ClientError(ErrorCode.JSON, "query parameter id is required"), CLOSE_BAD_REQUEST)
     elif not gw.auth.may_use_id(claims, backend_id):
