@@ -283,6 +283,14 @@ def internal_target(settings: Settings) -> InternalTargetBuilder | None:
         apply_md_file(file, md, settings)
     if not md.active:
         return None
+    if not md.password:
+        log.error(
+            "MESSAGE_DISPATCHER_URL is %s but MD_PASSWORD is unset: this process cannot log in "
+            "to the message-dispatcher, so it has no internal capacity and every task goes to "
+            "its paid platform (or waits); set MD_PASSWORD (AIGCQ_MD_PASSWORD) to the "
+            "dispatcher's",
+            md.url,
+        )
 
     def build(rt: Runtime, lifecycle: Lifecycle) -> InternalTarget:
         log.info("internal target: message-dispatcher at %s", md.url)
