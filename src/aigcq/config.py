@@ -16,6 +16,7 @@ docs/configuration.md from it); the platform files follow it, from :class:`Confi
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 from dataclasses import dataclass
@@ -263,9 +264,11 @@ class ConfigError(Exception):
 
 
 class PlatformAccount(BaseModel):
-    """One entry of model.json: the credentials and limits of a platform for one AIGC."""
+    """One entry of model.json: the credentials and limits of a platform for one AIGC.
+    An unknown key is refused (the seed's entries carry only ``apikey`` and
+    ``concurrency``): a typo such as ``concurency`` must not start with the default."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     apikey: str = ""
     concurrency: int = Field(1, ge=0)
@@ -419,4 +422,11 @@ def _validate(model: type[_M], data: Any, path: Path, where: str) -> _M:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in (where, *first["loc"]) if p != "")
-        raise ConfigError(f"{path}: field {field!r}: {first['msg']}") from exc
+        hint = _did_you_mean(model, first) if first["type"] == "extra_forbidden" else ""
+        raise ConfigError(f"{path}: field {field!r}: {first['msg']}{hint}") from exc
+
+
+def _did_you_mean(model: type[BaseModel], error: Any) -> str:
+    """``; did you mean 'concurrency'?`` for a misspelt key, else ``""``."""
+    close = difflib.get_close_matches(str(error["loc"][-1]), list(model.model_fields), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
