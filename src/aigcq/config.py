@@ -314,6 +314,8 @@ ACCOUNT_MODELS: dict[str, type[PlatformAccount]] = {"jimuai": JimuAIAccount}
 class PlatformKinds(BaseModel):
     """Platform.json: which platforms report by callback and which are polled."""
 
+    model_config = ConfigDict(extra="forbid")
+
     callback: list[str] = Field(default_factory=lambda: ["comfyui", "runninghub"])
     polling: list[str] = Field(default_factory=lambda: ["coze", "jimuai"])
 
@@ -398,11 +400,18 @@ class PlatformConfig:
             else _validate(PlatformKinds, kinds_raw, config_dir / "Platform.json", "")
         )
         code_raw = _read_json(config_dir / "code.json", {})
-        if not isinstance(code_raw, dict) or not all(
-            isinstance(v, dict) for v in code_raw.values()
-        ):
-            raise ConfigError(f"{config_dir / 'code.json'}: sections must be objects of messages")
+        _check_messages(code_raw, config_dir / "code.json")
         return cls(accounts, kinds, Messages(code_raw))
+
+
+def _check_messages(raw: Any, path: Path) -> None:
+    """code.json: sections (``ERROR``, ``TASK`` …) of code -> message text."""
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise ConfigError(f"{path}: sections must be objects of messages")
+    for section, messages in raw.items():
+        for code, text in messages.items():
+            if not isinstance(text, str):
+                raise ConfigError(f"{path}: field '{section}.{code}': the message must be text")
 
 
 def _read_json(path: Path, default: Any) -> Any:

@@ -36,3 +36,13 @@ def test_a_platform_nothing_runs_is_named(tmp_path: Path) -> None:
     assert problem.startswith("proj.comfyiu: no platform 'comfyiu' (known: comfyui, coze")
     assert problem.endswith("did you mean 'comfyui'?")
     assert unknown_platform(_load(tmp_path, {"proj": {"comfyui": {"apikey": "k"}}})) == ""
+
+
+def test_platform_json_and_code_json_refuse_what_they_cannot_mean(tmp_path: Path) -> None:
+    (tmp_path / "Platform.json").write_text('{"callback": ["comfyui"], "poling": ["coze"]}')
+    with pytest.raises(ConfigError, match=r"'poling'.*did you mean 'polling'\?"):
+        PlatformConfig.load(tmp_path)
+    (tmp_path / "Platform.json").unlink()
+    (tmp_path / "code.json").write_text('{"TASK": {"TaskFailed": 5}}')
+    with pytest.raises(ConfigError, match=r"'TASK\.TaskFailed': the message must be text"):
+        PlatformConfig.load(tmp_path)
