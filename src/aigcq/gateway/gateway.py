@@ -23,7 +23,9 @@ class Gateway:
         self.auth = Auth(rt.settings)
         self.admission = Admission(rt.settings, rt.redis, rt.store.keys)
         self.submission = Submission(rt, lifecycle, self.admission)
-        self.outbox = Outbox(rt.store.mux, rt.store.keys)
+        self.outbox = Outbox(
+            rt.store.mux, rt.store.keys, retention_s=rt.settings.outbox_retention_s
+        )
         self.clients = ClientHub(rt.redis, rt.store.keys, self.outbox)
 
     async def owned_task(self, task_id: str, backend_id: str | None) -> Task:
