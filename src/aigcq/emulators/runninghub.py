@@ -27,7 +27,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from aigcq.emulators._common import EmulatorConfig, EmulatorCore, add_common_routes
-from aigcq.emulators._faults import BrokenReply
 from aigcq.emulators._http import read_json, reply, run_app
 from aigcq.emulators._webhook import WebhookOutbox
 
@@ -157,8 +156,8 @@ class _RunningHub(EmulatorCore):
             return _error(Refusal.TASK_QUEUE_MAXED)
         self.remember_base(request)
         task_id = self._start(api_key, body)
-        if self.faults.take_drop():
-            return BrokenReply()
+        if (fault := self.faults.create_fault()) is not None:
+            return fault
         if self.faults.delay_create_reply_s > 0:
             await asyncio.sleep(self.faults.delay_create_reply_s)
         return _ok(
