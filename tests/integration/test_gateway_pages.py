@@ -1,14 +1,16 @@
-"""A gateway's HTML 502 on a paid create that went through is not a refusal: the task is
-not created (and billed) again; its webhook still brings the result (issue 25 item 1)."""
+"""Paid creates answered by something other than the platform's word, or after their task
+moved on: a gateway's page is not a refusal, and a definite "not created" frees the slot."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import redis.asyncio as aioredis
 
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from tests.e2e.conftest import generate
+from tests.helpers import until
 from tests.integration.paid_stack import models, paid_stack
 
 
@@ -22,3 +24,21 @@ async def test_a_gateway_page_on_a_create_that_went_through_is_not_sent_again(
         await env.client.collect(1, timeout=15)
         assert env.client.results["g1"][0]["status"] == "success"  # by its webhook
         assert len(await env.creates("g1")) == 1  # created (and billed) once
+
+
+async def test_a_cancelled_tasks_create_answered_full_frees_its_slot_at_once(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Cancelled while its create is out, the task's slot is kept as ``create:<id>``; the
+    platform then answers "full" (nothing created): the slot is free at once, not after the
+    600 s deadline (issue 25 item 4)."""
+    async with paid_stack(tmp_path, redis, redis_url, model=models()) as env:
+        await env.faults(full_create_replies=1, delay_create_reply_s=1.0)
+        await env.client.request(generate("c1"))
+        await until(partial(env.task, "c1"), lambda t: bool(t.create_id), within=10)
+        reply = await env.client.request({"type": "cancel", "taskId": "c1"})
+        assert reply["type"] == "cancelled"
+        orphans = env.service.rt.store.keys.orphans("proj", "runninghub")
+        assert await redis.zcard(orphans) == 1  # the create is out: its slot is kept
+        await until(partial(redis.zcard, orphans), lambda n: n == 0, within=5)
+        assert await env.creates("c1") == []  # refused as full: nothing was created

@@ -5,6 +5,8 @@
 * ``gateway_create_replies``: the next N creates are accepted (the task runs and is billed)
   and answered by a gateway's HTML 502 instead, as a proxy in front of the platform
   answers when its upstream was slow;
+* ``full_create_replies``: the next N creates are refused as full (RunningHub's 421),
+  after ``delay_create_reply_s`` like an accepted one;
 * ``delay_create_reply_s``: creates are accepted at once, their reply sent this much later;
 * ``status_faults``: the next status / outputs / run-history answers, in order, are one of
   ``5xx`` (HTTP 502, an HTML body), ``non_json`` (HTTP 200, not JSON), ``unknown_code``
@@ -29,6 +31,7 @@ GATEWAY_PAGE = b"<html>502 Bad Gateway</html>"
 class Faults:
     drop_create_replies: int = 0
     gateway_create_replies: int = 0
+    full_create_replies: int = 0
     delay_create_reply_s: float = 0.0
     status_faults: list[str] = field(default_factory=list)
     cancel_delay_s: float = 0.0
@@ -41,6 +44,13 @@ class Faults:
                     setattr(self, f.name, type(getattr(self, f.name))(body[f.name]))
         self.status_faults = [s for s in self.status_faults if s in STATUS_FAULTS]
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def take_full(self) -> bool:
+        """Whether this create is to be refused as full (``full_create_replies``)."""
+        if self.full_create_replies <= 0:
+            return False
+        self.full_create_replies -= 1
+        return True
 
     def create_fault(self) -> Response | None:
         """The faulty answer to a create that was accepted, if one is due: a lost reply

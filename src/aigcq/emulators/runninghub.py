@@ -151,6 +151,10 @@ class _RunningHub(EmulatorCore):
         if (refused := self._refuse_create(body)) is not None:
             return refused
         api_key: str = body["apiKey"]
+        if self.faults.take_full():
+            await asyncio.sleep(self.faults.delay_create_reply_s)
+            self.counts["rejected_full"] += 1
+            return _error(Refusal.TASK_QUEUE_MAXED)
         if self.records.current(api_key) >= self.config.max_concurrent:
             self.counts["rejected_full"] += 1
             return _error(Refusal.TASK_QUEUE_MAXED)

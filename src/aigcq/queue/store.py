@@ -478,6 +478,11 @@ class TaskStore:
         """The platform says this unwanted remote task ended: it leaves the cap."""
         return int(await self._run("release_orphan", remote_id=remote_id)) == 1
 
+    async def release_create(self, create_id: str) -> bool:
+        """The platform answered the create ``create_id`` with a definite "not created":
+        the slot its task's moving on left it as (``create:<createId>``) is free."""
+        return await self.release_orphan(f"create:{create_id}")
+
     async def orphans_due(self, aigc: str, target: str, limit: int = 100) -> list[Orphan]:
         """Orphans of one account whose next check is due."""
         key = self.keys.orphans(aigc, target)

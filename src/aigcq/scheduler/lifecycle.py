@@ -213,6 +213,13 @@ class Lifecycle:
         await self.rt.store.requeue_unrun(task_id, attempt, reason, delay_s=delay_s)
         _say(logging.INFO, task_id, "back to waiting (%s)", reason)
 
+    async def never_created(self, c: Claimed, create_id: str) -> None:
+        """A paid platform answered a create with a definite "not created" (full, refused,
+        never sent). Had the task moved on while the create was out (a cancel), the create
+        kept its account's slot as an orphan: free at once, not at the deadline."""
+        if await self.rt.store.release_create(create_id):
+            _say(logging.INFO, c.task_id, "its create %s was not made; its slot is free", create_id)
+
     async def not_sent(self, c: Claimed, queue: tuple[str, str], reason: str) -> None:
         """A paid platform was full or never got the create: back to waiting after a
         back-off, uncharged while the task has free requeues left; then it uses attempts."""

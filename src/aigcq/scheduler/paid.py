@@ -80,6 +80,8 @@ class PaidPlatforms:
         apikey = self.rt.apikey(aigc, platform)
         outcome = await self.rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
         queue, kind = (aigc, platform), adapter.kind
+        if isinstance(outcome, Full | NotSent | Rejected):
+            await lifecycle.never_created(c, create_id)
         match outcome:
             case Accepted(remote_id=remote_id):
                 paid = adapter.paid
