@@ -3,16 +3,22 @@
 Each check asks the platform; a result, a failure or "not found" frees the account's slot,
 anything else cancels again and asks later. A create with no remote id cannot be asked:
 it is counted until the deadline the sweeper gives such a create.
+
+The checks run in a loop of their own (a slow platform must not hold up the sweeper's
+back-offs and deadlines), a bounded batch at a time; a check that fails (the platform
+unreachable, a bug) is asked again later with back-off, and the others still go on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, NotFound, Succeeded
+from aigcq.plumbing.background import REDIS_OUTAGE, every
 from aigcq.queue.store import Orphan
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
@@ -22,19 +28,51 @@ log = logging.getLogger(__name__)
 
 #: seconds between two checks of one orphan
 RECHECK_S = 2.0
+#: longest wait after checks of one orphan that failed
+MAX_FAILED_BACKOFF_S = 60.0
+#: orphans checked at once
+BATCH = 20
 
 
 @dataclass(eq=False)
 class OrphanChecks:
     rt: Runtime
     lifecycle: Lifecycle
+    #: remote id -> checks in a row that failed (for their back-off; this process's view)
+    _failures: dict[str, int] = field(init=False, default_factory=dict)
+
+    async def run(self) -> None:
+        await every(self.rt.settings.sweep_interval_s, self.check_due, log, "orphan checks")
 
     async def check_due(self) -> int:
-        """Ask the platform about every orphan due for a check; the number released."""
+        """Ask the platform about every orphan due for a check, ``BATCH`` at a time; the
+        number released."""
         released = 0
         for aigc, target in self._accounts():
-            for o in await self.rt.store.orphans_due(aigc, target):
-                released += await self._check(o)
+            due = await self.rt.store.orphans_due(aigc, target)
+            for start in range(0, len(due), BATCH):
+                batch = due[start : start + BATCH]
+                released += sum(await asyncio.gather(*(self._check_or_later(o) for o in batch)))
+        return released
+
+    async def _check_or_later(self, o: Orphan) -> int:
+        try:
+            released = await self._check(o)
+        except Exception as exc:
+            failures = self._failures[o.remote_id] = self._failures.get(o.remote_id, 0) + 1
+            delay = min(RECHECK_S * 2**failures, MAX_FAILED_BACKOFF_S)
+            log.warning(
+                "task %s: check of unwanted remote task %s failed (%r); again in %.0f s",
+                o.task_id,
+                o.remote_id,
+                exc,
+                delay,
+                exc_info=not isinstance(exc, REDIS_OUTAGE),
+                extra=ctx(task=o.task_id),
+            )
+            await self.lifecycle.orphan_unresolved(o, delay)
+            return 0
+        self._failures.pop(o.remote_id, None)
         return released
 
     async def _check(self, o: Orphan) -> int:

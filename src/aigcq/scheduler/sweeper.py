@@ -1,4 +1,5 @@
-"""The slow safety sweep: back-off expiry, in-flight deadlines, and unwanted remote tasks.
+"""The slow safety sweep: back-off expiry and in-flight deadlines (unwanted remote tasks are
+watched by :mod:`.orphan_checks`, in a loop of their own).
 
 A task past its deadline is not blindly re-sent. On a paid platform:
 
@@ -38,7 +39,6 @@ from aigcq.platforms.base import (
 from aigcq.plumbing.background import every
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
-from aigcq.scheduler.orphan_checks import OrphanChecks
 from aigcq.scheduler.orphans import orphan_of
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,6 @@ class Sweeper:
     def __init__(self, rt: Runtime, lifecycle: Lifecycle) -> None:
         self.rt = rt
         self.lifecycle = lifecycle
-        self.orphan_checks = OrphanChecks(rt, lifecycle)
 
     async def run(self) -> None:
         await every(self.rt.settings.sweep_interval_s, self.sweep_once, log, "sweep failed")
@@ -73,7 +72,6 @@ class Sweeper:
                         exc_info=problem,
                         extra=ctx(task=task_id),
                     )
-        await self.orphan_checks.check_due()
 
     async def _expire(self, task_id: str) -> None:
         rt = self.rt

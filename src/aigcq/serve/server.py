@@ -34,6 +34,7 @@ from aigcq.queue.store import TaskStore
 from aigcq.runtime import Runtime
 from aigcq.scheduler.dispatch import DispatchLoop
 from aigcq.scheduler.lifecycle import Lifecycle
+from aigcq.scheduler.orphan_checks import OrphanChecks
 from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.poller import Poller, polling_adapters
 from aigcq.scheduler.sweeper import Sweeper
@@ -105,6 +106,7 @@ class ServeProcess:
             self.lifecycle.subscribe(target.task_ended)
         self.dispatch = DispatchLoop(self.rt, self.lifecycle, self.paid, self.internal, wakeup)
         self.sweeper = Sweeper(self.rt, self.lifecycle)
+        self.orphan_checks = OrphanChecks(self.rt, self.lifecycle)
         self.gateway = Gateway(self.rt, self.lifecycle)
         self.pollers = [Poller(self.rt, self.lifecycle, a) for a in polling_adapters(self.rt)]
         self.events = EventBus(
@@ -122,6 +124,7 @@ class ServeProcess:
             self.events.run,
             self.dispatch.run,
             self.sweeper.run,
+            self.orphan_checks.run,
             self._redeliver,
             self._trim_outboxes,
             *(p.run for p in self.pollers),
