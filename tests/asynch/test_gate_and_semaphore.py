@@ -15,6 +15,7 @@ from aigcq.asynch.rebuild import RUN_ID_KEY
 from aigcq.asynch.runtime import runtime_max_concurrency_key, runtime_queue_limit_key
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import ClaimedTask
+from aigcq.plumbing import background
 from tests.asynch.conftest import Asynch, Served
 from tests.asynch.processes import free_port
 
@@ -139,8 +140,9 @@ async def test_a_lease_keeper_stopped_at_once_renews_nothing(redis: aioredis.Red
 
 
 async def test_renewals_go_on_after_redis_fails_one(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(background, "OUTAGE_REPORT_S", 0.0)  # every failed renewal is a line
     unreachable = aioredis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))  # fails at once
     sem = Semaphore(unreachable, lease_seconds=0.15)  # a renewal due every 50 ms
     task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
