@@ -103,11 +103,14 @@ class Monitor:
         self.totals["external"] += external
         self.split.append({"t": time.time(), "internal": internal, "external": external})
 
-    async def snapshot(self) -> dict[str, Any]:
+    async def snapshot(self, *, sample: bool = True) -> dict[str, Any]:
+        """The state now; ``sample``: also take it as the trends' sample (the loop's, once a
+        second; a request's snapshot reads them without adding one)."""
         rt = self.service.rt
         queues = await queue_rows(rt, internal_capacity(self.service.hub))
         overflow = overflow_spend()
-        await self.trends.sample(rt.store, queues, overflow)
+        if sample:
+            await self.trends.sample(rt.store, queues, overflow)
         return {
             "time": time.time(),
             "bridges": await self._bridges(),
@@ -235,7 +238,7 @@ def _dashboard_routes(router: APIRouter, gw: Gateway, monitor: Monitor) -> None:
     )
     async def snapshot(authorization: Authorization = None) -> dict[str, Any]:
         require_admin(gw, authorization)
-        return monitor.latest or await monitor.snapshot()
+        return await monitor.snapshot(sample=False)  # now, not the last second's sample
 
     @router.get(
         "/api/admin/events",
