@@ -32,7 +32,8 @@ import redis.asyncio as aioredis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 from tests.integration.test_agent import quick_bridge
 from tests.integration.test_emulator_comfyui import model_graph
 

@@ -26,7 +26,7 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.emulators import model_service, oss, prompts_core
 from aigcq.storage import StorageSettings
-from tests.helpers import serve_app
+from tests.fakes.servers import serve_app
 
 TABLES = "asynch_task, asynch_models, asynch_models_type, asynch_model_stat, asynch_callback"
 

@@ -8,7 +8,7 @@ from aigcq.asynch.app import create_app
 from aigcq.asynch.runtime import runtime_max_concurrency_key
 from aigcq.gateway.admin_panels import AsynchPanel
 from tests.asynch.conftest import Asynch
-from tests.helpers import serve_app
+from tests.fakes.servers import serve_app
 
 TOKEN = "asynch-admin-token"
 

@@ -14,7 +14,7 @@ from aigcq.asynch.headmsg import merge_headers
 from aigcq.asynch.migrate import available, migrate
 from aigcq.storage.sigv4 import authorization
 from tests.asynch.conftest import Asynch, Served
-from tests.helpers import Recorder, serve_app
+from tests.fakes.servers import Recorder, serve_app
 
 
 async def test_success_callback_is_retried_and_text_cut(asynch: Asynch, model_emu: Served) -> None:

@@ -23,8 +23,9 @@ from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.storage import StorageSettings
 from tests.asynch.conftest import Asynch, Served, open_asynch
 from tests.asynch.conftest import test_settings as fast_settings
-from tests.asynch.processes import start_asynch, stop
-from tests.helpers import Recorder, serve_app, until
+from tests.fakes.processes import start_asynch, stop
+from tests.fakes.servers import Recorder, serve_app
+from tests.fakes.waiting import until
 
 
 async def _calling(model_emu: Served, count: int = 1) -> None:

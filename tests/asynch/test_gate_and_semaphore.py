@@ -16,7 +16,7 @@ from aigcq.asynch.runtime import runtime_max_concurrency_key, runtime_queue_limi
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import ClaimedTask
 from tests.asynch.conftest import Asynch, Served
-from tests.asynch.processes import free_port
+from tests.fakes.processes import free_port
 
 
 async def _create_many(asynch: Asynch, model: str, n: int) -> list[int]:

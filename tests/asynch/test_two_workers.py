@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from tests.asynch.conftest import Served
-from tests.asynch.processes import start_asynch, stop
+from tests.fakes.processes import start_asynch, stop
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Client, Cluster, generate
-from tests.helpers import until
+from tests.fakes.waiting import until
 
 pytestmark = pytest.mark.e2e
 

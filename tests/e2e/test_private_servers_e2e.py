@@ -17,7 +17,7 @@ import pytest
 
 from aigcq.embedded.ownership import DirectoryInUse, stop_leftover
 from aigcq.embedded.redis import EmbeddedRedis
-from tests.asynch.processes import free_port, wait_healthy
+from tests.fakes.processes import free_port, wait_healthy
 
 pytestmark = pytest.mark.e2e
 

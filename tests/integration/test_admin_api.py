@@ -20,7 +20,8 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.auth import issue_client_token
 from aigcq.service.server import Service
 from tests.e2e.conftest import generate
-from tests.helpers import serve_app, until
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Env, task_end
 
 ADMIN = "admin-token"

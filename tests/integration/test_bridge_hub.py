@@ -26,7 +26,9 @@ from aigcq.gateway.auth import issue_client_token
 from aigcq.observability.jsonlog import JsonFormatter
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
-from tests.helpers import redis_snapshot, serve_app, until
+from tests.fakes.servers import serve_app
+from tests.fakes.snapshot import redis_snapshot
+from tests.fakes.waiting import until
 
 SECRET = "hub-secret-with-at-least-32-bytes-of-key"
 BRIDGE_TOKEN = "bridge-token"

@@ -20,7 +20,8 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.signing import webhook_url
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
-from tests.helpers import redis_snapshot, serve_app
+from tests.fakes.servers import serve_app
+from tests.fakes.snapshot import redis_snapshot
 from tests.integration.test_gateway import SECRET, token
 
 ADMIN = {"Authorization": "Bearer admin"}

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from aigcq.cli.app import app
 from aigcq.client import AsyncClient, Client, Event, Progress, Result, SubmitError
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.helpers import service_with_runninghub, until
+from tests.fakes.service import service_with_runninghub
+from tests.fakes.waiting import until
 
 TOKEN = "sdk-client-token"
 PAYLOAD = {"workflowId": "1904136902449209346", "nodeInfoList": []}

@@ -20,7 +20,7 @@ from aigcq.dispatcher.service import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.observability import metrics
 from aigcq.service.server import Service
-from tests.helpers import serve_app
+from tests.fakes.servers import serve_app
 
 ADMIN = "panels-admin-token"
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}

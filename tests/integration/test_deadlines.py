@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from tests.e2e.conftest import Client, generate
-from tests.helpers import service_with_runninghub
+from tests.fakes.service import service_with_runninghub
 
 TOKEN = "deadline-client-token"
 

@@ -17,7 +17,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
-from tests.helpers import serve_app, until
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 
 GRAPH = {
     "1": {

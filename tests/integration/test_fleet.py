@@ -27,7 +27,8 @@ from aigcq.emulators.runninghub import create_app as runninghub_app
 from aigcq.gateway.auth import issue_client_token
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 from tests.integration.test_agent import quick_bridge
 from tests.integration.test_emulator_comfyui import GRAPH
 

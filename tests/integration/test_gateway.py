@@ -17,7 +17,8 @@ from aigcq.gateway.auth import issue_client_token
 from aigcq.gateway.signing import webhook_url
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client
-from tests.helpers import redis_snapshot, serve_app, stream_until_answered
+from tests.fakes.servers import serve_app, stream_until_answered
+from tests.fakes.snapshot import redis_snapshot
 
 SECRET = "gw-secret-with-at-least-32-bytes-of-key"
 

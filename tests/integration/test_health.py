@@ -20,7 +20,8 @@ from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.health import HealthState
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end
 from tests.integration.test_bridge_slots import _instances
 from tests.integration.test_emulator_comfyui import model_graph

@@ -26,7 +26,8 @@ from aigcq.domain import TaskState
 from aigcq.health import HealthState
 from aigcq.service.server import Service
 from tests.e2e.conftest import generate
-from tests.helpers import serve_app, until
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge
 
 md = mds.md

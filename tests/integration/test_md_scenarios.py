@@ -13,7 +13,7 @@ import tests.integration.test_md_service as mds
 from aigcq.dispatcher.capacity import FeedConfig
 from aigcq.dispatcher.client import MessageDispatcherTarget
 from tests.e2e.conftest import Client, generate
-from tests.helpers import until
+from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import Bridge
 
 md = mds.md  # the dispatcher fixture

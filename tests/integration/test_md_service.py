@@ -31,14 +31,9 @@ from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.runninghub import RunningHubAdapter
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
-from tests.helpers import (
-    Recorder,
-    redis_snapshot,
-    send,
-    serve_app,
-    stream_until_answered,
-    until,
-)
+from tests.fakes.servers import Recorder, send, serve_app, stream_until_answered
+from tests.fakes.snapshot import redis_snapshot
+from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge
 
 PASSWORD = "md-test-password"

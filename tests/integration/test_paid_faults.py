@@ -17,8 +17,8 @@ from aigcq.domain import TaskState
 from aigcq.emulators.coze import CozeEmulatorConfig
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from tests.e2e.conftest import generate
-from tests.helpers import until
-from tests.integration.paid_stack import COZE_KEY, RH_KEY, Paid, models, paid_stack
+from tests.fakes.paid import COZE_KEY, RH_KEY, Paid, models, paid_stack
+from tests.fakes.waiting import until
 
 SUCCESS = {"code": 0, "msg": "success", "data": [{"fileUrl": "http://x/1.png", "nodeId": "9"}]}
 

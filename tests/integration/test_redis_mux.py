@@ -20,7 +20,7 @@ from aigcq.embedded.redis import EmbeddedRedis, find_redis_server
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.redis_mux import RedisMux
 from tests.e2e.conftest import free_port
-from tests.helpers import until
+from tests.fakes.waiting import until
 
 
 async def run(mux: RedisMux, *commands: list[Any]) -> list[Any]:

@@ -29,7 +29,7 @@ from aigcq.gateway.auth import issue_client_token
 from aigcq.gateway.signing import webhook_url
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client
-from tests.helpers import serve_app
+from tests.fakes.servers import serve_app
 
 SECRET = "slow-client-secret-with-32-bytes-at-least"
 RESULTS = 24  # x 256 KiB: more than the kernel buffers on both sides hold (4 MB here)

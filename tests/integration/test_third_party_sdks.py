@@ -14,7 +14,7 @@ import pytest
 from aigcq.emulators.coze import CozeEmulatorConfig
 from aigcq.emulators.coze import create_app as create_coze_app
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from tests.helpers import serve_app
+from tests.fakes.servers import serve_app
 from tests.integration.test_bridge_hub import Bridge
 from tests.integration.test_md_service import BODY, Md, md  # noqa: F401
 

@@ -24,7 +24,8 @@ from aigcq.gateway.signing import webhook_url
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.service.server import Service
 from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 
 TOKEN = "paid-client-token"
 RH_KEY = "rh-key"
