@@ -2,7 +2,8 @@
 
 Every piece is a real process (server, bridge, ComfyUI and RunningHub emulators, Redis);
 the tests kill some of them with SIGKILL and check that every result reaches its client
-exactly once. A ComfyUI prompt of the graph below takes ``3 nodes × steps × step_time``.
+exactly once. A ComfyUI prompt of ``E2E_GRAPH`` (tests/fakes/comfyui.py) takes
+``3 nodes × steps × step_time``.
 """
 
 from __future__ import annotations
@@ -16,21 +17,13 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, Client, Cluster, Proc, generate
-from tests.integration.test_emulator_comfyui import model_graph
+from tests.fakes.client import AUTH, Client, bridge_task, exactly_once, generate
+from tests.fakes.comfyui import E2E_GRAPH, model_graph
+from tests.fakes.processes import ADMIN_TOKEN, Cluster, Proc
 
 pytestmark = pytest.mark.e2e
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-GRAPH: dict[str, Any] = {
-    "1": {
-        "class_type": "EmptyImage",
-        "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0xFF0000},
-    },
-    "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
-    "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "e2e"}},
-}
-AUTH = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
 
 
 class Setup:
@@ -106,18 +99,6 @@ class Setup:
         return {i: r.json() for i, r in zip(ids, got, strict=True)}
 
 
-def bridge_task(task_id: str, **payload: Any) -> dict[str, Any]:
-    return generate(task_id, **(payload or {"workflowId": "e2e-inline", "workflow": GRAPH}))
-
-
-def exactly_once(client: Client, ids: list[str]) -> None:
-    assert sorted(client.results) == sorted(ids)
-    dupes = {k: len(v) for k, v in client.results.items() if len(v) != 1}
-    assert not dupes, dupes
-    failed = {k: v[0] for k, v in client.results.items() if v[0]["status"] != "success"}
-    assert not failed, failed
-
-
 async def submit(client: Client, ids: list[str]) -> None:
     for task_id in ids:
         reply = await client.request(bridge_task(task_id))
@@ -140,7 +121,7 @@ async def test_client_to_bridge_to_comfyui_and_back_with_a_png(cluster: Cluster)
     base = f"http://127.0.0.1:{s.port}"
     resp = httpx.put(
         f"{base}/api/workflows/wf-e2e",
-        json=GRAPH,
+        json=E2E_GRAPH,
         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
     )
     assert resp.status_code == 200, resp.text

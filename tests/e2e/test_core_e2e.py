@@ -16,7 +16,8 @@ import pytest
 
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.gateway.signing import signature
-from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, SECRET, Client, Cluster, generate
+from tests.fakes.client import CLIENT_TOKEN, Client, generate
+from tests.fakes.processes import ADMIN_TOKEN, SECRET, Cluster
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,8 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.conftest import Client, Proc, free_port, generate, wait_http
+from tests.fakes.client import Client, generate
+from tests.fakes.processes import Proc, free_port, wait_http
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,8 @@ import websockets
 
 from aigcq.domain import Task, TaskState
 from aigcq.queue.store import TaskStore
-from tests.e2e.conftest import BRIDGE_TOKEN, Client, Cluster, Proc, generate
+from tests.fakes.client import Client, generate
+from tests.fakes.processes import BRIDGE_TOKEN, Cluster, Proc
 
 pytestmark = pytest.mark.e2e
 

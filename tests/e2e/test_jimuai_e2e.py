@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Client, Cluster, generate
+from tests.fakes.client import Client, generate
+from tests.fakes.processes import Cluster
 from tests.fakes.waiting import until
 
 pytestmark = pytest.mark.e2e

@@ -11,42 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import BRIDGE_TOKEN, SECRET, Client, Cluster, Proc, free_port, wait_http
-from tests.e2e.test_bridge_e2e import AUTH, bridge_task, exactly_once
+from tests.fakes.client import AUTH, Client, bridge_task, exactly_once
+from tests.fakes.processes import MD_PASSWORD, Cluster, Proc, start_dispatcher, wait_free
 
 pytestmark = pytest.mark.e2e
-
-MD_PASSWORD = "e2e-md-password"
-
-
-def start_dispatcher(c: Cluster, port: int | None = None, **extra: str) -> tuple[Proc, int]:
-    port = port or free_port()
-    env = {
-        "AIGCQ_REDIS_URL": c.redis_url,
-        "AIGCQ_MD_PORT": str(port),
-        "AIGCQ_DATA_DIR": str(c.tmp / f"md-{port}"),
-        "AIGCQ_BRIDGE_TOKEN": BRIDGE_TOKEN,
-        "AIGCQ_TOKEN_SECRET": SECRET,
-        "AIGCQ_MD_JWT_SECRET": SECRET,
-        "MD_PASSWORD": MD_PASSWORD,
-        "AIGCQ_HEALTH_INTERVAL_S": "0.2",
-        "AIGCQ_SWEEP_INTERVAL_S": "0.2",
-        **extra,
-    }
-    proc = Proc(["dispatcher"], env, c.tmp / f"md-{port}.log").start()
-    c.procs.append(proc)
-    wait_http(f"http://127.0.0.1:{port}/api/health")
-    return proc, port
-
-
-def wait_free(md_port: int, free: int = 1, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        data = httpx.get(f"http://127.0.0.1:{md_port}/api/health").json()["data"]
-        if data["healthy"] and data["freeSlots"] >= free:
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"dispatcher never had {free} free slots: {data}")
 
 
 async def task_target(port: int, task_id: str) -> str:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Client, Cluster, generate
+from tests.fakes.client import Client, generate
+from tests.fakes.processes import Cluster
 
 pytestmark = pytest.mark.e2e
 

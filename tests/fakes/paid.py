@@ -23,7 +23,7 @@ from aigcq.emulators._records import paid_runs
 from aigcq.gateway.signing import webhook_url
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.service.server import Service
-from tests.e2e.conftest import Client, generate
+from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
 

@@ -19,7 +19,7 @@ from aigcq.cli.app import app
 from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.auth import issue_client_token
 from aigcq.service.server import Service
-from tests.e2e.conftest import generate
+from tests.fakes.client import generate
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Env, task_end

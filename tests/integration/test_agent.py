@@ -28,9 +28,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from aigcq.agent.app import Bridge
 from aigcq.agent.settings import BridgeSettings
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
+from tests.fakes.comfyui import GRAPH, model_graph, read_png
 from tests.fakes.servers import Received, Recorder, serve_app, stream_until_answered
 from tests.fakes.waiting import until
-from tests.integration.test_emulator_comfyui import GRAPH, model_graph, read_png
 
 TOKEN = "bridge-secret"
 

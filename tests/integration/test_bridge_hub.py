@@ -25,7 +25,7 @@ from aigcq.domain import Task
 from aigcq.gateway.auth import issue_client_token
 from aigcq.observability.jsonlog import JsonFormatter
 from aigcq.service.server import Service
-from tests.e2e.conftest import Client, generate
+from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
 from tests.fakes.snapshot import redis_snapshot
 from tests.fakes.waiting import until

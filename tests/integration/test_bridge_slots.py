@@ -18,11 +18,11 @@ from redis import exceptions as redis_errors
 from aigcq.bridges.hub import HubConfig
 from aigcq.domain import TaskState
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.e2e.conftest import Client, generate
+from tests.fakes.client import Client, generate
+from tests.fakes.comfyui import model_graph
 from tests.fakes.service import service_with_runninghub
 from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge, Env, env, task_end
-from tests.integration.test_emulator_comfyui import model_graph
 
 __all__ = ["env"]
 

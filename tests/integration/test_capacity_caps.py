@@ -7,7 +7,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.e2e.conftest import generate
+from tests.fakes.client import generate
 from tests.integration.test_deadlines import emulator_stats, stack_factory
 
 

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.signing import webhook_url
 from aigcq.service.server import Service
-from tests.e2e.conftest import Client, generate
+from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
 from tests.fakes.snapshot import redis_snapshot
 from tests.integration.test_gateway import SECRET, token

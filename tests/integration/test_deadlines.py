@@ -11,7 +11,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.e2e.conftest import Client, generate
+from tests.fakes.client import Client, generate
 from tests.fakes.service import service_with_runninghub
 
 TOKEN = "deadline-client-token"

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
-import struct
-import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,35 +15,9 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
+from tests.fakes.comfyui import GRAPH, model_graph, read_png
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
-
-GRAPH = {
-    "1": {
-        "class_type": "EmptyImage",
-        "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0xFF0000},
-    },
-    "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
-    "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "bt"}},
-}
-
-
-def read_png(data: bytes) -> tuple[int, int, bytes]:
-    """(width, height, first pixel RGB) of an 8-bit RGB PNG; checks signature and CRCs."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks = 8, {}
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        tag, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
-        assert zlib.crc32(tag + body) == crc, tag
-        chunks[tag] = chunks.get(tag, b"") + body
-        pos += 12 + length
-    width, height, depth, color_type = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    assert (depth, color_type) == (8, 2)
-    raw = zlib.decompress(chunks[b"IDAT"])
-    assert len(raw) == height * (1 + 3 * width)
-    return width, height, raw[1:4]
 
 
 @dataclass
@@ -264,19 +236,6 @@ async def test_api_prefix(comfy: Comfy) -> None:
     assert info["SaveImage"]["output_node"] is True
     async with connect(f"{comfy.ws_url}/api/ws?clientId=z") as ws:
         assert json.loads(await ws.recv())["data"]["sid"] == "z"
-
-
-def model_graph(ckpt: str) -> dict[str, Any]:
-    """CheckpointLoaderSimple → VAEDecode(EmptyLatentImage) → SaveImage, as in ComfyUI."""
-    return {
-        "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": ckpt}},
-        "5": {
-            "class_type": "EmptyLatentImage",
-            "inputs": {"width": 64, "height": 64, "batch_size": 1},
-        },
-        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["5", 0], "vae": ["4", 2]}},
-        "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0], "filename_prefix": "m"}},
-    }
 
 
 async def test_each_instance_has_its_node_classes_and_model_files(tmp_path: Path) -> None:

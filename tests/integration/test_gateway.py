@@ -16,7 +16,7 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.auth import issue_client_token
 from aigcq.gateway.signing import webhook_url
 from aigcq.service.server import Service
-from tests.e2e.conftest import Client
+from tests.fakes.client import Client
 from tests.fakes.servers import serve_app, stream_until_answered
 from tests.fakes.snapshot import redis_snapshot
 

@@ -19,12 +19,12 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.health import HealthState
 from aigcq.service.server import Service
-from tests.e2e.conftest import Client, generate
+from tests.fakes.client import Client, generate
+from tests.fakes.comfyui import model_graph
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end
 from tests.integration.test_bridge_slots import _instances
-from tests.integration.test_emulator_comfyui import model_graph
 
 INTERVAL_S = 0.25
 

@@ -25,7 +25,7 @@ from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.domain import TaskState
 from aigcq.health import HealthState
 from aigcq.service.server import Service
-from tests.e2e.conftest import generate
+from tests.fakes.client import generate
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 import tests.integration.test_md_service as mds
 from aigcq.dispatcher.capacity import FeedConfig
 from aigcq.dispatcher.client import MessageDispatcherTarget
-from tests.e2e.conftest import Client, generate
+from tests.fakes.client import Client, generate
 from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import Bridge
 

@@ -30,7 +30,7 @@ from aigcq.platforms.base import Accepted, NotFound, Pending, Rejected, Succeede
 from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.runninghub import RunningHubAdapter
 from aigcq.service.server import Service
-from tests.e2e.conftest import Client, generate
+from tests.fakes.client import Client, generate
 from tests.fakes.servers import Recorder, send, serve_app, stream_until_answered
 from tests.fakes.snapshot import redis_snapshot
 from tests.fakes.waiting import until

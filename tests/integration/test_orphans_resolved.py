@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from aigcq.domain import Task, TaskState
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from aigcq.plumbing.text import text
-from tests.e2e.conftest import generate
+from tests.fakes.client import generate
 from tests.fakes.paid import RH_KEY, Paid, models, paid_stack
 from tests.fakes.waiting import until
 from tests.integration.test_paid_faults import created, expire_now

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from aigcq.domain import TaskState
 from aigcq.emulators.coze import CozeEmulatorConfig
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.e2e.conftest import generate
+from tests.fakes.client import generate
 from tests.fakes.paid import COZE_KEY, RH_KEY, Paid, models, paid_stack
 from tests.fakes.waiting import until
 

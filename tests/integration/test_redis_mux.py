@@ -19,7 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from aigcq.embedded.redis import EmbeddedRedis, find_redis_server
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.redis_mux import RedisMux
-from tests.e2e.conftest import free_port
+from tests.fakes.processes import free_port
 from tests.fakes.waiting import until
 
 

@@ -28,7 +28,7 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.auth import issue_client_token
 from aigcq.gateway.signing import webhook_url
 from aigcq.service.server import Service
-from tests.e2e.conftest import Client
+from tests.fakes.client import Client
 from tests.fakes.servers import serve_app
 
 SECRET = "slow-client-secret-with-32-bytes-at-least"

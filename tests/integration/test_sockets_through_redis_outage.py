@@ -14,7 +14,7 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.gateway.auth import issue_client_token
 from aigcq.service.server import Service
-from tests.e2e.conftest import Client, generate
+from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
 from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env
