@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from aigcq.agent.app import Bridge
 from aigcq.agent.settings import BridgeSettings
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
+from tests.fakes.agent import quick_bridge
 from tests.fakes.comfyui import GRAPH, model_graph, read_png
 from tests.fakes.servers import Received, Recorder, serve_app, stream_until_answered
 from tests.fakes.waiting import until
@@ -116,36 +116,6 @@ class Env:
         assert (body["event"], body["taskId"], first.query) == ("TASK_END", task_id, "sig=abc")
         result: dict[str, Any] = json.loads(body["eventData"])
         return result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def quick_bridge(
-    server: str, token: str, comfyui: list[str], data_dir: Path, **overrides: Any
-) -> BridgeSettings:
-    """Bridge settings for tests: its own port, short intervals everywhere."""
-    values: dict[str, Any] = {
-        "heartbeat": 0.3,
-        "health_interval": 0.2,
-        "reconnect_max": 0.5,
-        "ws_silence": 0.3,
-        "progress_interval": 0.0,
-        "webhook_max_delay": 0.2,
-    }
-    return BridgeSettings(
-        _env_file=None,  # type: ignore[call-arg]
-        server=server,
-        token=token,
-        comfyui=comfyui,
-        http_port=free_port(),
-        data_dir=data_dir,
-        **(values | overrides),
-    )
 
 
 @pytest.fixture

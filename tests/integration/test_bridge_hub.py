@@ -5,127 +5,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 import orjson
 import pytest
-import redis.asyncio as aioredis
 import websockets
 from redis import exceptions as redis_errors
 
 from aigcq.bridges.hub import HubConfig
-from aigcq.config import PlatformConfig, Settings
-from aigcq.domain import Task
+from aigcq.config import Settings
 from aigcq.gateway.auth import issue_client_token
 from aigcq.observability.jsonlog import JsonFormatter
-from aigcq.service.server import Service
+from tests.fakes.bridge import BRIDGE_TOKEN, task_end
 from tests.fakes.client import Client, generate
-from tests.fakes.servers import serve_app
+from tests.fakes.service import SECRET, Env, env
 from tests.fakes.snapshot import redis_snapshot
 from tests.fakes.waiting import until
 
-SECRET = "hub-secret-with-at-least-32-bytes-of-key"
-BRIDGE_TOKEN = "bridge-token"
-
-
-@dataclass
-class Env:
-    port: int
-    redis: aioredis.Redis
-    service: Service
-    sockets: list[Any] = field(default_factory=list)  # closed at teardown, even on failure
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def client(self) -> Client:
-        client = await Client(self.port, "b1", issue_client_token(SECRET, "b1")).connect()
-        self.sockets.append(client.ws)
-        return client
-
-    async def bridge(self, token: str | None = BRIDGE_TOKEN) -> Bridge:
-        bridge = await Bridge.connect(self.port, token)
-        self.sockets.append(bridge.ws)
-        return bridge
-
-    async def task(self, task_id: str) -> Task:
-        task = await self.service.rt.store.get(task_id)
-        assert task is not None
-        return task
-
-
-@pytest.fixture
-async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
-    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
-    settings = Settings(
-        redis_url=redis_url,
-        token_secret=SECRET,
-        config_dir=tmp_path,
-        bridge_token=BRIDGE_TOKEN,
-    )
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
-    assert service.hub is not None
-    service.hub.config = HubConfig(ack_timeout_s=1.0)
-    async with serve_app(service.app) as base:
-        env = Env(int(base.rsplit(":", 1)[1]), redis, service)
-        yield env
-        for ws in env.sockets:
-            await ws.close()
-
-
-class Bridge:
-    """A minimal bridge: send frames, read the hub's frames (PINGs are skipped)."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-
-    @classmethod
-    async def connect(cls, port: int, token: str | None = BRIDGE_TOKEN) -> Bridge:
-        query = f"?token={token}" if token is not None else ""
-        return cls(await websockets.connect(f"ws://127.0.0.1:{port}/ws{query}"))
-
-    async def send(self, kind: str | dict[str, Any], data: dict[str, Any] | None = None) -> None:
-        raw = kind if isinstance(kind, dict) else {"type": kind, "data": data or {}}
-        await self.ws.send(orjson.dumps(raw).decode())
-
-    async def register(self, bridge_id: str = "br1", count: int = 2, **extra: Any) -> None:
-        data = {"bridgeId": bridge_id, "instanceCount": count, "availableInstanceCount": count}
-        await self.send("REGISTER", data | extra)
-
-    async def next(self, timeout: float = 5.0) -> dict[str, Any]:
-        while True:
-            msg: dict[str, Any] = orjson.loads(await asyncio.wait_for(self.ws.recv(), timeout))
-            if msg["type"] != "PING":
-                return msg
-
-    async def ack(self, task_id: str, code: int = 0) -> None:
-        await self.send("TASK_ACK", {"code": code, "msg": "ok", "data": {"taskId": task_id}})
-
-    async def close_code(self) -> int | None:
-        with pytest.raises(websockets.ConnectionClosed):
-            await self.next()
-        code: int | None = self.ws.close_code
-        return code
-
-
-async def task_end(env: Env, webhook: str, code: int = 0) -> int:
-    """POST a TASK_END (``code`` 0 = success) to the signed URL, its host rewritten to the
-    test server."""
-    body = {
-        "event": "TASK_END",
-        "taskId": "x",
-        "eventData": orjson.dumps({"code": code, "msg": "success", "data": []}).decode(),
-    }
-    async with httpx.AsyncClient() as http:
-        url = f"{env.base}{urlsplit(webhook).path}?{urlsplit(webhook).query}"
-        return (await http.post(url, json=body)).status_code
+__all__ = ["env"]  # a fixture: imported for pytest to find
 
 
 async def test_assigns_free_slots_only_and_delivers_the_result(env: Env) -> None:

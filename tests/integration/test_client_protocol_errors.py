@@ -20,9 +20,9 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.signing import webhook_url
 from aigcq.service.server import Service
 from tests.fakes.client import Client, generate
+from tests.fakes.gateway import SECRET, token
 from tests.fakes.servers import serve_app
 from tests.fakes.snapshot import redis_snapshot
-from tests.integration.test_gateway import SECRET, token
 
 ADMIN = {"Authorization": "Bearer admin"}
 STATIC = "static-client-token"

@@ -26,11 +26,11 @@ from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from aigcq.emulators.runninghub import create_app as runninghub_app
 from aigcq.gateway.auth import issue_client_token
 from aigcq.service.server import Service
+from tests.fakes.agent import quick_bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.comfyui import GRAPH
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
-from tests.integration.test_agent import quick_bridge
 
 SECRET = "fleet-secret-with-at-least-32-bytes-of-key"
 BRIDGE_TOKEN = "fleet-bridge-token"

@@ -13,14 +13,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.gateway.auth import issue_client_token
 from aigcq.gateway.signing import webhook_url
 from aigcq.service.server import Service
 from tests.fakes.client import Client
+from tests.fakes.gateway import SECRET, token
 from tests.fakes.servers import serve_app, stream_until_answered
 from tests.fakes.snapshot import redis_snapshot
-
-SECRET = "gw-secret-with-at-least-32-bytes-of-key"
 
 
 @pytest.fixture
@@ -38,10 +36,6 @@ async def gateway(
     service = Service(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base:
         yield int(base.rsplit(":", 1)[1]), redis
-
-
-def token(backend_id: str = "b1") -> str:
-    return issue_client_token(SECRET, backend_id)
 
 
 BAD_MESSAGES: list[tuple[str, str]] = [

@@ -18,10 +18,11 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import TaskState
 from aigcq.service import shutdown
 from aigcq.service.server import Service
+from tests.fakes.bridge import BRIDGE_TOKEN
 from tests.fakes.client import generate
 from tests.fakes.servers import serve_app
+from tests.fakes.service import SECRET, Env
 from tests.fakes.waiting import until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Env
 
 
 class HangingPlatform:

@@ -19,12 +19,12 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.health import HealthState
 from aigcq.service.server import Service
+from tests.fakes.bridge import BRIDGE_TOKEN, Bridge, instances_with, task_end
 from tests.fakes.client import Client, generate
 from tests.fakes.comfyui import model_graph
 from tests.fakes.servers import serve_app
+from tests.fakes.service import SECRET, Env
 from tests.fakes.waiting import until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end
-from tests.integration.test_bridge_slots import _instances
 
 INTERVAL_S = 0.25
 
@@ -304,7 +304,7 @@ async def test_a_task_no_bridge_here_can_run_waits_for_other_processes_then_over
         there = await Bridge.connect(int(other_base.rsplit(":", 1)[1]))
         here = await env.bridge()
         for bridge, name in ((here, "here"), (there, "there")):
-            await bridge.register(name, count=1, instances=_instances("a.safetensors"))
+            await bridge.register(name, count=1, instances=instances_with("a.safetensors"))
         for service in (env.service, other):
             hub = service.hub
             assert hub is not None

@@ -8,9 +8,9 @@ import asyncio
 import orjson
 
 import tests.integration.test_md_service as mds
+from tests.fakes.bridge import Bridge
 from tests.fakes.servers import Recorder, serve_app
 from tests.fakes.waiting import until
-from tests.integration.test_bridge_hub import Bridge
 
 md = mds.md  # the dispatcher fixture
 

@@ -19,9 +19,9 @@ from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.dispatcher.capacity import FEED_PATH, FeedConfig
 from aigcq.dispatcher.client import MessageDispatcherTarget
 from aigcq.service.server import Service
+from tests.fakes.bridge import Bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.waiting import until
-from tests.integration.test_bridge_hub import Bridge
 
 md = mds.md  # the dispatcher fixture
 fast_checks = mds.fast_checks

@@ -14,9 +14,9 @@ import tests.integration.test_md_service as mds
 from aigcq.dispatcher.client import MessageDispatcherTarget
 from aigcq.dispatcher.degrade import HANDED_BACK
 from aigcq.domain import TaskState
+from tests.fakes.bridge import Bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.waiting import until
-from tests.integration.test_bridge_hub import Bridge
 from tests.integration.test_md_scenarios import _assigns, _pending, fast_feed
 
 md = mds.md

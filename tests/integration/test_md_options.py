@@ -25,10 +25,10 @@ from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.domain import TaskState
 from aigcq.health import HealthState
 from aigcq.service.server import Service
+from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
 from tests.fakes.client import generate
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge
 
 md = mds.md
 fast_checks = mds.fast_checks

@@ -12,9 +12,9 @@ import redis.asyncio as aioredis
 import tests.integration.test_md_service as mds
 from aigcq.dispatcher.capacity import FeedConfig
 from aigcq.dispatcher.client import MessageDispatcherTarget
+from tests.fakes.bridge import Bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.waiting import until
-from tests.integration.test_bridge_hub import Bridge
 
 md = mds.md  # the dispatcher fixture
 fast_checks = mds.fast_checks

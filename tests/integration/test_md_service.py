@@ -30,11 +30,11 @@ from aigcq.platforms.base import Accepted, NotFound, Pending, Rejected, Succeede
 from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.runninghub import RunningHubAdapter
 from aigcq.service.server import Service
+from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.servers import Recorder, send, serve_app, stream_until_answered
 from tests.fakes.snapshot import redis_snapshot
 from tests.fakes.waiting import until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge
 
 PASSWORD = "md-test-password"
 JWT_SECRET = "md-jwt-secret-with-at-least-32-bytes-of-key"

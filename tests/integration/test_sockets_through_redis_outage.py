@@ -14,10 +14,11 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.gateway.auth import issue_client_token
 from aigcq.service.server import Service
+from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
+from tests.fakes.service import SECRET, Env
 from tests.fakes.waiting import until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env
 
 
 async def test_bridges_and_clients_ride_out_a_redis_outage(

@@ -14,8 +14,8 @@ import pytest
 from aigcq.emulators.coze import CozeEmulatorConfig
 from aigcq.emulators.coze import create_app as create_coze_app
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
+from tests.fakes.bridge import Bridge
 from tests.fakes.servers import serve_app
-from tests.integration.test_bridge_hub import Bridge
 from tests.integration.test_md_service import BODY, Md, md  # noqa: F401
 
 runninghub_sdk = pytest.importorskip("runninghub_sdk")
