@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 import websockets
 
-import tests.integration.test_md_service as mds
+import tests.fakes.message_dispatcher as mds
 from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.dispatcher.capacity import FEED_PATH, FeedConfig
 from aigcq.dispatcher.client import MessageDispatcherTarget
@@ -110,7 +110,7 @@ async def test_feed_messages_and_their_structure(md: mds.Md) -> None:
     current = busy[-1]["data"]["bridges"][0]["instances"][0]["currentTask"]
     assert current["taskId"] == task_id and current["startTime"]
     await bridge.ack(task_id)
-    await mds._task_end(md, assign["data"]["webhookUrl"])
+    await mds.md_task_end(md, assign["data"]["webhookUrl"])
     idle = await feed.until("INSTANCE_IDLE")
     assert idle[-1]["data"]["instanceId"] == "br1#0"
     assert idle[-1]["data"]["completedTaskId"] == task_id
@@ -191,7 +191,7 @@ async def test_quick_tasks_still_resync_serves_free_slots(
         await client.request(generate(f"quick-{i}"))
         assign = await bridge.next()
         await bridge.ack(assign["data"]["taskId"])
-        await mds._task_end(md, assign["data"]["webhookUrl"])
+        await mds.md_task_end(md, assign["data"]["webhookUrl"])
         assert (await client.next())["status"] == "success"
         await until(lambda: _free(target), lambda n: n == 1, within=2)
 

@@ -10,18 +10,17 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-import tests.integration.test_md_service as mds
+import tests.fakes.message_dispatcher as mds
 from aigcq.dispatcher.client import MessageDispatcherTarget
 from aigcq.dispatcher.degrade import HANDED_BACK
 from aigcq.domain import TaskState
 from tests.fakes.bridge import Bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.waiting import until
-from tests.integration.test_md_scenarios import _assigns, _pending, fast_feed
 
 md = mds.md
 fast_checks = mds.fast_checks
-__all__ = ["fast_feed"]
+fast_feed = mds.fast_feed
 
 
 def _target(service: Any) -> MessageDispatcherTarget:
@@ -56,13 +55,13 @@ async def test_excess_tasks_go_back_and_run_on_runninghub(
         ids = [f"dg-{i}" for i in range(6)]
         for task_id in ids:
             await client.request(generate(task_id))
-        assigns = await _assigns(bridge, 6)
+        assigns = await mds.next_assigns(bridge, 6)
         await bridge.send("HEARTBEAT", {"instanceCount": 6, "availableInstanceCount": 0})
         for assign in assigns[:2]:
             await bridge.ack(assign["taskId"])
         for assign in assigns[2:]:
             await bridge.ack(assign["taskId"], code=1)  # no instance for it
-        assert await until(lambda: _pending(md), lambda n: n == 4) == 4
+        assert await until(lambda: mds.cache_pending(md), lambda n: n == 4) == 4
         running = {a["taskId"] for a in assigns[:2]}
         waiting = [a["taskId"] for a in assigns[2:]]
 
@@ -81,12 +80,12 @@ async def test_excess_tasks_go_back_and_run_on_runninghub(
         assert [t.target for t in on_rh if t is not None] == ["runninghub"] * 3
 
         for assign in assigns[:2]:
-            await mds._task_end(md, assign["webhookUrl"])
+            await mds.md_task_end(md, assign["webhookUrl"])
         await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1})
         last = (await bridge.next(timeout=10))["data"]
         assert last["taskId"] == stayed.task_id
         await bridge.ack(last["taskId"])
-        await mds._task_end(md, last["webhookUrl"])
+        await mds.md_task_end(md, last["webhookUrl"])
 
         results = await _results(client, 6)
         assert set(results) == set(ids)

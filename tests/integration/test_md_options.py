@@ -17,7 +17,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-import tests.integration.test_md_service as mds
+import tests.fakes.message_dispatcher as mds
 from aigcq.config import PlatformConfig, Settings
 from aigcq.dispatcher.client import MessageDispatcherTarget, internal_target
 from aigcq.dispatcher.service import MessageDispatcher, core_settings

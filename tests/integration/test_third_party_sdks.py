@@ -15,8 +15,8 @@ from aigcq.emulators.coze import CozeEmulatorConfig
 from aigcq.emulators.coze import create_app as create_coze_app
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from tests.fakes.bridge import Bridge
+from tests.fakes.message_dispatcher import BODY, Md, md  # noqa: F401 (md: a fixture)
 from tests.fakes.servers import serve_app
-from tests.integration.test_md_service import BODY, Md, md  # noqa: F401
 
 runninghub_sdk = pytest.importorskip("runninghub_sdk")
 OUTPUT = {"fileUrl": "http://f/1.png", "fileType": "png", "taskCostTime": 3, "nodeId": "9"}
