@@ -13,7 +13,7 @@ from aigcq.asynch.autotune import tune
 from aigcq.asynch.headmsg import merge_headers
 from aigcq.asynch.migrate import available, migrate
 from aigcq.storage.sigv4 import authorization
-from tests.asynch.conftest import Asynch, Served
+from tests.fakes.asynch import Asynch, Served
 from tests.fakes.servers import Recorder, serve_app
 
 

@@ -15,8 +15,7 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.storage import StorageSettings
-from tests.asynch.conftest import Asynch, Served, open_asynch
-from tests.asynch.conftest import test_settings as fast_settings
+from tests.fakes.asynch import Asynch, Served, fast_settings, open_asynch
 
 TASK = {"modelName": "m", "requestPayload": {"p": 1}, "bizName": "b"}
 

@@ -21,8 +21,7 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.storage import StorageSettings
-from tests.asynch.conftest import Asynch, Served, open_asynch
-from tests.asynch.conftest import test_settings as fast_settings
+from tests.fakes.asynch import Asynch, Served, fast_settings, open_asynch
 from tests.fakes.processes import start_asynch, stop
 from tests.fakes.servers import Recorder, serve_app
 from tests.fakes.waiting import until

@@ -15,7 +15,7 @@ from aigcq.asynch.rebuild import RUN_ID_KEY
 from aigcq.asynch.runtime import runtime_max_concurrency_key, runtime_queue_limit_key
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import ClaimedTask
-from tests.asynch.conftest import Asynch, Served
+from tests.fakes.asynch import Asynch, Served
 from tests.fakes.processes import free_port
 
 

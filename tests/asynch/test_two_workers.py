@@ -14,7 +14,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.asynch.conftest import Served
+from tests.fakes.asynch import Served
 from tests.fakes.processes import start_asynch, stop
 
 pytestmark = pytest.mark.e2e

@@ -19,13 +19,13 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.gateway import admin_trends
 from aigcq.service.server import Service
+from tests.fakes.asynch import fake_asynch
 from tests.fakes.bridge import BRIDGE_TOKEN, Bridge, task_end
 from tests.fakes.browser import Page, chromium, find_chromium
 from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
 from tests.fakes.service import SECRET, Env
 from tests.fakes.waiting import until
-from tests.integration.test_dashboard_panels import fake_asynch
 
 pytestmark = pytest.mark.e2e
 

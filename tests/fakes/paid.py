@@ -146,3 +146,15 @@ async def paid_stack(
         finally:
             await client.close()
             await asyncio.sleep(0)
+
+
+async def created(env: Paid, task_id: str, n: int = 1, platform: str = "runninghub") -> None:
+    """Until RunningHub (or ``platform``) has ``n`` creates of ``task_id``."""
+    await until(partial(env.creates, task_id, platform), lambda c: len(c) >= n, within=15)
+
+
+async def expire_now(env: Paid, task_id: str) -> None:
+    """Let time pass for one task: its deadline is now (what a long wait would do)."""
+    keys = env.service.rt.store.keys
+    await env.service.rt.redis.hset(keys.task(task_id), "deadline", 1)
+    await env.service.rt.redis.zadd(keys.inflight, {task_id: 1}, xx=True)

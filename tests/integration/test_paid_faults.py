@@ -17,7 +17,7 @@ from aigcq.domain import TaskState
 from aigcq.emulators.coze import CozeEmulatorConfig
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from tests.fakes.client import generate
-from tests.fakes.paid import COZE_KEY, RH_KEY, Paid, models, paid_stack
+from tests.fakes.paid import COZE_KEY, RH_KEY, Paid, created, expire_now, models, paid_stack
 from tests.fakes.waiting import until
 
 SUCCESS = {"code": 0, "msg": "success", "data": [{"fileUrl": "http://x/1.png", "nodeId": "9"}]}
@@ -25,10 +25,6 @@ SUCCESS = {"code": 0, "msg": "success", "data": [{"fileUrl": "http://x/1.png", "
 
 def coze_task(task_id: str) -> dict[str, object]:
     return generate(task_id, platform="coze", workflow_id="wf1", parameters={"q": task_id})
-
-
-async def created(env: Paid, task_id: str, n: int = 1, platform: str = "runninghub") -> None:
-    await until(partial(env.creates, task_id, platform), lambda c: len(c) >= n, within=15)
 
 
 @asynccontextmanager
@@ -47,13 +43,6 @@ async def succeeded_once(env: Paid, task_id: str) -> None:
     await env.client.collect(1, timeout=20)
     assert env.client.results[task_id][0]["status"] == "success"
     assert len(await env.creates(task_id)) == 1
-
-
-async def expire_now(env: Paid, task_id: str) -> None:
-    """Let time pass for one task: its deadline is now (what a long wait would do)."""
-    keys = env.service.rt.store.keys
-    await env.service.rt.redis.hset(keys.task(task_id), "deadline", 1)
-    await env.service.rt.redis.zadd(keys.inflight, {task_id: 1}, xx=True)
 
 
 # ---- item 1: a create whose outcome is unknown is never blindly repeated ----------------

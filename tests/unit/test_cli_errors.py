@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from aigcq.cli.app import app
 from aigcq.cli.client import server_url, token_subject
 from aigcq.gateway.auth import issue_client_token
+from tests.fakes.cli import one_error_line
 
 PAYLOAD = '{"workflowId": "1"}'
 CLIENT_COMMANDS = [["status"], ["tasks", "show", "t1"], ["submit", "comfyui", PAYLOAD]]
@@ -43,16 +44,6 @@ def closed_port() -> Iterator[int]:
 
 def run(*args: str) -> Result:
     return CliRunner().invoke(app, list(args))
-
-
-def one_error_line(result: Result, exit_code: int) -> str:
-    """The single ``error: ...`` line on stderr, after checking nothing else happened."""
-    assert result.exit_code == exit_code, result.output
-    assert isinstance(result.exception, SystemExit), result.exc_info  # not an uncaught error
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("command", CLIENT_COMMANDS)
