@@ -16,7 +16,7 @@ from aigcq.asynch.runtime import runtime_max_concurrency_key, runtime_queue_limi
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import ClaimedTask
 from tests.fakes.asynch import Asynch, Served
-from tests.fakes.processes import free_port
+from tests.fakes.servers import closed_port
 
 
 async def _create_many(asynch: Asynch, model: str, n: int) -> list[int]:
@@ -141,13 +141,14 @@ async def test_a_lease_keeper_stopped_at_once_renews_nothing(redis: aioredis.Red
 async def test_renewals_go_on_after_redis_fails_one(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    unreachable = aioredis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))  # fails at once
-    sem = Semaphore(unreachable, lease_seconds=0.15)  # a renewal due every 50 ms
-    task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
-    with caplog.at_level(logging.WARNING, logger="aigcq.asynch.lease"):
-        keeper = LeaseKeeper(sem, task)
-        await asyncio.sleep(0.5)
-        await keeper.stop()
+    with closed_port() as port:  # nothing answers there while the test runs
+        unreachable = aioredis.Redis(port=port, retry=Retry(NoBackoff(), 0))  # fails at once
+        sem = Semaphore(unreachable, lease_seconds=0.15)  # a renewal due every 50 ms
+        task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
+        with caplog.at_level(logging.WARNING, logger="aigcq.asynch.lease"):
+            keeper = LeaseKeeper(sem, task)
+            await asyncio.sleep(0.5)
+            await keeper.stop()
+        await unreachable.aclose()
     failures = [r for r in caplog.records if "renewing the semaphore lease" in r.getMessage()]
     assert len(failures) >= 2 and all("t1" in r.getMessage() for r in failures)
-    await unreachable.aclose()

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from aigcq.agent.app import Bridge
 from aigcq.agent.settings import BridgeSettings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def quick_bridge(
     server: str, token: str, comfyui: list[str], data_dir: Path, **overrides: Any
 ) -> BridgeSettings:
-    """Bridge settings for tests: its own port, short intervals everywhere."""
+    """Bridge settings for tests: short intervals everywhere, and ``http_port`` 0: the
+    bridge's web server binds a free port itself as it starts (``Bridge.public_url`` says
+    which), so no port is picked first and raced for."""
     values: dict[str, Any] = {
         "heartbeat": 0.3,
         "health_interval": 0.2,
@@ -33,7 +29,15 @@ def quick_bridge(
         server=server,
         token=token,
         comfyui=comfyui,
-        http_port=free_port(),
+        http_port=0,
         data_dir=data_dir,
         **(values | overrides),
     )
+
+
+def same_port(settings: BridgeSettings, running: Bridge) -> BridgeSettings:
+    """``settings`` for a restart of ``running`` on the port it listens on now (as a real
+    bridge restarts on its configured port): URLs it handed out before keep working."""
+    port = urlsplit(running.public_url).port
+    assert port is not None, running.public_url
+    return settings.model_copy(update={"http_port": port})

@@ -27,7 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from aigcq.agent.app import Bridge
 from aigcq.agent.settings import BridgeSettings
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
-from tests.fakes.agent import quick_bridge
+from tests.fakes.agent import quick_bridge, same_port
 from tests.fakes.comfyui import GRAPH, model_graph, read_png
 from tests.fakes.servers import Received, Recorder, serve_app, stream_until_answered
 from tests.fakes.waiting import until
@@ -232,7 +232,7 @@ async def test_spooled_result_survives_a_restart(
     caplog.set_level(logging.WARNING, logger="aigcq")
     env.webhook.fail_first = 10**6  # the hub refuses every TASK_END for now
     spooled = env.settings.data_dir / "spool" / "keep.json"
-    async with Bridge(env.settings):
+    async with Bridge(env.settings) as first:
         await env.hub.next("REGISTER")
         await env.hub.send("TASK_ASSIGN", env.assign("keep"))
         await env.webhook.wait_for(1, within=10)
@@ -245,7 +245,7 @@ async def test_spooled_result_survives_a_restart(
     assert spooled.exists()
     tries = len(env.webhook.received)
     env.webhook.fail_first = tries  # from now on, accept
-    async with Bridge(env.settings):
+    async with Bridge(same_port(env.settings, first)):  # the spooled fileUrl names its port
         register = await env.hub.next("REGISTER")
         assert register["tasks"] == ["keep"]
         result = await env.end_for("keep")

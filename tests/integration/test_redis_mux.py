@@ -20,6 +20,7 @@ from aigcq.embedded.redis import EmbeddedRedis, find_redis_server
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.redis_mux import RedisMux
 from tests.fakes.processes import free_port
+from tests.fakes.servers import closed_port
 from tests.fakes.waiting import until
 
 
@@ -164,8 +165,9 @@ async def until_ping(client: aioredis.Redis) -> None:
 
 
 async def test_nothing_listening_is_a_connection_error() -> None:
-    mux = RedisMux(redis_client(f"redis://127.0.0.1:{free_port()}/0"))
-    (error,) = await run(mux, ["PING"])
+    with closed_port() as port:
+        mux = RedisMux(redis_client(f"redis://127.0.0.1:{port}/0"))
+        (error,) = await run(mux, ["PING"])
     assert isinstance(error, ConnectionError)
 
 

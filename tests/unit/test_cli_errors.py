@@ -7,7 +7,6 @@ tests/integration/test_cli_server_errors.py.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from aigcq.cli.app import app
 from aigcq.cli.client import server_url, token_subject
 from aigcq.gateway.auth import issue_client_token
 from tests.fakes.cli import one_error_line
+from tests.fakes.servers import closed_port as refusing_port
 
 PAYLOAD = '{"workflowId": "1"}'
 CLIENT_COMMANDS = [["status"], ["tasks", "show", "t1"], ["submit", "comfyui", PAYLOAD]]
@@ -37,9 +37,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture
 def closed_port() -> Iterator[int]:
     """A port on 127.0.0.1 that refuses connections (bound, so no one else takes it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield sock.getsockname()[1]
+    with refusing_port() as port:
+        yield port
 
 
 def run(*args: str) -> Result:
