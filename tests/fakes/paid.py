@@ -145,7 +145,7 @@ async def paid_stack(
             yield Paid(service, client, base, {"runninghub": rh_url, "coze": cz_url})
         finally:
             await client.close()
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a loop turn: the server handles the close before exit
 
 
 async def created(env: Paid, task_id: str, n: int = 1, platform: str = "runninghub") -> None:

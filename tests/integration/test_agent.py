@@ -30,7 +30,7 @@ from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from tests.fakes.agent import quick_bridge, same_port
 from tests.fakes.comfyui import GRAPH, model_graph, read_png
 from tests.fakes.servers import Received, Recorder, serve_app, stream_until_answered
-from tests.fakes.waiting import until
+from tests.fakes.waiting import until, wait_until
 
 TOKEN = "bridge-secret"
 
@@ -238,10 +238,7 @@ async def test_spooled_result_survives_a_restart(
         await env.webhook.wait_for(1, within=10)
         assert spooled.exists()
 
-        async def log_text() -> str:
-            return caplog.text
-
-        await until(log_text, lambda text: "task keep: TASK_END try 1 failed (HTTP 500)" in text)
+        await wait_until(lambda: "task keep: TASK_END try 1 failed (HTTP 500)" in caplog.text)
     assert spooled.exists()
     tries = len(env.webhook.received)
     env.webhook.fail_first = tries  # from now on, accept
@@ -253,10 +250,7 @@ async def test_spooled_result_survives_a_restart(
         image = await env.http.get(result["data"][0]["fileUrl"])
         assert read_png(image.content)[:2] == (64, 48)
 
-        async def spool_present() -> bool:
-            return spooled.exists()
-
-        await until(spool_present, lambda present: not present)
+        await wait_until(lambda: not spooled.exists())
 
 
 @pytest.mark.parametrize(("status", "dropped"), [(400, True), (403, True), (429, False)])
@@ -271,13 +265,9 @@ async def test_a_task_end_refused_for_good_is_not_sent_forever(
         await env.hub.next("REGISTER")
         await env.hub.send("TASK_ASSIGN", env.assign("refused"))
         if dropped:
-
-            async def spool_present() -> bool:
-                return spooled.exists()
-
             await env.webhook.wait_for(1, within=10)
-            await until(spool_present, lambda present: not present)
-            await asyncio.sleep(1.0)  # a retry would come within the first back-off
+            await wait_until(lambda: not spooled.exists())
+            await asyncio.sleep(1.0)  # time: a retry would come within the first back-off
             assert len(env.webhook.received) == 1
         else:
             await env.webhook.wait_for(2, within=10)

@@ -21,7 +21,7 @@ from tests.fakes.bridge import BRIDGE_TOKEN, task_end
 from tests.fakes.client import Client, generate
 from tests.fakes.service import SECRET, Env, env
 from tests.fakes.snapshot import redis_snapshot
-from tests.fakes.waiting import until
+from tests.fakes.waiting import until, wait_until
 
 __all__ = ["env"]  # a fixture: imported for pytest to find
 
@@ -106,10 +106,7 @@ async def test_a_heartbeat_racing_a_task_end_does_not_count_the_slot_twice(env: 
     await until(lambda: env.task(assigns[1]["taskId"]), lambda t: t.state == "running")
     await bridge.send("HEARTBEAT", {"instanceCount": 2, "availableInstanceCount": 1})
 
-    async def free() -> int:
-        return hub.free_slots()
-
-    await until(free, lambda n: n == 1)
+    await wait_until(lambda: hub.free_slots() == 1)
     assert await task_end(env, assigns[0]["webhookUrl"]) == 200
     assert (await client.next())["taskId"] == assigns[0]["taskId"]
     assert hub.free_slots() == 1  # the other task still runs
@@ -151,7 +148,8 @@ async def test_reregister_requeues_acked_tasks_the_bridge_no_longer_holds(env: E
     await bridge.ack("h1")
     await until(lambda: env.task("h1"), lambda t: t.state == "running")
     await bridge.ws.close()
-    await asyncio.sleep(0.2)
+    # the hub has handled the close (it saves the offline record after any requeue)
+    await until(lambda: env.redis.hget("aigcq:bridge:br1", "online"), lambda v: v == "0")
     assert (await env.task("h1")).state == "running"  # acked: waits for its TASK_END
     bridge = await env.bridge()
     await bridge.register(count=1, availableInstanceCount=0, tasks=[])
@@ -191,7 +189,7 @@ async def test_a_lost_reply_while_re_adopting_held_tasks_forgets_none_of_them(
     monkeypatch.setattr(mux, "commands", lose_reply)
     bridge = await env.bridge()
     await bridge.register(count=2, availableInstanceCount=0, tasks=["h1", "h2"])
-    await until(lambda: asyncio.sleep(0, lost), bool)
+    await wait_until(lambda: lost)
     await bridge.ws.close()
     bridge = await env.bridge()
     await bridge.register(count=2, availableInstanceCount=0, tasks=[])
@@ -246,7 +244,7 @@ async def test_token_in_register_is_accepted(env: Env) -> None:
     await bridge.register(count=3, token=BRIDGE_TOKEN)
     hub = env.service.hub
     assert hub is not None
-    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 3)
+    await wait_until(lambda: hub.free_slots() == 3)
     await bridge.ws.close()
 
 
@@ -290,7 +288,7 @@ async def test_progress_reaches_the_client_rate_limited(env: Env) -> None:
     assert first == {"type": "progress", "taskId": "p1", "value": 1, "max": 20, "node": "3"}
     with pytest.raises(TimeoutError):
         await client.next(timeout=0.3)
-    await asyncio.sleep(0.3)  # past the 0.5 s interval
+    await asyncio.sleep(0.3)  # time: past the 0.5 s interval
     named = {"taskId": "p1", "value": 9, "max": 20, "node": "3", "nodeName": "KSampler"}
     await bridge.send("TASK_PROGRESS", named)  # the node's name: relayed as it came
     assert await client.next() == {"type": "progress", **named}
@@ -312,7 +310,7 @@ async def test_hub_log_lines_carry_task_and_bridge_ids(
     def acked() -> bool:
         return any("task lg1 acknowledged" in r.getMessage() for r in caplog.records)
 
-    await until(lambda: asyncio.sleep(0, acked()), bool)  # logged after one more write
+    await wait_until(acked)  # logged after one more write
 
     def about(text: str) -> logging.LogRecord:
         return next(r for r in caplog.records if text in r.getMessage())
@@ -337,7 +335,7 @@ async def test_the_flood_limit_is_a_setting_and_a_flood_changes_nothing_else(
     calm, noisy = await env.bridge(), await env.bridge()
     await calm.register("calm", count=1)
     await noisy.register("noisy", count=2)
-    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 3)
+    await wait_until(lambda: hub.free_slots() == 3)
     unknown_ack = {"code": 0, "msg": "ok", "data": {"taskId": "nope"}}
     pong = orjson.dumps({"type": "PONG"}).decode()
     for _ in range(12):  # with REGISTER and the ACK: 14 frames, under the limit in any second
@@ -351,7 +349,7 @@ async def test_the_flood_limit_is_a_setting_and_a_flood_changes_nothing_else(
             await noisy.ws.send(pong)
         await noisy.next()
     assert noisy.ws.close_code == 4008
-    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 1)
+    await wait_until(lambda: hub.free_slots() == 1)
     after = await redis_snapshot(env.redis)
     record = "aigcq:bridge:noisy"  # the one change: its own record says it went offline
     assert after.keys() == before.keys()

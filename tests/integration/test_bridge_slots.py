@@ -6,7 +6,6 @@ Also the seed-002 bridge that acknowledges with its own taskId, and TASK_CANCEL.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from tests.fakes.bridge import BRIDGE_TOKEN, Bridge, instances_with, task_end
 from tests.fakes.client import Client, generate
 from tests.fakes.comfyui import model_graph
 from tests.fakes.service import Env, env, service_with_runninghub
-from tests.fakes.waiting import until
+from tests.fakes.waiting import until, wait_until
 
 __all__ = ["env"]
 
@@ -250,7 +249,7 @@ async def test_a_failed_task_end_frees_the_slot_though_its_count_is_not_saved(
     monkeypatch.setattr(hub.registry, "save", redis_away)
     assert await task_end(env, assign["webhookUrl"], code=1) == 200
     conn = hub.registry.bridges["br1"]
-    await until(lambda: asyncio.sleep(0, conn), lambda c: c.quarantined_at is not None)
-    await until(lambda: asyncio.sleep(0, conn), lambda c: not c.slots.holds("q1"))
+    await wait_until(lambda: conn.quarantined_at is not None)
+    await wait_until(lambda: not conn.slots.holds("q1"))
     await bridge.ws.close()
     await client.close()

@@ -4,7 +4,6 @@ model-asynch panel (only with ``AIGCQ_ASYNCH_URL``), and ``aigcq dispatcher``'s 
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from aigcq.observability import metrics
 from aigcq.service.server import Service
 from tests.fakes.asynch import OVERVIEW, fake_asynch
 from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 
 ADMIN = "panels-admin-token"
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
@@ -62,11 +62,12 @@ async def test_overflow_spend_follows_the_metrics_and_no_asynch_panel(
         for _ in range(3):
             metrics.overflowed("proj", "comfyui", "runninghub", prices)
         # The monitor samples every second; the snapshot endpoint serves the latest.
-        for _ in range(30):
-            later = await snapshot(base)
-            if spend(later, "runninghub")[0] == tasks + 3:
-                break
-            await asyncio.sleep(0.1)
+        later = await until(
+            lambda: snapshot(base),
+            lambda snap: spend(snap, "runninghub")[0] == tasks + 3,
+            within=5.0,
+            interval=0.1,
+        )
         assert spend(later, "runninghub") == (tasks + 3, pytest.approx(cost + 0.75))
         assert later["overflow"]["totalCost"] >= 0.75
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import operator
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from tests.fakes.comfyui import GRAPH, model_graph, read_png
 from tests.fakes.servers import serve_app
-from tests.fakes.waiting import until
+from tests.fakes.waiting import wait_until
 
 
 @dataclass
@@ -222,12 +221,11 @@ async def test_api_prefix(comfy: Comfy) -> None:
     api = f"{comfy.url}/api"
     resp = await comfy.http.post(f"{api}/prompt", json={"prompt": GRAPH, "prompt_id": "x"})
     assert resp.status_code == 200
-    for _ in range(250):
-        if (await comfy.http.get(f"{api}/history/x")).json():
-            break
-        await asyncio.sleep(0.02)
-    else:
-        pytest.fail("prompt x never finished")
+
+    async def finished() -> Any:
+        return (await comfy.http.get(f"{api}/history/x")).json()
+
+    await wait_until(finished, 5.0, what="prompt x in /api/history")
     assert set((await comfy.http.get(f"{api}/queue")).json()) == {"queue_running", "queue_pending"}
     stats = (await comfy.http.get(f"{api}/system_stats")).json()
     assert stats["devices"][0]["type"] == "cpu"
@@ -266,7 +264,7 @@ async def test_each_instance_has_its_node_classes_and_model_files(tmp_path: Path
             resp = await http.post(f"{url}/prompt", json={"prompt": model_graph(ckpt_name)})
             assert resp.status_code == 200, resp.text
         emulator: ComfyUIEmulator = app.state.emulator
-        await until(lambda: asyncio.sleep(0, emulator.pending or emulator.running), operator.not_)
+        await wait_until(lambda: not (emulator.pending or emulator.running))
         stats = (await http.get(f"{url}/emulator/stats")).json()
         assert (stats["loads"], stats["loaded"]) == (2, "b.safetensors")  # a, then b
         assert stats["loadingS"] == pytest.approx(0.1) and stats["busyS"] >= stats["loadingS"]

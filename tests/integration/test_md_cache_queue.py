@@ -52,7 +52,7 @@ async def test_stale_pending_task_expires_with_a_failure_webhook(md: mds.Md) -> 
         await cache.pass_once()
         assert await _state(md, task_id) == "pending"
         cache.stale_after_s = 0.05
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # time: the task is now older than stale_after_s
         await cache.pass_once()
         task = await md.task(task_id)
         assert task is not None and task.state == "failed"

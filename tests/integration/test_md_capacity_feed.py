@@ -21,7 +21,7 @@ from aigcq.dispatcher.client import MessageDispatcherTarget
 from aigcq.service.server import Service
 from tests.fakes.bridge import Bridge
 from tests.fakes.client import Client, generate
-from tests.fakes.waiting import until
+from tests.fakes.waiting import until, wait_until
 
 md = mds.md  # the dispatcher fixture
 fast_checks = mds.fast_checks
@@ -136,10 +136,6 @@ def _target(service: Service) -> MessageDispatcherTarget:
     return target
 
 
-async def _connected(target: MessageDispatcherTarget) -> bool:
-    return target.feed.connected
-
-
 @pytest.fixture
 async def fed(
     md: mds.Md,
@@ -154,7 +150,7 @@ async def fed(
     monkeypatch.setenv("MD_PASSWORD", mds.PASSWORD)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
         target = _target(service)
-        await until(lambda: _connected(target), lambda ok: ok)
+        await wait_until(lambda: target.feed.connected)
         yield target, client
 
 
@@ -165,14 +161,14 @@ async def test_capacity_change_reaches_serve_at_once(
     target, client = fed
     bridge = await Bridge.connect(md.port)
     await bridge.register(count=2)
-    await until(lambda: _free(target), lambda n: n == 2, within=1)
+    await wait_until(lambda: target.free_slots() == 2, 1)
     await client.request(generate("feed-1"))
     assign = await bridge.next()
     md_task_id = assign["data"]["taskId"]
     allocations = md.dispatcher.feed.allocations
     await until(lambda: _has(allocations, md_task_id), lambda ok: ok)
     await bridge.ws.close()
-    await until(lambda: _free(target), lambda n: n == 0, within=1)
+    await wait_until(lambda: target.free_slots() == 0, 1)
 
 
 async def test_quick_tasks_still_resync_serves_free_slots(
@@ -186,14 +182,14 @@ async def test_quick_tasks_still_resync_serves_free_slots(
     target, client = fed
     bridge = await Bridge.connect(md.port)
     await bridge.register(count=1)
-    await until(lambda: _free(target), lambda n: n == 1, within=2)
+    await wait_until(lambda: target.free_slots() == 1, 2)
     for i in range(3):
         await client.request(generate(f"quick-{i}"))
         assign = await bridge.next()
         await bridge.ack(assign["data"]["taskId"])
         await mds.md_task_end(md, assign["data"]["webhookUrl"])
         assert (await client.next())["status"] == "success"
-        await until(lambda: _free(target), lambda n: n == 1, within=2)
+        await wait_until(lambda: target.free_slots() == 1, 2)
 
 
 @pytest.mark.usefixtures("fast_checks")
@@ -203,16 +199,16 @@ async def test_feed_down_falls_back_to_polling(
     feed = md.dispatcher.feed
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, _client):
         target = _target(service)
-        await until(lambda: _connected(target), lambda ok: ok)
+        await wait_until(lambda: target.feed.connected)
         auth, feed.auth = feed.auth, DispatcherAuth("admin", mds.PASSWORD, "x" * 40, 60)
         for sub in list(feed.subscribers):
             await sub.ws.close()
-        await until(lambda: _connected(target), lambda ok: not ok)
+        await wait_until(lambda: not target.feed.connected)
         bridge = await Bridge.connect(md.port)
         await bridge.register(count=3)
-        await until(lambda: _free(target), lambda n: n == 3)  # from GET /api/health
+        await wait_until(lambda: target.free_slots() == 3)  # from GET /api/health
         feed.auth = auth
-        await until(lambda: _connected(target), lambda ok: ok, within=10)  # reconnected
+        await wait_until(lambda: target.feed.connected, 10)  # reconnected
         await bridge.ws.close()
 
 
@@ -228,7 +224,7 @@ async def test_refused_token_logs_in_again_at_once(
     await bridge.register(count=1)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
         target = _target(service)
-        await until(lambda: _free(target), lambda n: n == 1)
+        await wait_until(lambda: target.free_slots() == 1)
         old = target.jwt.current()
         md.dispatcher.auth.secret = "rotated-secret-with-at-least-32-bytes-of-key"
         await client.request(generate("relogin-1"))
@@ -250,7 +246,7 @@ async def test_serves_health_metrics_are_its_own_view_of_the_dispatcher(
     fed: tuple[MessageDispatcherTarget, Client], redis: aioredis.Redis
 ) -> None:
     target, client = fed
-    await until(lambda: asyncio.sleep(0, target.health_view.proven), bool)
+    await wait_until(lambda: target.health_view.proven)
     target.health_view.observe("message-dispatcher unreachable", immediate=True)
     assert (await redis.hgetall("md:state:health")).get("status") != "degraded"  # its own view
     port = client.url.split(":")[2].split("/")[0]

@@ -16,7 +16,7 @@ from aigcq.dispatcher.degrade import HANDED_BACK
 from aigcq.domain import TaskState
 from tests.fakes.bridge import Bridge
 from tests.fakes.client import Client, generate
-from tests.fakes.waiting import until
+from tests.fakes.waiting import until, wait_until
 
 md = mds.md
 fast_checks = mds.fast_checks
@@ -50,8 +50,8 @@ async def test_excess_tasks_go_back_and_run_on_runninghub(
         tmp_path, redis, redis_url, md.base, duration_s=0.1
     ) as (service, client):
         target = _target(service)
-        await until(lambda: _free(target), lambda n: n == 6)
-        await until(lambda: _subscribers(md), lambda n: n == 1)
+        await wait_until(lambda: target.free_slots() == 6)
+        await wait_until(lambda: len(md.dispatcher.feed.subscribers) == 1)
         ids = [f"dg-{i}" for i in range(6)]
         for task_id in ids:
             await client.request(generate(task_id))
@@ -128,14 +128,6 @@ async def test_withdraw_takes_only_a_waiting_task(md: mds.Md) -> None:
     assert await md.redis.xlen("md:outbox:webhook") == 0  # no TASK_END for it
     status = await md.http.post("/task/openapi/status", json={"apiKey": token, "taskId": task_id})
     assert status.json()["code"] == 807  # its backend's again
-
-
-async def _free(target: MessageDispatcherTarget) -> int:
-    return target.free_slots()
-
-
-async def _subscribers(md: mds.Md) -> int:
-    return len(md.dispatcher.feed.subscribers)
 
 
 async def _md_tasks(md: mds.Md, ids: list[str]) -> list[Any]:

@@ -28,7 +28,7 @@ from aigcq.service.server import Service
 from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
 from tests.fakes.client import generate
 from tests.fakes.servers import serve_app
-from tests.fakes.waiting import until
+from tests.fakes.waiting import until, wait_until
 
 md = mds.md
 fast_checks = mds.fast_checks
@@ -90,7 +90,7 @@ async def test_priority_false_puts_runninghub_first(
     ) as (service, client):
         target = service.dispatcher.internal
         assert isinstance(target, MessageDispatcherTarget) and target.preferred is False
-        await until(lambda: _free(target), lambda n: n == 2)
+        await wait_until(lambda: target.free_slots() == 2)
         await client.request(generate("p-1"))
         first = await until(lambda: service.rt.store.get("p-1"), _running)
         assert first is not None and first.target == "runninghub"
@@ -189,8 +189,8 @@ async def test_feed_lost_checks_at_once_and_a_gone_dispatcher_degrades(
         async with mds.serve_split(tmp_path, redis, redis_url, md_url) as (service, _):
             target = service.dispatcher.internal
             assert isinstance(target, MessageDispatcherTarget)
-            await until(lambda: _free(target), lambda n: n == 1)
-            await until(lambda: _connected(target), bool)
+            await wait_until(lambda: target.free_slots() == 1)
+            await wait_until(lambda: target.feed.connected)
             assert target.healthy
             await bridge.ws.close()
             await md_up.aclose()  # the dispatcher stops
@@ -201,10 +201,6 @@ async def test_feed_lost_checks_at_once_and_a_gone_dispatcher_degrades(
 
 async def _free(target: MessageDispatcherTarget) -> int:
     return target.free_slots()
-
-
-async def _connected(target: MessageDispatcherTarget) -> bool:
-    return target.feed.connected
 
 
 async def _state(target: MessageDispatcherTarget) -> HealthState:

@@ -4,7 +4,7 @@ RunningHub-compatible routes driven by our ``runninghub`` adapter, and webhook d
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from tests.fakes.message_dispatcher import (
 )
 from tests.fakes.servers import Recorder, send, serve_app, stream_until_answered
 from tests.fakes.snapshot import redis_snapshot
-from tests.fakes.waiting import until
+from tests.fakes.waiting import until, wait_until
 
 __all__ = ["fast_checks", "md"]  # fixtures: imported for pytest to find
 
@@ -251,13 +251,13 @@ async def test_short_lived_token_is_renewed_before_it_expires(md: Md) -> None:
     manager = JwtManager(md.base, "admin", PASSWORD, refresh_ahead_s=3600)
     runner = asyncio.create_task(manager.run())
     try:
-        first = await until(_current(manager), lambda t: t is not None)
+        first = await wait_until(manager.current)
         seen = {first}
         for _ in range(80):  # 4 s: two lifetimes, the token is never missing
             token = manager.current()
             assert token is not None
             seen.add(token)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # time: sampled every 50 ms, never missing
         assert len(seen) >= 3
         resp = await md.http.post("/api/task", json={**BODY, "apiKey": manager.current()})
         assert resp.status_code == 200
@@ -265,23 +265,17 @@ async def test_short_lived_token_is_renewed_before_it_expires(md: Md) -> None:
         runner.cancel()
 
 
-async def test_login_is_retried_until_it_succeeds(md: Md) -> None:
+async def test_login_is_retried_until_it_succeeds(md: Md, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="aigcq")
     manager = JwtManager(md.base, "admin", "wrong", refresh_ahead_s=3600, max_backoff_s=0.2)
     runner = asyncio.create_task(manager.run())
     try:
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: "login failed (attempt 2)" in caplog.text)  # refused twice
         assert manager.current() is None  # refused, retrying; dispatch is never blocked
         manager.password = PASSWORD
-        await until(_current(manager), lambda t: t is not None, within=3)
+        await wait_until(manager.current, 3)
     finally:
         runner.cancel()
-
-
-def _current(manager: JwtManager) -> Callable[[], Awaitable[str | None]]:
-    async def probe() -> str | None:
-        return manager.current()
-
-    return probe
 
 
 async def test_openapi_describes_the_dispatchers_own_routes(md: Md) -> None:

@@ -320,7 +320,7 @@ async def test_the_sweeper_reaches_past_200_unanswerable_paid_tasks(
                 c.task_id, c.attempt, f"R{c.task_id}", deadline_s=0.01, kind="callback"
             )
         [stuck] = await store.claim("proj", "comfyui", "runninghub", cap=-1, n=1, deadline_s=0.02)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # time: past every deadline (0.01 s, 0.02 s)
         await env.service.sweeper.sweep_once()
         task = await env.task(stuck.task_id)
         assert task.state is TaskState.PENDING and task.charged == 0
