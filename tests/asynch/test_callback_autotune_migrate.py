@@ -27,7 +27,7 @@ async def test_success_callback_is_retried_and_text_cut(asynch: Asynch, model_em
         received = await recorder.wait_for(2)
         failed = await asynch.create_task("m", {"_fail": True}, callbackUrl=f"{hook}/hooks")
         await asynch.wait_state(failed, 3)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # time: a callback for the failure would come now
     assert len(recorder.received) == 2  # the failure sends nothing
     first, second = received
     assert first.method == "GET" and second.path == "/hooks/order-1"

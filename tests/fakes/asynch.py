@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import time
@@ -24,6 +23,7 @@ from aigcq.asynch.service import AsynchService, open_service
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.storage import StorageSettings
 from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 
 #: the headers a business backend's gateway adds: tenant and user, and a bearer token
 USER = {
@@ -113,13 +113,9 @@ class Asynch:
         return dict(zip(keys, found, strict=True))
 
     async def wait_state(self, task_id: str, *states: int, timeout: float = 10.0) -> int:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            state = (await self.row(task_id))["state"]
-            if state in states:
-                return int(state)
-            assert asyncio.get_running_loop().time() < deadline, f"{task_id} stuck in {state}"
-            await asyncio.sleep(0.02)
+        """Until the task's row is in one of ``states``; that state."""
+        row = await until(lambda: self.row(task_id), lambda r: r["state"] in states, timeout)
+        return int(row["state"])
 
 
 @contextlib.asynccontextmanager
