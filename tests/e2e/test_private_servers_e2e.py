@@ -109,7 +109,7 @@ import sys, time
 from pathlib import Path
 from aigcq.embedded.redis import EmbeddedRedis
 print(EmbeddedRedis(Path(sys.argv[1]), persist=True).start(), flush=True)
-time.sleep(600)
+time.sleep(600)  # the owner lives on (until killed): the subject
 """
 
 

@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 
 from tests.fakes.client import CLIENT_TOKEN
+from tests.fakes.waiting import wait_until_sync
 
 ADMIN_TOKEN = "e2e-admin-token"
 SECRET = "e2e-secret-with-at-least-32-bytes-of-key"
@@ -62,15 +62,14 @@ class Proc:
 
 
 def wait_http(url: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} did not come up")
+    """Until ``url`` answers with a status below 500 (its process is up)."""
+    wait_until_sync(
+        lambda: httpx.get(url, timeout=1.0).status_code < 500,
+        timeout,
+        0.1,
+        ignore=(httpx.HTTPError,),
+        what=f"{url} to come up",
+    )
 
 
 class Cluster:
@@ -177,13 +176,14 @@ def start_dispatcher(c: Cluster, port: int | None = None, **extra: str) -> tuple
 
 
 def wait_free(md_port: int, free: int = 1, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        data = httpx.get(f"http://127.0.0.1:{md_port}/api/health").json()["data"]
-        if data["healthy"] and data["freeSlots"] >= free:
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"dispatcher never had {free} free slots: {data}")
+    """Until the dispatcher on ``md_port`` is healthy with ``free`` free slots or more."""
+    seen: list[Any] = []
+
+    def ready() -> bool:
+        seen[:] = [httpx.get(f"http://127.0.0.1:{md_port}/api/health").json()["data"]]
+        return bool(seen[0]["healthy"] and seen[0]["freeSlots"] >= free)
+
+    wait_until_sync(ready, timeout, what=lambda: f"the dispatcher with {free} free: {seen}")
 
 
 def start_asynch(
@@ -222,17 +222,17 @@ def start_asynch(
 
 def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, timeout: float = 30) -> None:
     """Wait until ``url/health`` answers 200; kill ``proc`` and fail if it exits or times out."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"asynch process did not start: {log.read_text()[-2000:]}")
-        time.sleep(0.1)
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise ProcessLookupError(f"exited with {proc.returncode}")  # stop waiting
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+
+    try:
+        wait_until_sync(healthy, timeout, 0.1, ignore=(httpx.HTTPError,), what=f"{url}/health")
+    except (AssertionError, ProcessLookupError):
+        proc.kill()
+        raise RuntimeError(f"asynch process did not start: {log.read_text()[-2000:]}") from None
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

@@ -21,8 +21,15 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def _described(predicate: Callable[..., Any], what: str | None) -> str:
+#: what is awaited, for the failure message: text, or a function that says it at failure
+#: time (so it can show the state the test last saw)
+What = str | Callable[[], str] | None
+
+
+def _described(predicate: Callable[..., Any], what: What) -> str:
     """What the caller waits for: ``what``, else the predicate's name or lambda source."""
+    if callable(what):
+        return what()
     if what:
         return what
     name = getattr(predicate, "__name__", "")
@@ -47,7 +54,7 @@ async def wait_until(
     timeout: float = 5.0,
     interval: float = 0.02,
     *,
-    what: str | None = None,
+    what: What = None,
     ignore: tuple[type[BaseException], ...] = (),
 ) -> T:
     """Call ``predicate`` (sync or async) every ``interval`` s until it returns something
@@ -77,7 +84,7 @@ def wait_until_sync(
     timeout: float = 5.0,
     interval: float = 0.05,
     *,
-    what: str | None = None,
+    what: What = None,
     ignore: tuple[type[BaseException], ...] = (),
 ) -> T:
     """:func:`wait_until` for code that cannot await (it blocks the calling thread)."""

@@ -63,6 +63,7 @@ async def test_errors_are_logged_not_raised(caplog: pytest.LogCaptureFixture) ->
     task = asyncio.create_task(broken())
     await started.wait()
     with caplog.at_level(logging.WARNING, logger="aigcq.plumbing.background"):
+        # beside it a task that ends at once (a sleep of 0 s)
         assert await cancel_and_wait([task, asyncio.create_task(asyncio.sleep(0))]) == set()
     assert "cleanup failed" in caplog.text
 
