@@ -23,7 +23,7 @@ from tests.fakes.comfyui import model_graph
 from tests.fakes.service import Env, env, service_with_runninghub
 from tests.fakes.waiting import until, wait_until
 
-__all__ = ["env"]
+__all__ = ["env"]  # a fixture: imported for pytest to find
 
 TOKEN = "client-token-for-the-overflow-test"
 

@@ -21,7 +21,7 @@ from aigcq.dispatcher.client import MessageDispatcherTarget
 from aigcq.service.server import Service
 from tests.fakes.bridge import Bridge
 from tests.fakes.client import Client, generate
-from tests.fakes.waiting import until, wait_until
+from tests.fakes.waiting import wait_until
 
 md = mds.md  # the dispatcher fixture
 fast_checks = mds.fast_checks
@@ -166,7 +166,7 @@ async def test_capacity_change_reaches_serve_at_once(
     assign = await bridge.next()
     md_task_id = assign["data"]["taskId"]
     allocations = md.dispatcher.feed.allocations
-    await until(lambda: _has(allocations, md_task_id), lambda ok: ok)
+    await wait_until(lambda: md_task_id in allocations)
     await bridge.ws.close()
     await wait_until(lambda: target.free_slots() == 0, 1)
 
@@ -232,14 +232,6 @@ async def test_refused_token_logs_in_again_at_once(
         assert assign["type"] == "TASK_ASSIGN"
         assert target.jwt.current() not in (None, old)
     await bridge.ws.close()
-
-
-async def _free(target: MessageDispatcherTarget) -> int:
-    return target.free_slots()
-
-
-async def _has(mapping: dict[str, Any], key: str) -> bool:
-    return key in mapping
 
 
 async def test_serves_health_metrics_are_its_own_view_of_the_dispatcher(

@@ -199,10 +199,6 @@ async def test_feed_lost_checks_at_once_and_a_gone_dispatcher_degrades(
             assert time.monotonic() - stopped < 1.0 and target.free_slots() == 0
 
 
-async def _free(target: MessageDispatcherTarget) -> int:
-    return target.free_slots()
-
-
 async def _state(target: MessageDispatcherTarget) -> HealthState:
     return target.health.state
 
