@@ -35,6 +35,7 @@ import httpx
 import orjson
 import redis.asyncio as aioredis
 import websockets
+from redis.exceptions import RedisError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.chaos_fleet import Fleet
@@ -224,7 +225,10 @@ async def settle(load: Load, fleet: Fleet, rh: str, redis_url: str, within: floa
         await load.resend_unacked()
         running = sum(r["current"] for r in (await records(rh)).values())
         done = all(t in load.results for t in load.submitted)
-        idle = running == 0 and await leaked_slots(redis_url) == 0
+        try:
+            idle = running == 0 and await leaked_slots(redis_url) == 0
+        except RedisError:  # the last restart may still be loading its AOF: look again
+            idle = False
         if done and idle and not any((await fleet.slots_taken()).values()):
             return
         await asyncio.sleep(1.0)

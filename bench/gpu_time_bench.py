@@ -41,8 +41,8 @@ from aigcq.agent.app import Bridge
 from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
-from aigcq.gateway.auth import issue_client_token
-from aigcq.service.server import Service
+from aigcq.plumbing.auth import issue_client_token
+from aigcq.serve.server import ServeProcess
 
 SECRET = "gpu-bench-secret-with-at-least-32-bytes"
 TOKEN = "gpu-bench-bridge"
@@ -50,7 +50,7 @@ INSTANCES = 8
 CHECKPOINTS = [f"model-{i}.safetensors" for i in range(4)]
 
 
-async def _free(service: Service) -> int:
+async def _free(service: ServeProcess) -> int:
     return service.hub.free_slots() if service.hub else 0
 
 
@@ -75,7 +75,7 @@ async def one_run(
         bridge_token=TOKEN,
         sweep_interval_s=0.1,
     )
-    service = Service(settings, PlatformConfig.load(run_dir), redis)
+    service = ServeProcess(settings, PlatformConfig.load(run_dir), redis)
     async with contextlib.AsyncExitStack() as stack:
         base = await stack.enter_async_context(serve_app(service.app))
         settings.callback_url = base

@@ -19,7 +19,8 @@ from pydantic_settings import BaseSettings
 from aigcq.agent.settings import BridgeSettings
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.config import Settings
-from aigcq.dispatcher.settings import DispatcherSettings, MdClientSettings
+from aigcq.dispatcher.settings import DispatcherSettings
+from aigcq.mdclient.settings import MdClientSettings
 from aigcq.storage.settings import StorageSettings
 
 OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"

@@ -16,6 +16,7 @@ docs/configuration.md from it); the platform files follow it, from :class:`Confi
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 from dataclasses import dataclass
@@ -248,7 +249,7 @@ class Settings(BaseSettings):
     def signing_key(self) -> bytes:
         """The HMAC key of webhook URLs: CALLBACK_SECRET, else TOKEN_SECRET. Empty when
         neither is set: ``serve`` then refuses to start, and nothing signs or verifies with
-        it (:mod:`aigcq.gateway.signing`)."""
+        it (:mod:`aigcq.plumbing.signing`)."""
         return (self.callback_secret or self.token_secret).encode()
 
 
@@ -263,9 +264,11 @@ class ConfigError(Exception):
 
 
 class PlatformAccount(BaseModel):
-    """One entry of model.json: the credentials and limits of a platform for one AIGC."""
+    """One entry of model.json: the credentials and limits of a platform for one AIGC.
+    An unknown key is refused (the seed's entries carry only ``apikey`` and
+    ``concurrency``): a typo such as ``concurency`` must not start with the default."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     apikey: str = ""
     concurrency: int = Field(1, ge=0)
@@ -310,6 +313,8 @@ ACCOUNT_MODELS: dict[str, type[PlatformAccount]] = {"jimuai": JimuAIAccount}
 
 class PlatformKinds(BaseModel):
     """Platform.json: which platforms report by callback and which are polled."""
+
+    model_config = ConfigDict(extra="forbid")
 
     callback: list[str] = Field(default_factory=lambda: ["comfyui", "runninghub"])
     polling: list[str] = Field(default_factory=lambda: ["coze", "jimuai"])
@@ -395,11 +400,18 @@ class PlatformConfig:
             else _validate(PlatformKinds, kinds_raw, config_dir / "Platform.json", "")
         )
         code_raw = _read_json(config_dir / "code.json", {})
-        if not isinstance(code_raw, dict) or not all(
-            isinstance(v, dict) for v in code_raw.values()
-        ):
-            raise ConfigError(f"{config_dir / 'code.json'}: sections must be objects of messages")
+        _check_messages(code_raw, config_dir / "code.json")
         return cls(accounts, kinds, Messages(code_raw))
+
+
+def _check_messages(raw: Any, path: Path) -> None:
+    """code.json: sections (``ERROR``, ``TASK`` …) of code -> message text."""
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise ConfigError(f"{path}: sections must be objects of messages")
+    for section, messages in raw.items():
+        for code, text in messages.items():
+            if not isinstance(text, str):
+                raise ConfigError(f"{path}: field '{section}.{code}': the message must be text")
 
 
 def _read_json(path: Path, default: Any) -> Any:
@@ -419,4 +431,11 @@ def _validate(model: type[_M], data: Any, path: Path, where: str) -> _M:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in (where, *first["loc"]) if p != "")
-        raise ConfigError(f"{path}: field {field!r}: {first['msg']}") from exc
+        hint = _did_you_mean(model, first) if first["type"] == "extra_forbidden" else ""
+        raise ConfigError(f"{path}: field {field!r}: {first['msg']}{hint}") from exc
+
+
+def _did_you_mean(model: type[BaseModel], error: Any) -> str:
+    """``; did you mean 'concurrency'?`` for a misspelt key, else ``""``."""
+    close = difflib.get_close_matches(str(error["loc"][-1]), list(model.model_fields), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

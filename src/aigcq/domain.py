@@ -1,8 +1,10 @@
 """The task model: states, their legal transitions, and the error codes clients see.
 
 Every write of task state is one of the :class:`Move` s below, made by one Lua script in
-:mod:`aigcq.queue`, which passes the move's allowed *from* states (:func:`allowed_from`)
-into the script: :data:`TRANSITIONS` is the single source of truth.
+:mod:`aigcq.queue` that declares it (``--! move``, see :mod:`aigcq.queue.scripts`). The
+loader writes each declared move's from-states (``FROM``) and its to-state (``TO``) into
+the script from :data:`TRANSITIONS`, and the scripts name no state of their own:
+:data:`TRANSITIONS` is the single source of truth.
 """
 
 from __future__ import annotations
@@ -32,25 +34,49 @@ LIVE_STATES = frozenset({TaskState.PENDING, TaskState.DISPATCHING, TaskState.RUN
 
 
 class Move(enum.StrEnum):
-    """The named writes of task state; each is one script in :mod:`aigcq.queue`."""
+    """The named writes of task state; each is made by one script in :mod:`aigcq.queue`."""
 
+    SUBMIT = "submit"  # a new task joins the tail of its wait queue
     CLAIM = "claim"  # a scheduler takes a waiting task to send it to a target
+    BEGIN_CREATE = "begin_create"  # a create is about to be sent for the live attempt
     MARK_RUNNING = "mark_running"  # the target accepted it
-    REQUEUE = "requeue"  # back to waiting: the target lost it, refused it, or timed out
+    POSTPONE = "postpone"  # its target could not say how it is doing: ask again later
+    RETARGET = "retarget"  # a claimed task no instance of its target can run: to another
+    # Back to waiting (each next claim is a new attempt):
+    REQUEUE_UNRUN = "requeue_unrun"  # its target ran nothing: uncharged, to the head
+    REQUEUE_UNSENT = "requeue_unsent"  # claimed, never sent (no create out): uncharged
+    REQUEUE_FOR_RETRY = "requeue_for_retry"  # the attempt failed, timed out, was lost
+    REQUEUE_HANDED_BACK = "requeue_handed_back"  # a message-dispatcher gave it back
+    PROMOTE = "promote"  # a task whose back-off is over goes to the head of its queue
     FINISH = "finish"  # a result, a failure or a cancel
     WITHDRAW = "withdraw"  # its submitter took back a task that was still waiting
     RETRY = "retry"  # an operator queues a failed or cancelled task again
-    RETARGET = "retarget"  # a claimed task no instance of its target can run: to another
 
+
+_BACK_TO_WAITING = (
+    frozenset({TaskState.DISPATCHING, TaskState.RUNNING}),
+    frozenset({TaskState.PENDING}),
+)
 
 #: move -> (the states it may start from, the states it may lead to)
 TRANSITIONS: dict[Move, tuple[frozenset[TaskState], frozenset[TaskState]]] = {
+    Move.SUBMIT: (frozenset(), frozenset({TaskState.PENDING})),  # from no task at all
     Move.CLAIM: (frozenset({TaskState.PENDING}), frozenset({TaskState.DISPATCHING})),
+    Move.BEGIN_CREATE: (frozenset({TaskState.DISPATCHING}), frozenset({TaskState.DISPATCHING})),
     Move.MARK_RUNNING: (frozenset({TaskState.DISPATCHING}), frozenset({TaskState.RUNNING})),
-    Move.REQUEUE: (
+    Move.POSTPONE: (
         frozenset({TaskState.DISPATCHING, TaskState.RUNNING}),
-        frozenset({TaskState.PENDING}),
+        frozenset({TaskState.DISPATCHING, TaskState.RUNNING}),
     ),
+    Move.RETARGET: (frozenset({TaskState.DISPATCHING}), frozenset({TaskState.DISPATCHING})),
+    # The platform may answer "full" or "not sent" after the sweeper took a create that
+    # may be out as running (awaiting its webhook): such a task ran nothing either.
+    Move.REQUEUE_UNRUN: _BACK_TO_WAITING,
+    Move.REQUEUE_UNSENT: (frozenset({TaskState.DISPATCHING}), frozenset({TaskState.PENDING})),
+    Move.REQUEUE_FOR_RETRY: _BACK_TO_WAITING,
+    # only a running task carries the remote id the hand-back names
+    Move.REQUEUE_HANDED_BACK: (frozenset({TaskState.RUNNING}), frozenset({TaskState.PENDING})),
+    Move.PROMOTE: (frozenset({TaskState.PENDING}), frozenset({TaskState.PENDING})),
     # A result is accepted from any live state: the first result wins, even one that
     # arrives for an earlier attempt after the task was handed back to the queue.
     Move.FINISH: (LIVE_STATES, TERMINAL_STATES),
@@ -59,23 +85,33 @@ TRANSITIONS: dict[Move, tuple[frozenset[TaskState], frozenset[TaskState]]] = {
         frozenset({TaskState.FAILED, TaskState.CANCELLED}),
         frozenset({TaskState.PENDING}),
     ),
-    Move.RETARGET: (frozenset({TaskState.DISPATCHING}), frozenset({TaskState.DISPATCHING})),
 }
+
+#: Moves that write a task but leave its state as it was (its create, its deadline, its
+#: target, its place among the waiting): each of their from-states leads to itself only.
+KEEPS_STATE = frozenset({Move.BEGIN_CREATE, Move.POSTPONE, Move.RETARGET, Move.PROMOTE})
 
 
 def can_transition(current: TaskState, to: TaskState) -> bool:
     """Whether some move leads from ``current`` to ``to``."""
-    return any(current in src and to in dst for src, dst in TRANSITIONS.values())
+    return any(
+        current in src and to in dst and (move not in KEEPS_STATE or to is current)
+        for move, (src, dst) in TRANSITIONS.items()
+    )
 
 
 @functools.cache
+def from_states(move: Move) -> str:
+    """The states ``move`` starts from, comma-separated in a stable order: the ``FROM`` a
+    script checks a task's state against (:mod:`aigcq.queue.scripts`)."""
+    return ",".join(sorted(s.value for s in TRANSITIONS[move][0]))
+
+
 def allowed_from(move: Move, to: TaskState) -> str:
-    """The from-states of ``move`` as a comma-separated list, in a stable order (for Lua
-    ARGV); ``to`` must be one of the states the move leads to."""
-    src, dst = TRANSITIONS[move]
-    if to not in dst:
+    """:func:`from_states` of ``move``, which must lead to ``to``."""
+    if to not in TRANSITIONS[move][1]:
         raise ValueError(f"{move} does not lead to {to}")
-    return ",".join(sorted(s.value for s in src))
+    return from_states(move)
 
 
 class ErrorCode(enum.StrEnum):

@@ -4,53 +4,22 @@ A failed check degrades once ``failure_threshold`` checks in a row have failed (
 at once; seed 000 §3.7 ``healthCheck.failureThreshold``); a failure observed as
 ``immediate`` (a submit error or timeout, §3.4) and any failure while not healthy degrade at
 once. Recovery needs ``recover_passes`` consecutive passing checks (seed: 3, i.e. 30 s at
-the 10 s interval). While not healthy the hub offers no
-internal capacity, so new tasks overflow to the external platform.
+the 10 s interval). While not healthy an internal target offers no capacity, so new tasks
+overflow to the external platform.
 
 The stability period guards against capacity that failed and may fail again. Capacity that
 has never passed a check has not failed: the first passing check ever (the first bridge of a
 process started before its GPUs, say) makes it healthy at once, so owned GPUs are not left
-idle for 30 s while paid calls are made.
-
-In the all-in-one topology a check passes when at least one bridge is connected, in
-rotation, heard from (REGISTER/HEARTBEAT) within ``bridge_silence_s`` and has instances.
-The process starts healthy (nothing has failed yet) and checks every
-``health_interval_s``; the hub calls :meth:`HealthMonitor.poke` when a bridge is lost or
-taken out of rotation, which degrades at once when the check now fails, and when a bridge
-registers (a poke counts as a pass only for the first pass ever, so it cannot shorten a
-recovery from capacity that failed). A known bridge reconnecting after its socket closed is
-usable at once: when the only failure was "no bridge connected", nothing failed but a socket.
-
-State is published under the seed's keys (no project prefix): ``md:state:connection``,
-``md:state:capacity`` (60 s TTL), ``md:state:last_heartbeat`` (epoch ms, 60 s TTL), plus
-``md:state:health`` (status, reason, passes, degradeCount, recoverCount) where the seed only
-says "set status: degraded". Several processes on one Redis each write their own view.
+idle for 30 s while paid calls are made. What a check is belongs to the target: the bridges'
+is :mod:`aigcq.bridges.health_monitor`, the message-dispatcher's its ``/api/health``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
-from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
 
-from redis.asyncio import Redis
-
-from aigcq.bridges.registry import BridgeConn
-from aigcq.config import Settings
-from aigcq.plumbing.background import every, round_failed
-
-log = logging.getLogger(__name__)
-
-STATE_TTL_S = 60
-CONNECTION_KEY = "md:state:connection"
-CAPACITY_KEY = "md:state:capacity"
-HEARTBEAT_KEY = "md:state:last_heartbeat"
-HEALTH_KEY = "md:state:health"
+#: the bridges' check when none is connected (a reconnect after it is a blip)
 NO_BRIDGE = "no bridge connected"
 
 
@@ -107,152 +76,3 @@ class Health:
                 self.state = HealthState.RECOVERING
         self.proven = self.proven or not reason
         return self.state if self.state is not before else None
-
-
-def check_bridges(bridges: Iterable[BridgeConn], now: float, silence_s: float) -> str:
-    """Why the bridges give no usable internal capacity; ``""`` when they do (seed §8.3.1)."""
-    live = [b for b in bridges if b.online]
-    if not live:
-        return NO_BRIDGE
-    heard = [b for b in live if now - b.last_seen <= silence_s]
-    if not heard:
-        return f"no heartbeat within {silence_s:g} s"
-    if not any(b.instance_count > 0 for b in heard):
-        return "no instances"
-    if all(b.quarantined_at is not None for b in heard if b.instance_count > 0):
-        return "every bridge is out of rotation"
-    return ""
-
-
-class HealthMonitor:
-    """Runs the checks, keeps :class:`Health`, publishes ``md:state:*``, logs and counts."""
-
-    def __init__(
-        self,
-        redis: Redis,
-        bridges: Callable[[], Iterable[BridgeConn]],
-        settings: Settings,
-        *,
-        on_change: Callable[[], None] = lambda: None,
-    ) -> None:
-        self.redis = redis
-        self.bridges = bridges
-        self.interval_s = settings.health_interval_s
-        self.silence_s = settings.bridge_silence_s
-        self.on_change = on_change
-        self.health = Health(recover_passes=settings.health_recover_passes)
-        #: whether this process writes md:state:* (False: another process has the bridges)
-        self.speaks: Callable[[], bool] = lambda: True
-        self._connected_at = ""
-        self._disconnected_at = ""
-        self._writes: set[asyncio.Task[None]] = set()
-
-    @property
-    def healthy(self) -> bool:
-        return self.health.healthy
-
-    async def run(self) -> None:
-        await every(self.interval_s, self.check, log, "health check failed to run")
-
-    async def check(self) -> None:
-        """One periodic check: a pass counts towards recovery."""
-        self._observe(self._reason())
-        await self.publish()
-
-    def poke(self, *, reconnected: bool = False) -> None:
-        """Check now, after a bridge registered or was lost: a failure is recorded, a pass
-        only when it is the first ever or ``reconnected`` (a known bridge is back, see
-        :meth:`Health.observe`)."""
-        reason = self._reason()
-        if reason or not self.health.proven or reconnected:
-            self._observe(reason, reconnected=reconnected)
-        self._spawn(self.publish())
-
-    def _reason(self) -> str:
-        return check_bridges(self.bridges(), time.monotonic(), self.silence_s)
-
-    def _observe(self, reason: str, *, reconnected: bool = False) -> None:
-        h = self.health
-        was, before = h.reason, h.state
-        changed = h.observe(reason, reconnected=reconnected)
-        if changed is HealthState.DEGRADED and before is HealthState.RECOVERING:
-            log.warning("internal capacity recovery interrupted (%s)", reason)
-        elif changed is HealthState.DEGRADED:
-            log.warning("internal capacity degraded (%s), degrade #%d", reason, h.degrades)
-        elif changed is HealthState.RECOVERING:
-            log.info("internal capacity recovering (1/%d passes, was: %s)", h.recover_passes, was)
-        elif changed is HealthState.HEALTHY:
-            log.warning("internal capacity recovered (was: %s), recover #%d", was, h.recovers)
-        if changed is not None:
-            self.on_change()
-
-    async def publish(self) -> None:
-        """Write the seed's ``md:state:*`` keys from the bridges and the health state."""
-        if not self.speaks():
-            return
-        bridges = [b for b in self.bridges() if b.online]
-        now = _iso()
-        if bridges and not self._connected_at:
-            self._connected_at, self._disconnected_at = now, ""
-        elif not bridges and self._connected_at:
-            self._connected_at, self._disconnected_at = "", now
-        total = sum(b.instance_count for b in bridges)
-        online = sum(b.instance_count for b in bridges if b.quarantined_at is None)
-        free = sum(b.free() for b in bridges)
-        h = self.health
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(
-            CONNECTION_KEY,
-            mapping={
-                "status": "connected" if bridges else "disconnected",
-                "connectedAt": self._connected_at,
-                "disconnectedAt": self._disconnected_at,
-                "disconnectReason": h.reason if not bridges else "",
-                "reconnectAttempts": 0,  # bridges dial us; we never reconnect
-            },
-        )
-        pipe.hset(
-            CAPACITY_KEY,
-            mapping={
-                "totalBridges": len(bridges),
-                "totalInstances": total,
-                "onlineInstances": online,
-                "busyInstances": max(online - free, 0),
-                "availableCapacity": free,
-                "updatedAt": now,
-            },
-        )
-        pipe.expire(CAPACITY_KEY, STATE_TTL_S)
-        if bridges:
-            last = max(b.last_seen for b in bridges)
-            wall_ms = int((time.time() - (time.monotonic() - last)) * 1000)
-            pipe.set(HEARTBEAT_KEY, wall_ms, ex=STATE_TTL_S)
-        pipe.hset(
-            HEALTH_KEY,
-            mapping={
-                "status": h.state.value,
-                "reason": h.reason,
-                "passes": h.passes,
-                "degradeCount": h.degrades,
-                "recoverCount": h.recovers,
-                "updatedAt": now,
-            },
-        )
-        await pipe.execute()
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(_logged(coro))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-
-
-async def _logged(coro: Coroutine[Any, Any, None]) -> None:
-    try:
-        await coro
-    except Exception as exc:
-        round_failed(log, "publishing health state failed", exc)
-
-
-def _iso() -> str:
-    """The seed's timestamp format, e.g. ``2024-01-01T00:00:00.000Z``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

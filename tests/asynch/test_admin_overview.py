@@ -6,7 +6,7 @@ import httpx
 
 from aigcq.asynch.app import create_app
 from aigcq.asynch.runtime import runtime_max_concurrency_key
-from aigcq.gateway.admin_panels import AsynchPanel
+from aigcq.serve.admin_panels import AsynchPanel
 from tests.fakes.asynch import Asynch
 from tests.fakes.servers import serve_app
 

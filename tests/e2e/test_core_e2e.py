@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from aigcq.embedded.redis import EmbeddedRedis
-from aigcq.gateway.signing import signature
+from aigcq.plumbing.signing import signature
 from tests.fakes.client import CLIENT_TOKEN, Client, generate
 from tests.fakes.processes import ADMIN_TOKEN, SECRET, Cluster
 from tests.fakes.waiting import until, wait_until

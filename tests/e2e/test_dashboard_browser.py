@@ -17,8 +17,8 @@ import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.gateway import admin_trends
-from aigcq.service.server import Service
+from aigcq.serve import admin_trends
+from aigcq.serve.server import ServeProcess
 from tests.fakes.asynch import fake_asynch
 from tests.fakes.bridge import BRIDGE_TOKEN, Bridge, task_end
 from tests.fakes.browser import Page, chromium, find_chromium
@@ -65,7 +65,7 @@ async def env(
             overflow_price={"runninghub": 0.25},
             asynch_url=asynch,
         )
-        service = Service(settings, PlatformConfig.load(tmp_path), redis)
+        service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
         async with serve_app(service.app) as base:
             settings.callback_url = base  # RunningHub's webhooks come back here
             env = Env(int(base.rsplit(":", 1)[1]), redis, service)

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Header
 from fastapi.responses import JSONResponse
 
 from aigcq.asynch.app import create_app
-from aigcq.asynch.service import AsynchService, open_service
+from aigcq.asynch.process import AsynchProcess, open_process
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.storage import StorageSettings
 from tests.fakes.servers import serve_app
@@ -63,7 +63,7 @@ class Asynch:
     """A running asynch service: call its API, read its rows, wait for a task's state."""
 
     url: str
-    svc: AsynchService
+    svc: AsynchProcess
     client: httpx.AsyncClient
     redis: aioredis.Redis
     db: psycopg.AsyncConnection[Any]
@@ -133,7 +133,7 @@ async def open_asynch(
     try:
         async with serve_app(app) as url:
             settings = settings.model_copy(update={"public_url": url})
-            async with open_service(
+            async with open_process(
                 settings,
                 database_url=pg_url,
                 redis_url=redis_url,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aigcq.gateway.auth import issue_client_token
+from aigcq.plumbing.auth import issue_client_token
 
 SECRET = "gw-secret-with-at-least-32-bytes-of-key"
 

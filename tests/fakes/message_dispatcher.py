@@ -19,13 +19,13 @@ import redis.asyncio as aioredis
 from aigcq.bridges.hub import HubConfig
 from aigcq.config import PlatformConfig, Settings
 from aigcq.dispatcher.capacity import FeedConfig
-from aigcq.dispatcher.client import internal_target
-from aigcq.dispatcher.service import MessageDispatcher, core_settings
+from aigcq.dispatcher.process import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.domain import Task
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.gateway.auth import issue_client_token
-from aigcq.service.server import Service
+from aigcq.mdclient.target import internal_target
+from aigcq.plumbing.auth import issue_client_token
+from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
 from tests.fakes.client import Client
 from tests.fakes.servers import serve_app
@@ -101,7 +101,7 @@ CLIENT_SECRET = "serve-secret-with-at-least-32-bytes-of-key"
 @contextlib.asynccontextmanager
 async def serve_split_with_runninghub(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str, md_url: str, duration_s: float
-) -> AsyncIterator[tuple[Service, Client]]:
+) -> AsyncIterator[tuple[ServeProcess, Client]]:
     """:func:`serve_split` overflowing to a RunningHub emulator (concurrency 1) whose
     tasks take ``duration_s``."""
     config = RunningHubEmulatorConfig(duration_s=duration_s)
@@ -115,7 +115,7 @@ async def serve_split_with_runninghub(
 @contextlib.asynccontextmanager
 async def serve_split(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str, md_url: str, rh_url: str = ""
-) -> AsyncIterator[tuple[Service, Client]]:
+) -> AsyncIterator[tuple[ServeProcess, Client]]:
     """``aigcq serve`` with ``md_url`` as its internal target, and a connected client."""
     concurrency = 1 if rh_url else 0
     model = {"proj": {"comfyui": {"apikey": "rh-key", "concurrency": concurrency}}}
@@ -130,7 +130,7 @@ async def serve_split(
     )
     target = internal_target(settings)
     assert target is not None
-    service = Service(settings, PlatformConfig.load(tmp_path), redis, internal=target)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis, internal=target)
     async with serve_app(service.app) as base:
         settings.callback_url = base  # where TASK_END webhooks reach this server
         port = int(base.rsplit(":", 1)[1])

@@ -20,9 +20,9 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task, TaskState
 from aigcq.emulators import coze, runninghub
 from aigcq.emulators._records import paid_runs
-from aigcq.gateway.signing import webhook_url
 from aigcq.plumbing.redis_client import redis_client
-from aigcq.service.server import Service
+from aigcq.plumbing.signing import webhook_url
+from aigcq.serve.server import ServeProcess
 from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
@@ -34,7 +34,7 @@ COZE_KEY = "pat-key"
 
 @dataclass
 class Paid:
-    service: Service
+    service: ServeProcess
     client: Client
     base: str  # the service
     urls: dict[str, str]  # emulator base URL by platform ("runninghub", "coze")
@@ -136,7 +136,7 @@ async def paid_stack(
         # the service's own client, as in production (the fixture's pool is not blocking)
         own = redis_client(redis_url)
         stack.push_async_callback(own.aclose)
-        service = Service(s, PlatformConfig.load(tmp_path), own)
+        service = ServeProcess(s, PlatformConfig.load(tmp_path), own)
         base = await stack.enter_async_context(serve_app(service.app))
         if "callback_url" not in settings:
             s.callback_url = base

@@ -18,8 +18,8 @@ from aigcq.bridges.hub import HubConfig
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.gateway.auth import issue_client_token
-from aigcq.service.server import Service
+from aigcq.plumbing.auth import issue_client_token
+from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
 from tests.fakes.client import Client
 from tests.fakes.servers import serve_app
@@ -34,7 +34,7 @@ class Env:
 
     port: int
     redis: aioredis.Redis
-    service: Service
+    service: ServeProcess
     sockets: list[Any] = field(default_factory=list)  # closed at teardown, even on failure
 
     @property
@@ -67,7 +67,7 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
         config_dir=tmp_path,
         bridge_token=BRIDGE_TOKEN,
     )
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     assert service.hub is not None
     service.hub.config = HubConfig(ack_timeout_s=1.0)
     async with serve_app(service.app) as base:
@@ -83,7 +83,7 @@ class ServiceStack:
 
     base: str  # http://127.0.0.1:<port> of the service
     rh: str  # base URL of the emulator
-    service: Any  # aigcq.service.server.Service
+    service: Any  # aigcq.serve.server.ServeProcess
 
     @property
     def ws_url(self) -> str:
@@ -118,7 +118,7 @@ async def service_with_runninghub(
             sweep_interval_s=0.1,
             **settings,
         )
-        service = Service(s, PlatformConfig.load(config_dir), redis)
+        service = ServeProcess(s, PlatformConfig.load(config_dir), redis)
         async with serve_app(service.app) as base:
             if "callback_url" not in settings:
                 s.callback_url = base

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from aigcq.cli.app import app
 from aigcq.config import PlatformConfig, Settings
-from aigcq.gateway.auth import issue_client_token
-from aigcq.service.server import Service
+from aigcq.plumbing.auth import issue_client_token
+from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN, task_end
 from tests.fakes.client import generate
 from tests.fakes.servers import serve_app
@@ -39,7 +39,7 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
         bridge_token=BRIDGE_TOKEN,
         admin_token=ADMIN,
     )
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base:
         env = Env(int(base.rsplit(":", 1)[1]), redis, service)
         yield env

@@ -15,8 +15,8 @@ from redis import exceptions as redis_errors
 
 from aigcq.bridges.hub import HubConfig
 from aigcq.config import Settings
-from aigcq.gateway.auth import issue_client_token
 from aigcq.observability.jsonlog import JsonFormatter
+from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.bridge import BRIDGE_TOKEN, task_end
 from tests.fakes.client import Client, generate
 from tests.fakes.service import SECRET, Env, env
@@ -172,7 +172,7 @@ async def test_a_lost_reply_while_re_adopting_held_tasks_forgets_none_of_them(
         await bridge.next()
         await bridge.ack(task_id)
         await until(partial(env.task, task_id), lambda t: t.state == "running")
-    held = env.service.hub.registry.tasks_key("br1")  # type: ignore[union-attr]
+    held = env.service.rt.store.keys.bridge_tasks("br1")
     await until(lambda: env.redis.hlen(held), lambda n: n == 2)
     await bridge.ws.close()
     mux = env.service.rt.store.mux

@@ -160,7 +160,7 @@ async def test_a_superseded_attempt_is_stopped_on_its_bridge_when_another_finish
     env: Env,
 ) -> None:
     first, client, old = await one_running(env, "sup")
-    await env.service.rt.store.requeue("sup", attempt=1, reason="test: deadline passed")
+    await env.service.rt.store.requeue_for_retry("sup", 1, "test: deadline passed")
     second = await env.bridge()
     await second.register("br2", count=1)
     new = (await second.next())["data"]

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from aigcq.cli.app import app
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from aigcq.gateway.auth import issue_client_token
+from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.service import service_with_runninghub
 
 STATIC_TOKEN = "cli-static-token"

@@ -17,8 +17,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.gateway.signing import webhook_url
-from aigcq.service.server import Service
+from aigcq.plumbing.signing import webhook_url
+from aigcq.serve.server import ServeProcess
 from tests.fakes.client import Client, generate
 from tests.fakes.gateway import SECRET, token
 from tests.fakes.servers import serve_app
@@ -54,7 +54,7 @@ async def serve(
         client_tokens=[STATIC],
         **overrides,
     )
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base:
         yield Server(int(base.rsplit(":", 1)[1]), redis)
 

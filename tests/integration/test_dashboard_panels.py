@@ -12,10 +12,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.dispatcher.service import MessageDispatcher, core_settings
+from aigcq.dispatcher.process import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.observability import metrics
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.fakes.asynch import OVERVIEW, fake_asynch
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
@@ -24,7 +24,7 @@ ADMIN = "panels-admin-token"
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 
 
-def service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, **extra: Any) -> Service:
+def service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, **extra: Any) -> ServeProcess:
     (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 1}}}')
     settings = Settings(
         redis_url=redis_url,
@@ -34,7 +34,7 @@ def service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, **extra: Any)
         overflow_price={"runninghub": 0.25},
         **extra,
     )
-    return Service(settings, PlatformConfig.load(tmp_path), redis)
+    return ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
 
 
 async def snapshot(base: str) -> dict[str, Any]:

@@ -24,8 +24,8 @@ from aigcq.domain import Task
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from aigcq.emulators.runninghub import create_app as runninghub_app
-from aigcq.gateway.auth import issue_client_token
-from aigcq.service.server import Service
+from aigcq.plumbing.auth import issue_client_token
+from aigcq.serve.server import ServeProcess
 from tests.fakes.agent import quick_bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.comfyui import GRAPH
@@ -38,7 +38,7 @@ BRIDGE_TOKEN = "fleet-bridge-token"
 
 @dataclass
 class Fleet:
-    service: Service
+    service: ServeProcess
     client: Client
     comfy: list[ComfyUIEmulator]
     bridges: list[Bridge]
@@ -89,7 +89,7 @@ async def fleet(
             bridge_failure_limit=failure_limit,
             sweep_interval_s=0.1,
         )
-        service = Service(settings, PlatformConfig.load(tmp_path), redis)
+        service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
         base = await stack.enter_async_context(serve_app(service.app))
         settings.callback_url = base
         await redis.set(service.rt.store.keys.workflow("wf-1"), json.dumps(GRAPH))
@@ -185,7 +185,7 @@ async def _stop_all(bridges: list[Bridge]) -> None:
         await bridge.stop()
 
 
-def _free(service: Service) -> int:
+def _free(service: ServeProcess) -> int:
     assert service.hub is not None
     return service.hub.free_slots()
 

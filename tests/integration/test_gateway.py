@@ -13,8 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.gateway.signing import webhook_url
-from aigcq.service.server import Service
+from aigcq.plumbing.signing import webhook_url
+from aigcq.serve.server import ServeProcess
 from tests.fakes.client import Client
 from tests.fakes.gateway import SECRET, token
 from tests.fakes.servers import serve_app, stream_until_answered
@@ -33,7 +33,7 @@ async def gateway(
         max_payload_bytes=4096,
         admin_token="admin",
     )
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base:
         yield int(base.rsplit(":", 1)[1]), redis
 
@@ -159,7 +159,7 @@ async def test_quota_admission_refuses_with_balance_error(
         admission="quota",
         admission_quota=1,
     )
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base:
         client = await Client(int(base.rsplit(":", 1)[1]), "b1", token()).connect()
         msg = {"type": "generate", "platform": "comfyui", "AIGC": "proj", "payload": {}}

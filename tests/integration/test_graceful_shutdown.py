@@ -1,4 +1,4 @@
-"""Graceful shutdown hands in-flight work back: an in-process Service is stopped while tasks
+"""Graceful shutdown hands in-flight work back: an in-process serve process is stopped while tasks
 are claimed but not yet handed to a target (a platform submit hanging, a TASK_ASSIGN not
 acknowledged); they are waiting again, their attempt uncharged, instead of waiting for a
 deadline — except a create that may be out, which is never sent again blindly."""
@@ -16,8 +16,8 @@ import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import TaskState
-from aigcq.service import shutdown
-from aigcq.service.server import Service
+from aigcq.serve import shutdown
+from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN
 from tests.fakes.client import generate
 from tests.fakes.servers import serve_app
@@ -45,7 +45,7 @@ class HangingPlatform:
         await send({"type": "http.response.body", "body": b""})
 
 
-def make_service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, rh: str) -> Service:
+def make_service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, rh: str) -> ServeProcess:
     (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 2}}}')
     settings = Settings(
         redis_url=redis_url,
@@ -55,7 +55,7 @@ def make_service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, rh: str)
         runninghub_url=rh,
         sweep_interval_s=0.2,
     )
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     service.shutdown_grace_s = 0.3
     return service
 

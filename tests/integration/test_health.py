@@ -18,7 +18,7 @@ from aigcq.bridges import assigner
 from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.health import HealthState
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN, Bridge, instances_with, task_end
 from tests.fakes.client import Client, generate
 from tests.fakes.comfyui import model_graph
@@ -43,7 +43,7 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
             health_interval_s=INTERVAL_S,
             bridge_quarantine_s=0.3,
         )
-        service = Service(settings, PlatformConfig.load(tmp_path), redis)
+        service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
         async with serve_app(service.app) as base:
             env = Env(int(base.rsplit(":", 1)[1]), redis, service)
             yield env
@@ -179,12 +179,12 @@ async def test_a_bridge_whose_tasks_keep_failing_is_out_of_rotation_until_a_prob
 @contextlib.asynccontextmanager
 async def second_process(
     env: Env, config_dir: Path
-) -> AsyncIterator[tuple[Service, Env, Bridge, Client]]:
+) -> AsyncIterator[tuple[ServeProcess, Env, Bridge, Client]]:
     """A second aigcq process on the same Redis (configured from ``config_dir``), and a
     bridge of one instance connected to the first; yields (service, its Env, bridge,
     client of the first)."""
     settings = env.service.rt.settings.model_copy(update={"config_dir": config_dir})
-    other = Service(settings, PlatformConfig.load(config_dir), env.redis)
+    other = ServeProcess(settings, PlatformConfig.load(config_dir), env.redis)
     async with serve_app(other.app) as other_base:
         elsewhere = Env(int(other_base.rsplit(":", 1)[1]), env.redis, other)
         bridge = await env.bridge()
@@ -299,7 +299,7 @@ async def test_a_task_no_bridge_here_can_run_waits_for_other_processes_then_over
     waited for the other process's bridges (ELSEWHERE_WAIT_S)."""
     monkeypatch.setattr(assigner, "ELSEWHERE_WAIT_S", 1.0, raising=False)
     settings = env.service.rt.settings.model_copy(update={"config_dir": tmp_path})
-    other = Service(settings, PlatformConfig.load(tmp_path), env.redis)
+    other = ServeProcess(settings, PlatformConfig.load(tmp_path), env.redis)
     async with serve_app(other.app) as other_base:
         there = await Bridge.connect(int(other_base.rsplit(":", 1)[1]))
         here = await env.bridge()

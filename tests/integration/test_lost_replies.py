@@ -12,7 +12,7 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.submission import GenerateRequest
 from aigcq.plumbing.redis_client import redis_client
-from aigcq.service.server import Service
+from aigcq.serve.server import ServeProcess
 from tests.fakes.fault_proxy import fault_proxy
 
 
@@ -25,7 +25,7 @@ async def test_a_submit_whose_reply_was_lost_keeps_the_quota_unit_of_its_task(
     )
     async with fault_proxy(redis_url) as proxy:
         client = redis_client(proxy.url + "?socket_timeout=0.5")
-        service = Service(settings, PlatformConfig.load(tmp_path), client)
+        service = ServeProcess(settings, PlatformConfig.load(tmp_path), client)
         try:
             first = GenerateRequest(taskId="first", platform="comfyui", payload={}, AIGC="proj")
             await service.gateway.submission.submit(first, "b1", deliver=True)  # script loaded

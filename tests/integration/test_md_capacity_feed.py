@@ -16,9 +16,10 @@ import websockets
 
 import tests.fakes.message_dispatcher as mds
 from aigcq.dispatcher.auth import DispatcherAuth
-from aigcq.dispatcher.capacity import FEED_PATH, FeedConfig
-from aigcq.dispatcher.client import MessageDispatcherTarget
-from aigcq.service.server import Service
+from aigcq.dispatcher.capacity import FeedConfig
+from aigcq.mdclient.feed_messages import FEED_PATH
+from aigcq.mdclient.target import MessageDispatcherTarget
+from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import Bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.waiting import wait_until
@@ -130,8 +131,8 @@ async def test_feed_messages_and_their_structure(md: mds.Md) -> None:
     await feed.ws.close()
 
 
-def _target(service: Service) -> MessageDispatcherTarget:
-    target = service.dispatcher.internal
+def _target(service: ServeProcess) -> MessageDispatcherTarget:
+    target = service.internal
     assert isinstance(target, MessageDispatcherTarget)
     return target
 

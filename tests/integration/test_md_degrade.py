@@ -11,9 +11,9 @@ import pytest
 import redis.asyncio as aioredis
 
 import tests.fakes.message_dispatcher as mds
-from aigcq.dispatcher.client import MessageDispatcherTarget
 from aigcq.dispatcher.degrade import HANDED_BACK
 from aigcq.domain import TaskState
+from aigcq.mdclient.target import MessageDispatcherTarget
 from tests.fakes.bridge import Bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.waiting import until, wait_until
@@ -24,7 +24,7 @@ fast_feed = mds.fast_feed
 
 
 def _target(service: Any) -> MessageDispatcherTarget:
-    target = service.dispatcher.internal
+    target = service.internal
     assert isinstance(target, MessageDispatcherTarget)
     return target
 

@@ -19,12 +19,12 @@ import redis.asyncio as aioredis
 
 import tests.fakes.message_dispatcher as mds
 from aigcq.config import PlatformConfig, Settings
-from aigcq.dispatcher.client import MessageDispatcherTarget, internal_target
-from aigcq.dispatcher.service import MessageDispatcher, core_settings
+from aigcq.dispatcher.process import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.domain import TaskState
 from aigcq.health import HealthState
-from aigcq.service.server import Service
+from aigcq.mdclient.target import MessageDispatcherTarget, internal_target
+from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
 from tests.fakes.client import generate
 from tests.fakes.servers import serve_app
@@ -54,7 +54,7 @@ def black_hole() -> Iterator[str]:
 @contextlib.asynccontextmanager
 async def target_for(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str, md_url: str
-) -> AsyncIterator[tuple[Service, MessageDispatcherTarget]]:
+) -> AsyncIterator[tuple[ServeProcess, MessageDispatcherTarget]]:
     """``aigcq serve``'s message-dispatcher target, not started: the test drives it."""
     model = {"proj": {"comfyui": {"apikey": "rh-key", "concurrency": 1}}}
     (tmp_path / "model.json").write_text(orjson.dumps(model).decode())
@@ -67,8 +67,8 @@ async def target_for(
     )
     build = internal_target(settings)
     assert build is not None
-    service = Service(settings, PlatformConfig.load(tmp_path), redis, internal=build)
-    target = service.dispatcher.internal
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis, internal=build)
+    target = service.internal
     assert isinstance(target, MessageDispatcherTarget)
     try:
         yield service, target
@@ -88,7 +88,7 @@ async def test_priority_false_puts_runninghub_first(
     async with mds.serve_split_with_runninghub(
         tmp_path, redis, redis_url, md.base, duration_s=5.0
     ) as (service, client):
-        target = service.dispatcher.internal
+        target = service.internal
         assert isinstance(target, MessageDispatcherTarget) and target.preferred is False
         await wait_until(lambda: target.free_slots() == 2)
         await client.request(generate("p-1"))
@@ -155,8 +155,8 @@ async def test_retry_count_resends_a_failed_submit_then_degrades_and_requeues(
         await store.submit("r-1", aigc="proj", platform="comfyui", backend_id="b1", payload={})
         claimed = await store.claim("proj", "comfyui", target.name, cap=-1, n=1, deadline_s=30.0)
         assert [c.task_id for c in claimed] == ["r-1"]
-        with caplog.at_level(logging.INFO, logger="aigcq.dispatcher.client"):
-            await target.assign("proj", "comfyui", claimed)
+        with caplog.at_level(logging.INFO, logger="aigcq.mdclient.target"):
+            await target.hand_over("proj", "comfyui", claimed)
         resends = [r for r in caplog.records if "), retry " in r.getMessage()]
         assert len(resends) == retries
         assert target.health.state is HealthState.DEGRADED and target.free_slots() == 0
@@ -187,7 +187,7 @@ async def test_feed_lost_checks_at_once_and_a_gone_dispatcher_degrades(
         bridge = await Bridge.connect(int(md_url.rsplit(":", 1)[1]))
         await bridge.register(count=1)
         async with mds.serve_split(tmp_path, redis, redis_url, md_url) as (service, _):
-            target = service.dispatcher.internal
+            target = service.internal
             assert isinstance(target, MessageDispatcherTarget)
             await wait_until(lambda: target.free_slots() == 1)
             await wait_until(lambda: target.feed.connected)

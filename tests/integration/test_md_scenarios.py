@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 import tests.fakes.message_dispatcher as mds
-from aigcq.dispatcher.client import MessageDispatcherTarget
+from aigcq.mdclient.target import MessageDispatcherTarget
 from tests.fakes.bridge import Bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.waiting import until, wait_until
@@ -48,7 +48,7 @@ async def test_scenario_1_internal_capacity_drops(
     await staying.register("stay", count=2)
     await leaving.register("leave", count=2)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
-        await wait_until(lambda: _free(service.dispatcher.internal) == 4)
+        await wait_until(lambda: _free(service.internal) == 4)
         for i in range(4):
             await client.request(generate(f"s1-{i}"))
         started = await mds.next_assigns(staying, 2)
@@ -59,7 +59,7 @@ async def test_scenario_1_internal_capacity_drops(
         assert await until(lambda: mds.cache_pending(md), lambda n: n == 2) == 2
         health = (await md.http.get("/api/health")).json()["data"]
         assert health["bridges"] == 1 and health["freeSlots"] == 0
-        await wait_until(lambda: _free(service.dispatcher.internal) == 0)
+        await wait_until(lambda: _free(service.internal) == 0)
         for assign in started:
             await mds.md_task_end(md, assign["webhookUrl"])
         finished = {(await client.next(timeout=10))["taskId"] for _ in started}
@@ -77,7 +77,7 @@ async def test_scenario_2_more_tasks_sent_than_instances_left(
     bridge = await Bridge.connect(md.port)
     await bridge.register(count=4)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
-        await wait_until(lambda: _free(service.dispatcher.internal) == 4)
+        await wait_until(lambda: _free(service.internal) == 4)
         for i in range(4):
             await client.request(generate(f"s2-{i}"))
         assigns = await mds.next_assigns(bridge, 4)

@@ -15,10 +15,10 @@ import redis.asyncio as aioredis
 
 from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.domain import Task
-from aigcq.gateway.auth import issue_client_token
 from aigcq.platforms.base import Accepted, NotFound, Pending, Rejected, Succeeded
 from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.runninghub import RunningHubAdapter
+from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.bridge import Bridge
 from tests.fakes.client import generate
 from tests.fakes.message_dispatcher import (

@@ -13,8 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.gateway.auth import issue_client_token
-from aigcq.service.server import Service
+from aigcq.plumbing.auth import issue_client_token
+from aigcq.serve.server import ServeProcess
 from tests.fakes.servers import serve_app
 
 SECRET = "openapi-secret-with-at-least-32-bytes"
@@ -29,7 +29,7 @@ async def http(
         redis_url=redis_url, token_secret=SECRET, config_dir=tmp_path, admin_token="adm",
         max_payload_bytes=1000,
     )  # fmt: skip
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base, httpx.AsyncClient(base_url=base) as client:
         yield client
 

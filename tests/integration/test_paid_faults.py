@@ -60,7 +60,7 @@ async def test_a_process_dying_while_its_create_is_out_never_pays_twice(
         await env.client.request(generate("k1"))
         await created(env, "k1")
         # "SIGKILL": the hand-off dies with the create out; nothing more is written for it.
-        for handoff in list(env.service.dispatcher._inflight):
+        for handoff in list(env.service.dispatch._inflight):
             handoff.cancel()
         await expire_now(env, "k1")  # the dispatch deadline passes
         await succeeded_once(env, "k1")
@@ -309,7 +309,7 @@ async def test_the_sweeper_reaches_past_200_unanswerable_paid_tasks(
         tmp_path, redis, redis_url, runninghub_url="http://127.0.0.1:9", sweep_interval_s=3600
     ) as env:
         store = env.service.rt.store
-        env.service.dispatcher.stopped = True  # this test claims by hand
+        env.service.dispatch.stopped = True  # this test claims by hand
         for i in range(202):
             await store.submit(
                 f"e{i}", aigc="proj", platform="comfyui", backend_id="b1", payload={}
@@ -333,7 +333,7 @@ async def test_a_webhook_faster_than_the_create_reply_leaves_nothing_to_cancel(
         await env.client.request(generate("h1"))
         await env.client.collect(1, timeout=10)
         assert env.client.results["h1"][0]["status"] == "success"
-        dispatcher = env.service.dispatcher  # the create's reply arrives after the result
+        dispatcher = env.service.dispatch  # the create's reply arrives after the result
 
         async def handed_off() -> bool:
             return not dispatcher._inflight

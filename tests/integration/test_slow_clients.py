@@ -25,9 +25,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.gateway.auth import issue_client_token
-from aigcq.gateway.signing import webhook_url
-from aigcq.service.server import Service
+from aigcq.plumbing.auth import issue_client_token
+from aigcq.plumbing.signing import webhook_url
+from aigcq.serve.server import ServeProcess
 from tests.fakes.client import Client
 from tests.fakes.servers import serve_app
 
@@ -42,7 +42,7 @@ async def two_processes(
 ) -> AsyncIterator[tuple[str, str]]:
     (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
 
-    def service() -> Service:
+    def service() -> ServeProcess:
         settings = Settings(
             redis_url=redis_url,
             token_secret=SECRET,
@@ -50,7 +50,7 @@ async def two_processes(
             client_send_timeout_s=0.5,
             sweep_interval_s=60.0,  # no delivery sweep to hide a stalled event bus
         )
-        return Service(settings, PlatformConfig.load(tmp_path), redis)
+        return ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
 
     async with serve_app(service().app) as one, serve_app(service().app) as two:
         yield one, two

@@ -12,8 +12,8 @@ import websockets
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.redis import EmbeddedRedis
-from aigcq.gateway.auth import issue_client_token
-from aigcq.service.server import Service
+from aigcq.plumbing.auth import issue_client_token
+from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
@@ -32,7 +32,7 @@ async def test_bridges_and_clients_ride_out_a_redis_outage(
         bridge_token=BRIDGE_TOKEN,
     )
     redis = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
-    service = Service(settings, PlatformConfig.load(tmp_path), redis)
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     client_token = issue_client_token(SECRET, "b1")
     hub = service.hub
     assert hub is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis.asyncio as aioredis
 
 from aigcq.domain import TaskState
@@ -105,8 +106,8 @@ async def test_requeue_with_stale_attempt_is_refused(redis: aioredis.Redis) -> N
     store = make_store(redis)
     await submit(store, "a")
     [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
-    assert not await store.requeue("a", attempt=c.attempt + 1)
-    assert await store.requeue("a", attempt=c.attempt, uncharge=True)
+    assert not await store.requeue_for_retry("a", c.attempt + 1, "stale")
+    assert await store.requeue_unrun("a", c.attempt, "ran nothing")
     task = await store.get("a")
     # the attempt number stays (the next dispatch is attempt 2), the charge is given back
     assert task is not None and task.state is TaskState.PENDING
@@ -123,7 +124,7 @@ async def test_every_requeue_starts_a_new_attempt_without_charging_it(
     store = make_store(redis)
     await submit(store, "a")
     [first] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
-    assert await store.requeue("a", attempt=first.attempt, uncharge=True)
+    assert await store.requeue_unrun("a", first.attempt, "ran nothing")
     [second] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
     assert (first.attempt, second.attempt) == (1, 2)
     assert (first.charged, second.charged) == (1, 1)
@@ -138,7 +139,7 @@ async def test_free_requeues_are_bounded(redis: aioredis.Redis) -> None:
     for _ in range(4):
         [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
         charged.append(c.charged)
-        assert await store.requeue("a", attempt=c.attempt, uncharge=True)
+        assert await store.requeue_unrun("a", c.attempt, "ran nothing")
     assert charged == [1, 1, 1, 2]
 
 
@@ -148,7 +149,7 @@ async def test_a_timeline_is_bounded_and_keeps_its_first_entry(redis: aioredis.R
     await submit(store, "a")
     for _ in range(80):
         [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
-        await store.requeue("a", attempt=c.attempt, uncharge=True)
+        await store.requeue_unrun("a", c.attempt, "ran nothing")
     timeline = await store.timeline("a")
     assert len(timeline) == 100
     assert timeline[0]["note"] == "submitted" and timeline[-1]["attempt"] == 80
@@ -158,8 +159,8 @@ async def test_delayed_requeue_is_promoted_to_the_head(redis: aioredis.Redis) ->
     store = make_store(redis)
     await submit(store, "a")
     await submit(store, "b")
-    await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
-    await store.requeue("a", delay_s=0.05, uncharge=True)
+    [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
+    await store.requeue_unrun("a", c.attempt, "busy", delay_s=0.05)
     assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["b"]
     await asyncio.sleep(0.1)  # time: past the 0.05 s delay
     assert await store.promote_delayed() == 1
@@ -192,8 +193,84 @@ async def test_a_retry_while_a_create_may_be_out_keeps_it_in_the_cap(
     (c,) = await store.claim("p", "comfyui", "runninghub", cap=1, n=1, deadline_s=60)
     assert await store.begin_create("u1", c.attempt, "c1", deadline_s=60)
     await store.mark_running("u1", c.attempt, "", deadline_s=60, kind="callback")
-    assert await store.requeue("u1", attempt=c.attempt, reason="deadline passed")
+    assert await store.requeue_for_retry("u1", c.attempt, "deadline passed")
     assert await redis.zrange("t:orphans:p:runninghub", 0, -1) == ["create:c1"]
     orphan = await store.orphans_of("create:c1")
     assert orphan is not None and orphan.awaiting_create and orphan.attempt == c.attempt
     assert await store.claim("p", "comfyui", "runninghub", cap=1, n=1, deadline_s=60) == []
+
+
+async def test_a_script_argument_missing_or_unknown_is_refused_before_redis(
+    redis: aioredis.Redis,
+) -> None:
+    store = make_store(redis)
+    with pytest.raises(TypeError, match=r"script promote: missing \['limit'\]"):
+        await store._run("promote", now=1.0)
+    with pytest.raises(TypeError, match=r"unknown \['front'\]"):
+        await store._run("promote", now=1.0, limit=1, front=True)
+
+
+async def test_an_acknowledgement_records_its_bridge_in_the_same_step(
+    redis: aioredis.Redis,
+) -> None:
+    """``mark_running(holder=...)``: the bridge's tasks hash and the task's bridgeof key
+    are written by the script that marks the task running (one round trip)."""
+    store = make_store(redis)
+    await submit(store, "a")
+    await submit(store, "b")
+    a, b = await store.claim("p", "comfyui", "bridge", cap=-1, n=2, deadline_s=60)
+    assert await store.mark_running(
+        "a", a.attempt, "a", deadline_s=60, kind="callback", holder="br1", holder_ttl_s=120
+    )
+    assert await redis.hgetall("t:bridge:br1:tasks") == {"a": str(a.attempt)}
+    assert await redis.get("t:bridgeof:a") == "br1"
+    assert 0 < await redis.ttl("t:bridge:br1:tasks") <= 120
+    assert 0 < await redis.ttl("t:bridgeof:a") <= 120
+    # a task that moved on is not recorded as held
+    assert await store.requeue_unrun("b", b.attempt, "test")
+    assert not await store.mark_running(
+        "b", b.attempt, "b", deadline_s=60, kind="callback", holder="br1", holder_ttl_s=120
+    )
+    assert await redis.hgetall("t:bridge:br1:tasks") == {"a": str(a.attempt)}
+    assert await redis.get("t:bridgeof:b") is None
+    # without a holder nothing is recorded
+    await submit(store, "c")
+    claimed = await store.claim("p", "comfyui", "bridge", cap=-1, n=2, deadline_s=60)
+    assert [x.task_id for x in claimed] == ["b", "c"]  # b went back to the head
+    assert await store.mark_running("c", claimed[1].attempt, "c", deadline_s=60, kind="callback")
+    assert await redis.get("t:bridgeof:c") is None
+
+
+async def test_an_unsent_task_goes_back_only_while_nothing_may_be_out(
+    redis: aioredis.Redis,
+) -> None:
+    store = make_store(redis)
+    await submit(store, "a")
+    [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
+    assert await store.begin_create("a", c.attempt, "c1", deadline_s=60)
+    assert not await store.requeue_unsent("a", c.attempt, "stopped")  # a create may be out
+    await submit(store, "b")
+    [c] = await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60)
+    assert await store.mark_running("b", c.attempt, "b", deadline_s=60, kind="callback")
+    assert not await store.requeue_unsent("b", c.attempt, "stopped")  # running: it was sent
+    await submit(store, "d")
+    [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
+    assert await store.requeue_unsent("d", c.attempt, "stopped")
+    task = await store.get("d")
+    assert task is not None and (task.state, task.charged) == (TaskState.PENDING, 0)
+
+
+async def test_a_hand_back_names_the_remote_task_it_gives_back(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    await submit(store, "a")
+    [c] = await store.claim("p", "comfyui", "md", cap=-1, n=1, deadline_s=60)
+    assert await store.mark_running("a", c.attempt, "r1", deadline_s=60, kind="callback")
+    assert not await store.requeue_handed_back("a", c.attempt, "r2", "handed back")
+    assert await store.requeue_handed_back("a", c.attempt, "r1", "handed back")
+    task = await store.get("a")
+    assert task is not None and (task.state, task.charged, task.remote_id) == (
+        TaskState.PENDING,
+        1,
+        "",
+    )
+    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["a"]

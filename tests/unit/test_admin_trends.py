@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aigcq.gateway.admin_trends import percentile
+from aigcq.serve.admin_trends import percentile
 
 
 def test_nearest_rank() -> None:

@@ -7,7 +7,7 @@ import orjson
 from aigcq.bridges.registry import Assignment, BridgeConn
 from aigcq.bridges.slots import SlotLedger
 from aigcq.dispatcher.capacity import Instance, InstanceBook, instance_events
-from aigcq.dispatcher.feed_client import feed_url
+from aigcq.mdclient.feed import feed_url
 
 
 async def _nothing(_text: str) -> None:

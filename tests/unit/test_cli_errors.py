@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from aigcq.cli.app import app
 from aigcq.cli.client import server_url, token_subject
-from aigcq.gateway.auth import issue_client_token
+from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.cli import one_error_line
 from tests.fakes.servers import closed_port as refusing_port
 

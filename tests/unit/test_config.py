@@ -78,7 +78,7 @@ def test_one_env_serves_the_server_and_a_bridge_without_a_port_clash(
 def test_serve_says_at_start_who_its_missing_secrets_turn_away(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from aigcq.service.launch import warn_missing_secrets
+    from aigcq.serve.launch import warn_missing_secrets
 
     caplog.set_level("WARNING", logger="aigcq")
     warn_missing_secrets(Settings(_env_file=None), bridges=True)  # type: ignore[call-arg]

@@ -85,7 +85,7 @@ def test_grafana_dashboard_uses_exported_metrics() -> None:
     dashboard = json.loads((DEPLOY / "grafana" / "aigcq.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert len(exprs) > 20
-    modules = ("observability/metrics.py", "service/metrics.py", "asynch/metrics.py")
+    modules = ("observability/metrics.py", "serve/metrics.py", "asynch/metrics.py")
     sources = "".join((SRC / m).read_text() for m in modules)
     for name in {n for e in exprs for n in re.findall(r"aigcq_\w+", e)}:
         base = re.sub(r"_(bucket|count|sum)$", "", name)

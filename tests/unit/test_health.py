@@ -5,9 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aigcq.bridges.health_monitor import check_bridges
 from aigcq.bridges.registry import BridgeConn
 from aigcq.bridges.slots import SlotLedger
-from aigcq.health import Health, HealthState, check_bridges
+from aigcq.health import Health, HealthState
 from aigcq.scheduler.routing import overflow_ready
 
 FAIL, PASS = "no bridge connected", ""

@@ -1,4 +1,5 @@
-"""The package's import graph has no circles: lower layers never import what assembles them.
+"""The package's import graph has no circles, and its packages keep their layers: a lower
+layer never imports what assembles it.
 
 Every import counts, including those under ``TYPE_CHECKING`` and inside functions: a circle
 hidden behind a lazy import is still a circle for the reader.
@@ -115,4 +116,50 @@ def test_the_package_has_no_import_circle() -> None:
 def test_no_loose_modules_but_the_core() -> None:
     """Beside the packages, only what a reader looks for first lies at the top."""
     loose = {p.stem for p in PACKAGE_DIR.glob("*.py")}
-    assert loose == {"__init__", "__main__", "config", "domain", "health"}
+    assert loose == {"__init__", "__main__", "config", "domain", "health", "runtime"}
+
+
+#: the package's layers, bottom first: a module imports its own layer's and lower ones'
+#: (docs/architecture.md draws them)
+LAYERS: list[set[str]] = [
+    {"domain", "config", "plumbing", "observability"},
+    {"queue", "platforms", "delivery", "storage", "embedded", "health", "client", "emulators"},
+    {"runtime"},
+    {"scheduler"},
+    {"bridges", "mdclient"},
+    {"gateway"},
+    {"serve", "agent", "web"},
+    {"dispatcher", "asynch"},
+    {"cli", "__main__"},
+]
+
+
+def layer_of(module: str) -> int:
+    """A package's layer; an entry point (``python -m aigcq.x``) is the CLI's."""
+    top = module.split(".")[1] if module.count(".") else ""
+    if module.endswith(".__main__"):
+        top = "cli"
+    found = [i for i, layer in enumerate(LAYERS) if top in layer]
+    assert found, f"{module}: its package is in no layer of LAYERS"
+    return found[0]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module from a higher layer than the importer's."""
+    return sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        if name != "aigcq"
+        for target in targets
+        if layer_of(target) > layer_of(name)
+    )
+
+
+def test_upward_imports_are_found() -> None:
+    graph = {"aigcq.queue.store": {"aigcq.scheduler.lifecycle"}, "aigcq.cli.app": {"aigcq.domain"}}
+    assert upward_imports(graph) == ["aigcq.queue.store -> aigcq.scheduler.lifecycle"]
+
+
+def test_no_package_imports_a_higher_layer() -> None:
+    """Nothing below ``serve/`` or the CLI imports them; the runtime context sits low."""
+    assert upward_imports(import_graph()) == []

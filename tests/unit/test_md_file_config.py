@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
 import pytest
 
 from aigcq.config import ConfigError, Settings
-from aigcq.dispatcher.file_config import apply_md_file, load_md_file
-from aigcq.dispatcher.settings import MdClientSettings
 from aigcq.health import Health, HealthState
+from aigcq.mdclient.file_config import apply_md_file, load_md_file
+from aigcq.mdclient.settings import MdClientSettings
+from aigcq.mdclient.target import internal_target
 from aigcq.platforms.md_auth import JwtManager
 
 SEED = {
@@ -104,3 +106,15 @@ def test_failure_threshold_counts_checks_but_a_submit_failure_degrades_at_once()
     assert health.observe("") is HealthState.HEALTHY
     assert health.observe("submit failed", immediate=True) is HealthState.DEGRADED
     assert health.degrades == 2 and health.recovers == 1
+
+
+def test_a_dispatcher_url_without_its_password_is_said_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    for name in ("MD_PASSWORD", "AIGCQ_MD_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env here
+    settings = Settings(config_dir=tmp_path, message_dispatcher_url="http://md:8080")
+    with caplog.at_level(logging.ERROR, logger="aigcq.mdclient.target"):
+        assert internal_target(settings) is not None
+    assert "MD_PASSWORD is unset" in caplog.text and "no internal capacity" in caplog.text

@@ -16,6 +16,7 @@ from aigcq.platforms.base import (
     Pending,
     Rejected,
     Succeeded,
+    Uncertain,
     Unknown,
     registered,
 )
@@ -103,8 +104,8 @@ def test_parse_submit_other_codes_are_permanent(coze: CozeAdapter, code: Any) ->
 @pytest.mark.parametrize(
     ("status", "body", "expected"),
     [
-        (502, "<html/>", Rejected),
-        (503, {}, Rejected),
+        (502, "<html/>", Uncertain),  # a gateway's page: the create may have gone through
+        (503, {}, Uncertain),
         (429, None, Full),
         (200, {"code": 0, "msg": "ok"}, Rejected),  # success without execute_id
     ],
@@ -115,10 +116,9 @@ def test_parse_submit_odd_answers(
     assert isinstance(coze.parse_submit(status, body), expected)
 
 
-def test_parse_submit_5xx_without_code_is_retryable(coze: CozeAdapter) -> None:
-    outcome = coze.parse_submit(503, {})
-    assert isinstance(outcome, Rejected)
-    assert outcome.retryable
+def test_parse_submit_5xx_without_code_is_uncertain_never_sent_again(coze: CozeAdapter) -> None:
+    """Only Coze's own code refuses for sure: a bare 503 may have run the workflow."""
+    assert coze.parse_submit(503, {}) == Uncertain("no readable reply (HTTP 503)")
 
 
 def test_parse_query_running_is_pending(coze: CozeAdapter) -> None:

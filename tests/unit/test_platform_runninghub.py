@@ -16,6 +16,7 @@ from aigcq.platforms.base import (
     Pending,
     Rejected,
     Succeeded,
+    Uncertain,
     Unknown,
     registered,
 )
@@ -115,21 +116,22 @@ def test_parse_submit_other_codes_are_permanent(rh: RunningHubAdapter, code: Any
 
 
 @pytest.mark.parametrize(
-    ("status", "body", "retryable"),
+    ("status", "body"),
     [
-        (502, "<html>bad gateway</html>", True),
-        (500, None, True),
-        (200, {"msg": "no code"}, True),
-        (404, {}, False),
-        (408, None, True),
+        (502, "<html>bad gateway</html>"),  # a gateway's page on a create that went through
+        (504, "<html>gateway time-out</html>"),
+        (500, None),
+        (200, {"msg": "no code"}),
+        (404, {}),
+        (408, None),
     ],
 )
-def test_parse_submit_without_a_code_judges_the_http_status(
-    rh: RunningHubAdapter, status: int, body: Any, retryable: bool
+def test_parse_submit_without_runninghubs_code_is_uncertain(
+    rh: RunningHubAdapter, status: int, body: Any
 ) -> None:
-    outcome = rh.parse_submit(status, body)
-    assert isinstance(outcome, Rejected)
-    assert (outcome.code, outcome.retryable) == (f"RH_HTTP_{status}", retryable)
+    """Only RunningHub's own JSON code is a definite refusal: anything else on a create
+    may have been billed, so it is never sent again blindly."""
+    assert rh.parse_submit(status, body) == Uncertain(f"no readable reply (HTTP {status})")
 
 
 def test_parse_submit_http_429_is_full(rh: RunningHubAdapter) -> None:

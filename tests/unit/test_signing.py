@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aigcq.gateway.signing import signature, verify, webhook_url
+from aigcq.plumbing.signing import signature, verify, webhook_url
 
 KEY = b"k" * 32
 

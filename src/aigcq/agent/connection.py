@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from aigcq.bridges.protocol import (
     parse_bridge_message,
 )
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import Spawner, cancel_and_wait
+from aigcq.plumbing.background import Spawner, backoff_delay, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +54,6 @@ def with_token(url: str, token: str) -> str:
 def redact(url: str) -> str:
     """``url`` without its query string (which may hold the token), for logs."""
     return urlunsplit(urlsplit(url)._replace(query=""))
-
-
-def backoff_delay(attempt: int, cap: float) -> float:
-    """Seconds before reconnect ``attempt`` (0-based): 1, 2, 4, … capped, times 0.5–1."""
-    return min(cap, 2.0 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
 
 
 @dataclass(eq=False)

@@ -16,12 +16,12 @@ from aigcq.asynch.http import error_response, reply, service, validation_error
 from aigcq.asynch.metrics import asynch_state
 from aigcq.asynch.openapi import document
 from aigcq.asynch.overview import overview_router
-from aigcq.asynch.service import AsynchService
+from aigcq.asynch.process import AsynchProcess
 from aigcq.observability.metrics import endpoint
 from aigcq.storage import StorageError
 
 
-def create_app(svc: AsynchService | None = None, admin_token: str = "") -> FastAPI:
+def create_app(svc: AsynchProcess | None = None, admin_token: str = "") -> FastAPI:
     """The HTTP API over an opened service; the caller owns the service's lifetime and may
     attach it later (``app.state.asynch = svc``), e.g. once the app's own URL is known.
     ``admin_token`` guards the dashboard's read-only ``/admin/overview``."""

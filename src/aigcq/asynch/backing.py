@@ -8,7 +8,7 @@ from pathlib import Path
 
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
-from aigcq.service.launch import start_private
+from aigcq.serve.launch import start_private
 
 
 @contextlib.contextmanager

@@ -12,14 +12,14 @@ from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
 from aigcq.asynch.errors import AsynchError, Code, ok
-from aigcq.asynch.service import AsynchService
-from aigcq.gateway.auth import bearer
+from aigcq.asynch.process import AsynchProcess
+from aigcq.plumbing.auth import bearer
 
 _B = TypeVar("_B", bound=BaseModel)
 
 
-def service(request: Request) -> AsynchService:
-    svc: AsynchService = request.app.state.asynch
+def service(request: Request) -> AsynchProcess:
+    svc: AsynchProcess = request.app.state.asynch
     return svc
 
 

@@ -6,7 +6,7 @@ by ``AIGCQ_ADMIN_TOKEN`` as a Bearer token; without a configured admin token the
 refused (403), as there is nothing to check a caller against.
 
 ``aigcq serve`` with ``AIGCQ_ASYNCH_URL`` reads it once per dashboard snapshot (see
-:mod:`aigcq.gateway.admin_panels`).
+:mod:`aigcq.serve.admin_panels`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from aigcq.asynch.process import AsynchProcess
 from aigcq.asynch.runtime import (
     gate_key,
     runtime_max_concurrency_key,
     runtime_queue_limit_key,
     semaphore_key,
 )
-from aigcq.asynch.service import AsynchService
-from aigcq.gateway.auth import bearer
+from aigcq.plumbing.auth import bearer
 
 RECENT = 15
 MAX_MODELS = 200
@@ -47,7 +47,7 @@ def overview_router(admin_token: str) -> APIRouter:
             return JSONResponse(
                 {"code": "UNAUTHORIZED", "message": "admin token required", "data": None}, 401
             )
-        svc: AsynchService | None = request.app.state.asynch
+        svc: AsynchProcess | None = request.app.state.asynch
         if svc is None:
             return JSONResponse({"code": "UNAVAILABLE", "message": "starting", "data": None}, 503)
         return JSONResponse(await overview(svc))
@@ -55,7 +55,7 @@ def overview_router(admin_token: str) -> APIRouter:
     return router
 
 
-async def overview(svc: AsynchService) -> dict[str, Any]:
+async def overview(svc: AsynchProcess) -> dict[str, Any]:
     models = await svc.models.list_models(None, 0, MAX_MODELS)
     names = [str(m["model_name"]) for m in models]
     now = time.time()

@@ -75,29 +75,57 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
 
 def schema_problem(value: Any, schema: Any, where: str = "$") -> str | None:
     """Check ``value`` against the JSON Schema keywords ``type``, ``enum``, ``required``,
-    ``properties``, ``additionalProperties: false`` and ``items``; others are ignored."""
+    ``properties``, ``additionalProperties: false`` and ``items``; others are ignored.
+
+    The first problem found is returned, in that order of keywords."""
     if not isinstance(schema, dict):
         return None
+    return (
+        _type_problem(value, schema, where)
+        or _enum_problem(value, schema, where)
+        or _object_problem(value, schema, where)
+        or _array_problem(value, schema, where)
+    )
+
+
+def _type_problem(value: Any, schema: dict[str, Any], where: str) -> str | None:
     types = schema.get("type")
-    if types is not None:
-        names = types if isinstance(types, list) else [types]
-        if not any(_TYPES.get(t, lambda v: True)(value) for t in names if isinstance(t, str)):
-            return f"{where} is not of type {types}"
+    if types is None:
+        return None
+    names = types if isinstance(types, list) else [types]
+    if any(_TYPES.get(t, lambda v: True)(value) for t in names if isinstance(t, str)):
+        return None
+    return f"{where} is not of type {types}"
+
+
+def _enum_problem(value: Any, schema: dict[str, Any], where: str) -> str | None:
     if "enum" in schema and isinstance(schema["enum"], list) and value not in schema["enum"]:
         return f"{where} is not one of {schema['enum']}"
-    if isinstance(value, dict):
-        for name in schema.get("required") or []:
-            if name not in value:
-                return f"{where}.{name} is required"
-        properties = schema.get("properties") or {}
-        for name, item in value.items():
-            if name in properties:
-                if problem := schema_problem(item, properties[name], f"{where}.{name}"):
-                    return problem
-            elif schema.get("additionalProperties") is False:
-                return f"{where}.{name} is not allowed"
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            if problem := schema_problem(item, schema["items"], f"{where}[{i}]"):
+    return None
+
+
+def _object_problem(value: Any, schema: dict[str, Any], where: str) -> str | None:
+    """``required``, ``properties`` and ``additionalProperties: false`` of an object."""
+    if not isinstance(value, dict):
+        return None
+    for name in schema.get("required") or []:
+        if name not in value:
+            return f"{where}.{name} is required"
+    properties = schema.get("properties") or {}
+    for name, item in value.items():
+        if name in properties:
+            if problem := schema_problem(item, properties[name], f"{where}.{name}"):
                 return problem
+        elif schema.get("additionalProperties") is False:
+            return f"{where}.{name} is not allowed"
+    return None
+
+
+def _array_problem(value: Any, schema: dict[str, Any], where: str) -> str | None:
+    """``items`` of an array."""
+    if not isinstance(value, list) or not isinstance(schema.get("items"), dict):
+        return None
+    for i, item in enumerate(value):
+        if problem := schema_problem(item, schema["items"], f"{where}[{i}]"):
+            return problem
     return None

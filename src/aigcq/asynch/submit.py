@@ -8,15 +8,15 @@ import uuid
 from aigcq.asynch.admission import Admitted
 from aigcq.asynch.errors import AsynchError, Code
 from aigcq.asynch.identity import Identity
+from aigcq.asynch.process import AsynchProcess
 from aigcq.asynch.schemas import TaskCreate
-from aigcq.asynch.service import AsynchService
 from aigcq.asynch.tasks_repo import ClaimedTask, lease_id
 from aigcq.observability.jsonlog import ctx
 
 log = logging.getLogger(__name__)
 
 
-async def create_task(svc: AsynchService, body: TaskCreate, who: Identity) -> str:
+async def create_task(svc: AsynchProcess, body: TaskCreate, who: Identity) -> str:
     """Create a task and return its id; on any refusal nothing is left behind."""
     model = await svc.models.config(body.model_name)
     if not model.enabled:

@@ -32,32 +32,26 @@ from aigcq.bridges.protocol import (
 )
 from aigcq.bridges.registry import Assignment, BridgeConn, BridgeRegistry
 from aigcq.bridges.session import HubConfig, Session
-from aigcq.domain import ErrorCode, TaskState
+from aigcq.domain import ErrorCode
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner
-from aigcq.plumbing.events import progress_event, running_message
 from aigcq.queue.store import Claimed
-from aigcq.scheduler.outcomes import Outcomes
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
+from aigcq.scheduler.targets import HandBack, Unrunnable
 
 log = logging.getLogger(__name__)
 
-#: (AIGC, platform, task, reason) -> False when no external platform serves the queue
-Overflow = Callable[[str, str, Claimed, str], Awaitable[bool]]
 #: how long a task that only busy instances can run waits before it is claimed again
 BUSY_WAIT_S = 0.5
 #: how long a task no bridge here can run waits for bridges of other processes to take it
 ELSEWHERE_WAIT_S = 5.0
 
 
-async def _no_overflow(aigc: str, platform: str, c: Claimed, reason: str) -> bool:
-    return False
-
-
 @dataclass(eq=False)
 class Assigner:
     rt: Runtime
-    outcomes: Outcomes
+    lifecycle: Lifecycle
     registry: BridgeRegistry
     ends: TaskEnds
     _: KW_ONLY
@@ -66,66 +60,51 @@ class Assigner:
     wake: Callable[[], None]
     lost: Callable[[BridgeConn, str], Awaitable[None]]
     bridges_elsewhere: Callable[[], int] = lambda: 0
-    #: hands a claimed task to its queue's external platform (the dispatcher's)
-    overflow: Overflow = _no_overflow
     needs: WorkflowNeeds = field(init=False)
     _spawn: Spawner = field(init=False, default_factory=Spawner)
 
     def __post_init__(self) -> None:
         self.needs = WorkflowNeeds(self.rt)
 
-    async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
+    async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
         """Each task to the least-loaded bridge with a free slot on an instance that can run
-        it (see :meth:`BridgeRegistry.pick`), else to the external platform or back to
-        waiting (see :meth:`_unplaced`)."""
+        it (see :meth:`BridgeRegistry.pick`); the ones no free slot here can run are handed
+        back (see :meth:`_unplaced`)."""
+        handed: list[HandBack] = []
         for c in tasks:
             needs = await self.needs.of(c)
             conn = self.registry.pick(c.workflow_id, needs)
             if conn is not None:
                 await self.send_assign(conn, aigc, platform, c)
-            else:
-                await self._unplaced(aigc, platform, c, needs)
+            elif (back := await self._unplaced(aigc, platform, c, needs)) is not None:
+                handed.append(back)
+        return handed
 
-    async def _unplaced(self, aigc: str, platform: str, c: Claimed, needs: Needs | None) -> None:
+    async def _unplaced(
+        self, aigc: str, platform: str, c: Claimed, needs: Needs | None
+    ) -> HandBack | None:
         """No free slot here can run ``c``. Internal capacity for a task is the free slots on
         instances that can run it: none connected anywhere can, it goes to the external
         platform, or fails (``NoCapableInstance``) when none serves its queue; those that can
         are busy, it overflows as when every slot is busy (after ``overflow_after_ms``), or
-        waits a moment for them; none here can, it waits for other processes' bridges
-        (:meth:`_elsewhere`)."""
+        waits a moment for them; none here can, it waits for other processes' bridges, and
+        once it has waited ``ELSEWHERE_WAIT_S`` it overflows (this process cannot tell
+        whether any bridge can run it, so it never fails for that)."""
         if needs is None:  # not known: it waits for a free slot
-            await self.requeue(c.task_id, c.attempt, "no bridge has a free slot")
-        elif self.registry.anyone_can_run(needs):
-            busy = "its capable instances are busy"
-            if not (self._may_overflow(c) and await self.overflow(aigc, platform, c, busy)):
-                await self.requeue(c.task_id, c.attempt, busy, delay_s=BUSY_WAIT_S)
-        elif self.bridges_elsewhere() > 0:
-            await self._elsewhere(aigc, platform, c)
-        else:
-            await self._nowhere(aigc, platform, c, needs)
-
-    async def _elsewhere(self, aigc: str, platform: str, c: Claimed) -> None:
-        """No bridge here can run ``c``; one connected to another process may: it waits for
-        that one (after a back-off, not claimed here again in a loop), and once it has
-        waited ``ELSEWHERE_WAIT_S`` it overflows (this process cannot tell whether any
-        bridge can run it, so it never fails for that)."""
-        reason = "no bridge here can run it"
-        waited = time.time() - c.created_at >= ELSEWHERE_WAIT_S
-        if not (waited and await self.overflow(aigc, platform, c, reason)):
-            await self.requeue(c.task_id, c.attempt, reason, delay_s=BUSY_WAIT_S)
-
-    async def _nowhere(self, aigc: str, platform: str, c: Claimed, needs: Needs) -> None:
+            await self.lifecycle.not_run(c.task_id, c.attempt, "no bridge has a free slot")
+            return None
+        if self.registry.anyone_can_run(needs):
+            after_s = self.rt.settings.overflow_after_ms / 1000
+            return HandBack(c, "its capable instances are busy", after_s, BUSY_WAIT_S)
+        if self.bridges_elsewhere() > 0:
+            return HandBack(c, "no bridge here can run it", ELSEWHERE_WAIT_S, BUSY_WAIT_S)
+        message = (
+            "no connected ComfyUI instance has every node class and model file, "
+            f"and no external platform serves {aigc}/{platform}"
+        )
+        nobody = Unrunnable("NoCapableInstance", message, _listed(needs))
         reason = f"no connected ComfyUI instance has {_listed(needs)}"
-        if not await self.overflow(aigc, platform, c, reason):
-            message = (
-                "no connected ComfyUI instance has every node class and model file, "
-                f"and no external platform serves {aigc}/{platform}"
-            )
-            await self.fail(c.task_id, "NoCapableInstance", message, _listed(needs))
-
-    def _may_overflow(self, c: Claimed) -> bool:
-        after_s = self.rt.settings.overflow_after_ms / 1000
-        return after_s <= 0 or time.time() - c.created_at >= after_s
+        return HandBack(c, reason, 0.0, unrunnable=nobody)
 
     async def on_ack(self, session: Session, conn: BridgeConn, data: TaskAckData) -> None:
         """A TASK_ACK: code 0 is :meth:`acked`, anything else :meth:`refused`; an ACK for no
@@ -156,9 +135,11 @@ class Assigner:
         reason = f"bridge {conn.bridge_id} refused: {data.code} {data.msg}"
         if data.code == ACK_WORKFLOW_NOT_FOUND:
             if not await self.workflow_known(pending.workflow_id):
-                await self.fail(task_id, "WorkflowNotFound", data.msg, pending.workflow_id)
+                await self.lifecycle.unrunnable(
+                    task_id, "WorkflowNotFound", data.msg, pending.workflow_id
+                )
                 return
-            await self.outcomes.retry_or_fail(  # a new attempt each time: bounded
+            await self.lifecycle.retry_or_fail(  # a new attempt each time: bounded
                 task_id,
                 aigc=pending.aigc,
                 platform=pending.platform,
@@ -169,7 +150,7 @@ class Assigner:
                 detail={"code": "WorkflowNotFound", "workflowId": pending.workflow_id},
             )
         else:
-            await self.requeue(task_id, pending.attempt, reason)
+            await self.lifecycle.not_run(task_id, pending.attempt, reason)
         self.wake()
 
     async def workflow_known(self, workflow_id: str) -> bool:
@@ -179,23 +160,19 @@ class Assigner:
         return bool(await self.rt.redis.exists(self.rt.store.keys.workflow(workflow_id)))
 
     async def acked(self, conn: BridgeConn, task_id: str, pending: Assignment) -> None:
-        deadline_s = self.rt.deadline_s(self.rt.config.account(pending.aigc, pending.platform))
-        ok = await self.rt.store.mark_running(
-            task_id,
-            pending.attempt,
-            pending.remote_id or task_id,
-            deadline_s=deadline_s,
+        queue, remote_id = (pending.aigc, pending.platform), pending.remote_id or task_id
+        ok = await self.lifecycle.accepted(
+            pending,
+            remote_id,
+            queue=queue,
+            target=self.name,
             kind="callback",
-            progress=progress_event(pending.backend_id, running_message(task_id, self.name)),
+            holder=conn.bridge_id,
         )
-        if not ok:  # no longer wanted (cancelled, superseded): stop it on the bridge
-            if conn.end(task_id, pending.attempt):
-                self._spawn(self.ends.cancel_on(conn, task_id, pending.attempt))
-                self.wake()
-        else:
-            await self.registry.remember(
-                conn.bridge_id, task_id, pending.attempt, int(deadline_s) + 60
-            )
+        # no longer wanted (cancelled, superseded): stop it on the bridge
+        if not ok and conn.end(task_id, pending.attempt):
+            self._spawn(self.ends.cancel_on(conn, task_id, pending.attempt))
+            self.wake()
         log.info(
             "bridge %s: task %s acknowledged (running=%s)",
             conn.bridge_id,
@@ -208,13 +185,21 @@ class Assigner:
         try:
             msg = self._assign_message(c)
         except ValidationError as exc:
-            await self.fail(c.task_id, "InvalidPayload", "not a valid bridge task", str(exc))
+            await self.lifecycle.unrunnable(
+                c.task_id, "InvalidPayload", "not a valid bridge task", str(exc)
+            )
             return
         pending = Assignment(
-            c.attempt, aigc, platform, c.backend_id, workflow_id=c.workflow_id, charged=c.charged
+            c.attempt,
+            aigc,
+            platform,
+            c.backend_id,
+            workflow_id=c.workflow_id,
+            charged=c.charged,
+            task_id=c.task_id,
         )
         if not conn.take(c.task_id, pending):
-            await self.requeue(c.task_id, c.attempt, f"bridge {conn.bridge_id} is full")
+            await self.lifecycle.not_run(c.task_id, c.attempt, f"bridge {conn.bridge_id} is full")
             return
         pending.timer = asyncio.get_running_loop().call_later(
             self.config().ack_timeout_s, self._spawn_ack_timeout, conn, c.task_id
@@ -253,26 +238,6 @@ class Assigner:
         )
         return TaskAssignMessage(data=data)
 
-    async def fail(self, task_id: str, code: str, message: str, detail: str) -> None:
-        """A task no bridge can run (invalid payload, unknown workflow): it fails for its
-        client at once, and no bridge's health is touched."""
-        error = {"code": code, "message": message, "detail": detail}
-        await self.rt.store.finish(
-            task_id,
-            TaskState.FAILED,
-            error=error,
-            message=self.outcomes.error_body(ErrorCode.TASK_FAILED, error),
-            note=f"bridge: {code}",
-        )
-        log.warning(
-            "task %s: fails, %s: %s (%s)",
-            task_id,
-            code,
-            message,
-            detail,
-            extra=ctx(task=task_id),
-        )
-
     def _spawn_ack_timeout(self, conn: BridgeConn, task_id: str) -> None:
         self._spawn(self._ack_timeout(conn, task_id))
 
@@ -285,18 +250,9 @@ class Assigner:
                 task_id,
                 extra=ctx(task=task_id, bridge=conn.bridge_id),
             )
-            await self.requeue(task_id, pending.attempt, f"bridge {conn.bridge_id}: no TASK_ACK")
+            reason = f"bridge {conn.bridge_id}: no TASK_ACK"
+            await self.lifecycle.not_run(task_id, pending.attempt, reason)
             self.wake()
-
-    async def requeue(
-        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0
-    ) -> None:
-        """Back to the head of its queue, uncharged (after ``delay_s``: a back-off, so a
-        task only busy instances can run is not claimed again in a loop)."""
-        await self.rt.store.requeue(
-            task_id, attempt=attempt, uncharge=True, front=True, reason=reason, delay_s=delay_s
-        )
-        log.info("task %s: back to waiting (%s)", task_id, reason, extra=ctx(task=task_id))
 
     async def hand_back(self, reason: str = "aigcq shutting down") -> list[str]:
         """Graceful shutdown: every task assigned here and not yet acknowledged goes back to
@@ -304,7 +260,9 @@ class Assigner:
         handed: list[str] = []
         for conn in list(self.registry.bridges.values()):
             for task_id, p in conn.release_all().items():
-                await self.requeue(task_id, p.attempt, f"bridge {conn.bridge_id}: {reason}")
+                await self.lifecycle.not_run(
+                    task_id, p.attempt, f"bridge {conn.bridge_id}: {reason}"
+                )
                 handed.append(task_id)
         return handed
 

@@ -18,7 +18,7 @@ from aigcq.bridges.registry import BridgeConn, BridgeRegistry
 from aigcq.bridges.rotation import Rotation
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner
-from aigcq.scheduler.outcomes import TaskEnd
+from aigcq.scheduler.ends import TaskEnd
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +36,12 @@ class TaskEnds:
         self._spawn = Spawner()
 
     def task_ended(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
-        """A task ended (TASK_END applied or refused as gone, a cancel): its slot is free
-        on whichever bridge here holds it; a bridge still running a cancelled or superseded
-        attempt is told to stop (TASK_CANCEL). A machine's failure counts against the
-        bridge (its slot freed after the count: a failing bridge is out first), a success
-        resets the count; the count is shared in Redis (see :class:`.Rotation`)."""
+        """A task ended (its result applied or refused as gone, a cancel): its slot is free
+        at once on whichever bridge here holds it, and a bridge still running a cancelled
+        or superseded attempt is told to stop (TASK_CANCEL). A machine's failure counts
+        against the bridge and a success resets the count, shared in Redis (see
+        :class:`.Rotation`); only the failure that may take the bridge out of rotation
+        frees its slot after the count, so that bridge is out before it is reused."""
         holders = self.registry.holders(task_id)
         if target != self.name and not holders:
             return

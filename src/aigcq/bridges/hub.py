@@ -18,6 +18,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 
 from aigcq.bridges.assigner import Assigner
 from aigcq.bridges.endings import TaskEnds
+from aigcq.bridges.health_monitor import HealthMonitor
 from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
@@ -43,14 +44,16 @@ from aigcq.bridges.session import (
     Rate,
     Session,
 )
-from aigcq.gateway.auth import Auth, bearer
-from aigcq.health import Health, HealthMonitor
+from aigcq.health import Health
 from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.auth import Auth, bearer
 from aigcq.plumbing.background import REDIS_OUTAGE
 from aigcq.plumbing.ws_frames import receive_frame
 from aigcq.queue.store import Claimed
-from aigcq.scheduler.outcomes import Outcomes, TaskEnd
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
+from aigcq.scheduler.ends import TaskEnd
+from aigcq.scheduler.lifecycle import Lifecycle
+from aigcq.scheduler.targets import HandBack
 
 __all__ = ["CLOSE_AUTH", "CLOSE_FLOOD", "CLOSE_TIMEOUT", "BridgeHub", "HubConfig"]
 
@@ -61,7 +64,8 @@ KNOWN_FOR_S = 600.0
 
 
 class BridgeHub:
-    """Bridges connected to this process, as the dispatcher's internal target."""
+    """Bridges connected to this process: the dispatch loop's internal target (see
+    :mod:`aigcq.scheduler.targets`)."""
 
     name = "bridge"
     serves: tuple[str, ...] = ("comfyui",)
@@ -70,43 +74,42 @@ class BridgeHub:
     def __init__(
         self,
         rt: Runtime,
-        outcomes: Outcomes,
+        lifecycle: Lifecycle,
         *,
         wake: Callable[[], None] = lambda: None,
         config: HubConfig | None = None,
     ) -> None:
         self.rt = rt
-        self.outcomes = outcomes
+        self.lifecycle = lifecycle
         self.wake = wake
         self.config = config or HubConfig()
         self.auth = Auth(rt.settings)
         ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
         self.registry = BridgeRegistry(rt.store, rt.settings.project_prefix, ttl_s=ttl)
+        mine = lambda: (self.free_slots(), len(self.registry.live()))  # noqa: E731
+        self.peers = PeerCapacity(rt.redis, rt.store.keys.internal_free, mine, on_less=self.wake)
         self.health = HealthMonitor(
-            rt.redis, self.registry.live, rt.settings, on_change=lambda: self.wake()
+            rt.redis,
+            self.registry.live,
+            rt.settings,
+            on_change=self.wake,
+            # md:state:* describes the fleet: a process with no bridge leaves it to one with some
+            speaks=lambda: bool(self.registry.live()) or not self.peers.bridges_elsewhere,
         )
-        self.rotation = Rotation(rt, self.registry, self.health, lambda: self.wake())
-        self.ends = TaskEnds(self.name, self.registry, self.rotation, lambda: self.wake())
+        self.rotation = Rotation(rt, self.registry, self.health, self.wake)
+        self.ends = TaskEnds(self.name, self.registry, self.rotation, self.wake)
         self.assigner = Assigner(
             rt,
-            outcomes,
+            lifecycle,
             self.registry,
             self.ends,
             name=self.name,
             config=lambda: self.config,
-            wake=lambda: self.wake(),
+            wake=self.wake,
             lost=self._lost,
             bridges_elsewhere=lambda: self.peers.bridges_elsewhere,
         )
         self.progress = ProgressRelay(rt)
-        self.peers = PeerCapacity(
-            rt.redis,
-            rt.store.keys.internal_free,
-            lambda: (self.free_slots(), len(self.registry.live())),
-            on_less=lambda: self.wake(),
-        )
-        # md:state:* describes the fleet: a process with no bridge leaves it to one with some
-        self.health.speaks = lambda: bool(self.registry.live()) or not self.peers.bridges_elsewhere
         self._closed_at: dict[str, float] = {}  # bridgeId -> when its socket closed
 
     # ---- InternalTarget ----------------------------------------------------------------
@@ -127,8 +130,11 @@ class BridgeHub:
         """Free slots on bridges connected to other processes (see :mod:`.peers`)."""
         return self.peers.elsewhere
 
-    async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
-        await self.assigner.assign(aigc, platform, tasks)
+    async def run(self) -> None:
+        await asyncio.gather(self.health.run(), self.peers.run())
+
+    async def hand_over(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
+        return await self.assigner.assign(aigc, platform, tasks)
 
     async def hand_back(self, reason: str = "aigcq shutting down") -> list[str]:
         return await self.assigner.hand_back(reason)
@@ -289,15 +295,7 @@ class BridgeHub:
 
     async def _no_longer_held(self, conn: BridgeConn, task_id: str, attempt: int) -> None:
         conn.end(task_id)
-        log.warning(
-            "bridge %s: task %s no longer held, requeued",
-            conn.bridge_id,
-            task_id,
-            extra=ctx(task=task_id, bridge=conn.bridge_id),
-        )
-        await self.rt.store.requeue(
-            task_id, attempt=attempt, front=True, reason=f"bridge {conn.bridge_id} lost it"
-        )
+        await self.lifecycle.lost(task_id, attempt, f"bridge {conn.bridge_id} no longer holds it")
         await self.registry.forget(conn.bridge_id, task_id)
 
     async def _heartbeat(self, conn: BridgeConn, data: HeartbeatData) -> None:
@@ -371,7 +369,7 @@ class BridgeHub:
         )
         try:
             for task_id, p in pending.items():
-                await self.assigner.requeue(
+                await self.lifecycle.not_run(
                     task_id, p.attempt, f"bridge {conn.bridge_id} lost: {reason}"
                 )
             await self.registry.save(conn)

@@ -15,6 +15,7 @@ is removed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -22,7 +23,7 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis
 
-from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.background import REDIS_OUTAGE, one_round
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,15 @@ class PeerCapacity:
         self.bridges_elsewhere = 0  # bridges connected to other processes
 
     async def run(self) -> None:
+        what = "internal capacity of other processes not read"
         try:
             while True:
-                try:
+                with one_round(log, what):  # failed: keep the last view, try again
                     await self.sync()
-                except Exception as exc:  # keep the last view, try again
-                    round_failed(log, "internal capacity of other processes not read", exc)
                 await asyncio.sleep(self.interval_s)
         finally:
-            await self.redis.hdel(self.key, self.process_id)
+            with contextlib.suppress(*REDIS_OUTAGE):  # left behind, the others drop it as stale
+                await self.redis.hdel(self.key, self.process_id)
 
     async def sync(self) -> None:
         """Write our free slots and bridges, read everyone else's."""

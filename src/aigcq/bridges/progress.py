@@ -7,7 +7,7 @@ import time
 from aigcq.bridges.protocol import TaskProgressData
 from aigcq.plumbing.events import publish_progress
 from aigcq.plumbing.text import text
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
 
 
 class ProgressRelay:
@@ -30,7 +30,7 @@ class ProgressRelay:
         }
         if data.node_name is not None:  # a superset field: only bridges that know it
             message["nodeName"] = data.node_name
-        await publish_progress(self.rt, backend_id, message)
+        await publish_progress(self.rt.redis, self.rt.store.keys.events, backend_id, message)
 
     def _allow(self, task_id: str) -> bool:
         now = time.monotonic()

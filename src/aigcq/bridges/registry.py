@@ -37,6 +37,7 @@ from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.conn import BridgeConn
 from aigcq.bridges.slots import Assignment
 from aigcq.plumbing.text import text
+from aigcq.queue.keys import Keys
 from aigcq.queue.store import TaskStore
 
 Key = tuple[float, int]  # (load, -free): the smallest is picked
@@ -133,6 +134,7 @@ class BridgeRegistry:
         """Per-task writes go through ``store``'s hot-path connection."""
         self.store = store
         self.prefix = prefix
+        self.keys = Keys(prefix)
         self.ttl_s = ttl_s
         bridges = _Bridges(self)
         self.bridges: MutableMapping[str, BridgeConn] = bridges
@@ -155,12 +157,6 @@ class BridgeRegistry:
         #: needs -> whether a bridge here can run them; cleared when the bridges or what
         #: they offer change, so a task nobody can run costs O(1), not a scan of them all
         self._can_run: dict[Needs, bool] = {}
-
-    def key(self, bridge_id: str) -> str:
-        return f"{self.prefix}:bridge:{bridge_id}"
-
-    def owner_key(self, task_id: str) -> str:
-        return f"{self.prefix}:bridgeof:{task_id}"
 
     # ---- the pick index -------------------------------------------------------------------
 
@@ -232,9 +228,6 @@ class BridgeRegistry:
             self._in_heap.discard(heapq.heappop(heap))
         return None
 
-    def tasks_key(self, bridge_id: str) -> str:
-        return f"{self.prefix}:bridge:{bridge_id}:tasks"
-
     def set_drained(self, bridge_id: str, drained: bool) -> BridgeConn | None:
         """Drain (or undrain) ``bridge_id``; its connection here, if any."""
         if drained:
@@ -298,7 +291,7 @@ class BridgeRegistry:
     async def save(self, conn: BridgeConn, *, failures: int | None = None) -> int:
         """Publish the bridge's capacity and last-seen time (and set its shared count of
         consecutive failures to ``failures``, if given); return that count."""
-        key = self.key(conn.bridge_id)
+        key = self.keys.bridge(conn.bridge_id)
         record = {
             "bridgeId": conn.bridge_id,
             "instanceCount": conn.instance_count,
@@ -328,35 +321,32 @@ class BridgeRegistry:
         if self._count_end is None:
             self._count_end = self.store.redis.register_script(_COUNT_END)
         args: list[str | int] = [self.prefix, task_id, "" if ok is None else int(ok), fallback]
-        out = await self.store.mux.script(self._count_end, [self.owner_key(task_id)], args)
+        out = await self.store.mux.script(self._count_end, [self.keys.bridge_of(task_id)], args)
         if not out:
             return None
         bridge_id, failures = out
         return text(bridge_id), int(failures)
 
-    async def remember(self, bridge_id: str, task_id: str, attempt: int, ttl_s: int) -> None:
-        """Record an acknowledged task as held by ``bridge_id``."""
-        await self.keep(bridge_id, {task_id: attempt}, ttl_s)
-
     async def keep(self, bridge_id: str, tasks: dict[str, int], ttl_s: int) -> None:
         """Record acknowledged ``tasks`` (taskId -> attempt) as held by ``bridge_id``, in
-        one round trip however many they are."""
+        one round trip however many they are (a re-REGISTER's; one acknowledgement is
+        recorded by :meth:`TaskStore.mark_running` itself)."""
         if not tasks:
             return
-        key = self.tasks_key(bridge_id)
+        key = self.keys.bridge_tasks(bridge_id)
         await self.store.mux.commands(
             ["HSET", key, *(x for kv in tasks.items() for x in kv)],
             ["EXPIRE", key, ttl_s],
-            *(["SET", self.owner_key(t), bridge_id, "EX", ttl_s] for t in tasks),
+            *(["SET", self.keys.bridge_of(t), bridge_id, "EX", ttl_s] for t in tasks),
         )
 
     async def held(self, bridge_id: str) -> dict[str, int]:
         """The acknowledged tasks recorded for ``bridge_id``. Read, not taken: each is
         forgotten (:meth:`forget`) only once its end is settled, so a restart or a lost
         reply halfway through a reconcile leaves the rest for the next one."""
-        raw = await self.store.redis.hgetall(self.tasks_key(bridge_id))
+        raw = await self.store.redis.hgetall(self.keys.bridge_tasks(bridge_id))
         return {text(k): int(v) for k, v in raw.items()}
 
     async def forget(self, bridge_id: str, task_id: str) -> None:
         """``task_id`` is no longer recorded as held by ``bridge_id``."""
-        await self.store.mux.command("HDEL", self.tasks_key(bridge_id), task_id)
+        await self.store.mux.command("HDEL", self.keys.bridge_tasks(bridge_id), task_id)

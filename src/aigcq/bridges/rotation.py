@@ -12,11 +12,11 @@ import logging
 import time
 from collections.abc import Callable
 
+from aigcq.bridges.health_monitor import HealthMonitor
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
-from aigcq.health import HealthMonitor
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.events import bridge_end_event
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -39,6 +39,7 @@ class Assignment:
     timer: asyncio.TimerHandle | None = None
     remote_id: str = ""  # a seed-002 bridge's own taskId, once it acknowledged
     charged: int = 1  # attempts charged to the task's budget, this one included
+    task_id: str = ""
 
     def stop_timer(self) -> None:
         if self.timer is not None:

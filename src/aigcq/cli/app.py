@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from aigcq.asynch.cli import asynch_app
 from aigcq.cli import help_style
+from aigcq.cli.asynch import asynch_app
 from aigcq.cli.client import status, submit, tasks_app
 from aigcq.cli.common import (
     LogLevelOption,
@@ -66,7 +66,7 @@ def up(
     It reads ./config/ and ./.env once, at start: restart it after changing them.
     """
     from aigcq.cli.banner import print_banner
-    from aigcq.service.launch import ensure_secrets, listen_settings, run_with_redis
+    from aigcq.serve.launch import ensure_secrets, listen_settings, run_with_redis
 
     configure_logging(log_level)
     if demo:
@@ -86,7 +86,7 @@ def up(
 @app.command()
 def serve(log_level: LogLevelOption = "INFO", workers: WorkersOption = 0) -> None:
     """Run the server against AIGCQ_REDIS_URL (several processes may share one Redis)."""
-    from aigcq.service.launch import listen_settings, run_with_redis
+    from aigcq.serve.launch import listen_settings, run_with_redis
 
     configure_logging(log_level)
     settings, config = load_config(workers)
@@ -108,7 +108,7 @@ def dispatcher(log_level: LogLevelOption = "INFO") -> None:
     Port AIGCQ_MD_PORT (4000), Redis prefix AIGCQ_MD_PREFIX (md), login MD_USERNAME /
     MD_PASSWORD; an unset password is generated and printed once.
     """
-    from aigcq.dispatcher.service import prepare, run
+    from aigcq.dispatcher.process import prepare, run
 
     configure_logging(log_level)
     md, settings, fresh = prepare()
@@ -124,15 +124,15 @@ def dispatcher(log_level: LogLevelOption = "INFO") -> None:
 @app.command()
 def token(
     backend_id: Annotated[str, typer.Argument(help="The client (backend) the token names")],
-    ttl: Annotated[int, typer.Option(help="Seconds the token stays valid")] = 86400,
+    ttl: Annotated[int, typer.Option(min=1, help="Seconds the token stays valid")] = 86400,
 ) -> None:
     """Print a client JWT for BACKEND_ID signed with the server's TOKEN_SECRET.
 
     Run it in the server's folder: the secret comes from TOKEN_SECRET (environment or
     ./.env) or the server's secrets file (AIGCQ_DATA_DIR/secrets.json).
     """
-    from aigcq.gateway.auth import issue_client_token
-    from aigcq.service.launch import stored_secrets
+    from aigcq.plumbing.auth import issue_client_token
+    from aigcq.serve.launch import stored_secrets
 
     settings = load_settings()
     if not settings.token_secret:

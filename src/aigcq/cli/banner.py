@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aigcq.cli.common import console, local_host
 from aigcq.config import PlatformConfig, Settings
-from aigcq.service.launch import listen_ports
+from aigcq.serve.launch import listen_ports
 
 
 def print_banner(settings: Settings, config: PlatformConfig, fresh: dict[str, str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from typing import Annotated, NoReturn
 
@@ -64,4 +65,21 @@ def load_config(workers: int = 0) -> tuple[Settings, PlatformConfig]:
         config = PlatformConfig.load(settings.config_dir)
     except ConfigError as exc:
         fail(f"configuration error: {exc}", 2, exc)
+    unknown = unknown_platform(config)
+    if unknown:
+        fail(f"configuration error: {settings.config_dir / 'model.json'}: {unknown}", 2)
     return settings, config
+
+
+def unknown_platform(config: PlatformConfig) -> str:
+    """What names a platform nothing here runs (``""``: none does), e.g. ``comfyiu``."""
+    from aigcq.platforms.base import registered
+
+    known = {"comfyui"} | {p for cls in registered().values() for p in cls.serves}
+    for aigc, platform in config.queues():
+        if platform not in known:
+            close = difflib.get_close_matches(platform, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            names = ", ".join(sorted(known))
+            return f"{aigc}.{platform}: no platform {platform!r} (known: {names}){hint}"
+    return ""

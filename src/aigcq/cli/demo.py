@@ -297,7 +297,7 @@ async def put_workflow(redis_url: str, prefix: str) -> None:
 
 async def _serve_then_bridge(demo: Demo, config: PlatformConfig, bridge: Child) -> None:
     """Run the server; start the bridge once the server accepts connections."""
-    from aigcq.service.launch import serve
+    from aigcq.serve.launch import serve
 
     await put_workflow(demo.settings.redis_url, demo.settings.project_prefix)
     server = asyncio.create_task(serve(demo.settings, config))
@@ -317,8 +317,8 @@ async def _serve_then_bridge(demo: Demo, config: PlatformConfig, bridge: Child) 
 def run(settings: Settings, console: Console, options: DemoOptions | None = None) -> None:
     """Blocking entry point of ``aigcq up --demo``."""
     from aigcq.cli.common import require_free_ports
-    from aigcq.gateway.auth import issue_client_token
-    from aigcq.service.launch import ensure_secrets, run_with_redis
+    from aigcq.plumbing.auth import issue_client_token
+    from aigcq.serve.launch import ensure_secrets, run_with_redis
 
     options = options or DemoOptions()
     require_free_ports(demo_host(settings), _port_settings(options))

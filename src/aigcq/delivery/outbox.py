@@ -6,12 +6,14 @@ delivery". Messages are sent in order; without client acks they are deleted once
 written to the socket, with acks (``{"type":"ack","id":...}``) only when acknowledged.
 Entries older than the retention are trimmed by ``XADD MINID`` and by a periodic sweep
 (:mod:`aigcq.delivery.retention`), which also drops the streams of clients that never
-come back.
+come back; a drain reads only from the retention's first id on, so a client that returns
+before the sweep does not get what is already past it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +22,7 @@ import orjson
 
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.plumbing.text import text
-from aigcq.queue.keys import Keys
+from aigcq.queue.keys import Keys, outbox_minid
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -55,10 +57,12 @@ class DrainCursor:
 
 
 class Outbox:
-    def __init__(self, mux: RedisMux, keys: Keys) -> None:
-        """``mux``: the hot-path connection (concurrent drains and acks share writes)."""
+    def __init__(self, mux: RedisMux, keys: Keys, *, retention_s: float | None = None) -> None:
+        """``mux``: the hot-path connection (concurrent drains and acks share writes);
+        ``retention_s``: how old a message may be when sent (None: any age)."""
         self.mux = mux
         self.keys = keys
+        self.retention_s = retention_s
 
     async def drain(
         self, backend_id: str, send: Send, cursor: DrainCursor, *, auto_ack: bool
@@ -68,7 +72,7 @@ class Outbox:
         await self._forget(key, cursor)  # what a failed round sent but could not delete
         try:
             while True:
-                start = f"({cursor.after}" if cursor.after != "-" else "-"
+                start = self._start(cursor)
                 entries = await self.mux.command("XRANGE", key, start, "+", "COUNT", PAGE)
                 for raw_id, raw_fields in entries or []:  # [id, [field, value, ...]]
                     entry_id = text(raw_id)
@@ -84,6 +88,16 @@ class Outbox:
             with contextlib.suppress(Exception):  # else the next round (or a reconnect) does
                 await self._forget(key, cursor)
             raise
+
+    def _start(self, cursor: DrainCursor) -> str:
+        """The XRANGE start: after the cursor, and never before the retention's first id."""
+        after = f"({cursor.after}" if cursor.after != "-" else "-"
+        if self.retention_s is None:
+            return after
+        minid = outbox_minid(time.time(), self.retention_s)
+        if cursor.after != "-" and int(cursor.after.split("-", 1)[0]) >= minid:
+            return after
+        return str(minid)
 
     async def _forget(self, key: str, cursor: DrainCursor) -> None:
         """Delete the messages sent (auto-ack); kept in ``cursor`` until that succeeded."""

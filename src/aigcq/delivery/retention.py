@@ -28,18 +28,18 @@ EMPTY_GRACE_S = 60.0
 RETENTION_SWEEP_S = 60.0  # how often a serve process runs the sweep
 PAGE = 500
 
-#: ARGV: prefix, cutoff (s: older messages go), minid (ms), empty-before (s), start, count
+#: KEYS: the outboxes index. ARGV: an outbox's key less its backendId (``keys.outbox("")``),
+#: cutoff (s: older messages go), minid (ms), empty-before (s), start, count
 #: returns {members looked at, streams dropped}
 _SWEEP = """
-local P = ARGV[1]
-local index = P .. ':outboxes'
+local index, outbox = KEYS[1], ARGV[1]
 local cutoff, empty_before = tonumber(ARGV[2]), tonumber(ARGV[4])
 local start = tonumber(ARGV[5])
 local page = redis.call('ZRANGE', index, start, start + tonumber(ARGV[6]) - 1, 'WITHSCORES')
 local dropped = 0
 for i = 1, #page, 2 do
   local id, last = page[i], tonumber(page[i + 1])
-  local key = P .. ':outbox:' .. id
+  local key = outbox .. id
   if last < cutoff then
     redis.call('DEL', key)
   elseif redis.call('EXISTS', key) == 1 then
@@ -71,11 +71,11 @@ class OutboxRetention:
             self._indexed = True
         cutoff = now - self.retention_s
         minid = outbox_minid(now, self.retention_s)
-        args: list[str | float] = [self.keys.prefix, cutoff, minid]
+        args: list[str | float] = [self.keys.outbox(""), cutoff, minid]
         args.append(now - EMPTY_GRACE_S)
         start = dropped = 0
         while True:
-            seen, gone = await self._sweep(keys=[], args=[*args, start, PAGE])
+            seen, gone = await self._sweep(keys=[self.keys.outboxes], args=[*args, start, PAGE])
             dropped += int(gone)
             if int(seen) < PAGE:
                 break

@@ -23,13 +23,13 @@ from aigcq.dispatcher.degrade import handed_back
 from aigcq.dispatcher.formats import BadBody, outputs_body, status_of, task_payload
 from aigcq.dispatcher.webhooks import WEBHOOK_BACKEND
 from aigcq.domain import Task
-from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.http_api import bounded_body
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.gateway.submission import GenerateRequest
 from aigcq.observability.jsonlog import ctx
-from aigcq.service.server import Service
+from aigcq.plumbing.auth import bearer
+from aigcq.serve.parts import ServeParts
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def rh_ok(data: Any) -> JSONResponse:
 class DispatcherApi:
     def __init__(
         self,
-        service: Service,
+        service: ServeParts,
         auth: DispatcherAuth,
         aigc: str,
         on_accepted: Callable[[], None] = lambda: None,
@@ -148,7 +148,7 @@ class DispatcherApi:
                     }
                     for b in self._hub().registry.live()
                 ],
-                "queues": await queue_rows(self.service.rt, internal_capacity(self.service)),
+                "queues": await queue_rows(self.service.rt, internal_capacity(self.service.hub)),
                 "recentTasks": [
                     {"taskId": t.task_id, "status": status_of(t), "attempt": t.attempt}
                     for t in recent

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import jwt
 
-from aigcq.gateway.auth import REQUIRE_EXP
+from aigcq.plumbing.auth import REQUIRE_EXP
 
 AUDIENCE = "aigcq-message-dispatcher"
 

@@ -23,12 +23,11 @@ from datetime import UTC, datetime
 
 import orjson
 
-from aigcq.domain import ErrorCode, Task, TaskState
-from aigcq.observability.jsonlog import ctx
+from aigcq.domain import Task, TaskState
 from aigcq.plumbing.background import every
 from aigcq.queue.store import task_from_hash
-from aigcq.scheduler.outcomes import Outcomes
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ def iso(epoch_s: float) -> str:
 @dataclass(eq=False)
 class CacheQueue:
     rt: Runtime
-    outcomes: Outcomes
+    lifecycle: Lifecycle
     queue: tuple[str, str]
     hub_name: str
     placed: Placed
@@ -58,10 +57,10 @@ class CacheQueue:
     completed_key: str = field(init=False)
 
     def __post_init__(self) -> None:
-        prefix = self.rt.store.keys.prefix
-        self.pending_key = f"{prefix}:cache:pending"
-        self.processing_key = f"{prefix}:cache:processing"
-        self.completed_key = f"{prefix}:cache:completed"
+        keys = self.rt.store.keys
+        self.pending_key = keys.cache_pending
+        self.processing_key = keys.cache_processing
+        self.completed_key = keys.cache_completed
 
     async def run(self) -> None:
         await every(self.interval_s, self.pass_once, log, "cache queue pass failed")
@@ -83,21 +82,8 @@ class CacheQueue:
         waited = time.time() - task.created_at
         if waited < self.stale_after_s:
             return False
-        error = {"code": EXPIRED, "message": f"pending for {waited:.0f} s", "detail": None}
-        done = await self.rt.store.finish(
-            task.task_id,
-            TaskState.FAILED,
-            error=error,
-            message=self.outcomes.error_body(ErrorCode.TASK_TIMEOUT, error),
-            note="expired in the cache queue",
-        )
-        if done.applied:
-            log.warning(
-                "task %s: expired after %.0f s pending",
-                task.task_id,
-                waited,
-                extra=ctx(task=task.task_id),
-            )
+        message = f"pending for {waited:.0f} s"
+        await self.lifecycle.expired(task, EXPIRED, message, "expired in the cache queue")
         return True
 
     async def _tasks(self, ids: list[str]) -> list[Task]:

@@ -1,4 +1,4 @@
-"""The capacity feed for queue backends (seed 000 §7), served at :data:`FEED_PATH`.
+"""The capacity feed for queue backends (seed 000 §7), served at ``/ws/capacity``.
 
 A backend connects with the dispatcher JWT (``?token=``, ``Authorization: Bearer`` or
 CONNECT ``data.token``), sends CONNECT and gets CONNECT_ACK plus a CAPACITY_UPDATE. Then:
@@ -25,7 +25,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -34,27 +33,16 @@ from fastapi import WebSocket, WebSocketDisconnect
 from aigcq.bridges.hub import CLOSE_AUTH, CLOSE_TIMEOUT, BridgeHub
 from aigcq.bridges.registry import BridgeConn
 from aigcq.dispatcher.auth import DispatcherAuth
-from aigcq.gateway.auth import bearer
+from aigcq.mdclient.feed_messages import DEGRADE, DEGRADE_ACK, message, now_iso
+from aigcq.plumbing.auth import bearer
 from aigcq.plumbing.background import round_failed
 from aigcq.plumbing.ws_frames import receive_frame
 
 log = logging.getLogger(__name__)
 
-FEED_PATH = "/ws/capacity"
 SERVER_ID = "message-dispatcher"
 #: most recent TASK_ALLOCATION entries kept
 ALLOCATIONS_KEPT = 1000
-#: aigcq's addition to the seed's messages: tasks handed back to the backend (§9.4.1)
-DEGRADE = "TASK_DEGRADE"
-DEGRADE_ACK = "TASK_DEGRADE_ACK"
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def message(kind: str, **data: Any) -> str:
-    return orjson.dumps({"type": kind, "data": {"timestamp": now_iso(), **data}}).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,14 +149,14 @@ class CapacityFeed:
     hub: BridgeHub
     auth: DispatcherAuth
     config: FeedConfig = field(default_factory=FeedConfig)
+    #: called with the online instance count when it went down (§9.4.1)
+    on_shrink: Callable[[int], Awaitable[object]] | None = None
     book: InstanceBook = field(init=False, default_factory=InstanceBook)
     subscribers: set[_Subscriber] = field(init=False, default_factory=set)
     instances: dict[str, Instance] = field(init=False, default_factory=dict)
     connected_at: dict[str, str] = field(init=False, default_factory=dict)
     #: taskId -> {targetInstance, clientId, at}: the backends' TASK_ALLOCATIONs
     allocations: dict[str, dict[str, Any]] = field(init=False, default_factory=dict)
-    #: called with the online instance count when it went down (§9.4.1)
-    on_shrink: Callable[[int], Awaitable[object]] | None = field(init=False, default=None)
     _online: int | None = field(init=False, default=None)
     _touched: bool = field(init=False, default=False)
 

@@ -1,7 +1,7 @@
 """Queue shrink (seed 000 §9.4.1): hand back the pending tasks that lost instances left
 without a place, so their queue backends route them again (to RunningHub when short).
 
-When the online instances go down (:attr:`CapacityFeed.on_shrink`), the tasks still
+When the online instances go down (the :class:`CapacityFeed`'s ``on_shrink``), the tasks still
 waiting beyond what is left (``excess = pending − online instances``; a task within that
 runs here as soon as an instance frees, seed §10 scenarios 1 and 2) are handed back,
 newest first. Only a task that a backend submitted with a ``webhookUrl`` and allocated
@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from aigcq.dispatcher.capacity import CapacityFeed
 from aigcq.domain import Task, TaskState
 from aigcq.queue.store import task_from_hash
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +40,14 @@ def handed_back(task: Task) -> bool:
     return task.state is TaskState.CANCELLED and error.get("code") == HANDED_BACK
 
 
+@dataclass(eq=False)
 class Degrader:
-    def __init__(self, rt: Runtime, queue: tuple[str, str], feed: CapacityFeed) -> None:
-        self.rt = rt
-        self.queue = queue
-        self.feed = feed
+    """Hands the waiting tasks that lost instances left without a place back."""
+
+    rt: Runtime
+    lifecycle: Lifecycle
+    queue: tuple[str, str]
+    feed: CapacityFeed
 
     async def shrink(self, capacity: int) -> int:
         """Hand back the waiting tasks beyond ``capacity``; how many were handed back."""
@@ -59,7 +64,7 @@ class Degrader:
         owned.sort(key=lambda pair: pair[0].created_at, reverse=True)  # newest first
         by_owner: dict[str, list[Task]] = defaultdict(list)
         for task, owner in owned[:excess]:
-            if await self.rt.store.withdraw(
+            if await self.lifecycle.withdrawn(
                 task.task_id,
                 error={"code": HANDED_BACK, "message": "handed back to its queue backend"},
                 note=f"handed back to {owner} (instances lost)",
@@ -73,7 +78,7 @@ class Degrader:
                 log.warning("handed %d tasks back to %s", len(tasks), owner)
                 continue
             for t in tasks:  # the notice did not go out: keep running them here
-                await self.rt.store.retry(t.task_id, note="degrade notice not sent")
+                await self.lifecycle.restored(t.task_id, "degrade notice not sent")
         log.info("%d tasks beyond %d instances, %d handed back", excess, capacity, handed)
         return handed
 

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from aigcq.dispatcher.formats import task_end
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.background import round_failed, round_ok
 from aigcq.queue.store import TaskStore
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,8 @@ class WebhookRelay:
                 except Exception as exc:
                     round_failed(log, "webhook relay round failed", exc)
                     await asyncio.sleep(1.0)
+                else:
+                    round_ok(log, "webhook relay round failed")
 
     async def drain(self, http: httpx.AsyncClient) -> str:
         """Try every entry that is due once; returns the last entry id seen."""

@@ -2,6 +2,11 @@
 
 * ``drop_create_replies``: the next N creates are accepted (the task runs and is billed),
   then the connection breaks before the reply is complete: a lost reply;
+* ``gateway_create_replies``: the next N creates are accepted (the task runs and is billed)
+  and answered by a gateway's HTML 502 instead, as a proxy in front of the platform
+  answers when its upstream was slow;
+* ``full_create_replies``: the next N creates are refused as full (RunningHub's 421),
+  after ``delay_create_reply_s`` like an accepted one;
 * ``delay_create_reply_s``: creates are accepted at once, their reply sent this much later;
 * ``status_faults``: the next status / outputs / run-history answers, in order, are one of
   ``5xx`` (HTTP 502, an HTML body), ``non_json`` (HTTP 200, not JSON), ``unknown_code``
@@ -19,11 +24,14 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 STATUS_FAULTS = frozenset({"5xx", "non_json", "unknown_code"})
+GATEWAY_PAGE = b"<html>502 Bad Gateway</html>"
 
 
 @dataclass
 class Faults:
     drop_create_replies: int = 0
+    gateway_create_replies: int = 0
+    full_create_replies: int = 0
     delay_create_reply_s: float = 0.0
     status_faults: list[str] = field(default_factory=list)
     cancel_delay_s: float = 0.0
@@ -37,11 +45,23 @@ class Faults:
         self.status_faults = [s for s in self.status_faults if s in STATUS_FAULTS]
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def take_drop(self) -> bool:
-        if self.drop_create_replies <= 0:
+    def take_full(self) -> bool:
+        """Whether this create is to be refused as full (``full_create_replies``)."""
+        if self.full_create_replies <= 0:
             return False
-        self.drop_create_replies -= 1
+        self.full_create_replies -= 1
         return True
+
+    def create_fault(self) -> Response | None:
+        """The faulty answer to a create that was accepted, if one is due: a lost reply
+        (``drop_create_replies``) or a gateway's page (``gateway_create_replies``)."""
+        if self.drop_create_replies > 0:
+            self.drop_create_replies -= 1
+            return BrokenReply()
+        if self.gateway_create_replies > 0:
+            self.gateway_create_replies -= 1
+            return Response(GATEWAY_PAGE, 502, media_type="text/html")
+        return None
 
     def status_fault(self) -> Response | None:
         """The faulty answer to send instead of the next status query, if any."""
@@ -49,7 +69,7 @@ class Faults:
             return None
         kind = self.status_faults.pop(0)
         if kind == "5xx":
-            return Response(b"<html>502 Bad Gateway</html>", 502, media_type="text/html")
+            return Response(GATEWAY_PAGE, 502, media_type="text/html")
         if kind == "non_json":
             return Response(b"<html>maintenance</html>", 200, media_type="text/html")
         body = {"code": 9999, "msg": "SYSTEM_BUSY_UNDOCUMENTED", "data": None}

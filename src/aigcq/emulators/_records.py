@@ -1,7 +1,7 @@
 """What a paid-platform emulator records, per API key, for tests and the chaos run.
 
 Every create (keyed by our task id and attempt, read from the ``t``/``a`` query of the
-webhook URL it carried, see :mod:`aigcq.gateway.signing`; a Coze run carries none), every
+webhook URL it carried, see :mod:`aigcq.plumbing.signing`; a Coze run carries none), every
 cancel, and the peak number of tasks running at once. ``GET /_emulator/records`` answers
 :meth:`Records.as_json`; :func:`paid_runs` counts creates per task from it.
 """

@@ -23,7 +23,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from aigcq.emulators._common import EmulatorConfig, EmulatorCore, add_common_routes
-from aigcq.emulators._faults import BrokenReply
 from aigcq.emulators._http import read_json, reply, run_app
 
 SPACE_ID = "7350000000000000001"
@@ -129,8 +128,8 @@ class _Coze(EmulatorCore):
         if is_async:
             self._count_run(_token(request), execute_id, run.done_at)
         debug_url = _debug_url(execute_id, workflow_id)
-        if is_async and self.faults.take_drop():
-            return BrokenReply()
+        if is_async and (fault := self.faults.create_fault()) is not None:
+            return fault
         if is_async and self.faults.delay_create_reply_s > 0:
             await asyncio.sleep(self.faults.delay_create_reply_s)
         if is_async:

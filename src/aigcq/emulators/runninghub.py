@@ -27,7 +27,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from aigcq.emulators._common import EmulatorConfig, EmulatorCore, add_common_routes
-from aigcq.emulators._faults import BrokenReply
 from aigcq.emulators._http import read_json, reply, run_app
 from aigcq.emulators._webhook import WebhookOutbox
 
@@ -152,13 +151,17 @@ class _RunningHub(EmulatorCore):
         if (refused := self._refuse_create(body)) is not None:
             return refused
         api_key: str = body["apiKey"]
+        if self.faults.take_full():
+            await asyncio.sleep(self.faults.delay_create_reply_s)
+            self.counts["rejected_full"] += 1
+            return _error(Refusal.TASK_QUEUE_MAXED)
         if self.records.current(api_key) >= self.config.max_concurrent:
             self.counts["rejected_full"] += 1
             return _error(Refusal.TASK_QUEUE_MAXED)
         self.remember_base(request)
         task_id = self._start(api_key, body)
-        if self.faults.take_drop():
-            return BrokenReply()
+        if (fault := self.faults.create_fault()) is not None:
+            return fault
         if self.faults.delay_create_reply_s > 0:
             await asyncio.sleep(self.faults.delay_create_reply_s)
         return _ok(

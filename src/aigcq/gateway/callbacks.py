@@ -20,25 +20,38 @@ import redis.exceptions
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from aigcq.bridges.protocol import failure_of
 from aigcq.domain import ErrorCode
 from aigcq.gateway.errors import ClientError
-from aigcq.gateway.service import Gateway
-from aigcq.gateway.signing import verify
+from aigcq.gateway.gateway import Gateway
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, Pending, ResultOutcome, Succeeded
+from aigcq.platforms.runninghub import RunningHubAdapter
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, read_body
-from aigcq.scheduler.outcomes import TaskEnd, end_of
+from aigcq.plumbing.signing import verify
 
 log = logging.getLogger(__name__)
 
 
 ParseCallback = Callable[[dict[str, Any]], ResultOutcome]
+_RUNNINGHUB_FORMAT = RunningHubAdapter("")
 
 
-def callback_routes(gw: Gateway, parse: ParseCallback) -> list[Route]:
-    """``parse(body) -> ResultOutcome`` reads a TASK_END body (RunningHub's format, from
-    whichever target sent it)."""
+def parse_task_end(body: dict[str, Any]) -> ResultOutcome:
+    """TASK_END bodies share RunningHub's format, whichever target sent them (bridges,
+    the message-dispatcher and RunningHub itself): no need to know the task first.
+    A bridge's failure keeps its class and specific code (see ``docs/bridge-protocol.md``)."""
+    outcome = _RUNNINGHUB_FORMAT.parse_result(body)
+    failure = failure_of(body.get("eventData"))
+    if isinstance(outcome, Failed) and failure is not None:
+        detail = {"class": failure.failure_class}
+        return Failed(failure.code, failure.message, detail=detail)
+    return outcome
+
+
+def callback_routes(gw: Gateway, parse: ParseCallback = parse_task_end) -> list[Route]:
+    """``parse(body) -> ResultOutcome`` reads a TASK_END body."""
     endpoint = TaskEndEndpoint(gw, parse)
     return [
         Route("/callback", endpoint, methods=["POST"]),
@@ -81,7 +94,9 @@ class TaskEndEndpoint:
             try:
                 if not isinstance(outcome, Succeeded):
                     target = await _target_of(gw, task_id)
-                done = await gw.outcomes.settle(task_id, outcome, "callback", attempt=attempt)
+                done = await gw.lifecycle.settle(
+                    task_id, outcome, "callback", attempt=attempt, target=target
+                )
             except redis.exceptions.RedisError as exc:  # the sender retries a 503
                 log.warning(
                     "task %s: TASK_END not recorded, Redis unavailable: %s",
@@ -100,12 +115,9 @@ class TaskEndEndpoint:
                     # failure; the retry decides. A late *success* still wins.
                     raise ClientError(ErrorCode.GONE, f"attempt {attempt} was superseded", task_id)
                 raise ClientError(ErrorCode.GONE, f"task already {done.state}", task_id)
-        except ClientError as exc:
+        except ClientError as exc:  # a run refused as gone was announced over all the same
             metrics.callback_rejected(exc.code.value)
-            if exc.code is ErrorCode.GONE:  # that run is over all the same: free its slot
-                gw.outcomes.on_task_end(task_id, target, TaskEnd.GONE, attempt)
             return exc.status, exc.body(gw.messages)
-        gw.outcomes.on_task_end(task_id, done.target or target, end_of(outcome), attempt)
         return 200, {"code": 0, "msg": "success"}
 
 

@@ -12,11 +12,11 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from aigcq.domain import ErrorCode
-from aigcq.gateway.auth import bearer, token_owner
 from aigcq.gateway.errors import ClientError, as_client_error, error_responses
+from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.queue_view import InternalCapacity, queue_rows
-from aigcq.gateway.service import Gateway
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
+from aigcq.plumbing.auth import bearer, token_owner
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
 
 Authorization = Annotated[str | None, Header()]
@@ -52,16 +52,36 @@ def api_router(
 ) -> APIRouter:
     """``internal``: the internal target's capacity now (None: this process has none)."""
     router = APIRouter(prefix="/api", tags=["api"])
+    _task_routes(router, gw, internal)
+    _workflow_routes(router, gw)
+    return router
 
+
+def _client_claims(gw: Gateway, authorization: str | None) -> dict[str, Any]:
+    token = bearer(authorization)
+    claims = gw.auth.client(token)
+    if claims is None:
+        raise ClientError(ErrorCode.AUTH, gw.auth.refusal(token, "invalid or missing bearer token"))
+    return claims
+
+
+def _backend_id(gw: Gateway, claims: dict[str, Any], data: dict[str, Any]) -> str:
+    """Whom a submitted task's results go to: the body's ``backendId``, else the token's."""
+    backend_id = data.get("backendId") or claims.get("sub") or ""
+    if not isinstance(backend_id, str) or len(backend_id) > MAX_BACKEND_ID:
+        raise ClientError(
+            ErrorCode.JSON, f"backendId: a string of at most {MAX_BACKEND_ID} characters"
+        )
+    if backend_id and not gw.auth.may_use_id(claims, backend_id):
+        raise ClientError(ErrorCode.AUTH, f"this token may not use backendId {backend_id!r}")
+    return backend_id
+
+
+def _task_routes(
+    router: APIRouter, gw: Gateway, internal: Callable[[], InternalCapacity | None]
+) -> None:
     def client_of(authorization: str | None) -> dict[str, Any]:
-        claims = gw.auth.client(bearer(authorization))
-        if claims is None:
-            raise ClientError(ErrorCode.AUTH, "invalid or missing bearer token")
-        return claims
-
-    def require_admin(authorization: str | None) -> None:
-        if not gw.auth.admin(bearer(authorization)):
-            raise ClientError(ErrorCode.AUTH, "admin token required")
+        return _client_claims(gw, authorization)
 
     @router.post(
         "/tasks",
@@ -77,13 +97,7 @@ def api_router(
         claims = client_of(authorization)  # before a byte of the body is read
         data = await json_object(request, gw.settings.max_payload_bytes)
         req = parse_generate(data)
-        backend_id = data.get("backendId") or claims.get("sub") or ""
-        if not isinstance(backend_id, str) or len(backend_id) > MAX_BACKEND_ID:
-            raise ClientError(
-                ErrorCode.JSON, f"backendId: a string of at most {MAX_BACKEND_ID} characters"
-            )
-        if backend_id and not gw.auth.may_use_id(claims, backend_id):
-            raise ClientError(ErrorCode.AUTH, f"this token may not use backendId {backend_id!r}")
+        backend_id = _backend_id(gw, claims, data)
         created = await gw.submission.submit(req, backend_id, deliver=bool(backend_id))
         return {
             "taskId": req.taskId,
@@ -155,6 +169,13 @@ def api_router(
         client_of(authorization)
         return await queue_rows(gw.rt, internal())
 
+
+def require_admin(gw: Gateway, authorization: str | None) -> None:
+    if not gw.auth.admin(bearer(authorization)):
+        raise ClientError(ErrorCode.AUTH, "admin token required")
+
+
+def _workflow_routes(router: APIRouter, gw: Gateway) -> None:
     @router.put(
         "/workflows/{workflow_id}",
         summary="Store an API-format ComfyUI workflow",
@@ -164,7 +185,7 @@ def api_router(
     async def put_workflow(
         workflow_id: str, request: Request, authorization: Authorization = None
     ) -> dict[str, Any]:
-        require_admin(authorization)  # before a byte of the body is read
+        require_admin(gw, authorization)  # before a byte of the body is read
         workflow = await json_object(request, gw.settings.max_payload_bytes)
         await gw.rt.redis.set(gw.rt.store.keys.workflow(workflow_id), orjson.dumps(workflow))
         return {"workflowId": workflow_id, "nodes": len(workflow)}
@@ -181,8 +202,6 @@ def api_router(
         if raw is None:
             raise ClientError(ErrorCode.NOT_FOUND, f"no workflow {workflow_id!r}")
         return Response(raw, media_type="application/json")
-
-    return router
 
 
 async def bounded_body(request: Request, limit: int) -> bytes:

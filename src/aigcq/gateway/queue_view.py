@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from aigcq.service.runtime import Runtime
-
-if TYPE_CHECKING:
-    from aigcq.service.parts import ServiceParts
+from aigcq.runtime import Runtime
+from aigcq.scheduler.targets import InternalTarget
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,9 +21,8 @@ class InternalCapacity:
     free: int
 
 
-def internal_capacity(service: ServiceParts) -> InternalCapacity | None:
+def internal_capacity(hub: InternalTarget | None) -> InternalCapacity | None:
     """The bridge hub's capacity now; None when this process has no hub."""
-    hub = service.hub
     return InternalCapacity(hub.name, hub.serves, hub.free_slots()) if hub else None
 
 

@@ -12,7 +12,8 @@ from aigcq.domain import ErrorCode
 from aigcq.gateway.admission import Admission
 from aigcq.gateway.errors import ClientError
 from aigcq.observability.jsonlog import ctx
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,9 @@ def _task_id(data: dict[str, Any]) -> str | None:
 
 
 class Submission:
-    def __init__(self, rt: Runtime, admission: Admission) -> None:
+    def __init__(self, rt: Runtime, lifecycle: Lifecycle, admission: Admission) -> None:
         self.rt = rt
+        self.lifecycle = lifecycle
         self.admission = admission
 
     async def submit(self, req: GenerateRequest, backend_id: str, *, deliver: bool) -> bool:
@@ -61,13 +63,8 @@ class Submission:
         if not await self.admission.admit(backend_id, task):
             raise ClientError(ErrorCode.BALANCE, "admission refused", req.taskId)
         try:
-            result = await self.rt.store.submit(
-                req.taskId,
-                aigc=aigc,
-                platform=req.platform,
-                backend_id=backend_id,
-                payload=req.payload,
-                deliver=deliver,
+            result = await self.lifecycle.submitted(
+                req.taskId, (aigc, req.platform), backend_id, req.payload, deliver=deliver
             )
         except redis.exceptions.RedisError as exc:  # the task may exist: its reply was lost
             await self.admission.refund_unless_stored(backend_id, req.taskId)
@@ -81,11 +78,4 @@ class Submission:
                 raise ClientError(
                     ErrorCode.CONFLICT, "taskId belongs to another client", req.taskId
                 )
-        log.debug(
-            "task %s: submitted by %s (created=%s)",
-            req.taskId,
-            backend_id,
-            result.created,
-            extra=ctx(task=req.taskId),
-        )
         return result.created

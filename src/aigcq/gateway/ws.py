@@ -20,7 +20,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from aigcq.domain import ErrorCode
 from aigcq.gateway.clients import ClientConnection
 from aigcq.gateway.errors import ClientError
-from aigcq.gateway.service import Gateway
+from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
 from aigcq.plumbing.background import REDIS_OUTAGE
 from aigcq.plumbing.ws_frames import close_within, receive_frame, send_within
@@ -39,7 +39,8 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
     failure: tuple[ClientError, int] | None = None
     claims = gw.auth.client(token)
     if claims is None:
-        failure = (ClientError(ErrorCode.AUTH, "invalid or missing token"), CLOSE_AUTH)
+        why = gw.auth.refusal(token, "invalid or missing token")
+        failure = (ClientError(ErrorCode.AUTH, why), CLOSE_AUTH)
     elif not backend_id or len(backend_id) > MAX_BACKEND_ID:
         failure = (ClientError(ErrorCode.JSON, "query parameter id is required"), CLOSE_BAD_REQUEST)
     elif not gw.auth.may_use_id(claims, backend_id):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aigcq.platforms.base import Full, Rejected
+from aigcq.platforms.base import Full, Rejected, Uncertain
 
 
 def as_int(value: Any) -> int | None:
@@ -30,8 +30,19 @@ def loads_if_json(value: Any) -> Any:
         return value
 
 
+def unreadable_create(status: int) -> Full | Uncertain:
+    """A paid create answered without the platform's own documented body (a gateway's HTML
+    502 or 504, a page we cannot parse): it may have gone through and be billed, so its
+    outcome is unknown — only the platform's own code is a definite refusal. A 429 is the
+    exception: by HTTP's definition nothing was processed."""
+    if status == 429:
+        return Full(f"HTTP {status}")
+    return Uncertain(f"no readable reply (HTTP {status})")
+
+
 def http_outcome(prefix: str, status: int) -> Full | Rejected:
-    """A submit answered without a usable body: judge by the HTTP status alone."""
+    """A submit answered without a usable body, where sending it again costs nothing (the
+    message-dispatcher, our own GPUs): judge by the HTTP status alone."""
     if status == 429:
         return Full(f"HTTP {status}")
     retryable = status == 408 or not 400 <= status < 500

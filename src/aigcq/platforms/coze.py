@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from aigcq.domain import Task
 from aigcq.platforms import base
-from aigcq.platforms._parse import as_int, http_outcome, loads_if_json
+from aigcq.platforms._parse import as_int, loads_if_json, unreadable_create
 
 #: rate limits: system request limit ("retry later"), RPM exceeded.
 FULL_CODES = frozenset({4009, 4020})
@@ -61,9 +61,9 @@ class CozeAdapter(base.PlatformAdapter):
     def parse_submit(self, status: int, body: Any) -> base.SubmitOutcome:
         # A missing ``code`` means 0 (one documented async reply omits it).
         if not isinstance(body, dict) or (code := as_int(body.get("code", 0))) is None:
-            return http_outcome("COZE", status)
+            return unreadable_create(status)
         if code == 0 and status >= 400:
-            return http_outcome("COZE", status)
+            return unreadable_create(status)
         msg = str(body.get("msg") or "")
         if code == 0:
             execute_id = body.get("execute_id")

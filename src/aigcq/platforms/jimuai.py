@@ -48,7 +48,7 @@ import orjson
 
 from aigcq.domain import Task
 from aigcq.platforms import base
-from aigcq.platforms._parse import as_int, http_outcome
+from aigcq.platforms._parse import as_int, unreadable_create
 from aigcq.platforms.volc_sign import Credentials, sign
 
 DEFAULT_URL = "https://visual.volcengineapi.com"
@@ -209,12 +209,8 @@ class JimuAIAdapter(base.PlatformAdapter):
             retryable = name in GATEWAY_TRANSIENT or status >= 500
             return base.Rejected(f"JIMUAI_{name}", text, retryable=retryable, detail=error)
         if not isinstance(body, dict) or (code_msg := _code_message(body))[0] is None:
-            # A 2xx we cannot read may have created a (paid) task: never re-send it blindly.
-            return (
-                base.Uncertain(f"unreadable reply (HTTP {status})")
-                if status < 300
-                else (http_outcome("JIMUAI", status))
-            )
+            # any reply we cannot read may have created a (paid) task: never re-send it blindly
+            return unreadable_create(status)
         code, message = code_msg
         if code == SUCCESS:
             data = body.get("data")

@@ -9,7 +9,7 @@ RunningHub-compatible ``/task/openapi/*`` routes answer queries and cancels.
 
 It serves no task platform by itself (``serves = ()``): it is never picked as the paid
 overflow target of ``comfyui`` (that stays ``runninghub``); ``aigcq serve`` uses it as
-its *internal* target (:mod:`aigcq.dispatcher.client`).
+its *internal* target (:mod:`aigcq.mdclient.target`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from aigcq.domain import Task
 from aigcq.platforms import base
-from aigcq.platforms._parse import as_int, http_outcome, loads_if_json
+from aigcq.platforms._parse import as_int, loads_if_json, unreadable_create
 
 #: success codes: 0 as documented; some deployments answer 200.
 SUCCESS_CODES = frozenset({0, 200})
@@ -106,7 +106,7 @@ class RunningHubAdapter(base.PlatformAdapter):
 
     def parse_submit(self, status: int, body: Any) -> base.SubmitOutcome:
         if not isinstance(body, dict) or (code := as_int(body.get("code"))) is None:
-            return http_outcome("RH", status)
+            return unreadable_create(status)
         msg = str(body.get("msg") or "")
         if code in SUCCESS_CODES:
             data = body.get("data")

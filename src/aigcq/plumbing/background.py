@@ -1,8 +1,10 @@
 """Background loops: logging a failed round, and stopping them for sure.
 
 A round that fails because Redis is unreachable (restarting, failing over) is expected
-operation: one warning line per round, not a traceback; anything else is a bug and is
-logged with its traceback.
+operation: one warning line when a loop first meets the outage, again every
+``OUTAGE_REPORT_S`` while it lasts, and one line when Redis answers again — not a line per
+round (a loop running ten times a second would flood the log), not a traceback. Anything
+else is a bug and is logged with its traceback.
 
 On Python 3.11, ``asyncio.wait_for`` swallows a cancellation that arrives in the same
 loop turn as the result it waits for (fixed in 3.12, CPython gh-86296). redis-py uses it
@@ -15,8 +17,11 @@ until the tasks have ended.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+import random
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -27,25 +32,51 @@ log = logging.getLogger(__name__)
 REDIS_OUTAGE = (redis_errors.ConnectionError, redis_errors.TimeoutError)
 
 
+#: how often a Redis outage that lasts is reported again, per loop
+OUTAGE_REPORT_S = 30.0
+#: loop (its ``what``) -> when its current Redis outage was last reported (monotonic)
+_outages: dict[str, float] = {}
+
+
 def round_failed(logger: logging.Logger, what: str, exc: Exception) -> None:
     """Log a failed round of a background loop (call it from ``except Exception``)."""
-    if isinstance(exc, REDIS_OUTAGE):
-        logger.warning("%s: Redis unavailable (%s); trying again", what, exc)
-    else:
+    if not isinstance(exc, REDIS_OUTAGE):
         logger.exception("%s", what)
+        return
+    now, last = time.monotonic(), _outages.get(what)
+    if last is None or now - last >= OUTAGE_REPORT_S:
+        _outages[what] = now
+        still = "" if last is None else " (still)"
+        logger.warning("%s: Redis unavailable%s (%s); trying again", what, still, exc)
+
+
+def round_ok(logger: logging.Logger, what: str) -> None:
+    """A round of the loop ``what`` succeeded: say so once if Redis had been away."""
+    if _outages.pop(what, None) is not None:
+        logger.warning("%s: Redis reachable again", what)
+
+
+@contextlib.contextmanager
+def one_round(logger: logging.Logger, what: str) -> Iterator[None]:
+    """One round of a background loop: its failure is logged (:func:`round_failed`) and
+    the loop goes on; its success after a Redis outage says so (:func:`round_ok`)."""
+    try:
+        yield
+    except Exception as exc:
+        round_failed(logger, what, exc)
+    else:
+        round_ok(logger, what)
 
 
 async def every(
-    seconds: float, one_round: Callable[[], Awaitable[object]], logger: logging.Logger, what: str
+    seconds: float, run_once: Callable[[], Awaitable[object]], logger: logging.Logger, what: str
 ) -> None:
-    """Wait ``seconds``, run ``one_round``, and again, until cancelled; a round that fails is
-    logged (:func:`round_failed`, as ``what``) and the next one runs as planned."""
+    """Wait ``seconds``, run ``run_once``, and again, until cancelled; a round that fails is
+    logged (:func:`one_round`, as ``what``) and the next one runs as planned."""
     while True:
         await asyncio.sleep(seconds)
-        try:
-            await one_round()
-        except Exception as exc:
-            round_failed(logger, what, exc)
+        with one_round(logger, what):
+            await run_once()
 
 
 _RETRY_S = 0.05  # how long a cancelled task may take before it is cancelled again
@@ -83,3 +114,8 @@ class Spawner:
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+
+def backoff_delay(attempt: int, cap: float) -> float:
+    """Seconds before reconnect ``attempt`` (0-based): 1, 2, 4, … capped, times 0.5–1."""
+    return min(cap, 2.0 ** min(attempt, 16)) * random.uniform(0.5, 1.0)

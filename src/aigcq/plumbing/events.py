@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from aigcq.plumbing.background import round_failed, round_ok
 from aigcq.plumbing.text import text
-from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,13 @@ class EventBus:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("event subscription lost (%r); resubscribing", exc)
+                round_failed(log, "event subscription lost, resubscribing", exc)
                 await asyncio.sleep(1.0)
 
     async def _listen(self) -> None:
         async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
             await pubsub.subscribe(self.channel)
+            round_ok(log, "event subscription lost, resubscribing")
             self.on_wake()  # catch up on anything published while we were away
             async for message in pubsub.listen():
                 self._handle(text(message["data"]))
@@ -71,13 +72,15 @@ class EventBus:
             self.on_bridge_end(orjson.loads(rest))
 
 
-async def publish_progress(rt: Runtime, backend_id: str, message: dict[str, Any]) -> None:
+async def publish_progress(
+    redis: Redis, channel: str, backend_id: str, message: dict[str, Any]
+) -> None:
     """Send ``message`` to ``backend_id``'s socket, whichever process holds it (best effort)."""
     if not backend_id:
         return
     body = progress_event(backend_id, message)
     try:
-        await rt.redis.publish(rt.store.keys.events, f"progress:{body}")
+        await redis.publish(channel, f"progress:{body}")
     except Exception as exc:  # progress is optional: never fail the caller for it
         log.warning("progress for %s not published: %r", backend_id, exc)
 

@@ -1,8 +1,10 @@
-"""The Redis key layout (seed 001 §5, extended). One place builds every key name.
+"""The Redis key layout (seed 001 §5, extended). Python builds every key name here.
 
-Scripts that must find a task's other keys from its hash (wait list, running set) derive
-them from the same patterns in Lua, so aigcq targets a standalone Redis or Sentinel, not
-Redis Cluster.
+Lua scripts that must find a key from what they read (a task's wait list and running set
+from its hash, the bridge a ``bridgeof`` key names) derive it from the same patterns, in
+``queue/lua/_prelude.lua`` for the task scripts and in the TASK_END count of
+:mod:`aigcq.bridges.registry`. So aigcq targets a standalone Redis or Sentinel, not Redis
+Cluster.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ def outbox_minid(now: float, retention_s: float) -> int:
     """The first outbox stream id kept (``MINID``, milliseconds): entries older than
     ``retention_s`` go, whether trimmed by a new message or by the retention sweep."""
     return int((now - retention_s) * 1000)
+
+
+_TASKS = ":tasks"  # a bridge's tasks hash: its record's key and this
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +96,44 @@ class Keys:
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
 
+    def poll_lock(self, platform: str) -> str:
+        """Held by the one process polling ``platform`` this round (a short lock)."""
+        return self.lock(f"poll:{platform}")
+
     def workflow(self, workflow_id: str) -> str:
         return f"{self.prefix}:workflow:{workflow_id}"
 
     #: Pub/sub channel: ``wake`` (work to dispatch) and ``outbox:<backendId>``.
     events = _Fixed("events")
+
+    def bridge(self, bridge_id: str) -> str:
+        """HASH: a bridge's shared record (capacity, rotation, failure count); ``"*"``
+        matches every bridge's record and its tasks hash."""
+        return f"{self.prefix}:bridge:{bridge_id}"
+
+    def bridge_tasks(self, bridge_id: str) -> str:
+        """HASH taskId -> attempt: the acknowledged tasks a bridge holds."""
+        return f"{self.bridge(bridge_id)}{_TASKS}"
+
+    @staticmethod
+    def is_bridge_tasks(key: str) -> bool:
+        """Whether ``key``, one ``bridge("*")`` matches, is a tasks hash, not a record."""
+        return key.endswith(_TASKS)
+
+    def bridge_of(self, task_id: str) -> str:
+        """The bridge running an acknowledged task (so any process can count its end)."""
+        return f"{self.prefix}:bridgeof:{task_id}"
+
+    #: The message-dispatcher's mirrors of its cache queue (seed 000 ``md:cache:*``),
+    #: written by :mod:`aigcq.dispatcher.cache`: pending, processing and completed.
+    cache_pending = _Fixed("cache:pending")
+    cache_processing = _Fixed("cache:processing")
+    cache_completed = _Fixed("cache:completed")
+
+
+#: The message-dispatcher's state under the seed's own names (seed 000 ``md:state:*``, no
+#: project prefix), written by :mod:`aigcq.health`.
+MD_STATE_CONNECTION = "md:state:connection"
+MD_STATE_CAPACITY = "md:state:capacity"
+MD_STATE_HEARTBEAT = "md:state:last_heartbeat"
+MD_STATE_HEALTH = "md:state:health"

@@ -1,32 +1,32 @@
-"""TaskStore: the only code that writes task state. Each method is one atomic Lua call.
+"""TaskStore: the only code that writes task state. Each write is one atomic Lua call.
 
-Longer than 400 lines on purpose: this is the one writer of task state (DESIGN.md), so every
-move a task can make is read here, in one class, next to the records its scripts answer
-with (the scripts are in ``lua/``, the key names in :mod:`aigcq.queue.keys`). Splitting it by
-concern would spread the writers over several modules, which is what the rule forbids.
+Each write method makes one named move of :data:`aigcq.domain.TRANSITIONS` (the method's
+docstring says what happened to the task); the scripts are in ``lua/``, their arguments
+declared by name and loaded by :mod:`aigcq.queue.scripts`, the key names in
+:mod:`aigcq.queue.keys`.
+
+Longer than 400 lines on purpose: this is the one writer of task state ("One writer of
+task state" in the README's architecture section), so every move a task can make is read
+here, in one class, next to the records its scripts answer with. Splitting it by concern
+would spread the writers over several modules, which is what the rule forbids.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from aigcq.domain import Move, Task, TaskState, allowed_from
+from aigcq.domain import TRANSITIONS, Move, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.plumbing.text import text
+from aigcq.queue import scripts
 from aigcq.queue.keys import Keys, outbox_minid
-
-
-def _load(name: str) -> str:
-    lua = resources.files("aigcq.queue") / "lua"
-    return (lua / "_prelude.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,18 +147,20 @@ class TaskStore:
         self.free_requeues = free_requeues
         #: the paid targets (comma-separated): their unwanted remote tasks become orphans
         self.paid_targets = ""
-        self._scripts: dict[str, AsyncScript] = {
-            name: redis.register_script(_load(name)) for name in SCRIPTS
-        }
+        self._scripts: dict[str, tuple[AsyncScript, scripts.Script]] = {}
+        for name in SCRIPTS:
+            script = scripts.load(name)
+            self._scripts[name] = (redis.register_script(script.source), script)
         #: the hot-path connection: every per-task command goes through it
         self.mux = RedisMux(redis)
 
-    async def _run(self, name: str, *args: Any) -> Any:
-        """Run our script ``name`` (its first argument is always the key prefix) on the
-        hot-path connection: calls made in the same event-loop turn (concurrent submits,
-        callbacks, dispatches) share one write, each script stays one atomic step, and
-        calls run in the order made."""
-        return await self.mux.script(self._scripts[name], [], [self.keys.prefix, *args])
+    async def _run(self, name: str, /, **args: Any) -> Any:
+        """Run our script ``name`` with its declared arguments, by name (the key prefix
+        goes first) on the hot-path connection: calls made in the same event-loop turn
+        (concurrent submits, callbacks, dispatches) share one write, each script stays
+        one atomic step, and calls run in the order made."""
+        script, declared = self._scripts[name]
+        return await self.mux.script(script, [], declared.argv(self.keys.prefix, args))
 
     async def aclose(self) -> None:
         await self.mux.aclose()
@@ -176,17 +178,16 @@ class TaskStore:
         deliver: bool = True,
     ) -> Submitted:
         """Create a task and queue it; an existing ``task_id`` is returned unchanged."""
-        workflow_id = workflow_of(payload)
         created, state, owner = await self._run(
             "submit",
-            task_id,
-            time.time(),
-            aigc,
-            platform,
-            backend_id,
-            orjson.dumps(payload),
-            workflow_id,
-            "1" if deliver else "0",
+            task_id=task_id,
+            now=time.time(),
+            aigc=aigc,
+            platform=platform,
+            backend_id=backend_id,
+            payload=orjson.dumps(payload),
+            workflow_id=workflow_of(payload),
+            deliver="1" if deliver else "0",
         )
         return Submitted(bool(created), TaskState(text(state)), text(owner))
 
@@ -198,14 +199,13 @@ class TaskStore:
             return []
         rows = await self._run(
             "claim",
-            time.time(),
-            aigc,
-            platform,
-            target,
-            cap,
-            n,
-            deadline_s,
-            allowed_from(Move.CLAIM, TaskState.DISPATCHING),
+            now=time.time(),
+            aigc=aigc,
+            platform=platform,
+            target=target,
+            cap=cap,
+            n=n,
+            deadline_s=deadline_s,
         )
         claimed = [
             Claimed(
@@ -233,29 +233,38 @@ class TaskStore:
         kind: str,
         progress: str = "",
         where: tuple[str, str, str] | None = None,
+        holder: str = "",
+        holder_ttl_s: int = 0,
     ) -> Marked:
-        """``progress``: the body of a ``progress:`` event, published in the same step
-        only when the task's client is connected with ``progress=1`` (no round trip, and
-        no message every process decodes for nothing). ``where`` (AIGC, platform, paid
-        target): a remote task accepted for an attempt that is no longer live becomes an
-        orphan (``orphaned``), inside that target's cap until it ends."""
+        """The target accepted ``attempt`` as ``remote_id`` ('': the create's outcome is
+        unknown; the task waits as running for its webhook). ``progress``: the body of a
+        ``progress:`` event, published in the same step only when the task's client is
+        connected with ``progress=1`` (no round trip, and no message every process decodes
+        for nothing). ``where`` (AIGC, platform, paid target): a remote task accepted for
+        an attempt that is no longer live becomes an orphan (``orphaned``), inside that
+        target's cap until it ends. ``holder``: the bridge that acknowledged the task,
+        recorded as holding it (:meth:`Keys.bridge_tasks`, :meth:`Keys.bridge_of`, kept
+        ``holder_ttl_s``) in the same step, whenever the task is running."""
         now = time.time()
         aigc, platform, target = where or ("", "", "")
         code = await self._run(
             "mark_running",
-            task_id,
-            attempt,
-            now,
-            remote_id,
-            now + deadline_s,
-            kind,
-            int(deadline_s + self.retention_s),
-            allowed_from(Move.MARK_RUNNING, TaskState.RUNNING),
-            progress,
-            aigc,
-            platform,
-            target,
-            "1" if where else "0",
+            task_id=task_id,
+            attempt=attempt,
+            now=now,
+            remote_id=remote_id,
+            deadline=now + deadline_s,
+            kind=kind,
+            callback_ttl=int(deadline_s + self.retention_s),
+            progress=progress,
+            aigc=aigc,
+            platform=platform,
+            target=target,
+            on_paid=where is not None,
+            holder=holder,
+            holder_tasks=self.keys.bridge_tasks(holder) if holder else "",
+            holder_of=self.keys.bridge_of(task_id) if holder else "",
+            holder_ttl=holder_ttl_s,
         )
         return Marked(int(code) == 1, int(code) == 2)
 
@@ -265,18 +274,16 @@ class TaskStore:
         """Move a task claimed for ``source`` (nothing sent yet) to ``target`` in the same
         attempt, while ``target``'s in-flight count < ``cap``: 1 moved, 0 ``target`` is
         full, -1 the task moved on."""
-        now = time.time()
         return int(
             await self._run(
                 "retarget",
-                task_id,
-                attempt,
-                now,
-                source,
-                target,
-                cap,
-                deadline_s,
-                allowed_from(Move.RETARGET, TaskState.DISPATCHING),
+                task_id=task_id,
+                attempt=attempt,
+                now=time.time(),
+                source=source,
+                target=target,
+                cap=cap,
+                deadline_s=deadline_s,
             )
         )
 
@@ -287,49 +294,102 @@ class TaskStore:
         restarts then knows one may be out); False: the task moved on, send nothing."""
         now = time.time()
         return bool(
-            await self._run("begin_create", task_id, attempt, create_id, now, now + deadline_s)
+            await self._run(
+                "begin_create",
+                task_id=task_id,
+                attempt=attempt,
+                create_id=create_id,
+                now=now,
+                deadline=now + deadline_s,
+            )
         )
 
     async def postpone(self, task_id: str, attempt: int, *, max_delay_s: float) -> float:
         """Ask about the task again later, with back-off; the delay (0: it moved on)."""
-        return float(await self._run("postpone", task_id, attempt, time.time(), max_delay_s))
+        delay = await self._run(
+            "postpone", task_id=task_id, attempt=attempt, now=time.time(), max_delay=max_delay_s
+        )
+        return float(delay)
 
-    async def requeue(
+    # ---- back to waiting: each next claim is a new attempt (its own webhook URL) ----------
+
+    async def requeue_unrun(
+        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0
+    ) -> bool:
+        """``attempt``'s target ran nothing (no slot, full, refused, never acknowledged,
+        not sent): the task goes back to the head of its queue, or after ``delay_s`` (a
+        back-off), and the attempt is given back to its budget (at most ``free_requeues``
+        times per task; later ones are charged). Nothing of the attempt runs anywhere, so
+        no orphan is kept. False: ``attempt`` is no longer the live one, or the task is
+        not dispatching or running."""
+        return await self._requeue(
+            Move.REQUEUE_UNRUN, task_id, attempt, reason, delay_s=delay_s, uncharge=True, ended=True
+        )
+
+    async def requeue_unsent(self, task_id: str, attempt: int, reason: str) -> bool:
+        """A task claimed for ``attempt`` and never sent (its process stopped first, or is
+        shutting down): back to the head of its queue, the attempt given back as by
+        :meth:`requeue_unrun`. Refused while a create may be out for it
+        (:meth:`begin_create`) or once it is no longer dispatching."""
+        return await self._requeue(
+            Move.REQUEUE_UNSENT, task_id, attempt, reason, uncharge=True, unsent_only=True
+        )
+
+    async def requeue_for_retry(
+        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0, ended: bool = False
+    ) -> bool:
+        """``attempt`` failed, timed out, or its target lost it: it stays charged, and the
+        task waits for a new attempt at the head of its queue, or after ``delay_s``.
+        ``ended``: its remote task is known to be over; otherwise one on a paid target (or
+        a create that may be out) is kept in its account's cap as an orphan. False:
+        ``attempt`` is no longer the live one, or the task is not dispatching or running."""
+        return await self._requeue(
+            Move.REQUEUE_FOR_RETRY, task_id, attempt, reason, delay_s=delay_s, ended=ended
+        )
+
+    async def requeue_handed_back(
+        self, task_id: str, attempt: int, remote_id: str, reason: str
+    ) -> bool:
+        """A message-dispatcher handed back the task it was running as ``remote_id`` (a
+        degrade notice): back to the head of its queue, ``attempt`` charged. Only while the
+        task is running as ``remote_id`` in ``attempt``, so one that finished, was retried
+        or moved on meanwhile is left as it is."""
+        return await self._requeue(
+            Move.REQUEUE_HANDED_BACK, task_id, attempt, reason, remote_id=remote_id
+        )
+
+    async def _requeue(
         self,
+        move: Move,
         task_id: str,
+        attempt: int,
+        reason: str,
         *,
-        attempt: int | None = None,
         delay_s: float = 0.0,
-        front: bool = True,
         uncharge: bool = False,
-        reason: str = "",
-        remote_id: str = "",
         ended: bool = False,
+        remote_id: str = "",
         unsent_only: bool = False,
     ) -> bool:
-        """Back to waiting; the next dispatch is a new attempt either way. ``uncharge``
-        gives back the attempt this one charged (the target never ran it; at most
-        ``free_requeues`` times per task); ``remote_id``: only while the task still carries
-        this remote task id; ``ended``: its remote task is known to be over (else one on a
-        paid target becomes an orphan); ``unsent_only``: not while a create may be out."""
         now = time.time()
         result = await self._run(
             "requeue",
-            task_id,
-            "" if attempt is None else attempt,
-            now,
-            now + delay_s if delay_s > 0 else 0,
-            int(front),
-            int(uncharge),
-            reason,
-            allowed_from(Move.REQUEUE, TaskState.PENDING),
-            remote_id,
-            self.free_requeues,
-            self.paid_targets,
-            int(ended),
-            int(unsent_only),
+            move=move.value,
+            task_id=task_id,
+            attempt=attempt,
+            now=now,
+            ready_at=now + delay_s if delay_s > 0 else 0,
+            reason=reason,
+            remote_id=remote_id,
+            unsent_only=unsent_only,
+            uncharge=uncharge,
+            free_limit=self.free_requeues,
+            ended=ended,
+            paid_targets=self.paid_targets,
         )
         return int(result) == 1
+
+    # ---- the end, and after -----------------------------------------------------------
 
     async def finish(
         self,
@@ -350,26 +410,26 @@ class TaskStore:
         ``fenced``: only while that attempt is the live one (a failure); ``ended``: its
         run is over. Otherwise the live attempt's remote task on a paid target becomes an
         orphan (``MoveResult.orphan``)."""
-        assert state.terminal
+        if state not in TRANSITIONS[Move.FINISH][1]:
+            raise ValueError(f"finish does not lead to {state}")
         now = time.time()
-        minid = outbox_minid(now, self.outbox_retention_s)
         applied, current, *labels = await self._run(
             "finish",
-            task_id,
-            state.value,
-            now,
-            self.retention_s,
-            orjson.dumps(result),
-            orjson.dumps(error),
-            orjson.dumps(message or {}),
-            minid,
-            note,
-            allowed_from(Move.FINISH, state),
-            "0",
-            "" if from_attempt is None else from_attempt,
-            self.paid_targets,
-            int(fenced),
-            int(ended),
+            task_id=task_id,
+            to=state.value,
+            now=now,
+            ttl=self.retention_s,
+            result_json=orjson.dumps(result),
+            error_json=orjson.dumps(error),
+            body=orjson.dumps(message or {}),
+            minid=outbox_minid(now, self.outbox_retention_s),
+            info=note,
+            move=Move.FINISH.value,
+            quiet=False,
+            from_attempt="" if from_attempt is None else from_attempt,
+            paid_targets=self.paid_targets,
+            fenced=fenced,
+            ended=ended,
         )
         code = int(applied)
         if code != 1:
@@ -382,41 +442,46 @@ class TaskStore:
         """Cancel a task that is still waiting (never one dispatched or running), with no
         message for its client: its submitter has taken it back. False: not waiting."""
         now = time.time()
-        minid = outbox_minid(now, self.outbox_retention_s)
         applied, *_ = await self._run(
             "finish",
-            task_id,
-            TaskState.CANCELLED.value,
-            now,
-            self.retention_s,
-            orjson.dumps(None),
-            orjson.dumps(error),
-            orjson.dumps({}),
-            minid,
-            note,
-            allowed_from(Move.WITHDRAW, TaskState.CANCELLED),
-            "1",
-            "",
-            self.paid_targets,
-            "0",
-            "0",
+            task_id=task_id,
+            to=TaskState.CANCELLED.value,
+            now=now,
+            ttl=self.retention_s,
+            result_json=orjson.dumps(None),
+            error_json=orjson.dumps(error),
+            body=orjson.dumps({}),
+            minid=outbox_minid(now, self.outbox_retention_s),
+            info=note,
+            move=Move.WITHDRAW.value,
+            quiet=True,
+            from_attempt="",
+            paid_targets=self.paid_targets,
+            fenced=False,
+            ended=False,
         )
         return int(applied) == 1
 
     async def retry(self, task_id: str, note: str = "retried") -> MoveResult:
         """Queue a failed or cancelled task again (an operator's retry). Its client gets
         the new attempt's result too. ``applied`` False: not retryable in ``state``."""
-        allowed = allowed_from(Move.RETRY, TaskState.PENDING)
-        applied, current = await self._run("retry", task_id, time.time(), allowed, note)
+        applied, current = await self._run("retry", task_id=task_id, now=time.time(), info=note)
         code = int(applied)
         return MoveResult(code == 1, TaskState(text(current)) if code >= 0 else None)
 
     async def promote_delayed(self, limit: int = 500) -> int:
-        return int(await self._run("promote", time.time(), limit))
+        """Delayed tasks whose back-off is over go to the head of their queue (at most
+        ``limit``); how many left the delayed set."""
+        return int(await self._run("promote", now=time.time(), limit=limit))
 
     async def release_orphan(self, remote_id: str) -> bool:
         """The platform says this unwanted remote task ended: it leaves the cap."""
-        return int(await self._run("release_orphan", remote_id)) == 1
+        return int(await self._run("release_orphan", remote_id=remote_id)) == 1
+
+    async def release_create(self, create_id: str) -> bool:
+        """The platform answered the create ``create_id`` with a definite "not created":
+        the slot its task's moving on left it as (``create:<createId>``) is free."""
+        return await self.release_orphan(f"create:{create_id}")
 
     async def orphans_due(self, aigc: str, target: str, limit: int = 100) -> list[Orphan]:
         """Orphans of one account whose next check is due."""

@@ -15,18 +15,13 @@ ends it, or it is freed at the deadline the sweeper gives such a create.
 from __future__ import annotations
 
 import logging
-import time
 
 from aigcq.domain import Task
 from aigcq.observability.jsonlog import ctx
-from aigcq.platforms.base import Failed, NotFound, Succeeded
 from aigcq.queue.store import Orphan
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-#: seconds between two checks of one orphan
-RECHECK_S = 2.0
 
 
 class Orphans:
@@ -48,7 +43,9 @@ class Orphans:
                 extra=ctx(task=o.task_id),
             )
             return
-        sent = await self.rt.platforms.cancel(adapter, _as_task(o), self._apikey(o))
+        sent = await self.rt.platforms.cancel(
+            adapter, as_task(o), self.rt.apikey(o.aigc, o.platform)
+        )
         log.info(
             "task %s: remote task %s of attempt %s unwanted; %s",
             o.task_id,
@@ -57,66 +54,6 @@ class Orphans:
             "cancel sent" if sent else "left to finish (counted until it ends)",
             extra=ctx(task=o.task_id),
         )
-
-    async def check_due(self) -> int:
-        """Ask the platform about every orphan due for a check; the number released."""
-        released = 0
-        for aigc, target in self._accounts():
-            for o in await self.rt.store.orphans_due(aigc, target):
-                released += await self._check(o)
-        return released
-
-    async def _check(self, o: Orphan) -> int:
-        adapter = self.rt.platforms.adapters.get(o.target)
-        if adapter is None:
-            return int(await self.rt.store.release_orphan(o.remote_id))
-        if o.awaiting_create:
-            return await self._check_create(o)
-        # peek: the result is nobody's, so inline files are not stored
-        outcome = await self.rt.platforms.peek(adapter, _as_task(o), self._apikey(o))
-        if isinstance(outcome, Succeeded | Failed | NotFound):
-            log.info(
-                "task %s: unwanted remote task %s ended (%s)",
-                o.task_id,
-                o.remote_id,
-                type(outcome).__name__,
-                extra=ctx(task=o.task_id),
-            )
-            return int(await self.rt.store.release_orphan(o.remote_id))
-        await self.cancel(o)  # still running (or no answer): ask again
-        await self.rt.store.check_orphan_later(o, RECHECK_S)
-        return 0
-
-    async def _check_create(self, o: Orphan) -> int:
-        """A create with no remote id: the platform cannot be asked about it, so it is
-        counted until the task's deadline from the create (the rule that fails such a
-        task with ``UncertainSubmit``), unless its reply or webhook resolved it first."""
-        account = self.rt.config.account(o.aigc, o.platform)
-        left = o.create_at + self.rt.deadline_s(account) - time.time()
-        if left > 0:
-            await self.rt.store.check_orphan_later(o, min(left, RECHECK_S))
-            return 0
-        log.warning(
-            "task %s: the create of attempt %s was never resolved by its deadline; its slot "
-            "is free again",
-            o.task_id,
-            o.attempt,
-            extra=ctx(task=o.task_id),
-        )
-        return int(await self.rt.store.release_orphan(o.remote_id))
-
-    def _accounts(self) -> set[tuple[str, str]]:
-        """(AIGC, paid target) of every configured queue."""
-        found = set()
-        for aigc, platform in self.rt.config.queues():
-            adapter = self.rt.platforms.adapter_for(platform)
-            if adapter is not None and adapter.paid:
-                found.add((aigc, adapter.name))
-        return found
-
-    def _apikey(self, o: Orphan) -> str:
-        account = self.rt.config.account(o.aigc, o.platform)
-        return account.apikey if account else ""
 
 
 def orphan_of(task: Task, remote_id: str) -> Orphan:
@@ -132,7 +69,7 @@ def orphan_of(task: Task, remote_id: str) -> Orphan:
     )
 
 
-def _as_task(o: Orphan) -> Task:
+def as_task(o: Orphan) -> Task:
     """What an adapter needs to query or cancel the remote task."""
     return Task(
         task_id=o.task_id,

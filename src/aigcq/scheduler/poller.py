@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from aigcq.domain import TaskState
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import PlatformAdapter, Unknown
-from aigcq.plumbing.background import round_failed
-from aigcq.scheduler.outcomes import Outcomes
-from aigcq.service.runtime import Runtime
+from aigcq.plumbing.background import one_round
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +40,14 @@ def next_poll_interval(in_flight: int) -> float:
 @dataclass(eq=False)
 class Poller:
     rt: Runtime
-    outcomes: Outcomes
+    lifecycle: Lifecycle
     adapter: PlatformAdapter
 
     async def run(self) -> None:
         while True:
-            try:
+            polled = 0
+            with one_round(log, f"{self.adapter.name}: polling round failed"):
                 polled = await self.poll_once()
-            except Exception as exc:
-                round_failed(log, f"{self.adapter.name}: polling round failed", exc)
-                polled = 0
             fixed = self.rt.settings.poll_interval_s
             await asyncio.sleep(fixed if fixed is not None else next_poll_interval(polled))
 
@@ -62,7 +60,7 @@ class Poller:
         queues = self._queues()
         if not queues:  # nothing configured for this platform: no lock, no Redis traffic
             return 0
-        lock = keys.lock(f"poll:{self.adapter.name}")
+        lock = keys.poll_lock(self.adapter.name)
         if not await self.rt.redis.set(lock, "1", nx=True, px=2000):
             return 0
         try:
@@ -81,8 +79,7 @@ class Poller:
         task = await self.rt.store.get(task_id)
         if task is None or task.state is not TaskState.RUNNING:
             return
-        account = self.rt.config.account(aigc, platform)
-        apikey = account.apikey if account else ""
+        apikey = self.rt.apikey(aigc, platform)
         outcome = await self.rt.platforms.query(self.adapter, task, apikey)
         if isinstance(outcome, Unknown):  # asked again next round; worth a look if it lasts
             log.warning(
@@ -93,8 +90,15 @@ class Poller:
                 extra=ctx(task=task_id),
             )
             return
-        await self.outcomes.settle(task_id, outcome, f"polled {self.adapter.name}", task.attempt)
+        note = f"polled {self.adapter.name}"
+        await self.lifecycle.settle(task_id, outcome, note, task.attempt, target=task.target)
 
 
 def polling_adapters(rt: Runtime) -> list[PlatformAdapter]:
-    return [a for a in rt.platforms.adapters.values() if a.kind == "polling"]
+    """The polling platforms that serve a configured queue (each gets a :class:`Poller`)."""
+    platforms = {platform for _, platform in rt.config.queues()}
+    return [
+        a
+        for a in rt.platforms.adapters.values()
+        if a.kind == "polling" and platforms & set(a.serves)
+    ]

@@ -59,3 +59,15 @@ def share_round_robin(demands: list[int], capacity: int, start: int = 0) -> list
             remaining -= 1
         i = (i + 1) % n
     return shares
+
+
+def may_overflow(waited_s: float, after_s: float) -> bool:
+    """Whether a task an internal target handed back, having waited ``waited_s`` since its
+    submit, may go to a paid platform now (``after_s`` ≤ 0: at once)."""
+    return after_s <= 0 or waited_s >= after_s
+
+
+def capped(capacity: int, cap: int) -> int:
+    """``capacity`` limited to ``cap`` (seed 000 §3.7 ``*_CAPACITY_MAX``; 0 = no cap): the
+    internal free slots one round considers, a queue's external tasks in flight."""
+    return min(capacity, cap) if cap > 0 else capacity

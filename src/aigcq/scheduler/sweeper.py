@@ -1,4 +1,5 @@
-"""The slow safety sweep: back-off expiry, in-flight deadlines, and unwanted remote tasks.
+"""The slow safety sweep: back-off expiry and in-flight deadlines (unwanted remote tasks are
+watched by :mod:`.orphan_checks`, in a loop of their own).
 
 A task past its deadline is not blindly re-sent. On a paid platform:
 
@@ -36,9 +37,9 @@ from aigcq.platforms.base import (
     Unknown,
 )
 from aigcq.plumbing.background import every
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.orphans import orphan_of
-from aigcq.scheduler.outcomes import Outcomes
-from aigcq.service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +50,15 @@ MAX_UNKNOWN_BACKOFF_S = 60.0
 
 
 class Sweeper:
-    def __init__(self, rt: Runtime, outcomes: Outcomes) -> None:
+    def __init__(self, rt: Runtime, lifecycle: Lifecycle) -> None:
         self.rt = rt
-        self.outcomes = outcomes
+        self.lifecycle = lifecycle
 
     async def run(self) -> None:
         await every(self.rt.settings.sweep_interval_s, self.sweep_once, log, "sweep failed")
 
     async def sweep_once(self) -> None:
-        await self.rt.store.promote_delayed()
+        await self.lifecycle.back_offs_over()
         expired = await self.rt.store.expired()
         for start in range(0, len(expired), BATCH):
             batch = expired[start : start + BATCH]
@@ -71,7 +72,6 @@ class Sweeper:
                         exc_info=problem,
                         extra=ctx(task=task_id),
                     )
-        await self.outcomes.orphans.check_due()
 
     async def _expire(self, task_id: str) -> None:
         rt = self.rt
@@ -92,7 +92,7 @@ class Sweeper:
             await self._ask(task, adapter)
 
     async def _retry(self, task: Task, *, ended: bool = False) -> bool:
-        return await self.outcomes.retry_or_fail(
+        return await self.lifecycle.retry_or_fail(
             task.task_id,
             aigc=task.aigc,
             platform=task.platform,
@@ -102,16 +102,14 @@ class Sweeper:
             ended=ended,
         )
 
-    def _apikey(self, task: Task) -> str:
-        account = self.rt.config.account(task.aigc, task.platform)
-        return account.apikey if account else ""
-
     async def _free_target(self, task: Task, adapter: PlatformAdapter | None) -> None:
         """Our own GPUs: ask a message-dispatcher first, else run the task again."""
         outcome = None
         if adapter is not None and task.state is TaskState.RUNNING and task.remote_id:
-            outcome = await self.rt.platforms.query(adapter, task, self._apikey(task))
-            if await self.outcomes.settle(task.task_id, outcome, "queried after deadline"):
+            apikey = self.rt.apikey(task.aigc, task.platform)
+            outcome = await self.rt.platforms.query(adapter, task, apikey)
+            note = "queried after deadline"
+            if await self.lifecycle.settle(task.task_id, outcome, note, target=task.target):
                 return
             if isinstance(outcome, Unknown):
                 log.warning(
@@ -122,37 +120,17 @@ class Sweeper:
                 )
         moved = await self._retry(task)
         if moved and adapter is not None and isinstance(outcome, Pending):
-            await self.rt.platforms.cancel(adapter, task, self._apikey(task))
+            await self.rt.platforms.cancel(adapter, task, self.rt.apikey(task.aigc, task.platform))
 
     async def _dispatching(self, task: Task, adapter: PlatformAdapter) -> None:
-        rt = self.rt
         if not task.create_id:
-            if await rt.store.requeue(
-                task.task_id,
-                attempt=task.attempt,
-                uncharge=True,
-                unsent_only=True,
-                reason="never sent to the platform (its process stopped)",
-            ):
-                log.warning(
-                    "task %s: was never sent to %s; back to waiting",
-                    task.task_id,
-                    task.target,
-                    extra=ctx(task=task.task_id),
-                )
+            reason = f"never sent to {task.target} (its process stopped)"
+            await self.lifecycle.unsent(task.task_id, task.attempt, reason)
             return
         # A create may be out: wait for its webhook (its URL still names this attempt).
-        account = rt.config.account(task.aigc, task.platform)
-        left = task.create_at + rt.deadline_s(account) - time.time()
-        if await rt.store.mark_running(
-            task.task_id, task.attempt, "", deadline_s=max(left, 1.0), kind=adapter.kind
-        ):
-            log.warning(
-                "task %s: its create on %s may be out; waiting for its webhook",
-                task.task_id,
-                task.target,
-                extra=ctx(task=task.task_id),
-            )
+        account = self.rt.config.account(task.aigc, task.platform)
+        left = task.create_at + self.rt.deadline_s(account) - time.time()
+        await self.lifecycle.awaiting_webhook(task, left, adapter.kind)
 
     async def _uncertain(self, task: Task) -> None:
         """Running with no remote id at the deadline: the create's outcome is unknown."""
@@ -162,7 +140,7 @@ class Sweeper:
             return
         reason = f"the create on {task.target} may or may not have been accepted"
         error = {"code": ErrorCode.UNCERTAIN_SUBMIT.value, "message": reason, "detail": None}
-        done = await self.outcomes.fail(
+        done = await self.lifecycle.fail(
             task.task_id, task.attempt, ErrorCode.UNCERTAIN_SUBMIT, error, reason
         )
         if done.applied:
@@ -176,26 +154,20 @@ class Sweeper:
     async def _ask(self, task: Task, adapter: PlatformAdapter) -> None:
         """A paid task with a remote id at its deadline: the platform decides."""
         rt = self.rt
-        outcome = await rt.platforms.query(adapter, task, self._apikey(task))
+        outcome = await rt.platforms.query(adapter, task, self.rt.apikey(task.aigc, task.platform))
         match outcome:
             case Succeeded() | Failed():
-                await self.outcomes.settle(
-                    task.task_id, outcome, "queried after deadline", attempt=task.attempt
+                await self.lifecycle.settle(
+                    task.task_id,
+                    outcome,
+                    "queried after deadline",
+                    attempt=task.attempt,
+                    target=task.target,
                 )
             case NotFound():
                 await self._retry(task, ended=True)
             case Unknown(reason=reason):
-                delay = await rt.store.postpone(
-                    task.task_id, task.attempt, max_delay_s=MAX_UNKNOWN_BACKOFF_S
-                )
-                log.warning(
-                    "task %s: %s gave no usable answer (%s); asking again in %.1f s",
-                    task.task_id,
-                    task.target,
-                    reason,
-                    delay,
-                    extra=ctx(task=task.task_id),
-                )
+                await self.lifecycle.no_answer(task, reason, max_delay_s=MAX_UNKNOWN_BACKOFF_S)
             case _:  # still running past its deadline: retry, and cancel this run
                 if await self._retry(task):
-                    await self.outcomes.orphans.cancel(orphan_of(task, task.remote_id))
+                    await self.lifecycle.orphans.cancel(orphan_of(task, task.remote_id))

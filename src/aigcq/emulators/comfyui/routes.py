@@ -87,6 +87,20 @@ def _view(config: ComfyUIConfig, filename: str, subfolder: str, kind: str) -> Re
 
 def _router(emu: ComfyUIEmulator) -> APIRouter:
     r = APIRouter()
+    for add_routes in (
+        _prompt_routes,
+        _history_routes,
+        _queue_routes,
+        _info_routes,
+        _control_routes,
+        _socket_route,
+    ):
+        add_routes(r, emu)
+    return r
+
+
+def _prompt_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
+    """``/prompt``: submit a prompt, or read how many are left."""
 
     @r.post("/prompt")
     async def post_prompt(request: Request) -> Response:
@@ -102,6 +116,10 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
     @r.get("/prompt")
     async def get_prompt() -> dict[str, Any]:
         return {"exec_info": {"queue_remaining": emu.queue_remaining()}}
+
+
+def _history_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
+    """``/history``: read, clear or delete finished prompts."""
 
     @r.get("/history")
     async def get_history(max_items: int | None = None) -> dict[str, Any]:
@@ -121,6 +139,10 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
         for pid in body.get("delete") or []:
             emu.history.pop(str(pid), None)
         return Response(status_code=200)
+
+
+def _queue_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
+    """``/queue`` and ``/interrupt``: what runs and waits, and taking prompts off."""
 
     @r.get("/queue")
     async def get_queue() -> dict[str, Any]:
@@ -142,6 +164,10 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
         emu.interrupt(str(body["prompt_id"]) if body.get("prompt_id") else None)
         return Response(status_code=200)
 
+
+def _info_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
+    """``/system_stats``, ``/object_info`` and ``/view``: the machine, its nodes, its files."""
+
     @r.get("/system_stats")
     async def system_stats() -> dict[str, Any]:
         return _system_stats(emu.config)
@@ -158,6 +184,10 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
     @r.get("/view")
     async def view(filename: str = "", subfolder: str = "", type: str = "output") -> Response:
         return _view(emu.config, filename, subfolder, type)
+
+
+def _control_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
+    """The emulator's own controls under ``/emulator/`` (not ComfyUI's API)."""
 
     @r.post("/emulator/fail")
     async def inject_failures(request: Request) -> dict[str, Any]:
@@ -181,6 +211,10 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
         await emu.restart()
         return {"restarted": True}
 
+
+def _socket_route(r: APIRouter, emu: ComfyUIEmulator) -> None:
+    """``/ws``: one socket per ``clientId`` (a new one replaces the old), sent a status."""
+
     @r.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
         sid = websocket.query_params.get("clientId") or uuid.uuid4().hex
@@ -199,8 +233,6 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
         finally:
             if emu.sockets.get(sid) is websocket:
                 del emu.sockets[sid]
-
-    return r
 
 
 def create_app(config: ComfyUIConfig | None = None) -> FastAPI:

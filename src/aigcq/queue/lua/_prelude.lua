@@ -1,4 +1,6 @@
--- Shared helpers, prepended to every script. ARGV[1] is always the key prefix.
+-- Shared helpers, prepended to every script (then the lines aigcq.queue.scripts generates
+-- from the script's declaration, then its body). ARGV[1] is always the key prefix; the key
+-- patterns below are those of aigcq.queue.keys.
 local P = ARGV[1]
 local function tkey(id) return P .. ':task:' .. id end
 local function tlkey(id) return P .. ':timeline:' .. id end
@@ -6,7 +8,7 @@ local function waitkey(aigc, platform) return P .. ':' .. aigc .. ':' .. platfor
 local function runkey(aigc, target) return P .. ':running:' .. aigc .. ':' .. target end
 local function pollkey(aigc, platform) return P .. ':processPolling:' .. aigc .. ':' .. platform end
 
--- ``csv`` is the comma-separated list of allowed from-states (from domain.TRANSITIONS).
+-- ``csv`` is a comma-separated list of states (a move's FROM, from domain.TRANSITIONS).
 local function allowed(csv, state)
   if not state then return false end
   return string.find(',' .. csv .. ',', ',' .. state .. ',', 1, true) ~= nil

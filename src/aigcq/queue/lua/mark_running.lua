@@ -1,35 +1,63 @@
--- The target accepted the task. ARGV: prefix, taskId, attempt, now, remoteId, deadline,
--- kind ('callback' | 'polling'), callback-map ttl, allowed-from, progress ('' = none: the
--- ``progress:`` event published when the task's client asked for progress messages),
--- AIGC, platform, target, paid ('1': a remote task accepted for an attempt that is no
--- longer live is kept as an orphan, inside the account's cap, until it ends).
--- Returns 1 (running), 0 (moved on), 2 (moved on; the remote task is now an orphan).
-local id, attempt, now, remote, deadline = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local k = tkey(id)
+-- The target accepted the task, as ``remote_id`` ('' when the create's outcome is unknown:
+-- it waits as running for its webhook). With a ``holder`` (a bridge), the task is recorded
+-- as held by it in the same step: its tasks hash (taskId -> attempt) and the key naming
+-- the bridge that runs the task, both kept ``holder_ttl`` s. ``progress``: a
+-- ``progress:`` event published only when the task's client is connected with
+-- ``progress=1``. Returns 1 (running), 0 (moved on), 2 (moved on; the remote task is now
+-- an orphan).
+--! move mark_running
+--! arg task_id
+--! arg attempt
+--! arg now
+--! arg remote_id
+--! arg deadline        when the run times out (epoch s)
+--! arg kind            'callback' | 'polling' (a polled task is listed for its poller)
+--! arg callback_ttl    how long ``{P}:callback:{remote_id}`` names the task (s)
+--! arg progress        the body of the progress event ('' = none)
+--! arg aigc            with on_paid: the account the orphan counts against
+--! arg platform
+--! arg target
+--! arg on_paid:flag    a remote task accepted for an attempt no longer live is kept as an orphan
+--! arg holder          the bridge holding the task ('' = none)
+--! arg holder_tasks    its tasks hash (keys.bridge_tasks)
+--! arg holder_of       the key naming the task's bridge (keys.bridge_of)
+--! arg holder_ttl
+local function hold()
+  if holder == '' then return end
+  redis.call('HSET', holder_tasks, task_id, attempt)
+  redis.call('EXPIRE', holder_tasks, holder_ttl)
+  redis.call('SET', holder_of, holder, 'EX', holder_ttl)
+end
+local k = tkey(task_id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
-if h[1] == 'running' and h[2] == attempt and remote ~= '' and h[6] == remote then return 1 end
+local running = TO.mark_running
+if h[1] == running and h[2] == attempt and remote_id ~= '' and h[6] == remote_id then
+  hold()
+  return 1
+end
 -- the same attempt, waiting as running for a create whose outcome was unknown: adopt it
-local adopt = h[1] == 'running' and h[2] == attempt and remote ~= '' and (h[6] or '') == ''
-if not adopt and (not allowed(ARGV[9], h[1]) or h[2] ~= attempt) then
+local adopt = h[1] == running and h[2] == attempt and remote_id ~= '' and (h[6] or '') == ''
+if not adopt and (not allowed(FROM.mark_running, h[1]) or h[2] ~= attempt) then
   -- its own webhook, faster than the create's reply, already ended the task: nothing runs
   local ended = h[2] == attempt and redis.call('HGET', k, 'endedAttempt') == attempt
-  if remote ~= '' and ARGV[14] == '1' and not ended then
-    orphan(remote, id, attempt, ARGV[11], ARGV[12], ARGV[13], now)
+  if remote_id ~= '' and on_paid and not ended then
+    orphan(remote_id, task_id, attempt, aigc, platform, target, now)
     return 2
   end
   return 0
 end
-redis.call('HSET', k, 'status', 'running', 'remoteTaskId', remote, 'updated', now,
+redis.call('HSET', k, 'status', running, 'remoteTaskId', remote_id, 'updated', now,
   'deadline', deadline)
-if remote ~= '' then
-  redis.call('SET', P .. ':callback:' .. remote, id, 'EX', ARGV[8])
-  if ARGV[7] == 'polling' then redis.call('HSET', pollkey(h[3], h[4]), remote, id) end
+if remote_id ~= '' then
+  redis.call('SET', P .. ':callback:' .. remote_id, task_id, 'EX', callback_ttl)
+  if kind == 'polling' then redis.call('HSET', pollkey(h[3], h[4]), remote_id, task_id) end
 end
-redis.call('ZADD', runkey(h[3], h[5]), 'XX', deadline, id)
-redis.call('ZADD', P .. ':inflight', 'XX', deadline, id)
-note(id, now, 'running', attempt, h[5], remote)
-if ARGV[10] and ARGV[10] ~= '' and h[7] and h[7] ~= ''
+redis.call('ZADD', runkey(h[3], h[5]), 'XX', deadline, task_id)
+redis.call('ZADD', P .. ':inflight', 'XX', deadline, task_id)
+note(task_id, now, running, attempt, h[5], remote_id)
+if progress ~= '' and h[7] and h[7] ~= ''
     and redis.call('HEXISTS', P .. ':progress', h[7]) == 1 then
-  redis.call('PUBLISH', P .. ':events', 'progress:' .. ARGV[10])
+  redis.call('PUBLISH', P .. ':events', 'progress:' .. progress)
 end
+hold()
 return 1

@@ -1,34 +1,45 @@
--- Hand a task back to its wait queue (head or tail), or to the delayed set for back-off.
--- Its next claim is a new attempt either way; ``uncharge`` gives back the attempt this one
--- charged (the target never ran it), at most ``free limit`` times per task.
--- ARGV: prefix, taskId, attempt ('' = any), now, ready_at, front (1/0), uncharge (1/0),
--- reason, allowed-from, remoteTaskId (optional: only while the task still has this remote
--- id), free limit, paid targets (csv), ended ('1': its remote task is known to be over),
--- unsent only ('1': refused while a create may be out for this attempt)
-local id, attempt, now, ready = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local k = tkey(id)
+-- Hand a task back to the head of its wait queue, or to the delayed set for back-off; its
+-- next claim is a new attempt either way. One script for the moves back to waiting:
+-- ``move`` names the one made, and its TaskStore method sets the rest. ``uncharge`` gives
+-- back the attempt this one charged (the target never ran it), at most ``free_limit``
+-- times per task. Returns 1, 0 (not now: moved on, or refused), -1 (no such task).
+--! move requeue_unrun
+--! move requeue_unsent
+--! move requeue_for_retry
+--! move requeue_handed_back
+--! arg move               one of the moves above
+--! arg task_id
+--! arg attempt            only while this is the live attempt
+--! arg now
+--! arg ready_at:num       back-off: not claimed before (0: at once, at the head)
+--! arg reason             its timeline note
+--! arg remote_id          '' or: only while the task still carries this remote id
+--! arg unsent_only:flag   not while a create may be out for the attempt
+--! arg uncharge:flag
+--! arg free_limit:num
+--! arg ended:flag         its remote task is known to be over (else a paid one is an orphan)
+--! arg paid_targets       csv
+local k = tkey(task_id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
 if not h[1] then return -1 end
-if not allowed(ARGV[9], h[1]) or (attempt ~= '' and h[2] ~= attempt) then return 0 end
-if ARGV[10] ~= '' and h[6] ~= ARGV[10] then return 0 end
-if ARGV[14] == '1' and h[9] then return 0 end
-unlink_inflight(id, h)
-if ARGV[13] ~= '1' then orphan_live(id, h, ARGV[12], now) end
-if ARGV[7] == '1' then
+if not allowed(FROM[move], h[1]) or h[2] ~= attempt then return 0 end
+if remote_id ~= '' and h[6] ~= remote_id then return 0 end
+if unsent_only and h[9] then return 0 end
+unlink_inflight(task_id, h)
+if not ended then orphan_live(task_id, h, paid_targets, now) end
+if uncharge then
   local free = redis.call('HINCRBY', k, 'uncharged', 1)
-  if free <= tonumber(ARGV[11]) and tonumber(redis.call('HGET', k, 'charged') or 0) > 0 then
+  if free <= free_limit and tonumber(redis.call('HGET', k, 'charged') or 0) > 0 then
     redis.call('HINCRBY', k, 'charged', -1)
   end
 end
-redis.call('HSET', k, 'status', 'pending', 'target', '', 'remoteTaskId', '', 'updated', now)
+redis.call('HSET', k, 'status', TO[move], 'target', '', 'remoteTaskId', '', 'updated', now)
 redis.call('HDEL', k, 'createId', 'createAt', 'unknowns')
-if ready > tonumber(now) then
-  redis.call('ZADD', P .. ':delayed', ready, id)
-elseif ARGV[6] == '1' then
-  redis.call('LPUSH', waitkey(h[3], h[4]), id)
+if ready_at > tonumber(now) then
+  redis.call('ZADD', P .. ':delayed', ready_at, task_id)
 else
-  redis.call('RPUSH', waitkey(h[3], h[4]), id)
+  redis.call('LPUSH', waitkey(h[3], h[4]), task_id)
 end
-note(id, now, 'pending', h[2], h[5], ARGV[8])
+note(task_id, now, TO[move], h[2], h[5], reason)
 redis.call('PUBLISH', P .. ':events', 'wake')
 return 1

@@ -1,21 +1,26 @@
 -- Hand a task claimed for one target to another before the first was sent anything (no
 -- instance of the bridges can run it: it overflows to the paid platform), in the same
--- attempt, never beyond the new target's cap.
--- ARGV: prefix, taskId, attempt, now, from, to, cap (-1 = no cap), deadline_s, allowed-from
--- Returns 1 moved, 0 the new target is full, -1 the task moved on.
-local id, attempt, now, from, to = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local cap, dl = tonumber(ARGV[7]), tonumber(ARGV[8])
-local k = tkey(id)
+-- attempt, never beyond the new target's cap. Returns 1 moved, 0 the new target is full,
+-- -1 the task moved on.
+--! move retarget
+--! arg task_id
+--! arg attempt
+--! arg now
+--! arg source           the target it was claimed for
+--! arg target           the target it goes to
+--! arg cap:num          the new target's cap (-1: none)
+--! arg deadline_s:num   how long from now the new target has to accept it
+local k = tkey(task_id)
 local h = redis.call('HMGET', k, 'status', 'attempt', 'target', 'AIGC')
-if not allowed(ARGV[9], h[1]) or h[2] ~= attempt or h[3] ~= from then return -1 end
-local run = runkey(h[4], to)
-if cap >= 0 and redis.call('ZCARD', run) + redis.call('ZCARD', orphkey(h[4], to)) >= cap then
+if not allowed(FROM.retarget, h[1]) or h[2] ~= attempt or h[3] ~= source then return -1 end
+local run = runkey(h[4], target)
+if cap >= 0 and redis.call('ZCARD', run) + redis.call('ZCARD', orphkey(h[4], target)) >= cap then
   return 0
 end
-local deadline = tonumber(now) + dl
-redis.call('ZREM', runkey(h[4], from), id)
-redis.call('ZADD', run, deadline, id)
-redis.call('ZADD', P .. ':inflight', deadline, id)
-redis.call('HSET', k, 'target', to, 'updated', now, 'deadline', deadline)
-note(id, now, 'dispatching', attempt, to, 'from ' .. from)
+local deadline = tonumber(now) + deadline_s
+redis.call('ZREM', runkey(h[4], source), task_id)
+redis.call('ZADD', run, deadline, task_id)
+redis.call('ZADD', P .. ':inflight', deadline, task_id)
+redis.call('HSET', k, 'target', target, 'updated', now, 'deadline', deadline)
+note(task_id, now, TO.retarget, attempt, target, 'from ' .. source)
 return 1

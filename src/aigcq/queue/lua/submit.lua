@@ -1,13 +1,22 @@
--- ARGV: prefix, taskId, now, AIGC, platform, backendId, payload, workflowId, deliver
-local id, now, aigc, platform = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local k = tkey(id)
+-- Create a task and queue it at the tail of its wait list. A task id that exists already
+-- is left as it is. Returns {1 created | 0 existing, its state, its backendId}.
+--! move submit
+--! arg task_id
+--! arg now
+--! arg aigc
+--! arg platform
+--! arg backend_id
+--! arg payload       its payload, JSON
+--! arg workflow_id   the workflow or model the payload names
+--! arg deliver       '1': its result is queued for its client ('0': never)
+local k = tkey(task_id)
 local cur = redis.call('HMGET', k, 'status', 'backendId')
 if cur[1] then return {0, cur[1], cur[2]} end
-redis.call('HSET', k, 'taskId', id, 'platform', platform, 'AIGC', aigc, 'backendId', ARGV[6],
-  'payload', ARGV[7], 'workflowId', ARGV[8], 'deliver', ARGV[9], 'status', 'pending',
-  'attempt', 0, 'created', now, 'updated', now)
-redis.call('RPUSH', waitkey(aigc, platform), id)
+redis.call('HSET', k, 'taskId', task_id, 'platform', platform, 'AIGC', aigc, 'backendId',
+  backend_id, 'payload', payload, 'workflowId', workflow_id, 'deliver', deliver,
+  'status', TO.submit, 'attempt', 0, 'created', now, 'updated', now)
+redis.call('RPUSH', waitkey(aigc, platform), task_id)
 redis.call('SADD', P .. ':queues', aigc .. ':' .. platform)
-note(id, now, 'pending', 0, '', 'submitted')
+note(task_id, now, TO.submit, 0, '', 'submitted')
 redis.call('PUBLISH', P .. ':events', 'wake')
-return {1, 'pending', ARGV[6]}
+return {1, TO.submit, backend_id}

@@ -1,6 +1,6 @@
 """``aigcq serve`` in the split topology: the message-dispatcher as its internal target.
 
-Capacity comes from the dispatcher's capacity feed (:mod:`aigcq.dispatcher.feed_client`)
+Capacity comes from the dispatcher's capacity feed (:mod:`aigcq.mdclient.feed`)
 and, while the feed is down, from polling ``GET /api/health`` every
 ``MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL`` ms; the polling also judges health. A failed
 check, a submit that timed out
@@ -9,7 +9,7 @@ or failed degrade it (no capacity: tasks overflow to RunningHub); it recovers af
 dispatcher did not take goes back to the head of its queue, its attempt not charged; one refused for
 its token (401) also makes the JWT manager log in again at once.
 
-``config/messageDispatcher.json`` (:mod:`aigcq.dispatcher.file_config`): health checks
+``config/messageDispatcher.json`` (:mod:`aigcq.mdclient.file_config`): health checks
 degrade after ``failureThreshold`` failures in a row (a failed or timed-out submit still
 degrades at once); a submit the dispatcher failed is sent again up to ``retryCount`` times
 before the task goes back to be routed (to RunningHub, since it degraded); ``priority``
@@ -31,21 +31,21 @@ from typing import Any
 import httpx
 
 from aigcq.config import Settings
-from aigcq.dispatcher.feed_client import CapacityFeedClient
-from aigcq.dispatcher.file_config import apply_md_file, load_md_file
-from aigcq.dispatcher.settings import MdClientSettings
 from aigcq.domain import ErrorCode
 from aigcq.health import Health
+from aigcq.mdclient.feed import CapacityFeedClient
+from aigcq.mdclient.file_config import apply_md_file, load_md_file
+from aigcq.mdclient.settings import MdClientSettings
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Accepted, Full, NotSent, Rejected, SubmitOutcome, Uncertain
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.message_dispatcher import TOKEN_REFUSED, MessageDispatcherAdapter
 from aigcq.queue.store import Claimed
-from aigcq.scheduler.dispatcher import InternalTarget
-from aigcq.scheduler.outcomes import Outcomes
-from aigcq.service.parts import BackgroundLoop, InternalTargetBuilder
-from aigcq.service.runtime import Runtime
+from aigcq.runtime import Runtime
+from aigcq.scheduler.ends import TaskEnd
+from aigcq.scheduler.lifecycle import Lifecycle
+from aigcq.scheduler.targets import HandBack, InternalTarget, InternalTargetBuilder
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,9 @@ class MessageDispatcherTarget:
     name = MessageDispatcherAdapter.name
     serves: tuple[str, ...] = ("comfyui",)
 
-    def __init__(self, rt: Runtime, outcomes: Outcomes, md: MdClientSettings) -> None:
+    def __init__(self, rt: Runtime, lifecycle: Lifecycle, md: MdClientSettings) -> None:
         self.rt = rt
-        self.outcomes = outcomes
+        self.lifecycle = lifecycle
         self.md = md
         every_ms = md.jwt_refresh_interval_ms
         self.jwt = JwtManager(
@@ -107,9 +107,14 @@ class MessageDispatcherTarget:
     def free_elsewhere(self) -> int:
         return 0  # every serve process sees the dispatcher's whole capacity
 
-    async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> None:
+    async def hand_over(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
         accepted = await asyncio.gather(*(self._submit(aigc, platform, c) for c in tasks))
         await self.feed.allocate([remote_id for remote_id in accepted if remote_id])
+        return []  # what it did not take waits again: routed anew
+
+    def task_ended(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
+        """Nothing is held here: the dispatcher frees its own slots (a cancel reaches it
+        through its adapter's cancel, see :meth:`Lifecycle.cancelled`)."""
 
     # ---- background ---------------------------------------------------------------------
 
@@ -175,7 +180,7 @@ class MessageDispatcherTarget:
         """Submit one task; the dispatcher's task id when it accepted it."""
         token = self.jwt.current()
         if token is None:
-            await self._requeue(c, "no message-dispatcher token")
+            await self.lifecycle.not_run(c.task_id, c.attempt, "no message-dispatcher token")
             return None
         self._free = max(0, self._free - 1)
         task = c.as_task(aigc, platform, self.name)
@@ -200,11 +205,11 @@ class MessageDispatcherTarget:
     async def _apply(
         self, aigc: str, platform: str, c: Claimed, outcome: SubmitOutcome
     ) -> str | None:
-        deadline_s = self.rt.deadline_s(self.rt.config.account(aigc, platform))
+        lifecycle, queue = self.lifecycle, (aigc, platform)
         match outcome:
             case Accepted(remote_id=remote_id):
-                await self.rt.store.mark_running(
-                    c.task_id, c.attempt, remote_id, deadline_s=deadline_s, kind="callback"
+                await lifecycle.accepted(
+                    c, remote_id, queue=queue, target=self.name, kind="callback"
                 )
                 log.info(
                     "task %s: accepted by the message-dispatcher as %s",
@@ -213,24 +218,23 @@ class MessageDispatcherTarget:
                     extra=ctx(task=c.task_id),
                 )
                 return remote_id
-            case Uncertain(reason=reason):
-                # It may have been queued: wait for its webhook or its deadline.
-                await self.rt.store.mark_running(
-                    c.task_id, c.attempt, "", deadline_s=deadline_s, kind="callback"
-                )
+            case Uncertain(reason=reason):  # it may have been queued
+                await lifecycle.uncertain(c, queue, "callback", reason)
                 self._observe(f"submit uncertain: {reason}", immediate=True)
             case Full(reason=reason):
                 self._free = 0
-                await self._requeue(c, f"message-dispatcher full: {reason}")
+                await lifecycle.not_run(c.task_id, c.attempt, f"message-dispatcher full: {reason}")
             case Rejected(code=code) as rej if code == TOKEN_REFUSED:
                 self.jwt.renew_now()
-                await self._requeue(c, f"message-dispatcher refused the token: {rej.message}")
+                reason = f"message-dispatcher refused the token: {rej.message}"
+                await lifecycle.not_run(c.task_id, c.attempt, reason)
             case Rejected(retryable=True) | NotSent():
                 self._observe(f"submit failed: {_problem(outcome)}", immediate=True)
-                await self._requeue(c, f"message-dispatcher: {_problem(outcome)}")
+                reason = f"message-dispatcher: {_problem(outcome)}"
+                await lifecycle.not_run(c.task_id, c.attempt, reason)
             case Rejected() as rej:
                 reason = f"message-dispatcher rejected: {rej.code} {rej.message}"
-                await self.outcomes.retry_claimed(c, aigc, platform, reason, ErrorCode.TASK_TIMEOUT)
+                await lifecycle.refused(c, queue, reason, code=ErrorCode.TASK_TIMEOUT)
         return None
 
     # ---- degrade notices (seed 000 §9.4.1) ---------------------------------------------
@@ -249,22 +253,10 @@ class MessageDispatcherTarget:
             if task is None or task.target != self.name or task.remote_id != remote_id:
                 log.info("degrade notice for %s: not ours or moved on, ignored", remote_id)
                 continue
-            if await self.rt.store.requeue(
-                task.task_id,
-                attempt=task.attempt,
-                front=True,
-                reason=f"message-dispatcher handed it back ({remote_id})",
-                remote_id=remote_id,
-            ):
-                log.warning("task %s: handed back by the message-dispatcher", task.task_id)
+            reason = f"handed back by the message-dispatcher ({remote_id})"
+            if await self.lifecycle.taken_back(task, remote_id, reason):
                 taken.append(remote_id)
         return taken
-
-    async def _requeue(self, c: Claimed, reason: str) -> None:
-        await self.rt.store.requeue(
-            c.task_id, attempt=c.attempt, uncharge=True, front=True, reason=reason
-        )
-        log.info("task %s: back to waiting (%s)", c.task_id, reason, extra=ctx(task=c.task_id))
 
 
 def _failed(outcome: SubmitOutcome) -> bool:
@@ -291,11 +283,17 @@ def internal_target(settings: Settings) -> InternalTargetBuilder | None:
         apply_md_file(file, md, settings)
     if not md.active:
         return None
+    if not md.password:
+        log.error(
+            "MESSAGE_DISPATCHER_URL is %s but MD_PASSWORD is unset: this process cannot log in "
+            "to the message-dispatcher, so it has no internal capacity and every task goes to "
+            "its paid platform (or waits); set MD_PASSWORD (AIGCQ_MD_PASSWORD) to the "
+            "dispatcher's",
+            md.url,
+        )
 
-    def build(rt: Runtime, outcomes: Outcomes, background: list[BackgroundLoop]) -> InternalTarget:
-        target = MessageDispatcherTarget(rt, outcomes, md)
-        background.append(target.run)
+    def build(rt: Runtime, lifecycle: Lifecycle) -> InternalTarget:
         log.info("internal target: message-dispatcher at %s", md.url)
-        return target
+        return MessageDispatcherTarget(rt, lifecycle, md)
 
     return build

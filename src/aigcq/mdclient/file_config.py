@@ -29,7 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from aigcq.config import Settings, _read_json, _validate
-from aigcq.dispatcher.settings import MdClientSettings
+from aigcq.mdclient.settings import MdClientSettings
 
 FILE_NAME = "messageDispatcher.json"
 

@@ -16,8 +16,8 @@ from collections import deque
 from typing import Any
 
 from aigcq.domain import TaskState
-from aigcq.gateway.admin_panels import overflow_spend
 from aigcq.queue.store import TaskStore
+from aigcq.serve.admin_panels import overflow_spend
 
 TREND_EVERY_S = 10.0
 TREND_POINTS = 360  # an hour at 10 s

@@ -2,7 +2,7 @@
 
 ``GET /api/admin/events`` streams a snapshot every second as Server-Sent Events (bridges,
 queues, internal / external split, health, recent tasks, overflow spend, model-asynch —
-see :mod:`aigcq.gateway.admin_panels`); drain / undrain a bridge and retry
+see :mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry
 a failed or cancelled task. Every data call needs the admin token as a Bearer token.
 """
 
@@ -21,16 +21,16 @@ from fastapi import APIRouter, Header
 from fastapi.responses import Response, StreamingResponse
 
 from aigcq.domain import ErrorCode, Task
-from aigcq.gateway.admin_panels import AsynchPanel, overflow_spend
-from aigcq.gateway.admin_trends import Trends
-from aigcq.gateway.auth import bearer
 from aigcq.gateway.errors import ClientError, error_responses
+from aigcq.gateway.gateway import Gateway
+from aigcq.gateway.http_api import require_admin
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
-from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.background import one_round
+from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
+from aigcq.serve.admin_trends import Trends
 
 if TYPE_CHECKING:
-    from aigcq.service.parts import ServiceParts
+    from aigcq.serve.parts import ServeParts
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ STATIC = {
 class Monitor:
     """Builds a snapshot every second and keeps the per-second split of finished tasks."""
 
-    def __init__(self, service: ServiceParts, interval_s: float = 1.0) -> None:
+    def __init__(self, service: ServeParts, interval_s: float = 1.0) -> None:
         self.service = service
         self.interval_s = interval_s
         self.split: deque[dict[str, Any]] = deque(maxlen=HISTORY_S)
@@ -63,10 +63,8 @@ class Monitor:
     async def run(self) -> None:
         try:
             while True:
-                try:
+                with one_round(log, "dashboard snapshot failed"):
                     await self.sample()
-                except Exception as exc:
-                    round_failed(log, "dashboard snapshot failed", exc)
                 await asyncio.sleep(self.interval_s)
         finally:
             await self.asynch.aclose()
@@ -107,7 +105,7 @@ class Monitor:
 
     async def snapshot(self) -> dict[str, Any]:
         rt = self.service.rt
-        queues = await queue_rows(rt, internal_capacity(self.service))
+        queues = await queue_rows(rt, internal_capacity(self.service.hub))
         overflow = overflow_spend()
         await self.trends.sample(rt.store, queues, overflow)
         return {
@@ -127,9 +125,9 @@ class Monitor:
         hub = self.service.hub
         now_mono, now = time.monotonic(), time.time()
         rows: dict[str, dict[str, Any]] = {}
-        redis, prefix = self.service.rt.redis, self.service.rt.settings.project_prefix
-        async for key in redis.scan_iter(match=f"{prefix}:bridge:*", count=200, _type="hash"):
-            if str(key).endswith(":tasks"):
+        redis, keys = self.service.rt.redis, self.service.rt.store.keys
+        async for key in redis.scan_iter(match=keys.bridge("*"), count=200, _type="hash"):
+            if keys.is_bridge_tasks(str(key)):
                 continue
             h = {str(k): str(v) for k, v in (await redis.hgetall(key)).items()}
             if h.get("bridgeId"):
@@ -212,17 +210,16 @@ def task_row(t: Task) -> dict[str, Any]:
     }
 
 
-def admin_router(service: ServiceParts) -> APIRouter:
-    """The dashboard and its API; registers the snapshot loop in ``service.background``."""
+def admin_router(service: ServeParts, monitor: Monitor) -> APIRouter:
+    """The dashboard and its API, showing what ``monitor`` samples (its loop runs with
+    the process's)."""
     router = APIRouter(tags=["admin"])
-    monitor = Monitor(service)
-    service.background.append(monitor.run)
-    gw = service.gateway
+    _dashboard_routes(router, service.gateway, monitor)
+    _control_routes(router, service)
+    return router
 
-    def require_admin(authorization: str | None) -> None:
-        if not gw.auth.admin(bearer(authorization)):
-            raise ClientError(ErrorCode.AUTH, "admin token required")
 
+def _dashboard_routes(router: APIRouter, gw: Gateway, monitor: Monitor) -> None:
     @router.get("/dashboard", include_in_schema=False)
     async def dashboard() -> Response:
         return static_file("dashboard.html")
@@ -237,7 +234,7 @@ def admin_router(service: ServiceParts) -> APIRouter:
         responses=error_responses(ErrorCode.AUTH),
     )
     async def snapshot(authorization: Authorization = None) -> dict[str, Any]:
-        require_admin(authorization)
+        require_admin(gw, authorization)
         return monitor.latest or await monitor.snapshot()
 
     @router.get(
@@ -246,18 +243,23 @@ def admin_router(service: ServiceParts) -> APIRouter:
         responses=error_responses(ErrorCode.AUTH),
     )
     async def events(authorization: Authorization = None) -> StreamingResponse:
-        require_admin(authorization)
+        require_admin(gw, authorization)
         return StreamingResponse(
             sse(monitor),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
+
+def _control_routes(router: APIRouter, service: ServeParts) -> None:
+    """An operator's controls: drain a bridge, retry a task."""
+    gw = service.gateway
+
     def drain_route(drained: bool) -> Callable[..., Awaitable[dict[str, Any]]]:
         """The handler that sets a bridge's drained flag to ``drained``."""
 
         async def route(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
-            require_admin(authorization)
+            require_admin(gw, authorization)
             return await set_drained(service, bridge_id, drained)
 
         return route
@@ -281,20 +283,17 @@ def admin_router(service: ServiceParts) -> APIRouter:
         responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.NOT_RETRYABLE),
     )
     async def retry(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
-        require_admin(authorization)
-        done = await service.rt.store.retry(task_id, note="retried by an operator")
+        require_admin(gw, authorization)
+        done = await service.lifecycle.retried_by_operator(task_id)
         if done.state is None:
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
         if not done.applied:
             detail = f"a {done.state} task cannot be retried"
             raise ClientError(ErrorCode.NOT_RETRYABLE, detail, task_id)
-        log.info("task %s: retried by an operator", task_id, extra=ctx(task=task_id))
         return {"taskId": task_id, "state": done.state.value}
 
-    return router
 
-
-async def set_drained(service: ServiceParts, bridge_id: str, drained: bool) -> dict[str, Any]:
+async def set_drained(service: ServeParts, bridge_id: str, drained: bool) -> dict[str, Any]:
     if service.hub is None:
         raise ClientError(ErrorCode.NOT_FOUND, "this process has no bridge hub")
     connected = await service.hub.drain(bridge_id, drained)

@@ -1,22 +1,22 @@
-"""``aigcq asynch [serve]`` and ``aigcq asynch migrate``."""
+"""``aigcq asynch [serve]`` and ``aigcq asynch migrate``.
+
+model-asynch's modules are imported when one of these commands runs, not when the
+``aigcq`` command line is built: its FastAPI app alone took most of every command's start.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import uvicorn
 
-from aigcq.asynch import goconfig
-from aigcq.asynch.app import create_app
-from aigcq.asynch.backing import backing_services
-from aigcq.asynch.migrate import SchemaMismatch, migrate
-from aigcq.asynch.service import open_service
-from aigcq.asynch.settings import AsynchSettings
+from aigcq.cli.common import require_free_ports
 from aigcq.config import Settings
-from aigcq.service.launch import SignalExit, exit_on_sigterm, run_async
+
+if TYPE_CHECKING:
+    from aigcq.asynch.settings import AsynchSettings
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,11 @@ def serve(
     log_level: LogLevel = "INFO",
 ) -> None:
     """Apply migrations and serve the API (private PostgreSQL/Redis when no URL is set)."""
+    from aigcq.asynch import goconfig
+    from aigcq.asynch.backing import backing_services
+    from aigcq.asynch.settings import AsynchSettings
+    from aigcq.serve.launch import SignalExit, exit_on_sigterm, run_async
+
     _logging(log_level)
     goconfig.apply()  # the Go service's config.yml, when there is one
     overrides: dict[str, Any] = {
@@ -57,8 +62,6 @@ def serve(
     }  # fmt: skip
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = AsynchSettings(**given)
-    from aigcq.cli.common import require_free_ports
-
     require_free_ports(settings.host, [(settings.port, "--port or AIGCQ_ASYNCH_PORT")])
     base = Settings()
     exit_on_sigterm()
@@ -72,6 +75,12 @@ def serve(
 async def _serve(
     settings: AsynchSettings, database_url: str, redis_url: str, base: Settings
 ) -> None:
+    import uvicorn
+
+    from aigcq.asynch.app import create_app
+    from aigcq.asynch.migrate import migrate
+    from aigcq.asynch.process import open_process
+
     applied = await migrate(database_url)
     log.info("schema up to date (applied now: %s)", applied or "none")
     if not settings.admin_token:
@@ -80,7 +89,7 @@ async def _serve(
             " cleanWork) are open to anyone who can reach this port"
         )
     async with (
-        open_service(
+        open_process(
             settings, database_url=database_url, redis_url=redis_url, data_dir=base.data_dir
         ) as svc,
         svc.background(),
@@ -99,6 +108,11 @@ async def _serve(
 @asynch_app.command("migrate")
 def migrate_command(log_level: LogLevel = "INFO") -> None:
     """Apply pending schema migrations and exit."""
+    from aigcq.asynch import goconfig
+    from aigcq.asynch.backing import backing_services
+    from aigcq.asynch.migrate import SchemaMismatch, migrate
+    from aigcq.serve.launch import exit_on_sigterm
+
     _logging(log_level)
     goconfig.apply()
     base = Settings()

@@ -16,17 +16,17 @@ from aigcq.health import Health, HealthState
 from aigcq.observability.metrics import age
 
 if TYPE_CHECKING:
-    from aigcq.service.parts import ServiceParts
+    from aigcq.serve.parts import ServeParts
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
-class ServiceState:
+class ServeState:
     """A metrics source (see :func:`aigcq.observability.metrics.endpoint`) for one process."""
 
-    def __init__(self, service: ServiceParts) -> None:
+    def __init__(self, service: ServeParts) -> None:
         self.service = service
 
     async def __call__(self) -> list[Metric]:
@@ -34,7 +34,7 @@ class ServiceState:
 
     def _targets(self) -> list[tuple[str, str]]:
         """(AIGC, target) pairs that may have tasks in flight."""
-        rt, internal = self.service.rt, self.service.dispatcher.internal
+        rt, internal = self.service.rt, self.service.internal
         pairs: set[tuple[str, str]] = set()
         for aigc, platform in rt.config.queues():
             ext = rt.platforms.adapter_for(platform)
@@ -95,7 +95,7 @@ class ServiceState:
 
     def _internal(self) -> list[Metric]:
         """Internal capacity as this process sees it; per bridge when it runs the hub."""
-        internal, hub = self.service.dispatcher.internal, self.service.hub
+        internal, hub = self.service.internal, self.service.hub
         if internal is None:
             return []
         free = GaugeMetricFamily(

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from aigcq.config import PlatformAccount, PlatformConfig, Settings
-from aigcq.gateway.signing import webhook_url
 from aigcq.platforms.client import PlatformClient
+from aigcq.plumbing.signing import webhook_url
 from aigcq.queue.store import TaskStore
 
 
@@ -24,6 +24,11 @@ class Runtime:
         if account is not None and account.deadline_s is not None:
             return account.deadline_s
         return self.settings.task_deadline_s
+
+    def apikey(self, aigc: str, platform: str) -> str:
+        """The key of the account that runs ``platform`` for ``aigc`` (``""``: none)."""
+        account = self.config.account(aigc, platform)
+        return account.apikey if account else ""
 
     def max_attempts(self, account: PlatformAccount | None) -> int:
         if account is not None and account.max_attempts is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
@@ -14,6 +15,8 @@ from aigcq.config import IdBinding, Settings
 
 #: PyJWT options: a token must say when it expires (one without ``exp`` is refused)
 REQUIRE_EXP: Options = {"require": ["exp"]}
+#: read an expired token's claims, to say when it expired
+NO_EXP_CHECK: Options = {"verify_exp": False}
 
 
 def _equal(a: str, b: str) -> bool:
@@ -41,6 +44,22 @@ class Auth:
         except jwt.PyJWTError:
             return None
         return claims
+
+    def refusal(self, token: str | None, missing: str) -> str:
+        """Why ``token`` is not a valid client token, for its error message (``missing``:
+        what to say when there is none): an expired JWT says when it expired."""
+        if token and self.settings.token_secret:
+            try:
+                claims = jwt.decode(
+                    token, self.settings.token_secret, algorithms=["HS256"], options=NO_EXP_CHECK
+                )
+            except jwt.PyJWTError:
+                return missing
+            exp = claims.get("exp")
+            if isinstance(exp, int | float) and exp <= time.time():
+                at = datetime.fromtimestamp(exp, UTC).isoformat(timespec="seconds")
+                return f"token expired at {at.replace('+00:00', 'Z')}"
+        return missing
 
     def may_use_id(self, claims: dict[str, Any], backend_id: str) -> bool:
         """Whether a client with these token claims may act as ``backend_id``. A JWT naming

@@ -124,14 +124,14 @@ def uvicorn_server(
 
 async def serve(settings: Settings, config: PlatformConfig) -> None:
     """Run ``aigcq serve`` until SIGINT/SIGTERM, then shut down cleanly."""
-    from aigcq.dispatcher.client import internal_target
-    from aigcq.service.server import Service
-    from aigcq.service.shutdown import stop_claiming
+    from aigcq.mdclient.target import internal_target
+    from aigcq.serve.server import ServeProcess
+    from aigcq.serve.shutdown import stop_claiming
 
     internal = internal_target(settings)
     warn_missing_secrets(settings, bridges=internal is None)
     redis = redis_client(settings.redis_url)
-    service = Service(settings, config, redis, internal=internal)
+    service = ServeProcess(settings, config, redis, internal=internal)
     sockets = [
         bind(settings.host, port, reuse_port=settings.reuse_port) for port in listen_ports(settings)
     ]
@@ -203,7 +203,7 @@ def run_with_redis(
     started = True
     try:
         if main is None and settings.workers > 1:
-            from aigcq.service.workers import supervise
+            from aigcq.serve.workers import supervise
 
             started = supervise(settings)
         else:

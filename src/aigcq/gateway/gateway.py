@@ -2,33 +2,30 @@
 
 from __future__ import annotations
 
-import logging
-
 from aigcq.config import Settings
 from aigcq.delivery.outbox import Outbox
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.gateway.admission import Admission
-from aigcq.gateway.auth import Auth
 from aigcq.gateway.clients import ClientHub
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.submission import Submission
-from aigcq.observability.jsonlog import ctx
-from aigcq.scheduler.outcomes import Outcomes, TaskEnd
-from aigcq.service.runtime import Runtime
-
-log = logging.getLogger(__name__)
+from aigcq.plumbing.auth import Auth
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
 
 
 class Gateway:
-    def __init__(self, rt: Runtime, outcomes: Outcomes) -> None:
+    def __init__(self, rt: Runtime, lifecycle: Lifecycle) -> None:
         self.rt = rt
-        self.outcomes = outcomes
+        self.lifecycle = lifecycle
         self.settings: Settings = rt.settings
         self.messages = rt.config.messages
         self.auth = Auth(rt.settings)
         self.admission = Admission(rt.settings, rt.redis, rt.store.keys)
-        self.submission = Submission(rt, self.admission)
-        self.outbox = Outbox(rt.store.mux, rt.store.keys)
+        self.submission = Submission(rt, lifecycle, self.admission)
+        self.outbox = Outbox(
+            rt.store.mux, rt.store.keys, retention_s=rt.settings.outbox_retention_s
+        )
         self.clients = ClientHub(rt.redis, rt.store.keys, self.outbox)
 
     async def owned_task(self, task_id: str, backend_id: str | None) -> Task:
@@ -42,22 +39,9 @@ class Gateway:
     async def cancel(self, task_id: str, backend_id: str | None) -> str:
         """Cancel a live task (``backend_id`` None = admin). Returns the resulting state."""
         task = await self.owned_task(task_id, backend_id)
-        done = await self.rt.store.finish(
-            task_id,
-            TaskState.CANCELLED,
-            message=self.outcomes.error_body(ErrorCode.TASK_CANCELLED),
-            note="cancelled by client" if backend_id else "cancelled by admin",
-        )
+        done = await self.lifecycle.cancelled(task, by_client=backend_id is not None)
         if not done.applied:
             raise ClientError(ErrorCode.GONE, f"task already {done.state}", task_id)
-        self.outcomes.on_task_end(task_id, task.target, TaskEnd.CANCELLED, task.attempt)
-        adapter = self.rt.platforms.adapters.get(task.target)
-        if done.orphan:  # a paid remote task: cancelled, and counted until it ends
-            await self.outcomes.cancel_orphan(task_id, done)
-        elif adapter is not None and task.remote_id:
-            account = self.rt.config.account(task.aigc, task.platform)
-            await self.rt.platforms.cancel(adapter, task, account.apikey if account else "")
-        log.info("task %s: cancelled", task_id, extra=ctx(task=task_id))
         return TaskState.CANCELLED.value
 
     async def aclose(self) -> None:

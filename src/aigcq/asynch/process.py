@@ -27,7 +27,7 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.asynch.tasks_repo import TaskRepo
 from aigcq.asynch.types_repo import ModelTypeRepo
 from aigcq.asynch.worker import Worker
-from aigcq.plumbing.background import cancel_and_wait, round_failed
+from aigcq.plumbing.background import cancel_and_wait, one_round, round_failed
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.storage import Storage, StorageSettings, build_storage
 from aigcq.storage.local import LocalStorage
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class AsynchService:
+class AsynchProcess:
     """The service's parts, built over the pools and clients it is given."""
 
     settings: AsynchSettings
@@ -109,10 +109,8 @@ class AsynchService:
 
     async def cleaner_loop(self) -> None:
         while True:
-            try:
+            with one_round(log, "cleaner pass failed"):
                 await self.cleaner.run_once()
-            except Exception as exc:
-                round_failed(log, "cleaner pass failed", exc)
             await asyncio.sleep(self.settings.cleaner_interval_seconds)
 
     async def reaper_loop(self) -> None:
@@ -144,14 +142,14 @@ class AsynchService:
 
 
 @contextlib.asynccontextmanager
-async def open_service(
+async def open_process(
     settings: AsynchSettings,
     *,
     database_url: str,
     redis_url: str,
     data_dir: Path,
     storage_settings: StorageSettings | None = None,
-) -> AsyncIterator[AsynchService]:
+) -> AsyncIterator[AsynchProcess]:
     """Open pools and clients, yield the service, then stop its work and close them."""
     pool = await open_pool(database_url, settings.db_pool_max, settings.db_acquire_timeout_seconds)
     redis = redis_client(redis_url)
@@ -164,7 +162,7 @@ async def open_service(
         default_dir=data_dir / "files",
         default_url=f"{settings.base_url}/files",
     )
-    service = AsynchService(settings, pool, redis, http, model_http, storage)
+    service = AsynchProcess(settings, pool, redis, http, model_http, storage)
     loops = [
         asyncio.create_task(service.callbacks.loop(), name="asynch-callbacks"),
         asyncio.create_task(service.reaper_loop(), name="asynch-reaper"),

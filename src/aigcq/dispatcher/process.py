@@ -1,7 +1,7 @@
 """``aigcq dispatcher``: the standalone message-dispatcher of seed 000.
 
-It is an aigcq :class:`~aigcq.service.server.Service` of its own (own Redis key prefix) whose only
-target is its bridge hub at ``/ws`` — no paid overflow — plus the dispatcher API
+It is a serve process of its own (:class:`~aigcq.serve.server.ServeProcess`, own Redis key
+prefix) whose only target is its bridge hub at ``/ws`` — no paid overflow — plus the API
 (:mod:`aigcq.dispatcher.api`), the capacity feed for queue backends
 (:mod:`aigcq.dispatcher.capacity`) and the webhook relay that returns results to whoever
 submitted them.
@@ -12,21 +12,24 @@ from __future__ import annotations
 import logging
 
 from redis.asyncio import Redis
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from aigcq.config import Messages, PlatformAccount, PlatformConfig, PlatformKinds, Settings
 from aigcq.dispatcher.api import PLATFORM, DispatcherApi
 from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.dispatcher.cache import CacheQueue
-from aigcq.dispatcher.capacity import FEED_PATH, CapacityFeed
+from aigcq.dispatcher.capacity import CapacityFeed
 from aigcq.dispatcher.degrade import Degrader
 from aigcq.dispatcher.openapi_doc import describe_dispatcher
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.dispatcher.webhooks import WebhookRelay
+from aigcq.mdclient.feed_messages import FEED_PATH
 from aigcq.plumbing.redis_client import redis_client
-from aigcq.service.launch import bind, ensure_secrets, run_with_redis, uvicorn_server
-from aigcq.service.server import Service
-from aigcq.service.shutdown import stop_claiming
+from aigcq.serve.launch import bind, ensure_secrets, run_with_redis, uvicorn_server
+from aigcq.serve.parts import Extension, ServeParts
+from aigcq.serve.server import ServeProcess
+from aigcq.serve.shutdown import stop_claiming
 
 log = logging.getLogger(__name__)
 
@@ -60,31 +63,39 @@ class MessageDispatcher:
     def __init__(self, md: DispatcherSettings, settings: Settings, redis: Redis) -> None:
         if not (md.password and md.jwt_secret):
             raise ValueError("the dispatcher needs a password and a JWT secret")
-        self.service = Service(settings, dispatcher_config(md), redis)
-        self.service.outcomes.retry_failures = True
-        self.service.pollers.clear()  # its only target is the hub: no platform to poll
+        self.md = md
         self.auth = DispatcherAuth(md.username, md.password, md.jwt_secret, md.jwt_ttl_s)
-        self.relay = WebhookRelay(redis, self.service.rt.store, attempts=md.webhook_attempts)
-        self.service.background.append(self.relay.run)
-        assert self.service.hub is not None
-        self.feed = CapacityFeed(self.service.hub, self.auth)
-        self.api = api = DispatcherApi(self.service, self.auth, AIGC, on_accepted=self.feed.touch)
-        self.service.api.router.routes.extend(api.routes())
-        describe_dispatcher(self.service.api)
-        self.service.background.append(self.feed.run)
-        self.service.api.add_api_websocket_route(FEED_PATH, self.feed.endpoint)
-        self.degrader = Degrader(self.service.rt, (AIGC, PLATFORM), self.feed)
-        self.feed.on_shrink = self.degrader.shrink
-        self.cache = CacheQueue(
-            self.service.rt,
-            self.service.outcomes,
-            (AIGC, PLATFORM),
-            self.service.hub.name,
-            self.feed.placed,
-            stale_after_s=md.stale_after_s,
-            interval_s=md.cache_interval_s,
+        self.service = ServeProcess(
+            settings, dispatcher_config(md), redis, retry_failures=True, extend=self._parts
         )
-        self.service.background.append(self.cache.run)
+
+    def _parts(self, service: ServeParts) -> Extension:
+        """The dispatcher's own parts over its serve process (its only target is its hub)."""
+        rt, hub = service.rt, service.hub
+        assert hub is not None, "the message-dispatcher runs its own bridge hub"
+        self.relay = WebhookRelay(rt.redis, rt.store, attempts=self.md.webhook_attempts)
+        self.feed = CapacityFeed(hub, self.auth, on_shrink=self._shrink)
+        self.api = DispatcherApi(service, self.auth, AIGC, on_accepted=self.feed.touch)
+        self.degrader = Degrader(rt, service.lifecycle, (AIGC, PLATFORM), self.feed)
+        self.cache = CacheQueue(
+            rt,
+            service.lifecycle,
+            (AIGC, PLATFORM),
+            hub.name,
+            self.feed.placed,
+            stale_after_s=self.md.stale_after_s,
+            interval_s=self.md.cache_interval_s,
+        )
+        routes: list[BaseRoute] = [*self.api.routes()]
+        return Extension(
+            routes=routes,
+            websockets={FEED_PATH: self.feed.endpoint},
+            loops=[self.relay.run, self.feed.run, self.cache.run],
+            describe=describe_dispatcher,
+        )
+
+    async def _shrink(self, online: int) -> int:
+        return await self.degrader.shrink(online)
 
     @property
     def app(self) -> ASGIApp:

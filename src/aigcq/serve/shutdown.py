@@ -1,6 +1,6 @@
 """Graceful shutdown of a serve process: hand in-flight work back instead of stranding it.
 
-On SIGTERM (see :func:`aigcq.service.launch.uvicorn_server`) the dispatcher stops claiming at once.
+On SIGTERM (see :func:`aigcq.serve.launch.uvicorn_server`) the dispatcher stops claiming at once.
 When the app's lifespan ends, :func:`hand_back`:
 
 1. waits up to ``grace_s`` for hand-offs already under way (a platform submit, a
@@ -25,35 +25,32 @@ from typing import TYPE_CHECKING
 from aigcq.domain import TaskState
 
 if TYPE_CHECKING:
-    from aigcq.service.parts import ServiceParts
+    from aigcq.serve.parts import ServeParts
 
 log = logging.getLogger(__name__)
 
 REASON = "aigcq shutting down"
 
 
-def stop_claiming(service: ServiceParts) -> None:
+def stop_claiming(service: ServeParts) -> None:
     """Claim no more tasks (safe to call from a signal handler: it only sets a flag)."""
-    service.dispatcher.stopped = True
+    service.dispatch.stopped = True
 
 
-async def hand_back(service: ServiceParts, grace_s: float) -> list[str]:
+async def hand_back(service: ServeParts, grace_s: float) -> list[str]:
     """Requeue (uncharged) what this process claimed but did not hand over, unless a
     create may be out for it (the sweeper resolves that one); the task ids."""
     stop_claiming(service)
-    await service.dispatcher.drain(timeout=grace_s)
-    claims = await service.dispatcher.hand_back()
+    await service.dispatch.drain(timeout=grace_s)
+    claims = await service.dispatch.hand_back()
     handed = await service.hub.hand_back(REASON) if service.hub is not None else []
-    store = service.rt.store
     for c in claims:
         if c.task_id in handed:
             continue
-        task = await store.get(c.task_id)
+        task = await service.rt.store.get(c.task_id)
         if task is None or task.state is not TaskState.DISPATCHING or task.attempt != c.attempt:
             continue
-        if await store.requeue(
-            c.task_id, attempt=c.attempt, uncharge=True, unsent_only=True, reason=REASON
-        ):
+        if await service.lifecycle.unsent(c.task_id, c.attempt, REASON):
             handed.append(c.task_id)
     if handed:
         log.warning("shutdown: %d task(s) handed back to their queues", len(handed))

@@ -25,9 +25,8 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
 
-from aigcq.agent.connection import backoff_delay
-from aigcq.dispatcher.capacity import DEGRADE, DEGRADE_ACK, FEED_PATH, message
-from aigcq.plumbing.background import round_failed
+from aigcq.mdclient.feed_messages import DEGRADE, DEGRADE_ACK, FEED_PATH, message
+from aigcq.plumbing.background import backoff_delay, round_failed
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,517 @@
+"""A task's life, from its submit to its end: the one owner of task policy.
+
+Outside :mod:`aigcq.queue` only this module calls the store's write methods. Each method
+is named by the event that happened (a target accepted a task, refused it, lost it; a
+result came; a client cancelled; a deadline passed …) and does everything that event
+means: the store's atomic move, cancelling what the move left unwanted (an orphan on a
+paid platform), the log line, the count, and the announcement of a task's end to the
+subscribers (the targets: bridges free the slot, stop a cancelled run).
+
+Every report names the attempt it came from: a failure of an attempt that is no longer
+the live one changes nothing (checked inside the finishing script); a success of an older
+one still wins, and the live attempt's remote task is then cancelled
+(:mod:`aigcq.scheduler.orphans`). Longer than 400 lines on purpose, like the store: every
+decision about a task is read here, in the order of a task's life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from redis.exceptions import RedisError
+
+from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.observability import metrics
+from aigcq.observability.jsonlog import ctx
+from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
+from aigcq.plumbing.events import progress_event, running_message
+from aigcq.queue.store import Claimed, MoveResult, Orphan, Submitted
+from aigcq.runtime import Runtime
+from aigcq.scheduler.ends import INFRASTRUCTURE, EndListener, TaskEnd, end_of, failure_class
+from aigcq.scheduler.orphans import Orphans
+
+log = logging.getLogger(__name__)
+
+
+def _say(level: int, task_id: str, message: str, *args: object) -> None:
+    """One log line about a task: ``task <id>: <message>``, the id in the record too."""
+    log.log(level, "task %s: " + message, task_id, *args, extra=ctx(task=task_id))
+
+
+class Dispatched(Protocol):
+    """A task as a target holds it while it is being handed over."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def backend_id(self) -> str: ...
+
+
+#: waits between tries to record an accepted paid create while Redis does not answer
+MARK_RETRY_S = (0.2, 1.0, 3.0)
+
+
+class Lifecycle:
+    def __init__(self, rt: Runtime, *, retry_failures: bool = False) -> None:
+        self.rt = rt
+        self.orphans = Orphans(rt)
+        #: a failed result puts the task back while it has attempts left (the
+        #: message-dispatcher's retries, seed 000 §9.3.2); otherwise it fails at once
+        self.retry_failures = retry_failures
+        self._listeners: list[EndListener] = []
+
+    def subscribe(self, listener: EndListener) -> None:
+        """``listener`` hears of every task's end from now on (see :class:`TaskEnd`)."""
+        self._listeners.append(listener)
+
+    def announce(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
+        for listener in self._listeners:
+            listener(task_id, target, end, attempt)
+
+    def error_body(self, code: ErrorCode, detail: Any = None) -> dict[str, Any]:
+        return {"code": code.value, "msg": self.rt.config.messages.get(code.value), "error": detail}
+
+    # ---- arriving -----------------------------------------------------------------------
+
+    async def submitted(
+        self,
+        task_id: str,
+        queue: tuple[str, str],
+        backend_id: str,
+        payload: dict[str, Any],
+        *,
+        deliver: bool,
+    ) -> Submitted:
+        """A client submitted a task: stored and queued (an existing id is left as it is)."""
+        aigc, platform = queue
+        result = await self.rt.store.submit(
+            task_id,
+            aigc=aigc,
+            platform=platform,
+            backend_id=backend_id,
+            payload=payload,
+            deliver=deliver,
+        )
+        _say(logging.DEBUG, task_id, "submitted by %s (created=%s)", backend_id, result.created)
+        return result
+
+    async def retried_by_operator(self, task_id: str) -> MoveResult:
+        """An operator queued a failed or cancelled task again."""
+        done = await self.rt.store.retry(task_id, note="retried by an operator")
+        if done.applied:
+            _say(logging.INFO, task_id, "retried by an operator")
+        return done
+
+    async def back_offs_over(self) -> int:
+        """Tasks whose back-off is over wait in their queues again."""
+        return await self.rt.store.promote_delayed()
+
+    # ---- dispatching ----------------------------------------------------------------------
+
+    async def claim(
+        self, aigc: str, platform: str, target: str, *, cap: int, n: int
+    ) -> list[Claimed]:
+        """Up to ``n`` waiting tasks, for ``target``, while its in-flight count < ``cap``."""
+        return await self.rt.store.claim(
+            aigc, platform, target, cap=cap, n=n, deadline_s=self.rt.dispatch_deadline_s
+        )
+
+    async def overflowed(
+        self, c: Claimed, source: str, target: str, *, cap: int, reason: str
+    ) -> int:
+        """A task ``source`` could not place goes to ``target`` in the same attempt, within
+        its ``cap``: 1 moved, 0 full (it waits, after a back-off), -1 it moved on."""
+        moved = await self.rt.store.retarget(
+            c.task_id, c.attempt, source, target, cap=cap, deadline_s=self.rt.dispatch_deadline_s
+        )
+        _say(
+            logging.INFO,
+            c.task_id,
+            "to %s (%s): %s",
+            target,
+            {1: "sent", 0: "full, waits"}.get(moved, "moved on"),
+            reason,
+        )
+        return moved
+
+    async def creating(self, c: Claimed, create_id: str) -> bool:
+        """A paid create is about to be sent (from here on it may be out); False: the task
+        moved on, send nothing."""
+        return await self.rt.store.begin_create(
+            c.task_id, c.attempt, create_id, deadline_s=self.rt.dispatch_deadline_s
+        )
+
+    async def accepted(
+        self,
+        run: Dispatched,
+        remote_id: str,
+        *,
+        queue: tuple[str, str],
+        target: str,
+        kind: str,
+        paid: bool = False,
+        holder: str = "",
+    ) -> bool:
+        """``target`` took ``run`` (an attempt of a task of ``queue``: AIGC, platform) as
+        ``remote_id``: it runs. One accepted for an attempt that moved on meanwhile (a
+        cancel, an older attempt's success) is not wanted: False (a paid one is cancelled
+        here, and counted until it ends). A paid acceptance is kept trying into Redis while
+        it does not answer: the create is out. ``holder``: the bridge that acknowledged it,
+        recorded as holding the task in the same step."""
+        aigc, platform = queue
+        task_id, attempt = run.task_id, run.attempt
+        deadline_s = self.rt.deadline_s(self.rt.config.account(aigc, platform))
+        progress = progress_event(run.backend_id, running_message(task_id, target))
+        where = (aigc, platform, target) if paid else None
+        if paid:
+            metrics.overflowed(aigc, platform, target, self.rt.settings.overflow_price)
+        for wait_s in (*MARK_RETRY_S, None) if paid else (None,):
+            try:
+                marked = await self.rt.store.mark_running(
+                    task_id,
+                    attempt,
+                    remote_id,
+                    deadline_s=deadline_s,
+                    kind=kind,
+                    progress=progress,
+                    where=where,
+                    holder=holder,
+                    holder_ttl_s=int(deadline_s) + 60,
+                )
+                break
+            except RedisError as exc:
+                if wait_s is None:
+                    raise  # the sweeper finds the create recorded and waits for the webhook
+                _say(
+                    logging.WARNING, task_id, "accepted as %s, not recorded yet: %s", remote_id, exc
+                )
+                await asyncio.sleep(wait_s)
+        if marked.orphaned:
+            orphan = await self.rt.store.orphans_of(remote_id)
+            if orphan is not None:
+                await self.orphans.cancel(orphan)
+        return marked.running
+
+    async def uncertain(self, c: Claimed, queue: tuple[str, str], kind: str, reason: str) -> None:
+        """A create's outcome is unknown (it may have been taken): the task waits as running
+        for its webhook, or its deadline (see :mod:`aigcq.scheduler.sweeper`)."""
+        _say(logging.WARNING, c.task_id, "submit uncertain (%s); awaiting webhook", reason)
+        deadline_s = self.rt.deadline_s(self.rt.config.account(*queue))
+        await self.rt.store.mark_running(c.task_id, c.attempt, "", deadline_s=deadline_s, kind=kind)
+
+    async def not_run(
+        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0
+    ) -> None:
+        """Its target did not run the task: back to the head of its queue, its attempt not
+        charged (after ``delay_s``: a back-off, so it is not claimed again in a loop)."""
+        await self.rt.store.requeue_unrun(task_id, attempt, reason, delay_s=delay_s)
+        _say(logging.INFO, task_id, "back to waiting (%s)", reason)
+
+    async def never_created(self, c: Claimed, create_id: str) -> None:
+        """A paid platform answered a create with a definite "not created" (full, refused,
+        never sent). Had the task moved on while the create was out (a cancel), the create
+        kept its account's slot as an orphan: free at once, not at the deadline."""
+        if await self.rt.store.release_create(create_id):
+            _say(logging.INFO, c.task_id, "its create %s was not made; its slot is free", create_id)
+
+    async def not_sent(self, c: Claimed, queue: tuple[str, str], reason: str) -> None:
+        """A paid platform was full or never got the create: back to waiting after a
+        back-off, uncharged while the task has free requeues left; then it uses attempts."""
+        if c.uncharged >= self.rt.store.free_requeues:
+            await self.refused(c, queue, reason)
+            return
+        await self.not_run(c.task_id, c.attempt, reason, delay_s=self.rt.settings.full_backoff_s)
+
+    async def refused(self, c: Claimed, queue: tuple[str, str], reason: str, **error: Any) -> bool:
+        """Its target refused the task (ran nothing): another attempt while the budget
+        lasts, else it fails (``error``: the failure's ``code`` and ``detail``)."""
+        aigc, platform = queue
+        return await self.retry_or_fail(
+            c.task_id,
+            aigc=aigc,
+            platform=platform,
+            attempt=c.attempt,
+            charged=c.charged,
+            reason=reason,
+            ended=True,
+            **error,
+        )
+
+    async def rejected(self, c: Claimed, target: str, error: dict[str, Any]) -> None:
+        """A paid platform rejected the task for good: it fails."""
+        await self.fail(
+            c.task_id,
+            c.attempt,
+            ErrorCode.TASK_FAILED,
+            error,
+            f"{target} rejected: {error['code']}",
+            ended=True,
+        )
+        _say(logging.WARNING, c.task_id, "rejected by %s: %s", target, error)
+
+    async def unrunnable(self, task_id: str, code: str, message: str, detail: str) -> None:
+        """No target can run the task (an invalid payload, a workflow nobody knows): it
+        fails for its client at once, and no target's health is touched."""
+        error = {"code": code, "message": message, "detail": detail}
+        await self.rt.store.finish(
+            task_id,
+            TaskState.FAILED,
+            error=error,
+            message=self.error_body(ErrorCode.TASK_FAILED, error),
+            note=f"bridge: {code}",
+        )
+        _say(logging.WARNING, task_id, "fails, %s: %s (%s)", code, message, detail)
+
+    async def lost(self, task_id: str, attempt: int, reason: str) -> None:
+        """A bridge no longer holds an acknowledged task (a machine's failure): another
+        attempt, at the head of its queue."""
+        await self.rt.store.requeue_for_retry(task_id, attempt, reason)
+        _say(logging.WARNING, task_id, "%s, requeued", reason)
+
+    async def taken_back(self, task: Task, remote_id: str, reason: str) -> bool:
+        """A message-dispatcher handed a running task back: routed again, while it still
+        runs there as ``remote_id``; its attempt is charged (a late TASK_END is refused)."""
+        moved = await self.rt.store.requeue_handed_back(
+            task.task_id, task.attempt, remote_id, reason
+        )
+        if moved:
+            _say(logging.WARNING, task.task_id, "%s", reason)
+        return moved
+
+    async def unsent(self, task_id: str, attempt: int, reason: str) -> bool:
+        """Claimed here and never sent (this process stopped, or died before it did): back
+        to waiting, uncharged, unless a create may be out for it."""
+        moved = await self.rt.store.requeue_unsent(task_id, attempt, reason)
+        if moved:
+            _say(logging.WARNING, task_id, "%s; back to waiting", reason)
+        return moved
+
+    async def withdrawn(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
+        """Its submitter took a waiting task back (no message for its client)."""
+        return await self.rt.store.withdraw(task_id, error=error, note=note)
+
+    async def restored(self, task_id: str, note: str) -> None:
+        """A withdrawal that did not reach its submitter: the task runs here after all."""
+        await self.rt.store.retry(task_id, note=note)
+
+    # ---- ending --------------------------------------------------------------------------
+
+    async def settle(
+        self,
+        task_id: str,
+        outcome: ResultOutcome,
+        note: str,
+        attempt: int | None = None,
+        *,
+        target: str = "",
+    ) -> MoveResult | None:
+        """A result reported by ``attempt`` (None: not known, e.g. a message-dispatcher's
+        report) of a task on ``target``; ``None`` when it says the task is not done. The
+        end is announced: applied, or refused as gone (that run is over all the same)."""
+        match outcome:
+            case Succeeded(data=data):
+                done = await self.rt.store.finish(
+                    task_id,
+                    TaskState.SUCCESS,
+                    result=data,
+                    message={"result": data},
+                    note=note,
+                    from_attempt=attempt,
+                    ended=True,
+                )
+            case Failed(code=code, message=message, detail=detail):
+                error = {"code": code, "message": message, "detail": detail}
+                machine = failure_class(outcome) == INFRASTRUCTURE
+                if await self._retried(task_id, f"failed: {code} {message}", attempt, machine):
+                    self.announce(task_id, target, end_of(outcome), attempt)
+                    return MoveResult(True, TaskState.PENDING)
+                done = await self.rt.store.finish(
+                    task_id,
+                    TaskState.FAILED,
+                    error=error,
+                    message=self.error_body(ErrorCode.TASK_FAILED, error),
+                    note=note,
+                    from_attempt=attempt,
+                    fenced=attempt is not None,
+                    ended=True,
+                )
+            case _:
+                return None
+        _say(logging.DEBUG, task_id, "%s via %s (applied=%s)", done.state, note, done.applied)
+        await self._cancel_orphan(task_id, done)
+        if done.applied:
+            self.announce(task_id, done.target or target, end_of(outcome), attempt)
+        elif done.state is not None:
+            self.announce(task_id, target, TaskEnd.GONE, attempt)
+        return done
+
+    async def cancelled(self, task: Task, *, by_client: bool) -> MoveResult:
+        """Its client (or an operator) cancelled a live task: its target is told to stop
+        (a paid remote task is cancelled, and counted until it ends)."""
+        done = await self.rt.store.finish(
+            task.task_id,
+            TaskState.CANCELLED,
+            message=self.error_body(ErrorCode.TASK_CANCELLED),
+            note="cancelled by client" if by_client else "cancelled by admin",
+        )
+        if not done.applied:
+            return done
+        self.announce(task.task_id, task.target, TaskEnd.CANCELLED, task.attempt)
+        adapter = self.rt.platforms.adapters.get(task.target)
+        if done.orphan:
+            await self._cancel_orphan(task.task_id, done)
+        elif adapter is not None and task.remote_id:
+            account = self.rt.config.account(task.aigc, task.platform)
+            await self.rt.platforms.cancel(adapter, task, account.apikey if account else "")
+        _say(logging.INFO, task.task_id, "cancelled")
+        return done
+
+    async def expired(self, task: Task, code: str, message: str, note: str) -> bool:
+        """A task waited longer than it may: it fails (``TaskTimeout`` for its client)."""
+        error = {"code": code, "message": message, "detail": None}
+        done = await self.rt.store.finish(
+            task.task_id,
+            TaskState.FAILED,
+            error=error,
+            message=self.error_body(ErrorCode.TASK_TIMEOUT, error),
+            note=note,
+        )
+        if done.applied:
+            _say(logging.WARNING, task.task_id, "%s", message)
+        return done.applied
+
+    async def retry_or_fail(
+        self,
+        task_id: str,
+        *,
+        aigc: str,
+        platform: str,
+        attempt: int,
+        charged: int,
+        reason: str,
+        code: ErrorCode = ErrorCode.TASK_TIMEOUT,
+        detail: Any = None,
+        ended: bool = False,
+    ) -> bool:
+        """Requeue ``attempt`` for another one while ``charged`` attempts leave budget, or
+        fail the task. ``ended``: its remote task is known to be over (else a paid one is
+        kept counted and cancelled). True when the task moved."""
+        account = self.rt.config.account(aigc, platform)
+        if charged < self.rt.max_attempts(account):
+            return await self._requeue(
+                task_id, attempt, reason, delay_s=min(charged, 10), ended=ended
+            )
+        error = {"code": code.value, "message": reason, "detail": detail}
+        done = await self.fail(task_id, attempt, code, error, reason, ended=ended)
+        if done.applied:
+            _say(logging.ERROR, task_id, "failed after %s attempts: %s", charged, reason)
+        return done.applied
+
+    async def fail(
+        self,
+        task_id: str,
+        attempt: int,
+        code: ErrorCode,
+        error: dict[str, Any],
+        note: str,
+        *,
+        ended: bool = False,
+    ) -> MoveResult:
+        """Fail the task while ``attempt`` is its live one; cancel what that leaves
+        unwanted (``ended``: its remote task is known to be over)."""
+        done = await self.rt.store.finish(
+            task_id,
+            TaskState.FAILED,
+            error=error,
+            message=self.error_body(code, error),
+            note=note,
+            from_attempt=attempt,
+            fenced=True,
+            ended=ended,
+        )
+        await self._cancel_orphan(task_id, done)
+        return done
+
+    async def _cancel_orphan(self, task_id: str, done: MoveResult) -> None:
+        """Cancel the remote task a finishing move left unwanted (if any)."""
+        if not done.orphan:
+            return
+        found = await self.rt.store.orphans_of(done.orphan)
+        if found is not None:
+            await self.orphans.cancel(found)
+        else:
+            _say(logging.DEBUG, task_id, "orphan %s already released", done.orphan)
+
+    async def _retried(
+        self, task_id: str, reason: str, attempt: int | None, machine: bool = False
+    ) -> bool:
+        """With ``retry_failures``, or for a machine's failure (``machine``): requeue a
+        failed task that has attempts left."""
+        if not (self.retry_failures or machine):
+            return False
+        task = await self.rt.store.get(task_id)
+        if task is None or task.state.terminal:
+            return False
+        if task.charged >= self.rt.max_attempts(self.rt.config.account(task.aigc, task.platform)):
+            return False
+        live = task.attempt if attempt is None else attempt
+        return await self._requeue(task_id, live, reason, delay_s=0.0, ended=True)
+
+    async def _requeue(
+        self, task_id: str, attempt: int, reason: str, *, delay_s: float, ended: bool
+    ) -> bool:
+        """Put ``attempt`` back for another one (only while it is the live attempt)."""
+        moved = await self.rt.store.requeue_for_retry(
+            task_id, attempt, reason, delay_s=delay_s, ended=ended
+        )
+        if moved:
+            _say(logging.WARNING, task_id, "attempt %s %s, retrying", attempt, reason)
+        return moved
+
+    # ---- deadlines (the sweeper) ---------------------------------------------------------
+
+    async def awaiting_webhook(self, task: Task, left_s: float, kind: str) -> bool:
+        """Its process died while a create may have been out: the task waits as running
+        for the create's webhook, until the task's own deadline from the create."""
+        moved = await self.rt.store.mark_running(
+            task.task_id, task.attempt, "", deadline_s=max(left_s, 1.0), kind=kind
+        )
+        if moved:
+            _say(
+                logging.WARNING,
+                task.task_id,
+                "its create on %s may be out; waiting for its webhook",
+                task.target,
+            )
+        return bool(moved)
+
+    async def no_answer(self, task: Task, reason: str, *, max_delay_s: float) -> float:
+        """Its platform gave no usable answer about the task: asked again later, with
+        back-off; the delay."""
+        delay = await self.rt.store.postpone(task.task_id, task.attempt, max_delay_s=max_delay_s)
+        _say(
+            logging.WARNING,
+            task.task_id,
+            "%s gave no usable answer (%s); asking again in %.1f s",
+            task.target,
+            reason,
+            delay,
+        )
+        return delay
+
+    # ---- unwanted remote tasks (the orphan checks) --------------------------------------
+
+    async def orphan_ended(self, o: Orphan) -> bool:
+        """The platform says an unwanted remote task ended (or it cannot be asked): it
+        leaves its account's cap."""
+        return await self.rt.store.release_orphan(o.remote_id)
+
+    async def orphan_unresolved(self, o: Orphan, delay_s: float) -> None:
+        """An unwanted remote task still runs (or gave no answer): checked again later."""
+        await self.rt.store.check_orphan_later(o, delay_s)

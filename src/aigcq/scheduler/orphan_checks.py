@@ -1,0 +1,126 @@
+"""Watching unwanted remote tasks until their platform says they ended (see :mod:`.orphans`).
+
+Each check asks the platform; a result, a failure or "not found" frees the account's slot,
+anything else cancels again and asks later. A create with no remote id cannot be asked:
+it is counted until the deadline the sweeper gives such a create.
+
+The checks run in a loop of their own (a slow platform must not hold up the sweeper's
+back-offs and deadlines), a bounded batch at a time; a check that fails (the platform
+unreachable, a bug) is asked again later with back-off, and the others still go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from aigcq.observability.jsonlog import ctx
+from aigcq.platforms.base import Failed, NotFound, Succeeded
+from aigcq.plumbing.background import REDIS_OUTAGE, every
+from aigcq.queue.store import Orphan
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
+from aigcq.scheduler.orphans import as_task
+
+log = logging.getLogger(__name__)
+
+#: seconds between two checks of one orphan
+RECHECK_S = 2.0
+#: longest wait after checks of one orphan that failed
+MAX_FAILED_BACKOFF_S = 60.0
+#: orphans checked at once
+BATCH = 20
+
+
+@dataclass(eq=False)
+class OrphanChecks:
+    rt: Runtime
+    lifecycle: Lifecycle
+    #: remote id -> checks in a row that failed (for their back-off; this process's view)
+    _failures: dict[str, int] = field(init=False, default_factory=dict)
+
+    async def run(self) -> None:
+        await every(self.rt.settings.sweep_interval_s, self.check_due, log, "orphan checks")
+
+    async def check_due(self) -> int:
+        """Ask the platform about every orphan due for a check, ``BATCH`` at a time; the
+        number released."""
+        released = 0
+        for aigc, target in self._accounts():
+            due = await self.rt.store.orphans_due(aigc, target)
+            for start in range(0, len(due), BATCH):
+                batch = due[start : start + BATCH]
+                released += sum(await asyncio.gather(*(self._check_or_later(o) for o in batch)))
+        return released
+
+    async def _check_or_later(self, o: Orphan) -> int:
+        try:
+            released = await self._check(o)
+        except Exception as exc:
+            failures = self._failures[o.remote_id] = self._failures.get(o.remote_id, 0) + 1
+            delay = min(RECHECK_S * 2**failures, MAX_FAILED_BACKOFF_S)
+            log.warning(
+                "task %s: check of unwanted remote task %s failed (%r); again in %.0f s",
+                o.task_id,
+                o.remote_id,
+                exc,
+                delay,
+                exc_info=not isinstance(exc, REDIS_OUTAGE),
+                extra=ctx(task=o.task_id),
+            )
+            await self.lifecycle.orphan_unresolved(o, delay)
+            return 0
+        self._failures.pop(o.remote_id, None)
+        return released
+
+    async def _check(self, o: Orphan) -> int:
+        adapter = self.rt.platforms.adapters.get(o.target)
+        if adapter is None:
+            return int(await self.lifecycle.orphan_ended(o))
+        if o.awaiting_create:
+            return await self._check_create(o)
+        # peek: the result is nobody's, so inline files are not stored
+        outcome = await self.rt.platforms.peek(
+            adapter, as_task(o), self.rt.apikey(o.aigc, o.platform)
+        )
+        if isinstance(outcome, Succeeded | Failed | NotFound):
+            log.info(
+                "task %s: unwanted remote task %s ended (%s)",
+                o.task_id,
+                o.remote_id,
+                type(outcome).__name__,
+                extra=ctx(task=o.task_id),
+            )
+            return int(await self.lifecycle.orphan_ended(o))
+        await self.lifecycle.orphans.cancel(o)  # still running (or no answer): ask again
+        await self.lifecycle.orphan_unresolved(o, RECHECK_S)
+        return 0
+
+    async def _check_create(self, o: Orphan) -> int:
+        """A create with no remote id: the platform cannot be asked about it, so it is
+        counted until the task's deadline from the create (the rule that fails such a
+        task with ``UncertainSubmit``), unless its reply or webhook resolved it first."""
+        account = self.rt.config.account(o.aigc, o.platform)
+        left = o.create_at + self.rt.deadline_s(account) - time.time()
+        if left > 0:
+            await self.lifecycle.orphan_unresolved(o, min(left, RECHECK_S))
+            return 0
+        log.warning(
+            "task %s: the create of attempt %s was never resolved by its deadline; its slot "
+            "is free again",
+            o.task_id,
+            o.attempt,
+            extra=ctx(task=o.task_id),
+        )
+        return int(await self.lifecycle.orphan_ended(o))
+
+    def _accounts(self) -> set[tuple[str, str]]:
+        """(AIGC, paid target) of every configured queue."""
+        found = set()
+        for aigc, platform in self.rt.config.queues():
+            adapter = self.rt.platforms.adapter_for(platform)
+            if adapter is not None and adapter.paid:
+                found.add((aigc, adapter.name))
+        return found

@@ -1,0 +1,88 @@
+"""Where tasks run, as the dispatch loop sees it: one protocol, three peers.
+
+A *target* runs claimed tasks: our bridges (:class:`aigcq.bridges.hub.BridgeHub`), a
+message-dispatcher in front of other bridges (:mod:`aigcq.mdclient.target`), or the paid
+platforms (:class:`aigcq.scheduler.paid.PaidPlatforms`). Each offers capacity, takes over
+claimed tasks (:meth:`Target.hand_over`), hands back those it could not place, and hears
+of every task's end (:meth:`Target.task_ended`: free the slot, stop what is unwanted).
+What a target's answers do to a task is the lifecycle's (:mod:`aigcq.scheduler.lifecycle`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from aigcq.health import Health
+from aigcq.queue.store import Claimed
+from aigcq.runtime import Runtime
+from aigcq.scheduler.ends import TaskEnd
+from aigcq.scheduler.lifecycle import Lifecycle
+
+
+class Unrunnable(NamedTuple):
+    """Why nobody can run a handed-back task: it fails with this, not waits."""
+
+    code: str
+    message: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class HandBack:
+    """A claimed task a target could not place. It goes to the queue's paid platform in
+    the same attempt once it has waited ``overflow_after_s`` since its submit (and one
+    has room); otherwise it waits again after ``wait_s``, or fails with ``unrunnable``."""
+
+    task: Claimed
+    reason: str
+    overflow_after_s: float
+    wait_s: float = 0.0
+    unrunnable: Unrunnable | None = None
+
+
+class Target(Protocol):
+    name: str
+
+    async def hand_over(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
+        """Send claimed tasks on; the ones this target could not place."""
+        ...
+
+    def task_ended(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
+        """A task ended (see :class:`TaskEnd`): free what it held here, stop what is no
+        longer wanted. Called for every task's end, whichever target ran it."""
+        ...
+
+
+class InternalTarget(Target, Protocol):
+    """Our own GPUs (bridges, or a message-dispatcher's): capacity shared by the queues
+    of the platforms it ``serves``."""
+
+    serves: tuple[str, ...]
+    #: used before paid platforms (seed 000's rule); False: after them, for what they
+    #: have no room for
+    preferred: bool
+
+    @property
+    def healthy(self) -> bool: ...
+
+    @property
+    def health_view(self) -> Health:
+        """This process's health state machine for the target (for metrics)."""
+        ...
+
+    def free_slots(self) -> int: ...
+
+    def free_elsewhere(self) -> int:
+        """Free slots of this target that other aigcq processes hold (0 when every
+        process sees the same capacity, as through a message-dispatcher)."""
+        ...
+
+    async def run(self) -> None:
+        """What keeps its capacity and health known, while the process serves."""
+        ...
+
+
+#: builds a process's internal target other than its own bridge hub
+InternalTargetBuilder = Callable[[Runtime, Lifecycle], InternalTarget]
