@@ -172,6 +172,14 @@ class Settings(BaseSettings):
         description="How long a send to (or the close of) a client socket may wait on the "
         "peer; one that stopped reading is dropped and its results wait in its outbox.",
     )
+    paid_silence_s: float = Field(
+        60.0,
+        gt=0,
+        validation_alias=_env("PAID_SILENCE_S"),
+        description="A paid task running this long with no webhook is asked about (its "
+        "platform's status query), then again at that interval: a lost webhook does not "
+        "hold its slot and its client until the deadline.",
+    )
     full_backoff_s: float = Field(
         2.0, validation_alias=_env("FULL_BACKOFF_S"), description="Back-off after 421/415/1520."
     )

@@ -86,13 +86,14 @@ def up(
 @app.command()
 def serve(log_level: LogLevelOption = "INFO", workers: WorkersOption = 0) -> None:
     """Run the server against AIGCQ_REDIS_URL (several processes may share one Redis)."""
-    from aigcq.serve.launch import listen_settings, run_with_redis
+    from aigcq.serve.launch import listen_settings, require_signing_key, run_with_redis
 
     configure_logging(log_level)
     settings, config = load_config(workers)
     if not settings.redis_url:
         console.print("[red]AIGCQ_REDIS_URL is required for `serve` (`up` embeds one)[/red]")
         raise typer.Exit(2)
+    require_signing_key(settings)  # what to configure first; then whether the ports are free
     require_free_ports(settings.host, listen_settings(settings), reuse_port=settings.reuse_port)
     # Not run_async(serve(...)) directly: uvicorn re-raises SIGTERM after its graceful
     # shutdown, which with the default handler kills the process (exit -15 / 143).

@@ -143,8 +143,12 @@ def submit(
         typer.Option(show_default=False, help="The task's id [default: a new UUID]"),
     ] = None,
     timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for the result before giving up")
-    ] = 600.0,
+        float,
+        typer.Option(
+            help="Seconds to wait for the result before giving up (a minute more than the "
+            "server's default task deadline, so the server's own answer comes first)"
+        ),
+    ] = 660.0,
 ) -> None:
     """Submit one task over the client WebSocket, show progress and print the result."""
     import asyncio

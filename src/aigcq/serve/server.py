@@ -37,6 +37,7 @@ from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.orphan_checks import OrphanChecks
 from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.poller import Poller, polling_adapters
+from aigcq.scheduler.silence import SilentTasks
 from aigcq.scheduler.sweeper import Sweeper
 from aigcq.scheduler.targets import InternalTarget, InternalTargetBuilder
 from aigcq.serve import shutdown
@@ -107,6 +108,7 @@ class ServeProcess:
         self.dispatch = DispatchLoop(self.rt, self.lifecycle, self.paid, self.internal, wakeup)
         self.sweeper = Sweeper(self.rt, self.lifecycle)
         self.orphan_checks = OrphanChecks(self.rt, self.lifecycle)
+        self.silent_tasks = SilentTasks(self.rt, self.lifecycle)
         self.gateway = Gateway(self.rt, self.lifecycle)
         self.pollers = [Poller(self.rt, self.lifecycle, a) for a in polling_adapters(self.rt)]
         self.events = EventBus(
@@ -125,6 +127,7 @@ class ServeProcess:
             self.dispatch.run,
             self.sweeper.run,
             self.orphan_checks.run,
+            self.silent_tasks.run,
             self._redeliver,
             self._trim_outboxes,
             *(p.run for p in self.pollers),

@@ -1,0 +1,96 @@
+"""Paid tasks whose webhook does not come: asked about after a silence, not at the deadline.
+
+A callback platform (RunningHub) sends its result by webhook; one that is lost (a restart
+of ours, a network fault) would leave the task running, holding its account's slot and its
+client, until the task's deadline (600 s by default). Once a paid callback task has run for
+``AIGCQ_PAID_SILENCE_S`` its platform is asked, and then again at that interval: a result
+settles it as its webhook would have; anything else leaves it to its webhook and its
+deadline (:mod:`.sweeper`, which decides what "not found" or "still running" means then).
+One process asks per platform and round (a short Redis lock); settling is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from aigcq.domain import TaskState
+from aigcq.observability.jsonlog import ctx
+from aigcq.platforms.base import Failed, PlatformAdapter, Succeeded
+from aigcq.plumbing.background import every
+from aigcq.runtime import Runtime
+from aigcq.scheduler.lifecycle import Lifecycle
+
+log = logging.getLogger(__name__)
+
+#: silent tasks asked about per queue and round
+PAGE = 100
+
+
+@dataclass(eq=False)
+class SilentTasks:
+    rt: Runtime
+    lifecycle: Lifecycle
+    #: taskId -> when it may be asked again (this process's view)
+    _next_ask: dict[str, float] = field(init=False, default_factory=dict)
+
+    async def run(self) -> None:
+        interval = min(self.rt.settings.paid_silence_s, 5.0)
+        await every(interval, self.ask_once, log, "asking about silent paid tasks")
+
+    async def ask_once(self) -> int:
+        """Ask the platforms about every paid task silent for too long; how many settled."""
+        settled = 0
+        for aigc, platform in self.rt.config.queues():
+            adapter = self.rt.platforms.adapter_for(platform)
+            if adapter is None or not adapter.paid or adapter.kind != "callback":
+                continue  # polling platforms are asked by their poller anyway
+            lock = self.rt.store.keys.lock(f"silent:{adapter.name}:{aigc}")
+            if not await self.rt.redis.set(lock, "1", nx=True, px=2000):
+                continue
+            try:
+                settled += await self._ask_queue(aigc, platform, adapter)
+            finally:
+                await self.rt.redis.delete(lock)
+        return settled
+
+    async def _ask_queue(self, aigc: str, platform: str, adapter: PlatformAdapter) -> int:
+        """Tasks of one queue running since before the silence: their deadline (the running
+        set's score) is earlier than now plus what is left of a task's deadline then."""
+        silence_s = self.rt.settings.paid_silence_s
+        deadline_s = self.rt.deadline_s(self.rt.config.account(aigc, platform))
+        now = time.time()
+        key = self.rt.store.keys.running(aigc, adapter.name)
+        silent = await self.rt.redis.zrangebyscore(
+            key, "-inf", now + deadline_s - silence_s, 0, PAGE
+        )
+        self._next_ask = {t: at for t, at in self._next_ask.items() if at > now}
+        settled = 0
+        for task_id in map(str, silent):
+            if self._next_ask.get(task_id, 0.0) <= now:
+                self._next_ask[task_id] = now + silence_s
+                settled += await self._ask(task_id, adapter)
+        return settled
+
+    async def _ask(self, task_id: str, adapter: PlatformAdapter) -> int:
+        task = await self.rt.store.get(task_id)
+        if task is None or task.state is not TaskState.RUNNING or not task.remote_id:
+            return 0
+        apikey = self.rt.apikey(task.aigc, task.platform)
+        outcome = await self.rt.platforms.query(adapter, task, apikey)
+        if not isinstance(outcome, Succeeded | Failed):
+            return 0
+        log.warning(
+            "task %s: no webhook after %.0f s; %s answers %s",
+            task_id,
+            self.rt.settings.paid_silence_s,
+            adapter.name,
+            type(outcome).__name__,
+            extra=ctx(task=task_id),
+        )
+        note = f"asked {adapter.name} after its webhook's silence"
+        done = await self.lifecycle.settle(
+            task_id, outcome, note, attempt=task.attempt, target=task.target
+        )
+        return int(bool(done and done.applied))
