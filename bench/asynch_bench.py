@@ -29,7 +29,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.host import cpu_seconds, python_speed_ms
-from tests.asynch.processes import free_port, start_asynch, stop
+from tests.fakes.processes import free_port, start_asynch, stop
 
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis

@@ -47,7 +47,8 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.host import cpu_seconds, python_speed_ms
-from tests.e2e.conftest import BRIDGE_TOKEN, Client, Cluster, Proc, free_port, generate, wait_http
+from tests.fakes.client import Client, generate
+from tests.fakes.processes import BRIDGE_TOKEN, Cluster, Proc, free_port, wait_http
 
 from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry

@@ -39,8 +39,9 @@ from redis.exceptions import RedisError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.chaos_fleet import Fleet
-from tests.e2e.conftest import CLIENT_TOKEN, Cluster, Proc, generate
-from tests.integration.test_emulator_comfyui import GRAPH
+from tests.fakes.client import CLIENT_TOKEN, generate
+from tests.fakes.comfyui import GRAPH
+from tests.fakes.processes import Cluster, Proc
 
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.emulators._records import paid_runs

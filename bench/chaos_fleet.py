@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from tests.e2e.conftest import ADMIN_TOKEN, Cluster, Proc
+from tests.fakes.processes import ADMIN_TOKEN, Cluster, Proc
 
 #: a prompt of the chaos tasks' graph (3 nodes) takes 3 x STEPS x STEP_TIME on an instance
 STEPS, STEP_TIME = 2, 0.1

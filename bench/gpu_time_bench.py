@@ -31,10 +31,11 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
-from tests.integration.test_agent import quick_bridge
-from tests.integration.test_emulator_comfyui import model_graph
+from tests.fakes.agent import quick_bridge
+from tests.fakes.client import Client, generate
+from tests.fakes.comfyui import model_graph
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 
 from aigcq.agent.app import Bridge
 from aigcq.config import PlatformConfig, Settings

@@ -26,7 +26,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.host import cpu_seconds, python_speed_ms
-from tests.e2e.conftest import Client, Cluster, generate
+from tests.fakes.client import Client, generate
+from tests.fakes.processes import Cluster
 
 from aigcq.embedded.redis import EmbeddedRedis
 

@@ -35,9 +35,8 @@ import orjson
 import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.e2e.conftest import Client, Cluster
-from tests.e2e.test_bridge_e2e import bridge_task
-from tests.e2e.test_split_e2e import MD_PASSWORD, start_dispatcher, wait_free
+from tests.fakes.client import Client, bridge_task
+from tests.fakes.processes import MD_PASSWORD, Cluster, start_dispatcher, wait_free
 
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.queue.keys import Keys

@@ -7,8 +7,8 @@ import httpx
 from aigcq.asynch.app import create_app
 from aigcq.asynch.runtime import runtime_max_concurrency_key
 from aigcq.serve.admin_panels import AsynchPanel
-from tests.asynch.conftest import Asynch
-from tests.helpers import serve_app
+from tests.fakes.asynch import Asynch
+from tests.fakes.servers import serve_app
 
 TOKEN = "asynch-admin-token"
 

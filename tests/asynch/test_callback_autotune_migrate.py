@@ -13,8 +13,8 @@ from aigcq.asynch.autotune import tune
 from aigcq.asynch.headmsg import merge_headers
 from aigcq.asynch.migrate import available, migrate
 from aigcq.storage.sigv4 import authorization
-from tests.asynch.conftest import Asynch, Served
-from tests.helpers import Recorder, serve_app
+from tests.fakes.asynch import Asynch, Served
+from tests.fakes.servers import Recorder, serve_app
 
 
 async def test_success_callback_is_retried_and_text_cut(asynch: Asynch, model_emu: Served) -> None:
@@ -27,7 +27,7 @@ async def test_success_callback_is_retried_and_text_cut(asynch: Asynch, model_em
         received = await recorder.wait_for(2)
         failed = await asynch.create_task("m", {"_fail": True}, callbackUrl=f"{hook}/hooks")
         await asynch.wait_state(failed, 3)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # time: a callback for the failure would come now
     assert len(recorder.received) == 2  # the failure sends nothing
     first, second = received
     assert first.method == "GET" and second.path == "/hooks/order-1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.asynch.conftest import Asynch, Served
+from tests.fakes.asynch import Asynch, Served
 
 
 async def _task(asynch: Asynch, task_id: str, model: str = "m", **cols: Any) -> None:

@@ -15,7 +15,7 @@ async def test_items_arriving_while_a_batch_runs_go_out_together() -> None:
 
     async def flush(items: Sequence[int]) -> list[int]:
         batches.append(list(items))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # time: a batch takes a while; the next items queue
         return [i * 10 for i in items]
 
     coalescer: Coalescer[int, int] = Coalescer(flush, max_batch=3)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,8 +14,8 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.storage import StorageSettings
-from tests.asynch.conftest import Asynch, Served, open_asynch
-from tests.asynch.conftest import test_settings as fast_settings
+from tests.fakes.asynch import Asynch, Served, fast_settings, open_asynch
+from tests.fakes.waiting import wait_until
 
 TASK = {"modelName": "m", "requestPayload": {"p": 1}, "bizName": "b"}
 
@@ -108,11 +107,10 @@ async def test_create_task_during_a_redis_outage_is_503(
 
 
 async def _works_again(asynch: Asynch) -> None:
-    for _ in range(25):
-        if (await asynch.call("POST", "/task/createTask", json=TASK)).status_code == 200:
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError("createTask does not work again after the outage")
+    async def accepted() -> bool:
+        return (await asynch.call("POST", "/task/createTask", json=TASK)).status_code == 200
+
+    await wait_until(accepted, 30, 0.2, what="createTask working again after the outage")
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ services that misbehave: exactly one callback, one model call and one upload per
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,10 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.storage import StorageSettings
-from tests.asynch.conftest import Asynch, Served, open_asynch
-from tests.asynch.conftest import test_settings as fast_settings
-from tests.asynch.processes import start_asynch, stop
-from tests.helpers import Recorder, serve_app, until
+from tests.fakes.asynch import Asynch, Served, fast_settings, open_asynch
+from tests.fakes.processes import start_asynch, stop
+from tests.fakes.servers import Recorder, serve_app
+from tests.fakes.waiting import until, wait_until
 
 
 async def _calling(model_emu: Served, count: int = 1) -> None:
@@ -59,7 +60,7 @@ async def test_success_callback_survives_redis_failing_as_the_task_finishes(
             try:
                 await asynch.wait_state(task_id, 2)
                 received = await recorder.wait_for(1, within=5)
-                await asyncio.sleep(0.3)
+                await asyncio.sleep(0.3)  # time: a second callback would come now
             finally:
                 private_redis.start()
     assert len(recorder.received) == 1 and received[0].path == "/hooks/biz"
@@ -133,15 +134,21 @@ def storage_settings(oss_emu: Served) -> StorageSettings:
 
 
 async def test_postgres_restart_while_finishing_calls_and_uploads_once(
-    asynch: Asynch, pg_server: EmbeddedPostgres, model_emu: Served, oss_emu: Served
+    asynch: Asynch,
+    pg_server: EmbeddedPostgres,
+    model_emu: Served,
+    oss_emu: Served,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="aigcq")
     await asynch.create_model("m", model_emu.url)
     task_id = await asynch.create_task("m", {"_latency": 0.5})
     await _calling(model_emu)
     await asynch.db.close()
     pg_server.stop()  # the result arrives and is uploaded while PostgreSQL is down
-    try:
-        await asyncio.sleep(1.5)
+    try:  # until the finished task's write has met the outage
+        failed = f"task {task_id}: recording attempt 1 failed"
+        await wait_until(lambda: failed in caplog.text, 15)
     finally:
         pg_server.start()
     asynch.db = await psycopg.AsyncConnection.connect(pg_server.url, autocommit=True)

@@ -15,7 +15,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.asynch.conftest import Asynch, Served
+from tests.fakes.asynch import Asynch, Served
 
 POSTS: dict[str, list[str]] = {
     "/model/createModel": [

@@ -16,8 +16,9 @@ from aigcq.asynch.runtime import runtime_max_concurrency_key, runtime_queue_limi
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import ClaimedTask
 from aigcq.plumbing import background
-from tests.asynch.conftest import Asynch, Served
-from tests.asynch.processes import free_port
+from tests.fakes.asynch import Asynch, Served
+from tests.fakes.servers import closed_port
+from tests.fakes.waiting import until, wait_until
 
 
 async def _create_many(asynch: Asynch, model: str, n: int) -> list[int]:
@@ -56,7 +57,8 @@ async def test_runtime_limits_come_first_but_never_above_the_cap(
     await asynch.redis.set(runtime_queue_limit_key("m"), 2)
     await asynch.redis.set(runtime_max_concurrency_key("m"), 1)
     assert (await _create_many(asynch, "m", 6)).count(200) == 2
-    await asyncio.sleep(0.1)
+    await until(model_emu.stats, lambda s: s["current"] >= 1)  # the first call is running
+    await asyncio.sleep(0.1)  # time: a second call at once would have arrived by now
     assert (await model_emu.stats())["peak"] == 1
 
     await asynch.db.execute("TRUNCATE asynch_task")
@@ -119,11 +121,11 @@ async def test_a_running_attempt_keeps_its_lease_past_its_length_until_it_stops(
     task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
     assert await sem.acquire("m", "tenant", task.lease_id, 1)
     keeper = LeaseKeeper(sem, task)
-    await asyncio.sleep(1.0)  # over three lease lengths: alive only because it was renewed
+    await asyncio.sleep(1.0)  # time: over three lease lengths: alive only because it was renewed
     assert await sem.holders("m", "tenant") == [task.lease_id]
     assert not await sem.acquire("m", "tenant", "t2:1", 1)
     await keeper.stop()
-    await asyncio.sleep(0.5)  # no longer renewed: it expires and the slot is free again
+    await asyncio.sleep(0.5)  # time: no longer renewed: it expires and the slot is free again
     assert await sem.holders("m", "tenant") == []
     assert await sem.acquire("m", "tenant", "t2:1", 1)
 
@@ -135,7 +137,7 @@ async def test_a_lease_keeper_stopped_at_once_renews_nothing(redis: aioredis.Red
     assert await sem.acquire("m", "tenant", task.lease_id, 1)
     keeper = LeaseKeeper(sem, task)
     await keeper.stop()
-    await asyncio.sleep(0.5)  # renewals were due at 0.1, 0.2, 0.3 s: none kept it alive
+    await asyncio.sleep(0.5)  # time: renewals were due at 0.1, 0.2, 0.3 s: none kept it alive
     assert await sem.holders("m", "tenant") == []
 
 
@@ -143,13 +145,17 @@ async def test_renewals_go_on_after_redis_fails_one(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(background, "OUTAGE_REPORT_S", 0.0)  # every failed renewal is a line
-    unreachable = aioredis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))  # fails at once
-    sem = Semaphore(unreachable, lease_seconds=0.15)  # a renewal due every 50 ms
-    task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
-    with caplog.at_level(logging.WARNING, logger="aigcq.asynch.lease"):
-        keeper = LeaseKeeper(sem, task)
-        await asyncio.sleep(0.5)
-        await keeper.stop()
-    failures = [r for r in caplog.records if "renewing the semaphore lease" in r.getMessage()]
-    assert len(failures) >= 2 and all("t1" in r.getMessage() for r in failures)
-    await unreachable.aclose()
+
+    def failures() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "renewing the semaphore lease" in r.getMessage()]
+
+    with closed_port() as port:  # nothing answers there while the test runs
+        unreachable = aioredis.Redis(port=port, retry=Retry(NoBackoff(), 0))  # fails at once
+        sem = Semaphore(unreachable, lease_seconds=0.15)  # a renewal due every 50 ms
+        task = ClaimedTask("t1", "m", "tenant", "creator", "biz", "", "", {}, "", "", attempt=1)
+        with caplog.at_level(logging.WARNING, logger="aigcq.asynch.lease"):
+            keeper = LeaseKeeper(sem, task)
+            await wait_until(lambda: len(failures()) >= 2)  # it went on after the first
+            await keeper.stop()
+        await unreachable.aclose()
+    assert len(failures()) >= 2 and all("t1" in r.getMessage() for r in failures())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.asynch.conftest import Asynch, Served
+from tests.fakes.asynch import Asynch, Served
 
 
 async def test_model_crud(asynch: Asynch) -> None:

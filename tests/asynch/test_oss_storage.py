@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aigcq.storage import StorageSettings
-from tests.asynch.conftest import Asynch, Served
-from tests.asynch.test_tasks_api import USER
+from tests.fakes.asynch import USER, Asynch, Served
 
 
 @pytest.fixture

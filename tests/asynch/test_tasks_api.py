@@ -8,12 +8,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from tests.asynch.conftest import Asynch, Served
-
-USER = {
-    "X-User-Info": json.dumps({"tenantId": "t1", "userId": "alice"}),
-    "Authorization": "Bearer x",
-}
+from tests.fakes.asynch import USER, Asynch, Served
 
 
 async def test_json_result_head_msg_and_model_key(asynch: Asynch, model_emu: Served) -> None:

@@ -14,8 +14,9 @@ import httpx
 import psycopg
 import pytest
 
-from tests.asynch.conftest import Served
-from tests.asynch.processes import start_asynch, stop
+from tests.fakes.asynch import Served
+from tests.fakes.processes import start_asynch, stop
+from tests.fakes.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -58,10 +59,7 @@ async def _states(db: psycopg.AsyncConnection[Any]) -> dict[int, int]:
 
 
 async def _wait_all_done(db: psycopg.AsyncConnection[Any], n: int, timeout: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while (await _states(db)).get(2, 0) < n:
-        assert asyncio.get_running_loop().time() < deadline, await _states(db)
-        await asyncio.sleep(0.1)
+    await until(lambda: _states(db), lambda states: states.get(2, 0) >= n, timeout, 0.1)
 
 
 async def test_two_workers_200_tasks(
@@ -106,8 +104,7 @@ async def test_sigkill_mid_call_loses_nothing(
         assert (await c.post(f"{a}/model/createModel", json=model)).status_code == 200
         body = {"modelName": "m", "requestPayload": {}, "bizName": "b"}
         task_id = (await c.post(f"{a}/task/createTask", json=body)).json()["data"]["task_id"]
-    while (await model_emu.stats())["current"] == 0:  # noqa: ASYNC110
-        await asyncio.sleep(0.02)
+    await until(model_emu.stats, lambda s: s["current"] > 0, within=30)  # the victim's call
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     model_emu.app.state.behaviour.latency = 0

@@ -2,7 +2,8 @@
 
 Every piece is a real process (server, bridge, ComfyUI and RunningHub emulators, Redis);
 the tests kill some of them with SIGKILL and check that every result reaches its client
-exactly once. A ComfyUI prompt of the graph below takes ``3 nodes × steps × step_time``.
+exactly once. A ComfyUI prompt of ``E2E_GRAPH`` (tests/fakes/comfyui.py) takes
+``3 nodes × steps × step_time``.
 """
 
 from __future__ import annotations
@@ -16,21 +17,14 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, Client, Cluster, Proc, generate
-from tests.integration.test_emulator_comfyui import model_graph
+from tests.fakes.client import AUTH, Client, bridge_task, exactly_once, generate
+from tests.fakes.comfyui import E2E_GRAPH, model_graph
+from tests.fakes.processes import ADMIN_TOKEN, Cluster, Proc
+from tests.fakes.waiting import until, wait_until, wait_until_sync
 
 pytestmark = pytest.mark.e2e
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-GRAPH: dict[str, Any] = {
-    "1": {
-        "class_type": "EmptyImage",
-        "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0xFF0000},
-    },
-    "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
-    "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "e2e"}},
-}
-AUTH = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
 
 
 class Setup:
@@ -45,6 +39,7 @@ class Setup:
         self.comfy: list[str] = []
         self.bridge: Proc | None = None
         self.bridge_port = 0
+        self.bridge_id = ""
         self.redis = redis.Redis.from_url(cluster.redis_url, decode_responses=True)
 
     def start(
@@ -85,16 +80,28 @@ class Setup:
 
     def wait_bridge_free(self, free: int, timeout: float = 20.0) -> None:
         """Until the hub has published the bridge with ``free`` free slots."""
-        bridge_id = httpx.get(f"http://127.0.0.1:{self.bridge_port}/api/status").json()["bridgeId"]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            record = self.redis.hgetall(f"aigcq:bridge:{bridge_id}")
+        status = httpx.get(f"http://127.0.0.1:{self.bridge_port}/api/status").json()
+        self.bridge_id = bridge_id = status["bridgeId"]
+        record: dict[str, str] = {}
+
+        def ready() -> bool:
+            record.clear()
+            record.update(self.redis.hgetall(f"aigcq:bridge:{bridge_id}"))
             # (and internal capacity healthy again: it recovers after 3 passing checks)
-            ready = record.get("online") == "1" and int(record["availableInstanceCount"]) == free
-            if ready and self.redis.hget("md:state:health", "status") in (None, "healthy"):
-                return
-            time.sleep(0.05)
-        raise TimeoutError(f"bridge {bridge_id} never had {free} free slots: {record}")
+            slots = record.get("online") == "1" and int(record["availableInstanceCount"]) == free
+            return slots and self.redis.hget("md:state:health", "status") in (None, "healthy")
+
+        wait_until_sync(ready, timeout, what=lambda: f"{bridge_id} with {free} free: {record}")
+
+    def wait_bridge_offline(self, timeout: float = 10.0) -> None:
+        """Until the hub has recorded the bridge offline (it noticed the bridge is gone)."""
+        key = f"aigcq:bridge:{self.bridge_id}"
+        wait_until_sync(lambda: self.redis.hget(key, "online") == "0", timeout, what=key)
+
+    def spooled(self) -> list[str]:
+        """The task ids whose TASK_END the bridge holds, not yet taken by the server."""
+        status = httpx.get(f"http://127.0.0.1:{self.bridge_port}/api/status").json()
+        return list(status["spooled"])
 
     def rh_stats(self) -> dict[str, Any]:
         stats: dict[str, Any] = httpx.get(f"{self.rh}/_emulator/stats").json()
@@ -106,18 +113,6 @@ class Setup:
         return {i: r.json() for i, r in zip(ids, got, strict=True)}
 
 
-def bridge_task(task_id: str, **payload: Any) -> dict[str, Any]:
-    return generate(task_id, **(payload or {"workflowId": "e2e-inline", "workflow": GRAPH}))
-
-
-def exactly_once(client: Client, ids: list[str]) -> None:
-    assert sorted(client.results) == sorted(ids)
-    dupes = {k: len(v) for k, v in client.results.items() if len(v) != 1}
-    assert not dupes, dupes
-    failed = {k: v[0] for k, v in client.results.items() if v[0]["status"] != "success"}
-    assert not failed, failed
-
-
 async def submit(client: Client, ids: list[str]) -> None:
     for task_id in ids:
         reply = await client.request(bridge_task(task_id))
@@ -125,13 +120,10 @@ async def submit(client: Client, ids: list[str]) -> None:
 
 
 async def until_running(s: Setup, ids: list[str], target: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        states = await s.tasks(ids)
-        if all(t["state"] == "running" and t["target"] == target for t in states.values()):
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"not all running on {target}: {states}")
+    def all_running(tasks: dict[str, dict[str, Any]]) -> bool:
+        return all(t["state"] == "running" and t["target"] == target for t in tasks.values())
+
+    await until(lambda: s.tasks(ids), all_running, timeout, 0.05)
 
 
 async def test_client_to_bridge_to_comfyui_and_back_with_a_png(cluster: Cluster) -> None:
@@ -140,7 +132,7 @@ async def test_client_to_bridge_to_comfyui_and_back_with_a_png(cluster: Cluster)
     base = f"http://127.0.0.1:{s.port}"
     resp = httpx.put(
         f"{base}/api/workflows/wf-e2e",
-        json=GRAPH,
+        json=E2E_GRAPH,
         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
     )
     assert resp.status_code == 200, resp.text
@@ -173,8 +165,11 @@ async def test_two_internal_then_overflow_up_to_the_cap_then_wait(cluster: Clust
     await submit(client, first)
     await until_running(s, first, "bridge")
     await submit(client, more)
-    await asyncio.sleep(0.5)
-    tasks = await s.tasks(first + more)
+
+    def on_runninghub(tasks: dict[str, dict[str, Any]]) -> int:
+        return sum((t["state"], t["target"]) == ("running", "runninghub") for t in tasks.values())
+
+    tasks = await until(lambda: s.tasks(first + more), lambda t: on_runninghub(t) == 2)
     where = [(t["state"], t["target"]) for t in tasks.values()]
     assert where.count(("running", "bridge")) == 2, where
     assert where.count(("running", "runninghub")) == 2, where
@@ -198,7 +193,7 @@ async def test_sigkill_bridge_and_restart_requeues_what_it_lost(cluster: Cluster
     await until_running(s, ids[:2], "bridge")
     assert s.bridge is not None
     s.bridge.kill()
-    await asyncio.sleep(0.5)
+    s.wait_bridge_offline()
     s.start_bridge()
     await client.collect(4, timeout=30)
     await client.linger(0.5)
@@ -217,7 +212,8 @@ async def test_sigkill_server_mid_task_every_result_once(cluster: Cluster) -> No
     assert s.server is not None
     s.server.kill()
     await client.ws.close()
-    await asyncio.sleep(1.0)  # the bridge's TASK_ENDs meet a closed port and are retried
+    # a task ends while the server is down: its TASK_END meets a closed port, is retried
+    await wait_until(s.spooled, 10.0, 0.05, what="a TASK_END held by the bridge")
     s.server, _ = cluster.server(s.port, **s.server_env)
     again = await Client(s.port, "biz-ks").connect()
     for task_id, msgs in client.results.items():
@@ -234,7 +230,11 @@ async def test_more_tasks_than_instances_and_an_instance_lost(cluster: Cluster) 
     client = await Client(s.port, "biz-many").connect()
     ids = [f"many-{i}" for i in range(10)]
     await submit(client, ids)
-    await asyncio.sleep(0.8)
+
+    def running(tasks: dict[str, dict[str, Any]]) -> int:
+        return sum(t["state"] == "running" for t in tasks.values())
+
+    await until(lambda: s.tasks(ids), lambda t: running(t) == 2)  # mid-run: both busy
     victim = next(p for p in cluster.procs if p.args[:2] == ["emulate", "comfyui"])
     victim.kill()
     await client.collect(10, timeout=40)
@@ -246,11 +246,11 @@ async def test_more_tasks_than_instances_and_an_instance_lost(cluster: Cluster) 
 
 
 async def health_becomes(s: Setup, status: str, timeout: float) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if s.redis.hget("md:state:health", "status") == status:
-            return
-        await asyncio.sleep(0.02)
-    raise TimeoutError(f"health never {status}: {s.redis.hgetall('md:state:health')}")
+    await wait_until(
+        lambda: s.redis.hget("md:state:health", "status") == status,
+        timeout,
+        what=lambda: f"health {status}: {s.redis.hgetall('md:state:health')}",
+    )
 
 
 async def test_degrade_on_bridge_loss_then_back_at_once_with_its_prompt_readopted(
@@ -270,12 +270,8 @@ async def test_degrade_on_bridge_loss_then_back_at_once_with_its_prompt_readopte
     client = await Client(s.port, "biz-health").connect()
 
     async def target_of(task_id: str, since: float) -> tuple[str, float]:
-        while time.monotonic() - since < 10:
-            task = (await s.tasks([task_id]))[task_id]
-            if task["target"]:
-                return task["target"], time.monotonic() - since
-            await asyncio.sleep(0.02)
-        raise TimeoutError(task_id)
+        tasks = await until(lambda: s.tasks([task_id]), lambda t: t[task_id]["target"], 10)
+        return tasks[task_id]["target"], time.monotonic() - since
 
     await client.request(bridge_task("h-0"))
     await until_running(s, ["h-0"], "bridge")

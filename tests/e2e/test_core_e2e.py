@@ -7,7 +7,6 @@ import functools
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,9 @@ import pytest
 
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.plumbing.signing import signature
-from tests.e2e.conftest import ADMIN_TOKEN, CLIENT_TOKEN, SECRET, Client, Cluster, generate
+from tests.fakes.client import CLIENT_TOKEN, Client, generate
+from tests.fakes.processes import ADMIN_TOKEN, SECRET, Cluster
+from tests.fakes.waiting import until, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -71,11 +72,12 @@ async def test_http_api_submit_get_and_queues(cluster: Cluster) -> None:
         }
         resp = await http.post("/api/tasks", json=body)
         assert resp.status_code == 202, resp.text
-        for _ in range(100):
-            task = (await http.get("/api/tasks/http-1")).json()
-            if task["state"] == "success":
-                break
-            await asyncio.sleep(0.1)
+
+        async def get() -> dict[str, Any]:
+            task: dict[str, Any] = (await http.get("/api/tasks/http-1")).json()
+            return task
+
+        task = await until(get, lambda t: t["state"] in ("success", "failed"), 15, 0.1)
         assert task["state"] == "success"
         assert [e["state"] for e in task["timeline"]] == [
             "pending",
@@ -124,7 +126,11 @@ async def test_results_wait_for_an_offline_client(cluster: Cluster) -> None:
     for i in range(5):
         await client.request(generate(f"off-{i}"))
     await client.close()
-    await asyncio.sleep(2.0)
+    await until(
+        lambda: task_states(port, [f"off-{i}" for i in range(5)]),
+        lambda states: set(states) == {"success"},  # done while the client was away
+        within=20,
+    )
     again = await Client(port, "biz-off").connect()
     await again.collect(5, timeout=20)
     await again.linger(0.3)
@@ -152,7 +158,11 @@ async def test_sigkill_server_with_50_in_flight_loses_nothing(cluster: Cluster) 
     client = await Client(port, "biz-kill").connect()
     for i in range(50):
         await client.request(generate(f"k-{i}"))
-    await asyncio.sleep(0.5)
+
+    def all_created() -> bool:  # on RunningHub, 1.5 s each: all 50 in flight
+        return bool(httpx.get(f"{rh}/_emulator/stats").json()["created"] == 50)
+
+    await wait_until(all_created, 10, 0.05)
     server.kill()
     restart = functools.partial(
         cluster.server, port, AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_TASK_DEADLINE_S="6"
@@ -193,7 +203,7 @@ async def test_redis_killed_and_restarted_under_a_running_server_loses_nothing(
         client = await Client(port, "biz-redis").connect()
         for i in range(15):  # 5 run at once, 10 wait
             await client.request(generate(f"rk-{i}"))
-        await asyncio.sleep(1.5)  # past the AOF's one-second fsync
+        await asyncio.sleep(1.5)  # time: past the AOF's one-second fsync
         redis.kill()
         # A TASK_END that arrives now is refused with 503, so that its sender retries.
         query = {"t": "rk-0", "a": 1, "s": signature(SECRET.encode(), "rk-0", 1)}
@@ -203,7 +213,7 @@ async def test_redis_killed_and_restarted_under_a_running_server_loses_nothing(
             refused = await http.post(url, params=query, json=body)
         assert refused.status_code == 503, refused.text
         assert refused.json()["code"] == "AssessmentError"
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # time: Redis stays down a while, tasks still running
         redis.start()
         for i in range(15, 20):  # new work is taken as soon as Redis is back
             reply = await until_submitted(client, f"rk-{i}")
@@ -221,9 +231,13 @@ async def test_redis_killed_and_restarted_under_a_running_server_loses_nothing(
 
 async def until_submitted(client: Client, task_id: str, within: float = 10.0) -> dict[str, Any]:
     """Submit until accepted: the first tries may meet Redis still loading its AOF."""
-    deadline = time.monotonic() + within
-    while True:
-        reply = await client.request(generate(task_id))
-        if reply["type"] == "submitted" or time.monotonic() > deadline:
-            return reply
-        await asyncio.sleep(0.2)
+    return await until(
+        lambda: client.request(generate(task_id)), lambda r: r["type"] == "submitted", within, 0.2
+    )
+
+
+async def task_states(port: int, ids: list[str]) -> list[str]:
+    """The state of each of ``ids``, from the server's HTTP API."""
+    auth = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth) as http:
+        return [(await http.get(f"/api/tasks/{i}")).json().get("state", "") for i in ids]

@@ -19,11 +19,13 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.serve import admin_trends
 from aigcq.serve.server import ServeProcess
-from tests.e2e.cdp import Page, chromium, find_chromium
-from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end
-from tests.integration.test_dashboard_panels import fake_asynch
+from tests.fakes.asynch import fake_asynch
+from tests.fakes.bridge import BRIDGE_TOKEN, Bridge, task_end
+from tests.fakes.browser import Page, chromium, find_chromium
+from tests.fakes.client import Client, generate
+from tests.fakes.servers import serve_app
+from tests.fakes.service import SECRET, Env
+from tests.fakes.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -84,7 +86,7 @@ async def gpus(env: Env, count: int = 2) -> AsyncIterator[Bridge]:
     await bridge.register(count=count, instances=instances)
 
     async def finish(webhook: str) -> None:
-        await asyncio.sleep(GPU_SECONDS)
+        await asyncio.sleep(GPU_SECONDS)  # time: the fake GPU works this long on a task
         await task_end(env, webhook)
 
     async def serve() -> None:
@@ -260,8 +262,9 @@ async def every_panel_fits_and_shows_data(page: Page) -> None:
     )
     for width in (1400, 900):
         await page.resize(width, 1000)
-        await page.wait_for("document.body.dataset.snapshots > 0")
-        await asyncio.sleep(1.2)  # a fresh snapshot laid out at this width
+        shown = int(await page.eval("Number(document.body.dataset.snapshots || 0)"))
+        # a fresh snapshot laid out at this width (the count goes up once it is rendered)
+        await page.wait_for(f"Number(document.body.dataset.snapshots) > {shown}")
         overflowing = await page.eval(
             "[...document.querySelectorAll('main > section:not([hidden])')]"
             ".filter(s => s.scrollWidth > s.clientWidth + 1)"

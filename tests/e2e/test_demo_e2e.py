@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
 
-from tests.e2e.conftest import Client, Proc, free_port, generate, wait_http
+from tests.fakes.client import Client, generate
+from tests.fakes.processes import Proc, free_port, wait_http
+from tests.fakes.waiting import wait_until_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -60,14 +61,12 @@ async def test_up_demo_runs_internal_first_then_overflows(
         assert "aigcq submit comfyui" in banner and "--token ey" in banner
         token = banner.split("--token ", 1)[1].split()[0]
         store = redis.Redis.from_url(f"unix://{data}/redis/redis.sock", decode_responses=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def registered() -> bool:
             bridges = [store.hgetall(k) for k in store.keys("aigcq:bridge:*") if ":tasks" not in k]
-            if any(b.get("availableInstanceCount") == "2" for b in bridges):
-                break
-            time.sleep(0.1)
-        else:
-            raise TimeoutError(f"the demo bridge never registered: {banner}")
+            return any(b.get("availableInstanceCount") == "2" for b in bridges)
+
+        wait_until_sync(registered, 30, 0.1, what=lambda: f"the demo bridge: {banner}")
         assert (data / "demo" / "config" / "model.json").exists()
 
         client = await Client(port, "demo-newcomer", token=token).connect()
@@ -96,5 +95,5 @@ async def test_up_demo_runs_internal_first_then_overflows(
     finally:
         demo.p.send_signal(signal.SIGINT)  # Ctrl-C
         demo.p.wait(20)
-    time.sleep(0.2)
+    wait_until_sync(lambda: not [pid for pid in children if alive(pid)], 5)  # all reaped
     assert not [pid for pid in children if alive(pid)], children

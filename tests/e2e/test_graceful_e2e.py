@@ -14,7 +14,9 @@ import websockets
 
 from aigcq.domain import Task, TaskState
 from aigcq.queue.store import TaskStore
-from tests.e2e.conftest import BRIDGE_TOKEN, Client, Cluster, Proc, generate
+from tests.fakes.client import Client, generate
+from tests.fakes.processes import BRIDGE_TOKEN, Cluster, Proc
+from tests.fakes.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -59,25 +61,18 @@ async def tasks(store: TaskStore, ids: list[str]) -> dict[str, Task]:
     return out
 
 
-async def until(check: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
 async def terminate(proc: Proc, timeout: float) -> tuple[int, float]:
     """SIGTERM ``proc``; its exit code and how long it took. Waits without blocking the
     event loop, so the test's WebSockets can answer the server's close handshake."""
     assert proc.p is not None
     start = time.monotonic()
     proc.p.terminate()
-    while (code := proc.p.poll()) is None:
-        if time.monotonic() - start > timeout:
-            proc.kill()
-            pytest.fail(f"serve still running {timeout:.0f} s after SIGTERM")
-        await asyncio.sleep(0.05)
-    return code, time.monotonic() - start
+    try:
+        await wait_until(lambda: proc.p is not None and proc.p.poll() is not None, timeout, 0.05)
+    except AssertionError:
+        proc.kill()
+        pytest.fail(f"serve still running {timeout:.0f} s after SIGTERM")
+    return proc.p.returncode, time.monotonic() - start
 
 
 async def test_sigterm_hands_work_back_and_every_result_arrives_once(cluster: Cluster) -> None:
@@ -105,7 +100,7 @@ async def test_sigterm_hands_work_back_and_every_result_arrives_once(cluster: Cl
             running = states.count(TaskState.RUNNING)
             return len(bridge.assigned) == SLOTS and running == RH_CAP
 
-        await until(in_flight)
+        await wait_until(in_flight, 15.0, 0.05)
         before = await tasks(store, ids)
         on_bridge = set(bridge.assigned)
         on_rh = {t.task_id for t in before.values() if t.state is TaskState.RUNNING}

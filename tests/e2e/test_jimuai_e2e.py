@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Client, Cluster, generate
-from tests.helpers import until
+from tests.fakes.client import Client, generate
+from tests.fakes.processes import Cluster
+from tests.fakes.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -104,7 +105,8 @@ async def test_sigkill_of_serve_mid_run_loses_nothing_and_pays_nothing_twice(
     client = await Client(port, "biz-kill").connect()
     for i in range(20):
         await client.request(job(i))  # read the replies: unread frames stall ws.close()
-    await asyncio.sleep(0.8)  # submitted and running on JimuAI, not finished
+    # submitted and running on JimuAI (1.5 s each), not finished
+    await until(lambda: stats(jimu), lambda s: s.get("accepted", 0) == 20, within=10)
     assert (await stats(jimu))["accepted"] > 0
     server.kill()
     restart = functools.partial(
@@ -135,7 +137,7 @@ async def test_a_cancelled_task_keeps_its_slot_until_jimuai_ends_it(
     reply = await client.request({"type": "cancel", "taskId": "j-a"})
     assert reply["type"] == "cancelled", reply
     await client.request(job("b"))
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # time: b would have been accepted by now
     assert (await stats(jimu))["accepted"] == 1  # b waits: a still runs on JimuAI
     await client.collect(2, timeout=30)
     assert client.results["j-a"][0]["status"] == "cancelled"
@@ -178,7 +180,7 @@ async def test_a_task_whose_platform_answers_only_rate_limits_is_never_run_twice
         assert (await http.post(f"{jimu}/_emulator/inject", json=inject)).status_code == 200
         client = await Client(port, "biz-busy").connect()
         await client.request(job("busy"))
-        await asyncio.sleep(2.0)  # four deadlines long
+        await asyncio.sleep(2.0)  # time: four deadlines long
         assert not client.results
         await http.post(f"{jimu}/_emulator/inject", json={"kind": "clear"})
     await client.collect(1, timeout=20)

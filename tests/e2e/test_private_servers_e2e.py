@@ -17,7 +17,7 @@ import pytest
 
 from aigcq.embedded.ownership import DirectoryInUse, stop_leftover
 from aigcq.embedded.redis import EmbeddedRedis
-from tests.asynch.processes import free_port, wait_healthy
+from tests.fakes.processes import free_port, wait_healthy
 
 pytestmark = pytest.mark.e2e
 
@@ -109,7 +109,7 @@ import sys, time
 from pathlib import Path
 from aigcq.embedded.redis import EmbeddedRedis
 print(EmbeddedRedis(Path(sys.argv[1]), persist=True).start(), flush=True)
-time.sleep(600)
+time.sleep(600)  # the owner lives on (until killed): the subject
 """
 
 

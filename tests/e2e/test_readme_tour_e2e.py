@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import free_port, wait_http
+from tests.fakes.processes import free_port, wait_http
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

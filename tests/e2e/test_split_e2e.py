@@ -5,48 +5,18 @@ is down, internal again once it is back. Every piece is a real process."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import BRIDGE_TOKEN, SECRET, Client, Cluster, Proc, free_port, wait_http
-from tests.e2e.test_bridge_e2e import AUTH, bridge_task, exactly_once
+from tests.fakes.client import AUTH, Client, bridge_task, exactly_once
+from tests.fakes.processes import MD_PASSWORD, Cluster, Proc, start_dispatcher, wait_free
+from tests.fakes.waiting import wait_until, wait_until_sync
 
 pytestmark = pytest.mark.e2e
-
-MD_PASSWORD = "e2e-md-password"
-
-
-def start_dispatcher(c: Cluster, port: int | None = None, **extra: str) -> tuple[Proc, int]:
-    port = port or free_port()
-    env = {
-        "AIGCQ_REDIS_URL": c.redis_url,
-        "AIGCQ_MD_PORT": str(port),
-        "AIGCQ_DATA_DIR": str(c.tmp / f"md-{port}"),
-        "AIGCQ_BRIDGE_TOKEN": BRIDGE_TOKEN,
-        "AIGCQ_TOKEN_SECRET": SECRET,
-        "AIGCQ_MD_JWT_SECRET": SECRET,
-        "MD_PASSWORD": MD_PASSWORD,
-        "AIGCQ_HEALTH_INTERVAL_S": "0.2",
-        "AIGCQ_SWEEP_INTERVAL_S": "0.2",
-        **extra,
-    }
-    proc = Proc(["dispatcher"], env, c.tmp / f"md-{port}.log").start()
-    c.procs.append(proc)
-    wait_http(f"http://127.0.0.1:{port}/api/health")
-    return proc, port
-
-
-def wait_free(md_port: int, free: int = 1, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        data = httpx.get(f"http://127.0.0.1:{md_port}/api/health").json()["data"]
-        if data["healthy"] and data["freeSlots"] >= free:
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"dispatcher never had {free} free slots: {data}")
 
 
 async def task_target(port: int, task_id: str) -> str:
@@ -59,6 +29,24 @@ async def tasks_info(port: int, ids: list[str]) -> dict[str, dict[str, Any]]:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
         got = await asyncio.gather(*(http.get(f"/api/tasks/{i}", headers=AUTH) for i in ids))
     return {i: r.json() for i, r in zip(ids, got, strict=True)}
+
+
+def internal_view(port: int) -> tuple[str, float]:
+    """serve's own view of the dispatcher, from its /metrics: (health state, free slots)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    state = re.search(r'^aigcq_internal_health\{state="(\w+)"\} 1\.0$', text, re.M)
+    free = re.search(r"^aigcq_internal_free_slots\{[^}]*\} ([\d.]+)$", text, re.M)
+    return (state[1] if state else "", float(free[1]) if free else 0.0)
+
+
+def wait_internal(port: int, state: str, free: int = 0, timeout: float = 20.0) -> None:
+    """Until serve on ``port`` sees the dispatcher in ``state`` with ``free`` slots or more."""
+
+    def seen() -> bool:
+        now, slots = internal_view(port)
+        return now == state and slots >= free
+
+    wait_until_sync(seen, timeout, what=lambda: f"{state}, {free} free: {internal_view(port)}")
 
 
 async def until_results(client: Client, ids: list[str], timeout: float) -> bool:
@@ -99,7 +87,7 @@ def split_stack(
         MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL="200",
         **serve_env,
     )
-    time.sleep(1.0)  # logged in, first health check passed
+    wait_internal(port, "healthy", free)  # logged in, checked, its capacity fed
     return md, md_port, serve, port
 
 
@@ -116,7 +104,7 @@ async def test_split_topology_overflow_and_recovery(
         assert await task_target(port, "internal-1") == "message_dispatcher"
 
         md.kill()
-        await asyncio.sleep(1.0)  # the next health check fails: degraded
+        wait_internal(port, "degraded")  # the next health check fails
         reply = await client.request(bridge_task("overflow-1"))
         assert reply["type"] == "submitted", reply
         await client.collect(2, timeout=20)
@@ -124,7 +112,7 @@ async def test_split_topology_overflow_and_recovery(
 
         start_dispatcher(cluster, md_port)  # the bridge reconnects on its own
         wait_free(md_port, timeout=30)
-        await asyncio.sleep(1.5)  # three passing checks 0.2 s apart: internal again
+        wait_internal(port, "healthy", 1)  # three passing checks 0.2 s apart: internal again
         reply = await client.request(bridge_task("internal-2"))
         assert reply["type"] == "submitted", reply
         await client.collect(3, timeout=20)
@@ -147,23 +135,23 @@ async def test_dispatcher_killed_holding_tasks_loses_none(cluster: Cluster) -> N
         for task_id in held:
             reply = await client.request(bridge_task(task_id))
             assert reply["type"] == "submitted", reply
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        seen: list[Any] = []
+
+        async def both_running() -> bool:
             info = await tasks_info(port, held)
             busy = httpx.get(f"http://127.0.0.1:{md_port}/api/health").json()["data"]
-            if busy["freeSlots"] == 0 and all(
+            seen[:] = [info, busy]
+            return busy["freeSlots"] == 0 and all(
                 t["state"] == "running" and t["target"] == "message_dispatcher"
                 for t in info.values()
-            ):
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise TimeoutError(f"never both running on the dispatcher's bridge: {info} {busy}")
+            )
+
+        await wait_until(both_running, 10, 0.05, what=lambda: f"both on the dispatcher: {seen}")
         accepted_at = time.monotonic()
         assert not client.results  # still running on ComfyUI
 
         md.kill()
-        await asyncio.sleep(0.5)  # the feed drops, the check it triggers fails: degraded
+        wait_internal(port, "degraded")  # the feed drops, the check it triggers fails
         for task_id in after:
             reply = await client.request(bridge_task(task_id))
             assert reply["type"] == "submitted", reply
@@ -213,13 +201,13 @@ async def test_short_jwt_lifetime_refreshed_without_failed_dispatch(cluster: Clu
             assert reply["type"] == "submitted", reply
         await client.collect(2, timeout=20)
         wait_free(md_port, free=2)
-        await asyncio.sleep(0.5)  # serve has the CAPACITY_UPDATE showing both free
+        wait_internal(port, "healthy", 2)  # serve has the CAPACITY_UPDATE showing both free
         started = time.monotonic()
         while time.monotonic() - started < 3.5 * ttl_s:  # over three token lifetimes
             ids.append(f"jwt-{len(ids)}")
             reply = await client.request(bridge_task(ids[-1]))
             assert reply["type"] == "submitted", reply
-            await asyncio.sleep(0.4)
+            await asyncio.sleep(0.4)  # time: one task every 0.4 s (the pace is the subject)
         await client.collect(len(ids), timeout=20)
         await client.linger(0.3)
         exactly_once(client, ids)

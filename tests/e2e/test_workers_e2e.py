@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.e2e.conftest import Client, Cluster, generate
+from tests.fakes.client import Client, generate
+from tests.fakes.processes import Cluster
+from tests.fakes.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
-
-
-async def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
 
 
 def children(pid: int) -> list[int]:
@@ -44,16 +37,20 @@ async def test_two_workers_share_the_port_and_survive_one_killed(cluster: Cluste
     supervisor, port = cluster.server(AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_WORKERS="2")
     assert supervisor.p is not None
     pid = supervisor.p.pid
-    await wait_for(lambda: len(children(pid)) == 2)
+    await wait_until(lambda: len(children(pid)) == 2, 10, 0.05)
     workers = children(pid)
 
     # Connections land on both workers; each client gets exactly its own results.
     clients = [await Client(port, f"biz-{i}").connect() for i in range(6)]
     for i in range(30):
         await clients[i % 6].send(generate(f"w-{i}"))
-    await asyncio.sleep(0.2)
+
+    def created() -> int:
+        return int(httpx.get(f"{rh}/_emulator/stats").json()["created"])
+
+    await wait_until(lambda: created() >= 10, 10, 0.05)  # RunningHub's 10 slots are busy
     os.kill(workers[0], signal.SIGKILL)  # mid-run: its sockets drop, its tasks are swept
-    await wait_for(lambda: workers[0] not in children(pid) and len(children(pid)) == 2)
+    await wait_until(lambda: workers[0] not in children(pid) and len(children(pid)) == 2, 10)
 
     survivors: list[Client] = []
     for i, client in enumerate(clients):

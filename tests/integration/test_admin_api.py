@@ -19,9 +19,11 @@ from aigcq.cli.app import app
 from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.auth import issue_client_token
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import generate
-from tests.helpers import serve_app, until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Env, task_end
+from tests.fakes.bridge import BRIDGE_TOKEN, task_end
+from tests.fakes.client import generate
+from tests.fakes.servers import serve_app
+from tests.fakes.service import SECRET, Env
+from tests.fakes.waiting import until
 
 ADMIN = "admin-token"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}

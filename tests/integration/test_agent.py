@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +27,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from aigcq.agent.app import Bridge
 from aigcq.agent.settings import BridgeSettings
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
-from tests.helpers import Received, Recorder, serve_app, stream_until_answered, until
-from tests.integration.test_emulator_comfyui import GRAPH, model_graph, read_png
+from tests.fakes.agent import quick_bridge, same_port
+from tests.fakes.comfyui import GRAPH, model_graph, read_png
+from tests.fakes.servers import Received, Recorder, serve_app, stream_until_answered
+from tests.fakes.waiting import until, wait_until
 
 TOKEN = "bridge-secret"
 
@@ -115,36 +116,6 @@ class Env:
         assert (body["event"], body["taskId"], first.query) == ("TASK_END", task_id, "sig=abc")
         result: dict[str, Any] = json.loads(body["eventData"])
         return result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def quick_bridge(
-    server: str, token: str, comfyui: list[str], data_dir: Path, **overrides: Any
-) -> BridgeSettings:
-    """Bridge settings for tests: its own port, short intervals everywhere."""
-    values: dict[str, Any] = {
-        "heartbeat": 0.3,
-        "health_interval": 0.2,
-        "reconnect_max": 0.5,
-        "ws_silence": 0.3,
-        "progress_interval": 0.0,
-        "webhook_max_delay": 0.2,
-    }
-    return BridgeSettings(
-        _env_file=None,  # type: ignore[call-arg]
-        server=server,
-        token=token,
-        comfyui=comfyui,
-        http_port=free_port(),
-        data_dir=data_dir,
-        **(values | overrides),
-    )
 
 
 @pytest.fixture
@@ -261,20 +232,17 @@ async def test_spooled_result_survives_a_restart(
     caplog.set_level(logging.WARNING, logger="aigcq")
     env.webhook.fail_first = 10**6  # the hub refuses every TASK_END for now
     spooled = env.settings.data_dir / "spool" / "keep.json"
-    async with Bridge(env.settings):
+    async with Bridge(env.settings) as first:
         await env.hub.next("REGISTER")
         await env.hub.send("TASK_ASSIGN", env.assign("keep"))
         await env.webhook.wait_for(1, within=10)
         assert spooled.exists()
 
-        async def log_text() -> str:
-            return caplog.text
-
-        await until(log_text, lambda text: "task keep: TASK_END try 1 failed (HTTP 500)" in text)
+        await wait_until(lambda: "task keep: TASK_END try 1 failed (HTTP 500)" in caplog.text)
     assert spooled.exists()
     tries = len(env.webhook.received)
     env.webhook.fail_first = tries  # from now on, accept
-    async with Bridge(env.settings):
+    async with Bridge(same_port(env.settings, first)):  # the spooled fileUrl names its port
         register = await env.hub.next("REGISTER")
         assert register["tasks"] == ["keep"]
         result = await env.end_for("keep")
@@ -282,10 +250,7 @@ async def test_spooled_result_survives_a_restart(
         image = await env.http.get(result["data"][0]["fileUrl"])
         assert read_png(image.content)[:2] == (64, 48)
 
-        async def spool_present() -> bool:
-            return spooled.exists()
-
-        await until(spool_present, lambda present: not present)
+        await wait_until(lambda: not spooled.exists())
 
 
 @pytest.mark.parametrize(("status", "dropped"), [(400, True), (403, True), (429, False)])
@@ -300,13 +265,9 @@ async def test_a_task_end_refused_for_good_is_not_sent_forever(
         await env.hub.next("REGISTER")
         await env.hub.send("TASK_ASSIGN", env.assign("refused"))
         if dropped:
-
-            async def spool_present() -> bool:
-                return spooled.exists()
-
             await env.webhook.wait_for(1, within=10)
-            await until(spool_present, lambda present: not present)
-            await asyncio.sleep(1.0)  # a retry would come within the first back-off
+            await wait_until(lambda: not spooled.exists())
+            await asyncio.sleep(1.0)  # time: a retry would come within the first back-off
             assert len(env.webhook.received) == 1
         else:
             await env.webhook.wait_for(2, within=10)

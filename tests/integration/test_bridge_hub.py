@@ -5,125 +5,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 import orjson
 import pytest
-import redis.asyncio as aioredis
 import websockets
 from redis import exceptions as redis_errors
 
 from aigcq.bridges.hub import HubConfig
-from aigcq.config import PlatformConfig, Settings
-from aigcq.domain import Task
+from aigcq.config import Settings
 from aigcq.observability.jsonlog import JsonFormatter
 from aigcq.plumbing.auth import issue_client_token
-from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import Client, generate
-from tests.helpers import redis_snapshot, serve_app, until
+from tests.fakes.bridge import BRIDGE_TOKEN, task_end
+from tests.fakes.client import Client, generate
+from tests.fakes.service import SECRET, Env, env
+from tests.fakes.snapshot import redis_snapshot
+from tests.fakes.waiting import until, wait_until
 
-SECRET = "hub-secret-with-at-least-32-bytes-of-key"
-BRIDGE_TOKEN = "bridge-token"
-
-
-@dataclass
-class Env:
-    port: int
-    redis: aioredis.Redis
-    service: ServeProcess
-    sockets: list[Any] = field(default_factory=list)  # closed at teardown, even on failure
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def client(self) -> Client:
-        client = await Client(self.port, "b1", issue_client_token(SECRET, "b1")).connect()
-        self.sockets.append(client.ws)
-        return client
-
-    async def bridge(self, token: str | None = BRIDGE_TOKEN) -> Bridge:
-        bridge = await Bridge.connect(self.port, token)
-        self.sockets.append(bridge.ws)
-        return bridge
-
-    async def task(self, task_id: str) -> Task:
-        task = await self.service.rt.store.get(task_id)
-        assert task is not None
-        return task
-
-
-@pytest.fixture
-async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
-    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
-    settings = Settings(
-        redis_url=redis_url,
-        token_secret=SECRET,
-        config_dir=tmp_path,
-        bridge_token=BRIDGE_TOKEN,
-    )
-    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
-    assert service.hub is not None
-    service.hub.config = HubConfig(ack_timeout_s=1.0)
-    async with serve_app(service.app) as base:
-        env = Env(int(base.rsplit(":", 1)[1]), redis, service)
-        yield env
-        for ws in env.sockets:
-            await ws.close()
-
-
-class Bridge:
-    """A minimal bridge: send frames, read the hub's frames (PINGs are skipped)."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-
-    @classmethod
-    async def connect(cls, port: int, token: str | None = BRIDGE_TOKEN) -> Bridge:
-        query = f"?token={token}" if token is not None else ""
-        return cls(await websockets.connect(f"ws://127.0.0.1:{port}/ws{query}"))
-
-    async def send(self, kind: str | dict[str, Any], data: dict[str, Any] | None = None) -> None:
-        raw = kind if isinstance(kind, dict) else {"type": kind, "data": data or {}}
-        await self.ws.send(orjson.dumps(raw).decode())
-
-    async def register(self, bridge_id: str = "br1", count: int = 2, **extra: Any) -> None:
-        data = {"bridgeId": bridge_id, "instanceCount": count, "availableInstanceCount": count}
-        await self.send("REGISTER", data | extra)
-
-    async def next(self, timeout: float = 5.0) -> dict[str, Any]:
-        while True:
-            msg: dict[str, Any] = orjson.loads(await asyncio.wait_for(self.ws.recv(), timeout))
-            if msg["type"] != "PING":
-                return msg
-
-    async def ack(self, task_id: str, code: int = 0) -> None:
-        await self.send("TASK_ACK", {"code": code, "msg": "ok", "data": {"taskId": task_id}})
-
-    async def close_code(self) -> int | None:
-        with pytest.raises(websockets.ConnectionClosed):
-            await self.next()
-        code: int | None = self.ws.close_code
-        return code
-
-
-async def task_end(env: Env, webhook: str, code: int = 0) -> int:
-    """POST a TASK_END (``code`` 0 = success) to the signed URL, its host rewritten to the
-    test server."""
-    body = {
-        "event": "TASK_END",
-        "taskId": "x",
-        "eventData": orjson.dumps({"code": code, "msg": "success", "data": []}).decode(),
-    }
-    async with httpx.AsyncClient() as http:
-        url = f"{env.base}{urlsplit(webhook).path}?{urlsplit(webhook).query}"
-        return (await http.post(url, json=body)).status_code
+__all__ = ["env"]  # a fixture: imported for pytest to find
 
 
 async def test_assigns_free_slots_only_and_delivers_the_result(env: Env) -> None:
@@ -206,10 +106,7 @@ async def test_a_heartbeat_racing_a_task_end_does_not_count_the_slot_twice(env: 
     await until(lambda: env.task(assigns[1]["taskId"]), lambda t: t.state == "running")
     await bridge.send("HEARTBEAT", {"instanceCount": 2, "availableInstanceCount": 1})
 
-    async def free() -> int:
-        return hub.free_slots()
-
-    await until(free, lambda n: n == 1)
+    await wait_until(lambda: hub.free_slots() == 1)
     assert await task_end(env, assigns[0]["webhookUrl"]) == 200
     assert (await client.next())["taskId"] == assigns[0]["taskId"]
     assert hub.free_slots() == 1  # the other task still runs
@@ -251,7 +148,8 @@ async def test_reregister_requeues_acked_tasks_the_bridge_no_longer_holds(env: E
     await bridge.ack("h1")
     await until(lambda: env.task("h1"), lambda t: t.state == "running")
     await bridge.ws.close()
-    await asyncio.sleep(0.2)
+    # the hub has handled the close (it saves the offline record after any requeue)
+    await until(lambda: env.redis.hget("aigcq:bridge:br1", "online"), lambda v: v == "0")
     assert (await env.task("h1")).state == "running"  # acked: waits for its TASK_END
     bridge = await env.bridge()
     await bridge.register(count=1, availableInstanceCount=0, tasks=[])
@@ -291,7 +189,7 @@ async def test_a_lost_reply_while_re_adopting_held_tasks_forgets_none_of_them(
     monkeypatch.setattr(mux, "commands", lose_reply)
     bridge = await env.bridge()
     await bridge.register(count=2, availableInstanceCount=0, tasks=["h1", "h2"])
-    await until(lambda: asyncio.sleep(0, lost), bool)
+    await wait_until(lambda: lost)
     await bridge.ws.close()
     bridge = await env.bridge()
     await bridge.register(count=2, availableInstanceCount=0, tasks=[])
@@ -346,7 +244,7 @@ async def test_token_in_register_is_accepted(env: Env) -> None:
     await bridge.register(count=3, token=BRIDGE_TOKEN)
     hub = env.service.hub
     assert hub is not None
-    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 3)
+    await wait_until(lambda: hub.free_slots() == 3)
     await bridge.ws.close()
 
 
@@ -390,7 +288,7 @@ async def test_progress_reaches_the_client_rate_limited(env: Env) -> None:
     assert first == {"type": "progress", "taskId": "p1", "value": 1, "max": 20, "node": "3"}
     with pytest.raises(TimeoutError):
         await client.next(timeout=0.3)
-    await asyncio.sleep(0.3)  # past the 0.5 s interval
+    await asyncio.sleep(0.3)  # time: past the 0.5 s interval
     named = {"taskId": "p1", "value": 9, "max": 20, "node": "3", "nodeName": "KSampler"}
     await bridge.send("TASK_PROGRESS", named)  # the node's name: relayed as it came
     assert await client.next() == {"type": "progress", **named}
@@ -412,7 +310,7 @@ async def test_hub_log_lines_carry_task_and_bridge_ids(
     def acked() -> bool:
         return any("task lg1 acknowledged" in r.getMessage() for r in caplog.records)
 
-    await until(lambda: asyncio.sleep(0, acked()), bool)  # logged after one more write
+    await wait_until(acked)  # logged after one more write
 
     def about(text: str) -> logging.LogRecord:
         return next(r for r in caplog.records if text in r.getMessage())
@@ -437,7 +335,7 @@ async def test_the_flood_limit_is_a_setting_and_a_flood_changes_nothing_else(
     calm, noisy = await env.bridge(), await env.bridge()
     await calm.register("calm", count=1)
     await noisy.register("noisy", count=2)
-    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 3)
+    await wait_until(lambda: hub.free_slots() == 3)
     unknown_ack = {"code": 0, "msg": "ok", "data": {"taskId": "nope"}}
     pong = orjson.dumps({"type": "PONG"}).decode()
     for _ in range(12):  # with REGISTER and the ACK: 14 frames, under the limit in any second
@@ -451,7 +349,7 @@ async def test_the_flood_limit_is_a_setting_and_a_flood_changes_nothing_else(
             await noisy.ws.send(pong)
         await noisy.next()
     assert noisy.ws.close_code == 4008
-    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 1)
+    await wait_until(lambda: hub.free_slots() == 1)
     after = await redis_snapshot(env.redis)
     record = "aigcq:bridge:noisy"  # the one change: its own record says it went offline
     assert after.keys() == before.keys()

@@ -6,7 +6,6 @@ Also the seed-002 bridge that acknowledges with its own taskId, and TASK_CANCEL.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -18,12 +17,13 @@ from redis import exceptions as redis_errors
 from aigcq.bridges.hub import HubConfig
 from aigcq.domain import TaskState
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.e2e.conftest import Client, generate
-from tests.helpers import service_with_runninghub, until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge, Env, env, task_end
-from tests.integration.test_emulator_comfyui import model_graph
+from tests.fakes.bridge import BRIDGE_TOKEN, Bridge, instances_with, task_end
+from tests.fakes.client import Client, generate
+from tests.fakes.comfyui import model_graph
+from tests.fakes.service import Env, env, service_with_runninghub
+from tests.fakes.waiting import until, wait_until
 
-__all__ = ["env"]
+__all__ = ["env"]  # a fixture: imported for pytest to find
 
 TOKEN = "client-token-for-the-overflow-test"
 
@@ -130,23 +130,17 @@ async def test_a_seed_002_bridge_runs_20_tasks_once_each(env: Env) -> None:
     await client.close()
 
 
-def _instances(*models: str) -> list[dict[str, Any]]:
-    classes = ["CheckpointLoaderSimple", "EmptyLatentImage", "VAEDecode", "SaveImage"]
-    return [
-        {"instanceId": "i0", "url": "http://i0", "state": "idle", "nodeClasses": classes,
-         "models": list(models)}
-    ]  # fmt: skip
-
-
 def _needing(task_id: str, ckpt: str) -> dict[str, Any]:
     return generate(task_id, workflow=model_graph(ckpt))
 
 
 async def test_a_task_goes_only_to_a_bridge_that_has_its_model_files(env: Env) -> None:
     idle = await env.bridge()  # the least loaded, but without the model
-    await idle.register("idle", count=4, instances=_instances("a.safetensors"))
+    await idle.register("idle", count=4, instances=instances_with("a.safetensors"))
     busy = await env.bridge()
-    await busy.register("has-b", count=2, instances=_instances("a.safetensors", "b.safetensors"))
+    await busy.register(
+        "has-b", count=2, instances=instances_with("a.safetensors", "b.safetensors")
+    )
     client = await env.client()
     await client.request(_needing("needs-b", "b.safetensors"))
     assert (await busy.next())["data"]["taskId"] == "needs-b"
@@ -223,8 +217,8 @@ async def test_a_task_whose_capable_bridge_is_busy_overflows_not_to_an_idle_inca
     ) as stack:  # fmt: skip
         port = int(stack.base.rsplit(":", 1)[1])
         idle, busy = await Bridge.connect(port), await Bridge.connect(port)
-        await idle.register("idle", count=2, instances=_instances("a.safetensors"))
-        await busy.register("has-b", count=1, instances=_instances("b.safetensors"))
+        await idle.register("idle", count=2, instances=instances_with("a.safetensors"))
+        await busy.register("has-b", count=1, instances=instances_with("b.safetensors"))
         client = await Client(port, "b1", TOKEN).connect()
         await client.request(_needing("b-1", "b.safetensors"))
         assert (await busy.next())["data"]["taskId"] == "b-1"
@@ -255,7 +249,7 @@ async def test_a_failed_task_end_frees_the_slot_though_its_count_is_not_saved(
     monkeypatch.setattr(hub.registry, "save", redis_away)
     assert await task_end(env, assign["webhookUrl"], code=1) == 200
     conn = hub.registry.bridges["br1"]
-    await until(lambda: asyncio.sleep(0, conn), lambda c: c.quarantined_at is not None)
-    await until(lambda: asyncio.sleep(0, conn), lambda c: not c.slots.holds("q1"))
+    await wait_until(lambda: conn.quarantined_at is not None)
+    await wait_until(lambda: not conn.slots.holds("q1"))
     await bridge.ws.close()
     await client.close()

@@ -7,8 +7,8 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.e2e.conftest import generate
-from tests.integration.test_deadlines import emulator_stats, stack_factory
+from tests.fakes.client import generate
+from tests.fakes.service import emulator_stats, stack_factory
 
 
 async def test_external_cap_below_the_account_concurrency(

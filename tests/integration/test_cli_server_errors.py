@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from aigcq.cli.app import app
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from aigcq.plumbing.auth import issue_client_token
-from tests.helpers import service_with_runninghub
+from tests.fakes.service import service_with_runninghub
 
 STATIC_TOKEN = "cli-static-token"
 JWT = issue_client_token("t" * 32, "cli-jwt-backend")  # the secret service_with_runninghub uses

@@ -19,9 +19,10 @@ import redis.asyncio as aioredis
 from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.signing import webhook_url
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import Client, generate
-from tests.helpers import redis_snapshot, serve_app
-from tests.integration.test_gateway import SECRET, token
+from tests.fakes.client import Client, generate
+from tests.fakes.gateway import SECRET, token
+from tests.fakes.servers import serve_app
+from tests.fakes.snapshot import redis_snapshot
 
 ADMIN = {"Authorization": "Bearer admin"}
 STATIC = "static-client-token"

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from aigcq.cli.app import app
 from aigcq.client import AsyncClient, Client, Event, Progress, Result, SubmitError
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.helpers import service_with_runninghub, until
+from tests.fakes.service import service_with_runninghub
+from tests.fakes.waiting import until, wait_until
 
 TOKEN = "sdk-client-token"
 PAYLOAD = {"workflowId": "1904136902449209346", "nodeInfoList": []}
@@ -66,7 +67,7 @@ async def test_submit_and_await_results_with_progress(stack: Stack) -> None:
                     return
 
         follower = asyncio.create_task(follow())
-        await asyncio.sleep(0)  # subscribed before anything is submitted
+        await wait_until(lambda: client._subscribers)  # subscribed before anything is submitted
         ids = await submit_all(client, 3, "ok")
         results = [await client.result(task_id, timeout=10) for task_id in ids]
         assert all(r.ok and r.data for r in results), results
@@ -93,7 +94,7 @@ async def test_a_dropped_socket_reconnects_and_loses_or_repeats_nothing(stack: S
                 if len(counts) == len(ids):
                     break
         assert counts == dict.fromkeys(ids, 1)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # time: a late copy would come now
         assert not client._fresh  # late copies were dropped, not held for hand-over
         await until(stack.outbox, lambda n: n == 0)
 
@@ -110,7 +111,7 @@ async def test_a_killed_client_leaves_the_rest_for_the_next_one(stack: Stack) ->
 
     async with stack.client() as second:
         rest = [await second.result(task_id, timeout=10) for task_id in ids[3:]]
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # time: anything else would come now
         assert not second._fresh  # nothing else came: the handed ones are gone for good
     assert all(r.ok for r in handed + rest)
     await until(stack.outbox, lambda n: n == 0)

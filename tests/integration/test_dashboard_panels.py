@@ -4,68 +4,24 @@ model-asynch panel (only with ``AIGCQ_ASYNCH_URL``), and ``aigcq dispatcher``'s 
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
-from fastapi import FastAPI, Header
-from fastapi.responses import JSONResponse
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.dispatcher.process import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.observability import metrics
 from aigcq.serve.server import ServeProcess
-from tests.helpers import serve_app
+from tests.fakes.asynch import OVERVIEW, fake_asynch
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 
 ADMIN = "panels-admin-token"
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
-OVERVIEW: dict[str, Any] = {
-    "time": 0.0,
-    "models": [
-        {
-            "modelName": "sdxl",
-            "enabled": True,
-            "maxConcurrency": 4,
-            "queueLimit": 20,
-            "runtimeMaxConcurrency": 2,
-            "runtimeQueueLimit": None,
-            "gateUsed": 3,
-            "semaphoreUsed": 2,
-            "semaphoreByTenant": {"t1": 2},
-        }
-    ],
-    "taskCounts": {"queued": 1, "running": 2},
-    "recent": [
-        {
-            "taskId": "a1",
-            "modelName": "sdxl",
-            "tenantId": "t1",
-            "bizName": "b",
-            "state": "running",
-            "retryCount": 0,
-            "created": time.time() - 42,
-            "finished": None,
-        }
-    ],
-}
-
-
-def fake_asynch(token: str = ADMIN) -> FastAPI:
-    """Stands in for model-asynch's ``/admin/overview`` (tested for real in tests/asynch)."""
-    app = FastAPI()
-
-    @app.get("/admin/overview")
-    async def overview(authorization: str = Header("")) -> JSONResponse:
-        if authorization != f"Bearer {token}":
-            return JSONResponse({"code": "UNAUTHORIZED"}, 401)
-        return JSONResponse(OVERVIEW)
-
-    return app
 
 
 def service(tmp_path: Path, redis: aioredis.Redis, redis_url: str, **extra: Any) -> ServeProcess:
@@ -106,11 +62,12 @@ async def test_overflow_spend_follows_the_metrics_and_no_asynch_panel(
         for _ in range(3):
             metrics.overflowed("proj", "comfyui", "runninghub", prices)
         # The monitor samples every second; the snapshot endpoint serves the latest.
-        for _ in range(30):
-            later = await snapshot(base)
-            if spend(later, "runninghub")[0] == tasks + 3:
-                break
-            await asyncio.sleep(0.1)
+        later = await until(
+            lambda: snapshot(base),
+            lambda snap: spend(snap, "runninghub")[0] == tasks + 3,
+            within=5.0,
+            interval=0.1,
+        )
         assert spend(later, "runninghub") == (tasks + 3, pytest.approx(cost + 0.75))
         assert later["overflow"]["totalCost"] >= 0.75
 
@@ -118,7 +75,7 @@ async def test_overflow_spend_follows_the_metrics_and_no_asynch_panel(
 async def test_asynch_panel_when_configured(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    async with serve_app(fake_asynch()) as asynch_url:
+    async with serve_app(fake_asynch(ADMIN)) as asynch_url:
         svc = service(tmp_path, redis, redis_url, asynch_url=asynch_url)
         async with serve_app(svc.app) as base:
             snap = await snapshot(base)

@@ -2,43 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import httpx
 import redis.asyncio as aioredis
 
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.e2e.conftest import Client, generate
-from tests.helpers import service_with_runninghub
-
-TOKEN = "deadline-client-token"
-
-Stack = Callable[..., AbstractAsyncContextManager[tuple[Client, str]]]
-
-
-async def emulator_stats(base: str) -> dict[str, Any]:
-    async with httpx.AsyncClient() as http:
-        stats: dict[str, Any] = (await http.get(f"{base}/_emulator/stats")).json()
-        return stats
-
-
-def stack_factory(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> Stack:
-    @asynccontextmanager
-    async def stack(
-        emulator: RunningHubEmulatorConfig, **settings: Any
-    ) -> AsyncIterator[tuple[Client, str]]:
-        models = '{"proj": {"comfyui": {"apikey": "k", "concurrency": 5, "max_attempts": 2}}}'
-        async with service_with_runninghub(
-            tmp_path, redis, redis_url, models=models, emulator=emulator, token=TOKEN, **settings
-        ) as env:
-            client = await Client(env.port, "b1", TOKEN).connect()
-            yield client, env.rh
-            await client.close()
-
-    return stack
+from tests.fakes.client import generate
+from tests.fakes.service import emulator_stats, stack_factory
 
 
 async def test_lost_webhook_is_settled_by_asking_the_platform(

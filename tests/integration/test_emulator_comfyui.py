@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import operator
-import struct
-import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,34 +14,9 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
-from tests.helpers import serve_app, until
-
-GRAPH = {
-    "1": {
-        "class_type": "EmptyImage",
-        "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0xFF0000},
-    },
-    "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
-    "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "bt"}},
-}
-
-
-def read_png(data: bytes) -> tuple[int, int, bytes]:
-    """(width, height, first pixel RGB) of an 8-bit RGB PNG; checks signature and CRCs."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks = 8, {}
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        tag, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
-        assert zlib.crc32(tag + body) == crc, tag
-        chunks[tag] = chunks.get(tag, b"") + body
-        pos += 12 + length
-    width, height, depth, color_type = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    assert (depth, color_type) == (8, 2)
-    raw = zlib.decompress(chunks[b"IDAT"])
-    assert len(raw) == height * (1 + 3 * width)
-    return width, height, raw[1:4]
+from tests.fakes.comfyui import GRAPH, model_graph, read_png
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import wait_until
 
 
 @dataclass
@@ -249,12 +221,11 @@ async def test_api_prefix(comfy: Comfy) -> None:
     api = f"{comfy.url}/api"
     resp = await comfy.http.post(f"{api}/prompt", json={"prompt": GRAPH, "prompt_id": "x"})
     assert resp.status_code == 200
-    for _ in range(250):
-        if (await comfy.http.get(f"{api}/history/x")).json():
-            break
-        await asyncio.sleep(0.02)
-    else:
-        pytest.fail("prompt x never finished")
+
+    async def finished() -> Any:
+        return (await comfy.http.get(f"{api}/history/x")).json()
+
+    await wait_until(finished, 5.0, what="prompt x in /api/history")
     assert set((await comfy.http.get(f"{api}/queue")).json()) == {"queue_running", "queue_pending"}
     stats = (await comfy.http.get(f"{api}/system_stats")).json()
     assert stats["devices"][0]["type"] == "cpu"
@@ -263,19 +234,6 @@ async def test_api_prefix(comfy: Comfy) -> None:
     assert info["SaveImage"]["output_node"] is True
     async with connect(f"{comfy.ws_url}/api/ws?clientId=z") as ws:
         assert json.loads(await ws.recv())["data"]["sid"] == "z"
-
-
-def model_graph(ckpt: str) -> dict[str, Any]:
-    """CheckpointLoaderSimple → VAEDecode(EmptyLatentImage) → SaveImage, as in ComfyUI."""
-    return {
-        "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": ckpt}},
-        "5": {
-            "class_type": "EmptyLatentImage",
-            "inputs": {"width": 64, "height": 64, "batch_size": 1},
-        },
-        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["5", 0], "vae": ["4", 2]}},
-        "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0], "filename_prefix": "m"}},
-    }
 
 
 async def test_each_instance_has_its_node_classes_and_model_files(tmp_path: Path) -> None:
@@ -306,7 +264,7 @@ async def test_each_instance_has_its_node_classes_and_model_files(tmp_path: Path
             resp = await http.post(f"{url}/prompt", json={"prompt": model_graph(ckpt_name)})
             assert resp.status_code == 200, resp.text
         emulator: ComfyUIEmulator = app.state.emulator
-        await until(lambda: asyncio.sleep(0, emulator.pending or emulator.running), operator.not_)
+        await wait_until(lambda: not (emulator.pending or emulator.running))
         stats = (await http.get(f"{url}/emulator/stats")).json()
         assert (stats["loads"], stats["loaded"]) == (2, "b.safetensors")  # a, then b
         assert stats["loadingS"] == pytest.approx(0.1) and stats["busyS"] >= stats["loadingS"]

@@ -13,7 +13,8 @@ from aigcq.domain import Task
 from aigcq.emulators.coze import CozeEmulatorConfig, create_app
 from aigcq.platforms.base import Accepted, Failed, NotFound, Pending, Rejected, Succeeded
 from aigcq.platforms.coze import CozeAdapter
-from tests.helpers import send, serve_app, until
+from tests.fakes.servers import send, serve_app
+from tests.fakes.waiting import until
 
 TOKEN = "pat_test"
 WORKFLOW = "7428"

@@ -33,7 +33,8 @@ from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.jimuai import JimuAIAdapter, JimuCredentials
 from aigcq.platforms.volc_sign import Credentials, sign, x_date
 from aigcq.storage.local import LocalStorage
-from tests.helpers import serve_app, until
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 
 AK, SK = "AKLTtest", "secret-test"
 REQ_KEY = "jimeng_t2i_v40"

@@ -17,7 +17,8 @@ from aigcq.emulators._webhook import WebhookPoster
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.platforms.base import Accepted, Failed, Full, NotFound, Pending, Rejected, Succeeded
 from aigcq.platforms.runninghub import RunningHubAdapter
-from tests.helpers import Recorder, send, serve_app, until
+from tests.fakes.servers import Recorder, send, serve_app
+from tests.fakes.waiting import until
 
 KEY = "k" * 32
 NODES = [{"nodeId": "6", "fieldName": "text", "fieldValue": "a cat"}]

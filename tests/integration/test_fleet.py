@@ -26,10 +26,11 @@ from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from aigcq.emulators.runninghub import create_app as runninghub_app
 from aigcq.plumbing.auth import issue_client_token
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
-from tests.integration.test_agent import quick_bridge
-from tests.integration.test_emulator_comfyui import GRAPH
+from tests.fakes.agent import quick_bridge
+from tests.fakes.client import Client, generate
+from tests.fakes.comfyui import GRAPH
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until, wait_until
 
 SECRET = "fleet-secret-with-at-least-32-bytes-of-key"
 BRIDGE_TOKEN = "fleet-bridge-token"
@@ -111,7 +112,7 @@ async def fleet(
         stack.push_async_callback(client.close)
         hub = service.hub
         assert hub is not None
-        await until(lambda: _free(service), lambda n: n == sum(comfy_per_bridge), within=10)
+        await wait_until(lambda: _free(service) == sum(comfy_per_bridge), 10)
         yield Fleet(service, client, emulators, bridges)
 
 
@@ -184,7 +185,7 @@ async def _stop_all(bridges: list[Bridge]) -> None:
         await bridge.stop()
 
 
-async def _free(service: ServeProcess) -> int:
+def _free(service: ServeProcess) -> int:
     assert service.hub is not None
     return service.hub.free_slots()
 

@@ -13,13 +13,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
-from aigcq.plumbing.auth import issue_client_token
 from aigcq.plumbing.signing import webhook_url
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import Client
-from tests.helpers import redis_snapshot, serve_app, stream_until_answered
-
-SECRET = "gw-secret-with-at-least-32-bytes-of-key"
+from tests.fakes.client import Client
+from tests.fakes.gateway import SECRET, token
+from tests.fakes.servers import serve_app, stream_until_answered
+from tests.fakes.snapshot import redis_snapshot
 
 
 @pytest.fixture
@@ -37,10 +36,6 @@ async def gateway(
     service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     async with serve_app(service.app) as base:
         yield int(base.rsplit(":", 1)[1]), redis
-
-
-def token(backend_id: str = "b1") -> str:
-    return issue_client_token(SECRET, backend_id)
 
 
 BAD_MESSAGES: list[tuple[str, str]] = [

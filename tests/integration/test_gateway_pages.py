@@ -9,9 +9,9 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.e2e.conftest import generate
-from tests.helpers import until
-from tests.integration.paid_stack import models, paid_stack
+from tests.fakes.client import generate
+from tests.fakes.paid import models, paid_stack
+from tests.fakes.waiting import until
 
 
 async def test_a_gateway_page_on_a_create_that_went_through_is_not_sent_again(

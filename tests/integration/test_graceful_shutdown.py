@@ -18,9 +18,11 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import TaskState
 from aigcq.serve import shutdown
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import generate
-from tests.helpers import serve_app, until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Env
+from tests.fakes.bridge import BRIDGE_TOKEN
+from tests.fakes.client import generate
+from tests.fakes.servers import serve_app
+from tests.fakes.service import SECRET, Env
+from tests.fakes.waiting import until, wait_until
 
 
 class HangingPlatform:
@@ -79,7 +81,7 @@ async def test_stopping_during_a_platform_submit_never_resends_it_blindly(
         for task_id in ("s1", "s2"):
             task = await until(partial(env.task, task_id), lambda t: t.state == "dispatching")
             assert task.attempt == 1 and task.target == "runninghub"
-        await until(lambda: asyncio.sleep(0, hanging.requests), lambda n: n == 2)
+        await wait_until(lambda: hanging.requests == 2)
         await client.close()
     # The server is down: both submits were cancelled while the creates were out (the
     # platform got them): not handed back to be paid twice, but left with their create
@@ -114,7 +116,7 @@ async def test_unacknowledged_bridge_tasks_go_back_and_a_late_ack_is_ignored(
             assert task.state == TaskState.PENDING and (task.attempt, task.charged) == (1, 0)
         await bridge.ack("b1")  # too late: the task is no longer this bridge's
         await client.request(generate("b3"))  # stopped: nothing more is claimed
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # time: a claim would have happened by now
         assert (await env.task("b1")).state == TaskState.PENDING
         assert (await env.task("b3")).state == TaskState.PENDING
         assert service.hub is not None and service.hub.free_slots() == 2

@@ -19,11 +19,12 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.health import HealthState
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env, task_end
-from tests.integration.test_bridge_slots import _instances
-from tests.integration.test_emulator_comfyui import model_graph
+from tests.fakes.bridge import BRIDGE_TOKEN, Bridge, instances_with, task_end
+from tests.fakes.client import Client, generate
+from tests.fakes.comfyui import model_graph
+from tests.fakes.servers import serve_app
+from tests.fakes.service import SECRET, Env
+from tests.fakes.waiting import until, wait_until
 
 INTERVAL_S = 0.25
 
@@ -88,7 +89,7 @@ async def test_bridge_loss_degrades_at_once_and_recovery_takes_three_checks(env:
     await assign(bridge)
 
     await bridge.ws.close()
-    await until(lambda: asyncio.sleep(0, hub.healthy), lambda ok: not ok, within=1.0)
+    await wait_until(lambda: not hub.healthy, 1.0)
     await goes_to(env, client, "out-1", "runninghub")
     state = await until(lambda: health(env), status(HealthState.DEGRADED), within=1.0)
     assert state["reason"] == "no bridge connected" and state["degradeCount"] == "1"
@@ -112,14 +113,14 @@ async def test_a_known_bridge_that_reconnects_is_usable_at_once(env: Env) -> Non
     assert hub is not None
     bridge = await env.bridge()
     await bridge.register(count=2)
-    await until(lambda: asyncio.sleep(0, hub.healthy), bool, within=2.0)
+    await wait_until(lambda: hub.healthy, 2.0)
     client = await env.client()
     await bridge.ws.close()
-    await until(lambda: asyncio.sleep(0, hub.healthy), lambda ok: not ok, within=1.0)
+    await wait_until(lambda: not hub.healthy, 1.0)
     hub.health.interval_s = 60  # no periodic check from now on could make it healthy
     bridge = await env.bridge()
     await bridge.register(count=2)
-    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 2, within=2.0)
+    await wait_until(lambda: hub.free_slots() == 2, 2.0)
     await goes_to(env, client, "after-blip", "bridge")
     await assign(bridge)
     await client.close()
@@ -136,11 +137,11 @@ async def test_the_first_bridge_of_a_server_started_without_one_is_used_at_once(
     await goes_to(env, client, "early", "runninghub")  # nothing internal to run it on
 
     hub.health.interval_s = 60  # no periodic check from now on could make it healthy
-    await asyncio.sleep(2 * INTERVAL_S)
+    await asyncio.sleep(2 * INTERVAL_S)  # time: two periodic rounds pass while degraded
     bridge = await env.bridge()
     await bridge.register(count=2)
     # no stability period: this capacity has never failed
-    await until(lambda: asyncio.sleep(0, hub.free_slots()), bool, within=2.0)
+    await wait_until(lambda: hub.free_slots(), 2.0)
     assert hub.healthy
     await goes_to(env, client, "first", "bridge")
     await assign(bridge)
@@ -162,13 +163,13 @@ async def test_a_bridge_whose_tasks_keep_failing_is_out_of_rotation_until_a_prob
         await until(partial(env.task, f"f{i}"), lambda t: t.state == "running")
         assert await task_end(env, hook, code=1) == 200
         await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1})
-    await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 0, within=1.0)
+    await wait_until(lambda: hub.free_slots() == 0, 1.0)
     state = await until(lambda: health(env), status(HealthState.DEGRADED), within=1.0)
     assert state["reason"] == "every bridge is out of rotation"
     assert (await env.redis.hgetall("aigcq:bridge:br1"))["inRotation"] == "0"
     await goes_to(env, client, "f-out", "runninghub")
 
-    await asyncio.sleep(0.3)  # the cool-down; then a HEARTBEAT with free instances re-admits
+    await asyncio.sleep(0.3)  # time: the 0.3 s cool-down; then a free HEARTBEAT re-admits
     await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1})
     await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
     await goes_to(env, client, "f-back", "bridge")
@@ -221,14 +222,14 @@ async def test_failures_reported_to_another_process_count_for_the_bridge(
                 assert await env.redis.hget("aigcq:bridge:br1", "inRotation") == "1"
             await bridge.send("HEARTBEAT", beat)
         conn = hub.registry.bridges["br1"]
-        await until(lambda: asyncio.sleep(0, conn.failures), lambda n: n == 3, within=1.0)
+        await wait_until(lambda: conn.failures == 3, 1.0)
         assert conn.quarantined_at is not None and hub.free_slots() == 0  # though 1 is free
         await until(
             lambda: env.redis.hget("aigcq:bridge:br1", "inRotation"), partial(operator.eq, "0")
         )
         await goes_to(env, client, "x-out", "runninghub")
 
-        await asyncio.sleep(0.3)  # the cool-down: on probation, then a success elsewhere
+        await asyncio.sleep(0.3)  # time: the 0.3 s cool-down; on probation, then a success
         await bridge.send("HEARTBEAT", beat)
         await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
         assert (await env.redis.hget("aigcq:bridge:br1", "failures")) == "2"
@@ -240,7 +241,7 @@ async def test_failures_reported_to_another_process_count_for_the_bridge(
             lambda: env.redis.hget("aigcq:bridge:br1", "failures"), partial(operator.eq, "0")
         )
         await bridge.send("HEARTBEAT", beat)
-        await until(lambda: asyncio.sleep(0, conn.failures), lambda n: n == 0, within=1.0)
+        await wait_until(lambda: conn.failures == 0, 1.0)
         assert conn.quarantined_at is None
         await client.close()
 
@@ -258,20 +259,20 @@ async def test_a_task_end_received_elsewhere_frees_the_slot_at_once(
         for i in range(3):
             # The second process sees the first's free slot within 0.2 s; from then on it
             # leaves the task to it rather than overflow.
-            await until(lambda: asyncio.sleep(0, other.hub.free_elsewhere()), lambda n: n == 1)  # type: ignore[union-attr]
+            await wait_until(lambda: other.hub.free_elsewhere() == 1)  # type: ignore[union-attr]
             await goes_to(env, client, f"e{i}", "bridge")
             hook = await assign(bridge)
             await until(partial(env.task, f"e{i}"), lambda t: t.state == "running")
             assert hub.free_slots() == 0
             # The second process has seen the slot taken, so its wait for 1 at the top of
             # the next round is for this slot's release, not a view older than this task.
-            await until(lambda: asyncio.sleep(0, other.hub.free_elsewhere()), lambda n: n == 0)  # type: ignore[union-attr]
+            await wait_until(lambda: other.hub.free_elsewhere() == 0)  # type: ignore[union-attr]
             assert await task_end(elsewhere, hook) == 200  # no HEARTBEAT follows
-            await until(lambda: asyncio.sleep(0, hub.free_slots()), lambda n: n == 1, within=1.0)
+            await wait_until(lambda: hub.free_slots() == 1, 1.0)
         # The second process has no bridge: md:state:* is left to the one that has.
         for _ in range(8):
             assert (await health(env))["status"] == HealthState.HEALTHY.value
-            await asyncio.sleep(INTERVAL_S / 2)
+            await asyncio.sleep(INTERVAL_S / 2)  # time: healthy at every half interval
         await client.close()
 
 
@@ -283,7 +284,7 @@ async def test_overflow_after_ms_holds_overflow_while_internal_is_healthy(env: E
     client = await env.client()
     await goes_to(env, client, "w-in", "bridge")
     await client.request(generate("w-out"))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # time: nothing happens before overflow_after_ms (0.4 s)
     assert (await env.task("w-out")).state == "pending"  # internal is busy but healthy
     task = await until(partial(env.task, "w-out"), lambda t: t.target != "", within=1.0)
     assert task.target == "runninghub"
@@ -303,11 +304,11 @@ async def test_a_task_no_bridge_here_can_run_waits_for_other_processes_then_over
         there = await Bridge.connect(int(other_base.rsplit(":", 1)[1]))
         here = await env.bridge()
         for bridge, name in ((here, "here"), (there, "there")):
-            await bridge.register(name, count=1, instances=_instances("a.safetensors"))
+            await bridge.register(name, count=1, instances=instances_with("a.safetensors"))
         for service in (env.service, other):
             hub = service.hub
             assert hub is not None
-            await until(lambda h=hub: asyncio.sleep(0, h.peers.bridges_elsewhere), bool)
+            await wait_until(lambda h=hub: h.peers.bridges_elsewhere)
         client = await env.client()
         task_id = "needs-c"
         await client.request(generate(task_id, workflow=model_graph("c.safetensors")))

@@ -13,7 +13,7 @@ from aigcq.gateway.errors import ClientError
 from aigcq.gateway.submission import GenerateRequest
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.serve.server import ServeProcess
-from tests.fault_proxy import fault_proxy
+from tests.fakes.fault_proxy import fault_proxy
 
 
 async def test_a_submit_whose_reply_was_lost_keeps_the_quota_unit_of_its_task(

@@ -7,9 +7,10 @@ import asyncio
 
 import orjson
 
-import tests.integration.test_md_service as mds
-from tests.helpers import Recorder, serve_app, until
-from tests.integration.test_bridge_hub import Bridge
+import tests.fakes.message_dispatcher as mds
+from tests.fakes.bridge import Bridge
+from tests.fakes.servers import Recorder, serve_app
+from tests.fakes.waiting import until
 
 md = mds.md  # the dispatcher fixture
 
@@ -36,7 +37,7 @@ async def test_a_failed_task_is_retried_three_times_then_fails(md: mds.Md) -> No
             assign = await bridge.next(timeout=10)
             assert assign["data"]["taskId"] == task_id and assign["data"]["attempt"] == attempt
             await bridge.ack(task_id)
-            await mds._task_end(md, assign["data"]["webhookUrl"], code=805)
+            await mds.md_task_end(md, assign["data"]["webhookUrl"], code=805)
         await until(lambda: _state(md, task_id), lambda s: s == "failed")
         (event,) = await recorder.wait_for(1)
         assert orjson.loads(event.json()["eventData"])["code"] == 805
@@ -51,7 +52,7 @@ async def test_stale_pending_task_expires_with_a_failure_webhook(md: mds.Md) -> 
         await cache.pass_once()
         assert await _state(md, task_id) == "pending"
         cache.stale_after_s = 0.05
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # time: the task is now older than stale_after_s
         await cache.pass_once()
         task = await md.task(task_id)
         assert task is not None and task.state == "failed"
@@ -79,7 +80,7 @@ async def test_cache_keys_mirror_the_queue(md: mds.Md) -> None:
     assert processing["bridgeId"] == "br1" and processing["instanceId"] == "br1#0"
     assert processing["startTime"] and processing["payload"] == mds.BODY
 
-    await mds._task_end(md, assign["data"]["webhookUrl"])
+    await mds.md_task_end(md, assign["data"]["webhookUrl"])
     await md.dispatcher.cache.pass_once()
     (completed,) = map(orjson.loads, await md.redis.lrange("md:cache:completed", 0, -1))
     assert completed["taskId"] == running_id and completed["status"] == "success"

@@ -14,15 +14,15 @@ import pytest
 import redis.asyncio as aioredis
 import websockets
 
-import tests.integration.test_md_service as mds
+import tests.fakes.message_dispatcher as mds
 from aigcq.dispatcher.auth import DispatcherAuth
 from aigcq.dispatcher.capacity import FeedConfig
 from aigcq.mdclient.feed_messages import FEED_PATH
 from aigcq.mdclient.target import MessageDispatcherTarget
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import Client, generate
-from tests.helpers import until
-from tests.integration.test_bridge_hub import Bridge
+from tests.fakes.bridge import Bridge
+from tests.fakes.client import Client, generate
+from tests.fakes.waiting import wait_until
 
 md = mds.md  # the dispatcher fixture
 fast_checks = mds.fast_checks
@@ -111,7 +111,7 @@ async def test_feed_messages_and_their_structure(md: mds.Md) -> None:
     current = busy[-1]["data"]["bridges"][0]["instances"][0]["currentTask"]
     assert current["taskId"] == task_id and current["startTime"]
     await bridge.ack(task_id)
-    await mds._task_end(md, assign["data"]["webhookUrl"])
+    await mds.md_task_end(md, assign["data"]["webhookUrl"])
     idle = await feed.until("INSTANCE_IDLE")
     assert idle[-1]["data"]["instanceId"] == "br1#0"
     assert idle[-1]["data"]["completedTaskId"] == task_id
@@ -137,10 +137,6 @@ def _target(service: ServeProcess) -> MessageDispatcherTarget:
     return target
 
 
-async def _connected(target: MessageDispatcherTarget) -> bool:
-    return target.feed.connected
-
-
 @pytest.fixture
 async def fed(
     md: mds.Md,
@@ -155,7 +151,7 @@ async def fed(
     monkeypatch.setenv("MD_PASSWORD", mds.PASSWORD)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
         target = _target(service)
-        await until(lambda: _connected(target), lambda ok: ok)
+        await wait_until(lambda: target.feed.connected)
         yield target, client
 
 
@@ -166,14 +162,14 @@ async def test_capacity_change_reaches_serve_at_once(
     target, client = fed
     bridge = await Bridge.connect(md.port)
     await bridge.register(count=2)
-    await until(lambda: _free(target), lambda n: n == 2, within=1)
+    await wait_until(lambda: target.free_slots() == 2, 1)
     await client.request(generate("feed-1"))
     assign = await bridge.next()
     md_task_id = assign["data"]["taskId"]
     allocations = md.dispatcher.feed.allocations
-    await until(lambda: _has(allocations, md_task_id), lambda ok: ok)
+    await wait_until(lambda: md_task_id in allocations)
     await bridge.ws.close()
-    await until(lambda: _free(target), lambda n: n == 0, within=1)
+    await wait_until(lambda: target.free_slots() == 0, 1)
 
 
 async def test_quick_tasks_still_resync_serves_free_slots(
@@ -187,14 +183,14 @@ async def test_quick_tasks_still_resync_serves_free_slots(
     target, client = fed
     bridge = await Bridge.connect(md.port)
     await bridge.register(count=1)
-    await until(lambda: _free(target), lambda n: n == 1, within=2)
+    await wait_until(lambda: target.free_slots() == 1, 2)
     for i in range(3):
         await client.request(generate(f"quick-{i}"))
         assign = await bridge.next()
         await bridge.ack(assign["data"]["taskId"])
-        await mds._task_end(md, assign["data"]["webhookUrl"])
+        await mds.md_task_end(md, assign["data"]["webhookUrl"])
         assert (await client.next())["status"] == "success"
-        await until(lambda: _free(target), lambda n: n == 1, within=2)
+        await wait_until(lambda: target.free_slots() == 1, 2)
 
 
 @pytest.mark.usefixtures("fast_checks")
@@ -204,16 +200,16 @@ async def test_feed_down_falls_back_to_polling(
     feed = md.dispatcher.feed
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, _client):
         target = _target(service)
-        await until(lambda: _connected(target), lambda ok: ok)
+        await wait_until(lambda: target.feed.connected)
         auth, feed.auth = feed.auth, DispatcherAuth("admin", mds.PASSWORD, "x" * 40, 60)
         for sub in list(feed.subscribers):
             await sub.ws.close()
-        await until(lambda: _connected(target), lambda ok: not ok)
+        await wait_until(lambda: not target.feed.connected)
         bridge = await Bridge.connect(md.port)
         await bridge.register(count=3)
-        await until(lambda: _free(target), lambda n: n == 3)  # from GET /api/health
+        await wait_until(lambda: target.free_slots() == 3)  # from GET /api/health
         feed.auth = auth
-        await until(lambda: _connected(target), lambda ok: ok, within=10)  # reconnected
+        await wait_until(lambda: target.feed.connected, 10)  # reconnected
         await bridge.ws.close()
 
 
@@ -229,7 +225,7 @@ async def test_refused_token_logs_in_again_at_once(
     await bridge.register(count=1)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
         target = _target(service)
-        await until(lambda: _free(target), lambda n: n == 1)
+        await wait_until(lambda: target.free_slots() == 1)
         old = target.jwt.current()
         md.dispatcher.auth.secret = "rotated-secret-with-at-least-32-bytes-of-key"
         await client.request(generate("relogin-1"))
@@ -239,19 +235,11 @@ async def test_refused_token_logs_in_again_at_once(
     await bridge.ws.close()
 
 
-async def _free(target: MessageDispatcherTarget) -> int:
-    return target.free_slots()
-
-
-async def _has(mapping: dict[str, Any], key: str) -> bool:
-    return key in mapping
-
-
 async def test_serves_health_metrics_are_its_own_view_of_the_dispatcher(
     fed: tuple[MessageDispatcherTarget, Client], redis: aioredis.Redis
 ) -> None:
     target, client = fed
-    await until(lambda: asyncio.sleep(0, target.health_view.proven), bool)
+    await wait_until(lambda: target.health_view.proven)
     target.health_view.observe("message-dispatcher unreachable", immediate=True)
     assert (await redis.hgetall("md:state:health")).get("status") != "degraded"  # its own view
     port = client.url.split(":")[2].split("/")[0]

@@ -10,18 +10,17 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-import tests.integration.test_md_service as mds
+import tests.fakes.message_dispatcher as mds
 from aigcq.dispatcher.degrade import HANDED_BACK
 from aigcq.domain import TaskState
 from aigcq.mdclient.target import MessageDispatcherTarget
-from tests.e2e.conftest import Client, generate
-from tests.helpers import until
-from tests.integration.test_bridge_hub import Bridge
-from tests.integration.test_md_scenarios import _assigns, _pending, fast_feed
+from tests.fakes.bridge import Bridge
+from tests.fakes.client import Client, generate
+from tests.fakes.waiting import until, wait_until
 
 md = mds.md
 fast_checks = mds.fast_checks
-__all__ = ["fast_feed"]
+fast_feed = mds.fast_feed
 
 
 def _target(service: Any) -> MessageDispatcherTarget:
@@ -51,18 +50,18 @@ async def test_excess_tasks_go_back_and_run_on_runninghub(
         tmp_path, redis, redis_url, md.base, duration_s=0.1
     ) as (service, client):
         target = _target(service)
-        await until(lambda: _free(target), lambda n: n == 6)
-        await until(lambda: _subscribers(md), lambda n: n == 1)
+        await wait_until(lambda: target.free_slots() == 6)
+        await wait_until(lambda: len(md.dispatcher.feed.subscribers) == 1)
         ids = [f"dg-{i}" for i in range(6)]
         for task_id in ids:
             await client.request(generate(task_id))
-        assigns = await _assigns(bridge, 6)
+        assigns = await mds.next_assigns(bridge, 6)
         await bridge.send("HEARTBEAT", {"instanceCount": 6, "availableInstanceCount": 0})
         for assign in assigns[:2]:
             await bridge.ack(assign["taskId"])
         for assign in assigns[2:]:
             await bridge.ack(assign["taskId"], code=1)  # no instance for it
-        assert await until(lambda: _pending(md), lambda n: n == 4) == 4
+        assert await until(lambda: mds.cache_pending(md), lambda n: n == 4) == 4
         running = {a["taskId"] for a in assigns[:2]}
         waiting = [a["taskId"] for a in assigns[2:]]
 
@@ -81,12 +80,12 @@ async def test_excess_tasks_go_back_and_run_on_runninghub(
         assert [t.target for t in on_rh if t is not None] == ["runninghub"] * 3
 
         for assign in assigns[:2]:
-            await mds._task_end(md, assign["webhookUrl"])
+            await mds.md_task_end(md, assign["webhookUrl"])
         await bridge.send("HEARTBEAT", {"instanceCount": 1, "availableInstanceCount": 1})
         last = (await bridge.next(timeout=10))["data"]
         assert last["taskId"] == stayed.task_id
         await bridge.ack(last["taskId"])
-        await mds._task_end(md, last["webhookUrl"])
+        await mds.md_task_end(md, last["webhookUrl"])
 
         results = await _results(client, 6)
         assert set(results) == set(ids)
@@ -129,14 +128,6 @@ async def test_withdraw_takes_only_a_waiting_task(md: mds.Md) -> None:
     assert await md.redis.xlen("md:outbox:webhook") == 0  # no TASK_END for it
     status = await md.http.post("/task/openapi/status", json={"apiKey": token, "taskId": task_id})
     assert status.json()["code"] == 807  # its backend's again
-
-
-async def _free(target: MessageDispatcherTarget) -> int:
-    return target.free_slots()
-
-
-async def _subscribers(md: mds.Md) -> int:
-    return len(md.dispatcher.feed.subscribers)
 
 
 async def _md_tasks(md: mds.Md, ids: list[str]) -> list[Any]:

@@ -17,7 +17,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-import tests.integration.test_md_service as mds
+import tests.fakes.message_dispatcher as mds
 from aigcq.config import PlatformConfig, Settings
 from aigcq.dispatcher.process import MessageDispatcher, core_settings
 from aigcq.dispatcher.settings import DispatcherSettings
@@ -25,9 +25,10 @@ from aigcq.domain import TaskState
 from aigcq.health import HealthState
 from aigcq.mdclient.target import MessageDispatcherTarget, internal_target
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import generate
-from tests.helpers import serve_app, until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge
+from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
+from tests.fakes.client import generate
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until, wait_until
 
 md = mds.md
 fast_checks = mds.fast_checks
@@ -89,7 +90,7 @@ async def test_priority_false_puts_runninghub_first(
     ) as (service, client):
         target = service.internal
         assert isinstance(target, MessageDispatcherTarget) and target.preferred is False
-        await until(lambda: _free(target), lambda n: n == 2)
+        await wait_until(lambda: target.free_slots() == 2)
         await client.request(generate("p-1"))
         first = await until(lambda: service.rt.store.get("p-1"), _running)
         assert first is not None and first.target == "runninghub"
@@ -188,22 +189,14 @@ async def test_feed_lost_checks_at_once_and_a_gone_dispatcher_degrades(
         async with mds.serve_split(tmp_path, redis, redis_url, md_url) as (service, _):
             target = service.internal
             assert isinstance(target, MessageDispatcherTarget)
-            await until(lambda: _free(target), lambda n: n == 1)
-            await until(lambda: _connected(target), bool)
+            await wait_until(lambda: target.free_slots() == 1)
+            await wait_until(lambda: target.feed.connected)
             assert target.healthy
             await bridge.ws.close()
             await md_up.aclose()  # the dispatcher stops
             stopped = time.monotonic()
             await until(lambda: _state(target), lambda s: s is HealthState.DEGRADED, 2.0)
             assert time.monotonic() - stopped < 1.0 and target.free_slots() == 0
-
-
-async def _free(target: MessageDispatcherTarget) -> int:
-    return target.free_slots()
-
-
-async def _connected(target: MessageDispatcherTarget) -> bool:
-    return target.feed.connected
 
 
 async def _state(target: MessageDispatcherTarget) -> HealthState:

@@ -9,29 +9,20 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-import tests.integration.test_md_service as mds
-from aigcq.dispatcher.capacity import FeedConfig
+import tests.fakes.message_dispatcher as mds
 from aigcq.mdclient.target import MessageDispatcherTarget
-from tests.e2e.conftest import Client, generate
-from tests.helpers import until
-from tests.integration.test_bridge_hub import Bridge
+from tests.fakes.bridge import Bridge
+from tests.fakes.client import Client, generate
+from tests.fakes.waiting import until, wait_until
 
 md = mds.md  # the dispatcher fixture
 fast_checks = mds.fast_checks
+fast_feed = mds.fast_feed
 
 
-async def _free(target: Any) -> int:
+def _free(target: Any) -> int:
     assert isinstance(target, MessageDispatcherTarget)
     return target.free_slots()
-
-
-async def _pending(md: mds.Md) -> int:
-    await md.dispatcher.cache.pass_once()
-    return int(await md.redis.llen("md:cache:pending"))
-
-
-async def _assigns(bridge: Bridge, n: int) -> list[dict[str, Any]]:
-    return [(await bridge.next(timeout=10))["data"] for _ in range(n)]
 
 
 async def _run_to_the_end(md: mds.Md, bridge: Bridge, client: Client, tasks: int) -> set[str]:
@@ -40,16 +31,11 @@ async def _run_to_the_end(md: mds.Md, bridge: Bridge, client: Client, tasks: int
     while len(done) < tasks:
         assign = (await bridge.next(timeout=10))["data"]
         await bridge.ack(assign["taskId"])
-        await mds._task_end(md, assign["webhookUrl"])
+        await mds.md_task_end(md, assign["webhookUrl"])
         result = await client.next(timeout=10)
         assert result["type"] == "result" and result["status"] == "success", result
         done.add(result["taskId"])
     return done
-
-
-@pytest.fixture
-def fast_feed(md: mds.Md) -> None:
-    md.dispatcher.feed.config = FeedConfig(change_check_s=0.05)
 
 
 @pytest.mark.usefixtures("fast_checks", "fast_feed")
@@ -62,20 +48,20 @@ async def test_scenario_1_internal_capacity_drops(
     await staying.register("stay", count=2)
     await leaving.register("leave", count=2)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
-        await until(lambda: _free(service.internal), lambda n: n == 4)
+        await wait_until(lambda: _free(service.internal) == 4)
         for i in range(4):
             await client.request(generate(f"s1-{i}"))
-        started = await _assigns(staying, 2)
-        await _assigns(leaving, 2)  # assigned, never started
+        started = await mds.next_assigns(staying, 2)
+        await mds.next_assigns(leaving, 2)  # assigned, never started
         for assign in started:
             await staying.ack(assign["taskId"])
         await leaving.ws.close()
-        assert await until(lambda: _pending(md), lambda n: n == 2) == 2
+        assert await until(lambda: mds.cache_pending(md), lambda n: n == 2) == 2
         health = (await md.http.get("/api/health")).json()["data"]
         assert health["bridges"] == 1 and health["freeSlots"] == 0
-        await until(lambda: _free(service.internal), lambda n: n == 0)
+        await wait_until(lambda: _free(service.internal) == 0)
         for assign in started:
-            await mds._task_end(md, assign["webhookUrl"])
+            await mds.md_task_end(md, assign["webhookUrl"])
         finished = {(await client.next(timeout=10))["taskId"] for _ in started}
         finished |= await _run_to_the_end(md, staying, client, 2)
         assert finished == {f"s1-{i}" for i in range(4)}
@@ -91,22 +77,22 @@ async def test_scenario_2_more_tasks_sent_than_instances_left(
     bridge = await Bridge.connect(md.port)
     await bridge.register(count=4)
     async with mds.serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
-        await until(lambda: _free(service.internal), lambda n: n == 4)
+        await wait_until(lambda: _free(service.internal) == 4)
         for i in range(4):
             await client.request(generate(f"s2-{i}"))
-        assigns = await _assigns(bridge, 4)
+        assigns = await mds.next_assigns(bridge, 4)
         await bridge.send("HEARTBEAT", {"instanceCount": 2, "availableInstanceCount": 0})
         for assign in assigns[:2]:
             await bridge.ack(assign["taskId"])
         for assign in assigns[2:]:
             await bridge.ack(assign["taskId"], code=1)  # no instance left for it
-        assert await until(lambda: _pending(md), lambda n: n == 2) == 2
+        assert await until(lambda: mds.cache_pending(md), lambda n: n == 2) == 2
         for task_id in (f"s2-{i}" for i in range(4)):
             task = await service.rt.store.get(task_id)
             assert task is not None and task.state == "running"
             assert task.target == "message_dispatcher"
         for assign in assigns[:2]:
-            await mds._task_end(md, assign["webhookUrl"])
+            await mds.md_task_end(md, assign["webhookUrl"])
         finished = {(await client.next(timeout=10))["taskId"] for _ in range(2)}
         await bridge.send("HEARTBEAT", {"instanceCount": 2, "availableInstanceCount": 2})
         finished |= await _run_to_the_end(md, bridge, client, 2)

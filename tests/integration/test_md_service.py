@@ -4,89 +4,40 @@ RunningHub-compatible routes driven by our ``runninghub`` adapter, and webhook d
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+import logging
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 import jwt
 import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from aigcq.bridges.hub import HubConfig
-from aigcq.config import PlatformConfig, Settings
 from aigcq.dispatcher.auth import DispatcherAuth
-from aigcq.dispatcher.process import MessageDispatcher, core_settings
-from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.domain import Task
-from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from aigcq.mdclient.target import internal_target
 from aigcq.platforms.base import Accepted, NotFound, Pending, Rejected, Succeeded
 from aigcq.platforms.md_auth import JwtManager
 from aigcq.platforms.runninghub import RunningHubAdapter
 from aigcq.plumbing.auth import issue_client_token
-from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import Client, generate
-from tests.helpers import (
-    Recorder,
-    redis_snapshot,
-    send,
-    serve_app,
-    stream_until_answered,
-    until,
+from tests.fakes.bridge import Bridge
+from tests.fakes.client import generate
+from tests.fakes.message_dispatcher import (
+    BODY,
+    JWT_SECRET,
+    LOGIN,
+    PASSWORD,
+    Md,
+    fast_checks,
+    md,
+    md_task_end,
+    serve_split,
+    serve_split_with_runninghub,
 )
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, Bridge
+from tests.fakes.servers import Recorder, send, serve_app, stream_until_answered
+from tests.fakes.snapshot import redis_snapshot
+from tests.fakes.waiting import until, wait_until
 
-PASSWORD = "md-test-password"
-JWT_SECRET = "md-jwt-secret-with-at-least-32-bytes-of-key"
-BODY: dict[str, Any] = {
-    "workflowId": "1904136902449209346",
-    "nodeInfoList": [{"nodeId": "6", "fieldName": "text", "fieldValue": "a cat"}],
-}
-
-
-@dataclass
-class Md:
-    base: str
-    http: httpx.AsyncClient
-    redis: aioredis.Redis
-    dispatcher: MessageDispatcher
-
-    @property
-    def port(self) -> int:
-        return int(self.base.rsplit(":", 1)[1])
-
-    async def token(self) -> str:
-        resp = await self.http.post("/api/auth/login", json=LOGIN)
-        token: str = resp.json()["data"]["access_token"]
-        return token
-
-    async def task(self, task_id: str) -> Task | None:
-        return await self.dispatcher.service.rt.store.get(task_id)
-
-
-LOGIN = {"username": "admin", "password": PASSWORD}
-
-
-@pytest.fixture
-async def md(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Md]:
-    md_settings = DispatcherSettings(password=PASSWORD, jwt_secret=JWT_SECRET)
-    base = Settings(
-        redis_url=redis_url,
-        token_secret="t" * 40,
-        bridge_token=BRIDGE_TOKEN,
-        data_dir=tmp_path,
-        config_dir=tmp_path,
-    )
-    dispatcher = MessageDispatcher(md_settings, core_settings(md_settings, base), redis)
-    assert dispatcher.service.hub is not None
-    dispatcher.service.hub.config = HubConfig(ack_timeout_s=2.0)
-    async with serve_app(dispatcher.app) as url, httpx.AsyncClient(base_url=url) as http:
-        yield Md(url, http, redis, dispatcher)
+__all__ = ["fast_checks", "md"]  # fixtures: imported for pytest to find
 
 
 async def test_login_issues_a_24h_token_and_refuses_bad_credentials(md: Md) -> None:
@@ -216,7 +167,7 @@ async def test_runninghub_adapter_end_to_end_with_webhook(md: Md) -> None:
         assert rh.parse_query(*await send(md.http, rh.query_request(remote, token))) == Pending(
             "RUNNING"
         )
-        await _task_end(md, assign["data"]["webhookUrl"])
+        await md_task_end(md, assign["data"]["webhookUrl"])
         received = await recorder.wait_for(2, within=10)
         event = received[-1].json()
         assert received[-1].path == "/hook" and event["taskId"] == accepted.remote_id
@@ -252,71 +203,7 @@ async def test_cancel_finishes_the_task_and_tells_the_webhook(md: Md) -> None:
     assert task is not None and task.state == "cancelled"
 
 
-async def _task_end(md: Md, webhook: str, code: int = 0) -> None:
-    """The bridge's TASK_END, posted to the dispatcher's signed callback URL."""
-    data = [{"fileUrl": "http://f/1.png"}] if code == 0 else None
-    body = {
-        "event": "TASK_END",
-        "taskId": "x",
-        "eventData": orjson.dumps({"code": code, "msg": "done", "data": data}).decode(),
-    }
-    parts = urlsplit(webhook)
-    resp = await md.http.post(f"{parts.path}?{parts.query}", json=body)
-    assert resp.status_code == 200, resp.text
-
-
 # ---- the split topology: aigcq serve -> message-dispatcher -> bridge ---------------------
-
-CLIENT_SECRET = "serve-secret-with-at-least-32-bytes-of-key"
-
-
-@contextlib.asynccontextmanager
-async def serve_split_with_runninghub(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str, md_url: str, duration_s: float
-) -> AsyncIterator[tuple[ServeProcess, Client]]:
-    """:func:`serve_split` overflowing to a RunningHub emulator (concurrency 1) whose
-    tasks take ``duration_s``."""
-    config = RunningHubEmulatorConfig(duration_s=duration_s)
-    async with (
-        serve_app(create_app(config)) as rh_url,
-        serve_split(tmp_path, redis, redis_url, md_url, rh_url) as (service, client),
-    ):
-        yield service, client
-
-
-@contextlib.asynccontextmanager
-async def serve_split(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str, md_url: str, rh_url: str = ""
-) -> AsyncIterator[tuple[ServeProcess, Client]]:
-    """``aigcq serve`` with ``md_url`` as its internal target, and a connected client."""
-    concurrency = 1 if rh_url else 0
-    model = {"proj": {"comfyui": {"apikey": "rh-key", "concurrency": concurrency}}}
-    (tmp_path / "model.json").write_text(orjson.dumps(model).decode())
-    settings = Settings(
-        redis_url=redis_url,
-        token_secret=CLIENT_SECRET,
-        config_dir=tmp_path,
-        data_dir=tmp_path / "serve",
-        message_dispatcher_url=md_url,
-        runninghub_url=rh_url or "http://127.0.0.1:9",
-    )
-    target = internal_target(settings)
-    assert target is not None
-    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis, internal=target)
-    async with serve_app(service.app) as base:
-        settings.callback_url = base  # where TASK_END webhooks reach this server
-        port = int(base.rsplit(":", 1)[1])
-        client = await Client(port, "b1", issue_client_token(CLIENT_SECRET, "b1")).connect()
-        try:
-            yield service, client
-        finally:
-            await client.close()
-
-
-@pytest.fixture
-def fast_checks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MESSAGE_DISPATCHER_HEALTH_CHECK_INTERVAL", "100")
-    monkeypatch.setenv("MD_PASSWORD", PASSWORD)
 
 
 @pytest.mark.usefixtures("fast_checks")
@@ -338,7 +225,7 @@ async def test_split_topology_end_to_end(
         )
         assert task is not None and task.target == "message_dispatcher"
         assert task.remote_id == md_task_id
-        await _task_end(md, assign["data"]["webhookUrl"])
+        await md_task_end(md, assign["data"]["webhookUrl"])
         result = await client.next(timeout=10)
         assert result["type"] == "result" and result["taskId"] == "split-1"
         assert result["status"] == "success", result
@@ -364,13 +251,13 @@ async def test_short_lived_token_is_renewed_before_it_expires(md: Md) -> None:
     manager = JwtManager(md.base, "admin", PASSWORD, refresh_ahead_s=3600)
     runner = asyncio.create_task(manager.run())
     try:
-        first = await until(_current(manager), lambda t: t is not None)
+        first = await wait_until(manager.current)
         seen = {first}
         for _ in range(80):  # 4 s: two lifetimes, the token is never missing
             token = manager.current()
             assert token is not None
             seen.add(token)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # time: sampled every 50 ms, never missing
         assert len(seen) >= 3
         resp = await md.http.post("/api/task", json={**BODY, "apiKey": manager.current()})
         assert resp.status_code == 200
@@ -378,23 +265,17 @@ async def test_short_lived_token_is_renewed_before_it_expires(md: Md) -> None:
         runner.cancel()
 
 
-async def test_login_is_retried_until_it_succeeds(md: Md) -> None:
+async def test_login_is_retried_until_it_succeeds(md: Md, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="aigcq")
     manager = JwtManager(md.base, "admin", "wrong", refresh_ahead_s=3600, max_backoff_s=0.2)
     runner = asyncio.create_task(manager.run())
     try:
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: "login failed (attempt 2)" in caplog.text)  # refused twice
         assert manager.current() is None  # refused, retrying; dispatch is never blocked
         manager.password = PASSWORD
-        await until(_current(manager), lambda t: t is not None, within=3)
+        await wait_until(manager.current, 3)
     finally:
         runner.cancel()
-
-
-def _current(manager: JwtManager) -> Callable[[], Awaitable[str | None]]:
-    async def probe() -> str | None:
-        return manager.current()
-
-    return probe
 
 
 async def test_openapi_describes_the_dispatchers_own_routes(md: Md) -> None:

@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aigcq.client import AsyncClient
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.helpers import service_with_runninghub, until
+from tests.fakes.service import service_with_runninghub
+from tests.fakes.waiting import until
 
 TOKEN = "metrics-client-token"
 AIGC = "metrics-proj"  # metrics are process-wide: a project no other test uses

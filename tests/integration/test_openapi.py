@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.auth import issue_client_token
 from aigcq.serve.server import ServeProcess
-from tests.helpers import serve_app
+from tests.fakes.servers import serve_app
 
 SECRET = "openapi-secret-with-at-least-32-bytes"
 

@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.domain import Task
-from tests.integration.paid_stack import models, paid_stack
+from tests.fakes.paid import models, paid_stack
 
 
 async def test_a_failing_check_is_rescheduled_and_the_others_still_run(

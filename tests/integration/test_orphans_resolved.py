@@ -15,10 +15,9 @@ import redis.asyncio as aioredis
 from aigcq.domain import Task, TaskState
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from aigcq.plumbing.text import text
-from tests.e2e.conftest import generate
-from tests.helpers import until
-from tests.integration.paid_stack import RH_KEY, Paid, models, paid_stack
-from tests.integration.test_paid_faults import created, expire_now
+from tests.fakes.client import generate
+from tests.fakes.paid import RH_KEY, Paid, created, expire_now, models, paid_stack
+from tests.fakes.waiting import until
 
 FAILED = {"code": 805, "msg": "APIKEY_TASK_STATUS_ERROR", "data": None}
 NO_RECHECK = {"sweep_interval_s": 3600}

@@ -16,19 +16,15 @@ import redis.asyncio as aioredis
 from aigcq.domain import TaskState
 from aigcq.emulators.coze import CozeEmulatorConfig
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.e2e.conftest import generate
-from tests.helpers import until
-from tests.integration.paid_stack import COZE_KEY, RH_KEY, Paid, models, paid_stack
+from tests.fakes.client import generate
+from tests.fakes.paid import COZE_KEY, RH_KEY, Paid, created, expire_now, models, paid_stack
+from tests.fakes.waiting import until
 
 SUCCESS = {"code": 0, "msg": "success", "data": [{"fileUrl": "http://x/1.png", "nodeId": "9"}]}
 
 
 def coze_task(task_id: str) -> dict[str, object]:
     return generate(task_id, platform="coze", workflow_id="wf1", parameters={"q": task_id})
-
-
-async def created(env: Paid, task_id: str, n: int = 1, platform: str = "runninghub") -> None:
-    await until(partial(env.creates, task_id, platform), lambda c: len(c) >= n, within=15)
 
 
 @asynccontextmanager
@@ -47,13 +43,6 @@ async def succeeded_once(env: Paid, task_id: str) -> None:
     await env.client.collect(1, timeout=20)
     assert env.client.results[task_id][0]["status"] == "success"
     assert len(await env.creates(task_id)) == 1
-
-
-async def expire_now(env: Paid, task_id: str) -> None:
-    """Let time pass for one task: its deadline is now (what a long wait would do)."""
-    keys = env.service.rt.store.keys
-    await env.service.rt.redis.hset(keys.task(task_id), "deadline", 1)
-    await env.service.rt.redis.zadd(keys.inflight, {task_id: 1}, xx=True)
 
 
 # ---- item 1: a create whose outcome is unknown is never blindly repeated ----------------
@@ -331,7 +320,7 @@ async def test_the_sweeper_reaches_past_200_unanswerable_paid_tasks(
                 c.task_id, c.attempt, f"R{c.task_id}", deadline_s=0.01, kind="callback"
             )
         [stuck] = await store.claim("proj", "comfyui", "runninghub", cap=-1, n=1, deadline_s=0.02)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # time: past every deadline (0.01 s, 0.02 s)
         await env.service.sweeper.sweep_once()
         task = await env.task(stuck.task_id)
         assert task.state is TaskState.PENDING and task.charged == 0

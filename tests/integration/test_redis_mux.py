@@ -19,8 +19,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from aigcq.embedded.redis import EmbeddedRedis, find_redis_server
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.redis_mux import RedisMux
-from tests.e2e.conftest import free_port
-from tests.helpers import until
+from tests.fakes.processes import free_port
+from tests.fakes.servers import closed_port
+from tests.fakes.waiting import wait_until
 
 
 async def run(mux: RedisMux, *commands: list[Any]) -> list[Any]:
@@ -56,7 +57,7 @@ async def test_a_cancelled_caller_does_not_shift_the_replies(redis: aioredis.Red
     mux = RedisMux(redis)
     try:
         calls = [asyncio.ensure_future(mux.command("ECHO", x)) for x in "abc"]
-        await asyncio.sleep(0)  # all three queued for one write
+        await asyncio.sleep(0)  # a loop turn: all three queued for one write
         calls[1].cancel()
         assert await calls[0] == "a"
         assert await calls[2] == "c"
@@ -85,10 +86,7 @@ async def test_commands_fail_while_redis_is_down_and_work_once_it_is_back(
         assert await run(mux, ["SET", "k", "1"]) == ["OK"]
         private_redis.kill()
 
-        async def connected() -> bool:
-            return mux.connected
-
-        await until(connected, lambda up: not up)  # the close is noticed at once, not on use
+        await wait_until(lambda: not mux.connected)  # the close is noticed at once, not on use
         (error,) = await run(mux, ["GET", "k"])
         assert isinstance(error, ConnectionError)
         private_redis.start()
@@ -154,18 +152,13 @@ async def test_tcp_with_a_password_and_a_database(tcp_redis_with_password: int) 
 
 
 async def until_ping(client: aioredis.Redis) -> None:
-    for _ in range(100):
-        try:
-            await client.ping()
-            return
-        except ConnectionError:
-            await asyncio.sleep(0.05)
-    raise AssertionError("redis-server did not start")
+    await wait_until(client.ping, 5.0, 0.05, ignore=(ConnectionError,), what="redis-server up")
 
 
 async def test_nothing_listening_is_a_connection_error() -> None:
-    mux = RedisMux(redis_client(f"redis://127.0.0.1:{free_port()}/0"))
-    (error,) = await run(mux, ["PING"])
+    with closed_port() as port:
+        mux = RedisMux(redis_client(f"redis://127.0.0.1:{port}/0"))
+        (error,) = await run(mux, ["PING"])
     assert isinstance(error, ConnectionError)
 
 
@@ -179,14 +172,11 @@ async def test_calls_keep_the_order_they_were_made_in_across_a_reconnect(
         own_id = await mux.command("CLIENT", "ID")
         await redis.client_kill_filter(_id=own_id)
 
-        async def connected() -> bool:
-            return mux.connected
-
-        await until(connected, lambda up: not up)
+        await wait_until(lambda: not mux.connected)
         calls = []
         for i in range(300):  # one call per event-loop turn, during and after the reconnect
             calls.append(asyncio.ensure_future(mux.command("RPUSH", "order", i)))
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a loop turn per call: the subject
         await asyncio.gather(*calls)
         assert [int(x) for x in await redis.lrange("order", 0, -1)] == list(range(300))
     finally:

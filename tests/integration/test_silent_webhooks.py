@@ -8,8 +8,8 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.e2e.conftest import generate
-from tests.integration.paid_stack import models, paid_stack
+from tests.fakes.client import generate
+from tests.fakes.paid import models, paid_stack
 
 
 async def test_a_lost_webhook_is_made_up_for_by_asking_runninghub(

@@ -28,8 +28,8 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.auth import issue_client_token
 from aigcq.plumbing.signing import webhook_url
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import Client
-from tests.helpers import serve_app
+from tests.fakes.client import Client
+from tests.fakes.servers import serve_app
 
 SECRET = "slow-client-secret-with-32-bytes-at-least"
 RESULTS = 24  # x 256 KiB: more than the kernel buffers on both sides hold (4 MB here)

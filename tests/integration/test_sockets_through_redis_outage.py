@@ -14,9 +14,11 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.plumbing.auth import issue_client_token
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
-from tests.integration.test_bridge_hub import BRIDGE_TOKEN, SECRET, Bridge, Env
+from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
+from tests.fakes.client import Client, generate
+from tests.fakes.servers import serve_app
+from tests.fakes.service import SECRET, Env
+from tests.fakes.waiting import until
 
 
 async def test_bridges_and_clients_ride_out_a_redis_outage(

@@ -162,7 +162,7 @@ async def test_delayed_requeue_is_promoted_to_the_head(redis: aioredis.Redis) ->
     [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
     await store.requeue_unrun("a", c.attempt, "busy", delay_s=0.05)
     assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["b"]
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # time: past the 0.05 s delay
     assert await store.promote_delayed() == 1
     assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["a", "b"]
 

@@ -14,9 +14,10 @@ import pytest
 from aigcq.emulators.coze import CozeEmulatorConfig
 from aigcq.emulators.coze import create_app as create_coze_app
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
-from tests.helpers import serve_app
-from tests.integration.test_bridge_hub import Bridge
-from tests.integration.test_md_service import BODY, Md, md  # noqa: F401
+from tests.fakes.bridge import Bridge
+from tests.fakes.message_dispatcher import BODY, Md, md  # noqa: F401 (md: a fixture)
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 
 runninghub_sdk = pytest.importorskip("runninghub_sdk")
 OUTPUT = {"fileUrl": "http://f/1.png", "fileType": "png", "taskCostTime": 3, "nodeId": "9"}
@@ -81,15 +82,14 @@ async def test_cozepy_against_the_coze_emulator() -> None:
             workflow_id="7400000000000000001", parameters={"prompt": "a cat"}, is_async=True
         )
         assert run.execute_id
-        deadline = asyncio.get_running_loop().time() + 10
-        while True:
-            history = await coze.workflows.runs.run_histories.retrieve(
+        history = await until(
+            lambda: coze.workflows.runs.run_histories.retrieve(
                 workflow_id="7400000000000000001", execute_id=run.execute_id
-            )
-            if history.execute_status != cozepy.WorkflowExecuteStatus.RUNNING:
-                break
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.05)
+            ),
+            lambda h: h.execute_status != cozepy.WorkflowExecuteStatus.RUNNING,
+            within=10,
+            interval=0.05,
+        )
         assert history.execute_status == cozepy.WorkflowExecuteStatus.SUCCESS, history
         assert "a cat" in history.output
         done = await coze.workflows.runs.create(

@@ -14,33 +14,36 @@ from aigcq.plumbing.background import cancel_and_wait, every
 
 async def test_a_task_that_loses_cancellations_is_cancelled_again() -> None:
     lost = 0
+    started = asyncio.Event()
 
     async def loop() -> None:  # as a loop whose wait_for swallowed the cancellation
         nonlocal lost
+        started.set()
         while True:
             try:
-                await asyncio.sleep(10)
+                await asyncio.sleep(10)  # blocked until cancelled: the subject
             except asyncio.CancelledError:
                 if lost == 2:
                     raise
                 lost += 1
 
     task = asyncio.create_task(loop())
-    await asyncio.sleep(0)
+    await started.wait()
     assert await cancel_and_wait([task], timeout=5.0) == set()
     assert task.cancelled() and lost == 2
 
 
 async def test_a_task_that_never_ends_is_handed_back_after_the_timeout() -> None:
-    stop = asyncio.Event()
+    stop, started = asyncio.Event(), asyncio.Event()
 
     async def deaf() -> None:
+        started.set()
         while not stop.is_set():
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.sleep(10)
+                await asyncio.sleep(10)  # blocked, deaf to cancellation: the subject
 
     task = asyncio.create_task(deaf())
-    await asyncio.sleep(0)
+    await started.wait()
     assert await cancel_and_wait([task], timeout=0.2) == {task}
     stop.set()
     await cancel_and_wait([task])
@@ -48,15 +51,19 @@ async def test_a_task_that_never_ends_is_handed_back_after_the_timeout() -> None
 
 
 async def test_errors_are_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    started = asyncio.Event()
+
     async def broken() -> None:
+        started.set()
         try:
-            await asyncio.sleep(10)
+            await asyncio.sleep(10)  # blocked until cancelled: the subject
         finally:
             raise RuntimeError("cleanup failed")
 
     task = asyncio.create_task(broken())
-    await asyncio.sleep(0)
+    await started.wait()
     with caplog.at_level(logging.WARNING, logger="aigcq.plumbing.background"):
+        # beside it a task that ends at once (a sleep of 0 s)
         assert await cancel_and_wait([task, asyncio.create_task(asyncio.sleep(0))]) == set()
     assert "cleanup failed" in caplog.text
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from aigcq.cli.app import app, read_token_file
-from tests.unit.test_cli_errors import one_error_line
+from tests.fakes.cli import one_error_line
 
 
 def test_a_token_file_is_read_without_its_newline(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ tests/integration/test_cli_server_errors.py.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,8 @@ from typer.testing import CliRunner
 from aigcq.cli.app import app
 from aigcq.cli.client import server_url, token_subject
 from aigcq.plumbing.auth import issue_client_token
+from tests.fakes.cli import one_error_line
+from tests.fakes.servers import closed_port as refusing_port
 
 PAYLOAD = '{"workflowId": "1"}'
 CLIENT_COMMANDS = [["status"], ["tasks", "show", "t1"], ["submit", "comfyui", PAYLOAD]]
@@ -36,23 +37,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture
 def closed_port() -> Iterator[int]:
     """A port on 127.0.0.1 that refuses connections (bound, so no one else takes it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield sock.getsockname()[1]
+    with refusing_port() as port:
+        yield port
 
 
 def run(*args: str) -> Result:
     return CliRunner().invoke(app, list(args))
-
-
-def one_error_line(result: Result, exit_code: int) -> str:
-    """The single ``error: ...`` line on stderr, after checking nothing else happened."""
-    assert result.exit_code == exit_code, result.output
-    assert isinstance(result.exception, SystemExit), result.exc_info  # not an uncaught error
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("command", CLIENT_COMMANDS)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from aigcq.cli.app import app
-from tests.unit.test_cli_errors import one_error_line
+from tests.fakes.cli import one_error_line
 
 
 @pytest.fixture(autouse=True)

@@ -56,7 +56,7 @@ async def test_offloading_ends_after_its_period(tmp_path: Path) -> None:
     for i in range(5):
         await storage.put(f"{i}.txt", b"a", "text/plain")
     assert storage.offloading
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # time: past the 0.2 s offload period
     assert not storage.offloading  # inline again, measured afresh
     await storage.put("5.txt", b"a", "text/plain")
     assert not storage.offloading  # one slow write after the period is not enough again

@@ -1,19 +1,18 @@
-"""Reusable test helpers: serve an ASGI app on a free port, record incoming requests,
-perform a platform adapter's request, wait for a condition."""
+"""In-process HTTP servers for tests: serve an ASGI app on a socket bound first (no race
+for a free port), record incoming requests, a port that refuses connections, and the
+client side of a platform adapter's request or of a huge chunked upload."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import orjson
-import redis.asyncio as aioredis
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -22,30 +21,43 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from aigcq.platforms.base import HttpRequest
+from tests.fakes.waiting import wait_until
 
-T = TypeVar("T")
+
+def bound_socket(host: str = "127.0.0.1") -> socket.socket:
+    """A TCP socket bound to a port of its own on ``host`` (not listening yet): hand it to
+    a server, which then owns the port from the start (no window for another to take it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    return sock
+
+
+@contextlib.contextmanager
+def closed_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A port on ``host`` that refuses connections: bound, never listening, so no other
+    program can take it while the test relies on nothing answering there."""
+    with bound_socket(host) as sock:
+        yield sock.getsockname()[1]
 
 
 @contextlib.asynccontextmanager
 async def serve_app(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]:
-    """Run ``app`` with uvicorn (lifespan included) in this event loop on a free port.
+    """Run ``app`` with uvicorn (lifespan included) in this event loop on its own socket.
 
     ``async with serve_app(app) as base_url:`` yields ``http://127.0.0.1:<port>`` once the
     server accepts connections, and shuts it down on exit.
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    sock = bound_socket(host)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        while not server.started:
-            if task.done():
-                task.result()  # start-up failed: raise its error
-                raise RuntimeError("server stopped during start-up")
-            await asyncio.sleep(0.005)
+        await wait_until(lambda: server.started or task.done(), 60, 0.005, what="uvicorn start-up")
+        if not server.started:
+            task.result()  # start-up failed: raise its error
+            raise RuntimeError("server stopped during start-up")
         yield f"http://{host}:{port}"
     finally:
         server.should_exit = True
@@ -106,105 +118,6 @@ async def send(client: httpx.AsyncClient, request: HttpRequest) -> tuple[int, An
         return response.status_code, response.json()
     except ValueError:
         return response.status_code, response.text
-
-
-async def until(
-    probe: Callable[[], Awaitable[T]],
-    done: Callable[[T], bool],
-    within: float = 5.0,
-    interval: float = 0.02,
-) -> T:
-    """Call ``probe`` until ``done(result)``; return that result, or fail after ``within`` s."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not done(result := await probe()):
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {within}s; last: {result!r}")
-        await asyncio.sleep(interval)
-    return result
-
-
-@dataclass
-class ServiceStack:
-    """An in-process ``aigcq serve`` and the RunningHub emulator it overflows to."""
-
-    base: str  # http://127.0.0.1:<port> of the service
-    rh: str  # base URL of the emulator
-    service: Any  # aigcq.serve.server.ServeProcess
-
-    @property
-    def ws_url(self) -> str:
-        return self.base.replace("http", "ws", 1) + "/"
-
-    @property
-    def port(self) -> int:
-        return int(self.base.rsplit(":", 1)[1])
-
-
-@contextlib.asynccontextmanager
-async def service_with_runninghub(
-    config_dir: Any,
-    redis: Any,
-    redis_url: str,
-    *,
-    models: str,
-    emulator: Any,
-    token: str,
-    **settings: Any,
-) -> AsyncIterator[ServiceStack]:
-    """``models`` is model.json's text; webhooks come back to the service unless
-    ``callback_url`` is given."""
-    from aigcq.config import PlatformConfig, Settings
-    from aigcq.emulators.runninghub import create_app
-    from aigcq.serve.server import ServeProcess
-
-    (config_dir / "model.json").write_text(models)
-    async with serve_app(create_app(emulator)) as rh:
-        s = Settings(
-            redis_url=redis_url,
-            token_secret="t" * 32,
-            client_tokens=[token],
-            config_dir=config_dir,
-            runninghub_url=rh,
-            sweep_interval_s=0.1,
-            **settings,
-        )
-        service = ServeProcess(s, PlatformConfig.load(config_dir), redis)
-        async with serve_app(service.app) as base:
-            if "callback_url" not in settings:
-                s.callback_url = base
-            yield ServiceStack(base, rh, service)
-
-
-#: keys background loops rewrite on their own schedule (health state, free bridge slots
-#: per process, the loops' leases, which expire): not part of what a refused request must
-#: leave unchanged
-BACKGROUND_KEYS = re.compile(r"^md:state:|:internal:free$|:lock:")
-
-
-async def redis_snapshot(redis: aioredis.Redis) -> dict[str, tuple[str, Any]]:
-    """Every key with its type and whole content: what 'changes nothing' is checked
-    against (sizes alone would miss a field rewritten in place, a task's status say)."""
-    read = {
-        "hash": redis.hgetall,
-        "list": lambda k: redis.lrange(k, 0, -1),
-        "zset": lambda k: redis.zrange(k, 0, -1, withscores=True),
-        "set": lambda k: _sorted(redis.smembers(k)),
-        "string": redis.get,
-        "stream": lambda k: redis.xrange(k),
-    }
-    out: dict[str, tuple[str, Any]] = {}
-    for key in await redis.keys("*"):
-        if BACKGROUND_KEYS.search(str(key)):
-            continue
-        kind = str(await redis.type(key))
-        content = read.get(kind)
-        out[str(key)] = (kind, await content(key) if content else None)
-    return out
-
-
-async def _sorted(members: Awaitable[set[Any]]) -> list[Any]:
-    return sorted(await members)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,9 @@ from aigcq.emulators._records import paid_runs
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.signing import webhook_url
 from aigcq.serve.server import ServeProcess
-from tests.e2e.conftest import Client, generate
-from tests.helpers import serve_app, until
+from tests.fakes.client import Client, generate
+from tests.fakes.servers import serve_app
+from tests.fakes.waiting import until
 
 TOKEN = "paid-client-token"
 RH_KEY = "rh-key"
@@ -144,4 +145,16 @@ async def paid_stack(
             yield Paid(service, client, base, {"runninghub": rh_url, "coze": cz_url})
         finally:
             await client.close()
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a loop turn: the server handles the close before exit
+
+
+async def created(env: Paid, task_id: str, n: int = 1, platform: str = "runninghub") -> None:
+    """Until RunningHub (or ``platform``) has ``n`` creates of ``task_id``."""
+    await until(partial(env.creates, task_id, platform), lambda c: len(c) >= n, within=15)
+
+
+async def expire_now(env: Paid, task_id: str) -> None:
+    """Let time pass for one task: its deadline is now (what a long wait would do)."""
+    keys = env.service.rt.store.keys
+    await env.service.rt.redis.hset(keys.task(task_id), "deadline", 1)
+    await env.service.rt.redis.zadd(keys.inflight, {task_id: 1}, xx=True)

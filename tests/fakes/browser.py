@@ -18,6 +18,8 @@ import httpx
 import orjson
 import websockets
 
+from tests.fakes.waiting import wait_until
+
 FLAGS = [
     "--headless",
     "--remote-debugging-port=0",
@@ -70,13 +72,7 @@ class Page:
 
     async def wait_for(self, expression: str, within: float = 10.0) -> Any:
         """Poll ``expression`` until it is truthy; return its value."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while not (value := await self.eval(expression)):
-            if loop.time() > deadline:
-                raise AssertionError(f"not true within {within}s: {expression}")
-            await asyncio.sleep(0.1)
-        return value
+        return await wait_until(lambda: self.eval(expression), within, 0.1, what=expression)
 
     async def goto(self, url: str) -> None:
         await self.send("Page.navigate", url=url)
@@ -120,13 +116,13 @@ async def chromium(executable: str, profile: Path) -> AsyncIterator[Page]:
 
 async def _devtools_port(path: Path, proc: subprocess.Popen[bytes], within: float = 30.0) -> int:
     """Chromium writes its DevTools port to ``DevToolsActivePort`` once it listens."""
-    for _ in range(int(within / 0.1)):
+
+    def port() -> int | None:
         if proc.poll() is not None:
             raise RuntimeError(f"chromium exited with {proc.returncode}")
-        if (port := _port_in(path)) is not None:
-            return port
-        await asyncio.sleep(0.1)
-    raise TimeoutError("chromium did not open its DevTools port")
+        return _port_in(path)
+
+    return await wait_until(port, within, 0.1, what="chromium's DevTools port")
 
 
 def _port_in(path: Path) -> int | None:

@@ -1,0 +1,75 @@
+"""A bridge written with websockets (``Bridge``): what the hub sees of a GPU machine."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+import pytest
+import websockets
+
+if TYPE_CHECKING:
+    from tests.fakes.service import Env
+
+#: the bridge token of the in-process services (``Settings(bridge_token=...)``)
+BRIDGE_TOKEN = "bridge-token"
+
+
+class Bridge:
+    """A minimal bridge: send frames, read the hub's frames (PINGs are skipped)."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+
+    @classmethod
+    async def connect(cls, port: int, token: str | None = BRIDGE_TOKEN) -> Bridge:
+        query = f"?token={token}" if token is not None else ""
+        return cls(await websockets.connect(f"ws://127.0.0.1:{port}/ws{query}"))
+
+    async def send(self, kind: str | dict[str, Any], data: dict[str, Any] | None = None) -> None:
+        raw = kind if isinstance(kind, dict) else {"type": kind, "data": data or {}}
+        await self.ws.send(orjson.dumps(raw).decode())
+
+    async def register(self, bridge_id: str = "br1", count: int = 2, **extra: Any) -> None:
+        data = {"bridgeId": bridge_id, "instanceCount": count, "availableInstanceCount": count}
+        await self.send("REGISTER", data | extra)
+
+    async def next(self, timeout: float = 5.0) -> dict[str, Any]:
+        while True:
+            msg: dict[str, Any] = orjson.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+            if msg["type"] != "PING":
+                return msg
+
+    async def ack(self, task_id: str, code: int = 0) -> None:
+        await self.send("TASK_ACK", {"code": code, "msg": "ok", "data": {"taskId": task_id}})
+
+    async def close_code(self) -> int | None:
+        with pytest.raises(websockets.ConnectionClosed):
+            await self.next()
+        code: int | None = self.ws.close_code
+        return code
+
+
+async def task_end(env: Env, webhook: str, code: int = 0) -> int:
+    """POST a TASK_END (``code`` 0 = success) to the signed URL, its host rewritten to the
+    test server."""
+    body = {
+        "event": "TASK_END",
+        "taskId": "x",
+        "eventData": orjson.dumps({"code": code, "msg": "success", "data": []}).decode(),
+    }
+    async with httpx.AsyncClient() as http:
+        url = f"{env.base}{urlsplit(webhook).path}?{urlsplit(webhook).query}"
+        return (await http.post(url, json=body)).status_code
+
+
+def instances_with(*models: str) -> list[dict[str, Any]]:
+    """REGISTER's ``instances``: one idle instance that has these model files."""
+    classes = ["CheckpointLoaderSimple", "EmptyLatentImage", "VAEDecode", "SaveImage"]
+    return [
+        {"instanceId": "i0", "url": "http://i0", "state": "idle", "nodeClasses": classes,
+         "models": list(models)}
+    ]  # fmt: skip
