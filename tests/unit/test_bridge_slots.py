@@ -26,10 +26,17 @@ class Ledger(RuleBasedStateMachine):
     def _gave_back(self, task_id: str) -> None:
         self.freed[task_id] = self.freed.get(task_id, 0) + 1
 
-    @rule(instances=COUNTS, available=COUNTS, held=st.none() | st.sets(TASKS))
-    def report(self, instances: int, available: int, held: set[str] | None) -> None:
+    @rule(
+        instances=COUNTS,
+        available=COUNTS,
+        held=st.none() | st.sets(TASKS),
+        busy_with=st.sets(TASKS),
+    )
+    def report(
+        self, instances: int, available: int, held: set[str] | None, busy_with: set[str]
+    ) -> None:
         running = dict(self.ledger.running)
-        for task_id in self.ledger.report(instances, available, held):
+        for task_id in self.ledger.report(instances, available, held, busy_with):
             assert task_id in running and (held is None or task_id not in held)
             self._gave_back(task_id)
 
@@ -49,12 +56,15 @@ class Ledger(RuleBasedStateMachine):
         assert (self.ledger.ack(task_id) is not None) == pending
         assert self.ledger.free == free
 
-    @rule(task_id=TASKS)
-    def refuse(self, task_id: str) -> None:
+    @rule(task_id=TASKS, withhold=st.booleans())
+    def refuse(self, task_id: str, withhold: bool) -> None:
         free = self.ledger.free
-        if self.ledger.refuse(task_id) is not None:
+        ledger = self.ledger
+        over = ledger.instances - ledger.withheld + ledger.credited < ledger.used
+        if self.ledger.refuse(task_id, withhold=withhold) is not None:
             self._gave_back(task_id)
-            assert self.ledger.free == free  # withheld until the next report
+            # a bare "no room": withheld until the next report; else free at once
+            assert self.ledger.free == free + (0 if withhold or over else 1)
 
     @rule(task_id=TASKS)
     def release(self, task_id: str) -> None:
@@ -123,3 +133,26 @@ def test_a_task_the_bridge_no_longer_holds_frees_its_slot() -> None:
     ledger.ack("t")
     assert ledger.report(1, 1, held=[]) == ["t"]
     assert ledger.free == 1
+
+
+def test_a_report_built_before_a_task_end_cannot_undo_it() -> None:
+    """The bridge built its report while its instance still ran ``t``; the hub applied
+    t's TASK_END first: the report's busy instance running ``t`` is free, not withheld."""
+    ledger = SlotLedger(1, 1)
+    ledger.take("t", Assignment(1, "a", "comfyui"))
+    ledger.ack("t")
+    assert ledger.end("t")
+    ledger.report(1, 0, held=["t"], busy_with=["t"])
+    assert (ledger.free, ledger.withheld) == (1, 0)
+    ledger.report(1, 0, held=["x"], busy_with=["x"])  # someone else's: busy by its word
+    assert (ledger.free, ledger.withheld) == (0, 1)
+
+
+def test_a_refusal_that_says_nothing_about_capacity_withholds_nothing() -> None:
+    ledger = SlotLedger(1, 1)
+    ledger.take("t", Assignment(1, "a", "comfyui"))
+    assert ledger.refuse("t", withhold=False) is not None
+    assert (ledger.free, ledger.withheld) == (1, 0)
+    ledger.take("u", Assignment(1, "a", "comfyui"))
+    assert ledger.refuse("u") is not None  # a seed bridge's bare 421
+    assert (ledger.free, ledger.withheld) == (0, 1)

@@ -241,7 +241,18 @@ class TaskRunner:
     ) -> None:
         status = "RUNNING" if code == ACK_OK else "REJECTED"
         body = AckBody(task_id=task_id, task_status=status, attempt=attempt)
-        sent = await self.send(TaskAckMessage(data=TaskAckData(code=code, msg=msg, data=body)))
+        data = TaskAckData(code=code, msg=msg, data=body)
+        if code != ACK_OK:  # our current counts, applied by the hub at once (no guess)
+            total, free, _ = self.pool.counts()
+            data = data.model_copy(
+                update={
+                    "instance_count": total,
+                    "available_instance_count": free,
+                    "instances": self.pool.infos(),
+                    "tasks": [t for t in self.held() if t != task_id],
+                }
+            )
+        sent = await self.send(TaskAckMessage(data=data))
         log.info(
             "task %s: TASK_ACK code %d%s",
             task_id,

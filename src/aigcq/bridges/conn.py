@@ -111,11 +111,17 @@ class BridgeConn:
         self._changed()
 
     def report(
-        self, instances: int, available: int, held: Collection[str] | None = None
+        self,
+        instances: int,
+        available: int,
+        held: Collection[str] | None = None,
+        described: list[InstanceInfo] | None = None,
     ) -> list[str]:
-        """REGISTER / HEARTBEAT counts (see :meth:`SlotLedger.report`); a sign of life."""
+        """REGISTER / HEARTBEAT / refusal counts (see :meth:`SlotLedger.report`), with the
+        instances as described in the same report; a sign of life."""
         self.last_seen = time.monotonic()
-        gone = self.slots.report(instances, available, held)
+        busy_with = [i.task_id for i in described or () if i.state == "busy" and i.task_id]
+        gone = self.slots.report(instances, available, held, busy_with)
         self._changed(gone=gone)
         return gone
 
@@ -131,8 +137,8 @@ class BridgeConn:
     def ack(self, task_id: str) -> Assignment | None:
         return self.slots.ack(task_id)  # a slot still taken: nothing to re-file
 
-    def refuse(self, task_id: str) -> Assignment | None:
-        assignment = self.slots.refuse(task_id)
+    def refuse(self, task_id: str, *, withhold: bool = True) -> Assignment | None:
+        assignment = self.slots.refuse(task_id, withhold=withhold)
         self._changed(gone=[task_id] if assignment else ())
         return assignment
 

@@ -300,7 +300,9 @@ class BridgeHub:
 
     async def _heartbeat(self, conn: BridgeConn, data: HeartbeatData) -> None:
         before = conn.free()
-        gone = conn.report(data.instance_count, data.available_instance_count, data.tasks)
+        gone = conn.report(
+            data.instance_count, data.available_instance_count, data.tasks, data.instances
+        )
         if data.instances is not None:
             conn.describe(data.instances)
         for task_id in gone:

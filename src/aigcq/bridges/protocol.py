@@ -108,9 +108,21 @@ class AckBody(_Model):
 
 
 class TaskAckData(_Model):
+    """Seed fields plus ours: a refusal may carry the bridge's current counts (both
+    ``instanceCount`` and ``availableInstanceCount``, optionally ``instances`` and ``tasks``
+    as in HEARTBEAT), which the hub applies at once instead of guessing."""
+
     code: int = ACK_OK
     msg: str = "success"
     data: AckBody
+    instance_count: NonNegInt | None = None
+    available_instance_count: NonNegInt | None = None
+    instances: list[InstanceInfo] | None = None
+    tasks: list[str] | None = None
+
+    @property
+    def has_counts(self) -> bool:
+        return self.instance_count is not None and self.available_instance_count is not None
 
 
 class TaskProgressData(_Model):

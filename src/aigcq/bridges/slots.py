@@ -50,7 +50,15 @@ class Assignment:
 class SlotLedger:
     """Slot accounting of one bridge (see the module docstring for the invariant)."""
 
-    __slots__ = ("_ended_early", "credited", "instances", "pending", "running", "withheld")
+    __slots__ = (
+        "_ended",
+        "_ended_early",
+        "credited",
+        "instances",
+        "pending",
+        "running",
+        "withheld",
+    )
 
     def __init__(self, instances: int = 0, available: int | None = None) -> None:
         self.instances = 0
@@ -59,6 +67,9 @@ class SlotLedger:
         self.pending: dict[str, Assignment] = {}
         self.running: dict[str, int] = {}  # taskId -> attempt
         self._ended_early: OrderedDict[str, None] = OrderedDict()
+        #: acknowledged tasks that ended here lately: a report still listing one was built
+        #: before its end, and counts its slot busy only because of that
+        self._ended: OrderedDict[str, None] = OrderedDict()
         if instances:
             self.report(instances, instances if available is None else available)
 
@@ -81,17 +92,25 @@ class SlotLedger:
     # ---- what the bridge reports -----------------------------------------------------
 
     def report(
-        self, instances: int, available: int, held: Collection[str] | None = None
+        self,
+        instances: int,
+        available: int,
+        held: Collection[str] | None = None,
+        busy_with: Collection[str] = (),
     ) -> list[str]:
-        """The bridge's count (REGISTER, HEARTBEAT). With ``held`` (the task ids the bridge
-        still holds), acknowledged tasks it no longer holds have ended: their slots are
-        freed and their ids returned. Assignments it has not acknowledged are not in its
-        count yet: they stay taken."""
+        """The bridge's count (REGISTER, HEARTBEAT, a refusal's counts). With ``held`` (the
+        task ids the bridge still holds), acknowledged tasks it no longer holds have ended:
+        their slots are freed and their ids returned. Assignments it has not acknowledged
+        are not in its count yet: they stay taken. ``busy_with``: the task ids its busy
+        instances run; one that already ended here means the report was built before that
+        end, which it cannot undo (that instance counts free)."""
         gone = [t for t in self.running if t not in held] if held is not None else []
         for task_id in gone:
             del self.running[task_id]
         self.instances = max(0, instances)
         busy = max(0, self.instances - max(0, available))
+        stale = sum(1 for t in set(busy_with) if t in self._ended and not self.holds(t))
+        busy = max(0, busy - stale)
         # busy by its count beyond our acknowledged tasks: someone else's (or offline);
         # fewer busy than our tasks: some finished, their TASK_END not here yet
         self.withheld = max(0, busy - len(self.running))
@@ -127,11 +146,14 @@ class SlotLedger:
             self.running[task_id] = assignment.attempt
         return assignment
 
-    def refuse(self, task_id: str) -> Assignment | None:
-        """TASK_ACK with a non-zero code: the task leaves, and the bridge is taken at its
-        word that it has no room: the slot stays busy (withheld) until its next report."""
+    def refuse(self, task_id: str, *, withhold: bool = True) -> Assignment | None:
+        """TASK_ACK with a non-zero code: the task leaves. With ``withhold`` (a bare "no
+        free instance" from a bridge that sent no counts) the bridge is taken at its word
+        that it has no room: the slot stays busy (withheld) until its next report; without
+        (a refusal that says nothing about capacity, or that carries the bridge's counts,
+        applied next by :meth:`report`) the slot is free at once."""
         assignment = self._unpend(task_id)
-        if assignment is not None:
+        if assignment is not None and withhold:
             self.withheld += 1
         return assignment
 
@@ -155,12 +177,11 @@ class SlotLedger:
         if self.running.pop(task_id, None) is not None:
             if self.credited > 0:  # freed already when the bridge counted it free
                 self.credited -= 1
+            _remember(self._ended, task_id)
             return True
         if self._unpend(task_id) is None:
             return False
-        self._ended_early[task_id] = None
-        while len(self._ended_early) > ENDED_EARLY_KEPT:
-            self._ended_early.popitem(last=False)
+        _remember(self._ended_early, task_id)
         return True
 
     def ended_early(self, task_id: str) -> bool:
@@ -172,3 +193,10 @@ class SlotLedger:
         if assignment is not None:
             assignment.stop_timer()
         return assignment
+
+
+def _remember(kept: OrderedDict[str, None], task_id: str) -> None:
+    kept[task_id] = None
+    kept.move_to_end(task_id)
+    while len(kept) > ENDED_EARLY_KEPT:
+        kept.popitem(last=False)
