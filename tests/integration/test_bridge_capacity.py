@@ -148,3 +148,37 @@ async def test_a_task_past_its_deadline_on_the_bridge_holding_it_is_not_claimed_
     for ws in (bridge.ws, other.ws):
         await ws.close()
     await client.close()
+
+
+async def test_a_cancelled_tasks_slot_waits_for_the_bridges_capacity_report(env: Env) -> None:
+    """A bridge that sends CAPACITY (REGISTER ``capacityReports``): after a cancel its slot
+    is offered again only when it reports the instance free; a report older than one
+    applied changes nothing (issue 24, item 2). A seed bridge's is free at once (see
+    test_bridge_slots)."""
+    hub = env.service.hub
+    assert hub is not None
+    bridge = await env.bridge()
+    await bridge.register(count=1, capacityReports=True)
+    client = await env.client()
+    await client.request(generate("c1"))
+    assert (await bridge.next())["data"]["taskId"] == "c1"
+    await bridge.ack("c1")
+    await until(lambda: env.task("c1"), lambda t: t.state == TaskState.RUNNING)
+    await client.request(generate("c2"))
+    assert (await client.request({"type": "cancel", "taskId": "c1"}))["type"] == "cancelled"
+    assert (await bridge.next())["type"] == "TASK_CANCEL"
+    with pytest.raises(TimeoutError):  # its instance is still stopping the prompt
+        await bridge.next(timeout=0.5)
+    stopping = {"instanceCount": 1, "availableInstanceCount": 0, "tasks": ["c1"]}
+    await bridge.send("CAPACITY", {"seq": 2, **stopping})
+    with pytest.raises(TimeoutError):
+        await bridge.next(timeout=0.3)
+    free = {"instanceCount": 1, "availableInstanceCount": 1, "tasks": []}
+    await bridge.send("CAPACITY", {"seq": 1, **free})  # older than the one applied
+    with pytest.raises(TimeoutError):
+        await bridge.next(timeout=0.3)
+    await bridge.send("CAPACITY", {"seq": 3, **free})
+    nxt = await bridge.next(timeout=2.0)
+    assert (nxt["type"], nxt["data"]["taskId"], nxt["data"]["attempt"]) == ("TASK_ASSIGN", "c2", 1)
+    await bridge.ws.close()
+    await client.close()

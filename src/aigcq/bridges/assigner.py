@@ -193,7 +193,7 @@ class Assigner:
             holder=conn.bridge_id,
         )
         # no longer wanted (cancelled, superseded): stop it on the bridge
-        if not ok and conn.end(task_id, pending.attempt):
+        if not ok and conn.end(task_id, pending.attempt, stopping=True):
             self._spawn(self.ends.cancel_on(conn, task_id, pending.attempt))
             self.wake()
         log.info(

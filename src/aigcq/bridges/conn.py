@@ -52,6 +52,10 @@ class BridgeConn:
     instance_states: list[dict[str, Any]] = field(default_factory=list)
     #: what each instance offers (None: not known, not ruled out; see :mod:`.capabilities`)
     offers: tuple[Needs, ...] | None = None
+    #: it sends CAPACITY when an instance's state changes (REGISTER ``capacityReports``)
+    reports_capacity: bool = False
+    #: the ``seq`` of the last CAPACITY applied (an older one is dropped)
+    capacity_seq: int = -1
     #: the registry holding this connection, told of every change to the above
     owner: Filing | None = field(default=None, repr=False)
 
@@ -152,8 +156,10 @@ class BridgeConn:
         self._changed(gone=list(out))
         return out
 
-    def end(self, task_id: str, attempt: int | None = None) -> bool:
-        ended = self.slots.end(task_id, attempt)
+    def end(self, task_id: str, attempt: int | None = None, *, stopping: bool = False) -> bool:
+        """The task ended here; with ``stopping`` (told to stop it) its slot stays taken
+        until the bridge reports the instance free, if it sends such reports."""
+        ended = self.slots.end(task_id, attempt, stopping=stopping and self.reports_capacity)
         self._changed(gone=[task_id] if ended else ())
         return ended
 

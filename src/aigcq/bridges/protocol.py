@@ -90,9 +90,25 @@ class RegisterData(_Model):
     tasks: list[str] | None = None  # task ids the bridge still holds (after a reconnect)
     version: str | None = None
     token: str | None = None
+    #: ours: the bridge sends CAPACITY when an instance's state changes (see CapacityData)
+    capacity_reports: bool | None = None
 
 
 class HeartbeatData(_Model):
+    instance_count: NonNegInt
+    available_instance_count: NonNegInt
+    busy_instance_count: NonNegInt | None = None
+    timestamp: str | None = None
+    instances: list[InstanceInfo] | None = None
+    tasks: list[str] | None = None
+
+
+class CapacityData(_Model):
+    """Ours: the bridge's counts when an instance's state changes (busy, free after a
+    cancel, offline, online). ``seq`` grows with every report a bridge builds (from 1, per
+    bridge process): a report older than one the hub applied is dropped."""
+
+    seq: NonNegInt
     instance_count: NonNegInt
     available_instance_count: NonNegInt
     busy_instance_count: NonNegInt | None = None
@@ -206,6 +222,11 @@ class TaskAckMessage(_Message):
     data: TaskAckData
 
 
+class CapacityMessage(_Message):
+    type: Literal["CAPACITY"] = "CAPACITY"
+    data: CapacityData
+
+
 class TaskProgressMessage(_Message):
     type: Literal["TASK_PROGRESS"] = "TASK_PROGRESS"
     data: TaskProgressData
@@ -239,6 +260,7 @@ class ErrorMessage(_Message):
 BridgeMessage = (
     RegisterMessage
     | HeartbeatMessage
+    | CapacityMessage
     | TaskAckMessage
     | TaskProgressMessage
     | PongMessage
@@ -251,6 +273,7 @@ BridgeMessage = (
 _FROM_BRIDGE: tuple[type[_Message], ...] = (
     RegisterMessage,
     HeartbeatMessage,
+    CapacityMessage,
     TaskAckMessage,
     TaskProgressMessage,
     PongMessage,
