@@ -38,7 +38,9 @@ async def test_a_workflow_not_found_refusal_frees_the_slot_at_once(env: Env) -> 
     await client.request(generate("good"))
     nxt = await bridge.next(timeout=2.0)  # no HEARTBEAT in between
     assert (nxt["type"], nxt["data"]["taskId"]) == ("TASK_ASSIGN", "good")
-    assert time.monotonic() - refused_at < 1.0
+    took = time.monotonic() - refused_at
+    assert took < 1.0
+    print(f"380 refusal -> next task assigned: {took:.3f}s")
     assert env.service.hub is not None
     assert env.service.hub.registry.bridges["br1"].slots.withheld == 0
     await bridge.ws.close()
@@ -139,6 +141,7 @@ async def test_a_task_past_its_deadline_on_the_bridge_holding_it_is_not_claimed_
     await asyncio.sleep(2.0)
     claims = (await env.task("late")).attempt - before
     assert claims <= 6, f"{claims} claims in 2 s"
+    print(f"claims of a task its bridge still holds: {claims} in 2 s")
     assert hub.registry.bridges["br1"].slots.holds("late")
     # another bridge with a free slot gets it
     other = await env.bridge()
