@@ -30,6 +30,8 @@ from aigcq.agent.web import create_web_app
 from aigcq.agent.workflow import WorkflowSource
 from aigcq.bridges.protocol import (
     BridgeMessage,
+    CapacityData,
+    CapacityMessage,
     HeartbeatData,
     HeartbeatMessage,
     RegisterData,
@@ -106,6 +108,8 @@ class Bridge:
         self._changes = Spawner()
         for instance in self.pool.instances:
             instance.on_change = self._instances_changed
+        self._seq = 0  # of CAPACITY reports, this process
+        self.runner.on_free = self._slot_freed
 
     # -- messages --
     async def _send(self, msg: BridgeMessage) -> bool:
@@ -115,6 +119,28 @@ class Bridge:
         """An instance came back or went away: tell aigcq now (a HEARTBEAT out of turn)."""
         if self.link.state == "connected":
             self._changes(self._beat_now())
+
+    def _slot_freed(self) -> None:
+        """An instance let a prompt go (finished, or stopped after a cancel): CAPACITY."""
+        if self.link.state == "connected":
+            self._changes(self._send_capacity())
+
+    async def _send_capacity(self) -> None:
+        await self._send(self._capacity_message())  # built when sent, as a HEARTBEAT
+
+    def _capacity_message(self) -> CapacityMessage:
+        total, free, busy = self.pool.counts()
+        self._seq += 1
+        data = CapacityData(
+            seq=self._seq,
+            instance_count=total,
+            available_instance_count=free,
+            busy_instance_count=busy,
+            timestamp=utc_timestamp(),
+            instances=self.pool.infos(),
+            tasks=self.runner.held(),
+        )
+        return CapacityMessage(data=data)
 
     async def _beat_now(self) -> None:
         # built when sent, not when asked for: a stale task list would tell aigcq that a
@@ -134,6 +160,7 @@ class Bridge:
             instances=self.pool.infos(),
             tasks=self.runner.held(),
             version=__version__,
+            capacity_reports=True,
         )
         return RegisterMessage(data=data)
 

@@ -55,6 +55,9 @@ from aigcq.observability.jsonlog import ctx
 log = logging.getLogger(__name__)
 
 _FINAL_EVENTS = frozenset({"execution_success", "execution_error", "execution_interrupted"})
+#: how long a cancel waits for ComfyUI to let the prompt go, and how often it looks
+STOP_WAIT_S = 10.0
+STOP_POLL_S = 0.05
 
 
 @dataclass(eq=False)
@@ -74,6 +77,8 @@ class TaskRunner:
     prompts: HeldPrompts = field(init=False)
     #: cancelled by the hub before their prompt started (a workflow being fetched)
     stopped: set[str] = field(init=False, default_factory=set)
+    #: called when an instance's slot is released (the bridge sends CAPACITY)
+    on_free: Callable[[], None] = field(init=False, default=lambda: None)
 
     def __post_init__(self) -> None:
         self.follow = Follower(self.send, self.files_dir, self.public_url, self.settings)
@@ -190,6 +195,9 @@ class TaskRunner:
         finally:
             self.running.pop(task.task_id, None)
             self.pool.release(task.instance, task.task_id)
+            self.on_free()
+        if task.cancelled:
+            return  # it ended while being stopped: the hub no longer wants it
         self._finish(task.task_id, webhook_url, result)
 
     async def _send(self, task: RunningTask, workflow: Workflow) -> None:
@@ -204,6 +212,7 @@ class TaskRunner:
                 task.sending = False
         if task.cancelled:
             await self._stop(task)
+            await self._until_stopped(task)
             raise asyncio.CancelledError
 
     async def _stop(self, task: RunningTask) -> None:
@@ -233,15 +242,43 @@ class TaskRunner:
         if task.sending:
             return  # _send stops it once ComfyUI has answered
         await self._stop(task)
+        # the slot is free when ComfyUI has let the prompt go (an interrupt takes about a
+        # second), not when it was asked to: the instance is released, and the hub told
+        # (CAPACITY), only then
+        await self._until_stopped(task)
         if task.job is not None:
             task.job.cancel()
+
+    async def _until_stopped(self, task: RunningTask) -> None:
+        """Until ``task``'s prompt is neither running nor waiting on its instance (at most
+        ``STOP_WAIT_S``; an instance that does not answer has let it go)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_WAIT_S
+        while loop.time() < deadline:
+            try:
+                if not await task.instance.queued(task.prompt_id):
+                    return
+            except InstanceDown:
+                return
+            await asyncio.sleep(STOP_POLL_S)
 
     async def _ack(
         self, task_id: str, attempt: int | None, code: int = ACK_OK, msg: str = "success"
     ) -> None:
         status = "RUNNING" if code == ACK_OK else "REJECTED"
         body = AckBody(task_id=task_id, task_status=status, attempt=attempt)
-        sent = await self.send(TaskAckMessage(data=TaskAckData(code=code, msg=msg, data=body)))
+        data = TaskAckData(code=code, msg=msg, data=body)
+        if code != ACK_OK:  # our current counts, applied by the hub at once (no guess)
+            total, free, _ = self.pool.counts()
+            data = data.model_copy(
+                update={
+                    "instance_count": total,
+                    "available_instance_count": free,
+                    "instances": self.pool.infos(),
+                    "tasks": [t for t in self.held() if t != task_id],
+                }
+            )
+        sent = await self.send(TaskAckMessage(data=data))
         log.info(
             "task %s: TASK_ACK code %d%s",
             task_id,

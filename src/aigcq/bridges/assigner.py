@@ -73,9 +73,15 @@ class Assigner:
         handed: list[HandBack] = []
         for c in tasks:
             needs = await self.needs.of(c)
-            conn = self.registry.pick(c.workflow_id, needs)
+            holding = self.registry.holders(c.task_id)  # an older attempt still there
+            conn = self.registry.pick(c.workflow_id, needs, exclude=holding)
             if conn is not None:
                 await self.send_assign(conn, aigc, platform, c)
+            elif holding and self.registry.free_slots() > 0:
+                # only the bridge(s) still holding its older attempt have room: wait for
+                # them to let it go (or another bridge to free up), not in a claim loop
+                reason = f"bridge {holding[0].bridge_id} still holds an older attempt"
+                await self.lifecycle.not_run(c.task_id, c.attempt, reason, delay_s=BUSY_WAIT_S)
             elif (back := await self._unplaced(aigc, platform, c, needs)) is not None:
                 handed.append(back)
         return handed
@@ -128,16 +134,32 @@ class Assigner:
             await self.refused(conn, task_id, data)
 
     async def refused(self, conn: BridgeConn, task_id: str, data: TaskAckData) -> None:
-        """A refusal: the slot stays busy until the bridge's next report (it said it has no
-        room); the task waits again, or fails when nobody knows its workflow."""
-        pending = conn.refuse(task_id)
+        """A refusal: nothing is withheld on a guess. Counts in the refusal are the bridge's
+        current truth, applied at once; a refusal that says nothing about capacity (380)
+        frees the slot at once; only a bare 421 (or an unknown code) from a bridge that
+        sends no counts (a seed bridge) keeps the slot busy until its next report. The
+        task waits again (after a back-off when this bridge still has a free slot, so it
+        does not come straight back to be refused), or fails when nobody knows its
+        workflow."""
+        counted = data.has_counts
+        withhold = not counted and data.code != ACK_WORKFLOW_NOT_FOUND
+        pending = conn.refuse(task_id, withhold=withhold)
         assert pending is not None
+        if counted:
+            assert data.instance_count is not None and data.available_instance_count is not None
+            conn.report(
+                data.instance_count, data.available_instance_count, data.tasks, data.instances
+            )
+            if data.instances is not None:
+                conn.describe(data.instances)
+            await self.registry.save(conn)
         reason = f"bridge {conn.bridge_id} refused: {data.code} {data.msg}"
         if data.code == ACK_WORKFLOW_NOT_FOUND:
             if not await self.workflow_known(pending.workflow_id):
                 await self.lifecycle.unrunnable(
                     task_id, "WorkflowNotFound", data.msg, pending.workflow_id
                 )
+                self.wake()
                 return
             await self.lifecycle.retry_or_fail(  # a new attempt each time: bounded
                 task_id,
@@ -150,7 +172,8 @@ class Assigner:
                 detail={"code": "WorkflowNotFound", "workflowId": pending.workflow_id},
             )
         else:
-            await self.lifecycle.not_run(task_id, pending.attempt, reason)
+            delay = BUSY_WAIT_S if conn.free() > 0 else 0.0
+            await self.lifecycle.not_run(task_id, pending.attempt, reason, delay_s=delay)
         self.wake()
 
     async def workflow_known(self, workflow_id: str) -> bool:
@@ -170,7 +193,7 @@ class Assigner:
             holder=conn.bridge_id,
         )
         # no longer wanted (cancelled, superseded): stop it on the bridge
-        if not ok and conn.end(task_id, pending.attempt):
+        if not ok and conn.end(task_id, pending.attempt, stopping=True):
             self._spawn(self.ends.cancel_on(conn, task_id, pending.attempt))
             self.wake()
         log.info(
@@ -198,8 +221,9 @@ class Assigner:
             charged=c.charged,
             task_id=c.task_id,
         )
-        if not conn.take(c.task_id, pending):
-            await self.lifecycle.not_run(c.task_id, c.attempt, f"bridge {conn.bridge_id} is full")
+        if not conn.take(c.task_id, pending):  # full, or it holds the task: not at once again
+            reason = f"bridge {conn.bridge_id} is full"
+            await self.lifecycle.not_run(c.task_id, c.attempt, reason, delay_s=BUSY_WAIT_S)
             return
         pending.timer = asyncio.get_running_loop().call_later(
             self.config().ack_timeout_s, self._spawn_ack_timeout, conn, c.task_id

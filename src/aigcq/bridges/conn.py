@@ -52,6 +52,10 @@ class BridgeConn:
     instance_states: list[dict[str, Any]] = field(default_factory=list)
     #: what each instance offers (None: not known, not ruled out; see :mod:`.capabilities`)
     offers: tuple[Needs, ...] | None = None
+    #: it sends CAPACITY when an instance's state changes (REGISTER ``capacityReports``)
+    reports_capacity: bool = False
+    #: the ``seq`` of the last CAPACITY applied (an older one is dropped)
+    capacity_seq: int = -1
     #: the registry holding this connection, told of every change to the above
     owner: Filing | None = field(default=None, repr=False)
 
@@ -111,11 +115,17 @@ class BridgeConn:
         self._changed()
 
     def report(
-        self, instances: int, available: int, held: Collection[str] | None = None
+        self,
+        instances: int,
+        available: int,
+        held: Collection[str] | None = None,
+        described: list[InstanceInfo] | None = None,
     ) -> list[str]:
-        """REGISTER / HEARTBEAT counts (see :meth:`SlotLedger.report`); a sign of life."""
+        """REGISTER / HEARTBEAT / refusal counts (see :meth:`SlotLedger.report`), with the
+        instances as described in the same report; a sign of life."""
         self.last_seen = time.monotonic()
-        gone = self.slots.report(instances, available, held)
+        busy_with = [i.task_id for i in described or () if i.state == "busy" and i.task_id]
+        gone = self.slots.report(instances, available, held, busy_with)
         self._changed(gone=gone)
         return gone
 
@@ -131,8 +141,8 @@ class BridgeConn:
     def ack(self, task_id: str) -> Assignment | None:
         return self.slots.ack(task_id)  # a slot still taken: nothing to re-file
 
-    def refuse(self, task_id: str) -> Assignment | None:
-        assignment = self.slots.refuse(task_id)
+    def refuse(self, task_id: str, *, withhold: bool = True) -> Assignment | None:
+        assignment = self.slots.refuse(task_id, withhold=withhold)
         self._changed(gone=[task_id] if assignment else ())
         return assignment
 
@@ -146,8 +156,10 @@ class BridgeConn:
         self._changed(gone=list(out))
         return out
 
-    def end(self, task_id: str, attempt: int | None = None) -> bool:
-        ended = self.slots.end(task_id, attempt)
+    def end(self, task_id: str, attempt: int | None = None, *, stopping: bool = False) -> bool:
+        """The task ended here; with ``stopping`` (told to stop it) its slot stays taken
+        until the bridge reports the instance free, if it sends such reports."""
+        ended = self.slots.end(task_id, attempt, stopping=stopping and self.reports_capacity)
         self._changed(gone=[task_id] if ended else ())
         return ended
 

@@ -80,9 +80,13 @@ class TaskEnds:
         held = conn.slots.attempt_of(task_id)
         if held is None or (end is TaskEnd.GONE and attempt not in (None, held)):
             return  # a newer attempt runs there: its slot stays taken
-        if end is TaskEnd.CANCELLED or (end is not TaskEnd.GONE and held != attempt):
+        stop = end is TaskEnd.CANCELLED or (end is not TaskEnd.GONE and held != attempt)
+        if stop:
             self._spawn(self.cancel_on(conn, task_id, held))
-        conn.end(task_id)
+        # told to stop it: a bridge that reports its capacity frees the slot when its
+        # instance is free (ComfyUI takes about a second to stop a prompt); a seed bridge's
+        # is free now
+        conn.end(task_id, stopping=stop)
         self.wake()
 
     async def cancel_on(self, conn: BridgeConn, task_id: str, attempt: int) -> None:

@@ -23,6 +23,8 @@ from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
     BridgeMessage,
+    CapacityData,
+    CapacityMessage,
     HeartbeatData,
     HeartbeatMessage,
     PingMessage,
@@ -127,8 +129,11 @@ class BridgeHub:
         return self.registry.free_slots() if self.health.healthy else 0
 
     def free_elsewhere(self) -> int:
-        """Free slots on bridges connected to other processes (see :mod:`.peers`)."""
-        return self.peers.elsewhere
+        """Slots tasks wait for rather than overflow to a paid platform: free slots on
+        bridges connected to other processes (see :mod:`.peers`), and slots here whose
+        instance is stopping a cancelled prompt (free within about a second)."""
+        stopping = sum(c.slots.stopped for c in self.registry.live() if c.quarantined_at is None)
+        return self.peers.elsewhere + (stopping if self.health.healthy else 0)
 
     async def run(self) -> None:
         await asyncio.gather(self.health.run(), self.peers.run())
@@ -230,6 +235,8 @@ class BridgeHub:
             await session.error("NotRegistered", f"{msg.type} before REGISTER")
         elif isinstance(msg, HeartbeatMessage):
             await self._heartbeat(conn, msg.data)
+        elif isinstance(msg, CapacityMessage):
+            await self._capacity(conn, msg.data)
         elif isinstance(msg, TaskAckMessage):
             await self.assigner.on_ack(session, conn, msg.data)
         elif isinstance(msg, PongMessage):
@@ -253,6 +260,8 @@ class BridgeHub:
         if old is not None and old is not session.conn:
             await self._lost(old, "replaced by a new connection", check=False)
         conn = session.conn or BridgeConn(bridge_id, session.send)
+        conn.reports_capacity = bool(data.capacity_reports)
+        conn.capacity_seq = -1  # a new bridge process counts again
         conn.set_state(online=True, drained=bridge_id in self.registry.drained)
         conn.report(data.instance_count, data.available_instance_count)
         conn.describe(data.instances)
@@ -300,7 +309,9 @@ class BridgeHub:
 
     async def _heartbeat(self, conn: BridgeConn, data: HeartbeatData) -> None:
         before = conn.free()
-        gone = conn.report(data.instance_count, data.available_instance_count, data.tasks)
+        gone = conn.report(
+            data.instance_count, data.available_instance_count, data.tasks, data.instances
+        )
         if data.instances is not None:
             conn.describe(data.instances)
         for task_id in gone:
@@ -318,6 +329,28 @@ class BridgeHub:
             conn.free(),
             extra=ctx(bridge=conn.bridge_id),
         )
+        if conn.free() > before:
+            self.wake()
+
+    async def _capacity(self, conn: BridgeConn, data: CapacityData) -> None:
+        """CAPACITY: an instance's state changed. Applied as a HEARTBEAT is, unless older
+        than one already applied (its ``seq``); a task being stopped that it no longer
+        lists frees its slot now."""
+        if data.seq <= conn.capacity_seq:
+            log.debug(
+                "bridge %s: CAPACITY %d dropped (%d applied)",
+                conn.bridge_id,
+                data.seq,
+                conn.capacity_seq,
+                extra=ctx(bridge=conn.bridge_id),
+            )
+            return
+        conn.capacity_seq = data.seq
+        before = conn.free()
+        conn.report(data.instance_count, data.available_instance_count, data.tasks, data.instances)
+        if data.instances is not None:
+            conn.describe(data.instances)
+        await self.rotation.save(conn)
         if conn.free() > before:
             self.wake()
 

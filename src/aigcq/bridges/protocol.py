@@ -90,9 +90,25 @@ class RegisterData(_Model):
     tasks: list[str] | None = None  # task ids the bridge still holds (after a reconnect)
     version: str | None = None
     token: str | None = None
+    #: ours: the bridge sends CAPACITY when an instance's state changes (see CapacityData)
+    capacity_reports: bool | None = None
 
 
 class HeartbeatData(_Model):
+    instance_count: NonNegInt
+    available_instance_count: NonNegInt
+    busy_instance_count: NonNegInt | None = None
+    timestamp: str | None = None
+    instances: list[InstanceInfo] | None = None
+    tasks: list[str] | None = None
+
+
+class CapacityData(_Model):
+    """Ours: the bridge's counts when an instance's state changes (busy, free after a
+    cancel, offline, online). ``seq`` grows with every report a bridge builds (from 1, per
+    bridge process): a report older than one the hub applied is dropped."""
+
+    seq: NonNegInt
     instance_count: NonNegInt
     available_instance_count: NonNegInt
     busy_instance_count: NonNegInt | None = None
@@ -108,9 +124,21 @@ class AckBody(_Model):
 
 
 class TaskAckData(_Model):
+    """Seed fields plus ours: a refusal may carry the bridge's current counts (both
+    ``instanceCount`` and ``availableInstanceCount``, optionally ``instances`` and ``tasks``
+    as in HEARTBEAT), which the hub applies at once instead of guessing."""
+
     code: int = ACK_OK
     msg: str = "success"
     data: AckBody
+    instance_count: NonNegInt | None = None
+    available_instance_count: NonNegInt | None = None
+    instances: list[InstanceInfo] | None = None
+    tasks: list[str] | None = None
+
+    @property
+    def has_counts(self) -> bool:
+        return self.instance_count is not None and self.available_instance_count is not None
 
 
 class TaskProgressData(_Model):
@@ -194,6 +222,11 @@ class TaskAckMessage(_Message):
     data: TaskAckData
 
 
+class CapacityMessage(_Message):
+    type: Literal["CAPACITY"] = "CAPACITY"
+    data: CapacityData
+
+
 class TaskProgressMessage(_Message):
     type: Literal["TASK_PROGRESS"] = "TASK_PROGRESS"
     data: TaskProgressData
@@ -227,6 +260,7 @@ class ErrorMessage(_Message):
 BridgeMessage = (
     RegisterMessage
     | HeartbeatMessage
+    | CapacityMessage
     | TaskAckMessage
     | TaskProgressMessage
     | PongMessage
@@ -239,6 +273,7 @@ BridgeMessage = (
 _FROM_BRIDGE: tuple[type[_Message], ...] = (
     RegisterMessage,
     HeartbeatMessage,
+    CapacityMessage,
     TaskAckMessage,
     TaskProgressMessage,
     PongMessage,

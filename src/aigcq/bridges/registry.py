@@ -24,6 +24,7 @@ import heapq
 import random
 import time
 from collections.abc import (
+    Collection,
     Iterable,
     Iterator,
     MutableMapping,
@@ -246,7 +247,12 @@ class BridgeRegistry:
         """``sum(b.free() for b in bridges)``, kept up to date (O(1))."""
         return self._free_total
 
-    def pick(self, workflow_id: str = "", needs: Needs | None = None) -> BridgeConn | None:
+    def pick(
+        self,
+        workflow_id: str = "",
+        needs: Needs | None = None,
+        exclude: Collection[BridgeConn] = (),
+    ) -> BridgeConn | None:
         """The least-loaded live bridge with a free slot (ties: the one with more free
         slots) that can run ``needs`` (see :mod:`.capabilities`). Among equally placed ones:
         the bridge that last ran ``workflow_id`` (seed 000 §9.2.3, same bridge first, its
@@ -265,11 +271,18 @@ class BridgeRegistry:
             self.last_bridge[workflow_id] = conn.bridge_id
         return conn
 
-    def _capable(self, needs: Needs, last: str | None) -> BridgeConn | None:
-        """The pick among bridges that can run ``needs``: buckets in key order (there are
-        few keys), the first with a capable bridge."""
+    def _capable(
+        self, needs: Needs | None, last: str | None, exclude: Collection[BridgeConn] = ()
+    ) -> BridgeConn | None:
+        """The pick among bridges that can run ``needs`` and are not in ``exclude``: buckets
+        in key order (there are few keys), the first with such a bridge."""
         for key in sorted(self._buckets):
-            ids = [b for b in self._buckets[key].ids if self._conns[b].can_run(needs)]
+            ids = [
+                b
+                for b in self._buckets[key].ids
+                if self._conns[b] not in exclude
+                and (needs is None or self._conns[b].can_run(needs))
+            ]
             if ids:
                 return self._conns[last if last in ids else random.choice(ids)]
         return None

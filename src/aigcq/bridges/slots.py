@@ -1,6 +1,7 @@
 """One bridge's slots: which are free, which hold a task of ours, which the bridge withholds.
 
-The one invariant: ``free + pending + running + withheld - credited == instances`` (the
+The one invariant: ``free + pending + running + stopping + withheld - credited ==
+instances`` (the
 instance count the bridge last reported), no term ever negative. Should the bridge report
 fewer instances than our tasks on it, ``free`` is 0 until enough of them end. A task's slot is freed
 exactly once per end of that task, whichever way it ends: a TASK_END applied or refused,
@@ -10,6 +11,9 @@ a cancel, an ACK that never came, a refusal, the bridge saying it no longer hold
 * ``running``: acknowledged, until the task ends (taskId -> attempt).
 * ``withheld``: slots the bridge counts busy that are not ours (an instance offline, a
   prompt queued by someone else, a refusal "no instance free"); fixed at each report.
+* ``stopping``: tasks we no longer want (cancelled, superseded) on a bridge that reports
+  its capacity (CAPACITY): their instance is busy until the bridge says it is free (ComfyUI
+  takes about a second to stop a prompt), so their slot is not offered before then.
 * ``credited``: acknowledged tasks the bridge already counts free (it finished them, their
   TASK_END is on its way): their slots are free now, and their end does not free them again.
 
@@ -50,7 +54,16 @@ class Assignment:
 class SlotLedger:
     """Slot accounting of one bridge (see the module docstring for the invariant)."""
 
-    __slots__ = ("_ended_early", "credited", "instances", "pending", "running", "withheld")
+    __slots__ = (
+        "_ended",
+        "_ended_early",
+        "credited",
+        "instances",
+        "pending",
+        "running",
+        "stopping",
+        "withheld",
+    )
 
     def __init__(self, instances: int = 0, available: int | None = None) -> None:
         self.instances = 0
@@ -58,7 +71,12 @@ class SlotLedger:
         self.credited = 0
         self.pending: dict[str, Assignment] = {}
         self.running: dict[str, int] = {}  # taskId -> attempt
+        #: taskId -> its slots being stopped (an id may be stopped on two attempts)
+        self.stopping: dict[str, int] = {}
         self._ended_early: OrderedDict[str, None] = OrderedDict()
+        #: acknowledged tasks that ended here lately: a report still listing one was built
+        #: before its end, and counts its slot busy only because of that
+        self._ended: OrderedDict[str, None] = OrderedDict()
         if instances:
             self.report(instances, instances if available is None else available)
 
@@ -68,8 +86,13 @@ class SlotLedger:
 
     @property
     def used(self) -> int:
-        """Slots holding a task of ours (acknowledged or not)."""
-        return len(self.pending) + len(self.running)
+        """Slots holding a task of ours (acknowledged or not, or being stopped)."""
+        return len(self.pending) + len(self.running) + self.stopped
+
+    @property
+    def stopped(self) -> int:
+        """Slots of tasks being stopped (their instance not yet free on the bridge)."""
+        return sum(self.stopping.values())
 
     def holds(self, task_id: str) -> bool:
         return task_id in self.running or task_id in self.pending
@@ -81,21 +104,37 @@ class SlotLedger:
     # ---- what the bridge reports -----------------------------------------------------
 
     def report(
-        self, instances: int, available: int, held: Collection[str] | None = None
+        self,
+        instances: int,
+        available: int,
+        held: Collection[str] | None = None,
+        busy_with: Collection[str] = (),
     ) -> list[str]:
-        """The bridge's count (REGISTER, HEARTBEAT). With ``held`` (the task ids the bridge
-        still holds), acknowledged tasks it no longer holds have ended: their slots are
-        freed and their ids returned. Assignments it has not acknowledged are not in its
-        count yet: they stay taken."""
+        """The bridge's count (REGISTER, HEARTBEAT, a refusal's counts). With ``held`` (the
+        task ids the bridge still holds), acknowledged tasks it no longer holds have ended:
+        their slots are freed and their ids returned. Assignments it has not acknowledged
+        are not in its count yet: they stay taken. ``busy_with``: the task ids its busy
+        instances run; one that already ended here means the report was built before that
+        end, which it cannot undo (that instance counts free)."""
         gone = [t for t in self.running if t not in held] if held is not None else []
         for task_id in gone:
             del self.running[task_id]
+        if held is not None:  # a stopped task it no longer holds: its instance is free
+            for task_id in [t for t in self.stopping if t not in held]:
+                del self.stopping[task_id]
         self.instances = max(0, instances)
         busy = max(0, self.instances - max(0, available))
+        stale = sum(
+            1
+            for t in set(busy_with)
+            if t in self._ended and not self.holds(t) and t not in self.stopping
+        )
+        busy = max(0, busy - stale)
         # busy by its count beyond our acknowledged tasks: someone else's (or offline);
         # fewer busy than our tasks: some finished, their TASK_END not here yet
-        self.withheld = max(0, busy - len(self.running))
-        self.credited = max(0, len(self.running) - busy)
+        ours = len(self.running) + self.stopped
+        self.withheld = max(0, busy - ours)
+        self.credited = max(0, ours - busy)
         return gone
 
     def adopt(self, task_id: str, attempt: int) -> None:
@@ -127,11 +166,14 @@ class SlotLedger:
             self.running[task_id] = assignment.attempt
         return assignment
 
-    def refuse(self, task_id: str) -> Assignment | None:
-        """TASK_ACK with a non-zero code: the task leaves, and the bridge is taken at its
-        word that it has no room: the slot stays busy (withheld) until its next report."""
+    def refuse(self, task_id: str, *, withhold: bool = True) -> Assignment | None:
+        """TASK_ACK with a non-zero code: the task leaves. With ``withhold`` (a bare "no
+        free instance" from a bridge that sent no counts) the bridge is taken at its word
+        that it has no room: the slot stays busy (withheld) until its next report; without
+        (a refusal that says nothing about capacity, or that carries the bridge's counts,
+        applied next by :meth:`report`) the slot is free at once."""
         assignment = self._unpend(task_id)
-        if assignment is not None:
+        if assignment is not None and withhold:
             self.withheld += 1
         return assignment
 
@@ -146,21 +188,27 @@ class SlotLedger:
             assignment.stop_timer()
         return out
 
-    def end(self, task_id: str, attempt: int | None = None) -> bool:
+    def end(self, task_id: str, attempt: int | None = None, *, stopping: bool = False) -> bool:
         """The task ended (any way): free its slot. ``attempt``, if given, must be the one
         held here. ``True`` only the first time. A task that ends before its TASK_ACK came
-        is remembered so that late ACK is dropped (see :meth:`ended_early`)."""
-        if attempt is not None and self.attempt_of(task_id) not in (attempt, None):
+        is remembered so that late ACK is dropped (see :meth:`ended_early`). With
+        ``stopping`` (the bridge is told to stop it and reports when its instance is free)
+        the slot stays taken until a report no longer lists the task."""
+        held = self.attempt_of(task_id)
+        if attempt is not None and held not in (attempt, None):
             return False
         if self.running.pop(task_id, None) is not None:
-            if self.credited > 0:  # freed already when the bridge counted it free
+            if stopping:
+                self.stopping[task_id] = self.stopping.get(task_id, 0) + 1
+            elif self.credited > 0:  # freed already when the bridge counted it free
                 self.credited -= 1
+            _remember(self._ended, task_id)
             return True
         if self._unpend(task_id) is None:
             return False
-        self._ended_early[task_id] = None
-        while len(self._ended_early) > ENDED_EARLY_KEPT:
-            self._ended_early.popitem(last=False)
+        if stopping:
+            self.stopping[task_id] = self.stopping.get(task_id, 0) + 1
+        _remember(self._ended_early, task_id)
         return True
 
     def ended_early(self, task_id: str) -> bool:
@@ -172,3 +220,10 @@ class SlotLedger:
         if assignment is not None:
             assignment.stop_timer()
         return assignment
+
+
+def _remember(kept: OrderedDict[str, None], task_id: str) -> None:
+    kept[task_id] = None
+    kept.move_to_end(task_id)
+    while len(kept) > ENDED_EARLY_KEPT:
+        kept.popitem(last=False)

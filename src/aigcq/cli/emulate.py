@@ -34,6 +34,9 @@ def emulate_comfyui(
         list[str] | None, typer.Option(help="A model file CheckpointLoaderSimple offers")
     ] = None,
     model_load_time: Annotated[float, typer.Option(help="Seconds to switch checkpoints")] = 0.0,
+    interrupt_latency: Annotated[
+        float, typer.Option(help="Seconds a prompt goes on after /interrupt (real: ~1)")
+    ] = 0.0,
     node: Annotated[
         list[str] | None, typer.Option(help="Only these node classes (default: all)")
     ] = None,
@@ -56,6 +59,7 @@ def emulate_comfyui(
         node_classes=frozenset(node) if node else None,
         checkpoints=tuple(checkpoint or ("sd15.safetensors",)),
         model_load_time=model_load_time,
+        interrupt_latency=interrupt_latency,
         device=device,
         vram_total=vram_mb * 2**20,
         vram_free=vram_mb * 2**20,

@@ -9,6 +9,8 @@ without Pillow. Failures are injected by ``fail_rate`` or ``fail_next`` (also se
 run time with ``POST /emulator/fail {"next": n, "rate": r}``). ``POST /emulator/restart``
 acts as a ComfyUI process that restarted: its queue, history and running prompt are
 forgotten. ``POST /queue {"delete": [...]}`` deletes pending prompts, as ComfyUI's UI does.
+``POST /interrupt`` stops the running prompt after ``interrupt_latency`` seconds (real
+ComfyUI takes about one on a GPU; default 0, at the next step), in ``/queue`` until then.
 
 Events go to the socket whose ``clientId`` is the prompt's ``client_id``; ``status`` is
 broadcast. As in ComfyUI, a prompt without ``client_id`` has its ``executing``/``progress``/

@@ -38,6 +38,9 @@ class ComfyUIConfig:
     checkpoints: tuple[str, ...] = ("sd15.safetensors",)
     #: seconds to load a checkpoint that is not the one in VRAM
     model_load_time: float = 0.0
+    #: seconds a running prompt goes on after ``POST /interrupt`` (real ComfyUI stops at
+    #: the sampler's next step check, about a second on a GPU); 0: at the next step
+    interrupt_latency: float = 0.0
     #: the torch device ``/system_stats`` names, and its VRAM in bytes (0: a CPU device)
     device: str = "cpu"
     vram_total: int = 0

@@ -118,8 +118,16 @@ class ComfyUIEmulator:
         await self.broadcast_status()
 
     def interrupt(self, prompt_id: str | None) -> None:
-        if self.running and prompt_id in (None, self.running.prompt_id):
-            self.running.interrupted = True
+        """Stop the running prompt (if it is ``prompt_id``): at its next step, after
+        ``interrupt_latency`` seconds; meanwhile it still runs and is still in ``/queue``."""
+        item = self.running
+        if item is None or prompt_id not in (None, item.prompt_id):
+            return
+        latency = self.config.interrupt_latency
+        if latency <= 0:
+            item.interrupted = True
+        else:
+            asyncio.get_running_loop().call_later(latency, setattr, item, "interrupted", True)
 
     async def restart(self) -> None:
         """As if the ComfyUI process restarted: its queue, history and the running prompt
