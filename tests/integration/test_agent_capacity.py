@@ -4,8 +4,10 @@ its current counts, so the hub need not guess."""
 from __future__ import annotations
 
 from aigcq.agent.app import Bridge
-from tests.integration.test_agent import Env, env
-from tests.integration.test_emulator_comfyui import GRAPH
+from tests.fakes.agent_hub import Env, env
+from tests.fakes.comfyui import GRAPH
+
+__all__ = ["env"]  # a fixture: imported for pytest to find
 
 __all__ = ["env"]
 

@@ -15,10 +15,12 @@ import time
 import pytest
 
 from aigcq.domain import TaskState
-from tests.e2e.conftest import generate
-from tests.helpers import until
-from tests.integration.test_bridge_hub import Env, env
-from tests.integration.test_emulator_comfyui import model_graph
+from tests.fakes.client import generate
+from tests.fakes.comfyui import model_graph
+from tests.fakes.service import Env, env
+from tests.fakes.waiting import until
+
+__all__ = ["env"]  # a fixture: imported for pytest to find
 
 __all__ = ["env"]
 

@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 from starlette.types import ASGIApp
 
 from aigcq.emulators.comfyui import ComfyUIEmulator
-from tests.helpers import until
-from tests.integration.test_fleet import fleet, task_of
+from tests.fakes.fleet import fleet, task_of
+from tests.fakes.waiting import until
 
 INTERRUPT_LATENCY_S = 1.0
 
