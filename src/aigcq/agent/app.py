@@ -129,18 +129,20 @@ class Bridge:
         await self._send(self._capacity_message())  # built when sent, as a HEARTBEAT
 
     def _capacity_message(self) -> CapacityMessage:
-        total, free, busy = self.pool.counts()
         self._seq += 1
-        data = CapacityData(
-            seq=self._seq,
-            instance_count=total,
-            available_instance_count=free,
-            busy_instance_count=busy,
-            timestamp=utc_timestamp(),
-            instances=self.pool.infos(),
-            tasks=self.runner.held(),
-        )
-        return CapacityMessage(data=data)
+        return CapacityMessage(data=CapacityData(seq=self._seq, **self._state()))
+
+    def _state(self) -> dict[str, Any]:
+        """What a HEARTBEAT and a CAPACITY report: counts, instances, held tasks, now."""
+        total, free, busy = self.pool.counts()
+        return {
+            "instance_count": total,
+            "available_instance_count": free,
+            "busy_instance_count": busy,
+            "timestamp": utc_timestamp(),
+            "instances": self.pool.infos(),
+            "tasks": self.runner.held(),
+        }
 
     async def _beat_now(self) -> None:
         # built when sent, not when asked for: a stale task list would tell aigcq that a
@@ -165,16 +167,7 @@ class Bridge:
         return RegisterMessage(data=data)
 
     def _heartbeat_message(self) -> HeartbeatMessage:
-        total, free, busy = self.pool.counts()
-        data = HeartbeatData(
-            instance_count=total,
-            available_instance_count=free,
-            busy_instance_count=busy,
-            timestamp=utc_timestamp(),
-            instances=self.pool.infos(),
-            tasks=self.runner.held(),
-        )
-        return HeartbeatMessage(data=data)
+        return HeartbeatMessage(data=HeartbeatData(**self._state()))
 
     # -- control (used by the admin page) --
     async def set_server(self, url: str) -> None:

@@ -44,6 +44,8 @@ def iso(epoch_s: float) -> str:
 
 @dataclass(eq=False)
 class CacheQueue:
+    """Expires stale pending tasks and mirrors the queue into the seed's cache keys."""
+
     rt: Runtime
     lifecycle: Lifecycle
     queue: tuple[str, str]

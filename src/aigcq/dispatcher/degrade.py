@@ -44,10 +44,13 @@ def handed_back(task: Task) -> bool:
 class Degrader:
     """Hands the waiting tasks that lost instances left without a place back."""
 
-    rt: Runtime
     lifecycle: Lifecycle
     queue: tuple[str, str]
     feed: CapacityFeed
+
+    @property
+    def rt(self) -> Runtime:
+        return self.lifecycle.rt
 
     async def shrink(self, capacity: int) -> int:
         """Hand back the waiting tasks beyond ``capacity``; how many were handed back."""

@@ -76,7 +76,7 @@ class MessageDispatcher:
         self.relay = WebhookRelay(rt.redis, rt.store, attempts=self.md.webhook_attempts)
         self.feed = CapacityFeed(hub, self.auth, on_shrink=self._shrink)
         self.api = DispatcherApi(service, self.auth, AIGC, on_accepted=self.feed.touch)
-        self.degrader = Degrader(rt, service.lifecycle, (AIGC, PLATFORM), self.feed)
+        self.degrader = Degrader(service.lifecycle, (AIGC, PLATFORM), self.feed)
         self.cache = CacheQueue(
             rt,
             service.lifecycle,

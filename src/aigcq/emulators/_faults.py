@@ -29,11 +29,13 @@ GATEWAY_PAGE = b"<html>502 Bad Gateway</html>"
 
 @dataclass
 class Faults:
-    drop_create_replies: int = 0
-    gateway_create_replies: int = 0
-    full_create_replies: int = 0
-    delay_create_reply_s: float = 0.0
+    """The faults in force (see the module docstring for each)."""
+
+    drop_create_replies: int = 0  # accepted, their reply lost
     status_faults: list[str] = field(default_factory=list)
+    gateway_create_replies: int = 0  # accepted, answered by a gateway's HTML 502
+    delay_create_reply_s: float = 0.0
+    full_create_replies: int = 0  # refused as full, after delay_create_reply_s
     cancel_delay_s: float = 0.0
 
     def update(self, body: Any) -> dict[str, Any]:

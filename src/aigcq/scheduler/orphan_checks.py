@@ -36,6 +36,8 @@ BATCH = 20
 
 @dataclass(eq=False)
 class OrphanChecks:
+    """Every account's unwanted remote tasks, asked about until they end."""
+
     rt: Runtime
     lifecycle: Lifecycle
     #: remote id -> checks in a row that failed (for their back-off; this process's view)

@@ -30,10 +30,15 @@ PAGE = 100
 
 @dataclass(eq=False)
 class SilentTasks:
-    rt: Runtime
+    """Paid callback tasks whose webhook is overdue, asked about in its stead."""
+
     lifecycle: Lifecycle
     #: taskId -> when it may be asked again (this process's view)
     _next_ask: dict[str, float] = field(init=False, default_factory=dict)
+
+    @property
+    def rt(self) -> Runtime:
+        return self.lifecycle.rt
 
     async def run(self) -> None:
         interval = min(self.rt.settings.paid_silence_s, 5.0)

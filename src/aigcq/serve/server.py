@@ -108,7 +108,7 @@ class ServeProcess:
         self.dispatch = DispatchLoop(self.rt, self.lifecycle, self.paid, self.internal, wakeup)
         self.sweeper = Sweeper(self.rt, self.lifecycle)
         self.orphan_checks = OrphanChecks(self.rt, self.lifecycle)
-        self.silent_tasks = SilentTasks(self.rt, self.lifecycle)
+        self.silent_tasks = SilentTasks(self.lifecycle)
         self.gateway = Gateway(self.rt, self.lifecycle)
         self.pollers = [Poller(self.rt, self.lifecycle, a) for a in polling_adapters(self.rt)]
         self.events = EventBus(
