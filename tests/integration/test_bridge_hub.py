@@ -44,7 +44,7 @@ async def test_assigns_free_slots_only_and_delivers_the_result(env: Env) -> None
     assert await task_end(env, first["webhookUrl"]) == 200
     result = await client.next()
     assert result["type"] == "result" and result["taskId"] == first["taskId"]
-    assert await task_end(env, first["webhookUrl"]) == 410  # the first result wins
+    assert await task_end(env, first["webhookUrl"]) == 200  # a repeat: taken, changes nothing
     await bridge.send("HEARTBEAT", {"instanceCount": 2, "availableInstanceCount": 1})
     third = await bridge.next()
     assert third["type"] == "TASK_ASSIGN"

@@ -226,7 +226,8 @@ async def test_not_found_gone_and_signature_errors_have_chinese_messages(
         missing = await http.get("/api/tasks/nope", headers=ADMIN)
         unsigned = await http.post("/callback/all", json=body)
         await succeed(server, "t1")
-        replay = await http.post(webhook_url(server.base, SECRET.encode(), "t1", 0), json=body)
+        late = {**body, "eventData": '{"code":1,"msg":"failed"}'}  # not the end it had
+        replay = await http.post(webhook_url(server.base, SECRET.encode(), "t1", 0), json=late)
     assert (missing.status_code, missing.json()["msg"]) == (404, "任务不存在。")
     assert (unsigned.status_code, unsigned.json()["msg"]) == (403, "签名校验失败。")
     assert (replay.status_code, replay.json()["msg"]) == (410, "任务已结束。")

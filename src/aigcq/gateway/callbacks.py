@@ -21,7 +21,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from aigcq.bridges.protocol import failure_of
-from aigcq.domain import ErrorCode
+from aigcq.domain import ErrorCode, TaskState
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.gateway import Gateway
 from aigcq.observability import metrics
@@ -114,11 +114,28 @@ class TaskEndEndpoint:
                     # An attempt we gave up on (e.g. cancelled at its deadline) reports its
                     # failure; the retry decides. A late *success* still wins.
                     raise ClientError(ErrorCode.GONE, f"attempt {attempt} was superseded", task_id)
+                if await _repeated(gw, task_id, attempt, outcome):
+                    return 200, {"code": 0, "msg": "already recorded"}
                 raise ClientError(ErrorCode.GONE, f"task already {done.state}", task_id)
         except ClientError as exc:  # a run refused as gone was announced over all the same
             metrics.callback_rejected(exc.code.value)
             return exc.status, exc.body(gw.messages)
         return 200, {"code": 0, "msg": "success"}
+
+
+async def _repeated(gw: Gateway, task_id: str, attempt: int, outcome: ResultOutcome) -> bool:
+    """Whether a TASK_END the task is already over by is a repeat of the one that ended it
+    (its attempt, its outcome): acknowledged, so a sender that retries until a 2xx (as
+    RunningHub does) stops, and it changes nothing."""
+    task = await gw.rt.store.head(task_id)
+    ended = {TaskState.SUCCESS: Succeeded, TaskState.FAILED: Failed}
+    kind = ended.get(task.state) if task is not None else None
+    return (
+        task is not None
+        and task.attempt == attempt
+        and kind is not None
+        and isinstance(outcome, kind)
+    )
 
 
 async def _accept(
