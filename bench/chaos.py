@@ -8,6 +8,10 @@ of running tasks. Prints JSON:
     submitted, lost, duplicated_to_client, double_paid, peak_over_cap, leaked_slots
 
 all of which must be 0, plus what happened (faults, outcomes, targets, seconds).
+``duplicated_to_client`` counts tasks whose client got two different results (two outbox
+entries); the same entry sent again after a crash or a reconnect (the wire's promise is
+at least once, each result with a stable ``id``, which the SDK drops when it comes again)
+is ``redelivered``, reported, not a failure.
 ``leaked_slots`` counts, once the load stopped and everything settled: tasks still in a
 paid account's cap or in flight in Redis (running sets, orphans, ``inflight``), tasks
 RunningHub still runs, and bridge slots not free as the hub or the bridge itself sees
@@ -68,6 +72,7 @@ class Load:
     def __init__(self, ports: list[int], rate: float) -> None:
         self.ports, self.rate = ports, rate
         self.results: dict[str, list[str]] = {}  # taskId -> statuses received
+        self.entries: dict[str, set[str]] = {}  # taskId -> the outbox ids they came as
         self.unacked: set[str] = set()  # submitted by us, no ``submitted`` reply yet
         self.submitted: list[str] = []
         self.ws: Any = None
@@ -108,6 +113,7 @@ class Load:
             self.unacked.discard(task_id)
         elif msg["type"] == "result":
             self.results.setdefault(task_id, []).append(msg["status"])
+            self.entries.setdefault(task_id, set()).add(msg["id"])
             await self._send({"type": "ack", "id": msg["id"]})
         elif msg["type"] == "error" and task_id in self.unacked:
             await asyncio.sleep(0.2)  # e.g. Redis down: try again
@@ -273,7 +279,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(time.monotonic() - started, 1),
             "submitted": len(load.submitted),
             "lost": sum(1 for t in load.submitted if t not in load.results),
-            "duplicated_to_client": sum(1 for s in load.results.values() if len(s) > 1),
+            "duplicated_to_client": sum(1 for ids in load.entries.values() if len(ids) > 1),
+            "redelivered": sum(len(s) - len(load.entries[t]) for t, s in load.results.items()),
             "double_paid": sum(1 for n in runs.values() if n > 1),
             "peak_over_cap": max(0, peak - CAP),
             "leaked_slots": await leaked_slots(cluster.redis_url)
