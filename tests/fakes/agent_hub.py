@@ -130,3 +130,16 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         settings = quick_bridge(server, TOKEN, comfy, tmp_path / "bridge", ws_silence=0.5)
         emulators = [app.state.emulator for app in apps]
         yield Env(hub, hub_url, webhook, webhook_url, comfy, emulators, settings, http)
+
+
+async def assign_three_to_two(env: Env) -> dict[str, dict[str, Any]]:
+    """With the bridge registered: tasks a, b and c assigned to its two instances; each
+    TASK_ACK by task (c's is the refusal: both instances are busy)."""
+    await env.hub.next("REGISTER")
+    for task_id in ("a", "b", "c"):
+        await env.hub.send("TASK_ASSIGN", env.assign(task_id, workflow=GRAPH))
+    acks = {}
+    for _ in range(3):
+        ack = await env.hub.next("TASK_ACK")
+        acks[ack["data"]["taskId"]] = ack
+    return acks

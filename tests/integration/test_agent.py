@@ -20,7 +20,7 @@ import pytest
 from aigcq.agent.app import Bridge
 from aigcq.emulators.comfyui import ComfyUIConfig, create_app
 from tests.fakes.agent import same_port
-from tests.fakes.agent_hub import TOKEN, Env, Hub, env
+from tests.fakes.agent_hub import TOKEN, Env, Hub, assign_three_to_two, env
 from tests.fakes.comfyui import GRAPH, model_graph, read_png
 from tests.fakes.servers import serve_app, stream_until_answered
 from tests.fakes.waiting import wait_until
@@ -67,14 +67,8 @@ async def test_assign_ack_task_end_with_a_png(env: Env) -> None:
 
 async def test_least_busy_instance_and_capacity(env: Env) -> None:
     async with Bridge(env.settings):
-        await env.hub.next("REGISTER")
-        for task_id in ("a", "b", "c"):
-            await env.hub.send("TASK_ASSIGN", env.assign(task_id, workflow=GRAPH))
-        acks = {}
-        for _ in range(3):
-            ack = await env.hub.next("TASK_ACK")
-            acks[ack["data"]["taskId"]] = ack["code"]
-        assert acks == {"a": 0, "b": 0, "c": 421}
+        acks = await assign_three_to_two(env)
+        assert {t: a["code"] for t, a in acks.items()} == {"a": 0, "b": 0, "c": 421}
         assert (await env.end_for("a"))["code"] == 0
         assert (await env.end_for("b"))["code"] == 0
     prompts = [

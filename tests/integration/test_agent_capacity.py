@@ -4,8 +4,7 @@ its current counts, so the hub need not guess."""
 from __future__ import annotations
 
 from aigcq.agent.app import Bridge
-from tests.fakes.agent_hub import Env, env
-from tests.fakes.comfyui import GRAPH
+from tests.fakes.agent_hub import Env, assign_three_to_two, env
 
 __all__ = ["env"]  # a fixture: imported for pytest to find
 
@@ -14,13 +13,7 @@ __all__ = ["env"]
 
 async def test_every_refusal_carries_the_bridges_counts(env: Env) -> None:
     async with Bridge(env.settings):
-        await env.hub.next("REGISTER")
-        for task_id in ("a", "b", "c"):
-            await env.hub.send("TASK_ASSIGN", env.assign(task_id, workflow=GRAPH))
-        acks = {}
-        for _ in range(3):
-            ack = await env.hub.next("TASK_ACK")
-            acks[ack["data"]["taskId"]] = ack
+        acks = await assign_three_to_two(env)
         assert {t: a["code"] for t, a in acks.items()} == {"a": 0, "b": 0, "c": 421}
         busy = acks["c"]
         assert (busy["instanceCount"], busy["availableInstanceCount"]) == (2, 0)

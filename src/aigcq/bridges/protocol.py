@@ -103,18 +103,13 @@ class HeartbeatData(_Model):
     tasks: list[str] | None = None
 
 
-class CapacityData(_Model):
+class CapacityData(HeartbeatData):
     """Ours: the bridge's counts when an instance's state changes (busy, free after a
-    cancel, offline, online). ``seq`` grows with every report a bridge builds (from 1, per
-    bridge process): a report older than one the hub applied is dropped."""
+    cancel, offline, online), as a HEARTBEAT carries them. ``seq`` grows with every report a
+    bridge builds (from 1, per bridge process): a report older than one the hub applied is
+    dropped."""
 
     seq: NonNegInt
-    instance_count: NonNegInt
-    available_instance_count: NonNegInt
-    busy_instance_count: NonNegInt | None = None
-    timestamp: str | None = None
-    instances: list[InstanceInfo] | None = None
-    tasks: list[str] | None = None
 
 
 class AckBody(_Model):
