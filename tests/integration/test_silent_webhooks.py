@@ -8,6 +8,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
+from aigcq.scheduler.silence import SilentTasks
 from tests.fakes.client import generate
 from tests.fakes.paid import models, paid_stack
 
@@ -30,3 +31,15 @@ async def test_a_lost_webhook_is_made_up_for_by_asking_runninghub(
         await env.client.collect(2, timeout=20)  # the deadline is 600 s
         assert [env.client.results[t][0]["status"] for t in ("s1", "s2")] == ["success"] * 2
         assert len(await env.creates("s1")) == len(await env.creates("s2")) == 1
+
+
+async def test_a_fleet_asks_about_a_silent_task_once_per_silence(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Two processes' loops on one Redis: whichever claims a silent task asks about it;
+    the other leaves it until the silence has passed again."""
+    async with paid_stack(tmp_path, redis, redis_url, model=models()) as env:
+        here, there = env.service.silent_tasks, SilentTasks(env.service.lifecycle)
+        assert await here._claim(["t1", "t2"], 60.0) == ["t1", "t2"]
+        assert await there._claim(["t1", "t2", "t3"], 60.0) == ["t3"]
+        assert 59_000 < await redis.pttl(env.service.rt.store.keys.silence_asked("t1")) <= 60_000

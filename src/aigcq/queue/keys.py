@@ -96,6 +96,11 @@ class Keys:
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
 
+    def silence_asked(self, task_id: str) -> str:
+        """Set (with the silence as TTL) by the process that asks about a silent paid task:
+        one process asks per silence, whichever serves."""
+        return f"{self.prefix}:silent:{task_id}"
+
     def poll_lock(self, platform: str) -> str:
         """Held by the one process polling ``platform`` this round (a short lock)."""
         return self.lock(f"poll:{platform}")

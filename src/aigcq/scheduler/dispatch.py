@@ -51,7 +51,10 @@ class QueueLoad:
     aigc: str
     platform: str
     backlog: int
-    #: its platform's in-flight count: running tasks plus counted orphans
+    #: the paid platform that serves it ("" = none) and its account's cap (0 = none)
+    paid: str
+    cap: int
+    #: that platform's in-flight count: running tasks plus counted orphans
     paid_running: int
 
 
@@ -115,29 +118,34 @@ class DispatchLoop:
         if not queues:
             return []
         keys = self.rt.store.keys
-        names = [self.paid.adapter_for(platform) for _, platform in queues]
+        paid = [self.paid.adapter_for(platform) for _, platform in queues]
+        names = [adapter.name if adapter else "" for adapter in paid]
         counts = await self.rt.store.mux.commands(
             *(
                 cmd
-                for (aigc, platform), ext in zip(queues, names, strict=True)
+                for (aigc, platform), name in zip(queues, names, strict=True)
                 for cmd in (
                     ["LLEN", keys.wait(aigc, platform)],
-                    ["ZCARD", keys.running(aigc, ext.name if ext else "-")],
-                    ["ZCARD", keys.orphans(aigc, ext.name if ext else "-")],
+                    ["ZCARD", keys.running(aigc, name or "-")],
+                    ["ZCARD", keys.orphans(aigc, name or "-")],
                 )
             )
         )
         return [
             QueueLoad(
-                aigc, platform, int(counts[3 * i]), int(counts[3 * i + 1]) + int(counts[3 * i + 2])
+                aigc,
+                platform,
+                backlog=int(counts[3 * i]),
+                paid=names[i],
+                cap=self.paid.cap(aigc, platform),
+                paid_running=int(counts[3 * i + 1]) + int(counts[3 * i + 2]),
             )
             for i, (aigc, platform) in enumerate(queues)
         ]
 
     def _split(self, load: QueueLoad, internal: int, elsewhere: int) -> Plan:
         """How many of the queue's waiting tasks go internal and to its paid platform."""
-        cap = self.paid.cap(load.aigc, load.platform)
-        paid_free = cap - load.paid_running if cap > 0 else 0
+        paid_free = load.cap - load.paid_running if load.cap > 0 else 0
         backlog = min(load.backlog, BATCH)
         if self._internal_preferred(load.platform):
             return plan(backlog, internal, paid_free, elsewhere)
@@ -157,10 +165,10 @@ class DispatchLoop:
             )
             if claimed:
                 self._spawn(self._hand_over(target, aigc, platform, claimed), claimed)
-        adapter = self.paid.adapter_for(platform)
-        if external and adapter is not None:
-            cap = self.paid.cap(aigc, platform)
-            claimed = await self.lifecycle.claim(aigc, platform, adapter.name, cap=cap, n=external)
+        if external and load.paid:
+            claimed = await self.lifecycle.claim(
+                aigc, platform, load.paid, cap=load.cap, n=external
+            )
             for c in claimed:
                 self._spawn(self._hand_over(self.paid, aigc, platform, [c]), [c])
 

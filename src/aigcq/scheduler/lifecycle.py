@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 def _say(level: int, task_id: str, message: str, *args: object) -> None:
     """One log line about a task: ``task <id>: <message>``, the id in the record too."""
-    log.log(level, "task %s: " + message, task_id, *args, extra=ctx(task=task_id))
+    if log.isEnabledFor(level):  # the hot path's debug lines cost nothing when off
+        log.log(level, "task %s: " + message, task_id, *args, extra=ctx(task=task_id))
 
 
 class Dispatched(Protocol):
@@ -207,26 +208,31 @@ class Lifecycle:
 
     async def not_run(
         self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0
-    ) -> None:
+    ) -> bool:
         """Its target did not run the task: back to the head of its queue, its attempt not
-        charged (after ``delay_s``: a back-off, so it is not claimed again in a loop)."""
-        await self.rt.store.requeue_unrun(task_id, attempt, reason, delay_s=delay_s)
-        _say(logging.INFO, task_id, "back to waiting (%s)", reason)
+        charged (after ``delay_s``: a back-off, so it is not claimed again in a loop).
+        False: the attempt had moved on (a cancel, a retry)."""
+        moved = await self.rt.store.requeue_unrun(task_id, attempt, reason, delay_s=delay_s)
+        if moved:
+            _say(logging.INFO, task_id, "back to waiting (%s)", reason)
+        return moved
 
     async def never_created(self, c: Claimed, create_id: str) -> None:
         """A paid platform answered a create with a definite "not created" (full, refused,
-        never sent). Had the task moved on while the create was out (a cancel), the create
-        kept its account's slot as an orphan: free at once, not at the deadline."""
+        never sent) after the task had moved on (a cancel): the create kept its account's
+        slot as an orphan, free now, not at the deadline. (While the task is live there is
+        no such orphan: the answer's own move is enough.)"""
         if await self.rt.store.release_create(create_id):
             _say(logging.INFO, c.task_id, "its create %s was not made; its slot is free", create_id)
 
-    async def not_sent(self, c: Claimed, queue: tuple[str, str], reason: str) -> None:
+    async def not_sent(self, c: Claimed, queue: tuple[str, str], reason: str) -> bool:
         """A paid platform was full or never got the create: back to waiting after a
-        back-off, uncharged while the task has free requeues left; then it uses attempts."""
+        back-off, uncharged while the task has free requeues left; then it uses attempts.
+        False: the task had moved on."""
         if c.uncharged >= self.rt.store.free_requeues:
-            await self.refused(c, queue, reason)
-            return
-        await self.not_run(c.task_id, c.attempt, reason, delay_s=self.rt.settings.full_backoff_s)
+            return await self.refused(c, queue, reason)
+        delay_s = self.rt.settings.full_backoff_s
+        return await self.not_run(c.task_id, c.attempt, reason, delay_s=delay_s)
 
     async def refused(self, c: Claimed, queue: tuple[str, str], reason: str, **error: Any) -> bool:
         """Its target refused the task (ran nothing): another attempt while the budget
@@ -243,9 +249,9 @@ class Lifecycle:
             **error,
         )
 
-    async def rejected(self, c: Claimed, target: str, error: dict[str, Any]) -> None:
-        """A paid platform rejected the task for good: it fails."""
-        await self.fail(
+    async def rejected(self, c: Claimed, target: str, error: dict[str, Any]) -> bool:
+        """A paid platform rejected the task for good: it fails. False: it had moved on."""
+        done = await self.fail(
             c.task_id,
             c.attempt,
             ErrorCode.TASK_FAILED,
@@ -254,6 +260,7 @@ class Lifecycle:
             ended=True,
         )
         _say(logging.WARNING, c.task_id, "rejected by %s: %s", target, error)
+        return done.applied
 
     async def unrunnable(self, task_id: str, code: str, message: str, detail: str) -> None:
         """No target can run the task (an invalid payload, a workflow nobody knows): it

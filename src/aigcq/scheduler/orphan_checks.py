@@ -32,6 +32,8 @@ RECHECK_S = 2.0
 MAX_FAILED_BACKOFF_S = 60.0
 #: orphans checked at once
 BATCH = 20
+#: failing orphans whose back-off this process remembers at most
+KEPT_FAILURES = 10_000
 
 
 @dataclass(eq=False)
@@ -61,6 +63,8 @@ class OrphanChecks:
         try:
             released = await self._check(o)
         except Exception as exc:
+            if len(self._failures) >= KEPT_FAILURES:  # released elsewhere meanwhile: forget
+                self._failures.clear()
             failures = self._failures[o.remote_id] = self._failures.get(o.remote_id, 0) + 1
             delay = min(RECHECK_S * 2**failures, MAX_FAILED_BACKOFF_S)
             log.warning(

@@ -80,23 +80,25 @@ class PaidPlatforms:
         apikey = self.rt.apikey(aigc, platform)
         outcome = await self.rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
         queue, kind = (aigc, platform), adapter.kind
-        if isinstance(outcome, Full | NotSent | Rejected):
-            await lifecycle.never_created(c, create_id)
         match outcome:
             case Accepted(remote_id=remote_id):
                 paid = adapter.paid
                 await lifecycle.accepted(
                     c, remote_id, queue=queue, target=name, kind=kind, paid=paid
                 )
+                return
             case Uncertain(reason=reason):
                 await lifecycle.uncertain(c, queue, kind, reason)
+                return
             case Full(reason=reason):
-                await lifecycle.not_sent(c, queue, f"{name} full: {reason}")
+                moved = await lifecycle.not_sent(c, queue, f"{name} full: {reason}")
             case NotSent(reason=reason):
-                await lifecycle.not_sent(c, queue, f"not sent to {name}: {reason}")
+                moved = await lifecycle.not_sent(c, queue, f"not sent to {name}: {reason}")
             case Rejected(retryable=True) as rej:
                 reason = f"{name}: {rej.code} {rej.message}"
-                await lifecycle.refused(c, queue, reason, detail=rej.detail)
+                moved = await lifecycle.refused(c, queue, reason, detail=rej.detail)
             case Rejected() as rej:
                 error = {"code": rej.code, "message": rej.message, "detail": rej.detail}
-                await lifecycle.rejected(c, name, error)
+                moved = await lifecycle.rejected(c, name, error)
+        if not moved:  # it moved on while the create was out: free what that kept
+            await lifecycle.never_created(c, create_id)

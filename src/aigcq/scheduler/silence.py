@@ -6,14 +6,17 @@ client, until the task's deadline (600 s by default). Once a paid callback task 
 ``AIGCQ_PAID_SILENCE_S`` its platform is asked, and then again at that interval: a result
 settles it as its webhook would have; anything else leaves it to its webhook and its
 deadline (:mod:`.sweeper`, which decides what "not found" or "still running" means then).
-One process asks per platform and round (a short Redis lock); settling is idempotent.
+Each silent task is asked about by one process per silence, whichever claims it first (a
+key with the silence as its TTL), so a fleet asks no more often than one process would;
+settling is idempotent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aigcq.domain import TaskState
 from aigcq.observability.jsonlog import ctx
@@ -33,8 +36,6 @@ class SilentTasks:
     """Paid callback tasks whose webhook is overdue, asked about in its stead."""
 
     lifecycle: Lifecycle
-    #: taskId -> when it may be asked again (this process's view)
-    _next_ask: dict[str, float] = field(init=False, default_factory=dict)
 
     @property
     def rt(self) -> Runtime:
@@ -49,34 +50,36 @@ class SilentTasks:
         settled = 0
         for aigc, platform in self.rt.config.queues():
             adapter = self.rt.platforms.adapter_for(platform)
-            if adapter is None or not adapter.paid or adapter.kind != "callback":
-                continue  # polling platforms are asked by their poller anyway
-            lock = self.rt.store.keys.lock(f"silent:{adapter.name}:{aigc}")
-            if not await self.rt.redis.set(lock, "1", nx=True, px=2000):
-                continue
-            try:
+            if adapter is not None and adapter.paid and adapter.kind == "callback":
                 settled += await self._ask_queue(aigc, platform, adapter)
-            finally:
-                await self.rt.redis.delete(lock)
-        return settled
+        return settled  # (polling platforms are asked by their poller anyway)
 
     async def _ask_queue(self, aigc: str, platform: str, adapter: PlatformAdapter) -> int:
-        """Tasks of one queue running since before the silence: their deadline (the running
-        set's score) is earlier than now plus what is left of a task's deadline then."""
+        """Tasks of one queue running since before the silence (their deadline, the running
+        set's score, is earlier than now plus what is left of a task's deadline then), a
+        page at a time; each asked by the one process that claims it for this silence."""
         silence_s = self.rt.settings.paid_silence_s
         deadline_s = self.rt.deadline_s(self.rt.config.account(aigc, platform))
-        now = time.time()
         key = self.rt.store.keys.running(aigc, adapter.name)
-        silent = await self.rt.redis.zrangebyscore(
-            key, "-inf", now + deadline_s - silence_s, 0, PAGE
-        )
-        self._next_ask = {t: at for t, at in self._next_ask.items() if at > now}
-        settled = 0
-        for task_id in map(str, silent):
-            if self._next_ask.get(task_id, 0.0) <= now:
-                self._next_ask[task_id] = now + silence_s
-                settled += await self._ask(task_id, adapter)
+        cutoff = time.time() + deadline_s - silence_s
+        settled, start = 0, 0
+        while page := await self.rt.redis.zrangebyscore(key, "-inf", cutoff, start, PAGE):
+            mine = await self._claim([str(t) for t in page], silence_s)
+            settled += sum(await asyncio.gather(*(self._ask(t, adapter) for t in mine)))
+            if len(page) < PAGE:
+                break
+            start += PAGE
         return settled
+
+    async def _claim(self, task_ids: list[str], silence_s: float) -> list[str]:
+        """The tasks no process has asked about within the silence, now this one's."""
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.set(
+                self.rt.store.keys.silence_asked(task_id), "1", nx=True, px=int(silence_s * 1000)
+            )
+        claimed = await pipe.execute()
+        return [t for t, ok in zip(task_ids, claimed, strict=True) if ok]
 
     async def _ask(self, task_id: str, adapter: PlatformAdapter) -> int:
         task = await self.rt.store.get(task_id)
