@@ -150,8 +150,6 @@ class Assigner:
             conn.report(
                 data.instance_count, data.available_instance_count, data.tasks, data.instances
             )
-            if data.instances is not None:
-                conn.describe(data.instances)
             await self.registry.save(conn)
         reason = f"bridge {conn.bridge_id} refused: {data.code} {data.msg}"
         if data.code == ACK_WORKFLOW_NOT_FOUND:

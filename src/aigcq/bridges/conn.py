@@ -121,12 +121,15 @@ class BridgeConn:
         held: Collection[str] | None = None,
         described: list[InstanceInfo] | None = None,
     ) -> list[str]:
-        """REGISTER / HEARTBEAT / refusal counts (see :meth:`SlotLedger.report`), with the
-        instances as described in the same report; a sign of life."""
+        """REGISTER / HEARTBEAT / CAPACITY / refusal counts (see :meth:`SlotLedger.report`),
+        with the instances as described in the same report (then also :meth:`describe`d);
+        a sign of life."""
         self.last_seen = time.monotonic()
         busy_with = [i.task_id for i in described or () if i.state == "busy" and i.task_id]
         gone = self.slots.report(instances, available, held, busy_with)
         self._changed(gone=gone)
+        if described is not None:
+            self.describe(described)
         return gone
 
     def take(self, task_id: str, assignment: Assignment) -> bool:

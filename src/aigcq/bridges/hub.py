@@ -312,8 +312,6 @@ class BridgeHub:
         gone = conn.report(
             data.instance_count, data.available_instance_count, data.tasks, data.instances
         )
-        if data.instances is not None:
-            conn.describe(data.instances)
         for task_id in gone:
             log.info(
                 "bridge %s: task %s no longer held, its slot is free",
@@ -333,9 +331,9 @@ class BridgeHub:
             self.wake()
 
     async def _capacity(self, conn: BridgeConn, data: CapacityData) -> None:
-        """CAPACITY: an instance's state changed. Applied as a HEARTBEAT is, unless older
-        than one already applied (its ``seq``); a task being stopped that it no longer
-        lists frees its slot now."""
+        """CAPACITY: an instance's state changed. Applied as a HEARTBEAT is (the same
+        method), unless older than one already applied (its ``seq``); a task being stopped
+        that it no longer lists frees its slot now."""
         if data.seq <= conn.capacity_seq:
             log.debug(
                 "bridge %s: CAPACITY %d dropped (%d applied)",
@@ -346,13 +344,7 @@ class BridgeHub:
             )
             return
         conn.capacity_seq = data.seq
-        before = conn.free()
-        conn.report(data.instance_count, data.available_instance_count, data.tasks, data.instances)
-        if data.instances is not None:
-            conn.describe(data.instances)
-        await self.rotation.save(conn)
-        if conn.free() > before:
-            self.wake()
+        await self._heartbeat(conn, data)
 
     # ---- a task's end (see :mod:`.endings`) -------------------------------------------
 
