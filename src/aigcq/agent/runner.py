@@ -141,7 +141,7 @@ class TaskRunner:
     async def _resume(self, task: RunningTask) -> dict[str, Any]:
         events = task.instance.watch(task.prompt_id)
         try:
-            return await self.follow.follow(task, events)
+            return await self.follow.follow(task, events, look_first=True)
         except InstanceDown as e:
             raise machine_failure("InstanceLost", f"{task.instance.instance_id}: {e}") from None
         finally:
