@@ -9,6 +9,7 @@ had been silent that long would not come at all.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -102,3 +103,100 @@ async def test_a_prompt_that_finished_while_the_bridge_was_down_is_reported_on_s
         async with Bridge(same_port(settings, first)):
             assert (await env.hub.next("REGISTER"))["tasks"] == ["done-meanwhile"]
             assert (await env.end_for("done-meanwhile"))["code"] == 0
+
+
+def _second(env: Env, task_id: str) -> dict[str, object]:
+    """``task_id``'s TASK_ASSIGN as the hub sends it again: attempt 2, its own webhook."""
+    return env.assign(
+        task_id, attempt=2, webhookUrl=f"{env.webhook_url}/callback/{task_id}?sig=two"
+    )
+
+
+async def _ends_at(env: Env, task_id: str, query: str) -> list[dict[str, object]]:
+    """The eventData of every TASK_END for ``task_id`` POSTed to the webhook with ``query``."""
+    await wait_until(
+        lambda: any(r.query == query for r in env.webhook.received), 10, what=f"TASK_END {query}"
+    )
+    return [
+        json.loads(r.json()["eventData"])
+        for r in env.webhook.received
+        if r.path == f"/callback/{task_id}" and r.query == query
+    ]
+
+
+async def test_a_newer_attempt_of_a_running_task_adopts_its_prompt(
+    env: Env, tmp_path: Path
+) -> None:
+    """Issue 24 item 8a: acknowledged, the newer attempt is the one the TASK_END carries
+    (the older one's would be fenced), and the prompt runs once."""
+    async with comfy_fleet(tmp_path, 1) as [(served, emulator)]:
+        settings = env.settings.model_copy(update={"comfyui": [served.url]})
+        async with Bridge(settings):
+            await env.hub.next("REGISTER")
+            await env.hub.send("TASK_ASSIGN", env.assign("again"))
+            assert (await env.hub.next("TASK_ACK"))["data"]["attempt"] == 1
+            await until(lambda: _running(emulator), lambda p: p == "again")
+            await env.hub.send("TASK_ASSIGN", _second(env, "again"))
+            ack = await env.hub.next("TASK_ACK")
+            assert (ack["code"], ack["data"]["attempt"]) == (0, 2)
+            [end] = await _ends_at(env, "again", "sig=two")
+            assert end["code"] == 0
+            assert [r.query for r in env.webhook.received] == ["sig=two"]
+            assert list(emulator.history) == ["again"]  # ran once
+
+
+async def test_a_newer_attempt_of_a_finished_task_takes_its_undelivered_result(
+    env: Env,
+) -> None:
+    env.webhook.fail_first = 10**6  # the older attempt's TASK_END is not taken
+    async with Bridge(env.settings):
+        await env.hub.next("REGISTER")
+        await env.hub.send("TASK_ASSIGN", env.assign("spooled"))
+        await env.webhook.wait_for(1, within=10)
+        await env.hub.send("TASK_ASSIGN", _second(env, "spooled"))
+        assert (await env.hub.next("TASK_ACK"))["data"]["attempt"] == 1
+        ack = await env.hub.next("TASK_ACK")
+        assert (ack["code"], ack["data"]["attempt"]) == (0, 2)
+        env.webhook.fail_first = len(env.webhook.received)  # taken from now on
+        [end, *_] = await _ends_at(env, "spooled", "sig=two")
+        assert end["code"] == 0
+        ran = [e.history for e in env.emulators]
+        assert sorted(p for h in ran for p in h) == ["spooled"]  # ran once
+
+
+async def test_a_newer_attempt_of_a_task_that_failed_on_a_machine_runs_again(env: Env) -> None:
+    """The older attempt's machine failure (its prompt lost) is dropped, not handed to the
+    newer attempt: that one would only fail without running."""
+    env.webhook.fail_first = 10**6
+    async with Bridge(env.settings):
+        await env.hub.next("REGISTER")
+        await env.hub.send("TASK_ASSIGN", env.assign("forgot"))
+        running = await until(lambda: _running_index(env.emulators), lambda i: i is not None)
+        assert running is not None
+        await env.emulators[running].restart()  # forgets the prompt: PromptLost
+        [received] = await env.webhook.wait_for(1, within=10)
+        assert json.loads(received.json()["eventData"])["failure"]["code"] == "PromptLost"
+        env.webhook.fail_first = 0
+        await env.hub.send("TASK_ASSIGN", _second(env, "forgot"))
+        [end, *_] = await _ends_at(env, "forgot", "sig=two")
+        assert end["code"] == 0
+        assert any("forgot-2" in e.history for e in env.emulators)
+
+
+async def test_a_newer_attempt_of_a_task_being_stopped_is_refused(env: Env, tmp_path: Path) -> None:
+    """Its instance is still letting the cancelled prompt go: the bridge will not run the
+    new attempt, so it does not acknowledge it."""
+    async with comfy_fleet(tmp_path, 1) as [(served, emulator)]:
+        emulator.config.interrupt_latency = HOUR  # as a GPU that never lets go
+        settings = env.settings.model_copy(update={"comfyui": [served.url]})
+        async with Bridge(settings) as bridge:
+            await env.hub.next("REGISTER")
+            await env.hub.send("TASK_ASSIGN", env.assign("stopping"))
+            await env.hub.next("TASK_ACK")
+            await until(lambda: _running(emulator), lambda p: p == "stopping")
+            await env.hub.send("TASK_CANCEL", {"taskId": "stopping", "attempt": 1})
+            await wait_until(lambda: bridge.runner.running["stopping"].cancelled)
+            await env.hub.send("TASK_ASSIGN", _second(env, "stopping"))
+            ack = await env.hub.next("TASK_ACK")
+            assert (ack["code"], ack["data"]["attempt"]) == (421, 2)
+            assert ack["data"]["taskStatus"] == "REJECTED"
