@@ -25,12 +25,13 @@ from aigcq.platforms.base import HttpRequest
 from tests.fakes.waiting import wait_until
 
 
-def bound_socket(host: str = "127.0.0.1") -> socket.socket:
+def bound_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     """A TCP socket bound to a port of its own on ``host`` (not listening yet): hand it to
-    a server, which then owns the port from the start (no window for another to take it)."""
+    a server, which then owns the port from the start (no window for another to take it).
+    ``port``: that one (a server coming back where it was)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    sock.bind((host, port))
     return sock
 
 
@@ -59,10 +60,12 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serve_killable(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[Served]:
+async def serve_killable(
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[Served]:
     """As :func:`serve_app`, yielding a :class:`Served` whose :meth:`~Served.kill` takes the
-    server away abruptly (the app's lifespan still ends on exit)."""
-    sock = bound_socket(host)
+    server away abruptly (the app's lifespan still ends on exit); on ``port`` if given."""
+    sock = bound_socket(host, port)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
     server = uvicorn.Server(config)

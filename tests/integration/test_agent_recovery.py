@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+
+import pytest
 
 from aigcq.agent.app import Bridge
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from tests.fakes.agent import same_port
-from tests.fakes.agent_hub import Env, env
+from tests.fakes.agent_hub import Env, Hub, env
 from tests.fakes.comfyui import kill
 from tests.fakes.servers import Served, serve_killable
 from tests.fakes.waiting import until, wait_until
@@ -200,3 +203,46 @@ async def test_a_newer_attempt_of_a_task_being_stopped_is_refused(env: Env, tmp_
             ack = await env.hub.next("TASK_ACK")
             assert (ack["code"], ack["data"]["attempt"]) == (421, 2)
             assert ack["data"]["taskStatus"] == "REJECTED"
+
+
+async def test_a_hub_that_comes_back_after_a_long_outage_is_reconnected_to_soon(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 24 item 5: while the hub refuses connections the back-off stays under
+    ``reconnect_down_max`` (here 0.05 s), however long the outage, and well under
+    ``reconnect_max`` (an hour here): twenty refused tries in a row, then the hub is back
+    on its port and the bridge registers."""
+    caplog.set_level(logging.INFO, logger="aigcq.agent")
+    hub = Hub()
+    async with serve_killable(hub.app) as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        server = served.url.replace("http", "ws") + "/ws"
+        update = {"server": server, "reconnect_max": HOUR, "reconnect_down_max": 0.05}
+        async with Bridge(env.settings.model_copy(update=update)):
+            await hub.next("REGISTER")
+            served.kill()
+
+            def refused_tries() -> int:
+                return sum("reconnecting in" in r.getMessage() for r in caplog.records)
+
+            await wait_until(lambda: refused_tries() >= 20, 10)
+            back = Hub()
+            async with serve_killable(back.app, port=port):
+                assert (await back.next("REGISTER"))["bridgeId"]
+
+
+async def test_a_reconnect_sends_undelivered_task_ends_at_once(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24 item 5: a TASK_END whose next try is an hour away is sent when the bridge
+    has registered again (the hub is back), not an hour later."""
+    monkeypatch.setattr("aigcq.agent.spool.backoff_delay", lambda attempt, cap: HOUR)
+    env.webhook.fail_first = 10**6  # the hub is away
+    async with Bridge(env.settings):
+        await env.hub.next("REGISTER")
+        await env.hub.send("TASK_ASSIGN", env.assign("waiting"))
+        await env.webhook.wait_for(1, within=10)
+        env.webhook.fail_first = len(env.webhook.received)  # back
+        await env.hub.sockets[-1].close()  # the hub restarted: the bridge reconnects
+        await env.hub.next("REGISTER")
+        assert (await env.end_for("waiting"))["code"] == 0

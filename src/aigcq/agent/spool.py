@@ -18,7 +18,6 @@ import dataclasses
 import json
 import logging
 import os
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ import httpx
 
 from aigcq.bridges.protocol import TaskEndBody
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.background import backoff_delay, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +183,7 @@ class WebhookSender:
                 )
                 self.spool.remove(item.task_id)
                 return
-            delay = min(self.max_delay, 0.5 * 2 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
+            delay = backoff_delay(attempt - 1, self.max_delay)  # 1, 2, 4 … s, jittered
             log.warning(
                 "task %s: TASK_END try %d failed (%s); retry in %.1fs",
                 item.task_id,
