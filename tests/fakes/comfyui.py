@@ -1,10 +1,14 @@
-"""ComfyUI workflows the emulator runs (API-format graphs) and a PNG reader for its output."""
+"""ComfyUI workflows the emulator runs (API-format graphs), a PNG reader for its output, and
+an emulated ComfyUI killed mid-prompt."""
 
 from __future__ import annotations
 
 import struct
 import zlib
 from typing import Any
+
+from aigcq.emulators.comfyui import ComfyUIEmulator
+from tests.fakes.servers import Served
 
 
 def _invert_graph(prefix: str) -> dict[str, Any]:
@@ -54,3 +58,10 @@ def read_png(data: bytes) -> tuple[int, int, bytes]:
     raw = zlib.decompress(chunks[b"IDAT"])
     assert len(raw) == height * (1 + 3 * width)
     return width, height, raw[1:4]
+
+
+async def kill(served: Served, emulator: ComfyUIEmulator) -> None:
+    """The ComfyUI process behind ``served`` killed: unreachable at once (connections reset,
+    none accepted), its running prompt never finished, its queue and history gone."""
+    served.kill()
+    await emulator.restart()

@@ -1,6 +1,7 @@
 """In-process HTTP servers for tests: serve an ASGI app on a socket bound first (no race
-for a free port), record incoming requests, a port that refuses connections, and the
-client side of a platform adapter's request or of a huge chunked upload."""
+for a free port) and kill it as a killed process goes, record incoming requests, a port
+that refuses connections, and the client side of a platform adapter's request or of a huge
+chunked upload."""
 
 from __future__ import annotations
 
@@ -24,12 +25,13 @@ from aigcq.platforms.base import HttpRequest
 from tests.fakes.waiting import wait_until
 
 
-def bound_socket(host: str = "127.0.0.1") -> socket.socket:
+def bound_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     """A TCP socket bound to a port of its own on ``host`` (not listening yet): hand it to
-    a server, which then owns the port from the start (no window for another to take it)."""
+    a server, which then owns the port from the start (no window for another to take it).
+    ``port``: that one (a server coming back where it was)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    sock.bind((host, port))
     return sock
 
 
@@ -41,14 +43,29 @@ def closed_port(host: str = "127.0.0.1") -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-@contextlib.asynccontextmanager
-async def serve_app(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]:
-    """Run ``app`` with uvicorn (lifespan included) in this event loop on its own socket.
+@dataclass(eq=False)
+class Served:
+    """A running :func:`serve_killable` server: its ``url``, and :meth:`kill`."""
 
-    ``async with serve_app(app) as base_url:`` yields ``http://127.0.0.1:<port>`` once the
-    server accepts connections, and shuts it down on exit.
-    """
-    sock = bound_socket(host)
+    url: str
+    server: uvicorn.Server
+
+    def kill(self) -> None:
+        """Gone as a killed process is: the port refuses connections and every open one
+        (HTTP keep-alive, WebSocket) is reset, with no closing handshake."""
+        for listener in self.server.servers:
+            listener.close()
+        for connection in list(self.server.server_state.connections):
+            connection.transport.abort()
+
+
+@contextlib.asynccontextmanager
+async def serve_killable(
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[Served]:
+    """As :func:`serve_app`, yielding a :class:`Served` whose :meth:`~Served.kill` takes the
+    server away abruptly (the app's lifespan still ends on exit); on ``port`` if given."""
+    sock = bound_socket(host, port)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
     server = uvicorn.Server(config)
@@ -58,11 +75,22 @@ async def serve_app(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]
         if not server.started:
             task.result()  # start-up failed: raise its error
             raise RuntimeError("server stopped during start-up")
-        yield f"http://{host}:{port}"
+        yield Served(f"http://{host}:{port}", server)
     finally:
         server.should_exit = True
         await task
         sock.close()
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Run ``app`` with uvicorn (lifespan included) in this event loop on its own socket.
+
+    ``async with serve_app(app) as base_url:`` yields ``http://127.0.0.1:<port>`` once the
+    server accepts connections, and shuts it down on exit.
+    """
+    async with serve_killable(app, host) as served:
+        yield served.url
 
 
 @dataclass(frozen=True)

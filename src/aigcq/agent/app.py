@@ -102,6 +102,8 @@ class Bridge:
             self._heartbeat_message,
             self._on_assign,
             self.runner.cancel,
+            settings.reconnect_down_max,
+            self.sender.wake,  # the hub is back: undelivered TASK_ENDs now
         )
         self._server: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task[Any]] = []

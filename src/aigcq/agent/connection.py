@@ -1,8 +1,13 @@
 """The bridge's link to aigcq: connect, REGISTER, HEARTBEAT, answer PING, take TASK_ASSIGN.
 
-Reconnects forever with exponential backoff and jitter, capped at ``reconnect_max`` seconds
-(seed 002: at least once a minute). :meth:`HubLink.set_server` switches to a new address
-at run time and reconnects at once.
+Reconnects forever with exponential backoff and jitter (1, 2, 4 … s, times 0.5–1). While
+aigcq cannot be reached (connection refused or reset, no answer, a proxy's 502/503/504, the
+connection lost) the back-off is capped at ``reconnect_down_max`` (2 s): a server coming
+back is noticed within that, and a refused TCP connect costs the server nothing. When aigcq
+answers and refuses the bridge (another HTTP status, a close for a bad token or a flood) it
+grows to ``reconnect_max`` (60 s; seed 002: at least once a minute). Once REGISTER is sent,
+``on_registered`` runs (the bridge re-sends its undelivered TASK_ENDs at once).
+:meth:`HubLink.set_server` switches to a new address at run time and reconnects at once.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from aigcq.bridges.protocol import (
     encode,
     parse_bridge_message,
 )
+from aigcq.bridges.session import CLOSE_AUTH, CLOSE_FLOOD
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner, backoff_delay, cancel_and_wait
 
@@ -40,6 +46,10 @@ log = logging.getLogger(__name__)
 
 #: A connection that lasted this long resets the backoff.
 STABLE_AFTER_S = 10.0
+#: HTTP answers to the upgrade that mean aigcq is not there (a proxy in front of it)
+DOWN_STATUSES = frozenset({502, 503, 504})
+#: closes by the hub that refuse this bridge (its token, its flood): back off long
+REFUSING_CLOSES = frozenset({CLOSE_AUTH, CLOSE_FLOOD})
 
 
 def with_token(url: str, token: str) -> str:
@@ -69,6 +79,8 @@ class HubLink:
     heartbeat_message: Callable[[], HeartbeatMessage]
     on_assign: Callable[[TaskAssignData], Coroutine[object, object, None]]
     on_cancel: Callable[[TaskCancelData], Coroutine[object, object, None]]
+    reconnect_down_max: float = 2.0
+    on_registered: Callable[[], None] = lambda: None
     state: str = field(init=False, default="disconnected")
     since: float = field(init=False, default_factory=time.time)
     last_error: str = field(init=False, default="")
@@ -112,11 +124,14 @@ class HubLink:
         attempt = 0
         while True:
             started = time.monotonic()
-            await self._connect_once()
+            refused = await self._connect_once()
             if time.monotonic() - started >= STABLE_AFTER_S:
                 attempt = 0
             if not self._changed.is_set():
-                delay = backoff_delay(attempt, self.reconnect_max)
+                cap = self.reconnect_max
+                if not refused:  # not there (yet): look again soon
+                    cap = min(cap, self.reconnect_down_max)
+                delay = backoff_delay(attempt, cap)
                 attempt += 1
                 log.info(
                     "bridge %s: reconnecting in %.1fs",
@@ -130,8 +145,11 @@ class HubLink:
                 self._changed.clear()
                 attempt = 0
 
-    async def _connect_once(self) -> None:
+    async def _connect_once(self) -> bool:
+        """One connection, served until it ends; True when aigcq answered and refused the
+        bridge, False when it could not be reached or the connection was lost."""
         url = self.url
+        refused = False
         self._set_state("connecting")
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
@@ -139,7 +157,7 @@ class HubLink:
                 with_token(url, self.token), additional_headers=headers, max_size=64 << 20
             ) as ws:
                 if url != self.url:  # changed during the handshake
-                    return
+                    return False
                 self._ws = ws
                 self._set_state("connected")
                 self.last_error = ""
@@ -150,9 +168,12 @@ class HubLink:
                     redact(url),
                     extra=ctx(bridge=self.bridge_id),
                 )
+                self.on_registered()
                 await self._session(ws)
+                refused = ws.close_code in REFUSING_CLOSES
         except InvalidStatus as e:
             self.last_error = f"refused: HTTP {e.response.status_code}"
+            refused = e.response.status_code not in DOWN_STATUSES
         except (OSError, WebSocketException, TimeoutError) as e:
             self.last_error = str(e) or type(e).__name__
         finally:
@@ -166,6 +187,7 @@ class HubLink:
             reason,
             extra=ctx(bridge=self.bridge_id),
         )
+        return refused
 
     async def _session(self, ws: ClientConnection) -> None:
         beats = asyncio.create_task(self._beat(ws), name=f"heartbeat-{self.bridge_id}")

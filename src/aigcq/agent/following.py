@@ -2,8 +2,11 @@
 
 The prompt's end comes from ComfyUI's WebSocket events; when they go quiet the prompt is
 reconciled with the instance's ``/history`` and ``/queue`` (in neither: lost, a machine's
-failure). The ComfyUI ``prompt_id`` is our taskId (``<taskId>-<attempt>`` for attempts after
-the first, so a retry on the same instance never meets the old attempt's history).
+failure). The instance found down ends the wait at once (its health check tells the
+watchers); a prompt followed again after a restart of the bridge is reconciled first (it
+may have finished while the bridge was down). The ComfyUI ``prompt_id`` is our taskId
+(``<taskId>-<attempt>`` for attempts after the first, so a retry on the same instance never
+meets the old attempt's history).
 """
 
 from __future__ import annotations
@@ -18,7 +21,14 @@ from urllib.parse import quote
 
 import httpx
 
-from aigcq.agent.instances import ComfyInstance, Event, InstanceDown, history_error, history_outputs
+from aigcq.agent.instances import (
+    INSTANCE_DOWN,
+    ComfyInstance,
+    Event,
+    InstanceDown,
+    history_error,
+    history_outputs,
+)
 from aigcq.bridges.protocol import (
     BridgeMessage,
     FailureClass,
@@ -83,15 +93,16 @@ class Follower:
     public_url: Callable[[], str]
     settings: RunnerSettings
 
-    async def follow(self, task: RunningTask, events: asyncio.Queue[Event]) -> dict[str, Any]:
-        """Wait for the prompt's end from WS events, polling /history when they go quiet."""
+    async def follow(
+        self, task: RunningTask, events: asyncio.Queue[Event], *, look_first: bool = False
+    ) -> dict[str, Any]:
+        """Wait for the prompt's end from WS events, polling /history when they go quiet
+        or the instance is found down (and at once with ``look_first``)."""
         instance = task.instance
         deadline = time.monotonic() + self.settings.task_timeout
         while time.monotonic() < deadline:
-            try:
-                event: Event | None = await asyncio.wait_for(events.get(), self.settings.ws_silence)
-            except TimeoutError:
-                event = None
+            event = None if look_first else await self._next(events)
+            look_first = False
             if event is not None and event.get("type") == "progress":
                 await self._progress(task, event["data"])
             if event is not None and not _is_final(event):
@@ -107,6 +118,15 @@ class Follower:
         await instance.cancel(task.prompt_id)
         timeout = self.settings.task_timeout
         raise machine_failure("Timeout", f"ComfyUI did not finish within {timeout:.0f}s")
+
+    async def _next(self, events: asyncio.Queue[Event]) -> Event | None:
+        """The next event; None after ``ws_silence`` without one, or when the instance was
+        found down (reconcile now)."""
+        try:
+            event = await asyncio.wait_for(events.get(), self.settings.ws_silence)
+        except TimeoutError:
+            return None
+        return None if event.get("type") == INSTANCE_DOWN else event
 
     @staticmethod
     async def _reconcile(task: RunningTask) -> dict[str, Any] | None:

@@ -1,7 +1,9 @@
 """ComfyUI instances: an HTTP + WebSocket client per instance, and the pool that picks one.
 
 Each instance keeps one WebSocket open as the bridge's ``clientId``; execution events are
-routed by ``prompt_id`` to whoever :meth:`ComfyInstance.watch`-es that prompt.
+routed by ``prompt_id`` to whoever :meth:`ComfyInstance.watch`-es that prompt. An instance
+found down tells every watcher at once (:data:`INSTANCE_DOWN`), so a prompt that was running
+there ends (or moves) now, not when its events have been silent for a while.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from aigcq.bridges.protocol import InstanceInfo
 log = logging.getLogger(__name__)
 
 Event = dict[str, Any]
+#: put in every watcher's queue when the instance is found down (not one of ComfyUI's)
+INSTANCE_DOWN = "aigcq_instance_down"
 
 #: seconds between attempts to reopen an instance's WebSocket
 RECONNECT_S = 0.5
@@ -211,6 +215,9 @@ class ComfyInstance:
 
     def _set_healthy(self, healthy: bool) -> None:
         self.healthy = healthy
+        if not healthy:
+            for queue in self._watchers.values():
+                queue.put_nowait({"type": INSTANCE_DOWN, "data": {}})
         self.on_change()
 
     # -- events --

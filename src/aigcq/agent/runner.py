@@ -1,6 +1,12 @@
 """One TASK_ASSIGN from start to TASK_END: ACK, workflow, ComfyUI, files, result; a
 TASK_CANCEL; prompts a previous run left unfinished, re-adopted. Following the prompt on
 its instance is :mod:`.following`'s.
+
+The bridge never acknowledges an attempt it will not run. A TASK_ASSIGN for a task it holds
+under an older attempt (the hub lost track of it) is taken over by the newer attempt: the
+running prompt, or its undelivered result, is now that attempt's (its TASK_ACK, its
+TASK_END to its webhook), with no second run; an undelivered machine failure is dropped and
+the task run again; a task being stopped after a TASK_CANCEL is refused (421).
 """
 
 from __future__ import annotations
@@ -71,7 +77,10 @@ class TaskRunner:
     files_dir: Path
     public_url: Callable[[], str]
     settings: RunnerSettings
-    claimed: set[str] = field(init=False, default_factory=set)  # accepted, no result yet
+    #: the latest assignment of each task accepted here with no result yet
+    claimed: dict[str, TaskAssignData] = field(init=False, default_factory=dict)
+    #: claimed tasks whose latest attempt has been acknowledged (or listed in REGISTER)
+    answered: set[str] = field(init=False, default_factory=set)
     running: dict[str, RunningTask] = field(init=False, default_factory=dict)
     follow: Follower = field(init=False)
     prompts: HeldPrompts = field(init=False)
@@ -86,30 +95,86 @@ class TaskRunner:
 
     def held(self) -> list[str]:
         """Task ids this bridge holds: in progress or with an undelivered result."""
-        return sorted(self.claimed | set(self.sender.spool.task_ids()))
+        return sorted(set(self.claimed) | set(self.sender.spool.task_ids()))
 
     async def handle(self, assign: TaskAssignData) -> None:
         """Answer one TASK_ASSIGN and, if taken, run it to its TASK_END."""
         task_id = assign.task_id or uuid.uuid4().hex  # a seed hub sends no taskId
-        if task_id in self.claimed or task_id in self.sender.spool:
-            log.info(
-                "task %s: assigned again while held; ACK only", task_id, extra=ctx(task=task_id)
-            )
-            await self._ack(task_id, assign.attempt)
+        if await self._held_already(task_id, assign):
             return
-        self.claimed.add(task_id)
+        self.claimed[task_id] = assign
         try:
-            await self._take(task_id, assign)
+            await self._take(task_id)
             self.prompts.remove(task_id)  # ended (not stopped by a shutdown): nothing to adopt
         finally:
-            self.claimed.discard(task_id)
+            self._release_claim(task_id)
             self.stopped.discard(task_id)
+
+    def _release_claim(self, task_id: str) -> None:
+        self.claimed.pop(task_id, None)
+        self.answered.discard(task_id)
+
+    async def _held_already(self, task_id: str, assign: TaskAssignData) -> bool:
+        """A task this bridge holds, assigned again (a newer attempt): answered here, True;
+        False when it is to be run (new here, or its older attempt's machine failure is
+        dropped)."""
+        running = self.running.get(task_id)
+        if task_id in self.stopped or (running is not None and running.cancelled):
+            message = "still stopping an older attempt of this task"
+            await self._ack(task_id, assign.attempt, ACK_NO_CAPACITY, message)
+            return True
+        if task_id in self.claimed:
+            await self._adopt(task_id, assign, running)
+            return True
+        ended = self.sender.undelivered(task_id)
+        if ended is None:
+            return False
+        if _machine_failure(ended.body.result()):
+            log.info(
+                "task %s: attempt %s replaces an undelivered machine failure; running it",
+                task_id,
+                assign.attempt,
+                extra=ctx(task=task_id),
+            )
+            await self.sender.drop(task_id)
+            return False
+        log.info(
+            "task %s: attempt %s takes the undelivered result over",
+            task_id,
+            assign.attempt,
+            extra=ctx(task=task_id),
+        )
+        self.sender.readdress(task_id, assign.webhook_url)
+        await self._ack(task_id, assign.attempt)
+        return True
+
+    async def _adopt(
+        self, task_id: str, assign: TaskAssignData, running: RunningTask | None
+    ) -> None:
+        """The newer ``assign`` takes over the claimed task: its TASK_ACK now (or from
+        :meth:`_take`, which has not answered yet), its attempt on the prompt, its webhook
+        for the TASK_END."""
+        log.info(
+            "task %s: attempt %s takes over the one held here",
+            task_id,
+            assign.attempt,
+            extra=ctx(task=task_id),
+        )
+        self.claimed[task_id] = assign
+        if running is not None:
+            running.attempt = assign.attempt
+            if task_id in self.prompts:  # a restart re-adopts it as this attempt
+                self.prompts.put(HeldPrompt(assign, running.prompt_id, running.instance.url))
+        if task_id in self.answered:
+            await self._ack(task_id, assign.attempt)
 
     def held_prompts(self) -> list[HeldPrompt]:
         """The prompts a previous run of this bridge left unfinished, claimed now (so
         REGISTER lists them); follow each with :meth:`readopt`."""
         found = self.prompts.load_all()
-        self.claimed.update(h.task_id for h in found)
+        for held in found:
+            self.claimed[held.task_id] = held.assign
+            self.answered.add(held.task_id)  # REGISTER lists it: the hub keeps it here
         return found
 
     async def readopt(self, held: HeldPrompt) -> None:
@@ -122,7 +187,7 @@ class TaskRunner:
                 result = machine_failure(
                     "InstanceLost", f"instance {where} is no longer configured"
                 )
-                self._finish(task_id, held.assign.webhook_url, result.result)
+                self._finish(task_id, result.result)
             else:
                 instance.running.add(task_id)
                 task = RunningTask(task_id, held.prompt_id, instance, held.assign.attempt)
@@ -133,30 +198,31 @@ class TaskRunner:
                     instance.instance_id,
                     extra=ctx(task=task_id),
                 )
-                await self._drive(task, held.assign.webhook_url, self._resume(task))
+                await self._drive(task, self._resume(task))
             self.prompts.remove(task_id)
         finally:
-            self.claimed.discard(task_id)
+            self._release_claim(task_id)
 
     async def _resume(self, task: RunningTask) -> dict[str, Any]:
         events = task.instance.watch(task.prompt_id)
         try:
-            return await self.follow.follow(task, events)
+            return await self.follow.follow(task, events, look_first=True)
         except InstanceDown as e:
             raise machine_failure("InstanceLost", f"{task.instance.instance_id}: {e}") from None
         finally:
             task.instance.unwatch(task.prompt_id)
 
-    async def _take(self, task_id: str, assign: TaskAssignData) -> None:
+    async def _take(self, task_id: str) -> None:
+        assign = self.claimed[task_id]
         try:
             workflow = apply_node_info(await self.source.resolve(assign), assign.node_info_list)
         except WorkflowNotFound as e:
-            await self._ack(task_id, assign.attempt, ACK_WORKFLOW_NOT_FOUND, str(e))
+            await self._answer(task_id, ACK_WORKFLOW_NOT_FOUND, str(e))
             return
         except WorkflowError as e:
-            await self._ack(task_id, assign.attempt)
+            await self._answer(task_id)
             result = TaskEndResult.failed("task", "InvalidWorkflow", str(e))
-            self._finish(task_id, assign.webhook_url, result)
+            self._finish(task_id, result)
             return
         if task_id in self.stopped:  # TASK_CANCEL came while the workflow was fetched
             self.stopped.discard(task_id)
@@ -164,24 +230,23 @@ class TaskRunner:
             return
         needs = needs_of(workflow)
         if lacking := self.pool.lacks(needs):  # no instance here could ever run it
-            await self._ack(task_id, assign.attempt)
+            await self._answer(task_id)
             message = f"no ComfyUI instance of this bridge has {lacking}"
             result = TaskEndResult.failed("task", "NoCapableInstance", message)
-            self._finish(task_id, assign.webhook_url, result)
+            self._finish(task_id, result)
             return
         instance = self.pool.acquire(task_id, needs=needs, affinity=self.settings.affinity)
         if instance is None:
-            await self._ack(task_id, assign.attempt, ACK_NO_CAPACITY, "no free ComfyUI instance")
+            await self._answer(task_id, ACK_NO_CAPACITY, "no free ComfyUI instance")
             return
-        await self._ack(task_id, assign.attempt)
-        prompt_id = prompt_id_for(task_id, assign.attempt)
-        task = RunningTask(task_id, prompt_id, instance, assign.attempt)
+        attempt = self.claimed[task_id].attempt
+        task = RunningTask(task_id, prompt_id_for(task_id, attempt), instance, attempt)
         task.node_names = node_names(workflow)
-        await self._drive(task, assign.webhook_url, self._execute(task, workflow, assign))
+        self.running[task_id] = task  # before the ACK: a newer attempt meanwhile adopts it
+        await self._answer(task_id)
+        await self._drive(task, self._execute(task, workflow))
 
-    async def _drive(
-        self, task: RunningTask, webhook_url: str, run: Coroutine[Any, Any, dict[str, Any]]
-    ) -> None:
+    async def _drive(self, task: RunningTask, run: Coroutine[Any, Any, dict[str, Any]]) -> None:
         """Run ``task`` (``run`` gives its history entry), then its TASK_END; none when the
         hub cancelled it."""
         task.job = asyncio.current_task()
@@ -198,7 +263,7 @@ class TaskRunner:
             self.on_free()
         if task.cancelled:
             return  # it ended while being stopped: the hub no longer wants it
-        self._finish(task.task_id, webhook_url, result)
+        self._finish(task.task_id, result)
 
     async def _send(self, task: RunningTask, workflow: Workflow) -> None:
         """``POST /prompt``, unless the hub cancelled the task; a TASK_CANCEL that came while
@@ -227,16 +292,17 @@ class TaskRunner:
     async def cancel(self, order: TaskCancelData) -> None:
         """TASK_CANCEL: stop the prompt on its instance (interrupt it only if that
         instance runs it, else delete it from its queue), free the slot, no TASK_END."""
-        task = self.running.get(order.task_id)
-        if task is None and order.task_id in self.claimed:
-            self.stopped.add(order.task_id)
-            return
-        if task is None or order.attempt not in (None, task.attempt):
+        claim = self.claimed.get(order.task_id)
+        if claim is None or order.attempt not in (None, claim.attempt):  # or an older one
             log.info(
-                "task %s: TASK_CANCEL for a task not running here",
+                "task %s: TASK_CANCEL for an attempt not running here",
                 order.task_id,
                 extra=ctx(task=order.task_id),
             )
+            return
+        task = self.running.get(order.task_id)
+        if task is None:
+            self.stopped.add(order.task_id)
             return
         task.cancelled = True
         if task.sending:
@@ -261,6 +327,12 @@ class TaskRunner:
             except InstanceDown:
                 return
             await asyncio.sleep(STOP_POLL_S)
+
+    async def _answer(self, task_id: str, code: int = ACK_OK, msg: str = "success") -> None:
+        """TASK_ACK for the claimed task's latest attempt (a newer one assigned after this
+        is answered by :meth:`_adopt`)."""
+        self.answered.add(task_id)
+        await self._ack(task_id, self.claimed[task_id].attempt, code, msg)
 
     async def _ack(
         self, task_id: str, attempt: int | None, code: int = ACK_OK, msg: str = "success"
@@ -287,7 +359,9 @@ class TaskRunner:
             extra=ctx(task=task_id),
         )
 
-    def _finish(self, task_id: str, webhook_url: str, result: TaskEndResult) -> None:
+    def _finish(self, task_id: str, result: TaskEndResult) -> None:
+        """Spool and send the claimed task's TASK_END, to its latest attempt's webhook."""
+        webhook_url = self.claimed[task_id].webhook_url
         log.info(
             "task %s: finished, code %d: %s",
             task_id,
@@ -312,15 +386,13 @@ class TaskRunner:
             return machine_failure("BridgeError", f"bridge error: {type(e).__name__}: {e}").result
         return TaskEndResult(code=0, msg="success", data=files)
 
-    async def _execute(
-        self, task: RunningTask, workflow: Workflow, assign: TaskAssignData
-    ) -> dict[str, Any]:
+    async def _execute(self, task: RunningTask, workflow: Workflow) -> dict[str, Any]:
         """Run the prompt, moving to another free instance while instances are down; none
         free: a machine's failure, the hub retries the task elsewhere."""
         tried: set[str] = set()
         while True:
             try:
-                return await self._run_on(task, workflow, assign)
+                return await self._run_on(task, workflow)
             except InstanceDown as e:
                 log.warning(
                     "task %s: instance %s down: %s",
@@ -340,14 +412,13 @@ class TaskRunner:
                     ) from None
                 task.instance = other
 
-    async def _run_on(
-        self, task: RunningTask, workflow: Workflow, assign: TaskAssignData
-    ) -> dict[str, Any]:
+    async def _run_on(self, task: RunningTask, workflow: Workflow) -> dict[str, Any]:
         instance = task.instance
         events = instance.watch(task.prompt_id)
         try:
             # Held before it is sent: a restart between ComfyUI's accept and a later write
             # would run the prompt twice; one ComfyUI never got is found lost on re-adoption.
+            assign = self.claimed[task.task_id]
             self.prompts.put(HeldPrompt(assign, task.prompt_id, instance.url))
             await self._send(task, workflow)
             log.info(
@@ -360,3 +431,8 @@ class TaskRunner:
             return await self.follow.follow(task, events)
         finally:
             instance.unwatch(task.prompt_id)
+
+
+def _machine_failure(result: TaskEndResult) -> bool:
+    """A failure of the machine (a seed-style failure without a class counts as one)."""
+    return result.code != 0 and (result.failure is None or result.failure.failure_class != "task")

@@ -32,7 +32,15 @@ class BridgeSettings(BaseSettings):
         True, description="Prefer the instance whose loaded models a task needs."
     )
     health_interval: float = Field(5.0, gt=0, description="Seconds between instance checks.")
-    reconnect_max: float = Field(60.0, gt=0, description="Cap of the reconnect backoff.")
+    reconnect_max: float = Field(
+        60.0, gt=0, description="Cap of the reconnect backoff while aigcq refuses the bridge."
+    )
+    reconnect_down_max: float = Field(
+        2.0,
+        gt=0,
+        description="Cap of the reconnect backoff while aigcq cannot be reached (it is noticed "
+        "within this long once it is back).",
+    )
     ws_silence: float = Field(
         5.0,
         gt=0,

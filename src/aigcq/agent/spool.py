@@ -4,16 +4,20 @@ A finished result is written to ``<data dir>/spool/<taskId>.json`` *before* the 
 and removed only once the hub answered: 2xx (taken), 404 or 410 (no longer wanted), or
 another 4xx but 408 and 429 (refused for good: a body or a signature the hub will never
 take; sending it again would loop forever). 5xx, 408, 429 and no answer are tried again
-with back-off. On start-up every spooled result is sent again.
+with back-off. On start-up every spooled result is sent again; when the bridge (re)connects
+to the hub every undelivered one is tried again at once (:meth:`WebhookSender.wake`). A
+newer attempt of the task may take an undelivered result over (:meth:`WebhookSender.readdress`:
+its own webhook URL from then on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import logging
 import os
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +28,7 @@ import httpx
 
 from aigcq.bridges.protocol import TaskEndBody
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.background import backoff_delay, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -102,15 +106,48 @@ class WebhookSender:
         self.spool = spool
         self.max_delay = max_delay
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._items: dict[str, SpooledResult] = {}  # what each delivery sends next
+        self._woken = asyncio.Event()
 
     def send(self, item: SpooledResult) -> None:
         """Spool ``item`` (if not yet) and deliver it in the background."""
         if item.task_id not in self.spool:
             self.spool.put(item)
         if item.task_id not in self._tasks:
-            task = asyncio.create_task(self._deliver(item), name=f"task-end-{item.task_id}")
+            self._items[item.task_id] = item
+            task = asyncio.create_task(self._deliver(item.task_id), name=f"task-end-{item.task_id}")
             self._tasks[item.task_id] = task
-            task.add_done_callback(lambda _: self._tasks.pop(item.task_id, None))
+            task.add_done_callback(lambda done: self._forget(item.task_id, done))
+
+    def _forget(self, task_id: str, delivery: asyncio.Task[None]) -> None:
+        if self._tasks.get(task_id) is delivery:  # not a newer delivery of the same task
+            del self._tasks[task_id]
+            del self._items[task_id]
+
+    def undelivered(self, task_id: str) -> SpooledResult | None:
+        return self._items.get(task_id)
+
+    def readdress(self, task_id: str, webhook_url: str) -> None:
+        """Send ``task_id``'s undelivered result to ``webhook_url`` from now on (a newer
+        attempt of the task took it over), and try at once."""
+        item = dataclasses.replace(self._items[task_id], webhook_url=webhook_url)
+        self.spool.put(item)
+        self._items[task_id] = item
+        self.wake()
+
+    async def drop(self, task_id: str) -> None:
+        """Stop delivering ``task_id``'s result and forget it."""
+        task = self._tasks.get(task_id)
+        if task is not None:
+            await cancel_and_wait([task])
+            self._forget(task_id, task)
+        self.spool.remove(task_id)
+
+    def wake(self) -> None:
+        """Try every undelivered result now (the hub is reachable again), not at the end of
+        its back-off."""
+        self._woken.set()
+        self._woken = asyncio.Event()
 
     def resend_spooled(self) -> int:
         items = self.spool.load_all()
@@ -121,12 +158,12 @@ class WebhookSender:
     async def close(self) -> None:
         await cancel_and_wait(list(self._tasks.values()))
 
-    async def _deliver(self, item: SpooledResult) -> None:
-        payload = item.body.model_dump(mode="json")
+    async def _deliver(self, task_id: str) -> None:
         attempt = 0
         while True:
             attempt += 1
-            status, outcome = await self._post(item, payload)
+            item = self._items[task_id]
+            status, outcome = await self._post(item, item.body.model_dump(mode="json"))
             if status is not None and _refused_for_good(status):
                 log.error(
                     "task %s: TASK_END refused by the hub (%s), dropped",
@@ -146,7 +183,7 @@ class WebhookSender:
                 )
                 self.spool.remove(item.task_id)
                 return
-            delay = min(self.max_delay, 0.5 * 2 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
+            delay = backoff_delay(attempt - 1, self.max_delay)  # 1, 2, 4 … s, jittered
             log.warning(
                 "task %s: TASK_END try %d failed (%s); retry in %.1fs",
                 item.task_id,
@@ -155,7 +192,9 @@ class WebhookSender:
                 delay,
                 extra=ctx(task=item.task_id),
             )
-            await asyncio.sleep(delay)
+            woken = self._woken
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), delay)
 
     async def _post(
         self, item: SpooledResult, payload: dict[str, object]
