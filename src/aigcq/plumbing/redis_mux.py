@@ -40,6 +40,7 @@ from redis.exceptions import (
     ConnectionError,
     DataError,
     NoScriptError,
+    ReadOnlyError,
     RedisError,
     ResponseError,
 )
@@ -87,8 +88,9 @@ class _Protocol(asyncio.Protocol):
             if fut.done():  # its caller was cancelled
                 continue
             if isinstance(reply, ResponseError):
-                self._demoted |= str(reply).startswith("READONLY")
-                fut.set_exception(_error(reply))
+                error = _error(reply)
+                self._demoted |= isinstance(error, ReadOnlyError)
+                fut.set_exception(error)
             else:
                 fut.set_result(reply)
         if self._demoted and self.transport is not None:
@@ -130,6 +132,8 @@ def _error(reply: ResponseError) -> RedisError:
     message = str(reply)
     if message.startswith("NOSCRIPT"):
         return NoScriptError(message)
+    if message.startswith("READONLY"):
+        return ReadOnlyError(message)
     return reply
 
 
