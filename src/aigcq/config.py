@@ -146,6 +146,22 @@ class Settings(BaseSettings):
     redis_sentinel_password: str = Field(
         "", validation_alias=_env("REDIS_SENTINEL_PASSWORD"), description="The sentinels' own."
     )
+    redis_min_replicas: int = Field(
+        0,
+        ge=0,
+        validation_alias=_env("REDIS_MIN_REPLICAS"),
+        description="Replicas that must have a write (Redis WAIT) before a submit is "
+        "acknowledged, a paid create is sent, or a TASK_END gets its 200 (0: no WAIT; set 1 "
+        "with Sentinel, see docs/operations.md).",
+    )
+    redis_wait_timeout_ms: int = Field(
+        500,
+        gt=0,
+        validation_alias=_env("REDIS_WAIT_TIMEOUT_MS"),
+        description="How long one WAIT may hold the hot path for the replicas; then the "
+        "write is not acknowledged (the submit gets AssessmentError, the create waits, the "
+        "TASK_END 503).",
+    )
     database_url: str = Field("", validation_alias=_env("DATABASE_URL"))
     asynch_url: str = Field(
         "",

@@ -9,9 +9,11 @@ completes in a few seconds.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +70,17 @@ class Node:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """SIGSTOP the server for the block (a replica that stops acknowledging), then
+        SIGCONT."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.proc.send_signal(signal.SIGCONT)
+
     def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
         if self.alive:
             assert self.proc is not None
@@ -78,10 +91,12 @@ class Node:
 @dataclass
 class SentinelGroup:
     """``with SentinelGroup(tmp_path) as group:`` a master, ``replicas`` replicas (each
-    connected and in sync) and three sentinels that all see them."""
+    connected and in sync) and three sentinels that all see them (``sentinel_count=0``: only the
+    replicated servers, for what needs no failover)."""
 
     root: Path
     replicas: int = 1
+    sentinel_count: int = 3
     nodes: list[Node] = field(default_factory=list)  # data nodes, the first master at start
     sentinels: list[Node] = field(default_factory=list)
 
@@ -107,7 +122,7 @@ class SentinelGroup:
             node.start(args)
             self.nodes.append(node)
         wait_until_sync(self._replicas_in_sync, 15, what="replicas connected and in sync")
-        for i in range(3):
+        for i in range(self.sentinel_count):
             node = Node(free_port(), self.root / f"sentinel-{i}")
             conf = node.directory / "sentinel.conf"
             node.directory.mkdir(parents=True, exist_ok=True)
@@ -145,7 +160,9 @@ class SentinelGroup:
 
     @property
     def url(self) -> str:
-        """The group as aigcq's ``AIGCQ_REDIS_URL``."""
+        """The group as aigcq's ``AIGCQ_REDIS_URL`` (without sentinels: the master's)."""
+        if not self.sentinel_count:
+            return f"redis://127.0.0.1:{self.nodes[0].port}/0"
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
         return f"redis+sentinel://{hosts}/{MASTER_NAME}/0"
 

@@ -165,6 +165,18 @@ class RedisMux:
                 raise reply
         return replies
 
+    async def replicas(self, n: int, timeout_ms: int) -> int:
+        """How many replicas have every write this connection made before the call (at
+        least ``n``, or as many as did within ``timeout_ms``): Redis's ``WAIT``. Callers in
+        one event-loop turn share one WAIT, sent behind their writes. WAIT holds this
+        connection's later commands in Redis until it answers, so keep ``timeout_ms`` short."""
+        batch = self._batch
+        if batch and batch[-1][0] == ("WAIT", n, timeout_ms):
+            shared = batch[-1][1]
+        else:
+            shared = self._enqueue(("WAIT", n, timeout_ms))
+        return int(await asyncio.shield(shared))
+
     async def script(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run a registered Lua script (loaded through redis-py when Redis lost it)."""
         try:

@@ -67,6 +67,8 @@ def runtime(settings: Settings, config: PlatformConfig, redis: Redis) -> Runtime
         retention_s=settings.result_retention_s,
         outbox_retention_s=settings.outbox_retention_s,
         free_requeues=settings.max_free_requeues,
+        min_replicas=settings.redis_min_replicas,
+        wait_timeout_ms=settings.redis_wait_timeout_ms,
     )
     store.paid_targets = ",".join(name for name, a in adapters.items() if a.paid)
     client = PlatformClient(
