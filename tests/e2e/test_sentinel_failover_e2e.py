@@ -27,3 +27,4 @@ async def test_a_failover_under_load_loses_nothing_and_pays_nothing_twice(
     assert report["double_paid"] == {}
     assert report["duplicates_delivered"] == {}
     assert report["dispatch_resumed_after_s"] is not None
+    assert report["reconcile_passes"] == 2  # one per serve process

@@ -110,6 +110,12 @@ class Load:
             await client.close()
 
 
+def _passes(tmp: Path) -> int:
+    """Serve logs under ``tmp`` that say a master change was reconciled."""
+    logs = tmp.glob("serve-*.log")
+    return sum("Redis master changed" in log.read_text(errors="replace") for log in logs)
+
+
 async def failover_run(
     tmp: Path, *, min_replicas: int, rate: float = 10.0, seconds: float = 8.0
 ) -> dict[str, Any]:
@@ -154,6 +160,9 @@ async def failover_run(
             report["min_replicas"] = min_replicas
             report["promoted_after_s"] = round(promoted_after, 2)
             report["new_master_port"] = promoted.port
+            # each serve process noticed the new master and ran its reconcile pass
+            await wait_until(lambda: _passes(tmp) >= len(ports), 10, what="reconcile passes")
+            report["reconcile_passes"] = _passes(tmp)
             return report
         finally:
             await load.close()

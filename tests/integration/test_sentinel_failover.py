@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from redis.exceptions import ReadOnlyError, RedisError
 
+from aigcq.config import PlatformConfig, Settings
+from aigcq.domain import TaskState
 from aigcq.plumbing.events import EventBus
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.queue.store import TaskStore
+from aigcq.scheduler.reconcile import MasterWatch
+from aigcq.serve.server import runtime
 from tests.fakes.sentinel import SentinelGroup
 from tests.fakes.waiting import wait_until
 
@@ -88,4 +93,42 @@ async def test_a_hot_path_connection_on_a_demoted_server_drops_itself(
         assert await mux.command("PING") == "PONG"  # made again on the next command
     finally:
         await mux.aclose()
+        await redis.aclose()
+
+
+async def test_a_master_change_runs_one_reconcile_pass_that_moves_nothing(
+    group: SentinelGroup, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A paid create recorded as an intent with no answer is named after the promotion and
+    left as it was (its webhook or its deadline settle it; it is not sent again)."""
+    (tmp_path / "model.json").write_text('{"p": {"comfyui": {"apikey": "k", "concurrency": 1}}}')
+    redis = redis_client(group.url)
+    settings = Settings(redis_url=group.url, config_dir=tmp_path)
+    rt = runtime(settings, PlatformConfig.load(tmp_path), redis)
+    heard: list[int] = []
+
+    async def listener() -> None:
+        heard.append(1)
+
+    watch = MasterWatch(rt, [listener])
+    try:
+        store = rt.store
+        await store.submit("c1", aigc="p", platform="comfyui", backend_id="c", payload={})
+        [claimed] = await store.claim("p", "comfyui", "runninghub", cap=1, n=1, deadline_s=60)
+        assert await store.begin_create("c1", claimed.attempt, "create-1", deadline_s=60)
+        assert await store.mux.replicas(1, 5000) == 1  # on the replica before the kill
+        assert not await watch.check()  # the first master seen: nothing to reconcile
+        assert not await watch.check()
+        old = group.kill_master()
+        await asyncio.to_thread(group.wait_promoted, old)
+        with caplog.at_level(logging.WARNING, logger="aigcq.scheduler.reconcile"):
+            assert await wait_until(watch.check, 30, 0.2, ignore=(RedisError,))
+        assert watch.changes == 1 and heard == [1]
+        assert "task c1: create create-1 of attempt 1" in caplog.text
+        task = await store.get("c1")
+        assert task is not None and task.state is TaskState.DISPATCHING
+        assert task.create_id == "create-1"  # moved by nothing
+        assert not await watch.check()  # one pass per change
+    finally:
+        await rt.store.aclose()
         await redis.aclose()

@@ -567,9 +567,15 @@ class TaskStore:
 
     async def expired(self, page: int = 1000) -> list[str]:
         """Every task in flight past its deadline, read a page at a time."""
-        now, found = time.time(), list[str]()
+        return await self.in_flight(time.time(), page)
+
+    async def in_flight(self, until: float | str = "+inf", page: int = 1000) -> list[str]:
+        """Every task in flight with a deadline up to ``until``, read a page at a time."""
+        found = list[str]()
         while True:
-            ids = await self.redis.zrangebyscore(self.keys.inflight, "-inf", now, len(found), page)
+            ids = await self.redis.zrangebyscore(
+                self.keys.inflight, "-inf", until, len(found), page
+            )
             found += [text(i) for i in ids]
             if len(ids) < page:
                 return found
