@@ -43,14 +43,22 @@ def rss_kib(pid: int) -> int:
 
 
 async def run_load(
-    port: int, n: int, rate: float | None, clients: int = 4, pid: int | None = None
+    port: int,
+    n: int,
+    rate: float | None,
+    clients: int = 4,
+    pid: int | None = None,
+    redis_pid: int | None = None,
 ) -> dict[str, Any]:
     """Submit ``n`` tasks over ``clients`` sockets; latency = submit -> result.
 
     With ``pid`` (the server's), also its CPU time per task: the wall figures depend on
-    whatever else runs on the machine, this one much less.
+    whatever else runs on the machine, this one much less. With ``redis_pid``, Redis's
+    CPU per task too, and so the tasks per second one Redis core carries (when to add a
+    cell: docs/topologies.md).
     """
     cpu = cpu_seconds(pid) if pid else 0.0
+    redis_cpu = cpu_seconds(redis_pid) if redis_pid else 0.0
     run = time.time_ns()
     conns = [await Client(port, f"bench-{run}-{i}").connect() for i in range(clients)]
     sent: dict[str, float] = {}
@@ -90,6 +98,10 @@ async def run_load(
     }
     if pid:
         report["server_cpu_ms_per_task"] = round((cpu_seconds(pid) - cpu) * 1000 / n, 3)
+    if redis_pid:
+        per_task_s = (cpu_seconds(redis_pid) - redis_cpu) / n
+        report["redis_cpu_ms_per_task"] = round(per_task_s * 1000, 3)
+        report["tasks_per_s_per_redis_core"] = round(1 / per_task_s) if per_task_s else None
     return report
 
 
@@ -139,9 +151,12 @@ async def replica_cost(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 assert server.p is not None
                 await run_load(port, 200, None)  # warm-up
-                pid = server.p.pid
+                pid, master = server.p.pid, pair.nodes[0].proc
+                assert master is not None
                 runs = {
-                    "sustained": await run_load(port, args.tasks, None, pid=pid),
+                    "sustained": await run_load(
+                        port, args.tasks, None, pid=pid, redis_pid=master.pid
+                    ),
                     "paced": await run_load(port, args.rate * 4, args.rate, pid=pid),
                 }
                 report[f"min_replicas_{min_replicas}"] = runs
@@ -167,7 +182,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await run_load(port, 200, None)  # warm-up
         report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
         pid = server.p.pid
-        report["sustained"] = await run_load(port, args.tasks, None, pid=pid)
+        assert redis._proc is not None
+        report["sustained"] = await run_load(
+            port, args.tasks, None, pid=pid, redis_pid=redis._proc.pid
+        )
         print("sustained", report["sustained"], file=sys.stderr)
         report["paced"] = await run_load(port, args.rate * 4, args.rate, pid=pid)
         print("paced", report["paced"], file=sys.stderr)
