@@ -26,6 +26,9 @@ from aigcq.plumbing.redis_address import is_sentinel, parse_sentinel_url
 
 #: the pool's size and how long a command waits for a free connection
 MAX_CONNECTIONS, CHECKOUT_TIMEOUT_S = 256, 20
+#: a sentinel that does not answer within a second is skipped for the next one (the URL's
+#: socket_timeout / socket_connect_timeout, when given, apply instead)
+SENTINEL_DEFAULTS = {"decode_responses": True, "socket_timeout": 1.0, "socket_connect_timeout": 1.0}
 
 
 class _HiredisPacking:
@@ -67,7 +70,7 @@ def redis_client(url: str) -> aioredis.Redis:
 
 def _sentinel_pool(url: str) -> BlockingSentinelPool:
     address = parse_sentinel_url(url)
-    sentinel_options = {"decode_responses": True, **address.sentinel_options}
+    sentinel_options = {**SENTINEL_DEFAULTS, **address.sentinel_options}
     sentinels = Sentinel(  # type: ignore[no-untyped-call]
         list(address.sentinels), sentinel_kwargs=sentinel_options
     )
