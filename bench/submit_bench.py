@@ -4,6 +4,11 @@ Measures: sustained throughput (open loop, as fast as possible), p50/p99 latency
 paced rate, server RSS, and Redis memory per waiting task at two backlog sizes.
 
     python bench/submit_bench.py [--tasks 3000] [--rate 500] [--waiting 100,100000]
+    python bench/submit_bench.py --replica   # the cost of AIGCQ_REDIS_MIN_REPLICAS
+
+``--replica``: Redis is a master with one replica over loopback TCP; the same load runs
+against a server with ``AIGCQ_REDIS_MIN_REPLICAS`` 0 and then one with 1 (every submit,
+paid create and TASK_END waits for the replica's WAIT).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.host import cpu_seconds, python_speed_ms
 from tests.fakes.client import Client, generate
 from tests.fakes.processes import Cluster
+from tests.fakes.sentinel import SentinelGroup
 
 from aigcq.embedded.redis import EmbeddedRedis
 
@@ -37,14 +43,22 @@ def rss_kib(pid: int) -> int:
 
 
 async def run_load(
-    port: int, n: int, rate: float | None, clients: int = 4, pid: int | None = None
+    port: int,
+    n: int,
+    rate: float | None,
+    clients: int = 4,
+    pid: int | None = None,
+    redis_pid: int | None = None,
 ) -> dict[str, Any]:
     """Submit ``n`` tasks over ``clients`` sockets; latency = submit -> result.
 
     With ``pid`` (the server's), also its CPU time per task: the wall figures depend on
-    whatever else runs on the machine, this one much less.
+    whatever else runs on the machine, this one much less. With ``redis_pid``, Redis's
+    CPU per task too, and so the tasks per second one Redis core carries (when to add a
+    cell: docs/topologies.md).
     """
     cpu = cpu_seconds(pid) if pid else 0.0
+    redis_cpu = cpu_seconds(redis_pid) if redis_pid else 0.0
     run = time.time_ns()
     conns = [await Client(port, f"bench-{run}-{i}").connect() for i in range(clients)]
     sent: dict[str, float] = {}
@@ -84,6 +98,10 @@ async def run_load(
     }
     if pid:
         report["server_cpu_ms_per_task"] = round((cpu_seconds(pid) - cpu) * 1000 / n, 3)
+    if redis_pid:
+        per_task_s = (cpu_seconds(redis_pid) - redis_cpu) / n
+        report["redis_cpu_ms_per_task"] = round(per_task_s * 1000, 3)
+        report["tasks_per_s_per_redis_core"] = round(1 / per_task_s) if per_task_s else None
     return report
 
 
@@ -110,24 +128,64 @@ async def memory_per_waiting_task(redis_url: str, port: int, waiting: int) -> di
     }
 
 
+MODELS = {
+    "proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 1000}},
+    "idle": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}},
+}
+
+
+async def replica_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """The same load with ``AIGCQ_REDIS_MIN_REPLICAS`` 0 and 1, on a replicated Redis."""
+    tmp = Path(tempfile.mkdtemp(prefix="aigcq-bench-"))
+    with SentinelGroup(tmp / "redis", sentinel_count=0) as pair:
+        cluster = Cluster(tmp, pair.url)
+        try:
+            rh = cluster.emulator("runninghub", "--max-concurrent", "100000", "--duration", "0")
+            cluster.write_models(MODELS)
+            report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
+            for min_replicas in ("0", "1"):
+                server, port = cluster.server(
+                    AIGCQ_RUNNINGHUB_URL=rh,
+                    AIGCQ_SWEEP_INTERVAL_S="1",
+                    AIGCQ_REDIS_MIN_REPLICAS=min_replicas,
+                )
+                assert server.p is not None
+                await run_load(port, 200, None)  # warm-up
+                pid, master = server.p.pid, pair.nodes[0].proc
+                assert master is not None
+                runs = {
+                    "sustained": await run_load(
+                        port, args.tasks, None, pid=pid, redis_pid=master.pid
+                    ),
+                    "paced": await run_load(port, args.rate * 4, args.rate, pid=pid),
+                }
+                report[f"min_replicas_{min_replicas}"] = runs
+                print(min_replicas, runs, file=sys.stderr)
+                server.stop()
+            report["host_python_ms"].append(python_speed_ms())
+            return report
+        finally:
+            cluster.close()
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.replica:
+        return await replica_cost(args)
     tmp = Path(tempfile.mkdtemp(prefix="aigcq-bench-"))
     redis = EmbeddedRedis(tmp / "redis", persist=False)
     cluster = Cluster(tmp, redis.start())
     try:
         rh = cluster.emulator("runninghub", "--max-concurrent", "100000", "--duration", "0")
-        cluster.write_models(
-            {
-                "proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 1000}},
-                "idle": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}},
-            }
-        )
+        cluster.write_models(MODELS)
         server, port = cluster.server(AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_SWEEP_INTERVAL_S="1")
         assert server.p is not None
         await run_load(port, 200, None)  # warm-up
         report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
         pid = server.p.pid
-        report["sustained"] = await run_load(port, args.tasks, None, pid=pid)
+        assert redis._proc is not None
+        report["sustained"] = await run_load(
+            port, args.tasks, None, pid=pid, redis_pid=redis._proc.pid
+        )
         print("sustained", report["sustained"], file=sys.stderr)
         report["paced"] = await run_load(port, args.rate * 4, args.rate, pid=pid)
         print("paced", report["paced"], file=sys.stderr)
@@ -148,4 +206,5 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--rate", type=int, default=500)
     parser.add_argument("--waiting", default="100,10000")
+    parser.add_argument("--replica", action="store_true", help="measure MIN_REPLICAS 0 vs 1")
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

@@ -26,6 +26,14 @@ from typing import Any, TypeVar
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from aigcq.plumbing.redis_address import (
+    RedisAddressError,
+    is_sentinel,
+    parse_sentinel_url,
+    redacted,
+    sentinel_url,
+)
+
 
 def _env(name: str, *seed_names: str) -> AliasChoices:
     return AliasChoices(f"AIGCQ_{name}", *seed_names)
@@ -53,7 +61,11 @@ class IdBinding(enum.StrEnum):
 
 
 class Settings(BaseSettings):
-    """Process settings. Every field reads ``AIGCQ_<NAME>``; some also the seed's name."""
+    """Process settings. Every field reads ``AIGCQ_<NAME>``; some also the seed's name.
+
+    ``AIGCQ_REDIS_SENTINELS`` with ``AIGCQ_REDIS_MASTER`` (and their credentials) set
+    ``redis_url`` to their ``redis+sentinel://`` URL, so every process and worker passes one
+    URL on; a malformed one, or one that contradicts ``AIGCQ_REDIS_URL``, stops start-up."""
 
     model_config = SettingsConfigDict(
         env_file=".env", extra="ignore", populate_by_name=True, case_sensitive=False
@@ -106,7 +118,50 @@ class Settings(BaseSettings):
         description="Public base URL of this server's callback endpoint.",
     )
 
-    redis_url: str = Field("", validation_alias=_env("REDIS_URL", "REDIS_URL"))
+    redis_url: str = Field(
+        "",
+        validation_alias=_env("REDIS_URL", "REDIS_URL"),
+        description="redis://, rediss://, unix:// or redis+sentinel://[user:password@]"
+        "host:port,host:port/master[/db][?sentinel_password=...] (empty: a private Redis).",
+    )
+    redis_sentinels: str = Field(
+        "",
+        validation_alias=_env("REDIS_SENTINELS"),
+        description="Sentinels host:port,host:port,...: Redis is the master they name "
+        "AIGCQ_REDIS_MASTER (instead of AIGCQ_REDIS_URL; the same as its redis+sentinel:// form).",
+    )
+    redis_master: str = Field(
+        "", validation_alias=_env("REDIS_MASTER"), description="The master's name, with sentinels."
+    )
+    redis_db: int = Field(0, ge=0, validation_alias=_env("REDIS_DB"), description="With sentinels.")
+    redis_username: str = Field(
+        "", validation_alias=_env("REDIS_USERNAME"), description="The master's, with sentinels."
+    )
+    redis_password: str = Field(
+        "", validation_alias=_env("REDIS_PASSWORD"), description="The master's, with sentinels."
+    )
+    redis_sentinel_username: str = Field(
+        "", validation_alias=_env("REDIS_SENTINEL_USERNAME"), description="The sentinels' own."
+    )
+    redis_sentinel_password: str = Field(
+        "", validation_alias=_env("REDIS_SENTINEL_PASSWORD"), description="The sentinels' own."
+    )
+    redis_min_replicas: int = Field(
+        0,
+        ge=0,
+        validation_alias=_env("REDIS_MIN_REPLICAS"),
+        description="Replicas that must have a write (Redis WAIT) before a submit is "
+        "acknowledged, a paid create is sent, or a TASK_END gets its 200 (0: no WAIT; set 1 "
+        "with Sentinel, see docs/operations.md).",
+    )
+    redis_wait_timeout_ms: int = Field(
+        500,
+        gt=0,
+        validation_alias=_env("REDIS_WAIT_TIMEOUT_MS"),
+        description="How long one WAIT may hold the hot path for the replicas; then the "
+        "write is not acknowledged (the submit gets AssessmentError, the create waits, the "
+        "TASK_END 503).",
+    )
     database_url: str = Field("", validation_alias=_env("DATABASE_URL"))
     asynch_url: str = Field(
         "",
@@ -250,6 +305,36 @@ class Settings(BaseSettings):
             "message_dispatcher": self.message_dispatcher_url,
         }
         return self.platform_urls.get(name) or defaults.get(name, "")
+
+    @model_validator(mode="after")
+    def _redis_address(self) -> Settings:
+        """The Sentinel settings as ``redis_url``; a Sentinel URL checked now, not at the
+        first command."""
+        if self.redis_sentinels or self.redis_master:
+            try:
+                url = sentinel_url(
+                    self.redis_sentinels,
+                    self.redis_master,
+                    db=self.redis_db,
+                    username=self.redis_username,
+                    password=self.redis_password,
+                    sentinel_username=self.redis_sentinel_username,
+                    sentinel_password=self.redis_sentinel_password,
+                )
+            except RedisAddressError as exc:
+                raise ValueError(f"AIGCQ_REDIS_SENTINELS / AIGCQ_REDIS_MASTER: {exc}") from exc
+            if self.redis_url and self.redis_url != url:
+                raise ValueError(
+                    "AIGCQ_REDIS_URL and AIGCQ_REDIS_SENTINELS/AIGCQ_REDIS_MASTER are both set"
+                    f" and differ ({redacted(self.redis_url)} vs {redacted(url)}): set one"
+                )
+            self.redis_url = url
+        if is_sentinel(self.redis_url):
+            try:
+                parse_sentinel_url(self.redis_url)
+            except RedisAddressError as exc:
+                raise ValueError(f"AIGCQ_REDIS_URL: {exc}") from exc
+        return self
 
     def public_callback_base(self) -> str:
         return (self.callback_url or f"http://{self.host}:{self.callback_port}").rstrip("/")

@@ -46,6 +46,7 @@ from aigcq.bridges.session import (
     Rate,
     Session,
 )
+from aigcq.domain import LIVE_STATES
 from aigcq.health import Health
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.auth import Auth, bearer
@@ -301,6 +302,28 @@ class BridgeHub:
         for task_id, attempt in held.items():
             if task_id not in kept:
                 await self._no_longer_held(conn, task_id, attempt)
+
+    async def after_master_change(self) -> None:
+        """A new Redis master may lack the last records of what our bridges run: record
+        each bridge's acknowledged tasks again (what a re-REGISTER anywhere looks up), and
+        name each task whose record is older than its bridge's attempt (its claim was lost:
+        its TASK_END, signed for that attempt, still settles it once)."""
+        ttl = int(self.rt.settings.task_deadline_s) + 60
+        for conn in list(self.registry.bridges.values()):
+            running = dict(conn.slots.running)
+            await self.registry.keep(conn.bridge_id, running, ttl)
+            for task_id, attempt in running.items():
+                task = await self.rt.store.head(task_id)
+                if task is not None and task.attempt >= attempt and task.state in LIVE_STATES:
+                    continue
+                log.warning(
+                    "task %s: bridge %s runs attempt %d; after the master change Redis has %s",
+                    task_id,
+                    conn.bridge_id,
+                    attempt,
+                    f"{task.state} attempt {task.attempt}" if task else "no such task",
+                    extra=ctx(task=task_id, bridge=conn.bridge_id),
+                )
 
     async def _no_longer_held(self, conn: BridgeConn, task_id: str, attempt: int) -> None:
         conn.end(task_id)

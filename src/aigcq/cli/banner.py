@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aigcq.cli.common import console, local_host
 from aigcq.config import PlatformConfig, Settings
+from aigcq.plumbing.redis_address import redacted
 from aigcq.serve.launch import listen_ports
 
 
@@ -17,7 +18,8 @@ def print_banner(settings: Settings, config: PlatformConfig, fresh: dict[str, st
         dashboard = f"http://{here}:{settings.ws_port}/dashboard#token={settings.admin_token}"
         out.append(f"  dashboard  {dashboard}")
     out.append(f"  callbacks  {settings.public_callback_base()}/callback/all")
-    redis = settings.redis_url or f"embedded, data in {settings.data_dir}"
+    embedded = f"embedded, data in {settings.data_dir}"
+    redis = redacted(settings.redis_url) if settings.redis_url else embedded
     out.append(f"  redis      {redis}")
     out.append(f"  config     {settings.config_dir}/ and ./.env, read now (restart after a change)")
     if config.queues():

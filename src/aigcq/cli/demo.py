@@ -286,9 +286,9 @@ class Demo:
 
 async def put_workflow(redis_url: str, prefix: str) -> None:
     """The demo workflow into the registry (what ``PUT /api/workflows/demo`` does)."""
-    import redis.asyncio as aioredis
+    from aigcq.plumbing.redis_client import redis_client
 
-    client = aioredis.Redis.from_url(redis_url)
+    client = redis_client(redis_url)
     try:
         await client.set(Keys(prefix).workflow(WORKFLOW_ID), orjson.dumps(GRAPH))
     finally:

@@ -97,6 +97,7 @@ class TaskEndEndpoint:
                 done = await gw.lifecycle.settle(
                     task_id, outcome, "callback", attempt=attempt, target=target
                 )
+                await gw.lifecycle.made_durable(task_id, "its TASK_END")  # before any 200
             except redis.exceptions.RedisError as exc:  # the sender retries a 503
                 log.warning(
                     "task %s: TASK_END not recorded, Redis unavailable: %s",

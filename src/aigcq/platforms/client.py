@@ -122,7 +122,7 @@ class PlatformClient:
         req = adapter.submit_request(task, apikey, webhook_url)
         async with self._slots:
             if begin is not None and not await begin():
-                return NotSent("the task moved on before it was sent")
+                return NotSent("not sent: the task moved on, or its intent is not replicated")
             try:
                 status, body = await self._send(req)
             except NOT_SENT_ERRORS as exc:

@@ -15,6 +15,12 @@ Replies are raw RESP2, with no redis-py response callbacks (``XRANGE`` entries a
 with ``TimeoutError``; the connection is made again on the next command, and commands
 made meanwhile wait for it in one queue, so they still run in the order made. Nothing is
 retried here, because a script may already have run.
+
+Each connection is made to the current master: for a Sentinel client (a ``redis+sentinel://``
+URL) its address is asked of the sentinels each time, and for a host name it is looked up
+again (a managed Redis's failover DNS name). A ``READONLY`` reply means the server was
+demoted: that command failed unrun, and the connection is dropped, so the next command
+reconnects to the new master.
 """
 
 from __future__ import annotations
@@ -28,11 +34,13 @@ from typing import Any
 import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import UnixDomainSocketConnection
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     ConnectionError,
     DataError,
     NoScriptError,
+    ReadOnlyError,
     RedisError,
     ResponseError,
 )
@@ -51,6 +59,7 @@ class _Protocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.timeout_s = timeout_s
         self._timed_out = False
+        self._demoted = False  # a READONLY reply came: this server is a replica now
         self._heard = 0.0  # loop time of the last reply, or of the first one awaited
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -79,9 +88,13 @@ class _Protocol(asyncio.Protocol):
             if fut.done():  # its caller was cancelled
                 continue
             if isinstance(reply, ResponseError):
-                fut.set_exception(_error(reply))
+                error = _error(reply)
+                self._demoted |= isinstance(error, ReadOnlyError)
+                fut.set_exception(error)
             else:
                 fut.set_result(reply)
+        if self._demoted and self.transport is not None:
+            self.transport.abort()  # the commands still in flight fail: reconnect to the master
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._watchdog is not None:
@@ -89,6 +102,8 @@ class _Protocol(asyncio.Protocol):
         self.transport = None
         kind = RedisTimeoutError if self._timed_out else ConnectionError
         why = f"no reply in {self.timeout_s} s" if self._timed_out else exc or "closed by Redis"
+        if self._demoted:
+            why = "the server is a replica now (READONLY)"
         while self.waiters:
             fut = self.waiters.popleft()
             if not fut.done():  # one exception each: a raised one collects its traceback
@@ -117,6 +132,8 @@ def _error(reply: ResponseError) -> RedisError:
     message = str(reply)
     if message.startswith("NOSCRIPT"):
         return NoScriptError(message)
+    if message.startswith("READONLY"):
+        return ReadOnlyError(message)
     return reply
 
 
@@ -127,7 +144,8 @@ class RedisMux:
     def __init__(self, redis: Redis) -> None:
         """``redis``: where the connection settings come from, and the client that
         (re)loads scripts after a Redis restart."""
-        self._template = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+        self._pool = redis.connection_pool
+        self._template = self._pool.make_connection()  # type: ignore[no-untyped-call]
         self._proto: _Protocol | None = None
         self._batch: list[tuple[Command, asyncio.Future[Any]]] = []
         #: batches waiting for a connection, oldest first: a later batch never overtakes them
@@ -146,6 +164,18 @@ class RedisMux:
             if isinstance(reply, BaseException):
                 raise reply
         return replies
+
+    async def replicas(self, n: int, timeout_ms: int) -> int:
+        """How many replicas have every write this connection made before the call (at
+        least ``n``, or as many as did within ``timeout_ms``): Redis's ``WAIT``. Callers in
+        one event-loop turn share one WAIT, sent behind their writes. WAIT holds this
+        connection's later commands in Redis until it answers, so keep ``timeout_ms`` short."""
+        batch = self._batch
+        if batch and batch[-1][0] == ("WAIT", n, timeout_ms):
+            shared = batch[-1][1]
+        else:
+            shared = self._enqueue(("WAIT", n, timeout_ms))
+        return int(await asyncio.shield(shared))
 
     async def script(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run a registered Lua script (loaded through redis-py when Redis lost it)."""
@@ -225,9 +255,10 @@ class RedisMux:
                 if isinstance(t, UnixDomainSocketConnection):
                     _, proto = await loop.create_unix_connection(factory, t.path)
                 else:
+                    host, port = await self._address()
                     ssl = t.ssl_context.get() if hasattr(t, "ssl_context") else None
                     _, proto = await loop.create_connection(
-                        factory, t.host, t.port, ssl=ssl, server_hostname=t.host if ssl else None
+                        factory, host, port, ssl=ssl, server_hostname=host if ssl else None
                     )
                     _keepalive(proto)
                 await self._handshake(proto)
@@ -238,6 +269,13 @@ class RedisMux:
         except OSError as exc:
             raise ConnectionError(f"cannot connect to Redis: {exc}") from exc
         return proto
+
+    async def _address(self) -> tuple[str, int]:
+        """The master's address: the sentinels' answer now, or the URL's host."""
+        if isinstance(self._pool, SentinelConnectionPool):
+            host, port = await self._pool.get_master_address()  # type: ignore[no-untyped-call]
+            return str(host), int(port)
+        return self._template.host, self._template.port
 
     async def _handshake(self, proto: _Protocol) -> None:
         t = self._template

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
 
 from aigcq.domain import TRANSITIONS, Move, Task, TaskState
 from aigcq.observability import metrics
@@ -129,6 +130,11 @@ SCRIPTS = (
 )
 
 
+class NotReplicated(RedisError):
+    """A write is on the master but fewer replicas than ``AIGCQ_REDIS_MIN_REPLICAS``
+    confirmed it in time: a failover now could lose it, so it is not acknowledged."""
+
+
 class TaskStore:
     def __init__(
         self,
@@ -138,6 +144,8 @@ class TaskStore:
         retention_s: int,
         outbox_retention_s: int,
         free_requeues: int = 1000,
+        min_replicas: int = 0,
+        wait_timeout_ms: int = 500,
     ):
         self.redis = redis
         self.keys = Keys(prefix)
@@ -153,6 +161,17 @@ class TaskStore:
             self._scripts[name] = (redis.register_script(script.source), script)
         #: the hot-path connection: every per-task command goes through it
         self.mux = RedisMux(redis)
+        #: replicas that must have a write before it is acknowledged (0: none, no WAIT)
+        self.min_replicas = min_replicas
+        self.wait_timeout_ms = wait_timeout_ms
+
+    async def replicated(self) -> bool:
+        """Whether ``min_replicas`` replicas have every write made so far on the hot path
+        (always, with 0). One WAIT per event-loop turn, shared by its callers."""
+        if self.min_replicas <= 0:
+            return True
+        have = await self.mux.replicas(self.min_replicas, self.wait_timeout_ms)
+        return have >= self.min_replicas
 
     async def _run(self, name: str, /, **args: Any) -> Any:
         """Run our script ``name`` with its declared arguments, by name (the key prefix
@@ -548,9 +567,15 @@ class TaskStore:
 
     async def expired(self, page: int = 1000) -> list[str]:
         """Every task in flight past its deadline, read a page at a time."""
-        now, found = time.time(), list[str]()
+        return await self.in_flight(time.time(), page)
+
+    async def in_flight(self, until: float | str = "+inf", page: int = 1000) -> list[str]:
+        """Every task in flight with a deadline up to ``until``, read a page at a time."""
+        found = list[str]()
         while True:
-            ids = await self.redis.zrangebyscore(self.keys.inflight, "-inf", now, len(found), page)
+            ids = await self.redis.zrangebyscore(
+                self.keys.inflight, "-inf", until, len(found), page
+            )
             found += [text(i) for i in ids]
             if len(ids) < page:
                 return found

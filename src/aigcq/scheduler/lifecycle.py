@@ -27,7 +27,7 @@ from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
 from aigcq.plumbing.events import progress_event, running_message
-from aigcq.queue.store import Claimed, MoveResult, Orphan, Submitted
+from aigcq.queue.store import Claimed, MoveResult, NotReplicated, Orphan, Submitted
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import INFRASTRUCTURE, EndListener, TaskEnd, end_of, failure_class
 from aigcq.scheduler.orphans import Orphans
@@ -100,7 +100,28 @@ class Lifecycle:
             deliver=deliver,
         )
         _say(logging.DEBUG, task_id, "submitted by %s (created=%s)", backend_id, result.created)
+        await self.made_durable(task_id, "its submit")
         return result
+
+    async def made_durable(self, task_id: str, what: str) -> None:
+        """Every write so far is on ``AIGCQ_REDIS_MIN_REPLICAS`` replicas, else
+        :class:`NotReplicated` (not acknowledged: the sender tries again)."""
+        if not await self._replicated(task_id, what):
+            raise NotReplicated(f"{what} is not on {self.rt.store.min_replicas} replica(s) yet")
+
+    async def _replicated(self, task_id: str, what: str) -> bool:
+        if await self.rt.store.replicated():
+            return True
+        store = self.rt.store
+        _say(
+            logging.WARNING,
+            task_id,
+            "%s is not on %d replica(s) within %d ms: not acknowledged",
+            what,
+            store.min_replicas,
+            store.wait_timeout_ms,
+        )
+        return False
 
     async def retried_by_operator(self, task_id: str) -> MoveResult:
         """An operator queued a failed or cancelled task again."""
@@ -142,11 +163,13 @@ class Lifecycle:
         return moved
 
     async def creating(self, c: Claimed, create_id: str) -> bool:
-        """A paid create is about to be sent (from here on it may be out); False: the task
-        moved on, send nothing."""
-        return await self.rt.store.begin_create(
+        """A paid create is about to be sent (from here on it may be out); False: send
+        nothing (the task moved on, or its intent is not on the replicas: a failover now
+        would lose the record and pay it again; it waits and is tried again)."""
+        recorded = await self.rt.store.begin_create(
             c.task_id, c.attempt, create_id, deadline_s=self.rt.dispatch_deadline_s
         )
+        return recorded and await self._replicated(c.task_id, "its create intent")
 
     async def accepted(
         self,

@@ -37,6 +37,7 @@ from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.orphan_checks import OrphanChecks
 from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.poller import Poller, polling_adapters
+from aigcq.scheduler.reconcile import MasterWatch
 from aigcq.scheduler.silence import SilentTasks
 from aigcq.scheduler.sweeper import Sweeper
 from aigcq.scheduler.targets import InternalTarget, InternalTargetBuilder
@@ -67,6 +68,8 @@ def runtime(settings: Settings, config: PlatformConfig, redis: Redis) -> Runtime
         retention_s=settings.result_retention_s,
         outbox_retention_s=settings.outbox_retention_s,
         free_requeues=settings.max_free_requeues,
+        min_replicas=settings.redis_min_replicas,
+        wait_timeout_ms=settings.redis_wait_timeout_ms,
     )
     store.paid_targets = ",".join(name for name, a in adapters.items() if a.paid)
     client = PlatformClient(
@@ -109,6 +112,7 @@ class ServeProcess:
         self.sweeper = Sweeper(self.rt, self.lifecycle)
         self.orphan_checks = OrphanChecks(self.rt, self.lifecycle)
         self.silent_tasks = SilentTasks(self.lifecycle)
+        self.master_watch = MasterWatch(self.rt, [self.hub.after_master_change] if self.hub else [])
         self.gateway = Gateway(self.rt, self.lifecycle)
         self.pollers = [Poller(self.rt, self.lifecycle, a) for a in polling_adapters(self.rt)]
         self.events = EventBus(
@@ -128,6 +132,7 @@ class ServeProcess:
             self.sweeper.run,
             self.orphan_checks.run,
             self.silent_tasks.run,
+            self.master_watch.run,
             self._redeliver,
             self._trim_outboxes,
             *(p.run for p in self.pollers),
