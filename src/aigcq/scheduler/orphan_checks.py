@@ -2,7 +2,7 @@
 
 Each check asks the platform; a result, a failure or "not found" frees the account's slot,
 anything else cancels again and asks later. A create with no remote id cannot be asked:
-it is counted until the deadline the sweeper gives such a create.
+it is counted until its reply, its webhook, or the platform's maximum run time.
 
 The checks run in a loop of their own (a slow platform must not hold up the sweeper's
 back-offs and deadlines), a bounded batch at a time; a check that fails (the platform
@@ -106,18 +106,19 @@ class OrphanChecks:
 
     async def _check_create(self, o: Orphan) -> int:
         """A create with no remote id: the platform cannot be asked about it, so it is
-        counted until the task's deadline from the create (the rule that fails such a
-        task with ``UncertainSubmit``), unless its reply or webhook resolved it first."""
-        account = self.rt.config.account(o.aigc, o.platform)
-        left = o.create_at + self.rt.deadline_s(account) - time.time()
+        counted until the longest a task runs there (``AIGCQ_PAID_MAX_RUN_S``) from the
+        create, unless its reply or webhook resolved it first. Not the task's deadline:
+        the task may have been sent again at that deadline while this create still runs."""
+        left = o.create_at + self.rt.max_run_s(o.target) - time.time()
         if left > 0:
             await self.lifecycle.orphan_unresolved(o, min(left, RECHECK_S))
             return 0
         log.warning(
-            "task %s: the create of attempt %s was never resolved by its deadline; its slot "
-            "is free again",
+            "task %s: the create of attempt %s was never resolved in %.0f s; its slot is "
+            "free again",
             o.task_id,
             o.attempt,
+            self.rt.max_run_s(o.target),
             extra=ctx(task=o.task_id),
         )
         return int(await self.lifecycle.orphan_ended(o))
