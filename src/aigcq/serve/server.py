@@ -128,6 +128,7 @@ class ServeProcess:
             self.sweeper.run,
             self.orphan_checks.run,
             self.silent_tasks.run,
+            self.paid.replay_journals,
             self._redeliver,
             self._trim_outboxes,
             *(p.run for p in self.pollers),
