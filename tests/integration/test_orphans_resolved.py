@@ -180,3 +180,21 @@ async def test_retry_uncertain_waits_for_the_first_create_on_a_cap_of_one(
         await created(env, "c1", n=2)
         records = (await env.records())[RH_KEY]
         assert records["peak"] == 1, records
+
+
+async def test_an_uncertain_create_is_freed_once_runninghub_says_the_key_runs_nothing(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """RunningHub cannot be asked about a create without its id, but it tells how many
+    tasks the key runs (``accountStatus``): once that is 0 the lost create is not running,
+    and the retry goes out long before the maximum run time. Still never two at once."""
+    rh = RunningHubEmulatorConfig(duration_s=2.0, max_concurrent=5)
+    model = models(concurrency=1, deadline_s=1.0, retry_uncertain=True)
+    dead = {"callback_url": "http://127.0.0.1:9", "paid_max_run_s": {"runninghub": 600.0}}
+    quick = {"http_timeout_s": 1.0}  # the create's request is surely over 6 s after it
+    async with paid_stack(tmp_path, redis, redis_url, rh=rh, model=model, **dead, **quick) as env:
+        await env.faults(drop_create_replies=1)
+        await env.client.request(generate("z1"))
+        await created(env, "z1", n=2)
+        records = (await env.records())[RH_KEY]
+        assert records["peak"] == 1, records
