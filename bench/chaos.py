@@ -5,9 +5,12 @@ either serve, of either bridge (each restarted a moment later), of Redis (restar
 create replies, faulty status answers and slow cancels from the platform, client cancels
 of running tasks. Prints JSON:
 
-    submitted, lost, duplicated_to_client, double_paid, peak_over_cap, leaked_slots
+    submitted, lost, duplicated_to_client, double_paid, paid_but_failed, peak_over_cap,
+    leaked_slots
 
 all of which must be 0, plus what happened (faults, outcomes, targets, seconds).
+``paid_but_failed`` counts tasks RunningHub created (and so bills) whose client was told
+they failed.
 ``duplicated_to_client`` counts tasks whose client got two different results (two outbox
 entries); the same entry sent again after a crash or a reconnect (the wire's promise is
 at least once, each result with a stable ``id``, which the SDK drops when it comes again)
@@ -18,6 +21,7 @@ RunningHub still runs, and bridge slots not free as the hub or the bridge itself
 them (``bridge_slots_taken`` per bridge).
 
     python bench/chaos.py [--seconds 20] [--minutes N] [--rate 10] [--seed 1]
+                          [--faults kill_serve,kill_bridge,...]
 """
 
 from __future__ import annotations
@@ -42,11 +46,10 @@ import websockets
 from redis.exceptions import RedisError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.chaos_fleet import Fleet
-from tests.fakes.client import CLIENT_TOKEN, generate
-from tests.fakes.comfyui import GRAPH
-from tests.fakes.processes import Cluster, Proc
+from bench.fleet import Fleet
+from bench.processes import CLIENT_TOKEN, Cluster, Proc
 
+from aigcq.cli.demo import GRAPH
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.emulators._records import paid_runs
 
@@ -60,9 +63,20 @@ SERVE_ENV = {
 }
 
 
+#: the faults :class:`Chaos` picks from
+FAULTS = ("kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel")
+
+
 def task(task_id: str) -> dict[str, Any]:
     """A task either a bridge or RunningHub can run."""
-    return generate(task_id, workflowId="chaos-inline", workflow=GRAPH)
+    payload = {"workflowId": "chaos-inline", "workflow": GRAPH}
+    return {
+        "type": "generate",
+        "taskId": task_id,
+        "platform": "comfyui",
+        "AIGC": "proj",
+        "payload": payload,
+    }
 
 
 class Load:
@@ -141,11 +155,18 @@ class Chaos:
     """Picks and applies faults; restarts what it killed."""
 
     def __init__(
-        self, cluster: Cluster, redis: EmbeddedRedis, rh: str, load: Load, seed: int
+        self,
+        cluster: Cluster,
+        redis: EmbeddedRedis,
+        rh: str,
+        load: Load,
+        seed: int,
+        faults: tuple[str, ...] = FAULTS,
     ) -> None:
         self.cluster, self.redis, self.rh, self.load = cluster, redis, rh, load
         self.fleet = Fleet(cluster)
         self.rng = random.Random(seed)
+        self.faults = faults
         self.serves: dict[int, Proc] = {}
         self.done: Counter[str] = Counter()
 
@@ -155,8 +176,7 @@ class Chaos:
         return port
 
     async def strike(self) -> None:
-        actions = ["kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel"]
-        action = self.rng.choice(actions)
+        action = self.rng.choice(self.faults)
         self.done[action] += 1
         if action == "kill_bridge":
             await self.fleet.kill_one(self.rng)
@@ -263,7 +283,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         cluster.write_models({"proj": {"comfyui": {"apikey": KEY, "concurrency": CAP}}})
         ports: list[int] = []
         load = Load(ports, args.rate)
-        chaos = Chaos(cluster, redis, rh, load, args.seed)
+        chaos = Chaos(cluster, redis, rh, load, args.seed, tuple(args.faults.split(",")))
         ports += [chaos.start_serve(), chaos.start_serve()]
         await asyncio.to_thread(chaos.fleet.start, ports, [2, 1])
         reader = asyncio.create_task(load.read())
@@ -282,6 +302,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "duplicated_to_client": sum(1 for ids in load.entries.values() if len(ids) > 1),
             "redelivered": sum(len(s) - len(load.entries[t]) for t, s in load.results.items()),
             "double_paid": sum(1 for n in runs.values() if n > 1),
+            "paid_but_failed": sum(
+                1 for t in runs if t in load.results and "failed" in load.results[t]
+            ),
             "peak_over_cap": max(0, peak - CAP),
             "leaked_slots": await leaked_slots(cluster.redis_url)
             + sum(r["current"] for r in recs.values())
@@ -301,18 +324,40 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def failures(report: dict[str, Any]) -> dict[str, int]:
     """The figures that must be 0, where they are not."""
-    keys = ("lost", "duplicated_to_client", "double_paid", "peak_over_cap", "leaked_slots")
+    keys = (
+        "lost",
+        "duplicated_to_client",
+        "double_paid",
+        "paid_but_failed",
+        "peak_over_cap",
+        "leaked_slots",
+    )
     return {k: report[k] for k in keys if report[k]}
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
+def parse(
+    argv: list[str] | None = None, *, faults: tuple[str, ...] = FAULTS, doc: str | None = None
+) -> argparse.Namespace:
+    """The chaos run's options; ``faults`` (default of ``--faults``) and ``doc`` (its
+    ``--help``) let another bench run a part of it (``bench/chaos_fleet.py``)."""
+    parser = argparse.ArgumentParser(
+        description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="load and faults (short)")
     parser.add_argument("--minutes", type=float, default=0.0, help="a soak instead")
     parser.add_argument("--rate", type=float, default=10.0, help="tasks submitted a second")
     parser.add_argument("--drain", type=float, default=90.0, help="most seconds to settle")
     parser.add_argument("--seed", type=int, default=1)
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--faults",
+        default=",".join(faults),
+        help=f"comma-separated faults to strike with (of {', '.join(FAULTS)})",
+    )
+    args = parser.parse_args(argv)
+    unknown = set(args.faults.split(",")) - set(FAULTS)
+    if unknown:
+        parser.error(f"unknown faults: {', '.join(sorted(unknown))}")
+    return args
 
 
 if __name__ == "__main__":

@@ -235,6 +235,13 @@ class Settings(BaseSettings):
         "platform's status query), then again at that interval: a lost webhook does not "
         "hold its slot and its client until the deadline.",
     )
+    paid_max_run_s: dict[str, float] = Field(
+        default_factory=dict,
+        validation_alias=_env("PAID_MAX_RUN_S"),
+        description="Longest a task may run on each paid platform (JSON by target, e.g. "
+        '{"runninghub": 1800}; unlisted: 3600 s): a create whose outcome stayed unknown '
+        "is counted in its account's cap until the platform answers or this long after it.",
+    )
     full_backoff_s: float = Field(
         2.0, validation_alias=_env("FULL_BACKOFF_S"), description="Back-off after 421/415/1520."
     )

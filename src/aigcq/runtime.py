@@ -11,6 +11,9 @@ from aigcq.platforms.client import PlatformClient
 from aigcq.plumbing.signing import webhook_url
 from aigcq.queue.store import TaskStore
 
+#: the longest a task runs on a paid platform not listed in ``AIGCQ_PAID_MAX_RUN_S``
+DEFAULT_MAX_RUN_S = 3600.0
+
 
 @dataclass
 class Runtime:
@@ -24,6 +27,10 @@ class Runtime:
         if account is not None and account.deadline_s is not None:
             return account.deadline_s
         return self.settings.task_deadline_s
+
+    def max_run_s(self, target: str) -> float:
+        """The longest a task runs on paid ``target`` (``AIGCQ_PAID_MAX_RUN_S``)."""
+        return self.settings.paid_max_run_s.get(target, DEFAULT_MAX_RUN_S)
 
     def apikey(self, aigc: str, platform: str) -> str:
         """The key of the account that runs ``platform`` for ``aigc`` (``""``: none)."""

@@ -11,11 +11,10 @@ from urllib.parse import urlencode
 
 import orjson
 import websockets
+from bench.processes import CLIENT_TOKEN
 
 from tests.fakes.comfyui import E2E_GRAPH
 
-#: the client token the real ``aigcq serve`` processes of the e2e tests accept
-CLIENT_TOKEN = "e2e-client-token"
 AUTH = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
 
 

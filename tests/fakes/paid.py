@@ -131,6 +131,7 @@ async def paid_stack(
             token_secret="t" * 32,
             client_tokens=[TOKEN],
             config_dir=tmp_path,
+            data_dir=tmp_path / "data",
             **options,
         )
         # the service's own client, as in production (the fixture's pool is not blocking)

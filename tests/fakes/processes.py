@@ -1,13 +1,10 @@
-"""Real ``aigcq`` processes for the e2e tests and the benches: ``Cluster`` starts servers,
-bridges, dispatchers and emulators as ``python -m aigcq ...`` children of one test (each
-listening on a port it is told, as in production), ``start_asynch`` model-asynch workers."""
+"""Real ``aigcq`` processes for the e2e tests: ``Cluster`` (servers, bridges, emulators;
+in ``bench/processes.py``, shared with the benches), ``start_dispatcher`` message-dispatchers
+and ``start_asynch`` model-asynch workers."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -15,142 +12,33 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from bench.processes import (
+    ADMIN_TOKEN,
+    BRIDGE_TOKEN,
+    SECRET,
+    Cluster,
+    Proc,
+    free_port,
+    wait_http,
+)
 
-from tests.fakes.client import CLIENT_TOKEN
 from tests.fakes.waiting import wait_until_sync
 
-ADMIN_TOKEN = "e2e-admin-token"
-SECRET = "e2e-secret-with-at-least-32-bytes-of-key"
-BRIDGE_TOKEN = "e2e-bridge-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Proc:
-    """One ``python -m aigcq ...`` child process with its log in the test's tmp dir."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.args, self.env, self.log = args, env, log
-        self.p: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Proc:
-        out = self.log.open("ab")
-        self.p = subprocess.Popen(
-            [sys.executable, "-m", "aigcq", *self.args],
-            env={**os.environ, **self.env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        return self
-
-    def kill(self) -> None:
-        if self.p and self.p.poll() is None:
-            self.p.send_signal(signal.SIGKILL)
-            self.p.wait()
-
-    def stop(self) -> None:
-        if self.p and self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-def wait_http(url: str, timeout: float = 20.0) -> None:
-    """Until ``url`` answers with a status below 500 (its process is up)."""
-    wait_until_sync(
-        lambda: httpx.get(url, timeout=1.0).status_code < 500,
-        timeout,
-        0.1,
-        ignore=(httpx.HTTPError,),
-        what=f"{url} to come up",
-    )
-
-
-class Cluster:
-    """Starts and kills the processes of one test; everything on 127.0.0.1."""
-
-    def __init__(self, tmp: Path, redis_url: str) -> None:
-        self.tmp = tmp
-        self.redis_url = redis_url
-        self.procs: list[Proc] = []
-        self.config_dir = tmp / "config"
-        self.config_dir.mkdir()
-
-    def write_models(self, models: dict[str, Any]) -> None:
-        (self.config_dir / "model.json").write_text(json.dumps(models))
-
-    def emulator(self, kind: str, *args: str) -> str:
-        port = free_port()
-        if kind == "comfyui":  # its outputs under the test's tmp dir, not ./.aigcq
-            args = ("--output-dir", str(self.tmp / f"comfyui-{port}"), *args)
-        proc = Proc(
-            ["emulate", kind, "--port", str(port), *args], {}, self.tmp / f"{kind}-{port}.log"
-        )
-        self.procs.append(proc.start())
-        ready = "/system_stats" if kind == "comfyui" else "/_emulator/stats"
-        wait_http(f"http://127.0.0.1:{port}{ready}")
-        return f"http://127.0.0.1:{port}"
-
-    def bridge(
-        self,
-        server_port: int,
-        comfyui: list[str],
-        *args: str,
-        port: int | None = None,
-        **env: str,
-    ) -> tuple[Proc, int]:
-        """``aigcq bridge`` to the server's ``/ws``; its state dir is kept per port."""
-        port = port or free_port()
-        opts = [f"--comfyui={url}" for url in comfyui]
-        proc = Proc(
-            [
-                "bridge",
-                f"--server=ws://127.0.0.1:{server_port}/ws",
-                f"--token={BRIDGE_TOKEN}",
-                f"--port={port}",
-                f"--data-dir={self.tmp / f'bridge-{port}'}",
-                *opts,
-                *args,
-            ],
-            env,
-            self.tmp / f"bridge-{port}.log",
-        )
-        self.procs.append(proc.start())
-        wait_http(f"http://127.0.0.1:{port}/api/status")
-        return proc, port
-
-    def server_env(self, port: int, **extra: str) -> dict[str, str]:
-        return {
-            "AIGCQ_REDIS_URL": self.redis_url,
-            "AIGCQ_WS_PORT": str(port),
-            "AIGCQ_CALLBACK_PORT": str(port),
-            "AIGCQ_CONFIG_DIR": str(self.config_dir),
-            "AIGCQ_DATA_DIR": str(self.tmp / f"data-{port}"),
-            "AIGCQ_TOKEN_SECRET": SECRET,
-            "AIGCQ_CLIENT_TOKENS": json.dumps([CLIENT_TOKEN]),
-            "AIGCQ_ADMIN_TOKEN": ADMIN_TOKEN,
-            "AIGCQ_BRIDGE_TOKEN": BRIDGE_TOKEN,
-            "AIGCQ_SWEEP_INTERVAL_S": "0.2",
-            **extra,
-        }
-
-    def server(self, port: int | None = None, **extra: str) -> tuple[Proc, int]:
-        port = port or free_port()
-        proc = Proc(["serve"], self.server_env(port, **extra), self.tmp / f"serve-{port}.log")
-        self.procs.append(proc.start())
-        wait_http(f"http://127.0.0.1:{port}/healthz")
-        return proc, port
-
-    def close(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
-
+__all__ = [
+    "ADMIN_TOKEN",
+    "BRIDGE_TOKEN",
+    "MD_PASSWORD",
+    "SECRET",
+    "Cluster",
+    "Proc",
+    "free_port",
+    "start_asynch",
+    "start_dispatcher",
+    "stop",
+    "wait_free",
+    "wait_healthy",
+    "wait_http",
+]
 
 MD_PASSWORD = "e2e-md-password"
 

@@ -114,6 +114,7 @@ async def service_with_runninghub(
             token_secret="t" * 32,
             client_tokens=[token],
             config_dir=config_dir,
+            data_dir=config_dir / "data",
             runninghub_url=rh,
             sweep_interval_s=0.1,
             **settings,

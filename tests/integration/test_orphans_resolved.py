@@ -143,14 +143,14 @@ async def test_a_cancel_after_a_lost_create_reply_keeps_the_slot_until_its_webho
         assert await counted(env) == 0
 
 
-async def test_a_create_never_resolved_is_released_at_its_deadline(
+async def test_a_create_never_resolved_is_released_after_the_maximum_run_time(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    """No reply and no webhook ever: the slot is held until the task's deadline, then
-    freed (the same rule that fails such a task with UncertainSubmit)."""
+    """No reply and no webhook ever: the slot is held until the platform's maximum run
+    time since the create has passed (``paid_max_run_s``), then freed."""
     rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
     model = models(concurrency=1, deadline_s=1.0)
-    dead = {"callback_url": "http://127.0.0.1:9"}
+    dead = {"callback_url": "http://127.0.0.1:9", "paid_max_run_s": {"runninghub": 1.5}}
     async with paid_stack(tmp_path, redis, redis_url, rh=rh, model=model, **dead) as env:
         await env.faults(drop_create_replies=1)
         await env.client.request(generate("n1"))
@@ -160,3 +160,41 @@ async def test_a_create_never_resolved_is_released_at_its_deadline(
         await env.client.request(generate("n2"))
         await created(env, "n2")
         assert await counted(env) == 0
+
+
+# ---- issue 25 item 3: a retry after an uncertain create keeps the cap ---------------------
+
+
+async def test_retry_uncertain_waits_for_the_first_create_on_a_cap_of_one(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """The create's reply was lost and no webhook comes (the callback URL is dead): at the
+    deadline ``retry_uncertain`` sends the task again, but the first create may still run,
+    so its slot stays counted until the platform's maximum run time: never two at once."""
+    rh = RunningHubEmulatorConfig(duration_s=5.0, max_concurrent=5)
+    model = models(concurrency=1, deadline_s=1.0, retry_uncertain=True)
+    dead = {"callback_url": "http://127.0.0.1:9", "paid_max_run_s": {"runninghub": 6.0}}
+    async with paid_stack(tmp_path, redis, redis_url, rh=rh, model=model, **dead) as env:
+        await env.faults(drop_create_replies=1)
+        await env.client.request(generate("c1"))
+        await created(env, "c1", n=2)
+        records = (await env.records())[RH_KEY]
+        assert records["peak"] == 1, records
+
+
+async def test_an_uncertain_create_is_freed_once_runninghub_says_the_key_runs_nothing(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """RunningHub cannot be asked about a create without its id, but it tells how many
+    tasks the key runs (``accountStatus``): once that is 0 the lost create is not running,
+    and the retry goes out long before the maximum run time. Still never two at once."""
+    rh = RunningHubEmulatorConfig(duration_s=2.0, max_concurrent=5)
+    model = models(concurrency=1, deadline_s=1.0, retry_uncertain=True)
+    dead = {"callback_url": "http://127.0.0.1:9", "paid_max_run_s": {"runninghub": 600.0}}
+    quick = {"http_timeout_s": 1.0}  # the create's request is surely over 6 s after it
+    async with paid_stack(tmp_path, redis, redis_url, rh=rh, model=model, **dead, **quick) as env:
+        await env.faults(drop_create_replies=1)
+        await env.client.request(generate("z1"))
+        await created(env, "z1", n=2)
+        records = (await env.records())[RH_KEY]
+        assert records["peak"] == 1, records

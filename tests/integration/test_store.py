@@ -274,3 +274,13 @@ async def test_a_hand_back_names_the_remote_task_it_gives_back(redis: aioredis.R
         "",
     )
     assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["a"]
+
+
+async def test_an_acceptance_for_a_task_long_gone_leaves_no_orphan(redis: aioredis.Redis) -> None:
+    """A journal replayed after the task's retention (or into another Redis): nothing of
+    ours runs for it any more, so nothing is counted in the cap."""
+    store = make_store(redis)
+    where = ("p", "comfyui", "runninghub")
+    marked = await store.mark_running("gone", 1, "r1", deadline_s=60, kind="callback", where=where)
+    assert not marked.running and not marked.orphaned
+    assert await redis.zcard("t:orphans:p:runninghub") == 0

@@ -230,3 +230,18 @@ def test_parse_query_without_an_answer_is_unknown_never_pending(
 ) -> None:
     """Issue 15 item 3: a failed status query is "unknown" (ask again), never "pending"."""
     assert isinstance(rh.parse_query(status, body), Unknown)
+
+
+def test_the_accounts_running_tasks_are_read_from_account_status() -> None:
+    """``accountStatus`` (lower-case ``apikey``): ``currentTaskCounts`` is a string; any
+    other answer is no answer, never "nothing runs"."""
+    rh = RunningHubAdapter(BASE)
+    req = rh.running_request("k")
+    assert req is not None and req.url.endswith("/uc/openapi/accountStatus")
+    assert req.json == {"apikey": "k"}
+    ok = {"code": 0, "msg": "success", "data": {"currentTaskCounts": "0", "remainCoins": "9"}}
+    assert rh.parse_running(200, ok) == 0
+    assert rh.parse_running(200, {**ok, "data": {"currentTaskCounts": "3"}}) == 3
+    assert rh.parse_running(502, {"raw": "<html>"}) is None
+    assert rh.parse_running(200, {"code": 802, "msg": "APIKEY_UNAUTHORIZED", "data": None}) is None
+    assert rh.parse_running(200, {"code": 0, "data": {}}) is None

@@ -49,8 +49,10 @@ def compose(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
 @dataclass
 class DrainCursor:
     """Where one connection's delivery stands: the last entry sent on it, and the entries
-    sent but not yet deleted (auto-ack). It moves with every message sent, so a drain
-    that fails half-way resumes after the last message sent, never resending a page."""
+    to delete at its next drain: sent but not yet deleted (auto-ack), or acknowledged by
+    the client while Redis did not answer (else each later connection would send them
+    again). It moves with every message sent, so a drain that fails half-way resumes after
+    the last message sent, never resending a page."""
 
     after: str = "-"
     unacked: list[str] = field(default_factory=list)

@@ -131,7 +131,12 @@ async def _dispatch(
             "duplicate": not created,
         }
     if kind == "ack":
-        await gw.outbox.ack(conn.backend_id, _ack_ids(data))
+        ids = _ack_ids(data)
+        try:
+            await gw.outbox.ack(conn.backend_id, ids)
+        except REDIS_OUTAGE:  # deleted by this connection's next drain, once Redis answers
+            conn.cursor.unacked.extend(ids)
+            raise
         return None
     if kind == "cancel":
         task_id = data.get("taskId")

@@ -170,6 +170,15 @@ class PlatformAdapter(ABC):
     def cancel_request(self, task: Task, apikey: str) -> HttpRequest | None:
         return None
 
+    def running_request(self, apikey: str) -> HttpRequest | None:
+        """A query of how many tasks the account runs (or queues) now; None: the platform
+        has none. The one question about a create whose task id we never learnt."""
+        return None
+
+    def parse_running(self, status: int, body: Any) -> int | None:
+        """The answer to :meth:`running_request`; None: no usable answer."""
+        return None
+
 
 _REGISTRY: dict[str, type[PlatformAdapter]] = {}
 

@@ -194,6 +194,20 @@ class PlatformClient:
             return False
         return 200 <= status < 300
 
+    async def running(self, adapter: PlatformAdapter, apikey: str) -> int | None:
+        """How many tasks the account runs on the platform now; None: it cannot say (no
+        such query, unreachable, no usable answer)."""
+        req = adapter.running_request(apikey)
+        if req is None:
+            return None
+        try:
+            async with self._slots:
+                status, body = await self._send(req)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("%s: account status query failed: %r", adapter.name, exc)
+            return None
+        return adapter.parse_running(status, body)
+
     @staticmethod
     def _warn(task: Task, adapter: PlatformAdapter, what: str, exc: BaseException) -> None:
         log.warning(

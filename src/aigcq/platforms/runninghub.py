@@ -142,3 +142,15 @@ class RunningHubAdapter(base.PlatformAdapter):
 
     def cancel_request(self, task: Task, apikey: str) -> base.HttpRequest | None:
         return self._post("/task/openapi/cancel", {"apiKey": apikey, "taskId": task.remote_id})
+
+    def running_request(self, apikey: str) -> base.HttpRequest | None:
+        """``accountStatus`` (its key spelt ``apikey``, platform-apis.md §1.7)."""
+        return self._post("/uc/openapi/accountStatus", {"apikey": apikey})
+
+    def parse_running(self, status: int, body: Any) -> int | None:
+        """``currentTaskCounts``: the key's tasks running or queued (a string)."""
+        if status >= 500 or not isinstance(body, dict):
+            return None
+        if as_int(body.get("code")) not in SUCCESS_CODES or not isinstance(body.get("data"), dict):
+            return None
+        return as_int(body["data"].get("currentTaskCounts"))

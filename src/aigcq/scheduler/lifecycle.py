@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from redis.exceptions import RedisError
@@ -55,7 +56,19 @@ class Dispatched(Protocol):
 
 
 #: waits between tries to record an accepted paid create while Redis does not answer
+#: (the last one repeats for as long as the process lives: the create is billed)
 MARK_RETRY_S = (0.2, 1.0, 3.0)
+
+
+def _mark_waits(paid: bool) -> Iterator[float | None]:
+    """The waits before each next try of recording an acceptance; ``None``: no more tries
+    (a paid one is tried until it is recorded)."""
+    if not paid:
+        yield None
+        return
+    yield from MARK_RETRY_S
+    while True:
+        yield MARK_RETRY_S[-1]
 
 
 class Lifecycle:
@@ -185,9 +198,10 @@ class Lifecycle:
         """``target`` took ``run`` (an attempt of a task of ``queue``: AIGC, platform) as
         ``remote_id``: it runs. One accepted for an attempt that moved on meanwhile (a
         cancel, an older attempt's success) is not wanted: False (a paid one is cancelled
-        here, and counted until it ends). A paid acceptance is kept trying into Redis while
-        it does not answer: the create is out. ``holder``: the bridge that acknowledged it,
-        recorded as holding the task in the same step."""
+        here, and counted until it ends). A paid acceptance is kept trying into Redis for as
+        long as it does not answer (the create is billed; a process that dies meanwhile
+        has it in its journal, :mod:`aigcq.scheduler.journal`). ``holder``: the bridge that
+        acknowledged it, recorded as holding the task in the same step."""
         aigc, platform = queue
         task_id, attempt = run.task_id, run.attempt
         deadline_s = self.rt.deadline_s(self.rt.config.account(aigc, platform))
@@ -195,7 +209,7 @@ class Lifecycle:
         where = (aigc, platform, target) if paid else None
         if paid:
             metrics.overflowed(aigc, platform, target, self.rt.settings.overflow_price)
-        for wait_s in (*MARK_RETRY_S, None) if paid else (None,):
+        for wait_s in _mark_waits(paid):
             try:
                 marked = await self.rt.store.mark_running(
                     task_id,
@@ -211,7 +225,7 @@ class Lifecycle:
                 break
             except RedisError as exc:
                 if wait_s is None:
-                    raise  # the sweeper finds the create recorded and waits for the webhook
+                    raise
                 _say(
                     logging.WARNING, task_id, "accepted as %s, not recorded yet: %s", remote_id, exc
                 )

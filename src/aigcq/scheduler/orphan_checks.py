@@ -2,7 +2,8 @@
 
 Each check asks the platform; a result, a failure or "not found" frees the account's slot,
 anything else cancels again and asks later. A create with no remote id cannot be asked:
-it is counted until the deadline the sweeper gives such a create.
+it is counted until its reply, its webhook, the platform's word that the account runs
+nothing (RunningHub's ``accountStatus``), or the platform's maximum run time.
 
 The checks run in a loop of their own (a slow platform must not hold up the sweeper's
 back-offs and deadlines), a bounded batch at a time; a check that fails (the platform
@@ -106,21 +107,33 @@ class OrphanChecks:
 
     async def _check_create(self, o: Orphan) -> int:
         """A create with no remote id: the platform cannot be asked about it, so it is
-        counted until the task's deadline from the create (the rule that fails such a
-        task with ``UncertainSubmit``), unless its reply or webhook resolved it first."""
-        account = self.rt.config.account(o.aigc, o.platform)
-        left = o.create_at + self.rt.deadline_s(account) - time.time()
-        if left > 0:
+        counted until the platform says the account runs nothing at all (once the create's
+        request is surely over), or the longest a task runs there
+        (``AIGCQ_PAID_MAX_RUN_S``) has passed since the create, unless its reply or
+        webhook resolved it first. Not the task's deadline: the task may have been sent
+        again at that deadline while this create still runs."""
+        max_run_s = self.rt.max_run_s(o.target)
+        left = o.create_at + max_run_s - time.time()
+        if left > 0 and not await self._runs_nothing(o):
             await self.lifecycle.orphan_unresolved(o, min(left, RECHECK_S))
             return 0
+        why = "its account runs nothing" if left > 0 else f"not resolved in {max_run_s:.0f} s"
         log.warning(
-            "task %s: the create of attempt %s was never resolved by its deadline; its slot "
-            "is free again",
+            "task %s: the create of attempt %s is over (%s); its slot is free again",
             o.task_id,
             o.attempt,
+            why,
             extra=ctx(task=o.task_id),
         )
         return int(await self.lifecycle.orphan_ended(o))
+
+    async def _runs_nothing(self, o: Orphan) -> bool:
+        """The platform says the account runs no task, asked only once the create's
+        request is over (one still on its way would not be counted yet)."""
+        if time.time() < o.create_at + self.rt.dispatch_deadline_s:
+            return False
+        adapter = self.rt.platforms.adapters[o.target]
+        return await self.rt.platforms.running(adapter, self.rt.apikey(o.aigc, o.platform)) == 0
 
     def _accounts(self) -> set[tuple[str, str]]:
         """(AIGC, paid target) of every configured queue."""

@@ -9,7 +9,8 @@ only its word that the task ended (a result, a failure, "not found") frees the s
 or the run's own webhook, whose TASK_END releases that attempt's orphan in the finishing
 script. A create still out when its task moved on (no remote id yet) is counted as
 ``create:<createId>``: its reply names the remote task (then cancelled), its webhook
-ends it, or it is freed at the deadline the sweeper gives such a create.
+ends it, or it is freed once the platform's maximum run time (``AIGCQ_PAID_MAX_RUN_S``)
+has passed since the create: a retry at the task's deadline must not run beside it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Orphans:
         if o.awaiting_create:
             log.info(
                 "task %s: attempt %s unwanted while its create's outcome is unknown; counted "
-                "until its reply, its webhook or its deadline",
+                "until its reply, its webhook or the platform's maximum run time",
                 o.task_id,
                 o.attempt,
                 extra=ctx(task=o.task_id),

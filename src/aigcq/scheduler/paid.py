@@ -5,18 +5,24 @@ AIGC project's account (``config/model.json``: apikey, concurrency). The account
 in the claim script: its running tasks plus the unwanted remote tasks still counted
 (orphans). Before each create its intent is recorded (:meth:`Lifecycle.creating`), so a
 process that dies while the create is out is known to have one out; what the platform
-answers is the lifecycle's to apply.
+answers is the lifecycle's to apply. An acceptance is in this process's journal
+(:mod:`aigcq.scheduler.journal`) before anything else, so a process that dies before Redis
+has it does not forget a task the platform bills; dead processes' journals are replayed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 
+from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Accepted, Full, NotSent, PlatformAdapter, Rejected, Uncertain
+from aigcq.plumbing.background import every, one_round
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import TaskEnd
+from aigcq.scheduler.journal import SCAN_S, AcceptedJournal, Entry, forget
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.routing import capped
 from aigcq.scheduler.targets import HandBack
@@ -32,6 +38,7 @@ class PaidPlatforms:
     def __init__(self, rt: Runtime, lifecycle: Lifecycle) -> None:
         self.rt = rt
         self.lifecycle = lifecycle
+        self.journal = AcceptedJournal(rt.settings.data_dir / "accepted")
 
     def adapter_for(self, platform: str) -> PlatformAdapter | None:
         return self.rt.platforms.adapter_for(platform)
@@ -65,6 +72,44 @@ class PaidPlatforms:
             await self._create(adapter, aigc, platform, c)
         return []
 
+    async def replay_journals(self) -> None:
+        """At start and every :data:`SCAN_S` after: record what dead processes' journals
+        hold (creates the platform accepted that Redis may never have heard of)."""
+        what = "replaying accepted creates"
+        try:
+            with one_round(log, what):
+                await self.replay_dead()
+            await every(SCAN_S, self.replay_dead, log, what)
+        finally:
+            self.journal.close()
+
+    async def replay_dead(self) -> int:
+        """Replay every journal no live process holds; how many entries it held."""
+        replayed = 0
+        for path, fd, entries in self.journal.dead():
+            try:
+                for entry in entries:
+                    await self._record(entry)
+                    log.warning(
+                        "task %s: accepted as %s by %s before its process died; recorded now",
+                        entry.task_id,
+                        entry.remote_id,
+                        entry.target,
+                        extra=ctx(task=entry.task_id),
+                    )
+            except BaseException:
+                os.close(fd)  # kept, for the next look
+                raise
+            forget(path, fd)
+            replayed += len(entries)
+        return replayed
+
+    async def _record(self, e: Entry) -> bool:
+        queue, kind = (e.aigc, e.platform), e.kind
+        return await self.lifecycle.accepted(
+            e, e.remote_id, queue=queue, target=e.target, kind=kind, paid=True
+        )
+
     def task_ended(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
         """Nothing is held here: an unwanted remote task is the lifecycle's orphan."""
 
@@ -82,10 +127,10 @@ class PaidPlatforms:
         queue, kind = (aigc, platform), adapter.kind
         match outcome:
             case Accepted(remote_id=remote_id):
-                paid = adapter.paid
-                await lifecycle.accepted(
-                    c, remote_id, queue=queue, target=name, kind=kind, paid=paid
-                )
+                entry = Entry(c.task_id, c.attempt, c.backend_id, remote_id, *queue, name, kind)
+                await self._journal(entry)
+                await self._record(entry)
+                self.journal.done(entry)
                 return
             case Uncertain(reason=reason):
                 await lifecycle.uncertain(c, queue, kind, reason)
@@ -102,3 +147,17 @@ class PaidPlatforms:
                 moved = await lifecycle.rejected(c, name, error)
         if not moved:  # it moved on while the create was out: free what that kept
             await lifecycle.never_created(c, create_id)
+
+    async def _journal(self, entry: Entry) -> None:
+        """On disk before anything else; a disk that fails is logged (Redis still gets it)."""
+        try:
+            await self.journal.append(entry)
+        except OSError as exc:
+            log.error(
+                "task %s: accepted as %s, not journaled (%r): a crash before Redis has it "
+                "forgets it",
+                entry.task_id,
+                entry.remote_id,
+                exc,
+                extra=ctx(task=entry.task_id),
+            )

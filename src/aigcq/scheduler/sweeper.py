@@ -11,7 +11,10 @@ A task past its deadline is not blindly re-sent. On a paid platform:
 * running with no remote id (the create's outcome stayed unknown, no webhook came): the
   platform cannot be asked without one, so the task fails with ``UncertainSubmit``, unless
   the account opts into ``retry_uncertain`` (then the unresolved create stays counted in
-  the cap as ``create:<createId>`` while the task is sent again);
+  the cap as ``create:<createId>`` while the task is sent again, until its webhook or the
+  platform's maximum run time: :mod:`.orphan_checks`). A create the platform accepted is
+  never in this case for want of Redis: its acceptance is held and journaled
+  (:mod:`.journal`);
 * running with a remote id: the platform is asked (RunningHub ``/outputs``). A result
   settles it; "not found" frees a retry; "still running" retries and cancels the old run
   (it stays counted until it ends); no usable answer asks again later, with back-off.

@@ -133,6 +133,7 @@ class ServeProcess:
             self.orphan_checks.run,
             self.silent_tasks.run,
             self.master_watch.run,
+            self.paid.replay_journals,
             self._redeliver,
             self._trim_outboxes,
             *(p.run for p in self.pollers),

@@ -40,7 +40,7 @@ local adopt = h[1] == running and h[2] == attempt and remote_id ~= '' and (h[6] 
 if not adopt and (not allowed(FROM.mark_running, h[1]) or h[2] ~= attempt) then
   -- its own webhook, faster than the create's reply, already ended the task: nothing runs
   local ended = h[2] == attempt and redis.call('HGET', k, 'endedAttempt') == attempt
-  if remote_id ~= '' and on_paid and not ended then
+  if remote_id ~= '' and on_paid and not ended and h[1] then  -- (a task long gone: none)
     orphan(remote_id, task_id, attempt, aigc, platform, target, now)
     return 2
   end
