@@ -47,6 +47,7 @@ from redis.exceptions import RedisError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.fleet import Fleet
+from bench.gpu_idle import Timeline, free_at_creates, gpu_idle_s, paid_while_free
 from bench.processes import CLIENT_TOKEN, Cluster, Proc
 
 from aigcq.cli.demo import GRAPH
@@ -62,6 +63,12 @@ SERVE_ENV = {
     "AIGCQ_SWEEP_INTERVAL_S": "0.3",
 }
 
+
+#: seconds after a killed serve, bridge or Redis is back until its bridges take work again
+#: (the bridge's reconnect back-off while aigcq was away is at most 2 s)
+RECOVERY_S = 3.0
+#: the wait list of the chaos tasks
+WAIT_KEY = "aigcq:proj:comfyui:wait"
 
 #: the faults :class:`Chaos` picks from
 FAULTS = ("kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel")
@@ -87,6 +94,7 @@ class Load:
         self.ports, self.rate = ports, rate
         self.results: dict[str, list[str]] = {}  # taskId -> statuses received
         self.entries: dict[str, set[str]] = {}  # taskId -> the outbox ids they came as
+        self.failures: dict[str, str] = {}  # taskId -> why it failed
         self.unacked: set[str] = set()  # submitted by us, no ``submitted`` reply yet
         self.submitted: list[str] = []
         self.ws: Any = None
@@ -127,6 +135,8 @@ class Load:
             self.unacked.discard(task_id)
         elif msg["type"] == "result":
             self.results.setdefault(task_id, []).append(msg["status"])
+            if msg["status"] == "failed":
+                self.failures[task_id] = f"{msg.get('code')}: {msg.get('error')}"
             self.entries.setdefault(task_id, set()).add(msg["id"])
             await self._send({"type": "ack", "id": msg["id"]})
         elif msg["type"] == "error" and task_id in self.unacked:
@@ -169,6 +179,8 @@ class Chaos:
         self.faults = faults
         self.serves: dict[int, Proc] = {}
         self.done: Counter[str] = Counter()
+        #: when which instances could not be used: (from, to, instances)
+        self.unusable: list[tuple[float, float, list[str]]] = []
 
     def start_serve(self, port: int | None = None) -> int:
         proc, port = self.cluster.server(port, AIGCQ_RUNNINGHUB_URL=self.rh, **SERVE_ENV)
@@ -178,17 +190,21 @@ class Chaos:
     async def strike(self) -> None:
         action = self.rng.choice(self.faults)
         self.done[action] += 1
+        struck = time.time()
         if action == "kill_bridge":
-            await self.fleet.kill_one(self.rng)
+            bridge = await self.fleet.kill_one(self.rng)
+            self._unusable(struck, bridge.comfyui)
         elif action == "kill_serve":
             port = self.rng.choice(sorted(self.serves))
             self.serves[port].kill()
             await asyncio.sleep(self.rng.uniform(0.5, 3.0))
             await asyncio.to_thread(self.start_serve, port)
+            self._unusable(struck, self.fleet.instances(port))
         elif action == "kill_redis":
             self.redis.kill()
             await asyncio.sleep(self.rng.uniform(0.5, 2.0))
             self.redis.start()
+            self._unusable(struck, self.fleet.instances())
         elif action == "lose":
             await self._faults(drop_create_replies=self.rng.randint(1, 3))
         elif action == "cancel":  # a client cancel; RunningHub takes a while to stop it
@@ -199,6 +215,19 @@ class Chaos:
         else:
             kinds = ["5xx", "non_json", "unknown_code"]
             await self._faults(status_faults=self.rng.choices(kinds, k=5))
+
+    def _unusable(self, since: float, instances: list[str]) -> None:
+        """``instances`` could not be used from ``since`` until what was killed is back
+        and its bridges have reconnected (``RECOVERY_S`` after the restart)."""
+        self.unusable.append((since, time.time() + RECOVERY_S, instances))
+
+    def timeline(self, start: float, waiting: list[tuple[float, int]]) -> Timeline:
+        """What :mod:`bench.gpu_idle` needs, but the busy spans (read at the end)."""
+        out: dict[str, list[tuple[float, float]]] = {u: [] for u in self.fleet.instances()}
+        for since, until, instances in self.unusable:
+            for url in instances:
+                out[url].append((since, until))
+        return Timeline(start=start, end=time.time(), out=out, waiting=waiting)
 
     async def _faults(self, **faults: Any) -> None:
         async with httpx.AsyncClient() as http:
@@ -236,6 +265,38 @@ async def held_records(redis_url: str) -> int:
         return sum(held) + len(owners)
     finally:
         await client.aclose()
+
+
+async def sample_waiting(redis_url: str, samples: list[tuple[float, int]]) -> None:
+    """Every 50 ms, how many tasks wait to be dispatched (nothing while Redis is down)."""
+    client = aioredis.Redis.from_url(redis_url, socket_timeout=0.5)
+    try:
+        while True:
+            with contextlib.suppress(RedisError, OSError):
+                samples.append((time.time(), await client.llen(WAIT_KEY)))
+            await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
+def paid_failed(runs: Counter[str], results: dict[str, list[str]]) -> list[str]:
+    """Tasks RunningHub created (and bills) whose client was told they failed."""
+    return sorted(t for t in runs if t in results and "failed" in results[t])
+
+
+async def gpu_figures(
+    chaos: Chaos, start: float, waiting: list[tuple[float, int]], recs: dict[str, Any]
+) -> dict[str, Any]:
+    """The two figures of :mod:`bench.gpu_idle` for the run."""
+    timeline = chaos.timeline(start, waiting)
+    timeline.busy = await chaos.fleet.busy_spans()
+    creates = [c["at"] for r in recs.values() for c in r["creates"]]
+    free = sorted(f for f in free_at_creates(timeline, creates) if f > 0)
+    return {
+        "paid_while_free": paid_while_free(timeline, creates),
+        "gpu_idle_s": gpu_idle_s(timeline),
+        "free_at_paid_creates_ms": [round(f * 1000) for f in free],
+    }
 
 
 async def records(rh: str) -> dict[str, Any]:
@@ -286,10 +347,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         chaos = Chaos(cluster, redis, rh, load, args.seed, tuple(args.faults.split(",")))
         ports += [chaos.start_serve(), chaos.start_serve()]
         await asyncio.to_thread(chaos.fleet.start, ports, [2, 1])
+        usable_from = time.time() + 1.0  # the bridges' REGISTER
+        waiting: list[tuple[float, int]] = []
+        sampler = asyncio.create_task(sample_waiting(cluster.redis_url, waiting))
         reader = asyncio.create_task(load.read())
         await asyncio.gather(load.submit(seconds), chaos.run(seconds))
         await settle(load, chaos.fleet, rh, cluster.redis_url, within=args.drain)
         reader.cancel()
+        sampler.cancel()
         recs = await records(rh)
         runs = paid_runs(recs)
         peak = max((r["peak"] for r in recs.values()), default=0)
@@ -302,9 +367,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "duplicated_to_client": sum(1 for ids in load.entries.values() if len(ids) > 1),
             "redelivered": sum(len(s) - len(load.entries[t]) for t, s in load.results.items()),
             "double_paid": sum(1 for n in runs.values() if n > 1),
-            "paid_but_failed": sum(
-                1 for t in runs if t in load.results and "failed" in load.results[t]
-            ),
+            "paid_but_failed": len(paid_but_failed := paid_failed(runs, load.results)),
+            "paid_but_failed_tasks": {t: load.failures.get(t, "") for t in paid_but_failed},
             "peak_over_cap": max(0, peak - CAP),
             "leaked_slots": await leaked_slots(cluster.redis_url)
             + sum(r["current"] for r in recs.values())
@@ -314,6 +378,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "outcomes": dict(outcomes),
             "targets": dict(await targets(cluster.redis_url, load.submitted)),
             "faults": dict(chaos.done),
+            **await gpu_figures(chaos, usable_from, waiting, recs),
             "creates": sum(runs.values()),
             "cancels": sum(len(r["cancels"]) for r in recs.values()),
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,13 +62,32 @@ class Fleet:
         if not b.bridge_id:
             b.bridge_id = httpx.get(f"http://127.0.0.1:{b.port}/api/status").json()["bridgeId"]
 
-    async def kill_one(self, rng: random.Random) -> None:
-        """SIGKILL a bridge; start it again a moment later."""
+    async def kill_one(self, rng: random.Random) -> Bridge:
+        """SIGKILL a bridge; start it again a moment later. Returns the bridge."""
         b = rng.choice(self.bridges)
         assert b.proc is not None
         b.proc.kill()
         await asyncio.sleep(rng.uniform(0.5, 3.0))
         await asyncio.to_thread(self.start_bridge, b)
+        return b
+
+    def instances(self, server_port: int | None = None) -> list[str]:
+        """The ComfyUI instances (URLs) behind every bridge, or behind those of one serve."""
+        return [
+            url for b in self.bridges if server_port in (None, b.server_port) for url in b.comfyui
+        ]
+
+    async def busy_spans(self) -> dict[str, list[tuple[float, float]]]:
+        """Per instance, when it ran prompts (the emulator's record; a prompt still running
+        counts up to now)."""
+        spans: dict[str, list[tuple[float, float]]] = {}
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            for url in self.instances():
+                stats = (await http.get(f"{url}/emulator/stats", params={"spans": "true"})).json()
+                spans[url] = [(s, e) for s, e in stats["busySpans"]]
+                if stats["runningSince"] is not None:
+                    spans[url].append((stats["runningSince"], time.time()))
+        return spans
 
     async def slots_taken(self) -> dict[str, int]:
         """Per bridge, the slots not free as the hub holding its socket sees them, and the

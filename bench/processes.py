@@ -64,7 +64,7 @@ class Proc:
                 self.kill()
 
 
-def wait_http(url: str, timeout: float = 20.0) -> None:
+def wait_http(url: str, timeout: float = 60.0) -> None:
     """Until ``url`` answers with a status below 500 (its process is up)."""
     deadline = time.monotonic() + timeout
     while True:

@@ -84,13 +84,16 @@ class BridgeHub:
     ) -> None:
         self.rt = rt
         self.lifecycle = lifecycle
-        self.wake = wake
         self.config = config or HubConfig()
         self.auth = Auth(rt.settings)
         ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
         self.registry = BridgeRegistry(rt.store, rt.settings.project_prefix, ttl_s=ttl)
         mine = lambda: (self.free_slots(), len(self.registry.live()))  # noqa: E731
-        self.peers = PeerCapacity(rt.redis, rt.store.keys.internal_free, mine, on_less=self.wake)
+        keys = rt.store.keys
+        self.peers = PeerCapacity(
+            rt.redis, keys.internal_free, mine, on_less=wake, channel=keys.events
+        )
+        self._wake_dispatch = wake
         self.health = HealthMonitor(
             rt.redis,
             self.registry.live,
@@ -114,6 +117,11 @@ class BridgeHub:
         )
         self.progress = ProgressRelay(rt)
         self._closed_at: dict[str, float] = {}  # bridgeId -> when its socket closed
+
+    def wake(self) -> None:
+        """Our slots changed: dispatch now, and tell the other processes."""
+        self._wake_dispatch()
+        self.peers.changed()
 
     # ---- InternalTarget ----------------------------------------------------------------
 
