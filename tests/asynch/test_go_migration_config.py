@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from aigcq.asynch import goconfig
 from aigcq.asynch.migrate import SchemaMismatch, available, migrate
+from aigcq.asynch.settings import AsynchSettings
 
 
 @pytest.fixture
@@ -86,6 +88,7 @@ def test_the_go_config_yml_is_read_and_the_environment_wins(tmp_path: Path) -> N
     assert goconfig.apply(env) == path
     assert env == {
         "AIGCQ_ASYNCH_CONFIG": str(path),
+        "AIGCQ_ASYNCH_HOST": "0.0.0.0",  # Go's ":port": every interface (issue 30 item 1)
         "AIGCQ_ASYNCH_PORT": "8095",
         "AIGCQ_DATABASE_URL": "postgresql://asynch:p%40ss@db.internal:5433/models?sslmode=disable",
         "AIGCQ_REDIS_URL": "redis://:secret@redis.internal:6379/2",
@@ -96,6 +99,25 @@ def test_the_go_config_yml_is_read_and_the_environment_wins(tmp_path: Path) -> N
         "AIGCQ_ASYNCH_CLEANER_ENABLED": "false",
         "AIGCQ_ASYNCH_CLEANER_INTERVAL_SECONDS": "60",
     }
+    for address, host, port in [
+        (":23492", "0.0.0.0", "23492"),
+        ("0.0.0.0:8091", "0.0.0.0", "8091"),
+        ("127.0.0.1:8091", "127.0.0.1", "8091"),
+        ("[::]:8091", "::", "8091"),
+        ("[::1]:8091", "::1", "8091"),
+    ]:
+        expected = {"AIGCQ_ASYNCH_HOST": host, "AIGCQ_ASYNCH_PORT": port}
+        assert goconfig.environment({"server": {"address": address}}) == expected, address
     fields = {"host": "pg", "port": 5432, "user": "u", "pass": "", "name": "d"}
     assert goconfig.database_url(fields) == "postgresql://u@pg:5432/d"
     assert goconfig.apply({}) is None or Path("config.yml").is_file()
+
+
+def test_file_urls_name_this_machine_when_listening_on_every_interface() -> None:
+    def url(host: str) -> str:
+        return AsynchSettings(host=host, port=8091, public_url="").base_url
+
+    assert url("0.0.0.0") == url("::") == f"http://{socket.gethostname()}:8091"
+    assert (url("127.0.0.1"), url("::1")) == ("http://127.0.0.1:8091", "http://[::1]:8091")
+    public = AsynchSettings(host="0.0.0.0", public_url="https://asynch.example.com/")
+    assert public.base_url == "https://asynch.example.com"
