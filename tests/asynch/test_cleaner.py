@@ -156,6 +156,6 @@ async def test_every_state_transition(asynch: Asynch, model_emu: Served) -> None
     assert (row["state"], row["retry_count"], row["attempt"]) == (2, 1, 2)
     assert (await model_emu.stats())["byTask"] == {task_id: 2}
     batch = await asynch.ok("POST", "/task/getTaskBatch", json={"taskIds": [task_id]})
-    assert batch["tasks"][0]["state"] == 4
+    assert batch[0]["state"] == 4
     assert (await asynch.ok("POST", "/task/cleanWork"))["deleted_downloaded"] == 1
     await asynch.error("GET", "/task/getTaskResult", "TASK_NOT_FOUND", params={"taskId": task_id})
