@@ -83,3 +83,30 @@ async def test_a_whole_struct_model_type_update(asynch: Asynch, prompts_emu: Ser
     updated = await asynch.ok("POST", "/model/type/updateModelType",
                               json={**zero, "typeId": 1, "version": "2"})  # fmt: skip
     assert (updated["type"], updated["promptInfo"], updated["version"]) == ("t2i", "draw {x}", "2")
+
+
+async def test_a_nil_request_payload_is_an_empty_one(asynch: Asynch, model_emu: Served) -> None:
+    await asynch.create_model("m", model_emu.url)
+    await asynch.create_model("g", model_emu.url, httpMethod="GET")
+    task = {"requestPayload": None, "bizName": "b", "callbackUrl": "", "modelKey": ""}
+    for model in ("m", "g"):
+        task_id = (await asynch.ok("POST", "/task/createTask",
+                                   json={"modelName": model, **task}))["task_id"]  # fmt: skip
+        assert await asynch.wait_state(task_id, 2, 3) == 2
+        assert '"echo":{}' in (await asynch.row(task_id))["text"]  # POST {} / GET no query
+    left_out = {"modelName": "m", "bizName": "b"}  # not Go's nil: a misspelt field, say
+    await asynch.error("POST", "/task/createTask", "INVALID_ARGUMENT", json=left_out)
+
+
+async def test_zero_pages_are_the_default_pages(asynch: Asynch) -> None:
+    for i in range(3):
+        await asynch.create_model(f"m{i}", "http://127.0.0.1:9")
+    for params in ({"page": 0, "pageSize": 0}, {"page": 0}, {}):
+        models = await asynch.ok("GET", "/model/listModel", params=params)
+        assert [m["modelName"] for m in models] == ["m0", "m1", "m2"], params
+    second = await asynch.ok("GET", "/model/listModel", params={"page": 2, "pageSize": 2})
+    assert [m["modelName"] for m in second] == ["m2"]
+    zero = {"page": 0, "pageSize": 0}
+    assert await asynch.ok("GET", "/model/type/listModelType", params=zero) == []
+    for params in ({"page": -1}, {"pageSize": -1}, {"pageSize": 501}):
+        await asynch.error("GET", "/model/listModel", "INVALID_ARGUMENT", params=params)

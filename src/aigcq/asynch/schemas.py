@@ -195,6 +195,8 @@ class ModelTypeRef(Body):
 
 
 class TaskCreate(Body):
+    """``requestPayload`` must be given; ``null`` (Go's nil map or interface) is ``{}``."""
+
     model_name: ModelName
     request_payload: Any = Field(...)
     biz_name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -204,9 +206,7 @@ class TaskCreate(Body):
     @field_validator("request_payload")
     @classmethod
     def _payload(cls, value: Any) -> Any:
-        if value is None:
-            raise ValueError("requestPayload is required")
-        return value
+        return {} if value is None else value
 
     @field_validator("model_key")
     @classmethod
