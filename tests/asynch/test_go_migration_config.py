@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
 import pytest
+import redis.asyncio as aioredis
 
 from aigcq.asynch import goconfig
 from aigcq.asynch.migrate import SchemaMismatch, available, migrate
 from aigcq.asynch.settings import AsynchSettings
+from aigcq.storage import StorageSettings
+from tests.fakes.asynch import Served, fast_settings, open_asynch
 
 
 @pytest.fixture
@@ -56,6 +60,44 @@ async def test_migrate_refuses_a_schema_it_cannot_adopt(fresh_db: str) -> None:
     async with await psycopg.AsyncConnection.connect(fresh_db) as conn:
         cur = await conn.execute("SELECT count(*) FROM asynch_schema_migrations")
         assert await cur.fetchone() == (0,)
+
+
+async def test_go_style_text_json_columns_are_json_again(
+    fresh_db: str, redis_url: str, redis: aioredis.Redis, model_emu: Served, tmp_path: Path
+) -> None:
+    """The Go service kept form and request_payload as TEXT (issue 30 item 1): once adopted,
+    getModel answers form as JSON and the model receives the payload as it was sent."""
+    go_sql = available()[0].sql.replace("JSONB", "TEXT")
+    async with await psycopg.AsyncConnection.connect(fresh_db, autocommit=True) as conn:
+        await conn.execute(go_sql.encode())
+        await conn.execute(
+            "INSERT INTO asynch_models (model_name, base_url, route, max_concurrency, form)"
+            " VALUES ('m', %s, '/gen', 2, '[{\"field\": \"prompt\"}]'),"
+            " ('blank', 'http://h', '', 1, '')",
+            (model_emu.url,),
+        )
+        await conn.execute(
+            "INSERT INTO asynch_task (task_id, model_name, request_payload) VALUES"
+            " ('go-1', 'm', '{\"prompt\": \"a cat\"}'), ('go-2', 'm', 'not json')"
+        )
+    await migrate(fresh_db)
+    storage = StorageSettings(kind="local", local_dir=tmp_path / "files")
+    async with (
+        await psycopg.AsyncConnection.connect(fresh_db, autocommit=True) as db,
+        open_asynch(fresh_db, redis_url, db, tmp_path, fast_settings(), storage) as asynch,
+    ):
+        got = await asynch.ok("GET", "/model/getModel", params={"modelName": "m"})
+        assert got["form"] == [{"field": "prompt"}]
+        blank = await asynch.ok("GET", "/model/getModel", params={"modelName": "blank"})
+        assert blank["form"] == []
+        assert (await asynch.ok("POST", "/task/runWork", json={}))["succeeded"] == 2
+        echoes = [json.loads((await asynch.row(t))["text"])["echo"] for t in ("go-1", "go-2")]
+        assert echoes == [{"prompt": "a cat"}, {"payload": "not json"}]  # kept as a string
+        created = await asynch.create_task("m", {"n": 1})  # and new rows go in as JSON
+        assert await asynch.wait_state(created, 2) == 2
+        cur = await db.execute("SELECT request_payload FROM asynch_task WHERE task_id = %s",
+                               (created,))  # fmt: skip
+        assert await cur.fetchone() == ({"n": 1},)
 
 
 GO_CONFIG = """
