@@ -105,7 +105,7 @@ async def drive(
                     url = f"{urls[0]}/task/getTaskBatch"
                     async with c.post(url, json={"taskIds": batch}) as r:
                         reply = await r.json()
-                    for t in reply["data"]["tasks"]:
+                    for t in reply["data"]:
                         if t["state"] in (3, 4):
                             pending.discard(t["task_id"])
                             done += 1

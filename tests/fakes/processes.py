@@ -81,12 +81,13 @@ def start_asynch(
     *,
     log: Path,
     args: Sequence[str] = ("serve", "--log-level", "WARNING"),
+    port: int | None = None,
     **env: str,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start one asynch process (worker loop on) and wait until it answers; ``(proc, url)``.
 
     ``args`` follow ``python -m aigcq.asynch``; none at all means serve."""
-    port = free_port()
+    port = port or free_port()
     environ = {
         **os.environ,
         "AIGCQ_DATABASE_URL": database_url,

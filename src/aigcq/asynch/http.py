@@ -23,8 +23,9 @@ def service(request: Request) -> AsynchProcess:
     return svc
 
 
-def reply(data: Any = None) -> Response:
-    return Response(orjson.dumps(ok(data)), media_type="application/json")
+def reply(data: Any = None, **beside: Any) -> Response:
+    """A success: ``data`` in the envelope, with ``beside`` as further top-level fields."""
+    return Response(orjson.dumps(ok(data) | beside), media_type="application/json")
 
 
 def error_response(exc: AsynchError) -> Response:

@@ -19,6 +19,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from aigcq.asynch.errors import AsynchError, Code
+from aigcq.asynch.http import error_response
 from aigcq.asynch.process import AsynchProcess
 from aigcq.asynch.runtime import (
     gate_key,
@@ -39,17 +41,13 @@ def overview_router(admin_token: str) -> APIRouter:
     @router.get("/admin/overview", summary="Models, gate / semaphore use, recent tasks")
     async def admin_overview(request: Request) -> Response:
         if not admin_token:
-            return JSONResponse(
-                {"code": "FORBIDDEN", "message": "no admin token set", "data": None}, 403
-            )
+            return error_response(AsynchError(Code.FORBIDDEN, "no admin token set"))
         given = bearer(request.headers.get("authorization")) or ""
         if not hmac.compare_digest(given.encode(), admin_token.encode()):
-            return JSONResponse(
-                {"code": "UNAUTHORIZED", "message": "admin token required", "data": None}, 401
-            )
+            return error_response(AsynchError(Code.UNAUTHORIZED, "admin token required"))
         svc: AsynchProcess | None = request.app.state.asynch
         if svc is None:
-            return JSONResponse({"code": "UNAVAILABLE", "message": "starting", "data": None}, 503)
+            return error_response(AsynchError(Code.UNAVAILABLE, "starting"))
         return JSONResponse(await overview(svc))
 
     return router
