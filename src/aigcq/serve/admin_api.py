@@ -14,13 +14,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
-from aigcq.domain import ErrorCode, Task
+from aigcq.bridges.registry import record_instances
+from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.http_api import require_admin
@@ -28,6 +29,7 @@ from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.plumbing.background import one_round
 from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
 from aigcq.serve.admin_trends import Trends
+from aigcq.serve.live_tasks import PAGE_MAX, LiveFilter, live_page
 
 if TYPE_CHECKING:
     from aigcq.serve.parts import ServeParts
@@ -186,17 +188,9 @@ def bridge_row_from_hash(h: dict[str, str]) -> dict[str, Any]:
         "failures": 0,
         "inRotation": h.get("inRotation", "1") == "1",
         "drained": h.get("drained") == "1",
-        "instanceStates": _json_list(h.get("instances")),
+        "instanceStates": record_instances(h.get("instances")),
         "local": False,
     }
-
-
-def _json_list(raw: str | None) -> list[Any]:
-    try:
-        value = orjson.loads(raw or "[]")
-    except orjson.JSONDecodeError:
-        return []
-    return value if isinstance(value, list) else []
 
 
 def task_row(t: Task) -> dict[str, Any]:
@@ -239,6 +233,24 @@ def _dashboard_routes(router: APIRouter, gw: Gateway, monitor: Monitor) -> None:
     async def snapshot(authorization: Authorization = None) -> dict[str, Any]:
         require_admin(gw, authorization)
         return await monitor.snapshot(sample=False)  # now, not the last second's sample
+
+    @router.get(
+        "/api/admin/live-tasks",
+        summary="Tasks waiting and running now, where and for how long, a page at a time",
+        responses=error_responses(ErrorCode.JSON, ErrorCode.AUTH),
+    )
+    async def live_tasks(
+        state: Literal["pending", "dispatching", "running"] | None = None,
+        project: str = "",
+        platform: str = "",
+        target: str = "",
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 50,
+        authorization: Authorization = None,
+    ) -> dict[str, Any]:
+        require_admin(gw, authorization)
+        wanted = LiveFilter(TaskState(state) if state else None, project, platform, target)
+        return await live_page(gw.rt, wanted, offset, limit)
 
     @router.get(
         "/api/admin/events",
