@@ -30,7 +30,7 @@ from tests.fakes.browser import Page, chromium, find_chromium
 from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
 from tests.fakes.service import SECRET, Env
-from tests.fakes.waiting import until
+from tests.fakes.waiting import until, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -54,8 +54,15 @@ def chromium_path() -> str:
 
 @pytest.fixture
 async def env(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    redis: aioredis.Redis,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Env]:
+    """Serve with RunningHub priced at 0.25 a task (``False`` as the fixture's parameter: no
+    price set)."""
+    priced = getattr(request, "param", True)
     monkeypatch.setattr(admin_trends, "TREND_EVERY_S", 1.0)  # the hour's chart moves at once
     (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 2}}}')
     emulator = RunningHubEmulatorConfig(duration_s=GPU_SECONDS, max_concurrent=2)
@@ -68,7 +75,7 @@ async def env(
             admin_token=ADMIN,
             runninghub_url=rh,
             sweep_interval_s=0.2,
-            overflow_price={"runninghub": 0.25},
+            overflow_price={"runninghub": 0.25} if priced else {},
             asynch_url=asynch,
         )
         service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
@@ -208,6 +215,43 @@ async def test_dashboard_shows_live_tasks_and_drains_a_bridge(
         await client.close()
 
 
+@pytest.mark.parametrize("env", [False], indirect=True)  # no AIGCQ_OVERFLOW_PRICE
+async def test_without_a_token_the_page_says_where_it_is_and_no_price_reads_so(
+    chromium_path: str, env: Env, tmp_path: Path
+) -> None:
+    """No token: the hint names the link `aigcq up` and the demo print and the secrets
+    file, and takes a pasted token. No price set: spend reads so, not 0.00."""
+    profile = tmp_path / "chromium"
+    profile.mkdir()
+    async with chromium(chromium_path, profile) as page:
+        await page.goto(f"{env.base}/dashboard")
+        status = "document.querySelector('#status').textContent"
+        hint = await page.wait_for(f"{status}.startsWith('admin token required') && {status}")
+        assert "`aigcq up`" in hint and "`aigcq up --demo`" in hint and "secrets.json" in hint
+        assert await page.eval("document.querySelector('#token-form').hidden") is False
+        await page.screenshot(ARTIFACTS / "09-no-token.png")
+        await page.eval(
+            f"document.querySelector('#token-input').value = {ADMIN!r};"
+            "document.querySelector('#token-form').requestSubmit()"
+        )
+        live = f"document.readyState === 'complete' && {status} === 'live'"
+        await wait_until(lambda: page.eval(live), 10, 0.1, ignore=(RuntimeError,))  # reloads
+        assert await page.eval("document.querySelector('#token-form').hidden") is True
+
+        client = await env.client()
+        await submit(client, ["p1"])  # no bridge: RunningHub takes it
+        await page.wait_for(f"+{cell('overflow', 'runninghub', 1)} >= 1", within=15)
+        assert await page.eval(cell("overflow", "runninghub", 2)) == "no price set"
+        assert await page.eval(cell("overflow", "runninghub", 3)) == "-"  # not 0.00
+        total = await page.eval("document.querySelector('#overflow-total').textContent")
+        assert "no price set: AIGCQ_OVERFLOW_PRICE" in total and "0.00" not in total, total
+        spend_chart = "document.querySelector('#spend-chart').getBoundingClientRect().height"
+        assert await page.eval(spend_chart) == 0  # no chart of a spend that means nothing
+        await page.eval("document.querySelector('#overflow').scrollIntoView()")
+        await page.screenshot(ARTIFACTS / "09-no-price.png")
+        await client.close()
+
+
 async def follow_the_live_list(page: Page) -> None:
     """The six tasks in the live list: two queued, two on the bridge's instances, two on
     RunningHub with its remote ids; how long each has been in its state."""
@@ -221,7 +265,7 @@ async def follow_the_live_list(page: Page) -> None:
         "[...document.querySelectorAll('#live tbody tr')].map(r => r.cells[3].firstChild.title)"
     )
     assert any(re.fullmatch(r"runninghub task \S+", t) for t in await page.eval(remote))
-    assert all(re.fullmatch(r"\d+ s", f) for f in await page.eval(live_column(5)))  # for
+    assert all(re.fullmatch(r"\d+(\.\d)? s", f) for f in await page.eval(live_column(5)))
     counts = await page.eval("document.querySelector('#live-counts').textContent")
     assert re.fullmatch(r"\d running · \d dispatching · \d waiting", counts), counts
     assert "gpu0:8188 busy with t" in await page.eval(BRIDGE_DETAIL)  # the task it runs
@@ -232,11 +276,14 @@ async def the_now_caption_reads_as_the_table(page: Page) -> None:
     its last point is now)."""
     both = await page.eval(
         "[document.querySelector('#queue-now').textContent,"
-        f" {cell('queues', 'comfyui', 2)}, {cell('queues', 'comfyui', 3)}]"
+        f" {cell('queues', 'comfyui', 2)}, {cell('queues', 'comfyui', 3)},"
+        f" {cell('queues', 'comfyui', 5)}]"
     )
-    caption, waiting, in_flight = both
+    caption, waiting, in_flight, oldest = both
     flying = sum(int(n) for n in re.findall(r": (\d+)", in_flight))
-    assert caption.startswith(f"now: {waiting} waiting, {flying} in flight"), both
+    expected = f"now: {waiting} waiting, {flying} in flight"
+    expected += f", oldest waiting {oldest}" if waiting != "0" else ""  # the table says "-"
+    assert caption == expected, both
 
 
 async def drain_from_the_page(env: Env, page: Page, client: Client) -> None:

@@ -20,7 +20,8 @@ function svgNode(tag, attrs, text) {
 // Ticks from 0 to at least `max`, about `count` of them, in steps of 1, 2 or 5 × 10^k
 // (whole numbers only when `whole`: task counts).
 function valueTicks(max, count, whole) {
-  const raw = Math.max(max, whole ? 1 : 1e-6) / count;
+  if (!(max > 0)) max = 1;  // nothing yet: 0 to 1
+  const raw = max / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
   let step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw * (1 - 1e-9));
   if (whole) step = Math.max(1, Math.round(step));

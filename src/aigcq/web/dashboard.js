@@ -78,9 +78,10 @@ function ids(list) {
   list.forEach((id, i) => box.append(...(i ? [" ", taskId(id)] : [taskId(id)])));
   return box;
 }
-// "42 s", "3 min 05 s", "2 h 07 min"
+// "0.4 s", "42 s", "3 min 05 s", "2 h 07 min"
 function span(s) {
   const t = Math.max(0, Math.round(s || 0)), pad = (n) => String(n).padStart(2, "0");
+  if (s < 10) return `${Math.max(0, s || 0).toFixed(1)} s`;
   if (t < 60) return `${t} s`;
   if (t < 3600) return `${Math.floor(t / 60)} min ${pad(t % 60)} s`;
   return `${Math.floor(t / 3600)} h ${pad(Math.floor(t / 60) % 60)} min`;
@@ -152,7 +153,7 @@ const perTarget = (counts) => Object.entries(counts || {}).map(([t, n]) => `${t}
 function renderQueues(queues) {
   fillTable("#queues", queues.map((q) => [
     q.AIGC, q.platform, q.waiting, soft(perTarget(q.inFlight)), soft(perTarget(q.capacity)),
-    q.waiting ? q.oldestWaitS + " s" : "-",
+    q.waiting ? span(q.oldestWaitS) : "-",
   ]));
 }
 
@@ -343,7 +344,7 @@ function renderOverflow(o, trends, time) {
       : `${NO_PRICE}: AIGCQ_OVERFLOW_PRICE (e.g. {"runninghub": 0.1}) prices each task sent`) +
     " · per process: sum /metrics across processes";
   const chart = $("#spend-chart");
-  chart.hidden = !priced;
+  chart.toggleAttribute("hidden", !priced);  // an <svg> has no .hidden property
   $("#spend-legend").hidden = !priced;
   if (!priced) return;
   const h = trends.history;
