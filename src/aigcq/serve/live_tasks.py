@@ -5,9 +5,10 @@ at a time.
 
 Read-only and fleet-wide, from the keys the queue keeps: the in-flight index (tasks
 dispatching or running on any process), the back-off set and each queue's wait list. Tasks
-in flight and backing off are read whole (capacity bounds them; at most ``IN_FLIGHT_READ``);
-a wait list is counted by its length and read only for the page shown, its project and
-platform being in its key. In flight come first, longest in their state first; then the
+in flight and backing off are read whole (capacity bounds them; at most ``IN_FLIGHT_READ``),
+five fields of each in one script; a wait list is counted by its length and read only for
+the page shown, its project and platform being in its key. Only the page's tasks are read
+further. In flight come first, longest in their state first; then the
 tasks backing off, soonest due first; then each queue's waiting tasks, oldest first.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from aigcq.bridges.registry import record_instances
 from aigcq.domain import LIVE_STATES, Task, TaskState
@@ -26,6 +27,41 @@ from aigcq.runtime import Runtime
 SHOWN = (TaskState.PENDING, TaskState.DISPATCHING, TaskState.RUNNING)
 IN_FLIGHT_READ = 5000  # tasks in flight read at most (more than any fleet's capacity)
 PAGE_MAX = 200
+
+# KEYS: a ZSET of task ids. ARGV: the task key's prefix, how many ids at most. Each task's
+# id, status, AIGC, platform, target and updated, in the ZSET's order (gone ones left out).
+_BRIEFS = """
+local out = {}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)) do
+  local h = redis.call('HMGET', ARGV[1] .. id, 'status', 'AIGC', 'platform', 'target', 'updated')
+  if h[1] then out[#out + 1] = {id, h[1], h[2] or '', h[3] or '', h[4] or '', h[5] or '0'} end
+end
+return out
+"""
+
+
+class Placed(Protocol):
+    """What a filter reads of a task: a :class:`Task`, or a :class:`Brief` of one."""
+
+    @property
+    def state(self) -> TaskState: ...
+    @property
+    def aigc(self) -> str: ...
+    @property
+    def platform(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+
+
+class Brief(NamedTuple):
+    """A task in flight or backing off, as much as ordering and filtering it needs."""
+
+    task_id: str
+    state: TaskState
+    aigc: str
+    platform: str
+    target: str
+    updated_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +83,7 @@ class LiveFilter:
             and self.platform in ("", platform)
         )
 
-    def admits(self, t: Task) -> bool:
+    def admits(self, t: Placed) -> bool:
         return (
             t.state in LIVE_STATES
             and self.state in (None, t.state)
@@ -70,11 +106,12 @@ async def live_page(rt: Runtime, wanted: LiveFilter, offset: int, limit: int) ->
     lengths = await _lengths(rt, queues)
     counts = {s.value: sum(t.state is s for t in moving) for s in SHOWN}
     counts[TaskState.PENDING.value] += len(backing) + sum(lengths)
-    listed = [t for t in moving + backing if wanted.admits(t)]
-    page = listed[offset : offset + limit]
-    start, room = max(0, offset - len(listed)), limit - len(page)
+    listed = [t.task_id for t in moving + backing if wanted.admits(t)]
+    ids = listed[offset : offset + limit]
+    start, room = max(0, offset - len(listed)), limit - len(ids)
     shown = [(q, n) for q, n in zip(queues, lengths, strict=True) if wanted.admits_queue(*q)]
-    page += [t for t in await _waiting(rt, shown, start, room) if wanted.admits(t)]
+    ids += await _waiting(rt, shown, start, room)
+    page = [t for t in await rt.store.heads(ids) if wanted.admits(t)]  # as they are now
     total = counts[wanted.state.value] if wanted.state else sum(counts.values())
     return {
         "time": now,
@@ -86,16 +123,25 @@ async def live_page(rt: Runtime, wanted: LiveFilter, offset: int, limit: int) ->
     }
 
 
-async def _in_flight(rt: Runtime, wanted: LiveFilter) -> list[Task]:
-    ids = await rt.redis.zrange(rt.store.keys.inflight, 0, IN_FLIGHT_READ - 1)
-    tasks = [t for t in await rt.store.heads([text(i) for i in ids]) if wanted.admits(t)]
+async def _briefs(rt: Runtime, zset: str, wanted: LiveFilter) -> list[Brief]:
+    """The tasks of ``zset`` that ``wanted`` admits, in its order: one script, one trip."""
+    script = rt.redis.register_script(_BRIEFS)
+    rows = await script(keys=[zset], args=[rt.store.keys.task(""), IN_FLIGHT_READ])
+    briefs = [
+        Brief(text(i), TaskState(text(s)), text(a), text(p), text(t), float(u))
+        for i, s, a, p, t, u in rows
+    ]
+    return [b for b in briefs if wanted.admits(b)]
+
+
+async def _in_flight(rt: Runtime, wanted: LiveFilter) -> list[Brief]:
+    tasks = await _briefs(rt, rt.store.keys.inflight, wanted)
     return sorted(tasks, key=lambda t: t.updated_at)
 
 
-async def _delayed(rt: Runtime, wanted: LiveFilter) -> list[Task]:
+async def _delayed(rt: Runtime, wanted: LiveFilter) -> list[Brief]:
     """Pending tasks backing off, soonest due first (their wait list holds them later)."""
-    ids = await rt.redis.zrange(rt.store.keys.delayed, 0, IN_FLIGHT_READ - 1)
-    return [t for t in await rt.store.heads([text(i) for i in ids]) if wanted.admits(t)]
+    return await _briefs(rt, rt.store.keys.delayed, wanted)
 
 
 async def _lengths(rt: Runtime, queues: list[tuple[str, str]]) -> list[int]:
@@ -107,8 +153,9 @@ async def _lengths(rt: Runtime, queues: list[tuple[str, str]]) -> list[int]:
 
 async def _waiting(
     rt: Runtime, queues: list[tuple[tuple[str, str], int]], start: int, room: int
-) -> list[Task]:
-    """``room`` waiting tasks from position ``start`` of the wait lists laid end to end."""
+) -> list[str]:
+    """``room`` waiting tasks' ids from position ``start`` of the wait lists laid end to
+    end."""
     ids: list[str] = []
     for (aigc, platform), length in queues:
         if room <= len(ids):
@@ -120,7 +167,7 @@ async def _waiting(
         found = await rt.redis.lrange(rt.store.keys.wait(aigc, platform), start, end)
         ids += [text(i) for i in found]
         start = 0
-    return await rt.store.heads(ids)
+    return ids
 
 
 async def _rows(rt: Runtime, tasks: list[Task], now: float) -> list[dict[str, Any]]:
