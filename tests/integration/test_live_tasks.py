@@ -116,6 +116,21 @@ async def test_live_tasks_show_where_and_how_long_filtered_and_paged(env: Env, o
     await client.close()
 
 
+async def test_a_task_backing_off_comes_before_the_queue_and_says_so(env: Env) -> None:
+    client = await env.client()
+    for task_id in ("D1", "D2"):
+        await client.request(generate(task_id))
+    store = env.service.rt.store
+    [claimed] = await store.claim(
+        "proj", "comfyui", "runninghub", cap=-1, n=1, deadline_s=60
+    )  # D1, as a dispatch would
+    assert await store.requeue_unrun("D1", claimed.attempt, "full", delay_s=600)
+    page = await live(env.base)
+    assert ids(page) == ["D1", "D2"] and page["counts"]["pending"] == 2
+    assert [t["backingOff"] for t in page["tasks"]] == [True, False]
+    await client.close()
+
+
 async def test_a_cancelled_task_leaves_the_live_list(env: Env) -> None:
     client = await env.client()
     await client.request(generate("C1"))

@@ -119,7 +119,7 @@ async def live_page(rt: Runtime, wanted: LiveFilter, offset: int, limit: int) ->
         "limit": limit,
         "total": total,
         "counts": counts,
-        "tasks": await _rows(rt, page, now),
+        "tasks": await _rows(rt, page, {t.task_id for t in backing}, now),
     }
 
 
@@ -170,7 +170,10 @@ async def _waiting(
     return ids
 
 
-async def _rows(rt: Runtime, tasks: list[Task], now: float) -> list[dict[str, Any]]:
+async def _rows(
+    rt: Runtime, tasks: list[Task], backing: set[str], now: float
+) -> list[dict[str, Any]]:
+    """The page's rows; ``backing``: the ids of tasks backing off before a retry."""
     placed = await _bridge_instances(rt, [t for t in tasks if t.state is not TaskState.PENDING])
     return [
         {
@@ -184,6 +187,7 @@ async def _rows(rt: Runtime, tasks: list[Task], now: float) -> list[dict[str, An
             "instance": placed.get(t.task_id, ("", ""))[1],
             "remoteTaskId": t.remote_id,
             "attempt": t.attempt,
+            "backingOff": t.task_id in backing,
             "created": t.created_at,
             "since": t.updated_at,
             "ageS": round(now - t.created_at, 1),

@@ -285,9 +285,9 @@ async function loadLive() {
 }
 
 // Where a task runs: "br1 / gpu0:8188", "runninghub" (its remote id on hover); "queued"
-// while it waits.
+// while it waits, "backing off" before a retry.
 function where(t) {
-  if (t.state === "pending") return el("span", "queued", "muted");
+  if (t.state === "pending") return el("span", t.backingOff ? "backing off" : "queued", "muted");
   if (t.bridge) return soft(t.bridge + (t.instance ? " / " + t.instance : ""));
   const box = soft((t.state === "dispatching" ? "→ " : "") + (t.target || "-"));
   if (t.remoteTaskId) box.title = `${t.target} task ${t.remoteTaskId}`;
