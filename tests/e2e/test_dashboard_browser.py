@@ -513,7 +513,8 @@ async def every_panel_fits_and_shows_data(page: Page) -> None:
         await page.wait_for(f"Number(document.body.dataset.snapshots) > {shown}")
         await page.screenshot(ARTIFACTS / f"07-all-panels-{width}px.png")  # to see what fails
         for section in ("bridges", "live", "recent"):
-            await page.screenshot(ARTIFACTS / f"07-{section}-{width}px.png", f"#{section}")
+            shot = ARTIFACTS / f"07-{section}-{width}px.png"
+            await page.screenshot(shot, f"section:has(#{section})")
         overflowing = await page.eval(
             "[...document.querySelectorAll('main > section:not([hidden])')]"
             ".filter(s => s.scrollWidth > s.clientWidth + 1)"
