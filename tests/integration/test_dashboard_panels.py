@@ -70,6 +70,11 @@ async def test_overflow_spend_follows_the_metrics_and_no_asynch_panel(
         )
         assert spend(later, "runninghub") == (tasks + 3, pytest.approx(cost + 0.75))
         assert later["overflow"]["totalCost"] >= 0.75
+        metrics.overflowed("proj", "comfyui", "coze", prices)  # a target with no price set
+        priced = await until(lambda: snapshot(base), lambda snap: spend(snap, "coze")[0] > 0)
+        rows = {r["target"]: r["price"] for r in priced["overflow"]["targets"]}
+        assert rows["runninghub"] == 0.25 and rows["coze"] is None  # "no price set", not 0.00
+        assert priced["overflow"]["prices"] == {"runninghub": 0.25}
 
 
 async def test_asynch_panel_when_configured(

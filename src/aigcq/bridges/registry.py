@@ -30,6 +30,7 @@ from collections.abc import (
     MutableMapping,
     ValuesView,
 )
+from typing import Any
 
 import orjson
 from redis.commands.core import AsyncScript
@@ -43,7 +44,18 @@ from aigcq.queue.store import TaskStore
 
 Key = tuple[float, int]  # (load, -free): the smallest is picked
 
-__all__ = ["Assignment", "BridgeConn", "BridgeRegistry"]
+__all__ = ["Assignment", "BridgeConn", "BridgeRegistry", "record_instances"]
+
+
+def record_instances(raw: object) -> list[dict[str, Any]]:
+    """The ``instances`` field of a bridge's shared record (what :meth:`BridgeRegistry.save`
+    writes): each instance as its bridge reported it; ``[]`` when absent or unreadable."""
+    try:
+        value = orjson.loads(text(raw) or "[]")
+    except orjson.JSONDecodeError:
+        return []
+    return [i for i in value if isinstance(i, dict)] if isinstance(value, list) else []
+
 
 # KEYS: bridgeof:{taskId}. ARGV: prefix, taskId, ok (1/0, '': no count), fallback bridgeId.
 # Returns {bridgeId, failures}, or nil when no bridge is known for the task.

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -22,8 +23,10 @@ from aigcq.observability import metrics
 log = logging.getLogger(__name__)
 
 
-def overflow_spend() -> dict[str, Any]:
-    """Tasks accepted per external target and their estimated cost, this process only."""
+def overflow_spend(prices: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Tasks accepted per external target and their estimated cost, this process only;
+    each target's ``price`` is None when ``prices`` sets none (its cost then means nothing)."""
+    prices = prices or {}
     tasks: dict[str, float] = {}
     cost: dict[str, float] = {}
     for family in metrics.OVERFLOW_TASKS.collect():
@@ -37,7 +40,12 @@ def overflow_spend() -> dict[str, Any]:
                 cost[s.labels["target"]] = cost.get(s.labels["target"], 0.0) + s.value
     targets = sorted(set(tasks) | set(cost))
     rows: list[dict[str, Any]] = [
-        {"target": t, "tasks": int(tasks.get(t, 0)), "cost": round(cost.get(t, 0.0), 4)}
+        {
+            "target": t,
+            "tasks": int(tasks.get(t, 0)),
+            "cost": round(cost.get(t, 0.0), 4),
+            "price": prices.get(t),
+        }
         for t in targets
     ]
     return {
@@ -45,6 +53,7 @@ def overflow_spend() -> dict[str, Any]:
         "targets": rows,
         "totalTasks": int(sum(tasks.values())),
         "totalCost": round(sum(cost.values()), 4),
+        "prices": dict(prices),
     }
 
 
