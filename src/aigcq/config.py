@@ -230,8 +230,8 @@ class Settings(BaseSettings):
         30.0,
         gt=0,
         validation_alias=_env("RESULT_CUSTODY_TIMEOUT_S"),
-        description="Longest one result's copy may take (its files fetched at once); then "
-        "the files not copied keep the vendor's links.",
+        description="Longest the download of one result file may take; then that file keeps "
+        "the vendor's link.",
     )
     result_link_ttl_s: int = Field(
         3 * 86400,

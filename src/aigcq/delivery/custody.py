@@ -6,8 +6,8 @@ Which results (``AIGCQ_RESULT_CUSTODY``): ``offline`` (the default) those of a c
 is not connected when the result comes (:mod:`aigcq.delivery.presence`; a client connected
 then gets it at once, while the vendor's links work), ``always`` every one, ``off`` none;
 only results of ``AIGCQ_RESULT_CUSTODY_TARGETS``, and only their ``fileUrl`` entries that
-are not aigcq's own already. Each file is streamed from the vendor (at most
-``AIGCQ_RESULT_CUSTODY_MAX_BYTES``; a result's files at once, within
+are not aigcq's own already. Each file is streamed from the vendor (a result's files at
+once, :data:`COPIES_AT_ONCE` per process; at most ``AIGCQ_RESULT_CUSTODY_MAX_BYTES``, within
 ``AIGCQ_RESULT_CUSTODY_TIMEOUT_S``), stored as ``custody/<keyed task folder>/<n>.<ext>``,
 and its entry becomes::
 
