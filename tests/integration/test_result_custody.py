@@ -100,12 +100,17 @@ async def stack(
     redis: aioredis.Redis,
     redis_url: str,
     monkeypatch: pytest.MonkeyPatch | None = None,
+    *,
+    base64_only: bool = False,
     **settings: Any,
 ) -> AsyncIterator[Stack]:
-    """The emulators and the service; ``monkeypatch``: its storage is the OSS service."""
+    """The emulators and the service; ``monkeypatch``: its storage is the OSS service;
+    ``base64_only``: JimuAI sends its images inline."""
     write_models(tmp_path)
     rh_config = runninghub.RunningHubEmulatorConfig(duration_s=0.3)
-    jimu_config = jimuai.JimuAIEmulatorConfig(duration_s=0.3, credentials={AK: SK})
+    jimu_config = jimuai.JimuAIEmulatorConfig(
+        duration_s=0.3, credentials={AK: SK}, base64_only=base64_only
+    )
     async with AsyncExitStack() as stack:
         rh = await stack.enter_async_context(serve_app(runninghub.create_app(rh_config)))
         jimu = await stack.enter_async_context(serve_app(jimuai.create_app(jimu_config)))
@@ -324,3 +329,17 @@ async def test_local_copies_are_deleted_once_their_links_expired(
         answer = await env.http.get(fresh)
         assert (answer.status_code, answer.json()["code"]) == (404, "FileNotFound")
         assert not any((tmp_path / "data" / "files" / "custody").rglob("*"))  # folders too
+
+
+async def test_images_a_platform_sent_inline_are_stored_once_not_copied_again(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    async with stack(tmp_path, redis, redis_url, base64_only=True) as env:
+        await env.submit("j1", "away", platform="jimuai")
+        await env.done("j1")
+        entry = entry_of(await env.result_of("away", "j1"))
+        # the storage's own link (its base was fixed before this test knew its port)
+        path = urlsplit(entry["fileUrl"]).path
+        assert path.startswith("/files/platforms/jimuai/")
+        assert "sourceUrl" not in entry
+        assert (await env.http.get(f"{env.base}{path}")).content.startswith(b"\x89PNG")

@@ -113,11 +113,13 @@ class Custody:
         return _with_entries(result, list(copied))
 
     def _foreign(self, url: Any) -> bool:
-        """Whether ``url`` is a vendor's link (http or https, not to aigcq's own files)."""
+        """Whether ``url`` is a vendor's link (http or https, not to aigcq's own files: a
+        copy, or a file a platform sent inline and the storage keeps already)."""
         return (
             isinstance(url, str)
             and url.startswith(("http://", "https://"))
             and not url.startswith(self.public_base + "/")
+            and not self.storage.owns(url)
         )
 
     @property

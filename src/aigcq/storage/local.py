@@ -84,6 +84,9 @@ class LocalStorage(Storage):
             self._write_inline(name, path, data)
         return f"{self.public_url}/{name}"
 
+    def owns(self, url: str) -> bool:
+        return url.startswith(self.public_url + "/")
+
     async def remove_urls(self, urls: Iterable[str]) -> int:
         """Delete the files behind ``urls`` that this storage handed out; others (another
         backend's, or already gone) are skipped. Returns how many were deleted."""
