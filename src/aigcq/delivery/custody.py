@@ -110,6 +110,14 @@ class Custody:
                 for i, e in enumerate(entries)
             )
         )
+        kept = sum("expiresAt" in e for e in copied)
+        log.debug(
+            "task %s: %d of %d result files copied",
+            task_id,
+            kept,
+            len(copied),
+            extra=ctx(task=task_id),
+        )
         return _with_entries(result, list(copied))
 
     def _foreign(self, url: Any) -> bool:
