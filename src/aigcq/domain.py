@@ -133,6 +133,8 @@ class ErrorCode(enum.StrEnum):
     GONE = "TaskGone"
     NOT_RETRYABLE = "TaskNotRetryable"
     UNCERTAIN_SUBMIT = "UncertainSubmit"
+    LINK_EXPIRED = "LinkExpired"
+    FILE_NOT_FOUND = "FileNotFound"
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
+from aigcq.delivery.custody import Custody
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
@@ -72,9 +73,13 @@ def _mark_waits(paid: bool) -> Iterator[float | None]:
 
 
 class Lifecycle:
-    def __init__(self, rt: Runtime, *, retry_failures: bool = False) -> None:
+    def __init__(
+        self, rt: Runtime, *, retry_failures: bool = False, custody: Custody | None = None
+    ) -> None:
         self.rt = rt
         self.orphans = Orphans(rt)
+        #: copies a paid result's files into our storage before it is delivered (None: never)
+        self.custody = custody
         #: a failed result puts the task back while it has attempts left (the
         #: message-dispatcher's retries, seed 000 §9.3.2); otherwise it fails at once
         self.retry_failures = retry_failures
@@ -354,12 +359,17 @@ class Lifecycle:
         attempt: int | None = None,
         *,
         target: str = "",
+        keep: bool = False,
     ) -> MoveResult | None:
         """A result reported by ``attempt`` (None: not known, e.g. a message-dispatcher's
         report) of a task on ``target``; ``None`` when it says the task is not done. The
-        end is announced: applied, or refused as gone (that run is over all the same)."""
+        end is announced: applied, or refused as gone (that run is over all the same).
+        A success's files are copied first where result custody wants them (on ``target``,
+        or, when not known, if ``keep``: it came from a paid target whose files may be)."""
         match outcome:
             case Succeeded(data=data):
+                if self.custody is not None and (target or keep):
+                    data = await self.custody.kept(task_id, target, data)
                 done = await self.rt.store.finish(
                     task_id,
                     TaskState.SUCCESS,
