@@ -24,8 +24,7 @@ from aigcq.plumbing.auth import issue_client_token
 from aigcq.serve.server import ServeProcess
 from tests.fakes.agent import quick_bridge
 from tests.fakes.client import Client, generate
-from tests.fakes.comfyui import GRAPH
-from tests.fakes.comfyui import kill
+from tests.fakes.comfyui import GRAPH, kill
 from tests.fakes.servers import Served, serve_app, serve_killable
 from tests.fakes.waiting import until, wait_until
 
