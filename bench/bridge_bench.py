@@ -62,6 +62,9 @@ from tests.fakes.client import Client, generate
 from tests.fakes.comfyui import E2E_GRAPH
 
 from aigcq.bridges.capabilities import Needs
+from aigcq.bridges.lookahead import Candidate, Reach, Rules, choose
+from aigcq.bridges.placing import Matching
+from aigcq.bridges.protocol import InstanceInfo
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
 from aigcq.bridges.slots import Assignment, SlotLedger
 from aigcq.embedded.redis import EmbeddedRedis
@@ -577,7 +580,7 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
             linear_pick(registry)
             linear.append((time.perf_counter_ns() - t) / 1e6)
     assert split.internal > 0
-    capable = capable_pick(registry, rounds)
+    capable = capable_pick(registry, rounds) | describing_choice(n_bridges, rounds // 10)
     return {
         "bridges": n_bridges,
         "instances_per_bridge": SLOTS,
@@ -588,6 +591,57 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
         "pick_least_loaded_p99_ms": pct(picks, 0.99),
         "linear_pick_p50_ms": pct(linear, 0.5),
         **capable,
+    }
+
+
+def describing_choice(n_bridges: int, rounds: int) -> dict[str, float]:
+    """Bridges that describe their instances (one in ten has the special node class): a
+    dispatch round's lookahead (the free instances listed, 8 free slots' worth + 32 waiting
+    tasks weighed and matched, a tenth of them special), and a batch of 8 placed."""
+
+    async def noop(_text: str) -> None:
+        return None
+
+    basic = Needs(frozenset({"EmptyImage", "SaveImage"}))
+    special = Needs(basic.node_classes | {"ImageInvert"})
+    registry = BridgeRegistry(cast(Any, None), "bench", ttl_s=60)
+    for i in range(n_bridges):
+        free = i % (SLOTS + 1)
+        conn = BridgeConn(f"b{i}", noop, SlotLedger(SLOTS, free))
+        offer = special if i % 10 == 0 else basic
+        conn.describe(
+            [
+                InstanceInfo(
+                    instance_id=f"b{i}-{k}",
+                    url="http://comfy",
+                    state="idle" if k < free else "busy",
+                    task_id=None if k < free else f"other-{i}-{k}",
+                    node_classes=sorted(offer.node_classes),
+                )
+                for k in range(SLOTS)
+            ]
+        )
+        registry.bridges[conn.bridge_id] = conn
+    waiting = [
+        Candidate(f"t{j}", special if j % 10 == 0 else basic, Reach.BUSY, 1.0) for j in range(40)
+    ]
+    rules = Rules(8, None, 0.0, 60.0, elsewhere=False)
+    chose, placed = [], []
+    for _ in range(rounds):
+        t = time.perf_counter_ns()
+        chosen = choose(waiting, registry.free_spots(len(waiting)), rules)
+        chose.append((time.perf_counter_ns() - t) / 1e6)
+        assert len(chosen.ids) == 8
+        t = time.perf_counter_ns()
+        matching = Matching(registry.free_spots(8))
+        for c in waiting[:8]:
+            matching.add(c.needs)
+        assert all(matching.spots())
+        placed.append((time.perf_counter_ns() - t) / 1e6)
+    return {
+        "describing_lookahead_choose_p50_ms": pct(chose, 0.5),
+        "describing_lookahead_choose_p99_ms": pct(chose, 0.99),
+        "describing_place_batch_of_8_p50_ms": pct(placed, 0.5),
     }
 
 

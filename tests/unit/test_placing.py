@@ -52,16 +52,17 @@ def test_unknown_needs_run_anywhere() -> None:
     assert _placed(_slots(BASIC), [None]) == ["i0"]
 
 
-def test_spots_skip_slots_not_allowed_and_prefer_the_ranked_first() -> None:
+def test_spots_skip_slots_not_allowed_and_take_a_preferred_one_first() -> None:
     slots = [Slot("x", "i0", BASIC), Slot("y", "i1", BASIC), Slot("z", "i2", BASIC)]
     matching = Matching(slots)
     matching.add(BASIC)
     matching.add(BASIC)
     spots = matching.spots(
         allowed=lambda task, slot: not (task == 0 and slot.owner == "x"),
-        rank=lambda _task, slot: slot.owner != "z",
+        prefer=lambda task, slot: task == 0 and slot.owner == "z",
     )
     assert [s.owner if s else None for s in spots] == ["z", "x"]
+    assert [s.owner if s else None for s in matching.spots()] == ["x", "y"]
 
 
 _NODES = ["a", "b", "c"]
@@ -189,22 +190,20 @@ def _conn(*instances: InstanceInfo) -> BridgeConn:
 
 def test_free_instances_are_those_idle_and_not_placed_on_since() -> None:
     conn = _conn(_info("a", "busy", "t1", offer=SPECIAL), _info("b", "idle"), _info("c", "offline"))
-    assert conn.free_instances() == [("b", BASIC)]  # a runs t1 (not ours), c is offline
-    assert not conn.can_place(SPECIAL)
+    assert conn.free_instances() == {BASIC: ["b"]}  # a runs t1 (not ours), c is offline
     conn = _conn(_info("a", "idle", offer=SPECIAL), _info("b", "idle"), _info("c", "offline"))
-    assert conn.free_instances() == [("a", SPECIAL), ("b", BASIC)]
+    assert conn.free_instances() == {SPECIAL: ["a"], BASIC: ["b"]}
     assert conn.take("t2", Assignment(1, "p", "comfyui"), "b")
-    assert conn.free_instances() == [("a", SPECIAL)]
-    assert conn.can_place(SPECIAL) and not conn.can_place(FULL)
+    assert conn.free_instances() == {SPECIAL: ["a"]}
     conn.ack("t2")
     # a report built after the ACK shows where it runs: it now counts, not the placing
     conn.report(3, 1, ["t2"], [_info("a", "idle", offer=SPECIAL), _info("b", "busy", "t2")])
     assert conn.placed == {}
-    assert conn.free_instances() == [("a", SPECIAL)]
+    assert conn.free_instances() == {SPECIAL: ["a"]}
     conn.end("t2")
     # a report built before that end cannot undo it
     conn.report(3, 1, ["t2"], [_info("a", "idle", offer=SPECIAL), _info("b", "busy", "t2")])
-    assert conn.free_instances() == [("a", SPECIAL), ("b", BASIC)]
+    assert conn.free_instances() == {SPECIAL: ["a"], BASIC: ["b"]}
 
 
 def test_an_offline_instances_offer_is_withdrawn_until_it_is_back() -> None:
@@ -219,10 +218,10 @@ def test_an_offline_instances_offer_is_withdrawn_until_it_is_back() -> None:
 def test_an_instance_with_two_slots_takes_two_tasks() -> None:
     conn = _conn(_info("a", "idle", slots=2))
     conn.report(2, 2)
-    assert conn.free_instances() == [("a", BASIC), ("a", BASIC)]
+    assert conn.free_instances() == {BASIC: ["a", "a"]}
 
 
 def test_a_bridge_that_does_not_describe_its_instances_runs_anything_on_its_free_slots() -> None:
     conn = BridgeConn("seed", _nothing)
     conn.report(2, 2)
-    assert conn.free_instances() == [("", None), ("", None)]
+    assert conn.free_instances() == {None: ["", ""]}

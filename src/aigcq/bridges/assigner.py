@@ -97,7 +97,7 @@ class Assigner:
             settings.no_capable_wait_s,
             elsewhere=self.bridges_elsewhere() > 0,
         )
-        chosen = choose(candidates, self.registry.free_spots(), rules)
+        chosen = choose(candidates, self.registry.free_spots(len(candidates)), rules)
         for task_id in chosen.ids:
             self.window.forget(task_id)
         return chosen
@@ -149,19 +149,20 @@ class Assigner:
         """Each task's slot (:class:`~.placing.Matching` over the free ones, in order): not
         on a bridge still holding an older attempt of it; one whose models are loaded
         first."""
-        matching = Matching(self.registry.free_spots())
+        matching = Matching(self.registry.free_spots(len(tasks)))
         for n in needs:
             matching.add(n)
 
+        holding = [self.registry.holders(c.task_id) for c in tasks]
+        models = [n.models if n is not None else frozenset() for n in needs]
+
         def allowed(task: int, slot: Slot) -> bool:
-            return slot.owner not in self.registry.holders(tasks[task].task_id)
+            return not holding[task] or slot.owner not in holding[task]
 
-        def cold(task: int, slot: Slot) -> bool:
-            wanted = needs[task]
-            models = wanted.models if wanted is not None else frozenset()
-            return not models or slot.owner.warm.get(slot.instance_id) != models
+        def warm(task: int, slot: Slot) -> bool:
+            return bool(models[task]) and slot.owner.warm.get(slot.instance_id) == models[task]
 
-        return matching.spots(allowed, cold)
+        return matching.spots(allowed, warm)
 
     async def _unplaced(
         self, aigc: str, platform: str, c: Claimed, needs: Needs | None

@@ -12,7 +12,7 @@ preferred. An offline instance's offer is withdrawn until it is back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aigcq.bridges.protocol import InstanceInfo
@@ -37,10 +37,18 @@ MODEL_INPUTS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Needs:
-    """Node classes and model files: what a workflow needs, or what an instance offers."""
+    """Node classes and model files: what a workflow needs, or what an instance offers.
+    Hashed once (placing looks kinds of instance up by it at every dispatch round)."""
 
     node_classes: frozenset[str] = frozenset()
     models: frozenset[str] = frozenset()
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.node_classes, self.models)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def covers(self, needs: Needs) -> bool:
         return needs.node_classes <= self.node_classes and needs.models <= self.models

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from aigcq.bridges.capabilities import Needs, fits, offers_of
+from aigcq.bridges.capabilities import Needs, offers_of
 from aigcq.bridges.protocol import InstanceInfo
 from aigcq.bridges.slots import Assignment, SlotLedger
 
@@ -84,6 +84,8 @@ class BridgeConn:
     capacity_seq: int = -1
     #: the registry holding this connection, told of every change to the above
     owner: Filing | None = field(default=None, repr=False)
+    #: :meth:`free_instances`, until the next change
+    _free_spots: dict[Needs | None, list[str]] | None = field(default=None, repr=False)
 
     # ---- read-only views ---------------------------------------------------------------
 
@@ -104,6 +106,7 @@ class BridgeConn:
         dashboard), what it offers (for routing; an offline one's is withdrawn) and what
         it runs (for placing)."""
         instances = instances or []
+        self._free_spots = None
         self.instance_states = [i.model_dump(include=_SHOWN) for i in instances]
         self.instances = tuple(_instance(i) for i in instances)
         online = [i for i in instances if i.state != "offline"]
@@ -123,33 +126,35 @@ class BridgeConn:
         """Whether one of its offline instances could, were it back."""
         return any(o.covers(needs) for o in self.withdrawn)
 
-    def free_instances(self) -> list[tuple[str, Needs | None]]:
-        """A (instanceId, its offer) per slot a task can be counted on now: on an instance
-        not offline, not running a task (as the bridge last reported, a task that ended
-        here since not counted) nor holding one the hub placed there since; at most
-        :meth:`free` of them. A bridge that does not describe its instances' offers: its
-        free slots, on no instance in particular, able to run anything."""
+    def free_instances(self) -> dict[Needs | None, list[str]]:
+        """The slots a task can be counted on now, by what their instance offers: an
+        instanceId per slot on an instance not offline, not running a task (as the bridge
+        last reported, a task that ended here since not counted) nor holding one the hub
+        placed there since; at most :meth:`free` of them. A bridge that does not describe
+        its instances' offers: its free slots, on no instance in particular (""), able to
+        run anything (``None``). Kept until the next change: not to be changed."""
+        if self._free_spots is None:
+            self._free_spots = self._count_free_instances()
+        return self._free_spots
+
+    def _count_free_instances(self) -> dict[Needs | None, list[str]]:
         free = self.free()
         if free <= 0:
-            return []
+            return {}
         if self.offers is None:
-            return [("", None)] * free
+            return {None: [""] * free}
         taken = Counter(self.placed.values())
         for i in self.instances:
             counted = i.task_id is None or not self.slots.over(i.task_id)  # not ended here
             if i.state == "busy" and i.task_id not in self.placed and counted:
                 taken[i.instance_id] += 1
-        out = [
-            (i.instance_id, i.offer)
-            for i in self.instances
-            if i.state != "offline"
-            for _ in range(i.slots - taken[i.instance_id])
-        ]
-        return out[:free]
-
-    def can_place(self, needs: Needs | None) -> bool:
-        """Whether one of :meth:`free_instances` can run ``needs``."""
-        return any(fits(offer, needs) for _, offer in self.free_instances())
+        out: dict[Needs | None, list[str]] = {}
+        for i in self.instances:
+            room = 0 if i.state == "offline" else min(i.slots - taken[i.instance_id], free)
+            if room > 0:
+                out.setdefault(i.offer, []).extend([i.instance_id] * room)
+                free -= room
+        return out
 
     def free(self) -> int:
         usable = self.online and self.quarantined_at is None and not self.drained
@@ -252,6 +257,7 @@ class BridgeConn:
         return ended
 
     def _changed(self, added: Iterable[str] = (), gone: Iterable[str] = ()) -> None:
+        self._free_spots = None
         if self.owner is not None:
             self.owner.refile(self, added, gone)
 

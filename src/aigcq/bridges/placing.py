@@ -1,7 +1,7 @@
 """Which free slot each task goes to: a matching of tasks to instances (pure, no I/O).
 
 A :class:`Slot` is one prompt an instance can take now (see
-:meth:`~aigcq.bridges.conn.BridgeConn.free_instances`), with what the instance offers.
+:meth:`~aigcq.bridges.conn.BridgeConn.free_instances`), with what its instance offers.
 Tasks are added in queue order; each is placed if it and every task placed before it can
 all be put on slots that :func:`~aigcq.bridges.capabilities.fits` them. A task placed
 earlier is never dropped for one behind it, but it may move to another slot that fits it
@@ -13,7 +13,7 @@ Slots are grouped by what they offer (a fleet has a few kinds of instance, not o
 slot), narrowest first: a task takes the narrowest kind that fits it, keeping versatile
 instances for the tasks only they can run. :meth:`Matching.spots` then gives each placed
 task a slot of its kind, in the order given (the hub lists the least-loaded bridges first)
-or by a rank of its own (its models already loaded there).
+or one it prefers (its models already loaded there).
 """
 
 from __future__ import annotations
@@ -82,18 +82,37 @@ class Matching:
     def spots(
         self,
         allowed: Callable[[int, Slot], bool] = lambda _task, _slot: True,
-        rank: Callable[[int, Slot], Any] | None = None,
+        prefer: Callable[[int, Slot], bool] = lambda _task, _slot: False,
     ) -> list[Slot | None]:
-        """Each added task's slot: of its kind, the first that is ``allowed`` for it (by
-        ``rank``, else in the order given); None: not placed, or no such slot left."""
+        """Each added task's slot: of its kind, the first that is ``allowed`` for it in the
+        order given, or a later one it would ``prefer`` among the first :data:`SCAN`
+        allowed; None: not placed, or no such slot left."""
         out: list[Slot | None] = [None] * len(self.kind)
         for kind, held in enumerate(self._held):
             left = [self.slots[i] for i in self._members[kind]]
             for task in sorted(held):
-                options = [s for s in left if allowed(task, s)]
-                if not options:
-                    continue
-                best = options[0] if rank is None else min(options, key=partial(rank, task))
-                left.remove(best)
-                out[task] = best
+                at = _pick(left, partial(allowed, task), partial(prefer, task))
+                if at is not None:
+                    out[task] = left.pop(at)
         return out
+
+
+#: how many allowed slots a task looks through for one it prefers (its models loaded)
+SCAN = 64
+
+
+def _pick(
+    left: list[Slot], allowed: Callable[[Slot], bool], prefer: Callable[[Slot], bool]
+) -> int | None:
+    first = None
+    seen = 0
+    for at, slot in enumerate(left):
+        if not allowed(slot):
+            continue
+        if prefer(slot):
+            return at
+        first = at if first is None else first
+        seen += 1
+        if seen >= SCAN:
+            break
+    return first

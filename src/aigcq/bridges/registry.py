@@ -21,6 +21,7 @@ which task.
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import time
 from collections.abc import (
@@ -320,17 +321,24 @@ class BridgeRegistry:
             self._describing = any(c.offers is not None for c in self._conns.values())
         return self._describing
 
-    def free_spots(self) -> list[Slot]:
-        """Every slot a task can be counted on now (see
-        :meth:`BridgeConn.free_instances`), least-loaded bridges first (ties: each time
-        in another order)."""
+    def free_spots(self, per_kind: int) -> list[Slot]:
+        """The slots a task can be counted on now (see :meth:`BridgeConn.free_instances`),
+        least-loaded bridges first (ties: each time in another order): the first
+        ``per_kind`` of each kind (what an instance offers), all that ``per_kind`` tasks
+        could need."""
         spots: list[Slot] = []
+        taken: dict[Needs | None, int] = {}
         for key in sorted(self._buckets):
-            ids = list(self._buckets[key].ids)
-            random.shuffle(ids)
-            for bridge_id in ids:
+            ids = self._buckets[key].ids
+            start = random.randrange(len(ids))
+            for bridge_id in itertools.chain(ids[start:], ids[:start]):
                 conn = self._conns[bridge_id]
-                spots.extend(Slot(conn, i, offer) for i, offer in conn.free_instances())
+                for offer, instance_ids in conn.free_instances().items():
+                    had = taken.get(offer, 0)
+                    if had < per_kind:
+                        more = instance_ids[: per_kind - had]
+                        taken[offer] = had + len(more)
+                        spots.extend(Slot(conn, i, offer) for i in more)
         return spots
 
     def offers_changed(self) -> None:
