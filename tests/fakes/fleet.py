@@ -78,13 +78,14 @@ async def fleet(
     *,
     paid: int = 5,
     comfy: Callable[[int], dict[str, Any]] = lambda _i: {},
+    projects: tuple[str, ...] = ("proj",),
     **overrides: Any,
 ) -> AsyncIterator[Fleet]:
     """``comfy_per_bridge[b]`` emulators behind bridge ``b``; ``comfy(i)``: settings of the
     ``i``-th emulator (counted over all bridges) other than the defaults, e.g. its
     ``node_classes``; ``paid``: RunningHub's concurrency in model.json (0: no paid
-    platform); ``overrides``: serve's settings."""
-    models = {"proj": {"comfyui": {"apikey": "k", "concurrency": paid}}}
+    platform) for each AIGC project of ``projects``; ``overrides``: serve's settings."""
+    models = {aigc: {"comfyui": {"apikey": "k", "concurrency": paid}} for aigc in projects}
     (tmp_path / "model.json").write_text(json.dumps(models))
     async with contextlib.AsyncExitStack() as stack:
         rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
@@ -96,8 +97,7 @@ async def fleet(
             bridge_token=BRIDGE_TOKEN,
             runninghub_url=rh_url,
             bridge_failure_limit=failure_limit,
-            sweep_interval_s=0.1,
-            **overrides,
+            **({"sweep_interval_s": 0.1} | overrides),
         )
         service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
         base = await stack.enter_async_context(serve_app(service.app))

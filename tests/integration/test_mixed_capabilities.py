@@ -114,6 +114,34 @@ async def test_basic_tasks_behind_a_task_whose_only_instance_is_busy_run_on_the_
         assert await refusals(f, ["special"]) == []
 
 
+async def test_another_projects_task_takes_the_slot_a_queue_could_not_use(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Two AIGC projects share the bridge: the free slot counted for the one whose waiting
+    task only the busy instance can run goes to the other's basic task in the same round,
+    not at the next sweep (a minute away here)."""
+    async with fleet(
+        tmp_path,
+        redis,
+        redis_url,
+        [2],
+        paid=0,
+        comfy=two_kinds(slow=True),
+        projects=("proj", "other"),
+        sweep_interval_s=60.0,
+    ) as f:
+        await register_basic(f)
+        await f.client.request(special("long"))
+        await until(lambda: _running(f.comfy[0]), lambda p: p == "long", within=10)
+        await f.client.request(special("special"))
+        for i in range(3):  # each round's share may go to either project first
+            task_id = f"other-{i}"
+            await f.client.request(basic(task_id) | {"AIGC": "other"})
+            assert (await results(f, {task_id}))[task_id]["status"] == "success"
+        assert (await f.task("special")).attempt == 0
+        f.comfy[0].config.steps = 3
+
+
 async def test_a_task_only_an_offline_instance_could_run_fails_after_the_wait(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:

@@ -105,12 +105,21 @@ class DispatchLoop:
         return claims
 
     async def dispatch_round(self) -> None:
+        """Each queue's split, in turn; internal slots a queue's share left unused (its
+        tasks none of the free instances can run) go to the queues after it."""
         loads = await self._loads()
         internal = self._internal_shares(loads)
         elsewhere = self._internal_shares(loads, elsewhere=True)
+        spare = 0
         for i, load in enumerate(loads):
-            if load.backlog > 0:
-                await self._dispatch(load, self._split(load, internal[i], elsewhere[i]))
+            if load.backlog <= 0:
+                continue
+            served = self.internal is not None and load.platform in self.internal.serves
+            share = internal[i] + (spare if served else 0)
+            split = self._split(load, share, elsewhere[i])
+            used = await self._dispatch(load, split)
+            if served:
+                spare = share - used
 
     async def _loads(self) -> list[QueueLoad]:
         """Every configured queue's backlog and paid in-flight count, in one pipeline."""
@@ -153,10 +162,12 @@ class DispatchLoop:
         swapped = plan(backlog, max(paid_free, 0), internal)
         return Plan(swapped.external, swapped.internal, swapped.waiting)
 
-    async def _dispatch(self, load: QueueLoad, split: Plan) -> None:
+    async def _dispatch(self, load: QueueLoad, split: Plan) -> int:
+        """Claim and hand over what ``split`` says; how many internal slots that took."""
         aigc, platform = load.aigc, load.platform
+        used = 0
         if self.internal is not None and platform in self.internal.serves:
-            await self._claim_internal(self.internal, load, split)
+            used = await self._claim_internal(self.internal, load, split)
         external = split.external
         if external and self._waits_for_internal(platform):
             external = await self._old_enough(aigc, platform, external)
@@ -166,11 +177,13 @@ class DispatchLoop:
             )
             for c in claimed:
                 self._spawn(self._hand_over(self.paid, aigc, platform, [c]), [c])
+        return used
 
-    async def _claim_internal(self, target: InternalTarget, load: QueueLoad, split: Plan) -> None:
+    async def _claim_internal(self, target: InternalTarget, load: QueueLoad, split: Plan) -> int:
         """The tasks the internal target takes: ``split.internal`` from the head, or those
         it chooses (:meth:`InternalTarget.choose`; with room on the paid platform for what
-        it hands back beyond the ``split.external`` claimed for it next)."""
+        it hands back beyond the ``split.external`` claimed for it next). How many were
+        claimed (at most ``split.internal`` slots taken)."""
         aigc, platform = load.aigc, load.platform
         paid_free = None
         if load.paid and load.cap > 0:
@@ -188,6 +201,7 @@ class DispatchLoop:
             )
         if claimed:
             self._spawn(self._hand_over(target, aigc, platform, claimed), claimed)
+        return min(len(claimed), split.internal)
 
     async def _hand_over(
         self, target: Target, aigc: str, platform: str, tasks: list[Claimed]
