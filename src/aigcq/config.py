@@ -299,8 +299,9 @@ class Settings(BaseSettings):
         32,
         ge=0,
         validation_alias=_env("BRIDGE_LOOKAHEAD"),
-        description="Waiting tasks a bridge task may be claimed ahead of, when no free "
-        "instance can run those (0 = strict FIFO).",
+        description="Waiting tasks looked at beyond the free slots' worth, so that tasks "
+        "behind one no free instance can run are claimed ahead of it (0: only the first as "
+        "many as there are free slots).",
     )
     no_capable_wait_s: float = Field(
         60.0,
