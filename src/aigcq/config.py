@@ -337,6 +337,21 @@ class Settings(BaseSettings):
         validation_alias=_env("BRIDGE_MAX_MSGS_PER_S"),
         description="Frames a second one bridge may send; more closes it with 4008 (0 = no limit).",
     )
+    bridge_lookahead: int = Field(
+        32,
+        ge=0,
+        validation_alias=_env("BRIDGE_LOOKAHEAD"),
+        description="Waiting tasks looked at beyond the free slots' worth, so that tasks "
+        "behind one no free instance can run are claimed ahead of it (0: only the first as "
+        "many as there are free slots).",
+    )
+    no_capable_wait_s: float = Field(
+        60.0,
+        ge=0,
+        validation_alias=_env("NO_CAPABLE_WAIT_S"),
+        description="A task only offline instances can run waits this long for one to come "
+        "back (or its queue's paid platform) before it fails NoCapableInstance.",
+    )
 
     admission: str = Field(
         "none", validation_alias=_env("ADMISSION"), description="none | quota | billing"
@@ -487,6 +502,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "TaskGone": "任务已结束。",
         "TaskNotRetryable": "只有失败或已取消的任务可以重试。",
         "UncertainSubmit": "任务提交结果未知，为避免重复扣费未再提交，请稍后查询或重试。",
+        "NoCapableInstance": "暂无可运行该任务的计算节点，请稍后再试。",
         "SignatureError": "签名校验失败。",
         "LinkExpired": "链接已过期。",
         "FileNotFound": "文件不存在。",

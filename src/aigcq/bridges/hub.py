@@ -56,7 +56,7 @@ from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import TaskEnd
 from aigcq.scheduler.lifecycle import Lifecycle
-from aigcq.scheduler.targets import HandBack
+from aigcq.scheduler.targets import Chosen, HandBack
 
 __all__ = ["CLOSE_AUTH", "CLOSE_FLOOD", "CLOSE_TIMEOUT", "BridgeHub", "HubConfig"]
 
@@ -146,6 +146,13 @@ class BridgeHub:
 
     async def run(self) -> None:
         await asyncio.gather(self.health.run(), self.peers.run())
+
+    async def choose(
+        self, aigc: str, platform: str, n: int, *, paid_free: int | None
+    ) -> Chosen | None:
+        if not self.health.healthy:  # it takes nothing: tasks overflow as planned
+            return None
+        return await self.assigner.choose(aigc, platform, n, paid_free=paid_free)
 
     async def hand_over(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
         return await self.assigner.assign(aigc, platform, tasks)

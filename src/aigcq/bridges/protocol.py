@@ -31,6 +31,7 @@ ACK_WORKFLOW_NOT_FOUND = 380  # RunningHub WORKFLOW_NOT_EXISTS
 ACK_NO_CAPACITY = 421  # RunningHub TASK_QUEUE_MAXED
 
 NonNegInt = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
 
 
 class ProtocolError(Exception):
@@ -79,6 +80,7 @@ class InstanceInfo(_Model):
     device: str | None = None  # from its /system_stats: the torch device's name
     vram_total: NonNegInt | None = None  # bytes
     vram_free: NonNegInt | None = None  # bytes
+    slots: PositiveInt | None = None  # ours: prompts it runs at once (absent: 1)
 
 
 class RegisterData(_Model):
@@ -159,11 +161,14 @@ class NodeInfo(_Model):
 
 
 class TaskAssignData(_Model):
-    """Seed fields plus ours: ``taskId``, ``attempt`` and an optional inline ``workflow``
-    (API format, as a dict or a JSON string). A seed hub sends no ``taskId``."""
+    """Seed fields plus ours: ``taskId``, ``attempt``, an optional inline ``workflow``
+    (API format, as a dict or a JSON string) and ``instanceId``, the instance the hub
+    counted the task on (free and able to run it, as the bridge last reported): a bridge
+    takes that one if it is still free and can. A seed hub sends no ``taskId``."""
 
     task_id: str | None = None
     attempt: int | None = None
+    instance_id: str | None = None
     workflow_id: str | None = None
     node_info_list: list[NodeInfo] = Field(default_factory=list)
     webhook_url: str = Field(min_length=1)
