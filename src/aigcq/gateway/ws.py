@@ -23,6 +23,7 @@ from aigcq.gateway.errors import ClientError
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
 from aigcq.plumbing.background import REDIS_OUTAGE
+from aigcq.plumbing.js_values import id_text
 from aigcq.plumbing.ws_frames import close_within, receive_frame, send_within
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ async def _dispatch(
             raise
         return None
     if kind == "cancel":
-        task_id = data.get("taskId")
+        task_id = id_text(data.get("taskId"))
         if not isinstance(task_id, str):
             raise ClientError(ErrorCode.JSON, "taskId: a string is required")
         state = await gw.cancel(task_id, conn.backend_id)
