@@ -246,8 +246,9 @@ class BridgeHub:
             await self.progress.forward(msg.data)
 
     async def _refuse(self, session: Session) -> None:
-        log.warning("bridge connection refused: invalid or missing token")
-        await session.error("AuthError", "invalid or missing bridge token")
+        why = self.auth.bridge_refusal()
+        log.warning("bridge connection refused: %s", why)
+        await session.error("AuthError", why)
         await session.ws.close(CLOSE_AUTH, "AuthError")
 
     # ---- bridge messages ----------------------------------------------------------------

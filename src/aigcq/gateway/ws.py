@@ -40,13 +40,13 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
     failure: tuple[ClientError, int] | None = None
     claims = gw.auth.client(token)
     if claims is None:
-        why = gw.auth.refusal(token, "invalid or missing token")
+        why = gw.auth.refusal(token, "invalid or missing token (?token=)")
         failure = (ClientError(ErrorCode.AUTH, why), CLOSE_AUTH)
     elif not backend_id or len(backend_id) > MAX_BACKEND_ID:
         failure = (ClientError(ErrorCode.JSON, "query parameter id is required"), CLOSE_BAD_REQUEST)
     elif not gw.auth.may_use_id(claims, backend_id):
         failure = (
-            ClientError(ErrorCode.AUTH, f"this token may not use id {backend_id!r}"),
+            ClientError(ErrorCode.AUTH, gw.auth.id_refusal(claims, "id", backend_id)),
             CLOSE_AUTH,
         )
     if failure is not None:
