@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from aigcq.plumbing.connection_limits import HttpLimits
 from aigcq.plumbing.redis_address import (
     RedisAddressError,
     is_sentinel,
@@ -60,8 +61,9 @@ class IdBinding(enum.StrEnum):
         return None
 
 
-class Settings(BaseSettings):
+class Settings(HttpLimits):
     """Process settings. Every field reads ``AIGCQ_<NAME>``; some also the seed's name.
+    The bounds of its listening surfaces come first (:class:`HttpLimits`).
 
     ``AIGCQ_REDIS_SENTINELS`` with ``AIGCQ_REDIS_MASTER`` (and their credentials) set
     ``redis_url`` to their ``redis+sentinel://`` URL, so every process and worker passes one

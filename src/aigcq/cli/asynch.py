@@ -80,6 +80,7 @@ async def _serve(
     from aigcq.asynch.app import create_app
     from aigcq.asynch.migrate import migrate
     from aigcq.asynch.process import open_process
+    from aigcq.plumbing.connection_limits import bounded_config
 
     applied = await migrate(database_url)
     log.info("schema up to date (applied now: %s)", applied or "none")
@@ -94,8 +95,9 @@ async def _serve(
         ) as svc,
         svc.background(),
     ):
-        config = uvicorn.Config(
+        config = bounded_config(
             create_app(svc, admin_token=base.admin_token),
+            base,
             host=settings.host,
             port=settings.port,
             log_config=None,
