@@ -291,6 +291,13 @@ class Settings(HttpLimits):
     bridge_quarantine_s: float = Field(
         60.0, ge=0, validation_alias=_env("BRIDGE_QUARANTINE_S"), description="Before re-admission."
     )
+    bridge_register_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        validation_alias=_env("BRIDGE_REGISTER_TIMEOUT_S"),
+        description="A bridge WebSocket that has not sent a valid REGISTER this long after "
+        "it connected is closed with 4408.",
+    )
     bridge_max_msgs_per_s: int = Field(
         100,
         ge=0,
