@@ -29,6 +29,8 @@ from aigcq.asynch.runtime import (
 from aigcq.plumbing.auth import bearer
 
 RECENT = 15
+NO_TOKEN = "no admin token set: set AIGCQ_ADMIN_TOKEN (the one `aigcq serve` uses) here too"
+TOKEN_REQUIRED = "admin token required: send AIGCQ_ADMIN_TOKEN as Authorization: Bearer"
 MAX_MODELS = 200
 STATES = {0: "queued", 1: "running", 2: "succeeded", 3: "failed", 4: "downloaded"}
 
@@ -39,13 +41,11 @@ def overview_router(admin_token: str) -> APIRouter:
     @router.get("/admin/overview", summary="Models, gate / semaphore use, recent tasks")
     async def admin_overview(request: Request) -> Response:
         if not admin_token:
-            return JSONResponse(
-                {"code": "FORBIDDEN", "message": "no admin token set", "data": None}, 403
-            )
+            return JSONResponse({"code": "FORBIDDEN", "message": NO_TOKEN, "data": None}, 403)
         given = bearer(request.headers.get("authorization")) or ""
         if not hmac.compare_digest(given.encode(), admin_token.encode()):
             return JSONResponse(
-                {"code": "UNAUTHORIZED", "message": "admin token required", "data": None}, 401
+                {"code": "UNAUTHORIZED", "message": TOKEN_REQUIRED, "data": None}, 401
             )
         svc: AsynchProcess | None = request.app.state.asynch
         if svc is None:
