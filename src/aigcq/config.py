@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from aigcq.plumbing.connection_limits import HttpLimits
 from aigcq.plumbing.redis_address import (
     RedisAddressError,
     is_sentinel,
@@ -69,8 +70,9 @@ class ResultCustody(enum.StrEnum):
     ALWAYS = "always"  # every result of a custody target
 
 
-class Settings(BaseSettings):
+class Settings(HttpLimits):
     """Process settings. Every field reads ``AIGCQ_<NAME>``; some also the seed's name.
+    The bounds of its listening surfaces come first (:class:`HttpLimits`).
 
     ``AIGCQ_REDIS_SENTINELS`` with ``AIGCQ_REDIS_MASTER`` (and their credentials) set
     ``redis_url`` to their ``redis+sentinel://`` URL, so every process and worker passes one
@@ -330,6 +332,13 @@ class Settings(BaseSettings):
     )
     bridge_quarantine_s: float = Field(
         60.0, ge=0, validation_alias=_env("BRIDGE_QUARANTINE_S"), description="Before re-admission."
+    )
+    bridge_register_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        validation_alias=_env("BRIDGE_REGISTER_TIMEOUT_S"),
+        description="A bridge WebSocket that has not sent a valid REGISTER this long after "
+        "it connected is closed with 4408.",
     )
     bridge_max_msgs_per_s: int = Field(
         100,

@@ -41,6 +41,7 @@ from aigcq.bridges.rotation import Rotation
 from aigcq.bridges.session import (
     CLOSE_AUTH,
     CLOSE_FLOOD,
+    CLOSE_REGISTER_TIMEOUT,
     CLOSE_TIMEOUT,
     HubConfig,
     Rate,
@@ -188,8 +189,11 @@ class BridgeHub:
         if token is not None and not self.auth.bridge(token):
             await self._refuse(session)
             return
+        registered_by = (
+            asyncio.get_running_loop().time() + self.rt.settings.bridge_register_timeout_s
+        )
         try:
-            while (raw := await receive_frame(ws)) is not None:
+            while (raw := await self._receive(session, registered_by)) is not None:
                 if not session.rate.allow():
                     log.warning(
                         "bridge %s: message flood, closing", session.bridge_id, extra=session.ctx()
@@ -206,6 +210,22 @@ class BridgeHub:
             if session.conn is not None and session.conn.online:  # not silent: a blip
                 await self._lost(session.conn, "socket closed")
                 self._closed_at[session.conn.bridge_id] = time.monotonic()
+
+    async def _receive(self, session: Session, registered_by: float) -> str | bytes | None:
+        """The next frame, ``None`` once the socket closed; a bridge that has not
+        registered by ``registered_by`` (loop time) is closed with 4408 first."""
+        if session.conn is not None:
+            return await receive_frame(session.ws)
+        try:
+            async with asyncio.timeout_at(registered_by):
+                return await receive_frame(session.ws)
+        except TimeoutError:
+            wait = self.rt.settings.bridge_register_timeout_s
+            log.warning("bridge connection closed: no REGISTER within %g s", wait)
+            why = f"no REGISTER within {wait:g} s of connecting (AIGCQ_BRIDGE_REGISTER_TIMEOUT_S)"
+            await session.error("RegisterTimeout", why)
+            await session.ws.close(CLOSE_REGISTER_TIMEOUT, "RegisterTimeout")
+            return None
 
     async def _on_frame_or_outage(self, session: Session, raw: str | bytes) -> bool:
         """:meth:`_on_frame`, keeping the bridge connected through a Redis outage: the
@@ -261,8 +281,9 @@ class BridgeHub:
             await self.progress.forward(msg.data)
 
     async def _refuse(self, session: Session) -> None:
-        log.warning("bridge connection refused: invalid or missing token")
-        await session.error("AuthError", "invalid or missing bridge token")
+        why = self.auth.bridge_refusal()
+        log.warning("bridge connection refused: %s", why)
+        await session.error("AuthError", why)
         await session.ws.close(CLOSE_AUTH, "AuthError")
 
     # ---- bridge messages ----------------------------------------------------------------

@@ -3,7 +3,9 @@
 Every WebSocket frame is ``{"type": ..., "data": {...}}``; ``PING``/``PONG`` carry no data.
 Field names on the wire are camelCase (``bridgeId``); the models use snake_case attributes
 and accept either spelling. Unknown extra fields are ignored, so seed-format messages and
-newer bridges both parse. See ``docs/bridge-protocol.md``.
+newer bridges both parse. Values are strict, except the forms a Node.js bridge sends that
+the seed's service coerced: counts as digit strings, task ids as integers
+(:mod:`aigcq.plumbing.js_values`). See ``docs/bridge-protocol.md``.
 
 Shared by the hub (:mod:`aigcq.bridges`) and the reference bridge (:mod:`aigcq.agent`).
 """
@@ -24,6 +26,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+
+from aigcq.plumbing.js_values import Count, IdText
 
 # ---- TASK_ACK codes (non-zero = "cannot take it", the hub requeues) ---------------------
 ACK_OK = 0
@@ -74,7 +78,7 @@ class InstanceInfo(_Model):
     instance_id: str
     url: str
     state: Literal["idle", "busy", "offline"]
-    task_id: str | None = None
+    task_id: IdText | None = None
     node_classes: list[str] | None = None  # from its /object_info
     models: list[str] | None = None  # model files its loaders offer
     device: str | None = None  # from its /system_stats: the torch device's name
@@ -85,8 +89,8 @@ class InstanceInfo(_Model):
 
 class RegisterData(_Model):
     bridge_id: str = Field(min_length=1)
-    instance_count: NonNegInt
-    available_instance_count: NonNegInt
+    instance_count: Count
+    available_instance_count: Count
     timestamp: str | None = None
     instances: list[InstanceInfo] | None = None
     tasks: list[str] | None = None  # task ids the bridge still holds (after a reconnect)
@@ -97,9 +101,9 @@ class RegisterData(_Model):
 
 
 class HeartbeatData(_Model):
-    instance_count: NonNegInt
-    available_instance_count: NonNegInt
-    busy_instance_count: NonNegInt | None = None
+    instance_count: Count
+    available_instance_count: Count
+    busy_instance_count: Count | None = None
     timestamp: str | None = None
     instances: list[InstanceInfo] | None = None
     tasks: list[str] | None = None
@@ -115,7 +119,7 @@ class CapacityData(HeartbeatData):
 
 
 class AckBody(_Model):
-    task_id: str
+    task_id: IdText
     task_status: str = "RUNNING"
     attempt: int | None = None
 
@@ -128,8 +132,8 @@ class TaskAckData(_Model):
     code: int = ACK_OK
     msg: str = "success"
     data: AckBody
-    instance_count: NonNegInt | None = None
-    available_instance_count: NonNegInt | None = None
+    instance_count: Count | None = None
+    available_instance_count: Count | None = None
     instances: list[InstanceInfo] | None = None
     tasks: list[str] | None = None
 
@@ -139,7 +143,7 @@ class TaskAckData(_Model):
 
 
 class TaskProgressData(_Model):
-    task_id: str
+    task_id: IdText
     value: int
     max: int
     node: str | None = None

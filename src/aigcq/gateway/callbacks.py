@@ -36,6 +36,16 @@ from aigcq.plumbing.signing import verify
 log = logging.getLogger(__name__)
 
 
+#: what a refused sender must change (issue 30 item 5): each URL we hand out is signed
+UNSIGNED = (
+    "callback URL is not signed: POST the TASK_END to the webhookUrl its TASK_ASSIGN (or "
+    "create) carried, exactly as given, query t, a and s included"
+)
+BAD_SIGNATURE = (
+    "bad callback signature: every aigcq process must share one AIGCQ_CALLBACK_SECRET "
+    "(default: TOKEN_SECRET); a URL signed by another deployment is refused"
+)
+
 ParseCallback = Callable[[dict[str, Any]], ResultOutcome]
 _RUNNINGHUB_FORMAT = RunningHubAdapter("")
 
@@ -148,9 +158,9 @@ async def _accept(
     q = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
     task_id, attempt, sig = q.get("t", ""), q.get("a", ""), q.get("s", "")
     if not (task_id and _is_attempt(attempt) and sig):
-        raise ClientError(ErrorCode.SIGNATURE, "callback URL is not signed")
+        raise ClientError(ErrorCode.SIGNATURE, UNSIGNED)
     if not verify(gw.settings.signing_key(), task_id, int(attempt), sig):
-        raise ClientError(ErrorCode.SIGNATURE, "bad callback signature", task_id)
+        raise ClientError(ErrorCode.SIGNATURE, BAD_SIGNATURE, task_id)
     try:
         raw = await read_body(scope, receive, gw.settings.max_payload_bytes)
     except BodyTooLarge as exc:
