@@ -23,7 +23,7 @@ async def test_no_token_configured_refuses_naming_both_settings(asynch: Asynch) 
 async def test_a_call_without_the_token_is_told_what_to_send(asynch: Asynch) -> None:
     response = await asynch.call("GET", "/model/listModel", headers={"Authorization": ""})
     body = response.json()
-    assert response.status_code == 401 and body["code"] == "UNAUTHORIZED"
+    assert response.status_code == 401 and body["reason"] == "UNAUTHORIZED"
     assert "AIGCQ_ASYNCH_ADMIN_TOKEN" in body["message"] and "secrets.json" in body["message"]
 
 
