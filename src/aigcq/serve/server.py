@@ -108,6 +108,8 @@ class ServeProcess:
         self.paid = PaidPlatforms(self.rt, self.lifecycle)
         for target in (self.paid, *([self.internal] if self.internal else [])):
             self.lifecycle.subscribe(target.task_ended)
+        if self.hub is not None:
+            self.lifecycle.retries_wait_for(self.hub.slot_elsewhere)
         self.dispatch = DispatchLoop(self.rt, self.lifecycle, self.paid, self.internal, wakeup)
         self.sweeper = Sweeper(self.rt, self.lifecycle)
         self.orphan_checks = OrphanChecks(self.rt, self.lifecycle)
@@ -123,6 +125,7 @@ class ServeProcess:
             on_client=self.gateway.clients.replaced,
             on_progress=self.gateway.clients.progress,
             on_bridge_end=self.hub.remote_task_end if self.hub else lambda end: None,
+            on_peer=self.hub.peers.heard if self.hub else lambda announced: None,
         )
         extension = extend(self) if extend else Extension()
         self.monitor = Monitor(self)  # the dashboard's samples
