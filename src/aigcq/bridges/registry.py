@@ -455,4 +455,7 @@ class BridgeRegistry:
 
     async def forget(self, bridge_id: str, task_id: str) -> None:
         """``task_id`` is no longer recorded as held by ``bridge_id``."""
-        await self.store.mux.command("HDEL", self.keys.bridge_tasks(bridge_id), task_id)
+        await self.store.mux.commands(
+            ["HDEL", self.keys.bridge_tasks(bridge_id), task_id],
+            ["HDEL", self.keys.bridges_of(task_id), bridge_id],
+        )
