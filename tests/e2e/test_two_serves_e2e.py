@@ -48,7 +48,7 @@ class TwoServes:
         def reply() -> Any:
             return self.redis.execute_command(*command)
 
-        await until(lambda: asyncio.to_thread(reply), expected.__eq__, 10)
+        await until(lambda: asyncio.to_thread(reply), lambda got: got == expected, 10)
 
     def paid_creates(self) -> int:
         return int(httpx.get(f"{self.rh}/_emulator/stats").json()["created"])

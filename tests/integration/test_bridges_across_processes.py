@@ -39,9 +39,9 @@ async def registered(env: Env, bridge_id: str, count: int = 1, **extra: Any) -> 
     record says so: the REGISTER is handled)."""
     bridge = await env.bridge()
     await bridge.register(bridge_id, count=count, **extra)
-    process = hub_of(env).peers.process_id
+    held = ["1", hub_of(env).peers.process_id]
     key = f"aigcq:bridge:{bridge_id}"
-    await until(lambda: env.redis.hmget(key, ["online", "process"]), ["1", process].__eq__)
+    await until(lambda: env.redis.hmget(key, ["online", "process"]), lambda got: got == held)
     return bridge
 
 
