@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.bridges.hub import BridgeHub
+from aigcq.scheduler import lifecycle
 from tests.fakes.bridge import INSTANCE_LOST, Bridge, task_end
 from tests.fakes.client import Client, generate
 from tests.fakes.service import Env, Pair, serve_pair
@@ -123,11 +124,12 @@ async def test_a_quarantined_bridge_stays_out_when_it_moves_and_its_cool_down_go
 
 
 async def test_a_machine_failure_reported_to_another_process_is_retried_on_its_bridge(
-    pair: Pair,
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The bridge (one instance) is connected to b; its TASK_END, an instance lost, reaches
     a. The retry waits for b to free the slot, then runs there: RunningHub is never paid
-    (was paid in 9 of 10 tries)."""
+    (was paid in 9 of 10 tries). It is b's release that lets it run, not the fallback."""
+    monkeypatch.setattr(lifecycle, "RELEASE_WAIT_S", 600.0)
     a, b = pair.a, pair.b
     bridge = await registered(b, "on-b")
     client = await a.client()
@@ -143,6 +145,24 @@ async def test_a_machine_failure_reported_to_another_process_is_retried_on_its_b
         assert await task_end(a, retry["webhookUrl"]) == 200
         await result_of(client, task_id)
     assert await pair.paid_creates() == 0
+
+
+async def test_a_retry_whose_slot_is_never_released_still_runs(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b never hears of the end (its event lost): after RELEASE_WAIT_S the retry is routed
+    all the same; its bridge still looks busy, so it goes to RunningHub."""
+    monkeypatch.setattr(lifecycle, "RELEASE_WAIT_S", 0.3)
+    a, b = pair.a, pair.b
+    monkeypatch.setattr(hub_of(b).ends, "remote_task_end", lambda event: None)
+    bridge = await registered(b, "deaf")
+    client = await a.client()
+    await client.request(generate("unreleased"))
+    hook = (await assigned(bridge, "unreleased"))["webhookUrl"]
+    await running(a, "unreleased", 1)
+    assert await task_end(a, hook, code=1, failure=INSTANCE_LOST) == 200
+    task = await until(lambda: a.task("unreleased"), lambda t: t.attempt == 2)
+    assert task.target == "runninghub"
 
 
 async def test_a_superseded_attempt_on_another_process_is_stopped_there(
