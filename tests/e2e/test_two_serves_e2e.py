@@ -36,10 +36,19 @@ class TwoServes:
         return f"http://127.0.0.1:{self.ports[i]}"
 
     async def bridge(self, i: int, bridge_id: str) -> Bridge:
-        """A one-instance bridge, new, registered with serve ``i`` (its record says so)."""
+        """A one-instance bridge, new, registered with serve ``i`` (its record says so),
+        its free slot published for the other serve (``internal:free``)."""
         bridge = await Bridge.connect(self.ports[i], BRIDGE_TOKEN)
         await bridge.register(bridge_id, count=1)
-        await self.until_redis("1", "HGET", f"aigcq:bridge:{bridge_id}", "online")
+        key = f"aigcq:bridge:{bridge_id}"
+        await self.until_redis("1", "HGET", key, "online")
+        process = self.redis.hget(key, "process") or ""
+
+        def published() -> bool:
+            entry = self.redis.hget("aigcq:internal:free", process) or "0"
+            return int(entry.split()[0]) >= 1
+
+        await until(lambda: asyncio.to_thread(published), bool, 10)
         return bridge
 
     async def until_redis(self, expected: Any, *command: str) -> None:

@@ -35,14 +35,18 @@ def hub_of(env: Env) -> BridgeHub:
     return hub
 
 
-async def registered(env: Env, bridge_id: str, count: int = 1, **extra: Any) -> Bridge:
-    """A bridge ``bridge_id`` with ``count`` instances, registered with ``env``'s hub (its
-    record says so: the REGISTER is handled)."""
+async def registered(
+    env: Env, bridge_id: str, count: int = 1, *, seen_by: Env | None = None
+) -> Bridge:
+    """A bridge ``bridge_id`` with ``count`` free instances, registered with ``env``'s hub
+    (its record says so: the REGISTER is handled), and counted by ``seen_by``'s."""
     bridge = await env.bridge()
-    await bridge.register(bridge_id, count=count, **extra)
+    await bridge.register(bridge_id, count=count)
     held = ["1", hub_of(env).peers.process_id]
     key = f"aigcq:bridge:{bridge_id}"
     await until(lambda: env.redis.hmget(key, ["online", "process"]), lambda got: got == held)
+    if seen_by is not None:
+        await wait_until(lambda: hub_of(seen_by).peers.elsewhere >= count)
     return bridge
 
 
@@ -71,12 +75,12 @@ async def test_a_bridge_with_a_new_id_gets_work_at_once_after_the_old_one_left(
     """A replacement bridge (a seed bridge picks a new uuid each start) is capacity that
     never failed: no stability period while tasks go to RunningHub (was 28 s, 8 paid)."""
     a = pair.a
-    old = await registered(a, "old-uuid")
+    old = await registered(a, "old-uuid", seen_by=pair.b)
     client = await a.client()
     await client.request(generate("on-old"))
     await assigned(old, "on-old")
     await left(a, old, "old-uuid")
-    new = await registered(a, "new-uuid")
+    new = await registered(a, "new-uuid", seen_by=pair.b)
     await client.request(generate("on-new"))
     await assigned(new, "on-new")
     assert (await a.task("on-new")).target == "bridge"
@@ -92,7 +96,7 @@ async def test_a_bridge_moving_to_a_process_that_lost_its_bridges_is_usable_at_o
     assert not hub_of(a).healthy
     mover = await registered(b, "mover")
     await left(b, mover, "mover")
-    mover = await registered(a, "mover")
+    mover = await registered(a, "mover", seen_by=b)
     client = await a.client()
     await client.request(generate("moved"))
     await assigned(mover, "moved")
@@ -106,7 +110,7 @@ async def test_a_quarantined_bridge_stays_out_when_it_moves_and_its_cool_down_go
         tmp_path, redis, redis_url, bridge_failure_limit=1, bridge_quarantine_s=60
     ) as pair:
         a, b = pair.a, pair.b
-        failing = await registered(b, "failing")
+        failing = await registered(b, "failing", seen_by=a)
         client = await a.client()
         await client.request(generate("fails"))
         hook = (await assigned(failing, "fails"))["webhookUrl"]
@@ -131,7 +135,7 @@ async def test_a_machine_failure_reported_to_another_process_is_retried_on_its_b
     (was paid in 9 of 10 tries). It is b's release that lets it run, not the fallback."""
     monkeypatch.setattr(lifecycle, "RELEASE_WAIT_S", 600.0)
     a, b = pair.a, pair.b
-    bridge = await registered(b, "on-b")
+    bridge = await registered(b, "on-b", seen_by=a)
     client = await a.client()
     for i in range(5):
         task_id = f"lost-{i}"
@@ -155,7 +159,7 @@ async def test_a_retry_whose_slot_is_never_released_still_runs(
     monkeypatch.setattr(lifecycle, "RELEASE_WAIT_S", 0.3)
     a, b = pair.a, pair.b
     monkeypatch.setattr(hub_of(b).ends, "remote_task_end", lambda event: None)
-    bridge = await registered(b, "deaf")
+    bridge = await registered(b, "deaf", seen_by=a)
     client = await a.client()
     await client.request(generate("unreleased"))
     hook = (await assigned(bridge, "unreleased"))["webhookUrl"]

@@ -19,7 +19,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from aigcq.bridges.assigner import Assigner
 from aigcq.bridges.endings import TaskEnds
 from aigcq.bridges.health_monitor import HealthMonitor
-from aigcq.bridges.known import CLOSED, KNOWN_FOR_S, SILENT, Standing
+from aigcq.bridges.known import CLOSED, SILENT, Standing
 from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
@@ -82,23 +82,17 @@ class BridgeHub:
     ) -> None:
         self.rt = rt
         self.lifecycle = lifecycle
-        self.wake = wake
         self.config = config or HubConfig()
         self.auth = Auth(rt.settings)
+        ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
+        self.registry = BridgeRegistry(rt.store, rt.settings.project_prefix, ttl_s=ttl)
+        mine = lambda: (self.free_slots(), len(self.registry.live()))  # noqa: E731
+        keys = rt.store.keys
         self.peers = PeerCapacity(
-            rt.redis,
-            rt.store.keys.internal_free,
-            self._mine,
-            on_less=self.wake,
-            channel=rt.store.keys.events,
+            rt.redis, keys.internal_free, mine, on_less=wake, channel=keys.events
         )
-        silence = self.config.heartbeat_interval_s * self.config.missed_heartbeats
-        self.registry = BridgeRegistry(
-            rt.store,
-            rt.settings.project_prefix,
-            ttl_s=max(KNOWN_FOR_S, int(silence * 4)),
-            process_id=self.peers.process_id,
-        )
+        self._wake_dispatch = wake
+        self.registry.process_id = self.peers.process_id  # its records name this process
         self.health = HealthMonitor(
             rt.redis,
             self.registry.live,
@@ -130,6 +124,11 @@ class BridgeHub:
         )
         self.progress = ProgressRelay(rt)
 
+    def wake(self) -> None:
+        """Our slots changed: dispatch now, and tell the other processes."""
+        self._wake_dispatch()
+        self.peers.changed()
+
     # ---- InternalTarget ----------------------------------------------------------------
 
     @property
@@ -160,10 +159,6 @@ class BridgeHub:
         if any(c.slots.attempt_of(task_id) == attempt for c in self.registry.holders(task_id)):
             return False
         return await self.registry.held_elsewhere(task_id, attempt)
-
-    def _mine(self) -> tuple[int, int]:
-        """What this process tells the others (see :mod:`.peers`): free slots, bridges."""
-        return self.free_slots(), len(self.registry.live())
 
     async def run(self) -> None:
         await asyncio.gather(self.health.run(), self.peers.run())
@@ -303,10 +298,6 @@ class BridgeHub:
         session.conn = conn
         if session.keepalive is None:
             session.keepalive = asyncio.create_task(self._keepalive(session, conn))
-        # a bridge in good standing, new or known to any process, is usable at once (by
-        # every process: they hear of its slots before any task routed after this)
-        self.health.poke(fresh=standing.fresh)
-        await self.peers.announce()
         await self.rotation.save(conn)
         if data.tasks is not None:
             await self._reconcile_held(conn, set(data.tasks))
@@ -318,6 +309,8 @@ class BridgeHub:
             data.instance_count,
             extra=ctx(bridge=bridge_id),
         )
+        # a bridge in good standing, new or known to any process, is usable at once
+        self.health.poke(fresh=standing.fresh)
         self.wake()
 
     async def _standing(self, bridge_id: str) -> Standing:

@@ -6,10 +6,11 @@ a second worker that a bridge did not happen to connect to) would overflow to a 
 platform tasks another process could run at once. So every process writes its free
 slots and bridges to ``{prefix}:internal:free`` (field: a process id, value:
 ``"<free> <bridges> <ms>"``) and
-reads the others' every ``interval_s`` (so a view is at most about twice that old);
-routing lets tasks they can take wait for them. A process a bridge registers with writes
-its entry at once and publishes it (a ``peer:`` event, :meth:`PeerCapacity.announce`), so
-the new bridge's slots count everywhere before any later task is routed.
+reads the others' every ``interval_s``, and at once when told its own count changed
+(:meth:`PeerCapacity.changed`) or that another process's grew (a ``capacity`` event,
+published by a process whose free slots grew): a slot freed on one process is known to
+the others within a few milliseconds, so none of them pays for a task that slot could
+run. Routing lets tasks they can take wait for them.
 An entry not refreshed within ``stale_s`` (its process stopped) counts for nothing and
 is removed.
 
@@ -48,68 +49,66 @@ class PeerCapacity:
         interval_s: float = 0.1,
         stale_s: float = 2.0,
     ) -> None:
-        """``channel``: where :meth:`announce` publishes (the process's events channel)."""
-        self.redis, self.key, self.mine, self.channel = redis, key, mine, channel
+        self.redis, self.key, self.mine = redis, key, mine
         self.on_less = on_less  # capacity elsewhere shrank: held tasks may overflow now
+        self.channel = channel  # where a ``capacity`` event tells the others ours grew
         self.interval_s, self.stale_ms = interval_s, int(stale_s * 1000)
         self.process_id = uuid.uuid4().hex
         self.elsewhere = 0  # free slots on other processes' bridges
         self.bridges_elsewhere = 0  # bridges connected to other processes
-        #: the others' entries, as last read or heard: process id -> (free, bridges, ms)
-        self._entries: dict[str, tuple[int, int, int]] = {}
+        self._written = -1  # our free slots as last written (none yet)
+        self._nudged = asyncio.Event()
         self._reads = 0  # syncs done
         self._expected: list[int] = []  # per slot freed elsewhere: the sync it counts until
+
+    def changed(self) -> None:
+        """Our free slots changed, or another process's grew: write and read now."""
+        self._nudged.set()
 
     async def run(self) -> None:
         what = "internal capacity of other processes not read"
         try:
             while True:
+                self._nudged.clear()
                 with one_round(log, what):  # failed: keep the last view, try again
                     await self.sync()
-                await asyncio.sleep(self.interval_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._nudged.wait(), self.interval_s)
         finally:
             with contextlib.suppress(*REDIS_OUTAGE):  # left behind, the others drop it as stale
                 await self.redis.hdel(self.key, self.process_id)
 
     async def sync(self) -> None:
         """Write our free slots and bridges, read everyone else's."""
+        now_ms = int(time.time() * 1000)
+        free, bridges = self.mine()
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(self.key, self.process_id, self._value())
+        pipe.hset(self.key, self.process_id, f"{free} {bridges} {now_ms}")
         pipe.hgetall(self.key)
-        _, entries = await pipe.execute()
-        heard, self._entries = self._entries, {}
+        if free > self._written and self.channel:
+            pipe.publish(self.channel, "capacity")
+        entries = (await pipe.execute())[1]
+        self._written = free
+        total, connected, stale = 0, 0, []
         for process_id, value in entries.items():
-            if process_id != self.process_id:
-                self._merge(str(process_id), _parsed(str(value)))
-                if process_id in heard:  # heard since it was read: keep the newer
-                    self._merge(str(process_id), heard[process_id])
+            if process_id == self.process_id:
+                continue
+            try:
+                their_free, their_bridges, at = map(int, str(value).split())
+            except ValueError:  # not ours (an older version's format): drop it
+                their_free, their_bridges, at = 0, 0, 0
+            if now_ms - at > self.stale_ms:
+                stale.append(process_id)
+            else:
+                total += their_free
+                connected += their_bridges
+        if stale:
+            await self.redis.hdel(self.key, *stale)
+        self.bridges_elsewhere = connected
         before = self.free
         self._reads += 1
         self._expected = [until for until in self._expected if until > self._reads]
-        stale = self._tally()
-        if stale:
-            await self.redis.hdel(self.key, *stale)
-        if self.free < before:
-            self.on_less()
-
-    async def announce(self) -> None:
-        """Write our entry now and publish it (a bridge registered here): the others count
-        its slots when they hear it, before a task that reaches them after it is routed,
-        not at their next read."""
-        value = self._value()
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(self.key, self.process_id, value)
-        pipe.publish(self.channel, f"{PEER_EVENT}:{self.process_id} {value}")
-        await pipe.execute()
-
-    def heard(self, announced: str) -> None:
-        """Another process's :meth:`announce` (``"<process id> <free> <bridges> <ms>"``)."""
-        process_id, _, value = announced.partition(" ")
-        if process_id == self.process_id:
-            return
-        before = self.free
-        self._merge(process_id, _parsed(value))
-        self._tally()
+        self.elsewhere = total
         if self.free < before:
             self.on_less()
 
@@ -122,35 +121,3 @@ class PeerCapacity:
         """A slot on another process's bridge was freed from here (see the module's
         docstring): free elsewhere until two syncs from now."""
         self._expected.append(self._reads + 2)
-
-    def _value(self) -> str:
-        free, bridges = self.mine()
-        return f"{free} {bridges} {int(time.time() * 1000)}"
-
-    def _merge(self, process_id: str, entry: tuple[int, int, int]) -> None:
-        known = self._entries.get(process_id)
-        if known is None or entry[2] >= known[2]:
-            self._entries[process_id] = entry
-
-    def _tally(self) -> list[str]:
-        """Totals from the entries; the stale ones (dropped from the view)."""
-        now_ms = int(time.time() * 1000)
-        stale = [p for p, (_, _, at) in self._entries.items() if now_ms - at > self.stale_ms]
-        for process_id in stale:
-            del self._entries[process_id]
-        self.elsewhere = sum(free for free, _, _ in self._entries.values())
-        self.bridges_elsewhere = sum(bridges for _, bridges, _ in self._entries.values())
-        return stale
-
-
-#: the event a process publishes its entry in (see :meth:`PeerCapacity.announce`)
-PEER_EVENT = "peer"
-
-
-def _parsed(value: str) -> tuple[int, int, int]:
-    """An entry's (free, bridges, ms); one not ours (an older version's format) is stale."""
-    try:
-        free, bridges, at = map(int, value.split())
-    except ValueError:
-        return 0, 0, 0
-    return free, bridges, at

@@ -41,7 +41,7 @@ from redis.commands.core import AsyncScript
 
 from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.conn import BridgeConn
-from aigcq.bridges.known import Standing
+from aigcq.bridges.known import KNOWN_FOR_S, Standing
 from aigcq.bridges.slots import Assignment
 from aigcq.plumbing.text import text
 from aigcq.queue.keys import Keys
@@ -181,15 +181,15 @@ class _Bridges(MutableMapping[str, BridgeConn]):
 class BridgeRegistry:
     """In-memory map of this process's bridges, mirrored to Redis."""
 
-    def __init__(self, store: TaskStore, prefix: str, ttl_s: int, process_id: str = "") -> None:
+    def __init__(self, store: TaskStore, prefix: str, ttl_s: int) -> None:
         """Per-task writes go through ``store``'s hot-path connection; ``ttl_s``: how long a
-        bridge's record outlives its last save; ``process_id``: this process, as records
-        name the process holding a bridge."""
+        bridge's record outlives its last save (at least :data:`~.known.KNOWN_FOR_S`)."""
         self.store = store
         self.prefix = prefix
         self.keys = Keys(prefix)
-        self.ttl_s = ttl_s
-        self.process_id = process_id
+        self.ttl_s = max(ttl_s, KNOWN_FOR_S)
+        #: this process, as a record names the process holding its bridge (set by the hub)
+        self.process_id = ""
         bridges = _Bridges(self)
         self.bridges: MutableMapping[str, BridgeConn] = bridges
         self._conns = bridges._d  # the same dict, read without the mapping's overhead

@@ -3,10 +3,9 @@
 Messages on ``{prefix}:events``: ``wake`` (something to dispatch), ``outbox:<backendId>``
 (a client has a new message), ``client:<backendId>:<connId>`` (a client connected) and
 ``progress:{"backendId":..,"message":{..}}`` (live news for a client, never stored) and
-``bridge-end:{"bridgeId":..,"taskId":..,"attempt":..,"end":..}`` (a task's end heard here
-for a bridge connected to another process: that process frees the slot or stops the
-attempt at once, see :mod:`aigcq.bridges.endings`) and ``peer:<processId> <free>
-<bridges> <ms>`` (a process's bridge capacity, published when a bridge registered there:
+``bridge-end:{"bridgeId":..,"taskId":..,"failures":..}`` (a TASK_END received here for a
+bridge connected to another process: that process frees the slot at once) and
+``capacity`` (a process's free bridge slots grew: read them now, see
 :mod:`aigcq.bridges.peers`).
 Pub/sub may drop messages while reconnecting; the periodic sweeps cover that gap.
 """
@@ -38,7 +37,7 @@ class EventBus:
     on_client: Callable[[str, str], None]
     on_progress: Callable[[str, dict[str, Any]], None]
     on_bridge_end: Callable[[dict[str, Any]], None] = lambda end: None
-    on_peer: Callable[[str], None] = lambda announced: None
+    on_capacity: Callable[[], None] = lambda: None
 
     async def run(self) -> None:
         while True:
@@ -74,8 +73,8 @@ class EventBus:
             self.on_progress(body["backendId"], body["message"])
         elif kind == "bridge-end":
             self.on_bridge_end(orjson.loads(rest))
-        elif kind == "peer":
-            self.on_peer(rest)
+        elif kind == "capacity":
+            self.on_capacity()
 
 
 async def publish_progress(

@@ -125,7 +125,7 @@ class ServeProcess:
             on_client=self.gateway.clients.replaced,
             on_progress=self.gateway.clients.progress,
             on_bridge_end=self.hub.remote_task_end if self.hub else lambda end: None,
-            on_peer=self.hub.peers.heard if self.hub else lambda announced: None,
+            on_capacity=self.hub.peers.changed if self.hub else lambda: None,
         )
         extension = extend(self) if extend else Extension()
         self.monitor = Monitor(self)  # the dashboard's samples
