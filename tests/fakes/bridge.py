@@ -60,8 +60,8 @@ INSTANCE_LOST = {"class": "infrastructure", "code": "InstanceLost", "message": "
 async def task_end(
     env: Env, webhook: str, code: int = 0, failure: dict[str, str] | None = None
 ) -> int:
-    """POST a TASK_END (``code`` 0 = success; ``failure``: its class and code) to the signed
-    URL, its host rewritten to the test server."""
+    """POST a TASK_END (``code`` 0 = success; a ``failure`` is one with its class, code and
+    message) to the signed URL, its host rewritten to the test server."""
     return await post_task_end(env.base, webhook, code, failure)
 
 
@@ -71,7 +71,7 @@ async def post_task_end(
     """:func:`task_end` to the server at ``base`` (``http://host:port``)."""
     data: dict[str, Any] = {"code": code, "msg": "success", "data": []}
     if failure is not None:
-        data["failure"] = failure
+        data |= {"code": code or 1, "msg": failure["message"], "failure": failure}
     body = {"event": "TASK_END", "taskId": "x", "eventData": orjson.dumps(data).decode()}
     async with httpx.AsyncClient() as http:
         url = f"{base}{urlsplit(webhook).path}?{urlsplit(webhook).query}"
