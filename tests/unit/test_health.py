@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -89,6 +91,9 @@ def test_a_bridges_standing_from_its_shared_record() -> None:
     assert not silent.fresh and silent.describe("p1") == "known, back after going silent"
     out = Standing.of({"online": "1", "quarantinedAt": "99.25", "failures": "3"})
     assert not out.fresh and (out.quarantined_at, out.failures) == (99.25, 3)
+    since = Standing.of({"quarantinedAt": str(time.time() - 30)}).out_since()
+    assert since is not None and 29 < time.monotonic() - since < 31  # the cool-down goes on
+    assert closed.out_since() is None
     # what an older version wrote (no standing fields), or garbage: nothing failed
     old = Standing.of({"online": "1", "inRotation": "1", "quarantinedAt": "", "leftAt": "x"})
     assert old.fresh and old.online and old.left_at is None and old.quarantined_at is None

@@ -288,10 +288,10 @@ class BridgeHub:
         conn.reports_capacity = bool(data.capacity_reports)
         conn.capacity_seq = -1  # a new bridge process counts again
         conn.set_state(online=True, drained=bridge_id in self.registry.drained)
-        if standing.quarantined_at is not None and conn.quarantined_at is None:
+        out_since = standing.out_since()
+        if out_since is not None and conn.quarantined_at is None:
             # out of rotation on another process (or before): its cool-down goes on
-            out_for = max(0.0, time.time() - standing.quarantined_at)
-            conn.set_state(quarantined_at=time.monotonic() - out_for)
+            conn.set_state(quarantined_at=out_since)
         conn.report(data.instance_count, data.available_instance_count)
         conn.describe(data.instances)
         self.registry.bridges[bridge_id] = conn

@@ -18,6 +18,7 @@ from when it went out, wherever that was.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -55,6 +56,13 @@ class Standing:
             quarantined_at=_number(record.get("quarantinedAt")),
             failures=int(_number(record.get("failures")) or 0),
         )
+
+    def out_since(self) -> float | None:
+        """When it went out of rotation, on this process's ``time.monotonic()`` clock (for
+        its cool-down); ``None`` while in rotation."""
+        if self.quarantined_at is None:
+            return None
+        return time.monotonic() - max(0.0, time.time() - self.quarantined_at)
 
     @property
     def fresh(self) -> bool:

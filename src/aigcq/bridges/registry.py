@@ -386,9 +386,7 @@ class BridgeRegistry:
             "availableInstanceCount": conn.free(),
             "online": int(conn.online),
             "inRotation": int(out is None),
-            "quarantinedAt": ""
-            if out is None
-            else round(time.time() - (time.monotonic() - out), 3),
+            "quarantinedAt": "" if out is None else _epoch(out),
             "drained": int(conn.drained),
             "instances": orjson.dumps(conn.instance_states).decode(),
             "lastSeen": time.time(),
@@ -459,3 +457,9 @@ class BridgeRegistry:
             ["HDEL", self.keys.bridge_tasks(bridge_id), task_id],
             ["HDEL", self.keys.bridges_of(task_id), bridge_id],
         )
+
+
+def _epoch(monotonic: float) -> float:
+    """A ``time.monotonic()`` instant in epoch seconds (to the millisecond), as records
+    say when, whichever process reads them."""
+    return round(time.time() - (time.monotonic() - monotonic), 3)
