@@ -16,6 +16,11 @@ Measures (issue 3's targets in brackets):
   special task was claimed, and each basic task's wait from its submit to its prompt
   starting on B (B is idle for each one: the wait is the hub's). ``--mixed-only`` runs
   just this;
+* ``new_bridge`` two serve processes, RunningHub configured, tasks arriving at both: a
+  replacement bridge with a new id (a seed bridge restarted) on the process that lost
+  its bridge, and a bridge moving to that process from the other: REGISTER → its first
+  TASK_ASSIGN, and the paid creates in between (issue 24.6: < 1 s, 0; ``--new-bridge-only``
+  runs just this);
 * ``routing``    one routing decision in-process at 1,000 bridges × 8 instances:
   ``routing.plan`` + the hub's free-slot count + ``BridgeRegistry.pick`` + taking the slot
   (< 1 ms); the old linear pick alongside for comparison; a task only a tenth of the
@@ -33,6 +38,7 @@ the server runs with it lifted (``--flood-limit 100`` keeps it).
     python bench/bridge_bench.py [--rates 500,200] [--tasks 4000] [--flood-limit 0]
     python bench/bridge_bench.py --routing-only
     python bench/bridge_bench.py --mixed-only [--mixed-rounds 3]
+    python bench/bridge_bench.py --new-bridge-only [--loss-trials 5]
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import httpx
@@ -113,6 +120,7 @@ class FakeBridge:
         self.assigned: dict[str, float] = {}  # taskId -> perf_counter at TASK_ASSIGN
         self.ended: dict[str, float] = {}  # taskId -> perf_counter at its TASK_END
         self.registered = 0.0  # perf_counter when REGISTER was sent
+        self.got_work = asyncio.Event()  # a first TASK_ASSIGN came
         self.ws: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._beats: asyncio.Task[None] | None = None
@@ -140,6 +148,7 @@ class FakeBridge:
                 if msg["type"] == "TASK_ASSIGN":
                     data = msg["data"]
                     self.assigned[data["taskId"]] = now()
+                    self.got_work.set()
                     self.running += 1
                     ack = {"taskId": data["taskId"], "taskStatus": "RUNNING"}
                     await self._send("TASK_ACK", {"code": 0, "msg": "success", "data": ack})
@@ -312,14 +321,17 @@ class FakeRunningHub:
 
     def __init__(self) -> None:
         self.created: list[float] = []
+        self.paid: set[str] = set()  # the taskIds of the creates
         self.arrived = asyncio.Event()
         app = web.Application()
         app.router.add_post("/task/openapi/create", self._create)
         self.runner = web.AppRunner(app, access_log=None)
         self.url = ""
 
-    async def _create(self, _request: web.Request) -> web.Response:
+    async def _create(self, request: web.Request) -> web.Response:
         self.created.append(now())
+        hook = (await request.json()).get("webhookUrl", "")
+        self.paid.update(parse_qs(urlsplit(hook).query).get("t", []))
         self.arrived.set()
         n = len(self.created)
         data = {"taskId": f"{1900000000000000000 + n}", "taskStatus": "RUNNING"}
@@ -540,6 +552,76 @@ async def _task(http: httpx.AsyncClient, port: int, task_id: str) -> dict[str, A
     return task
 
 
+async def new_bridge(
+    cluster: Cluster, args: argparse.Namespace, http: aiohttp.ClientSession
+) -> dict[str, Any]:
+    """Issue 24.6 on two serve processes (a, b). RunningHub is configured at concurrency 1
+    and never finishes, so once it holds one task the others wait in the queue (as they
+    do when a paid platform is full), 10 submitted to each process. a's bridge is killed
+    and a replacement with a new id registers with a; a's bridge is killed again, and b's
+    bridge moves to a (its socket to b closed, the same id registers with a). For each:
+    REGISTER → its first TASK_ASSIGN, and → every waiting task done. Default health
+    settings (10 s checks, 3 to recover): a stability period would show as ~30 s."""
+    rh = await FakeRunningHub().start()
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 1}}})
+    servers = [start_server(cluster, args.flood_limit, AIGCQ_RUNNINGHUB_URL=rh.url)]
+    servers.append(start_server(cluster, args.flood_limit, AIGCQ_RUNNINGHUB_URL=rh.url))
+    (_, a), (_, b) = servers
+    url_a, url_b = f"ws://127.0.0.1:{a}/ws", f"ws://127.0.0.1:{b}/ws"
+    out: dict[str, list[float]] = {
+        f"{kind}_{figure}": []
+        for kind in ("replacement", "moved")
+        for figure in ("register_to_first_assign_ms", "register_to_all_done_ms")
+    }
+
+    async def lose_a_bridge(tag: str) -> None:
+        old = await FakeBridge(url_a, tag, http, args.heartbeat_s).connect()
+        await asyncio.sleep(0.3)  # registered
+        old.abort()  # as a kill leaves it
+        await asyncio.sleep(0.3)  # a noticed: no bridge (degraded)
+
+    async def measured(bridge: FakeBridge, kind: str, trial: int) -> None:
+        loads = [Load(port, clients=1) for port in (a, b)]
+        runners = [
+            asyncio.create_task(load.run(10, None, f"{kind}{trial}-{i}"))
+            for i, load in enumerate(loads)
+        ]
+        await asyncio.sleep(0.5)  # submitted: waiting (RunningHub is full)
+        await bridge.connect()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(bridge.got_work.wait(), 40)
+        first = min(bridge.assigned.values(), default=now())
+        await asyncio.gather(*runners)
+        done = max((t for load in loads for t in load.done.values()), default=now())
+        ms = [(t - bridge.registered) * 1000 for t in (first, done)]
+        out[f"{kind}_register_to_first_assign_ms"].append(round(ms[0], 1))
+        out[f"{kind}_register_to_all_done_ms"].append(round(ms[1], 1))
+        print(f"{kind} {trial}: first {ms[0]:.1f} ms, all {ms[1]:.1f} ms", file=sys.stderr)
+        await bridge.close()
+
+    try:
+        filler = await Client(a, "filler").connect()  # RunningHub's one slot, for good
+        await filler.send(generate("filler", workflowId="bench", nodeInfoList=[]))
+        await asyncio.wait_for(rh.arrived.wait(), 10)
+        await filler.close()
+        for trial in range(args.loss_trials):
+            await lose_a_bridge(f"gone{trial}")
+            replacement = FakeBridge(url_a, f"new{trial}", http, args.heartbeat_s)
+            await measured(replacement, "replacement", trial)
+            await lose_a_bridge(f"lost{trial}")
+            mover = await FakeBridge(url_b, f"mover{trial}", http, args.heartbeat_s).connect()
+            await asyncio.sleep(0.3)  # registered with b
+            await mover.close()
+            await measured(
+                FakeBridge(url_a, f"mover{trial}", http, args.heartbeat_s), "moved", trial
+            )
+        return {"trials": args.loss_trials, "paid_creates": len(rh.created), **out}
+    finally:
+        for proc, _ in servers:
+            proc.stop()
+        await rh.runner.cleanup()
+
+
 def linear_pick(registry: BridgeRegistry) -> BridgeConn | None:
     """``BridgeRegistry.pick`` as it was before the index: a scan of every bridge."""
     candidates = [b for b in registry.bridges.values() if b.free() > 0]
@@ -676,7 +758,7 @@ def capable_pick(registry: BridgeRegistry, rounds: int) -> dict[str, float]:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
-    if not args.mixed_only:
+    if not (args.mixed_only or args.new_bridge_only):
         report["routing"] = routing_decision()
         print("routing", report["routing"], file=sys.stderr)
     if args.routing_only:
@@ -686,14 +768,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     cluster = Cluster(tmp, redis.start())
     connector = aiohttp.TCPConnector(limit=256)
     try:
-        if not args.mixed_only:
-            async with aiohttp.ClientSession(connector=connector) as http:
+        only = args.mixed_only or args.new_bridge_only
+        async with aiohttp.ClientSession(connector=connector) as http:
+            if not args.mixed_only:
+                report["new_bridge"] = await new_bridge(cluster, args, http)
+                print("new_bridge", report["new_bridge"], file=sys.stderr)
+            if not only:
                 report.update(await dispatch_and_lifecycle(cluster, args, http))
                 report["loss"] = await bridge_loss(cluster, args, http)
                 report["recovery"] = await recovery(cluster, args, http)
                 print("recovery", report["recovery"], file=sys.stderr)
-        report["mixed"] = await mixed(cluster, args)
-        print("mixed", report["mixed"], file=sys.stderr)
+        if not args.new_bridge_only:
+            report["mixed"] = await mixed(cluster, args)
+            print("mixed", report["mixed"], file=sys.stderr)
         report["host_python_ms"].append(python_speed_ms())
         return report
     finally:
@@ -718,5 +805,8 @@ if __name__ == "__main__":
     parser.add_argument("--mixed-rounds", type=int, default=3)
     parser.add_argument(
         "--mixed-pace-s", type=float, default=0.25, help="between the basic tasks' submits"
+    )
+    parser.add_argument(
+        "--new-bridge-only", action="store_true", help="only the new and moved bridge trials"
     )
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

@@ -287,13 +287,13 @@ async def leaked_slots(redis_url: str) -> int:
 
 async def held_records(redis_url: str) -> int:
     """Tasks Redis still records as held by a bridge (``bridge:{id}:tasks`` entries and
-    ``bridgeof:{taskId}`` keys) once all have ended. Not a slot, so not in ``leaked_slots``:
+    ``bridgesof:{taskId}`` keys) once all have ended. Not a slot, so not in ``leaked_slots``:
     a TASK_END refused as gone (its attempt superseded after the bridge's deadline) is not
-    counted against the bridge, and leaves its ``bridgeof`` key to its TTL."""
+    counted against the bridge, and leaves its ``bridgesof`` key to its TTL."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         held = [await client.hlen(k) async for k in client.scan_iter("aigcq:bridge:*:tasks")]
-        owners = [k async for k in client.scan_iter("aigcq:bridgeof:*")]
+        owners = [k async for k in client.scan_iter("aigcq:bridgesof:*")]
         return sum(held) + len(owners)
     finally:
         await client.aclose()

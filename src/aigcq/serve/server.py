@@ -114,6 +114,8 @@ class ServeProcess:
         self.paid = PaidPlatforms(self.rt, self.lifecycle)
         for target in (self.paid, *([self.internal] if self.internal else [])):
             self.lifecycle.subscribe(target.task_ended)
+        if self.hub is not None:
+            self.lifecycle.retries_wait_for(self.hub.slot_elsewhere)
         self.dispatch = DispatchLoop(self.rt, self.lifecycle, self.paid, self.internal, wakeup)
         self.sweeper = Sweeper(self.rt, self.lifecycle)
         self.orphan_checks = OrphanChecks(self.rt, self.lifecycle)
