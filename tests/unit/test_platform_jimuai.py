@@ -137,23 +137,52 @@ def test_submit_retryable_codes(jimu: JimuAIAdapter) -> None:
 def test_query_states_and_codes(jimu: JimuAIAdapter) -> None:
     assert jimu.parse_query(200, ok({"status": "in_queue"})) == Pending("in_queue")
     assert jimu.parse_query(200, ok({"status": "generating"})) == Pending("generating")
-    assert isinstance(jimu.parse_query(200, ok({"status": "not_found"})), NotFound)
     expired = jimu.parse_query(200, ok({"status": "expired"}))
     assert isinstance(expired, Failed) and expired.code == "JIMUAI_EXPIRED"
-    done = jimu.parse_query(200, ok({"status": "done", "image_urls": ["https://a/1.png"]}))
-    assert done == Succeeded(files_result([{"fileUrl": "https://a/1.png", "fileType": "png"}]))
     video = jimu.parse_query(200, ok({"status": "done", "video_url": "https://a/v.mp4"}))
     assert video == Succeeded(files_result([{"fileUrl": "https://a/v.mp4", "fileType": "mp4"}]))
-    png = b"\x89PNG\r\n\x1a\nxx"
-    inline = jimu.parse_query(
-        200, ok({"status": "done", "binary_data_base64": [base64.b64encode(png).decode()]})
-    )
-    assert isinstance(inline, Succeeded) and inline.files[0].data == png
     empty = jimu.parse_query(200, ok({"status": "done", "image_urls": None}))
     assert isinstance(empty, Failed) and empty.code == "JIMUAI_EMPTY_RESULT"
+    assert isinstance(jimu.parse_query(200, ok({"status": "not_found"})), NotFound)
     for code in (50511, 50412, 50500, 50501):
-        failed = jimu.parse_query(400, err(code, "Post Img Risk Not Pass"))
+        failed = jimu.parse_query(400, err(code, "Text Risk Not Pass"))
         assert isinstance(failed, Failed) and failed.code == f"JIMUAI_{code}"
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        # the documented format of image_urls is JPEG, whatever the link looks like
+        ("https://p9-aiop-sign.byteimg.com/tos-cn-i-x/7a1b~tplv-x-image.image?x-expires=1", "jpeg"),
+        ("https://a/1", "jpeg"),
+        ("https://a/1.jpeg?sig=x.png", "jpeg"),
+        ("https://a/1.JPG", "jpg"),
+        ("https://a/1.png", "png"),
+        ("https://a/1.webp", "webp"),
+    ],
+)
+def test_the_file_type_of_an_image_url(jimu: JimuAIAdapter, url: str, kind: str) -> None:
+    done = jimu.parse_query(200, ok({"status": "done", "image_urls": [url]}))
+    assert done == Succeeded(files_result([{"fileUrl": url, "fileType": kind}]))
+
+
+@pytest.mark.parametrize(
+    ("data", "name", "media"),
+    [
+        (b"\xff\xd8\xff\xe0xx", "0.jpeg", "image/jpeg"),
+        (b"\x89PNG\r\n\x1a\nxx", "0.png", "image/png"),
+        (b"RIFF\x00\x00\x00\x00WEBPVP8 ", "0.webp", "image/webp"),
+        (b"unknown", "0.jpeg", "image/jpeg"),  # the documented format
+    ],
+)
+def test_inline_images_are_named_by_their_content(
+    jimu: JimuAIAdapter, data: bytes, name: str, media: str
+) -> None:
+    blob = base64.b64encode(data).decode()
+    inline = jimu.parse_query(200, ok({"status": "done", "binary_data_base64": [blob]}))
+    assert isinstance(inline, Succeeded)
+    [file] = inline.files
+    assert (file.name, file.content_type, file.data) == (name, media, data)
     # never read as running: limits, gateway trouble, undocumented states, garbage
     for status, body in [
         (429, err(50429)),

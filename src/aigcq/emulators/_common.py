@@ -72,14 +72,22 @@ class Retention:
             yield self._ends.popleft()[1]
 
 
-def result_png(item_id: str) -> bytes:
-    """The PNG of a result, ``GET /files/{item_id}/...``: one colour derived from the id."""
+def result_colour(item_id: str) -> tuple[int, int, int]:
+    """The one colour of a result's image, derived from its id."""
     digest = zlib.crc32(item_id.encode())
-    return tiny_png((digest & 0xFF, (digest >> 8) & 0xFF, (digest >> 16) & 0xFF))
+    return digest & 0xFF, (digest >> 8) & 0xFF, (digest >> 16) & 0xFF
+
+
+def result_png(item_id: str) -> bytes:
+    """The PNG of a result, ``GET /files/{item_id}/...``."""
+    return tiny_png(result_colour(item_id))
 
 
 class EmulatorCore(ABC):
     """State common to emulators: config, ids, failure dice, the public base URL."""
+
+    #: the name of a result's file in its URL
+    file_name = "output.png"
 
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
@@ -102,7 +110,11 @@ class EmulatorCore(ABC):
             self._public_url = str(request.base_url).rstrip("/")
 
     def file_url(self, item_id: str) -> str:
-        return f"{self._public_url}/files/{item_id}/output.png"
+        return f"{self._public_url}/files/{item_id}/{self.file_name}"
+
+    def file_body(self, item_id: str) -> tuple[bytes, str]:
+        """A result file's bytes and media type (a PNG unless the platform's are others)."""
+        return result_png(item_id), "image/png"
 
     @abstractmethod
     def has_file(self, item_id: str) -> bool:
@@ -117,7 +129,7 @@ class EmulatorCore(ABC):
 
 
 def add_common_routes(app: FastAPI, core: EmulatorCore) -> None:
-    """``GET /files/{id}/{name}`` (a small PNG per result), ``GET /_emulator/stats``,
+    """``GET /files/{id}/{name}`` (a small image per result), ``GET /_emulator/stats``,
     ``GET /_emulator/records`` (:mod:`aigcq.emulators._records`) and
     ``POST /_emulator/faults`` (:mod:`aigcq.emulators._faults`)."""
 
@@ -125,7 +137,8 @@ def add_common_routes(app: FastAPI, core: EmulatorCore) -> None:
         item_id = request.path_params["item_id"]
         if not core.has_file(item_id):
             return reply({"detail": "not found"}, 404)
-        return Response(result_png(item_id), media_type="image/png")
+        body, media_type = core.file_body(item_id)
+        return Response(body, media_type=media_type)
 
     async def stats(request: Request) -> Response:
         return reply(core.stats())

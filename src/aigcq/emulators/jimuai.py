@@ -10,13 +10,15 @@ shape (Volcengine doc 6369/68677). The vendor's SDK (``volcengine.visual.VisualS
 with ``set_host`` / ``set_scheme("http")``) works against it.
 
 A task is ``in_queue`` for ``queue_s``, ``generating`` for ``duration_s``, then ``done``
-with a real PNG: as ``image_urls`` when ``req_json`` asks ``return_url``, else (or always,
-with ``base64_only``) as ``binary_data_base64``. Business errors use the documented codes
-and HTTP statuses: ``50429`` (QPS, ``qps`` per key), ``50430`` (more than
-``max_concurrent`` tasks in_queue or generating per key), ``50500`` (internal; the fate of
-``failure_rate`` of the tasks). ``POST /_emulator/inject {"kind", "count"}`` makes the next
-``count`` answers ``rate_limit`` / ``concurrency`` / ``internal`` (submits) or
-``not_found`` / ``expired`` / ``result_rate_limit`` (get-results); ``clear`` drops them.
+with a real JPEG (the documented output format): as ``image_urls`` when ``req_json`` asks
+``return_url``, else (or always, with ``base64_only``) as ``binary_data_base64``. Business
+errors use the documented codes and HTTP statuses: ``50429`` (QPS, ``qps`` per key),
+``50430`` (more than ``max_concurrent`` tasks in_queue or generating per key), ``50500``
+(internal; the fate of ``failure_rate`` of the tasks). ``POST /_emulator/inject {"kind",
+"count"}`` makes the next ``count`` answers ``rate_limit`` / ``concurrency`` / ``internal``
+(submits) or ``not_found`` / ``expired`` / ``result_rate_limit`` / ``post_review`` (a done
+task's get-result: ``50511``, its output failed the post-generation review) (get-results);
+``clear`` drops them.
 ``GET /_emulator/stats`` reports submits, polls, running, the peak of running tasks and
 how often each prompt was created (``duplicates``).
 """
@@ -38,8 +40,14 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from aigcq.emulators._common import EmulatorConfig, EmulatorCore, add_common_routes, result_png
+from aigcq.emulators._common import (
+    EmulatorConfig,
+    EmulatorCore,
+    add_common_routes,
+    result_colour,
+)
 from aigcq.emulators._http import read_json, reply, run_app
+from aigcq.emulators.jpeg import solid_jpeg
 from aigcq.platforms.volc_sign import (
     DATE_FORMAT,
     canonical_request,
@@ -83,12 +91,15 @@ INVALID_INPUT = (50215, 400, "Input invalid for this service.")
 RATE_LIMIT = (50429, 429, "Request Has Reached API Limit, Please Try Later")
 CONCURRENCY_LIMIT = (50430, 429, "Request Has Reached API Concurrent Limit, Please Try Later")
 INTERNAL_ERROR = (50500, 500, "Internal Error")
+POST_REVIEW = (50511, 400, "Post Img Risk Not Pass")
 SUBMIT_INJECTIONS = {
     "rate_limit": RATE_LIMIT,
     "concurrency": CONCURRENCY_LIMIT,
     "internal": INTERNAL_ERROR,
 }
 RESULT_INJECTIONS = ("not_found", "expired", "result_rate_limit")
+#: injected answers a done task's get-result gives instead of its images
+DONE_INJECTIONS = {"post_review": POST_REVIEW}
 
 
 @dataclass
@@ -134,6 +145,7 @@ def _request_id() -> str:
 
 class _JimuAI(EmulatorCore):
     config: JimuAIEmulatorConfig
+    file_name = "output.jpeg"
 
     def __init__(self, config: JimuAIEmulatorConfig) -> None:
         super().__init__(config)
@@ -298,6 +310,8 @@ class _JimuAI(EmulatorCore):
             return self._answer(10000, self._data(state))
         if task.failed:
             return self._business(INTERNAL_ERROR)
+        if self.injections and self.injections[0] in DONE_INJECTIONS:
+            return self._business(DONE_INJECTIONS[self.injections.popleft()])
         options = _req_json(body.get("req_json"))
         if options is None:
             return self._business(INVALID_INPUT)
@@ -305,7 +319,8 @@ class _JimuAI(EmulatorCore):
         if options.get("return_url") is True and not self.config.base64_only:
             data["image_urls"] = [self.file_url(task_id)]
         else:
-            data["binary_data_base64"] = [base64.b64encode(result_png(task_id)).decode()]
+            image = self.file_body(task_id)[0]
+            data["binary_data_base64"] = [base64.b64encode(image).decode()]
         return self._answer(10000, data)
 
     @staticmethod
@@ -318,7 +333,7 @@ class _JimuAI(EmulatorCore):
         body = await read_json(request)
         kind = body.get("kind") if isinstance(body, dict) else None
         count = body.get("count", 1) if isinstance(body, dict) else 0
-        known = (*SUBMIT_INJECTIONS, *RESULT_INJECTIONS, "clear")
+        known = (*SUBMIT_INJECTIONS, *RESULT_INJECTIONS, *DONE_INJECTIONS, "clear")
         if kind not in known or not isinstance(count, int) or count < 0:
             return reply({"detail": f"kind must be one of {known}, count >= 0"}, 400)
         if kind == "clear":
@@ -326,6 +341,9 @@ class _JimuAI(EmulatorCore):
         else:
             self.injections.extend([kind] * count)
         return reply({"queued": list(self.injections)})
+
+    def file_body(self, item_id: str) -> tuple[bytes, str]:
+        return solid_jpeg(result_colour(item_id)), "image/jpeg"
 
     def has_file(self, item_id: str) -> bool:
         task = self.tasks.get(item_id)

@@ -6,6 +6,10 @@ payload as the body (``req_key`` from model.json when the payload has none), ans
 req_json: '{"return_url":true}'}`` until ``data.status`` is ``done``. Every request carries
 Volcengine's HMAC-SHA256 signature (:mod:`aigcq.platforms.volc_sign`).
 
+A result's ``fileType``: an image URL's path extension where it names an image type, else
+``jpeg``, the format Volcengine documents for ``image_urls`` (doc 85621/1616429); an inline
+image's is read from its first bytes.
+
 Credentials come per AIGC project from model.json (``access_key``, ``secret_key``,
 ``region``, ``req_key``); :class:`aigcq.config.JimuAIAccount` packs them into the account's
 ``apikey`` string, the one credential the adapter interface passes around.
@@ -41,6 +45,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -134,12 +139,36 @@ def files_result(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {"code": 0, "msg": "success", "data": entries}
 
 
+#: image types by file name extension; JimuAI documents its images as JPEG
+IMAGE_TYPES = {"jpeg": "jpeg", "jpg": "jpg", "png": "png", "webp": "webp"}
+DOCUMENTED_TYPE = "jpeg"
+#: how each image type's files begin
+MAGIC = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"RIFF", "webp"))
+
+
+def url_type(url: str) -> str:
+    """An image URL's type: its path's extension when that names an image type, else the
+    documented JPEG (a signed link's path need not end in one)."""
+    ext = PurePosixPath(urlsplit(url).path).suffix.lower().lstrip(".")
+    return IMAGE_TYPES.get(ext, DOCUMENTED_TYPE)
+
+
+def content_type(data: bytes) -> str:
+    """An inline image's type, by its first bytes (else the documented JPEG)."""
+    for magic, kind in MAGIC:
+        if data.startswith(magic) and (kind != "webp" or data[8:12] == b"WEBP"):
+            return kind
+    return DOCUMENTED_TYPE
+
+
 def _result_files(task_data: dict[str, Any]) -> base.ResultOutcome:
     """A ``done`` task's outputs: URLs as they are, base64 images as files to store."""
     urls = task_data.get("image_urls")
     entries: list[dict[str, Any]] = []
     if isinstance(urls, list):
-        entries += [{"fileUrl": u, "fileType": "png"} for u in urls if isinstance(u, str) and u]
+        entries += [
+            {"fileUrl": u, "fileType": url_type(u)} for u in urls if isinstance(u, str) and u
+        ]
     video = task_data.get("video_url")
     if isinstance(video, str) and video:
         entries.append({"fileUrl": video, "fileType": "mp4"})
@@ -152,9 +181,11 @@ def _result_files(task_data: dict[str, Any]) -> base.ResultOutcome:
             if not isinstance(blob, str):
                 continue
             try:
-                files.append(base.ResultFile(f"{i}.png", base64.b64decode(blob, validate=True)))
+                data = base64.b64decode(blob, validate=True)
             except (binascii.Error, ValueError):
                 return base.Unknown("done, but binary_data_base64 is not valid base64")
+            kind = content_type(data)
+            files.append(base.ResultFile(f"{i}.{kind}", data, f"image/{kind}"))
     if files:
         return base.Succeeded(files_result([]), files=tuple(files))
     return base.Failed("JIMUAI_EMPTY_RESULT", "done without image_urls, video_url or images")
