@@ -19,6 +19,21 @@ def jimu_job(task_id: str) -> dict[str, object]:
 MODEL = {"proj": {"jimuai": jimuai_account()}}
 
 
+async def test_a_post_generation_review_on_get_result_is_retried(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    # 50511 "Post Img Risk Not Pass" is documented as worth another try; it comes only
+    # on get-result, once the images exist: a new attempt, not a failure
+    async with paid_stack(tmp_path, redis, redis_url, model=MODEL, jm=jimuai_config()) as env:
+        await env.inject("post_review")
+        await env.client.request(jimu_job("rev"))
+        await env.client.collect(1, timeout=20)
+        [result] = env.client.results["rev"]
+        assert result["status"] == "success", result
+        seen = await env.jimu_stats()
+        assert (seen["accepted"], seen["code_50511"]) == (2, 1)
+
+
 async def test_result_urls_are_jpeg_files_as_documented(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:

@@ -144,9 +144,20 @@ def test_query_states_and_codes(jimu: JimuAIAdapter) -> None:
     empty = jimu.parse_query(200, ok({"status": "done", "image_urls": None}))
     assert isinstance(empty, Failed) and empty.code == "JIMUAI_EMPTY_RESULT"
     assert isinstance(jimu.parse_query(200, ok({"status": "not_found"})), NotFound)
-    for code in (50511, 50412, 50500, 50501):
+    for code in (50412, 50500, 50501):
         failed = jimu.parse_query(400, err(code, "Text Risk Not Pass"))
         assert isinstance(failed, Failed) and failed.code == f"JIMUAI_{code}"
+        assert not failed.retryable, code
+
+
+def test_a_post_generation_review_on_get_result_is_a_retryable_failure(
+    jimu: JimuAIAdapter,
+) -> None:
+    # documented "可重试": another generation may pass the output review
+    for code in (50511, 50516, 50517, 50519):
+        failed = jimu.parse_query(400, err(code, "Post Img Risk Not Pass"))
+        assert isinstance(failed, Failed) and failed.code == f"JIMUAI_{code}"
+        assert failed.retryable, code
 
 
 @pytest.mark.parametrize(

@@ -113,9 +113,13 @@ class Succeeded:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
+    """The task failed there. ``retryable``: the platform documents this failure as worth
+    another attempt (JimuAI's output reviews): retried while the task's attempts last."""
+
     code: str
     message: str
     detail: Any = None
+    retryable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ status not_found                        -                            NotFound
 status expired                          -                            Failed
 50429 QPS limit, 50430 concurrency      Full (back off)              Unknown (ask later)
 50500 / 50501 internal                  Rejected, retryable          Failed
-50511/50516/50517/50519 post-review     Rejected, retryable          Failed
+50511/50516/50517/50519 post-review     Rejected, retryable          Failed, retryable
 other 504xx/505xx (input review, ...)   Rejected                     Failed
 gateway FlowLimitExceeded / HTTP 429    Full                         Unknown
 gateway InternalError/Timeout/5xx       Rejected, retryable          Unknown
@@ -65,8 +65,11 @@ SERVICE = "cv"
 SUCCESS = 10000
 #: QPS limit and concurrency limit ("Request Has Reached API (Concurrent) Limit")
 FULL_CODES = frozenset({50429, 50430})
-#: documented as worth retrying: internal errors and output (post-generation) reviews
-RETRYABLE_CODES = frozenset({50500, 50501, 50511, 50516, 50517, 50519})
+#: the output (post-generation) reviews, documented as worth retrying ("可重试"): they come
+#: on get-result, once the images exist; a new generation may pass
+POST_REVIEW_CODES = frozenset({50511, 50516, 50517, 50519})
+#: a refused create retried: internal errors and the output reviews
+RETRYABLE_CODES = frozenset({50500, 50501}) | POST_REVIEW_CODES
 #: gateway (ResponseMetadata.Error) codes: throttled, and transient service trouble
 GATEWAY_FULL = frozenset({"FlowLimitExceeded"})
 GATEWAY_TRANSIENT = frozenset(
@@ -273,7 +276,12 @@ class JimuAIAdapter(base.PlatformAdapter):
         if code in FULL_CODES:
             return base.Unknown(f"JIMUAI_{code} rate limited")
         if code != SUCCESS:
-            return base.Failed(f"JIMUAI_{code}", message or "task failed", detail=_detail(body))
+            return base.Failed(
+                f"JIMUAI_{code}",
+                message or "task failed",
+                detail=_detail(body),
+                retryable=code in POST_REVIEW_CODES,
+            )
         data = body.get("data")
         state = str(data.get("status") or "") if isinstance(data, dict) else ""
         match state:

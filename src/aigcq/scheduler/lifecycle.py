@@ -371,8 +371,8 @@ class Lifecycle:
                 )
             case Failed(code=code, message=message, detail=detail):
                 error = {"code": code, "message": message, "detail": detail}
-                machine = failure_class(outcome) == INFRASTRUCTURE
-                if await self._retried(task_id, f"failed: {code} {message}", attempt, machine):
+                again = outcome.retryable or failure_class(outcome) == INFRASTRUCTURE
+                if await self._retried(task_id, f"failed: {code} {message}", attempt, again):
                     self.announce(task_id, target, end_of(outcome), attempt)
                     return MoveResult(True, TaskState.PENDING)
                 done = await self.rt.store.finish(
@@ -493,11 +493,12 @@ class Lifecycle:
             _say(logging.DEBUG, task_id, "orphan %s already released", done.orphan)
 
     async def _retried(
-        self, task_id: str, reason: str, attempt: int | None, machine: bool = False
+        self, task_id: str, reason: str, attempt: int | None, again: bool = False
     ) -> bool:
-        """With ``retry_failures``, or for a machine's failure (``machine``): requeue a
-        failed task that has attempts left."""
-        if not (self.retry_failures or machine):
+        """With ``retry_failures``, or for a failure worth another attempt (``again``: a
+        machine's, or one its platform documents as retryable): requeue a failed task
+        that has attempts left."""
+        if not (self.retry_failures or again):
             return False
         task = await self.rt.store.get(task_id)
         if task is None or task.state.terminal:
