@@ -23,7 +23,6 @@ from aigcq.platforms.base import (
     Accepted,
     Failed,
     Full,
-    NotFound,
     Pending,
     Rejected,
     Succeeded,
@@ -205,7 +204,8 @@ async def test_adapter_runs_a_task_through_the_emulator(tmp_path: Any) -> None:
             assert entry["fileType"] == "jpeg" and entry["fileUrl"].startswith(base)
 
             await inject(base, "not_found")
-            assert isinstance(await client.query(adapter, task, APIKEY), NotFound)
+            gone = await client.query(adapter, task, APIKEY)
+            assert isinstance(gone, Failed) and gone.code == "JIMUAI_NOT_FOUND"
             await inject(base, "expired")
             expired = await client.query(adapter, task, APIKEY)
             assert isinstance(expired, Failed) and expired.code == "JIMUAI_EXPIRED"

@@ -143,7 +143,6 @@ def test_query_states_and_codes(jimu: JimuAIAdapter) -> None:
     assert video == Succeeded(files_result([{"fileUrl": "https://a/v.mp4", "fileType": "mp4"}]))
     empty = jimu.parse_query(200, ok({"status": "done", "image_urls": None}))
     assert isinstance(empty, Failed) and empty.code == "JIMUAI_EMPTY_RESULT"
-    assert isinstance(jimu.parse_query(200, ok({"status": "not_found"})), NotFound)
     for code in (50412, 50500, 50501):
         failed = jimu.parse_query(400, err(code, "Text Risk Not Pass"))
         assert isinstance(failed, Failed) and failed.code == f"JIMUAI_{code}"
@@ -158,6 +157,13 @@ def test_a_post_generation_review_on_get_result_is_a_retryable_failure(
         failed = jimu.parse_query(400, err(code, "Post Img Risk Not Pass"))
         assert isinstance(failed, Failed) and failed.code == f"JIMUAI_{code}"
         assert failed.retryable, code
+
+
+def test_not_found_on_get_result_fails_the_task(jimu: JimuAIAdapter) -> None:
+    # "no such task, or older than 12 h": nothing a new (billed) create would fix
+    gone = jimu.parse_query(200, ok({"status": "not_found"}))
+    assert isinstance(gone, Failed) and gone.code == "JIMUAI_NOT_FOUND"
+    assert not gone.retryable and not isinstance(gone, NotFound)
 
 
 @pytest.mark.parametrize(

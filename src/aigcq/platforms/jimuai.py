@@ -23,7 +23,7 @@ code 10000                              Accepted(task_id)            by ``data.s
 status in_queue / generating            -                            Pending
 status done + image_urls / video_url    -                            Succeeded(fileUrl list)
 status done + binary_data_base64 only   -                            Succeeded(files: stored)
-status not_found                        -                            NotFound
+status not_found                        -                            Failed (not sent again)
 status expired                          -                            Failed
 50429 QPS limit, 50430 concurrency      Full (back off)              Unknown (ask later)
 50500 / 50501 internal                  Rejected, retryable          Failed
@@ -291,7 +291,11 @@ class JimuAIAdapter(base.PlatformAdapter):
                 assert isinstance(data, dict)
                 return _result_files(data)
             case "not_found":
-                return base.NotFound("task not found (unknown or older than 12 h)")
+                # a task it accepted and does not know: a new create would be billed and
+                # most likely lost the same way (another account, a req_key it was not
+                # made with), so the task fails at once rather than be paid again
+                message = "task not found on JimuAI (unknown, or older than 12 h)"
+                return base.Failed("JIMUAI_NOT_FOUND", message, detail=_detail(body))
             case "expired":
                 return base.Failed("JIMUAI_EXPIRED", "task expired on JimuAI", detail=_detail(body))
             case _:
