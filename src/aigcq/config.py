@@ -392,6 +392,9 @@ class JimuAIAccount(PlatformAccount):
     secret_key: str = Field(min_length=1, repr=False)
     region: str = "cn-north-1"
     req_key: str = Field("", description="Model used when a payload names no req_key.")
+    #: the most output images (each one billed) a task of the project may have: a create
+    #: that may make more is sent with the API's single-output flag (None: the vendor's 15)
+    max_outputs: int | None = Field(None, ge=1, le=15)
 
     @model_validator(mode="after")
     def _pack(self) -> JimuAIAccount:
@@ -401,6 +404,7 @@ class JimuAIAccount(PlatformAccount):
                 "secret_key": self.secret_key,
                 "region": self.region,
                 "req_key": self.req_key,
+                "max_outputs": self.max_outputs,
             },
             separators=(",", ":"),
         )
@@ -439,6 +443,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "TaskGone": "任务已结束。",
         "TaskNotRetryable": "只有失败或已取消的任务可以重试。",
         "UncertainSubmit": "任务提交结果未知，为避免重复扣费未再提交，请稍后查询或重试。",
+        "MaxCostExceeded": "任务的预计费用超过了 maxCost 上限，未提交到付费平台。",
         "SignatureError": "签名校验失败。",
     },
     "SUCCESS": {"AssessmentSuccess": "任务提交成功，正在排队中..."},

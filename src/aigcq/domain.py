@@ -133,6 +133,7 @@ class ErrorCode(enum.StrEnum):
     GONE = "TaskGone"
     NOT_RETRYABLE = "TaskNotRetryable"
     UNCERTAIN_SUBMIT = "UncertainSubmit"
+    MAX_COST = "MaxCostExceeded"
 
 
 @dataclass(slots=True)

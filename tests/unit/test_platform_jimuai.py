@@ -233,3 +233,62 @@ def test_model_json_takes_the_jimuai_account(tmp_path: Path) -> None:
     (tmp_path / "model.json").write_text(json.dumps({"img": {"jimuai": {"access_key": "AK"}}}))
     with pytest.raises(ConfigError, match=r"img\.jimuai\.secret_key"):
         PlatformConfig.load(tmp_path)
+
+
+# ---- issue 28 item 4: the most outputs a create is billed for ----------------------------
+
+
+def capped(max_outputs: int | None, req_key: str = "jimeng_t2i_v40") -> str:
+    return JimuCredentials("AK", "SK", req_key=req_key, max_outputs=max_outputs).pack()
+
+
+def sent(jimu: JimuAIAdapter, task: Task, apikey: str) -> dict[str, Any]:
+    body: dict[str, Any] = orjson.loads(jimu.submit_request(task, apikey, "").body or b"")
+    return body
+
+
+@pytest.mark.parametrize(
+    ("max_outputs", "inputs", "force_single", "billed"),
+    [
+        (None, 0, None, 15),  # the vendor's default: up to 15 images
+        (None, 3, None, 12),  # 15 minus the input images
+        (15, 0, None, 15),  # the project allows what the model may make: no flag
+        (4, 0, True, 1),  # the API's one bound below 15 is its single-output flag
+        (1, 3, True, 1),
+    ],
+)
+def test_a_project_maximum_of_outputs_is_applied_before_the_create(
+    jimu: JimuAIAdapter,
+    max_outputs: int | None,
+    inputs: int,
+    force_single: bool | None,
+    billed: int,
+) -> None:
+    task = make_task(**({"image_urls": [f"https://in/{i}.jpg" for i in range(inputs)]}))
+    apikey = capped(max_outputs)
+    assert sent(jimu, task, apikey).get("force_single") is force_single
+    assert jimu.billed_units(task, apikey) == billed
+
+
+def test_single_output_models_and_payloads_asking_one_image(jimu: JimuAIAdapter) -> None:
+    # force_single is documented for 即梦 4.0 only; the other models make one image
+    other = capped(1, req_key="jimeng_t2i_v30")
+    assert "force_single" not in sent(jimu, make_task(), other)
+    assert jimu.billed_units(make_task(), other) == 1
+    single = make_task(force_single=True)
+    assert jimu.billed_units(single, capped(None)) == 1
+    assert sent(jimu, single, capped(None))["force_single"] is True
+
+
+def test_model_json_takes_a_maximum_of_outputs(tmp_path: Path) -> None:
+    entry = {"access_key": "AK", "secret_key": "SK", "concurrency": 5, "max_outputs": 1}
+    (tmp_path / "model.json").write_text(json.dumps({"img": {"jimuai": entry}}))
+    account = PlatformConfig.load(tmp_path).account("img", "jimuai")
+    assert account is not None
+    assert JimuCredentials.unpack(account.apikey).max_outputs == 1
+    for bad in (0, 16):
+        (tmp_path / "model.json").write_text(
+            json.dumps({"img": {"jimuai": {**entry, "max_outputs": bad}}})
+        )
+        with pytest.raises(ConfigError, match=r"img\.jimuai\.max_outputs"):
+            PlatformConfig.load(tmp_path)

@@ -190,6 +190,9 @@ def emulate_jimuai(
     duration: _Duration = 1.0,
     failure_rate: _FailureRate = 0.0,
     base64_only: Annotated[bool, typer.Option(help="Results only as base64")] = False,
+    outputs: Annotated[
+        int, typer.Option(min=1, max=15, help="Images per task (each billed) unless force_single")
+    ] = 1,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a JimuAI (即梦, Volcengine visual API) emulator: signed CVSync2AsyncSubmitTask /
@@ -208,4 +211,5 @@ def emulate_jimuai(
         qps=qps,
         queue_s=queue_s,
         base64_only=base64_only,
+        outputs=outputs,
     )

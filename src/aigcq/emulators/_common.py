@@ -109,8 +109,8 @@ class EmulatorCore(ABC):
         if self._public_url is None:
             self._public_url = str(request.base_url).rstrip("/")
 
-    def file_url(self, item_id: str) -> str:
-        return f"{self._public_url}/files/{item_id}/{self.file_name}"
+    def file_url(self, item_id: str, name: str = "") -> str:
+        return f"{self._public_url}/files/{item_id}/{name or self.file_name}"
 
     def file_body(self, item_id: str) -> tuple[bytes, str]:
         """A result file's bytes and media type (a PNG unless the platform's are others)."""

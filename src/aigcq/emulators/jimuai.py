@@ -92,6 +92,8 @@ RATE_LIMIT = (50429, 429, "Request Has Reached API Limit, Please Try Later")
 CONCURRENCY_LIMIT = (50430, 429, "Request Has Reached API Concurrent Limit, Please Try Later")
 INTERNAL_ERROR = (50500, 500, "Internal Error")
 POST_REVIEW = (50511, 400, "Post Img Risk Not Pass")
+#: input plus output images of one create at most (即梦 4.0)
+MAX_IMAGES = 15
 SUBMIT_INJECTIONS = {
     "rate_limit": RATE_LIMIT,
     "concurrency": CONCURRENCY_LIMIT,
@@ -106,7 +108,9 @@ DONE_INJECTIONS = {"post_review": POST_REVIEW}
 class JimuAIEmulatorConfig(EmulatorConfig):
     """``credentials`` maps access keys to secret keys; ``max_concurrent`` tasks may be
     in_queue or generating per key; ``qps`` submits a second per key (0 = no limit);
-    ``queue_s`` before ``generating``; ``max_skew_s`` how far ``X-Date`` may be from now."""
+    ``queue_s`` before ``generating``; ``max_skew_s`` how far ``X-Date`` may be from now;
+    ``outputs`` the images a task makes (the model decides from the prompt, at most 15
+    minus its input images, each one billed), one when its submit says ``force_single``."""
 
     credentials: Mapping[str, str] = field(
         default_factory=lambda: {DEFAULT_ACCESS_KEY: DEFAULT_SECRET_KEY}
@@ -117,10 +121,19 @@ class JimuAIEmulatorConfig(EmulatorConfig):
     queue_s: float = 0.0
     max_skew_s: float = 900.0
     base64_only: bool = False
+    outputs: int = 1
 
 
 class _Task:
-    __slots__ = ("access_key", "done_at", "failed", "generating_at", "prompt", "req_key")
+    __slots__ = (
+        "access_key",
+        "done_at",
+        "failed",
+        "generating_at",
+        "images",
+        "prompt",
+        "req_key",
+    )
 
     def __init__(self, access_key: str, req_key: str, prompt: str, queue_s: float, run_s: float):
         now = time.monotonic()
@@ -128,6 +141,7 @@ class _Task:
         self.generating_at = now + queue_s
         self.done_at = self.generating_at + run_s
         self.failed = False
+        self.images = 1
 
     def state(self, now: float) -> str:
         if now >= self.done_at:
@@ -280,6 +294,7 @@ class _JimuAI(EmulatorCore):
             access_key, req_key, str(prompt or ""), self.config.queue_s, self.config.duration_s
         )
         task.failed = self.draw_failure()
+        task.images = self._images(body)
         self.tasks[task_id] = task
         running.append(task)
         self.peak = max(self.peak, len(running))
@@ -289,6 +304,15 @@ class _JimuAI(EmulatorCore):
             self.tasks.pop(old, None)
         self.retention.add(task.done_at, task_id)
         return self._answer(10000, {"task_id": task_id})
+
+    def _images(self, body: dict[str, Any]) -> int:
+        """How many images a create makes: one with ``force_single``, else ``outputs``,
+        at most 15 minus its input images."""
+        if body.get("force_single") is True:
+            self.counts["force_single"] += 1
+            return 1
+        inputs = body.get("image_urls") or body.get("binary_data_base64") or []
+        return max(1, min(self.config.outputs, MAX_IMAGES - len(inputs)))
 
     def _get_result(self, body: Any) -> Response:
         self.counts["polls"] += 1
@@ -317,10 +341,11 @@ class _JimuAI(EmulatorCore):
             return self._business(INVALID_INPUT)
         data = self._data("done")
         if options.get("return_url") is True and not self.config.base64_only:
-            data["image_urls"] = [self.file_url(task_id)]
+            names = [f"output-{i}.jpeg" if i else "" for i in range(task.images)]
+            data["image_urls"] = [self.file_url(task_id, name) for name in names]
         else:
-            image = self.file_body(task_id)[0]
-            data["binary_data_base64"] = [base64.b64encode(image).decode()]
+            image = base64.b64encode(self.file_body(task_id)[0]).decode()
+            data["binary_data_base64"] = [image] * task.images
         return self._answer(10000, data)
 
     @staticmethod

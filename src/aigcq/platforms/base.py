@@ -174,6 +174,12 @@ class PlatformAdapter(ABC):
     def cancel_request(self, task: Task, apikey: str) -> HttpRequest | None:
         return None
 
+    def billed_units(self, task: Task, apikey: str) -> int:
+        """The most units a create of ``task`` may be billed for; its platform's configured
+        price (``AIGCQ_OVERFLOW_PRICE``) is per unit. One per task, unless the platform
+        bills per output (JimuAI: per image)."""
+        return 1
+
     def running_request(self, apikey: str) -> HttpRequest | None:
         """A query of how many tasks the account runs (or queues) now; None: the platform
         has none. The one question about a create whose task id we never learnt."""

@@ -76,6 +76,21 @@ GATEWAY_TRANSIENT = frozenset(
     {"InternalError", "InternalServiceTimeout", "ServiceUnavailableTemp", "InternalServiceError"}
 )
 RETURN_URL = json.dumps({"return_url": True}, separators=(",", ":"))
+#: models that may make several images per create (each one billed), and their limit on
+#: input plus output images: 即梦 4.0 makes up to 15 minus its inputs unless its
+#: ``force_single`` flag says one (doc 85621/1616429). Any other model: one image.
+MULTI_OUTPUT = {"jimeng_t2i_v40": 15}
+#: the input images of a create
+INPUT_FIELDS = ("image_urls", "binary_data_base64")
+
+
+def most_outputs(body: dict[str, Any]) -> int:
+    """The most images (each one billed) a create with ``body`` may make."""
+    limit = MULTI_OUTPUT.get(str(body.get("req_key")))
+    if limit is None or body.get("force_single") is True:
+        return 1
+    inputs = sum(len(v) for f in INPUT_FIELDS if isinstance(v := body.get(f), list))
+    return max(limit - inputs, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +101,8 @@ class JimuCredentials:
     secret_key: str
     region: str = DEFAULT_REGION
     req_key: str = ""
+    #: the project's maximum of output images per task (None: the vendor's)
+    max_outputs: int | None = None
 
     def __repr__(self) -> str:  # never print the secret key
         return f"JimuCredentials(access_key={self.access_key!r}, region={self.region!r})"
@@ -97,6 +114,7 @@ class JimuCredentials:
                 "secret_key": self.secret_key,
                 "region": self.region,
                 "req_key": self.req_key,
+                "max_outputs": self.max_outputs,
             },
             separators=(",", ":"),
         )
@@ -111,11 +129,13 @@ class JimuCredentials:
             raw = None
         if not isinstance(raw, dict):
             return cls("", "")
+        cap = raw.get("max_outputs")
         return cls(
             str(raw.get("access_key") or ""),
             str(raw.get("secret_key") or ""),
             str(raw.get("region") or DEFAULT_REGION),
             str(raw.get("req_key") or ""),
+            cap if isinstance(cap, int) and not isinstance(cap, bool) else None,
         )
 
 
@@ -230,9 +250,21 @@ class JimuAIAdapter(base.PlatformAdapter):
         given = task.payload.get("req_key") or task.workflow_id
         return str(given) if given else JimuCredentials.unpack(apikey).req_key
 
-    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
+    def _submit_body(self, task: Task, apikey: str) -> dict[str, Any]:
+        """The payload with its ``req_key``; ``force_single`` when the create might make
+        more images than the project's ``max_outputs`` (the API's one bound on them)."""
         body = {**task.payload, "req_key": self._req_key(task, apikey)}
-        return self._request(SUBMIT_ACTION, apikey, body)
+        cap = JimuCredentials.unpack(apikey).max_outputs
+        if cap is not None and most_outputs(body) > cap:
+            body["force_single"] = True
+        return body
+
+    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
+        return self._request(SUBMIT_ACTION, apikey, self._submit_body(task, apikey))
+
+    def billed_units(self, task: Task, apikey: str) -> int:
+        """JimuAI bills per output image: the most the create may make."""
+        return most_outputs(self._submit_body(task, apikey))
 
     def parse_submit(self, status: int, body: Any) -> base.SubmitOutcome:
         if (error := gateway_error(body)) is not None:

@@ -195,8 +195,10 @@ class TaskStore:
         backend_id: str,
         payload: dict[str, Any],
         deliver: bool = True,
+        max_cost: float | None = None,
     ) -> Submitted:
-        """Create a task and queue it; an existing ``task_id`` is returned unchanged."""
+        """Create a task and queue it; an existing ``task_id`` is returned unchanged.
+        ``max_cost``: the most it may cost on a paid platform (None: no limit)."""
         created, state, owner = await self._run(
             "submit",
             task_id=task_id,
@@ -207,6 +209,7 @@ class TaskStore:
             payload=orjson.dumps(payload),
             workflow_id=workflow_of(payload),
             deliver="1" if deliver else "0",
+            max_cost="" if max_cost is None else repr(max_cost),
         )
         return Submitted(bool(created), TaskState(text(state)), text(owner))
 
@@ -527,6 +530,11 @@ class TaskStore:
         await self.redis.zadd(key, {o.remote_id: time.time() + delay_s}, xx=True)
 
     # ---- reads ----------------------------------------------------------------------
+
+    async def max_cost(self, task_id: str) -> float | None:
+        """The most the task may cost on a paid platform (its client's ``maxCost``)."""
+        [raw] = await self.mux.commands(["HGET", self.keys.task(task_id), "maxCost"])
+        return None if raw is None else float(text(raw))
 
     async def get(self, task_id: str) -> Task | None:
         raw = await self.redis.hgetall(self.keys.task(task_id))

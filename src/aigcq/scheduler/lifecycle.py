@@ -101,8 +101,10 @@ class Lifecycle:
         payload: dict[str, Any],
         *,
         deliver: bool,
+        max_cost: float | None = None,
     ) -> Submitted:
-        """A client submitted a task: stored and queued (an existing id is left as it is)."""
+        """A client submitted a task: stored and queued (an existing id is left as it is).
+        ``max_cost``: the most it may cost on a paid platform."""
         aigc, platform = queue
         result = await self.rt.store.submit(
             task_id,
@@ -111,6 +113,7 @@ class Lifecycle:
             backend_id=backend_id,
             payload=payload,
             deliver=deliver,
+            max_cost=max_cost,
         )
         _say(logging.DEBUG, task_id, "submitted by %s (created=%s)", backend_id, result.created)
         await self.made_durable(task_id, "its submit")
@@ -297,6 +300,16 @@ class Lifecycle:
             ended=True,
         )
         _say(logging.WARNING, c.task_id, "rejected by %s: %s", target, error)
+        return done.applied
+
+    async def priced_out(self, c: Claimed, reason: str) -> bool:
+        """The task's expected cost on the paid platform that would run it is above its
+        ``maxCost``, and nothing else runs its platform: it fails, nothing sent. False: it
+        had moved on."""
+        error = {"code": ErrorCode.MAX_COST.value, "message": reason, "detail": None}
+        done = await self.fail(c.task_id, c.attempt, ErrorCode.MAX_COST, error, reason, ended=True)
+        if done.applied:
+            _say(logging.WARNING, c.task_id, "not sent: %s", reason)
         return done.applied
 
     async def unrunnable(self, task_id: str, code: str, message: str, detail: str) -> None:
