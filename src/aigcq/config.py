@@ -281,7 +281,11 @@ class Settings(BaseSettings):
     overflow_price: dict[str, float] = Field(
         default_factory=dict,
         validation_alias=_env("OVERFLOW_PRICE"),
-        description='Estimated price per task by external target (JSON, e.g. {"runninghub": 0.1}).',
+        description=(
+            'Price per task by external target (JSON, e.g. {"runninghub": 0.1}; JimuAI: per '
+            "output image): a task's cost where its platform reports no money (an estimate), "
+            "and what its maxCost is checked against."
+        ),
     )
     bridge_failure_limit: int = Field(
         3, ge=1, validation_alias=_env("BRIDGE_FAILURE_LIMIT"), description="-> out of rotation."

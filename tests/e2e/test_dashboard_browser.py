@@ -248,6 +248,7 @@ PANELS_WITH_DATA = {
     "split-chart": "#split-chart polyline[points*=' ']",
     "overflow": "#overflow tbody tr",
     "spend-chart": "#spend-chart polyline[points*=' ']",
+    "spend-today": "#spend-workflows tbody tr",
     "asynch": "#asynch-models tbody tr",
     "health": "#health-history li",
     "recent": "#recent tbody tr",
@@ -286,6 +287,9 @@ async def show_spend_and_asynch(page: Page) -> None:
     )
     assert float(spent) >= 0.75
     assert "per process" in await page.eval("document.querySelector('#overflow-total').textContent")
+    # the fleet's figures, from Redis: RunningHub's tasks at the price, an estimate
+    fleet = cell("spend-projects", "proj", 1)
+    await page.wait_for(f"{fleet}.startsWith('≈') && parseFloat({fleet}.slice(1)) >= 0.75")
     assert await page.eval("document.querySelector('#asynch-panel').hidden") is False
     await page.wait_for(f"{cell('asynch-models', 'sdxl', 2)} === '3 / 20'")
     assert await page.eval(cell("asynch-models", "sdxl", 3)) == "2 / 2 per tenant"

@@ -1,6 +1,6 @@
-"""The dashboard's extra panels: overflow spend (per process, from the metrics counters), the
-model-asynch panel (only with ``AIGCQ_ASYNCH_URL``), and ``aigcq dispatcher``'s own
-``/dashboard``."""
+"""The dashboard's extra panels: overflow spend (per process, from the metrics counters that
+each paid task's recorded cost adds to), the model-asynch panel (only with
+``AIGCQ_ASYNCH_URL``), and ``aigcq dispatcher``'s own ``/dashboard``."""
 
 from __future__ import annotations
 
@@ -58,9 +58,9 @@ async def test_overflow_spend_follows_the_metrics_and_no_asynch_panel(
         first = await snapshot(base)
         assert first["asynch"] is None and first["overflow"]["scope"] == "process"
         tasks, cost = spend(first, "runninghub")
-        prices = svc.rt.settings.overflow_price
         for _ in range(3):
-            metrics.overflowed("proj", "comfyui", "runninghub", prices)
+            metrics.overflowed("proj", "comfyui", "runninghub")
+            metrics.spent("proj", "runninghub", "acct", 0.25, estimate=True, coins=0)
         # The monitor samples every second; the snapshot endpoint serves the latest.
         later = await until(
             lambda: snapshot(base),

@@ -140,6 +140,12 @@ def emulate_runninghub(
     duration: _Duration = 1.0,
     failure_rate: _FailureRate = 0.0,
     api_key: _ApiKeys = None,
+    consume_coins: Annotated[
+        int, typer.Option(min=0, help="consumeCoins each task's outputs report")
+    ] = 10,
+    consume_money: Annotated[
+        float | None, typer.Option(min=0, help="consumeMoney each reports (default: null)")
+    ] = None,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats)."""
@@ -154,6 +160,8 @@ def emulate_runninghub(
         failure_rate,
         max_concurrent=max_concurrent,
         api_keys=_key_set(api_key),
+        consume_coins=consume_coins,
+        consume_money=consume_money,
     )
 
 

@@ -196,7 +196,7 @@ def _result_files(task_data: dict[str, Any]) -> base.ResultOutcome:
     if isinstance(video, str) and video:
         entries.append({"fileUrl": video, "fileType": "mp4"})
     if entries:
-        return base.Succeeded(files_result(entries))
+        return base.Succeeded(files_result(entries), cost=base.Cost(units=len(entries)))
     blobs = task_data.get("binary_data_base64")
     files: list[base.ResultFile] = []
     if isinstance(blobs, list):
@@ -210,8 +210,15 @@ def _result_files(task_data: dict[str, Any]) -> base.ResultOutcome:
             kind = content_type(data)
             files.append(base.ResultFile(f"{i}.{kind}", data, f"image/{kind}"))
     if files:
-        return base.Succeeded(files_result([]), files=tuple(files))
-    return base.Failed("JIMUAI_EMPTY_RESULT", "done without image_urls, video_url or images")
+        cost = base.Cost(units=len(files))
+        return base.Succeeded(files_result([]), files=tuple(files), cost=cost)
+    return _failed("JIMUAI_EMPTY_RESULT", "done without image_urls, video_url or images")
+
+
+def _failed(code: str, message: str, body: Any = None, *, retryable: bool = False) -> base.Failed:
+    """A failure, billed nothing: JimuAI bills the output images it delivers."""
+    detail = _detail(body) if isinstance(body, dict) else None
+    return base.Failed(code, message, detail, retryable, cost=base.Cost(units=0))
 
 
 @base.register
@@ -262,6 +269,15 @@ class JimuAIAdapter(base.PlatformAdapter):
     def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
         return self._request(SUBMIT_ACTION, apikey, self._submit_body(task, apikey))
 
+    def account_id(self, apikey: str) -> str:
+        """The access key: Volcengine's public name of the account (its secret is the
+        secret key)."""
+        return JimuCredentials.unpack(apikey).access_key
+
+    def workflow_of(self, workflow_id: str, apikey: str) -> str:
+        """The payload's ``req_key``, else the account's."""
+        return workflow_id or JimuCredentials.unpack(apikey).req_key
+
     def billed_units(self, task: Task, apikey: str) -> int:
         """JimuAI bills per output image: the most the create may make."""
         return most_outputs(self._submit_body(task, apikey))
@@ -308,10 +324,10 @@ class JimuAIAdapter(base.PlatformAdapter):
         if code in FULL_CODES:
             return base.Unknown(f"JIMUAI_{code} rate limited")
         if code != SUCCESS:
-            return base.Failed(
+            return _failed(
                 f"JIMUAI_{code}",
                 message or "task failed",
-                detail=_detail(body),
+                body,
                 retryable=code in POST_REVIEW_CODES,
             )
         data = body.get("data")
@@ -327,8 +343,8 @@ class JimuAIAdapter(base.PlatformAdapter):
                 # most likely lost the same way (another account, a req_key it was not
                 # made with), so the task fails at once rather than be paid again
                 message = "task not found on JimuAI (unknown, or older than 12 h)"
-                return base.Failed("JIMUAI_NOT_FOUND", message, detail=_detail(body))
+                return _failed("JIMUAI_NOT_FOUND", message, body)
             case "expired":
-                return base.Failed("JIMUAI_EXPIRED", "task expired on JimuAI", detail=_detail(body))
+                return _failed("JIMUAI_EXPIRED", "task expired on JimuAI", body)
             case _:
                 return base.Unknown(f"undocumented status {state!r}")

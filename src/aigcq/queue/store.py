@@ -14,6 +14,7 @@ would spread the writers over several modules, which is what the rule forbids.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -528,6 +529,24 @@ class TaskStore:
     async def check_orphan_later(self, o: Orphan, delay_s: float) -> None:
         key = self.keys.orphans(o.aigc, o.target)
         await self.redis.zadd(key, {o.remote_id: time.time() + delay_s}, xx=True)
+
+    async def record_cost(
+        self,
+        task_id: str,
+        cost: dict[str, Any],
+        adds: Mapping[str, Mapping[str, float]],
+        keep_s: Mapping[str, int],
+    ) -> None:
+        """What a finished task cost: its hash's ``cost`` (JSON), and ``adds`` (spend key
+        -> field -> amount, each key kept ``keep_s[key]`` seconds after), in one MULTI
+        (:mod:`aigcq.scheduler.spend` says what)."""
+        pipe = self.redis.pipeline(transaction=True)
+        for key, fields in adds.items():
+            for name, amount in fields.items():
+                pipe.hincrbyfloat(key, name, amount)
+            pipe.expire(key, keep_s[key])
+        pipe.hset(self.keys.task(task_id), "cost", orjson.dumps(cost).decode())
+        await pipe.execute()
 
     # ---- reads ----------------------------------------------------------------------
 

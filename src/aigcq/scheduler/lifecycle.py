@@ -32,6 +32,7 @@ from aigcq.queue.store import Claimed, MoveResult, NotReplicated, Orphan, Submit
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import INFRASTRUCTURE, EndListener, TaskEnd, end_of, failure_class
 from aigcq.scheduler.orphans import Orphans
+from aigcq.scheduler.spend import SpendLedger
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class Lifecycle:
     def __init__(self, rt: Runtime, *, retry_failures: bool = False) -> None:
         self.rt = rt
         self.orphans = Orphans(rt)
+        self.spend = SpendLedger(rt)
         #: a failed result puts the task back while it has attempts left (the
         #: message-dispatcher's retries, seed 000 §9.3.2); otherwise it fails at once
         self.retry_failures = retry_failures
@@ -211,7 +213,7 @@ class Lifecycle:
         progress = progress_event(run.backend_id, running_message(task_id, target))
         where = (aigc, platform, target) if paid else None
         if paid:
-            metrics.overflowed(aigc, platform, target, self.rt.settings.overflow_price)
+            metrics.overflowed(aigc, platform, target)
         for wait_s in _mark_waits(paid):
             try:
                 marked = await self.rt.store.mark_running(
@@ -386,6 +388,7 @@ class Lifecycle:
                 error = {"code": code, "message": message, "detail": detail}
                 again = outcome.retryable or failure_class(outcome) == INFRASTRUCTURE
                 if await self._retried(task_id, f"failed: {code} {message}", attempt, again):
+                    await self.spend.ended(task_id, target, outcome)
                     self.announce(task_id, target, end_of(outcome), attempt)
                     return MoveResult(True, TaskState.PENDING)
                 done = await self.rt.store.finish(
@@ -403,6 +406,7 @@ class Lifecycle:
         _say(logging.DEBUG, task_id, "%s via %s (applied=%s)", done.state, note, done.applied)
         await self._cancel_orphan(task_id, done)
         if done.applied:
+            await self.spend.ended(task_id, done.target or target, outcome)
             self.announce(task_id, done.target or target, end_of(outcome), attempt)
         elif done.state is not None:
             self.announce(task_id, target, TaskEnd.GONE, attempt)

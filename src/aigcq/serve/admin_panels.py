@@ -1,9 +1,10 @@
 """Extra parts of the dashboard snapshot: overflow spend and the model-asynch panel.
 
 * **Overflow spend** is read from the same Prometheus counters ``/metrics`` exports
-  (``aigcq_overflow_tasks_total``, ``aigcq_overflow_cost_total``, priced by
-  ``AIGCQ_OVERFLOW_PRICE``). Like those counters it is **per process** since it started;
-  with several serve processes, sum their ``/metrics`` for the fleet.
+  (``aigcq_overflow_tasks_total``, ``aigcq_overflow_cost_total``: each paid task's
+  recorded cost, :mod:`aigcq.scheduler.spend`). Like those counters it is **per process**
+  since it started; the snapshot's ``spend`` (today and this month) is the fleet's, from
+  Redis.
 * **Model-asynch** is fetched, when ``AIGCQ_ASYNCH_URL`` is set, from that service's
   read-only ``GET /admin/overview`` with this process's admin token (the asynch service
   needs the same ``AIGCQ_ADMIN_TOKEN``). Without the setting the snapshot has
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def overflow_spend() -> dict[str, Any]:
-    """Tasks accepted per external target and their estimated cost, this process only."""
+    """Tasks accepted per external target and their recorded cost, this process only."""
     tasks: dict[str, float] = {}
     cost: dict[str, float] = {}
     for family in metrics.OVERFLOW_TASKS.collect():

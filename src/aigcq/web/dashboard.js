@@ -198,8 +198,39 @@ function renderOverflow(o) {
   fillTable("#overflow", o.targets.length
     ? o.targets.map((r) => [r.target, r.tasks, money(r.cost)])
     : [["-", 0, money(0)]]);
-  $("#overflow-total").textContent = `total ${o.totalTasks} tasks · estimated ${money(o.totalCost)}` +
-    " (AIGCQ_OVERFLOW_PRICE per accepted task; per process — sum /metrics across processes)";
+  $("#overflow-total").textContent = `total ${o.totalTasks} tasks · cost ${money(o.totalCost)}` +
+    " (each paid task's recorded cost; per process — sum /metrics across processes)";
+}
+
+// a figure, marked ≈ when (part of) it is the configured price rather than the platform's
+function cost(r) {
+  if (!r || !r.amount) return "0.00";
+  if (!r.estimated) return r.amount.toFixed(2);
+  if (r.estimated >= r.amount) return "≈" + r.amount.toFixed(2);
+  return `${r.amount.toFixed(2)} (≈${r.estimated.toFixed(2)})`;
+}
+
+function renderSpend(sp) {
+  if (!sp) return;
+  const { day, month } = sp;
+  const find = (rows, r, keys) => rows.find((m) => keys.every((k) => m[k] === r[k]));
+  const names = (rows, keys) => [...new Map(rows.map((r) => [keys.map((k) => r[k]).join("/"), r])).values()];
+  const projects = names([...day.projects, ...month.projects], ["AIGC"]);
+  fillTable("#spend-projects", projects.length ? projects.map((p) => [
+    p.AIGC, cost(find(day.projects, p, ["AIGC"])), cost(find(month.projects, p, ["AIGC"])),
+    (find(day.projects, p, ["AIGC"]) || { tasks: 0 }).tasks,
+  ]) : [["-", cost(), cost(), 0]]);
+  const accounts = names([...day.accounts, ...month.accounts], ["target", "account"]);
+  fillTable("#spend-accounts", accounts.map((a) => {
+    const today = find(day.accounts, a, ["target", "account"]);
+    return [wrap(`${a.target} ${a.account}`), cost(today),
+      cost(find(month.accounts, a, ["target", "account"])), today ? today.coins : 0];
+  }));
+  fillTable("#spend-workflows", day.workflows.map((w) => [
+    wrap(`${w.target} ${w.workflow || "-"}`), w.AIGC, cost(w), w.tasks,
+  ]));
+  $("#spend-total").textContent = `today (${day.period}) ${cost(day.total)} · ${day.total.tasks} tasks` +
+    ` · this month (${month.period}) ${cost(month.total)}`;
 }
 
 function renderAsynch(a) {
@@ -236,6 +267,7 @@ function render(s) {
   renderHealth(s.health);
   renderRecent(s.recent);
   renderOverflow(s.overflow);
+  renderSpend(s.spend);
   renderAsynch(s.asynch);
   document.body.dataset.snapshots = String(++snapshots);
 }
