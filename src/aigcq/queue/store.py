@@ -76,6 +76,9 @@ class MoveResult:
     applied: bool
     state: TaskState | None  # None: the task does not exist (or has expired)
     target: str = ""  # where it ran (set when applied)
+    #: its AIGC project and platform (set when a finish applied)
+    aigc: str = ""
+    platform: str = ""
     #: not applied: a failure reported by an attempt that is no longer the live one
     superseded: bool = False
     #: applied: the remote task of the live attempt, still running on a paid target and
@@ -128,6 +131,7 @@ SCRIPTS = (
     "promote",
     "retry",
     "release_orphan",
+    "charge",
 )
 
 
@@ -459,7 +463,8 @@ class TaskStore:
             current_state = TaskState(text(current)) if code >= 0 else None
             return MoveResult(False, current_state, superseded=code == 2)
         metrics.task_finished(labels[:4], state.value, now)
-        return MoveResult(True, state, text(labels[2]), orphan=text(labels[4]))
+        aigc, platform, target = (text(v) for v in labels[:3])
+        return MoveResult(True, state, target, orphan=text(labels[4]), aigc=aigc, platform=platform)
 
     async def withdraw(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
         """Cancel a task that is still waiting (never one dispatched or running), with no
@@ -533,20 +538,35 @@ class TaskStore:
     async def record_cost(
         self,
         task_id: str,
-        cost: dict[str, Any],
-        adds: Mapping[str, Mapping[str, float]],
-        keep_s: Mapping[str, int],
-    ) -> None:
-        """What a finished task cost: its hash's ``cost`` (JSON), and ``adds`` (spend key
-        -> field -> amount, each key kept ``keep_s[key]`` seconds after), in one MULTI
-        (:mod:`aigcq.scheduler.spend` says what)."""
-        pipe = self.redis.pipeline(transaction=True)
-        for key, fields in adds.items():
-            for name, amount in fields.items():
-                pipe.hincrbyfloat(key, name, amount)
-            pipe.expire(key, keep_s[key])
-        pipe.hset(self.keys.task(task_id), "cost", orjson.dumps(cost).decode())
-        await pipe.execute()
+        *,
+        target: str,
+        account: str,
+        default_workflow: str,
+        periods: Mapping[str, tuple[str, int]],
+        record: dict[str, Any],
+        figures: Mapping[str, float],
+    ) -> bool:
+        """Charge a finished task what it cost (``figures``: amount, estimated, coins,
+        seconds) in the spend hashes of ``periods`` (``day`` / ``month`` -> its name and how
+        long its hash is kept), and keep ``record`` on it, in one step (``charge.lua``,
+        laid out for :mod:`aigcq.scheduler.spend`). False: no such task."""
+        done = await self._run(
+            "charge",
+            task_id=task_id,
+            target=target,
+            account=account,
+            default_workflow=default_workflow,
+            day=periods["day"][0],
+            month=periods["month"][0],
+            day_keep=periods["day"][1],
+            month_keep=periods["month"][1],
+            record=orjson.dumps(record),
+            amount=_decimal(figures["amount"]),
+            estimated=_decimal(figures["estimated"]),
+            coins=_decimal(figures["coins"]),
+            seconds=_decimal(figures["seconds"]),
+        )
+        return bool(done)
 
     # ---- reads ----------------------------------------------------------------------
 
@@ -626,6 +646,11 @@ _HEAD = [
 
 #: payload fields naming the workflow or model a task runs (RunningHub, Coze, JimuAI)
 WORKFLOW_FIELDS = ("workflowId", "workflow_id", "req_key")
+
+
+def _decimal(value: float) -> str:
+    """A figure as ``HINCRBYFLOAT`` reads it (shortest exact decimal)."""
+    return repr(float(value))
 
 
 def workflow_of(payload: dict[str, Any]) -> str:

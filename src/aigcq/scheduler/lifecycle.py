@@ -406,7 +406,9 @@ class Lifecycle:
         _say(logging.DEBUG, task_id, "%s via %s (applied=%s)", done.state, note, done.applied)
         await self._cancel_orphan(task_id, done)
         if done.applied:
-            await self.spend.ended(task_id, done.target or target, outcome)
+            await self.spend.ended(
+                task_id, done.target or target, outcome, (done.aigc, done.platform)
+            )
             self.announce(task_id, done.target or target, end_of(outcome), attempt)
         elif done.state is not None:
             self.announce(task_id, target, TaskEnd.GONE, attempt)

@@ -7,9 +7,11 @@ RunningHub's ``consumeMoney`` (plus ``thirdPartyConsumeMoney``) as the amount an
 billed in coins, a failure) the configured price, ``AIGCQ_OVERFLOW_PRICE`` per billed unit
 (a task; JimuAI's output images), marked as an estimate (0 without a price).
 
-The charge is added, in one MULTI (:meth:`aigcq.queue.store.TaskStore.record_cost`), to the
-hash of its UTC day and of its month (``Keys.spend``), per project, account and workflow,
-with the project's and the account's totals beside (what a budget reads), and kept on the
+The charge is added, in one step (``queue/lua/charge.lua``, through
+:meth:`aigcq.queue.store.TaskStore.record_cost`), to the hash of its UTC day and of its month
+(``Keys.spend``), per project, account and workflow (fields ``["w", AIGC, target, account,
+workflow, figure]``), with the project's (``["p", AIGC, figure]``) and the account's
+(``["a", target, account, figure]``) totals beside (what a budget reads), and kept on the
 task (its ``cost`` field). Every
 process sharing the Redis reads the same figures. It is written right after the task's
 end is applied, once (only the move that ended the task records it): a process that dies
@@ -68,38 +70,27 @@ def period_names(now: float) -> dict[str, str]:
     return {"day": day, "month": day[:7]}
 
 
-def _rows(c: Charge, aigc: str, target: str, account: str, workflow: str) -> dict[str, float]:
-    """The hash fields one charge adds to: the workflow's row, the project's, the account's
-    (each field a JSON list: kind, names, figure)."""
-    figures = {
-        "amount": c.amount,
-        "estimated": c.amount if c.estimate else 0.0,
-        "coins": c.coins,
-        "seconds": c.seconds,
-        "tasks": 1.0,
-    }
-    kinds = (("w", aigc, target, account, workflow), ("p", aigc), ("a", target, account))
-    return {
-        orjson.dumps([*names, figure]).decode(): value
-        for names in kinds
-        for figure, value in figures.items()
-    }
-
-
 class SpendLedger:
     """Records each paid task's charge (:meth:`ended`) and reads a period's (:meth:`view`)."""
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
 
-    async def ended(self, task_id: str, target: str, outcome: Succeeded | Failed) -> None:
-        """The task ended on ``target`` with ``outcome``: charge it if ``target`` is paid.
-        A Redis that does not answer loses the charge (logged), never the task's end."""
+    async def ended(
+        self,
+        task_id: str,
+        target: str,
+        outcome: Succeeded | Failed,
+        queue: tuple[str, str] | None = None,
+    ) -> None:
+        """The task (of ``queue``: AIGC, platform, when known) ended on ``target`` with
+        ``outcome``: charge it if ``target`` is paid. A Redis that does not answer loses the
+        charge (logged), never the task's end."""
         adapter = self.rt.platforms.adapters.get(target)
         if adapter is None or not adapter.paid:
             return
         try:
-            await self._record(task_id, target, outcome.cost)
+            await self._record(task_id, target, outcome.cost, queue or await self._queue(task_id))
         except RedisError as exc:
             log.warning(
                 "task %s: its cost on %s is not recorded: %r",
@@ -109,23 +100,36 @@ class SpendLedger:
                 extra=ctx(task=task_id),
             )
 
-    async def _record(self, task_id: str, target: str, cost: Cost) -> None:
-        rt, keys = self.rt, self.rt.store.keys
-        aigc, platform, workflow = (
-            text(v) if v is not None else ""
-            for v in await rt.redis.hmget(keys.task(task_id), ["AIGC", "platform", "workflowId"])
+    async def _queue(self, task_id: str) -> tuple[str, str]:
+        aigc, platform = await self.rt.redis.hmget(
+            self.rt.store.keys.task(task_id), "AIGC", "platform"
         )
-        adapter, apikey = rt.platforms.adapters[target], rt.apikey(aigc, platform)
-        account, workflow = adapter.account_id(apikey), adapter.workflow_of(workflow, apikey)
+        return text(aigc or ""), text(platform or "")
+
+    async def _record(self, task_id: str, target: str, cost: Cost, queue: tuple[str, str]) -> None:
+        rt = self.rt
+        adapter, apikey = rt.platforms.adapters[target], rt.apikey(*queue)
+        account = adapter.account_id(apikey)
         c = charge(cost, rt.settings.overflow_price.get(target))
-        rows = _rows(c, aigc, target, account, workflow)
-        periods = {keys.spend(p, name): p for p, name in period_names(time.time()).items()}
+        names = period_names(time.time())
         record = {"amount": c.amount, "estimate": c.estimate, "account": account}
         record |= {"coins": cost.coins, "seconds": cost.seconds, "tokens": cost.tokens}
         record["units"] = cost.units
-        keep_s = {key: KEEP_S[p] for key, p in periods.items()}
-        await rt.store.record_cost(task_id, record, dict.fromkeys(periods, rows), keep_s)
-        metrics.spent(aigc, target, account, c.amount, c.estimate, c.coins)
+        await rt.store.record_cost(
+            task_id,
+            target=target,
+            account=account,
+            default_workflow=adapter.workflow_of("", apikey),
+            periods={p: (names[p], KEEP_S[p]) for p in names},
+            record=record,
+            figures={
+                "amount": c.amount,
+                "estimated": c.amount if c.estimate else 0.0,
+                "coins": c.coins,
+                "seconds": c.seconds,
+            },
+        )
+        metrics.spent(queue[0], target, account, c.amount, c.estimate, c.coins)
         log.debug(
             "task %s: cost %s on %s (%s)",
             task_id,
