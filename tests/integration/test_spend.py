@@ -5,6 +5,8 @@ A real service and the emulators; RunningHub's reports ``consumeCoins`` / ``cons
 
 from __future__ import annotations
 
+import asyncio
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from aigcq.domain import TaskState
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from aigcq.scheduler.spend import SpendLedger
 from tests.fakes.client import generate
@@ -24,6 +27,7 @@ from tests.fakes.paid import (
     models,
     paid_stack,
 )
+from tests.fakes.waiting import until
 
 ADMIN = "spend-admin-token"
 PRICES = {"runninghub": 0.1, "coze": 0.3, "jimuai": 0.2}
@@ -38,6 +42,13 @@ def model() -> dict[str, Any]:
 async def admin(env: Paid, path: str) -> httpx.Response:
     async with httpx.AsyncClient(base_url=env.base) as http:
         return await http.get(path, headers={"Authorization": f"Bearer {ADMIN}"})
+
+
+async def scrape(env: Paid) -> dict[str, float]:
+    """``/metrics``: each sample's value by its name and labels."""
+    text = (await admin(env, "/metrics")).text
+    lines = (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    return {name: float(value) for name, value in lines}
 
 
 def row(rows: list[dict[str, Any]], **match: str) -> dict[str, Any]:
@@ -59,6 +70,7 @@ async def test_each_paid_task_s_cost_is_recorded_per_project_account_and_workflo
         overflow_price=PRICES,
         admin_token=ADMIN,
     ) as env:
+        before = await scrape(env)
         await env.client.request(generate("rh1"))  # no bridge: RunningHub runs it
         await env.client.request(generate("cz1", platform="coze", workflow_id="wf-c"))
         await env.client.request(generate("jm1", platform="jimuai", prompt="three foxes"))
@@ -107,12 +119,18 @@ async def test_each_paid_task_s_cost_is_recorded_per_project_account_and_workflo
         cost = await env.service.rt.redis.hget(keys.task("rh1"), "cost")
         assert '"amount":0.35' in cost and '"estimate":false' in cost
 
-        text = (await admin(env, "/metrics")).text
+        # the process's counters (other tests of this process add to them too: deltas)
+        after = await scrape(env)
         rh_labels = f'account="{rh_account}",aigc="proj"'
-        assert f'aigcq_spend_total{{{rh_labels},basis="reported",target="runninghub"}} 0.35' in text
-        assert f'aigcq_spend_coins_total{{{rh_labels},target="runninghub"}} 12.0' in text
-        assert f'aigcq_spend_total{{account="{coze_account}",aigc="proj",basis="estimate"' in text
-        assert 'aigcq_overflow_cost_total{target="jimuai"} 0.6' in text
+        grew = {
+            f'aigcq_spend_total{{{rh_labels},basis="reported",target="runninghub"}}': 0.35,
+            f'aigcq_spend_coins_total{{{rh_labels},target="runninghub"}}': 12,
+            f'aigcq_spend_total{{account="{coze_account}",aigc="proj",basis="estimate",'
+            'target="coze"}': 0.3,
+            'aigcq_overflow_cost_total{target="jimuai"}': 0.6,
+        }
+        for sample, amount in grew.items():
+            assert after.get(sample, 0) - before.get(sample, 0) == pytest.approx(amount), sample
 
         snap = (await admin(env, "/api/admin/snapshot")).json()
         assert snap["spend"]["day"]["total"]["amount"] == pytest.approx(1.25)
@@ -137,3 +155,28 @@ async def test_a_failed_paid_task_is_charged_the_price_as_an_estimate(
             "seconds": 0.0,
             "tasks": 1,
         }
+
+
+async def test_a_run_no_longer_wanted_is_charged_when_the_platform_says_it_ended(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    # JimuAI has no cancel: a cancelled task runs on to its end there, billed all the same
+    model = {"proj": {"jimuai": jimuai_account()}}
+    async with paid_stack(
+        tmp_path,
+        redis,
+        redis_url,
+        model=model,
+        jm=jimuai_config(duration_s=1.0, outputs=2),
+        overflow_price=PRICES,
+    ) as env:
+        await env.client.request(generate("gone", platform="jimuai", prompt="two foxes"))
+        await until(partial(env.task, "gone"), lambda t: t.state is TaskState.RUNNING)
+        await env.service.gateway.cancel("gone", None)
+        ledger = SpendLedger(env.service.rt)
+        day = await until(lambda: ledger.view("day"), lambda d: d["total"]["tasks"] == 1)
+        assert day["total"]["amount"] == pytest.approx(0.4)  # its two images
+        keys = env.service.rt.store.keys
+        assert await env.service.rt.redis.hget(keys.task("gone"), "cost") is None  # no result
+        await asyncio.sleep(0.5)  # time: more orphan checks (every 2 s; sweeps every 0.1 s)
+        assert (await ledger.view("day"))["total"]["tasks"] == 1  # charged once

@@ -543,13 +543,13 @@ class TaskStore:
         account: str,
         default_workflow: str,
         periods: Mapping[str, tuple[str, int]],
-        record: dict[str, Any],
+        record: dict[str, Any] | None,
         figures: Mapping[str, float],
     ) -> bool:
         """Charge a finished task what it cost (``figures``: amount, estimated, coins,
         seconds) in the spend hashes of ``periods`` (``day`` / ``month`` -> its name and how
-        long its hash is kept), and keep ``record`` on it, in one step (``charge.lua``,
-        laid out for :mod:`aigcq.scheduler.spend`). False: no such task."""
+        long its hash is kept), and keep ``record`` on it (None: not), in one step
+        (``charge.lua``, laid out for :mod:`aigcq.scheduler.spend`). False: no such task."""
         done = await self._run(
             "charge",
             task_id=task_id,
@@ -560,7 +560,7 @@ class TaskStore:
             month=periods["month"][0],
             day_keep=periods["day"][1],
             month_keep=periods["month"][1],
-            record=orjson.dumps(record),
+            record=b"" if record is None else orjson.dumps(record),
             amount=_decimal(figures["amount"]),
             estimated=_decimal(figures["estimated"]),
             coins=_decimal(figures["coins"]),

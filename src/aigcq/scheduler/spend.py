@@ -12,7 +12,10 @@ The charge is added, in one step (``queue/lua/charge.lua``, through
 (``Keys.spend``), per project, account and workflow (fields ``["w", AIGC, target, account,
 workflow, figure]``), with the project's (``["p", AIGC, figure]``) and the account's
 (``["a", target, account, figure]``) totals beside (what a budget reads), and kept on the
-task (its ``cost`` field). Every
+task (its ``cost`` field). A run the task no longer wanted (an orphan: cancelled,
+superseded, given up on at its deadline) is charged too, once, when the check that frees its
+slot sees it ended with a result or a failure (:mod:`.orphan_checks`); it adds to the
+``tasks`` figure, which counts charged runs. Every
 process sharing the Redis reads the same figures. It is written right after the task's
 end is applied, once (only the move that ended the task records it): a process that dies
 between the two loses that one charge.
@@ -82,15 +85,19 @@ class SpendLedger:
         target: str,
         outcome: Succeeded | Failed,
         queue: tuple[str, str] | None = None,
+        *,
+        run: bool = False,
     ) -> None:
         """The task (of ``queue``: AIGC, platform, when known) ended on ``target`` with
-        ``outcome``: charge it if ``target`` is paid. A Redis that does not answer loses the
-        charge (logged), never the task's end."""
+        ``outcome``: charge it if ``target`` is paid. ``run``: a run of the task that it no
+        longer wanted (an orphan), charged without a record on the task. A Redis that does
+        not answer loses the charge (logged), never the task's end."""
         adapter = self.rt.platforms.adapters.get(target)
         if adapter is None or not adapter.paid:
             return
         try:
-            await self._record(task_id, target, outcome.cost, queue or await self._queue(task_id))
+            queue = queue or await self._queue(task_id)
+            await self._record(task_id, target, outcome.cost, queue, on_task=not run)
         except RedisError as exc:
             log.warning(
                 "task %s: its cost on %s is not recorded: %r",
@@ -106,7 +113,9 @@ class SpendLedger:
         )
         return text(aigc or ""), text(platform or "")
 
-    async def _record(self, task_id: str, target: str, cost: Cost, queue: tuple[str, str]) -> None:
+    async def _record(
+        self, task_id: str, target: str, cost: Cost, queue: tuple[str, str], *, on_task: bool
+    ) -> None:
         rt = self.rt
         adapter, apikey = rt.platforms.adapters[target], rt.apikey(*queue)
         account = adapter.account_id(apikey)
@@ -121,7 +130,7 @@ class SpendLedger:
             account=account,
             default_workflow=adapter.workflow_of("", apikey),
             periods={p: (names[p], KEEP_S[p]) for p in names},
-            record=record,
+            record=record if on_task else None,
             figures={
                 "amount": c.amount,
                 "estimated": c.amount if c.estimate else 0.0,

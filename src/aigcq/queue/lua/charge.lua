@@ -13,7 +13,7 @@
 --! arg month             e.g. 2026-12
 --! arg day_keep:num      seconds the day's hash is kept after its last charge
 --! arg month_keep:num
---! arg record            the task's cost record, JSON
+--! arg record            the task's cost record, JSON ('': none, a run it no longer wanted)
 --! arg amount            the figures, as decimal strings
 --! arg estimated
 --! arg coins
@@ -39,5 +39,5 @@ for _, period in ipairs({{':spend:day:' .. day, day_keep}, {':spend:month:' .. m
   end
   redis.call('EXPIRE', key, period[2])
 end
-redis.call('HSET', k, 'cost', record)
+if record ~= '' then redis.call('HSET', k, 'cost', record) end
 return 1
