@@ -8,6 +8,14 @@ Measures (issue 3's targets in brackets):
 * ``loss``       bridge socket lost → the first task reaching RunningHub (< 200 ms);
 * ``recovery``   a bridge reconnect → its first new TASK_ASSIGN, and a task's instance dying
   (an ``infrastructure`` failure) → the task assigned to another bridge (< 1 s each);
+* ``mixed``      mixed capabilities (issue 24 item 3), on real processes: one ``aigcq
+  bridge`` in front of two ComfyUI emulators, A with every node class (a prompt there takes
+  3 s), B without ``ImageInvert``. Each round a task only A can run is running, a second
+  one waits behind it, and 8 basic tasks are submitted every ``--mixed-pace-s``: the
+  refusals (TASK_ACKs not 0, from the tasks' timelines; target 0), how often the waiting
+  special task was claimed, and each basic task's wait from its submit to its prompt
+  starting on B (B is idle for each one: the wait is the hub's). ``--mixed-only`` runs
+  just this;
 * ``routing``    one routing decision in-process at 1,000 bridges × 8 instances:
   ``routing.plan`` + the hub's free-slot count + ``BridgeRegistry.pick`` + taking the slot
   (< 1 ms); the old linear pick alongside for comparison; a task only a tenth of the
@@ -24,6 +32,7 @@ the server runs with it lifted (``--flood-limit 100`` keeps it).
 
     python bench/bridge_bench.py [--rates 500,200] [--tasks 4000] [--flood-limit 0]
     python bench/bridge_bench.py --routing-only
+    python bench/bridge_bench.py --mixed-only [--mixed-rounds 3]
 """
 
 from __future__ import annotations
@@ -41,16 +50,21 @@ from pathlib import Path
 from typing import Any, cast
 
 import aiohttp
+import httpx
 import orjson
 import websockets
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.host import cpu_seconds, python_speed_ms
+from bench.processes import BRIDGE_TOKEN, CLIENT_TOKEN, Cluster, Proc, free_port, wait_http
 from tests.fakes.client import Client, generate
-from tests.fakes.processes import BRIDGE_TOKEN, Cluster, Proc, free_port, wait_http
+from tests.fakes.comfyui import E2E_GRAPH
 
 from aigcq.bridges.capabilities import Needs
+from aigcq.bridges.lookahead import Candidate, Reach, Rules, choose
+from aigcq.bridges.placing import Matching
+from aigcq.bridges.protocol import InstanceInfo
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
 from aigcq.bridges.slots import Assignment, SlotLedger
 from aigcq.embedded.redis import EmbeddedRedis
@@ -420,6 +434,112 @@ async def recovery(
         server.stop()
 
 
+#: what instance B of the mixed run has: enough for this workflow, not for E2E_GRAPH's
+#: ``ImageInvert``
+BASIC_NODES = ("EmptyImage", "SaveImage")
+BASIC_GRAPH = {
+    "1": {
+        "class_type": "EmptyImage",
+        "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0},
+    },
+    "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "b"}},
+}
+QUIET = ("--log-level", "WARNING")
+
+
+async def mixed(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
+    """Mixed capabilities (see the module docstring): refusals, claims of the waiting
+    special task, basic tasks' waits."""
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}}})
+    server, port = start_server(cluster, args.flood_limit)
+    everything = cluster.emulator("comfyui", "--step-time", "0.1", "--steps", "10", *QUIET)
+    nodes = [f"--node={n}" for n in BASIC_NODES]
+    basic = cluster.emulator("comfyui", "--step-time", "0.01", "--steps", "2", *nodes, *QUIET)
+    _, bridge_port = cluster.bridge(port, [everything, basic])
+    waits: list[float] = []
+    ids: list[str] = []
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        await _until(lambda: _bridge_free(http, bridge_port, 2))
+        await asyncio.sleep(0.5)  # the hub has its REGISTER
+        client = await Client(port, "mixed").connect()
+        try:
+            for r in range(args.mixed_rounds):
+                special = {"workflowId": "mixed-special", "workflow": E2E_GRAPH}
+                await client.request(generate(f"long{r}", **special))
+                await _until(lambda r=r: _running(http, everything, f"long{r}"))
+                await client.request(generate(f"special{r}", **special))
+                sent: dict[str, float] = {}
+                for i in range(8):
+                    task_id = f"basic{r}-{i}"
+                    sent[task_id] = time.time()
+                    payload = {"workflowId": "mixed-basic", "workflow": BASIC_GRAPH}
+                    await client.request(generate(task_id, **payload))
+                    await asyncio.sleep(args.mixed_pace_s)
+                ids += [f"long{r}", f"special{r}", *sent]
+                await client.collect(len(ids), timeout=60)
+                for task_id, at in sent.items():
+                    started = await _started(http, [everything, basic], task_id)
+                    waits.append((started - at) * 1000)
+                print(
+                    f"mixed round {r}: basic waits {[round(w) for w in waits[-8:]]} ms",
+                    file=sys.stderr,
+                )
+            tasks = [await _task(http, port, task_id) for task_id in ids]
+        finally:
+            await client.close()
+    server.stop()
+    notes = [e.get("note", "") for t in tasks for e in t["timeline"]]
+    return {
+        "rounds": args.mixed_rounds,
+        "basic_tasks": len(waits),
+        "results_ok": sum(1 for r in client.results.values() if r[0]["status"] == "success"),
+        "tasks": len(ids),
+        "refusals": sum(1 for note in notes if "refused" in note),
+        "special_claims_max": max(t["attempt"] for t in tasks if t["taskId"].startswith("sp")),
+        "basic_wait_p50_ms": pct(waits, 0.5),
+        "basic_wait_p95_ms": pct(waits, 0.95),
+        "basic_wait_max_ms": round(max(waits), 1),
+    }
+
+
+async def _until(probe: Any, within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while not await probe():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{probe} did not hold within {within} s")
+        await asyncio.sleep(0.01)
+
+
+async def _bridge_free(http: httpx.AsyncClient, port: int, free: int) -> bool:
+    status = (await http.get(f"http://127.0.0.1:{port}/api/status")).json()
+    connected = status["connection"]["state"] == "connected"
+    return bool(connected and status["availableInstanceCount"] == free)
+
+
+async def _running(http: httpx.AsyncClient, comfy: str, prompt_id: str) -> bool:
+    queue = (await http.get(f"{comfy}/queue")).json()
+    return any(item[1] == prompt_id for item in queue["queue_running"])
+
+
+async def _started(http: httpx.AsyncClient, comfy: list[str], task_id: str) -> float:
+    """When ``task_id``'s first prompt started, on any of those ComfyUIs (its
+    ``execution_start``, epoch s; a later attempt's prompt is ``<taskId>-<attempt>``)."""
+    starts = []
+    for url in comfy:
+        for prompt_id, entry in (await http.get(f"{url}/history")).json().items():
+            if prompt_id == task_id or prompt_id.startswith(f"{task_id}-"):
+                messages = entry["status"]["messages"]
+                starts += [m[1]["timestamp"] for m in messages if m[0] == "execution_start"]
+    return float(min(starts)) / 1000
+
+
+async def _task(http: httpx.AsyncClient, port: int, task_id: str) -> dict[str, Any]:
+    auth = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
+    reply = await http.get(f"http://127.0.0.1:{port}/api/tasks/{task_id}", headers=auth)
+    task: dict[str, Any] = reply.json()
+    return task
+
+
 def linear_pick(registry: BridgeRegistry) -> BridgeConn | None:
     """``BridgeRegistry.pick`` as it was before the index: a scan of every bridge."""
     candidates = [b for b in registry.bridges.values() if b.free() > 0]
@@ -460,7 +580,7 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
             linear_pick(registry)
             linear.append((time.perf_counter_ns() - t) / 1e6)
     assert split.internal > 0
-    capable = capable_pick(registry, rounds)
+    capable = capable_pick(registry, rounds) | describing_choice(n_bridges, rounds // 10)
     return {
         "bridges": n_bridges,
         "instances_per_bridge": SLOTS,
@@ -471,6 +591,57 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
         "pick_least_loaded_p99_ms": pct(picks, 0.99),
         "linear_pick_p50_ms": pct(linear, 0.5),
         **capable,
+    }
+
+
+def describing_choice(n_bridges: int, rounds: int) -> dict[str, float]:
+    """Bridges that describe their instances (one in ten has the special node class): a
+    dispatch round's lookahead (the free instances listed, 8 free slots' worth + 32 waiting
+    tasks weighed and matched, a tenth of them special), and a batch of 8 placed."""
+
+    async def noop(_text: str) -> None:
+        return None
+
+    basic = Needs(frozenset({"EmptyImage", "SaveImage"}))
+    special = Needs(basic.node_classes | {"ImageInvert"})
+    registry = BridgeRegistry(cast(Any, None), "bench", ttl_s=60)
+    for i in range(n_bridges):
+        free = i % (SLOTS + 1)
+        conn = BridgeConn(f"b{i}", noop, SlotLedger(SLOTS, free))
+        offer = special if i % 10 == 0 else basic
+        conn.describe(
+            [
+                InstanceInfo(
+                    instance_id=f"b{i}-{k}",
+                    url="http://comfy",
+                    state="idle" if k < free else "busy",
+                    task_id=None if k < free else f"other-{i}-{k}",
+                    node_classes=sorted(offer.node_classes),
+                )
+                for k in range(SLOTS)
+            ]
+        )
+        registry.bridges[conn.bridge_id] = conn
+    waiting = [
+        Candidate(f"t{j}", special if j % 10 == 0 else basic, Reach.BUSY, 1.0) for j in range(40)
+    ]
+    rules = Rules(8, None, 0.0, 60.0, elsewhere=False)
+    chose, placed = [], []
+    for _ in range(rounds):
+        t = time.perf_counter_ns()
+        chosen = choose(waiting, registry.free_spots(len(waiting)), rules)
+        chose.append((time.perf_counter_ns() - t) / 1e6)
+        assert len(chosen.ids) == 8
+        t = time.perf_counter_ns()
+        matching = Matching(registry.free_spots(8))
+        for c in waiting[:8]:
+            matching.add(c.needs)
+        assert all(matching.spots())
+        placed.append((time.perf_counter_ns() - t) / 1e6)
+    return {
+        "describing_lookahead_choose_p50_ms": pct(chose, 0.5),
+        "describing_lookahead_choose_p99_ms": pct(chose, 0.99),
+        "describing_place_batch_of_8_p50_ms": pct(placed, 0.5),
     }
 
 
@@ -504,8 +675,10 @@ def capable_pick(registry: BridgeRegistry, rounds: int) -> dict[str, float]:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    report: dict[str, Any] = {"host_python_ms": [python_speed_ms()], "routing": routing_decision()}
-    print("routing", report["routing"], file=sys.stderr)
+    report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
+    if not args.mixed_only:
+        report["routing"] = routing_decision()
+        print("routing", report["routing"], file=sys.stderr)
     if args.routing_only:
         return report
     tmp = Path(tempfile.mkdtemp(prefix="aigcq-bridge-bench-"))
@@ -513,11 +686,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     cluster = Cluster(tmp, redis.start())
     connector = aiohttp.TCPConnector(limit=256)
     try:
-        async with aiohttp.ClientSession(connector=connector) as http:
-            report.update(await dispatch_and_lifecycle(cluster, args, http))
-            report["loss"] = await bridge_loss(cluster, args, http)
-            report["recovery"] = await recovery(cluster, args, http)
-            print("recovery", report["recovery"], file=sys.stderr)
+        if not args.mixed_only:
+            async with aiohttp.ClientSession(connector=connector) as http:
+                report.update(await dispatch_and_lifecycle(cluster, args, http))
+                report["loss"] = await bridge_loss(cluster, args, http)
+                report["recovery"] = await recovery(cluster, args, http)
+                print("recovery", report["recovery"], file=sys.stderr)
+        report["mixed"] = await mixed(cluster, args)
+        print("mixed", report["mixed"], file=sys.stderr)
         report["host_python_ms"].append(python_speed_ms())
         return report
     finally:
@@ -538,4 +714,9 @@ if __name__ == "__main__":
         "--heartbeat-s", type=float, default=30.0, help="fake bridges' HEARTBEAT interval"
     )
     parser.add_argument("--routing-only", action="store_true", help="in-process routing only")
+    parser.add_argument("--mixed-only", action="store_true", help="mixed capabilities only")
+    parser.add_argument("--mixed-rounds", type=int, default=3)
+    parser.add_argument(
+        "--mixed-pace-s", type=float, default=0.25, help="between the basic tasks' submits"
+    )
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

@@ -134,6 +134,8 @@ class ErrorCode(enum.StrEnum):
     NOT_RETRYABLE = "TaskNotRetryable"
     UNCERTAIN_SUBMIT = "UncertainSubmit"
     MAX_COST = "MaxCostExceeded"
+    LINK_EXPIRED = "LinkExpired"
+    FILE_NOT_FOUND = "FileNotFound"
 
 
 @dataclass(slots=True)

@@ -42,6 +42,28 @@ async def test_claim_respects_cap_and_counts_are_derived(redis: aioredis.Redis) 
     assert await redis.llen("t:p:comfyui:wait") == 2
 
 
+async def test_claim_of_given_ids_takes_each_still_waiting_and_keeps_the_others_in_order(
+    redis: aioredis.Redis,
+) -> None:
+    """The bridges' lookahead (issue 24, item 3): the ids chosen from the head are claimed
+    in one step; one no longer waiting (claimed elsewhere, cancelled) is skipped; the
+    tasks left keep their order."""
+    store = make_store(redis)
+    for i in range(5):
+        await submit(store, f"t{i}")
+    [taken] = await store.claim("p", "comfyui", "other", cap=-1, n=1, deadline_s=60)
+    assert taken.task_id == "t0"
+    ids = ["t0", "t3", "t1", "nope"]
+    claimed = await store.claim("p", "comfyui", "bridge", cap=-1, n=4, deadline_s=60, ids=ids)
+    assert [(c.task_id, c.attempt) for c in claimed] == [("t3", 1), ("t1", 1)]
+    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["t2", "t4"]
+    capped = await store.claim(
+        "p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60, ids=["t4", "t2"]
+    )
+    assert [c.task_id for c in capped] == ["t4"]
+    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["t2"]
+
+
 async def test_concurrent_claims_never_exceed_cap(redis: aioredis.Redis) -> None:
     store = make_store(redis)
     for i in range(50):

@@ -41,6 +41,7 @@ from aigcq.bridges.rotation import Rotation
 from aigcq.bridges.session import (
     CLOSE_AUTH,
     CLOSE_FLOOD,
+    CLOSE_REGISTER_TIMEOUT,
     CLOSE_TIMEOUT,
     HubConfig,
     Rate,
@@ -56,7 +57,7 @@ from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import TaskEnd
 from aigcq.scheduler.lifecycle import Lifecycle
-from aigcq.scheduler.targets import HandBack
+from aigcq.scheduler.targets import Chosen, HandBack
 
 __all__ = ["CLOSE_AUTH", "CLOSE_FLOOD", "CLOSE_TIMEOUT", "BridgeHub", "HubConfig"]
 
@@ -84,13 +85,16 @@ class BridgeHub:
     ) -> None:
         self.rt = rt
         self.lifecycle = lifecycle
-        self.wake = wake
         self.config = config or HubConfig()
         self.auth = Auth(rt.settings)
         ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
         self.registry = BridgeRegistry(rt.store, rt.settings.project_prefix, ttl_s=ttl)
         mine = lambda: (self.free_slots(), len(self.registry.live()))  # noqa: E731
-        self.peers = PeerCapacity(rt.redis, rt.store.keys.internal_free, mine, on_less=self.wake)
+        keys = rt.store.keys
+        self.peers = PeerCapacity(
+            rt.redis, keys.internal_free, mine, on_less=wake, channel=keys.events
+        )
+        self._wake_dispatch = wake
         self.health = HealthMonitor(
             rt.redis,
             self.registry.live,
@@ -115,6 +119,11 @@ class BridgeHub:
         self.progress = ProgressRelay(rt)
         self._closed_at: dict[str, float] = {}  # bridgeId -> when its socket closed
 
+    def wake(self) -> None:
+        """Our slots changed: dispatch now, and tell the other processes."""
+        self._wake_dispatch()
+        self.peers.changed()
+
     # ---- InternalTarget ----------------------------------------------------------------
 
     @property
@@ -138,6 +147,13 @@ class BridgeHub:
 
     async def run(self) -> None:
         await asyncio.gather(self.health.run(), self.peers.run())
+
+    async def choose(
+        self, aigc: str, platform: str, n: int, *, paid_free: int | None
+    ) -> Chosen | None:
+        if not self.health.healthy:  # it takes nothing: tasks overflow as planned
+            return None
+        return await self.assigner.choose(aigc, platform, n, paid_free=paid_free)
 
     async def hand_over(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
         return await self.assigner.assign(aigc, platform, tasks)
@@ -173,8 +189,11 @@ class BridgeHub:
         if token is not None and not self.auth.bridge(token):
             await self._refuse(session)
             return
+        registered_by = (
+            asyncio.get_running_loop().time() + self.rt.settings.bridge_register_timeout_s
+        )
         try:
-            while (raw := await receive_frame(ws)) is not None:
+            while (raw := await self._receive(session, registered_by)) is not None:
                 if not session.rate.allow():
                     log.warning(
                         "bridge %s: message flood, closing", session.bridge_id, extra=session.ctx()
@@ -191,6 +210,22 @@ class BridgeHub:
             if session.conn is not None and session.conn.online:  # not silent: a blip
                 await self._lost(session.conn, "socket closed")
                 self._closed_at[session.conn.bridge_id] = time.monotonic()
+
+    async def _receive(self, session: Session, registered_by: float) -> str | bytes | None:
+        """The next frame, ``None`` once the socket closed; a bridge that has not
+        registered by ``registered_by`` (loop time) is closed with 4408 first."""
+        if session.conn is not None:
+            return await receive_frame(session.ws)
+        try:
+            async with asyncio.timeout_at(registered_by):
+                return await receive_frame(session.ws)
+        except TimeoutError:
+            wait = self.rt.settings.bridge_register_timeout_s
+            log.warning("bridge connection closed: no REGISTER within %g s", wait)
+            why = f"no REGISTER within {wait:g} s of connecting (AIGCQ_BRIDGE_REGISTER_TIMEOUT_S)"
+            await session.error("RegisterTimeout", why)
+            await session.ws.close(CLOSE_REGISTER_TIMEOUT, "RegisterTimeout")
+            return None
 
     async def _on_frame_or_outage(self, session: Session, raw: str | bytes) -> bool:
         """:meth:`_on_frame`, keeping the bridge connected through a Redis outage: the
@@ -246,8 +281,9 @@ class BridgeHub:
             await self.progress.forward(msg.data)
 
     async def _refuse(self, session: Session) -> None:
-        log.warning("bridge connection refused: invalid or missing token")
-        await session.error("AuthError", "invalid or missing bridge token")
+        why = self.auth.bridge_refusal()
+        log.warning("bridge connection refused: %s", why)
+        await session.error("AuthError", why)
         await session.ws.close(CLOSE_AUTH, "AuthError")
 
     # ---- bridge messages ----------------------------------------------------------------

@@ -21,6 +21,7 @@ which task.
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import time
 from collections.abc import (
@@ -30,12 +31,14 @@ from collections.abc import (
     MutableMapping,
     ValuesView,
 )
+from typing import Any
 
 import orjson
 from redis.commands.core import AsyncScript
 
 from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.conn import BridgeConn
+from aigcq.bridges.placing import Slot
 from aigcq.bridges.slots import Assignment
 from aigcq.plumbing.text import text
 from aigcq.queue.keys import Keys
@@ -43,7 +46,18 @@ from aigcq.queue.store import TaskStore
 
 Key = tuple[float, int]  # (load, -free): the smallest is picked
 
-__all__ = ["Assignment", "BridgeConn", "BridgeRegistry"]
+__all__ = ["Assignment", "BridgeConn", "BridgeRegistry", "record_instances"]
+
+
+def record_instances(raw: object) -> list[dict[str, Any]]:
+    """The ``instances`` field of a bridge's shared record (what :meth:`BridgeRegistry.save`
+    writes): each instance as its bridge reported it; ``[]`` when absent or unreadable."""
+    try:
+        value = orjson.loads(text(raw) or "[]")
+    except orjson.JSONDecodeError:
+        return []
+    return [i for i in value if isinstance(i, dict)] if isinstance(value, list) else []
+
 
 # KEYS: bridgeof:{taskId}. ARGV: prefix, taskId, ok (1/0, '': no count), fallback bridgeId.
 # Returns {bridgeId, failures}, or nil when no bridge is known for the task.
@@ -155,9 +169,12 @@ class BridgeRegistry:
         #: superseded on one and runs on the other)
         self._holders: dict[str, list[BridgeConn]] = {}
         self._count_end: AsyncScript | None = None
-        #: needs -> whether a bridge here can run them; cleared when the bridges or what
-        #: they offer change, so a task nobody can run costs O(1), not a scan of them all
-        self._can_run: dict[Needs, bool] = {}
+        #: (needs, offline) -> whether a bridge here can run them (with ``offline``: could,
+        #: on an instance that is offline); cleared when the bridges or what they offer
+        #: change, so a task nobody can run costs O(1), not a scan of them all
+        self._can_run: dict[tuple[Needs, bool], bool] = {}
+        #: whether a bridge here describes what its instances offer (None: not known)
+        self._describing: bool | None = None
 
     # ---- the pick index -------------------------------------------------------------------
 
@@ -265,8 +282,9 @@ class BridgeRegistry:
         last = self.last_bridge.get(workflow_id) if workflow_id else None
         bridge_id = last if last is not None and last in bucket.pos else random.choice(bucket.ids)
         conn: BridgeConn | None = self._conns[bridge_id]
-        if needs is not None and conn is not None and not conn.can_run(needs):
-            conn = self._capable(needs, last) if self.anyone_can_run(needs) else None
+        if conn in exclude or (needs is not None and conn is not None and not conn.can_run(needs)):
+            capable = needs is None or self.anyone_can_run(needs)
+            conn = self._capable(needs, last, exclude) if capable else None
         if workflow_id and conn is not None:
             self.last_bridge[workflow_id] = conn.bridge_id
         return conn
@@ -288,18 +306,58 @@ class BridgeRegistry:
         return None
 
     def anyone_can_run(self, needs: Needs) -> bool:
-        """Whether a bridge connected here (busy or not) can run ``needs`` (O(1) but for
-        the first ask after a change to the bridges or their offers)."""
-        known = self._can_run.get(needs)
+        """Whether a bridge connected here (busy or not) can run ``needs`` on an instance
+        that is not offline (O(1) but for the first ask after a change to the bridges or
+        their offers)."""
+        return self._ask(needs, offline=False)
+
+    def anyone_could_run(self, needs: Needs) -> bool:
+        """Whether a bridge connected here could run ``needs`` on an instance that is
+        offline (its offer withdrawn until it is back)."""
+        return self._ask(needs, offline=True)
+
+    def _ask(self, needs: Needs, *, offline: bool) -> bool:
+        known = self._can_run.get((needs, offline))
         if known is None:
             if len(self._can_run) >= 1024:
                 self._can_run.clear()
-            known = self._can_run[needs] = any(c.can_run(needs) for c in self._conns.values())
+            conns = self._conns.values()
+            known = any(c.could_run(needs) if offline else c.can_run(needs) for c in conns)
+            self._can_run[needs, offline] = known
         return known
 
+    def describing(self) -> bool:
+        """Whether a bridge here describes what its instances offer: then tasks are placed
+        per instance (:meth:`free_spots`), else per bridge (:meth:`pick`)."""
+        if self._describing is None:
+            self._describing = any(c.offers is not None for c in self._conns.values())
+        return self._describing
+
+    def free_spots(self, per_kind: int) -> list[Slot]:
+        """The slots a task can be counted on now (see :meth:`BridgeConn.free_instances`),
+        least-loaded bridges first (ties: each time in another order): the first
+        ``per_kind`` of each kind (what an instance offers), all that ``per_kind`` tasks
+        could need."""
+        spots: list[Slot] = []
+        taken: dict[Needs | None, int] = {}
+        for key in sorted(self._buckets):
+            ids = self._buckets[key].ids
+            start = random.randrange(len(ids))
+            for bridge_id in itertools.chain(ids[start:], ids[:start]):
+                conn = self._conns[bridge_id]
+                for offer, instance_ids in conn.free_instances().items():
+                    had = taken.get(offer, 0)
+                    if had < per_kind:
+                        more = instance_ids[: per_kind - had]
+                        taken[offer] = had + len(more)
+                        spots.extend(Slot(conn, i, offer) for i in more)
+        return spots
+
     def offers_changed(self) -> None:
-        """A bridge came, went, or reported other node classes or model files."""
+        """A bridge came, went, or reported other node classes or model files, or an
+        instance went offline or came back."""
         self._can_run.clear()
+        self._describing = None
 
     async def save(self, conn: BridgeConn, *, failures: int | None = None) -> int:
         """Publish the bridge's capacity and last-seen time (and set its shared count of

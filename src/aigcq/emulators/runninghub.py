@@ -12,6 +12,9 @@ A success's output entries carry what the task consumed, as runninghub-sdk's
 (``consume_coins``), ``consumeMoney`` (``consume_money``, null unless set: a key billed in
 money) and ``thirdPartyConsumeMoney`` (null), all as strings, the task's figures on each
 entry.
+
+A result file's link is a plain CDN path that answers 404 ``file_ttl_s`` after it was first
+handed out, or once expired on demand (``POST /_emulator/files``).
 """
 
 from __future__ import annotations

@@ -77,6 +77,12 @@ SPEND_COINS = Counter(
     "Coins paid tasks consumed (RunningHub's consumeCoins), by project and account.",
     ["aigc", "target", "account"],
 )
+RESULT_FILES_COPIED = Counter(
+    "aigcq_result_files_copied_total",
+    "Paid results' files copied into aigcq's storage (result custody), by target: "
+    "kept, or failed (delivered with the vendor's link).",
+    ["target", "outcome"],
+)
 CALLBACK_REJECTIONS = Counter(
     "aigcq_callback_rejections_total", "TASK_END callbacks refused, by error code.", ["code"]
 )
@@ -135,6 +141,10 @@ def spent(
     _child(SPEND, aigc, target, account, "estimate" if estimate else "reported").inc(amount)
     if coins:
         _child(SPEND_COINS, aigc, target, account).inc(coins)
+
+
+def result_file_copied(target: str, *, ok: bool) -> None:
+    _child(RESULT_FILES_COPIED, target, "kept" if ok else "failed").inc()
 
 
 def callback_rejected(code: str) -> None:

@@ -90,6 +90,16 @@ class Keys:
     #: HASH backendId -> connId of clients connected with ``progress=1`` (anywhere).
     progress = _Fixed("progress")
 
+    def online(self, backend_id: str) -> str:
+        """Set while a client is connected (anywhere), to its connId, with a short TTL its
+        process keeps renewing (:mod:`aigcq.delivery.presence`)."""
+        return f"{self.prefix}:online:{backend_id}"
+
+    def custody_file(self, name: str) -> str:
+        """A copied result file's URL in a storage serve does not read itself (S3, the OSS
+        service), for its signed link to redirect to (:mod:`aigcq.delivery.custody`)."""
+        return f"{self.prefix}:custody:{name}"
+
     def quota(self, backend_id: str) -> str:
         return f"{self.prefix}:quota:{backend_id}"
 

@@ -14,7 +14,7 @@ would spread the writers over several modules, which is what the rule forbids.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,9 +219,18 @@ class TaskStore:
         return Submitted(bool(created), TaskState(text(state)), text(owner))
 
     async def claim(
-        self, aigc: str, platform: str, target: str, *, cap: int, n: int, deadline_s: float
+        self,
+        aigc: str,
+        platform: str,
+        target: str,
+        *,
+        cap: int,
+        n: int,
+        deadline_s: float,
+        ids: Sequence[str] | None = None,
     ) -> list[Claimed]:
-        """Move up to ``n`` waiting tasks to ``target`` while its in-flight count < ``cap``."""
+        """Move up to ``n`` waiting tasks to ``target`` while its in-flight count < ``cap``:
+        from the head, or those of ``ids`` still waiting (in that order)."""
         if n <= 0:
             return []
         rows = await self._run(
@@ -233,6 +242,7 @@ class TaskStore:
             cap=cap,
             n=n,
             deadline_s=deadline_s,
+            ids="" if ids is None else orjson.dumps(list(ids)).decode(),
         )
         claimed = [
             Claimed(
@@ -583,9 +593,16 @@ class TaskStore:
         """The task without its payload, result and error (left empty): one HMGET of the
         small fields, for hot paths that only route on state and target."""
         values = await self.mux.command("HMGET", self.keys.task(task_id), *_HEAD)
-        if values[0] is None:
-            return None
-        return task_from_hash({k: v for k, v in zip(_HEAD, values, strict=True) if v is not None})
+        return _from_head(values)
+
+    async def heads(self, task_ids: Sequence[str]) -> list[Task]:
+        """:meth:`head` of each of ``task_ids`` (those that exist, in order), in one round
+        trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hmget(self.keys.task(task_id), _HEAD)
+        found = [_from_head(values) for values in await pipe.execute()]
+        return [t for t in found if t is not None]
 
     async def ended_by(self, task_id: str) -> tuple[TaskState | None, int | None]:
         """The task's state and the attempt whose own run's end ended it (``None``: it
@@ -651,6 +668,13 @@ WORKFLOW_FIELDS = ("workflowId", "workflow_id", "req_key")
 def _decimal(value: float) -> str:
     """A figure as ``HINCRBYFLOAT`` reads it (shortest exact decimal)."""
     return repr(float(value))
+
+
+def _from_head(values: list[Any]) -> Task | None:
+    """The task of an HMGET of ``_HEAD`` (None: there is no such task)."""
+    if values[0] is None:
+        return None
+    return task_from_hash({k: v for k, v in zip(_HEAD, values, strict=True) if v is not None})
 
 
 def workflow_of(payload: dict[str, Any]) -> str:

@@ -105,12 +105,21 @@ class DispatchLoop:
         return claims
 
     async def dispatch_round(self) -> None:
+        """Each queue's split, in turn; internal slots a queue's share left unused (its
+        tasks none of the free instances can run) go to the queues after it."""
         loads = await self._loads()
         internal = self._internal_shares(loads)
         elsewhere = self._internal_shares(loads, elsewhere=True)
+        spare = 0
         for i, load in enumerate(loads):
-            if load.backlog > 0:
-                await self._dispatch(load, self._split(load, internal[i], elsewhere[i]))
+            if load.backlog <= 0:
+                continue
+            served = self.internal is not None and load.platform in self.internal.serves
+            share = internal[i] + (spare if served else 0)
+            split = self._split(load, share, elsewhere[i])
+            used = await self._dispatch(load, split)
+            if served:
+                spare = share - used
 
     async def _loads(self) -> list[QueueLoad]:
         """Every configured queue's backlog and paid in-flight count, in one pipeline."""
@@ -153,24 +162,46 @@ class DispatchLoop:
         swapped = plan(backlog, max(paid_free, 0), internal)
         return Plan(swapped.external, swapped.internal, swapped.waiting)
 
-    async def _dispatch(self, load: QueueLoad, split: Plan) -> None:
+    async def _dispatch(self, load: QueueLoad, split: Plan) -> int:
+        """Claim and hand over what ``split`` says; how many internal slots that took."""
         aigc, platform = load.aigc, load.platform
+        used = 0
+        if self.internal is not None and platform in self.internal.serves:
+            used = await self._claim_internal(self.internal, load, split)
         external = split.external
         if external and self._waits_for_internal(platform):
-            external = await self._old_enough(aigc, platform, split.internal, external)
-        if split.internal and self.internal is not None:
-            target = self.internal
-            claimed = await self.lifecycle.claim(
-                aigc, platform, target.name, cap=-1, n=split.internal
-            )
-            if claimed:
-                self._spawn(self._hand_over(target, aigc, platform, claimed), claimed)
+            external = await self._old_enough(aigc, platform, external)
         if external and load.paid:
             claimed = await self.lifecycle.claim(
                 aigc, platform, load.paid, cap=load.cap, n=external
             )
             for c in claimed:
                 self._spawn(self._hand_over(self.paid, aigc, platform, [c]), [c])
+        return used
+
+    async def _claim_internal(self, target: InternalTarget, load: QueueLoad, split: Plan) -> int:
+        """The tasks the internal target takes: ``split.internal`` from the head, or those
+        it chooses (:meth:`InternalTarget.choose`; with room on the paid platform for what
+        it hands back beyond the ``split.external`` claimed for it next). How many were
+        claimed (at most ``split.internal`` slots taken)."""
+        aigc, platform = load.aigc, load.platform
+        paid_free = None
+        if load.paid and load.cap > 0:
+            paid_free = max(0, load.cap - load.paid_running - split.external)
+        chosen = await target.choose(aigc, platform, split.internal, paid_free=paid_free)
+        if chosen is None:
+            claimed = await self.lifecycle.claim(
+                aigc, platform, target.name, cap=-1, n=split.internal
+            )
+        else:
+            if chosen.wake_in_s is not None:
+                self._wake_in(chosen.wake_in_s)
+            claimed = await self.lifecycle.claim(
+                aigc, platform, target.name, cap=-1, n=len(chosen.ids), ids=chosen.ids
+            )
+        if claimed:
+            self._spawn(self._hand_over(target, aigc, platform, claimed), claimed)
+        return min(len(claimed), split.internal)
 
     async def _hand_over(
         self, target: Target, aigc: str, platform: str, tasks: list[Claimed]
@@ -226,11 +257,12 @@ class DispatchLoop:
             and self.internal.healthy
         )
 
-    async def _old_enough(self, aigc: str, platform: str, skip: int, n: int) -> int:
-        """How many of the ``n`` tasks after the first ``skip`` (which go internal) have
-        waited long enough to overflow; plans a wake-up for when the next one has."""
+    async def _old_enough(self, aigc: str, platform: str, n: int) -> int:
+        """How many of the ``n`` tasks at the head (those that go internal claimed
+        already) have waited long enough to overflow; plans a wake-up for when the next
+        one has."""
         keys, redis = self.rt.store.keys, self.rt.redis
-        ids = await redis.lrange(keys.wait(aigc, platform), skip, skip + n - 1)
+        ids = await redis.lrange(keys.wait(aigc, platform), 0, n - 1)
         pipe = redis.pipeline(transaction=False)
         for task_id in ids:
             pipe.hget(keys.task(str(task_id)), "created")  # decode_responses: already str

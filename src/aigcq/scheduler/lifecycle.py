@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
+from aigcq.delivery.custody import Custody
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
@@ -73,10 +74,14 @@ def _mark_waits(paid: bool) -> Iterator[float | None]:
 
 
 class Lifecycle:
-    def __init__(self, rt: Runtime, *, retry_failures: bool = False) -> None:
+    def __init__(
+        self, rt: Runtime, *, retry_failures: bool = False, custody: Custody | None = None
+    ) -> None:
         self.rt = rt
         self.orphans = Orphans(rt)
         self.spend = SpendLedger(rt)
+        #: copies a paid result's files into our storage before it is delivered (None: never)
+        self.custody = custody
         #: a failed result puts the task back while it has attempts left (the
         #: message-dispatcher's retries, seed 000 §9.3.2); otherwise it fails at once
         self.retry_failures = retry_failures
@@ -155,11 +160,19 @@ class Lifecycle:
     # ---- dispatching ----------------------------------------------------------------------
 
     async def claim(
-        self, aigc: str, platform: str, target: str, *, cap: int, n: int
+        self,
+        aigc: str,
+        platform: str,
+        target: str,
+        *,
+        cap: int,
+        n: int,
+        ids: Sequence[str] | None = None,
     ) -> list[Claimed]:
-        """Up to ``n`` waiting tasks, for ``target``, while its in-flight count < ``cap``."""
+        """Up to ``n`` waiting tasks, for ``target``, while its in-flight count < ``cap``:
+        from the head, or those of ``ids`` still waiting."""
         return await self.rt.store.claim(
-            aigc, platform, target, cap=cap, n=n, deadline_s=self.rt.dispatch_deadline_s
+            aigc, platform, target, cap=cap, n=n, deadline_s=self.rt.dispatch_deadline_s, ids=ids
         )
 
     async def overflowed(
@@ -369,12 +382,17 @@ class Lifecycle:
         attempt: int | None = None,
         *,
         target: str = "",
+        keep: bool = False,
     ) -> MoveResult | None:
         """A result reported by ``attempt`` (None: not known, e.g. a message-dispatcher's
         report) of a task on ``target``; ``None`` when it says the task is not done. The
-        end is announced: applied, or refused as gone (that run is over all the same)."""
+        end is announced: applied, or refused as gone (that run is over all the same).
+        A success's files are copied first where result custody wants them (on ``target``,
+        or, when not known, if ``keep``: it came from a paid target whose files may be)."""
         match outcome:
             case Succeeded(data=data):
+                if self.custody is not None and (target or keep):
+                    data = await self.custody.kept(task_id, target, data)
                 done = await self.rt.store.finish(
                     task_id,
                     TaskState.SUCCESS,

@@ -137,7 +137,7 @@ class PaidPlatforms:
         queue, kind = (aigc, platform), adapter.kind
         if await self._priced_out(adapter, queue, c, task, apikey):
             return
-        hook = self.rt.webhook_url(c.task_id, c.attempt)
+        hook = self.rt.webhook_url(c.task_id, c.attempt, name)
         outcome = await self.rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
         match outcome:
             case Accepted(remote_id=remote_id):

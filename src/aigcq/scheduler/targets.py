@@ -42,6 +42,16 @@ class HandBack:
     unrunnable: Unrunnable | None = None
 
 
+class Chosen(NamedTuple):
+    """The waiting tasks an internal target takes from the head of a queue (see
+    :meth:`InternalTarget.choose`)."""
+
+    ids: list[str]
+    #: when a task it left waiting is due (its wait for a capable instance, or for the
+    #: paid platform, is over): ask again then
+    wake_in_s: float | None = None
+
+
 class Target(Protocol):
     name: str
 
@@ -77,6 +87,16 @@ class InternalTarget(Target, Protocol):
     def free_elsewhere(self) -> int:
         """Free slots of this target that other aigcq processes hold (0 when every
         process sees the same capacity, as through a message-dispatcher)."""
+        ...
+
+    async def choose(
+        self, aigc: str, platform: str, n: int, *, paid_free: int | None
+    ) -> Chosen | None:
+        """The waiting tasks of the queue to claim for it now, by id: FIFO within what
+        its free capacity can run, at most ``n`` placed, skipping (a bounded number of)
+        tasks none of it can run now; and those to hand back at once (to the queue's paid
+        platform, which has room for ``paid_free`` more (None: none serves the queue), or
+        to fail). ``None``: it can run any task, claim ``n`` from the head."""
         ...
 
     async def run(self) -> None:

@@ -15,20 +15,22 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
-from aigcq.domain import ErrorCode, Task
+from aigcq.bridges.registry import record_instances
+from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.http_api import require_admin
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.plumbing.background import one_round
 from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
-from aigcq.serve.admin_trends import Trends
+from aigcq.serve.admin_trends import Split, Trends
+from aigcq.serve.live_tasks import PAGE_MAX, LiveFilter, live_page
 
 if TYPE_CHECKING:
     from aigcq.serve.parts import ServeParts
@@ -36,23 +38,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Authorization = Annotated[str | None, Header()]
-HISTORY_S = 120  # seconds of internal / external split kept for the chart
 RECENT_TASKS = 50  # the page filters them by state, client, platform and target
 STATIC = {
     "dashboard.html": "text/html; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
     "dashboard.js": "text/javascript; charset=utf-8",
+    "chart.js": "text/javascript; charset=utf-8",
 }
 
 
 class Monitor:
-    """Builds a snapshot every second and keeps the per-second split of finished tasks."""
+    """Builds a snapshot every second and keeps the split of finished tasks."""
 
     def __init__(self, service: ServeParts, interval_s: float = 1.0) -> None:
         self.service = service
         self.interval_s = interval_s
-        self.split: deque[dict[str, Any]] = deque(maxlen=HISTORY_S)
-        self.totals = {"internal": 0, "external": 0}
+        self.split = Split()
         self.health_history: deque[dict[str, Any]] = deque(maxlen=20)
         self.latest: dict[str, Any] | None = None
         self._finished: dict[str, int] | None = None  # per-target counts at the last sample
@@ -90,8 +91,8 @@ class Monitor:
         return target in self.service.rt.platforms.adapters
 
     async def _count_finished(self) -> None:
-        """This second's internal / external split, from the cluster-wide per-target
-        counts that ``finish`` keeps (one read, whatever the rate)."""
+        """This second's internal / external split, from the fleet-wide per-target counts
+        that ``finish`` keeps (one read, whatever the rate)."""
         store = self.service.rt.store
         raw = await store.redis.hgetall(store.keys.finished)
         counts = {str(target): int(n) for target, n in raw.items()}
@@ -100,23 +101,21 @@ class Monitor:
         new = {t: n - last.get(t, 0) for t, n in counts.items()} if last is not None else {}
         external = sum(n for t, n in new.items() if self._external(t))
         internal = sum(n for t, n in new.items() if t) - external  # "": ended before dispatch
-        self.totals["internal"] += internal
-        self.totals["external"] += external
-        self.split.append({"t": time.time(), "internal": internal, "external": external})
+        self.split.add(time.time(), internal, external)
 
     async def snapshot(self, *, sample: bool = True) -> dict[str, Any]:
         """The state now; ``sample``: also take it as the trends' sample (the loop's, once a
         second; a request's snapshot reads them without adding one)."""
         rt = self.service.rt
         queues = await queue_rows(rt, internal_capacity(self.service.hub))
-        overflow = overflow_spend()
+        overflow = overflow_spend(rt.settings.overflow_price)
         if sample:
             await self.trends.sample(rt.store, queues, overflow)
         return {
             "time": time.time(),
             "bridges": await self._bridges(),
             "queues": queues,
-            "split": {"history": list(self.split), "totals": dict(self.totals)},
+            "split": self.split.view(),
             "trends": self.trends.view(),
             "health": self._health(),
             "recent": [task_row(t) for t in await rt.store.recent(RECENT_TASKS)],
@@ -193,17 +192,9 @@ def bridge_row_from_hash(h: dict[str, str]) -> dict[str, Any]:
         "failures": 0,
         "inRotation": h.get("inRotation", "1") == "1",
         "drained": h.get("drained") == "1",
-        "instanceStates": _json_list(h.get("instances")),
+        "instanceStates": record_instances(h.get("instances")),
         "local": False,
     }
-
-
-def _json_list(raw: str | None) -> list[Any]:
-    try:
-        value = orjson.loads(raw or "[]")
-    except orjson.JSONDecodeError:
-        return []
-    return value if isinstance(value, list) else []
 
 
 def task_row(t: Task) -> dict[str, Any]:
@@ -217,6 +208,7 @@ def task_row(t: Task) -> dict[str, Any]:
         "attempt": t.attempt,
         "seconds": round(t.updated_at - t.created_at, 3),
         "updated": t.updated_at,
+        "error": t.error,  # why it failed: code, message and (a bridge's) detail.class
     }
 
 
@@ -246,6 +238,24 @@ def _dashboard_routes(router: APIRouter, gw: Gateway, monitor: Monitor) -> None:
     async def snapshot(authorization: Authorization = None) -> dict[str, Any]:
         require_admin(gw, authorization)
         return await monitor.snapshot(sample=False)  # now, not the last second's sample
+
+    @router.get(
+        "/api/admin/live-tasks",
+        summary="Tasks waiting and running now, where and for how long, a page at a time",
+        responses=error_responses(ErrorCode.JSON, ErrorCode.AUTH),
+    )
+    async def live_tasks(
+        state: Literal["pending", "dispatching", "running"] | None = None,
+        project: str = "",
+        platform: str = "",
+        target: str = "",
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 50,
+        authorization: Authorization = None,
+    ) -> dict[str, Any]:
+        require_admin(gw, authorization)
+        wanted = LiveFilter(TaskState(state) if state else None, project, platform, target)
+        return await live_page(gw.rt, wanted, offset, limit)
 
     @router.get(
         "/api/admin/events",
