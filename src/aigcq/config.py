@@ -325,7 +325,11 @@ class Settings(HttpLimits):
     overflow_price: dict[str, float] = Field(
         default_factory=dict,
         validation_alias=_env("OVERFLOW_PRICE"),
-        description='Estimated price per task by external target (JSON, e.g. {"runninghub": 0.1}).',
+        description=(
+            'Price per task by external target (JSON, e.g. {"runninghub": 0.1}; JimuAI: per '
+            "output image): a task's cost where its platform reports no money (an estimate), "
+            "and what its maxCost is checked against."
+        ),
     )
     bridge_failure_limit: int = Field(
         3, ge=1, validation_alias=_env("BRIDGE_FAILURE_LIMIT"), description="-> out of rotation."
@@ -464,6 +468,9 @@ class JimuAIAccount(PlatformAccount):
     secret_key: str = Field(min_length=1, repr=False)
     region: str = "cn-north-1"
     req_key: str = Field("", description="Model used when a payload names no req_key.")
+    #: the most output images (each one billed) a task of the project may have: a create
+    #: that may make more is sent with the API's single-output flag (None: the vendor's 15)
+    max_outputs: int | None = Field(None, ge=1, le=15)
 
     @model_validator(mode="after")
     def _pack(self) -> JimuAIAccount:
@@ -473,6 +480,7 @@ class JimuAIAccount(PlatformAccount):
                 "secret_key": self.secret_key,
                 "region": self.region,
                 "req_key": self.req_key,
+                "max_outputs": self.max_outputs,
             },
             separators=(",", ":"),
         )
@@ -511,6 +519,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "TaskGone": "任务已结束。",
         "TaskNotRetryable": "只有失败或已取消的任务可以重试。",
         "UncertainSubmit": "任务提交结果未知，为避免重复扣费未再提交，请稍后查询或重试。",
+        "MaxCostExceeded": "任务的预计费用超过了 maxCost 上限，未提交到付费平台。",
         "NoCapableInstance": "暂无可运行该任务的计算节点，请稍后再试。",
         "SignatureError": "签名校验失败。",
         "LinkExpired": "链接已过期。",

@@ -133,6 +133,7 @@ class ErrorCode(enum.StrEnum):
     GONE = "TaskGone"
     NOT_RETRYABLE = "TaskNotRetryable"
     UNCERTAIN_SUBMIT = "UncertainSubmit"
+    MAX_COST = "MaxCostExceeded"
     LINK_EXPIRED = "LinkExpired"
     FILE_NOT_FOUND = "FileNotFound"
 

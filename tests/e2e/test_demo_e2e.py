@@ -91,7 +91,7 @@ async def test_up_demo_runs_internal_first_then_overflows(
         await client.request(generate("demo-jimu", "jimuai", "aigcq", prompt="a red fox"))
         await client.collect(7, timeout=30)
         [jimu] = client.results["demo-jimu"]
-        assert jimu["status"] == "success" and jimu["data"]["data"][0]["fileType"] == "png"
+        assert jimu["status"] == "success" and jimu["data"]["data"][0]["fileType"] == "jpeg"
         await client.close()
         auth = {"Authorization": f"Bearer {token}"}
         targets = [

@@ -36,6 +36,7 @@ from tests.fakes.waiting import until
 TOKEN = "custody-client-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 RH_KEY = "rh-key"
+JPEG = b"\xff\xd8\xff"  # the JimuAI emulator serves JPEGs (emulators/jpeg.py)
 AK, SK = "AKLTcustody", "custody-secret"
 MODELS = {
     "proj": {
@@ -246,7 +247,8 @@ async def test_jimuai_links_expiry_is_recorded_and_an_expired_one_answers_403(
         await env.expire(env.jimu, "all")
         assert (await env.http.get(entry["sourceUrl"])).status_code == 403
         copy = await env.http.get(entry["fileUrl"])
-        assert copy.content.startswith(b"\x89PNG")
+        assert copy.content.startswith(JPEG)  # JimuAI's documented format, as its fileType says
+        assert urlsplit(entry["fileUrl"]).path.endswith(".jpeg")
 
         await env.submit("j2", "away", platform="jimuai")
         running = await until(partial(env.task, "j2"), lambda t: bool(t.remote_id), within=15)
@@ -342,4 +344,4 @@ async def test_images_a_platform_sent_inline_are_stored_once_not_copied_again(
         path = urlsplit(entry["fileUrl"]).path
         assert path.startswith("/files/platforms/jimuai/")
         assert "sourceUrl" not in entry
-        assert (await env.http.get(f"{env.base}{path}")).content.startswith(b"\x89PNG")
+        assert (await env.http.get(f"{env.base}{path}")).content.startswith(JPEG)

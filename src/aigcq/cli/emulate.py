@@ -146,6 +146,12 @@ def emulate_runninghub(
     duration: _Duration = 1.0,
     failure_rate: _FailureRate = 0.0,
     api_key: _ApiKeys = None,
+    consume_coins: Annotated[
+        int, typer.Option(min=0, help="consumeCoins each task's outputs report")
+    ] = 10,
+    consume_money: Annotated[
+        float | None, typer.Option(min=0, help="consumeMoney each reports (default: null)")
+    ] = None,
     file_ttl: _FileTtl = 86400.0,
     log_level: LogLevelOption = "INFO",
 ) -> None:
@@ -162,6 +168,8 @@ def emulate_runninghub(
         failure_rate,
         max_concurrent=max_concurrent,
         api_keys=_key_set(api_key),
+        consume_coins=consume_coins,
+        consume_money=consume_money,
         file_ttl_s=file_ttl,
     )
 
@@ -199,6 +207,9 @@ def emulate_jimuai(
     duration: _Duration = 1.0,
     failure_rate: _FailureRate = 0.0,
     base64_only: Annotated[bool, typer.Option(help="Results only as base64")] = False,
+    outputs: Annotated[
+        int, typer.Option(min=1, max=15, help="Images per task (each billed) unless force_single")
+    ] = 1,
     file_ttl: _FileTtl = 86400.0,
     log_level: LogLevelOption = "INFO",
 ) -> None:
@@ -219,5 +230,6 @@ def emulate_jimuai(
         qps=qps,
         queue_s=queue_s,
         base64_only=base64_only,
+        outputs=outputs,
         file_ttl_s=file_ttl,
     )

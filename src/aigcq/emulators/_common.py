@@ -117,15 +117,22 @@ class FileLinks:
 LINKS_KEPT = 100_000
 
 
-def result_png(item_id: str) -> bytes:
-    """The PNG of a result, ``GET /files/{item_id}/...``: one colour derived from the id."""
+def result_colour(item_id: str) -> tuple[int, int, int]:
+    """The one colour of a result's image, derived from its id."""
     digest = zlib.crc32(item_id.encode())
-    return tiny_png((digest & 0xFF, (digest >> 8) & 0xFF, (digest >> 16) & 0xFF))
+    return digest & 0xFF, (digest >> 8) & 0xFF, (digest >> 16) & 0xFF
+
+
+def result_png(item_id: str) -> bytes:
+    """The PNG of a result, ``GET /files/{item_id}/...``."""
+    return tiny_png(result_colour(item_id))
 
 
 class EmulatorCore(ABC):
     """State common to emulators: config, ids, failure dice, the public base URL."""
 
+    #: the name of a result's file in its URL
+    file_name = "output.png"
     #: links carry their expiry (``?x-expires=<epoch s>&x-signature=…``, as the signed CDN
     #: links of ByteDance's image service do) and answer 403 once expired; else plain
     #: links that answer 404 once expired (a CDN whose file was deleted)
@@ -152,14 +159,18 @@ class EmulatorCore(ABC):
         if self._public_url is None:
             self._public_url = str(request.base_url).rstrip("/")
 
-    def file_url(self, item_id: str) -> str:
-        url = f"{self._public_url}/files/{item_id}/output.png"
+    def file_url(self, item_id: str, name: str = "") -> str:
+        url = f"{self._public_url}/files/{item_id}/{name or self.file_name}"
         born = self.links.born(item_id)
         if not self.signed_links:
             return url
         expires = int(born + self.links.ttl_s)
         signature = f"{zlib.crc32(f'{item_id}:{expires}'.encode()):08x}"
         return f"{url}?x-expires={expires}&x-signature={signature}"
+
+    def file_body(self, item_id: str) -> tuple[bytes, str]:
+        """A result file's bytes and media type (a PNG unless the platform's are others)."""
+        return result_png(item_id), "image/png"
 
     @abstractmethod
     def has_file(self, item_id: str) -> bool:
@@ -174,8 +185,8 @@ class EmulatorCore(ABC):
 
 
 def add_common_routes(app: FastAPI, core: EmulatorCore) -> None:
-    """``GET /files/{id}/{name}`` (a small PNG per result; 404 or 403 once its link expired,
-    see :class:`FileLinks`), ``POST /_emulator/files`` (``{"expire": "all" | [ids]}``),
+    """``GET /files/{id}/{name}`` (a small image per result; 404 or 403 once its link
+    expired, see :class:`FileLinks`), ``POST /_emulator/files`` (``{"expire": "all" | [ids]}``),
     ``GET /_emulator/stats``, ``GET /_emulator/records`` (:mod:`aigcq.emulators._records`)
     and ``POST /_emulator/faults`` (:mod:`aigcq.emulators._faults`)."""
 
@@ -188,7 +199,8 @@ def add_common_routes(app: FastAPI, core: EmulatorCore) -> None:
             if core.signed_links:
                 return reply({"Code": "AccessDenied", "Message": "Request has expired"}, 403)
             return reply({"detail": "not found"}, 404)
-        return Response(result_png(item_id), media_type="image/png")
+        body, media_type = core.file_body(item_id)
+        return Response(body, media_type=media_type)
 
     async def files(request: Request) -> Response:
         body = await read_json(request)

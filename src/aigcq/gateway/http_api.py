@@ -36,6 +36,7 @@ class SubmitBody(BaseModel):
     payload: dict[str, Any]
     AIGC: str | None = None
     backendId: str | None = None
+    maxCost: float | None = None
 
 
 #: POST /api/tasks reads its body itself (size limit first, then JSON): its schema here.

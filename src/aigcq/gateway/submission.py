@@ -23,7 +23,9 @@ MAX_BACKEND_ID = 128  # a client's id, on the WebSocket (``id=``) and over HTTP 
 
 
 class GenerateRequest(BaseModel):
-    """Seed 001: ``{"type":"generate", taskId, platform, payload, AIGC?}``. As the seed's
+    """Seed 001: ``{"type":"generate", taskId, platform, payload, AIGC?}``, and aigcq's
+    ``maxCost?``: the most the task may cost on a paid platform (in the unit of
+    ``AIGCQ_OVERFLOW_PRICE``): one expected to cost more is not sent there. As the seed's
     Node.js service read them, an integer ``taskId`` is its decimal text and a ``payload``
     sent as a string holding a JSON object is that object."""
 
@@ -33,6 +35,7 @@ class GenerateRequest(BaseModel):
     platform: str = Field(min_length=1, max_length=64)
     payload: JsonObject
     AIGC: str | None = Field(None, min_length=1, max_length=128)
+    maxCost: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 def parse_generate(data: dict[str, Any]) -> GenerateRequest:
@@ -67,7 +70,12 @@ class Submission:
             raise ClientError(ErrorCode.BALANCE, "admission refused", req.taskId)
         try:
             result = await self.lifecycle.submitted(
-                req.taskId, (aigc, req.platform), backend_id, req.payload, deliver=deliver
+                req.taskId,
+                (aigc, req.platform),
+                backend_id,
+                req.payload,
+                deliver=deliver,
+                max_cost=req.maxCost,
             )
         except redis.exceptions.RedisError as exc:  # the task may exist: its reply was lost
             await self.admission.refund_unless_stored(backend_id, req.taskId)

@@ -118,6 +118,12 @@ class Keys:
     def workflow(self, workflow_id: str) -> str:
         return f"{self.prefix}:workflow:{workflow_id}"
 
+    def spend(self, period: str, name: str) -> str:
+        """HASH: what paid tasks cost in one ``period`` (``day`` / ``month``) named ``name``
+        (``2026-12-02`` / ``2026-12``, UTC), by project, account and workflow
+        (:mod:`aigcq.scheduler.spend`)."""
+        return f"{self.prefix}:spend:{period}:{name}"
+
     #: Pub/sub channel: ``wake`` (work to dispatch) and ``outbox:<backendId>``.
     events = _Fixed("events")
 

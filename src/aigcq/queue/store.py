@@ -14,7 +14,7 @@ would spread the writers over several modules, which is what the rule forbids.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,9 @@ class MoveResult:
     applied: bool
     state: TaskState | None  # None: the task does not exist (or has expired)
     target: str = ""  # where it ran (set when applied)
+    #: its AIGC project and platform (set when a finish applied)
+    aigc: str = ""
+    platform: str = ""
     #: not applied: a failure reported by an attempt that is no longer the live one
     superseded: bool = False
     #: applied: the remote task of the live attempt, still running on a paid target and
@@ -128,6 +131,7 @@ SCRIPTS = (
     "promote",
     "retry",
     "release_orphan",
+    "charge",
 )
 
 
@@ -196,8 +200,10 @@ class TaskStore:
         backend_id: str,
         payload: dict[str, Any],
         deliver: bool = True,
+        max_cost: float | None = None,
     ) -> Submitted:
-        """Create a task and queue it; an existing ``task_id`` is returned unchanged."""
+        """Create a task and queue it; an existing ``task_id`` is returned unchanged.
+        ``max_cost``: the most it may cost on a paid platform (None: no limit)."""
         created, state, owner = await self._run(
             "submit",
             task_id=task_id,
@@ -208,6 +214,7 @@ class TaskStore:
             payload=orjson.dumps(payload),
             workflow_id=workflow_of(payload),
             deliver="1" if deliver else "0",
+            max_cost="" if max_cost is None else repr(max_cost),
         )
         return Submitted(bool(created), TaskState(text(state)), text(owner))
 
@@ -466,7 +473,8 @@ class TaskStore:
             current_state = TaskState(text(current)) if code >= 0 else None
             return MoveResult(False, current_state, superseded=code == 2)
         metrics.task_finished(labels[:4], state.value, now)
-        return MoveResult(True, state, text(labels[2]), orphan=text(labels[4]))
+        aigc, platform, target = (text(v) for v in labels[:3])
+        return MoveResult(True, state, target, orphan=text(labels[4]), aigc=aigc, platform=platform)
 
     async def withdraw(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
         """Cancel a task that is still waiting (never one dispatched or running), with no
@@ -542,7 +550,45 @@ class TaskStore:
         key = self.keys.orphans(o.aigc, o.target)
         await self.redis.zadd(key, {o.remote_id: time.time() + delay_s}, xx=True)
 
+    async def record_cost(
+        self,
+        task_id: str,
+        *,
+        target: str,
+        account: str,
+        default_workflow: str,
+        periods: Mapping[str, tuple[str, int]],
+        record: dict[str, Any] | None,
+        figures: Mapping[str, float],
+    ) -> bool:
+        """Charge a finished task what it cost (``figures``: amount, estimated, coins,
+        seconds) in the spend hashes of ``periods`` (``day`` / ``month`` -> its name and how
+        long its hash is kept), and keep ``record`` on it (None: not), in one step
+        (``charge.lua``, laid out for :mod:`aigcq.scheduler.spend`). False: no such task."""
+        done = await self._run(
+            "charge",
+            task_id=task_id,
+            target=target,
+            account=account,
+            default_workflow=default_workflow,
+            day=periods["day"][0],
+            month=periods["month"][0],
+            day_keep=periods["day"][1],
+            month_keep=periods["month"][1],
+            record=b"" if record is None else orjson.dumps(record),
+            amount=_decimal(figures["amount"]),
+            estimated=_decimal(figures["estimated"]),
+            coins=_decimal(figures["coins"]),
+            seconds=_decimal(figures["seconds"]),
+        )
+        return bool(done)
+
     # ---- reads ----------------------------------------------------------------------
+
+    async def max_cost(self, task_id: str) -> float | None:
+        """The most the task may cost on a paid platform (its client's ``maxCost``)."""
+        [raw] = await self.mux.commands(["HGET", self.keys.task(task_id), "maxCost"])
+        return None if raw is None else float(text(raw))
 
     async def get(self, task_id: str) -> Task | None:
         raw = await self.redis.hgetall(self.keys.task(task_id))
@@ -622,6 +668,11 @@ _HEAD = [
 
 #: payload fields naming the workflow or model a task runs (RunningHub, Coze, JimuAI)
 WORKFLOW_FIELDS = ("workflowId", "workflow_id", "req_key")
+
+
+def _decimal(value: float) -> str:
+    """A figure as ``HINCRBYFLOAT`` reads it (shortest exact decimal)."""
+    return repr(float(value))
 
 
 def _from_head(values: list[Any]) -> Task | None:

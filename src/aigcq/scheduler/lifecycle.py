@@ -40,6 +40,7 @@ from aigcq.scheduler.ends import (
     failure_class,
 )
 from aigcq.scheduler.orphans import Orphans
+from aigcq.scheduler.spend import SpendLedger
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class Lifecycle:
     ) -> None:
         self.rt = rt
         self.orphans = Orphans(rt)
+        self.spend = SpendLedger(rt)
         #: copies a paid result's files into our storage before it is delivered (None: never)
         self.custody = custody
         #: a failed result puts the task back while it has attempts left (the
@@ -128,8 +130,10 @@ class Lifecycle:
         payload: dict[str, Any],
         *,
         deliver: bool,
+        max_cost: float | None = None,
     ) -> Submitted:
-        """A client submitted a task: stored and queued (an existing id is left as it is)."""
+        """A client submitted a task: stored and queued (an existing id is left as it is).
+        ``max_cost``: the most it may cost on a paid platform."""
         aigc, platform = queue
         result = await self.rt.store.submit(
             task_id,
@@ -138,6 +142,7 @@ class Lifecycle:
             backend_id=backend_id,
             payload=payload,
             deliver=deliver,
+            max_cost=max_cost,
         )
         _say(logging.DEBUG, task_id, "submitted by %s (created=%s)", backend_id, result.created)
         await self.made_durable(task_id, "its submit")
@@ -243,7 +248,7 @@ class Lifecycle:
         progress = progress_event(run.backend_id, running_message(task_id, target))
         where = (aigc, platform, target) if paid else None
         if paid:
-            metrics.overflowed(aigc, platform, target, self.rt.settings.overflow_price)
+            metrics.overflowed(aigc, platform, target)
         for wait_s in _mark_waits(paid):
             try:
                 marked = await self.rt.store.mark_running(
@@ -334,6 +339,16 @@ class Lifecycle:
         _say(logging.WARNING, c.task_id, "rejected by %s: %s", target, error)
         return done.applied
 
+    async def priced_out(self, c: Claimed, reason: str) -> bool:
+        """The task's expected cost on the paid platform that would run it is above its
+        ``maxCost``, and nothing else runs its platform: it fails, nothing sent. False: it
+        had moved on."""
+        error = {"code": ErrorCode.MAX_COST.value, "message": reason, "detail": None}
+        done = await self.fail(c.task_id, c.attempt, ErrorCode.MAX_COST, error, reason, ended=True)
+        if done.applied:
+            _say(logging.WARNING, c.task_id, "not sent: %s", reason)
+        return done.applied
+
     async def unrunnable(self, task_id: str, code: str, message: str, detail: str) -> None:
         """No target can run the task (an invalid payload, a workflow nobody knows): it
         fails for its client at once, and no target's health is touched."""
@@ -411,9 +426,10 @@ class Lifecycle:
                 )
             case Failed(code=code, message=message, detail=detail):
                 error = {"code": code, "message": message, "detail": detail}
-                machine = failure_class(outcome) == INFRASTRUCTURE
+                again = outcome.retryable or failure_class(outcome) == INFRASTRUCTURE
                 why = f"failed: {code} {message}"
-                if await self._retried(task_id, why, attempt, target, machine=machine):
+                if await self._retried(task_id, why, attempt, target, again=again):
+                    await self.spend.ended(task_id, target, outcome)
                     self.announce(task_id, target, end_of(outcome), attempt)
                     return MoveResult(True, TaskState.PENDING)
                 done = await self.rt.store.finish(
@@ -431,6 +447,9 @@ class Lifecycle:
         _say(logging.DEBUG, task_id, "%s via %s (applied=%s)", done.state, note, done.applied)
         await self._cancel_orphan(task_id, done)
         if done.applied:
+            await self.spend.ended(
+                task_id, done.target or target, outcome, (done.aigc, done.platform)
+            )
             self.announce(task_id, done.target or target, end_of(outcome), attempt)
         elif done.state is not None:
             self.announce(task_id, target, TaskEnd.GONE, attempt)
@@ -534,12 +553,13 @@ class Lifecycle:
             _say(logging.DEBUG, task_id, "orphan %s already released", done.orphan)
 
     async def _retried(
-        self, task_id: str, reason: str, attempt: int | None, target: str, *, machine: bool
+        self, task_id: str, reason: str, attempt: int | None, target: str, *, again: bool
     ) -> bool:
-        """With ``retry_failures``, or for a machine's failure (``machine``): requeue a
-        failed task that has attempts left; at once, unless its slot on ``target`` is
-        freed by another process (see :meth:`retries_wait_for`)."""
-        if not (self.retry_failures or machine):
+        """With ``retry_failures``, or for a failure worth another attempt (``again``: a
+        machine's, or one its platform documents as retryable): requeue a failed task
+        that has attempts left; at once, unless its slot on ``target`` is freed by another
+        process (see :meth:`retries_wait_for`)."""
+        if not (self.retry_failures or again):
             return False
         task = await self.rt.store.get(task_id)
         if task is None or task.state.terminal:

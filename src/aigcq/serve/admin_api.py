@@ -1,8 +1,9 @@
 """The operator's view: ``/dashboard`` (static files in ``aigcq/web``) and its admin API.
 
 ``GET /api/admin/events`` streams a snapshot every second as Server-Sent Events (bridges,
-queues, internal / external split, health, recent tasks, overflow spend, model-asynch —
-see :mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry
+queues, internal / external split, health, recent tasks, overflow spend (this process's
+counters), spend today and this month (fleet-wide, :mod:`aigcq.scheduler.spend`),
+model-asynch — see :mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry
 a failed or cancelled task. Every data call needs the admin token as a Bearer token.
 """
 
@@ -119,8 +120,14 @@ class Monitor:
             "health": self._health(),
             "recent": [task_row(t) for t in await rt.store.recent(RECENT_TASKS)],
             "overflow": overflow,
+            "spend": await self._spend(),
             "asynch": await self.asynch.read(),
         }
+
+    async def _spend(self) -> dict[str, Any]:
+        """What paid tasks cost today and this month (UTC), fleet-wide, from Redis."""
+        ledger = self.service.lifecycle.spend
+        return {"day": await ledger.view("day"), "month": await ledger.view("month")}
 
     async def _bridges(self) -> list[dict[str, Any]]:
         """Bridges connected here, plus those other processes (or the past) recorded."""

@@ -111,7 +111,8 @@ class ServeProcess:
         self.internal: InternalTarget | None = (
             internal(self.rt, self.lifecycle) if internal else self.hub
         )
-        self.paid = PaidPlatforms(self.rt, self.lifecycle)
+        serves = self.internal.serves if self.internal else ()
+        self.paid = PaidPlatforms(self.rt, self.lifecycle, internal_serves=serves)
         for target in (self.paid, *([self.internal] if self.internal else [])):
             self.lifecycle.subscribe(target.task_ended)
         if self.hub is not None:

@@ -330,27 +330,77 @@ function renderLive(page) {
 const NO_PRICE = "no price set";
 const money = (n) => n.toFixed(2);
 
-// Spend means something only where AIGCQ_OVERFLOW_PRICE sets a price: elsewhere it says so.
+// A recorded cost, marked ≈ where (part of) it is the configured price rather than the
+// platform's; "no price set" where nothing was recorded (`r` has no amount) and `priced` is
+// false: no platform's figure and no price to estimate with, so 0.00 would mean nothing.
+function cost(r, priced = true) {
+  if (!r || !r.amount) return priced ? money(0) : NO_PRICE;
+  if (!r.estimated) return money(r.amount);
+  if (money(r.estimated) === money(r.amount)) return "≈" + money(r.amount);  // all of it
+  return `${money(r.amount)} (≈${money(r.estimated)})`;
+}
+
+// A target's figure means something where its platform reported money or
+// AIGCQ_OVERFLOW_PRICE prices it; elsewhere it says so.
+const known = (r) => r.price != null || r.reported > 0;
+
 function renderOverflow(o, trends, time) {
   if (!o) return;
   const priced = Object.keys(o.prices || {}).length > 0;
   fillTable("#overflow", o.targets.length
-    ? o.targets.map((r) => [r.target, r.tasks, r.price == null ? NO_PRICE : money(r.price),
-      r.price == null ? "-" : money(r.cost)])
+    ? o.targets.map((r) => [r.target, r.tasks,
+      r.price != null ? money(r.price) : known(r) ? "-" : NO_PRICE,
+      known(r) ? cost({ amount: r.cost, estimated: r.estimated }) : "-"])
     : [["-", 0, priced ? "-" : NO_PRICE, "-"]]);
-  const unpriced = o.targets.some((r) => r.price == null && r.tasks);
+  const counted = priced || o.targets.some(known);
+  const unpriced = o.targets.some((r) => !known(r) && r.tasks);
   $("#overflow-total").textContent = `total ${o.totalTasks} tasks · ` +
-    (priced ? `estimated ${money(o.totalCost)}${unpriced ? " (targets with no price set not counted)" : ""}`
+    (counted ? `cost ${cost({ amount: o.totalCost, estimated: o.targets.reduce((n, r) => n + r.estimated, 0) })}` +
+      (unpriced ? " (targets with no price set not counted)" : "")
       : `${NO_PRICE}: AIGCQ_OVERFLOW_PRICE (e.g. {"runninghub": 0.1}) prices each task sent`) +
     " · per process: sum /metrics across processes";
   const chart = $("#spend-chart");
-  chart.toggleAttribute("hidden", !priced);  // an <svg> has no .hidden property
-  $("#spend-legend").hidden = !priced;
-  if (!priced) return;
+  chart.toggleAttribute("hidden", !counted);  // an <svg> has no .hidden property
+  $("#spend-legend").hidden = !counted;
+  if (!counted) return;
   const h = trends.history;
   const from = Math.min(h.length ? h[0].t : time, time - 60);
-  drawChart(chart, { unit: "estimated cost", format: money, from, to: time,
+  drawChart(chart, { unit: "cost", format: money, from, to: time,
     series: [{ name: "spend", cls: "spend", points: h.map((p) => [p.t, p.spend]) }] });
+}
+
+// Today's and this month's spend, fleet-wide (Redis): per project, account and workflow.
+function renderSpend(sp, prices) {
+  if (!sp) return;
+  const { day, month } = sp;
+  const priced = (target) => prices[target] != null;
+  // a project is priced where one of the targets it ran on (its workflows') is
+  const projectPriced = (aigc) => {
+    const targets = [...day.workflows, ...month.workflows].filter((w) => w.AIGC === aigc).map((w) => w.target);
+    return targets.length ? targets.some(priced) : Object.keys(prices).length > 0;
+  };
+  const anyPriced = Object.keys(prices).length > 0;
+  // a row of the period, or "-": none that period
+  const figure = (r, isPriced) => (r ? cost(r, isPriced) : "-");
+  const find = (rows, r, keys) => rows.find((m) => keys.every((k) => m[k] === r[k]));
+  const names = (rows, keys) => [...new Map(rows.map((r) => [keys.map((k) => r[k]).join("/"), r])).values()];
+  const projects = names([...day.projects, ...month.projects], ["AIGC"]);
+  fillTable("#spend-projects", projects.length ? projects.map((p) => {
+    const today = find(day.projects, p, ["AIGC"]), isPriced = projectPriced(p.AIGC);
+    return [p.AIGC, figure(today, isPriced), figure(find(month.projects, p, ["AIGC"]), isPriced),
+      today ? today.tasks : 0];
+  }) : [["-", "-", "-", 0]]);
+  const accounts = names([...day.accounts, ...month.accounts], ["target", "account"]);
+  fillTable("#spend-accounts", accounts.map((a) => {
+    const today = find(day.accounts, a, ["target", "account"]);
+    return [soft(`${a.target} ${a.account}`), figure(today, priced(a.target)),
+      figure(find(month.accounts, a, ["target", "account"]), priced(a.target)), today ? today.coins : 0];
+  }));
+  fillTable("#spend-workflows", day.workflows.map((w) => [
+    soft(`${w.target} ${w.workflow || "-"}`), w.AIGC, cost(w, priced(w.target)), w.tasks,
+  ]));
+  $("#spend-total").textContent = `today (${day.period}) ${cost(day.total, anyPriced)} · ` +
+    `${day.total.tasks} tasks · this month (${month.period}) ${cost(month.total, anyPriced)}`;
 }
 
 function renderAsynch(a) {
@@ -390,6 +440,7 @@ function render(s) {
   loadLive();
   if (shownTask) showTask(shownTask, true);  // a shown task follows its state
   renderOverflow(s.overflow, s.trends, s.time);
+  renderSpend(s.spend, (s.overflow && s.overflow.prices) || {});
   renderAsynch(s.asynch);
   document.body.dataset.snapshots = String(++snapshots);
 }
