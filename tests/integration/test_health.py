@@ -330,3 +330,23 @@ async def test_a_task_no_bridge_here_can_run_waits_for_other_processes_then_over
                 await bridge.next(timeout=0.1)
         await there.ws.close()
         await client.close()
+
+
+async def test_each_instance_is_published_under_the_seeds_key(env: Env) -> None:
+    """Seed 000 §8.3's ``md:state:instances[:{instanceId}]`` (60 s TTL), from what a bridge
+    reports of its instances."""
+    bridge = await env.bridge()
+    instances = [
+        {"instanceId": "i0", "url": "http://i0", "state": "busy", "taskId": "t1"},
+        {"instanceId": "i1", "url": "http://i1", "state": "offline"},
+    ]
+    await bridge.register(count=2, instances=instances)
+    one = await until(
+        lambda: env.redis.hgetall("md:state:instances:i0"), lambda h: bool(h), within=3.0
+    )
+    assert (one["bridgeId"], one["status"], one["currentTaskId"]) == ("br1", "busy", "t1")
+    assert one["currentTaskStartTime"] and one["lastUpdated"]
+    assert await env.redis.ttl("md:state:instances:i0") > 0
+    index = await env.redis.hgetall("md:state:instances")
+    assert sorted(index) == ["i0", "i1"]
+    assert '"status":"offline"' in index["i1"]

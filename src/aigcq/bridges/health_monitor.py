@@ -12,7 +12,10 @@ it is usable at once. A bridge that went silent or is out of rotation cannot sho
 recovery that way.
 
 State is published under the seed's keys (no project prefix): ``md:state:connection``,
-``md:state:capacity`` (60 s TTL), ``md:state:last_heartbeat`` (epoch ms, 60 s TTL), plus
+``md:state:capacity`` (60 s TTL), ``md:state:last_heartbeat`` (epoch ms, 60 s TTL),
+``md:state:instances`` and ``md:state:instances:{instanceId}`` (60 s TTL; for bridges that
+describe their instances: id, bridge, status online/busy/offline, current task and since
+when), plus
 ``md:state:health`` (status, reason, passes, degradeCount, recoverCount) where the seed only
 says "set status: degraded". Several processes on one Redis each write their own view.
 """
@@ -26,6 +29,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 
 from aigcq.bridges.registry import BridgeConn
@@ -37,6 +41,7 @@ from aigcq.queue.keys import (
     MD_STATE_CONNECTION,
     MD_STATE_HEALTH,
     MD_STATE_HEARTBEAT,
+    MD_STATE_INSTANCES,
 )
 
 log = logging.getLogger(__name__)
@@ -81,6 +86,9 @@ class HealthMonitor:
         self.speaks = speaks
         self._connected_at = ""
         self._disconnected_at = ""
+        #: (instance id, task id) -> when it was first seen running that task
+        self._task_since: dict[tuple[str, str], str] = {}
+        self._instance_ids: set[str] = set()  # the instances we last wrote
         self._writes: set[asyncio.Task[None]] = set()
 
     @property
@@ -163,6 +171,7 @@ class HealthMonitor:
             last = max(b.last_seen for b in bridges)
             wall_ms = int((time.time() - (time.monotonic() - last)) * 1000)
             pipe.set(MD_STATE_HEARTBEAT, wall_ms, ex=STATE_TTL_S)
+        self._instances(pipe, bridges, now)
         pipe.hset(
             MD_STATE_HEALTH,
             mapping={
@@ -176,6 +185,25 @@ class HealthMonitor:
         )
         await pipe.execute()
 
+    def _instances(self, pipe: Any, bridges: list[BridgeConn], now: str) -> None:
+        """``md:state:instances[:{id}]`` for every instance the bridges describe."""
+        states = instance_states(bridges, self._task_since, now)
+        self._task_since = {
+            (s["instanceId"], s["currentTaskId"]): s["currentTaskStartTime"]
+            for s in states
+            if s["currentTaskId"]
+        }
+        gone = self._instance_ids - {s["instanceId"] for s in states}
+        self._instance_ids = {s["instanceId"] for s in states}
+        if gone:  # ours no more (other processes' bridges keep theirs)
+            pipe.hdel(MD_STATE_INSTANCES, *gone)
+        for state in states:
+            key = f"{MD_STATE_INSTANCES}:{state['instanceId']}"
+            pipe.hset(key, mapping=state)
+            pipe.expire(key, STATE_TTL_S)
+            pipe.hset(MD_STATE_INSTANCES, state["instanceId"], orjson.dumps(state))
+        pipe.expire(MD_STATE_INSTANCES, STATE_TTL_S)
+
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(_logged(coro))
         self._writes.add(task)
@@ -187,6 +215,32 @@ async def _logged(coro: Coroutine[Any, Any, None]) -> None:
         await coro
     except Exception as exc:
         round_failed(log, "publishing health state failed", exc)
+
+
+def instance_states(
+    bridges: Iterable[BridgeConn], since: dict[tuple[str, str], str], now: str
+) -> list[dict[str, str]]:
+    """Seed 000's instance record for each instance the bridges describe: ``status``
+    online (idle), busy or offline; ``currentTaskStartTime`` when it was first seen
+    running its task (``since``, else ``now``); empty strings for the seed's nulls."""
+    out = []
+    for b in bridges:
+        for i in b.instance_states:
+            task = str(i.get("taskId") or "")
+            status = {"idle": "online"}.get(str(i["state"]), str(i["state"]))
+            out.append(
+                {
+                    "instanceId": str(i["instanceId"]),
+                    "bridgeId": b.bridge_id,
+                    "status": status,
+                    "currentTaskId": task,
+                    "currentTaskStartTime": since.get((str(i["instanceId"]), task), now)
+                    if task
+                    else "",
+                    "lastUpdated": now,
+                }
+            )
+    return out
 
 
 def _iso() -> str:

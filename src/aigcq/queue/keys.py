@@ -160,3 +160,5 @@ MD_STATE_CONNECTION = "md:state:connection"
 MD_STATE_CAPACITY = "md:state:capacity"
 MD_STATE_HEARTBEAT = "md:state:last_heartbeat"
 MD_STATE_HEALTH = "md:state:health"
+#: seed 000 §8.3: every instance (HASH id -> its JSON), each also as ``:{instanceId}``
+MD_STATE_INSTANCES = "md:state:instances"
