@@ -133,6 +133,7 @@ class ErrorCode(enum.StrEnum):
     GONE = "TaskGone"
     NOT_RETRYABLE = "TaskNotRetryable"
     UNCERTAIN_SUBMIT = "UncertainSubmit"
+    CONTROL = "ControlError"  # an operator's control names nothing it can act on
 
 
 @dataclass(slots=True)

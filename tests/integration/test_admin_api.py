@@ -93,8 +93,9 @@ async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
         first, second = await first_event(http, count=2)
     assert set(first) == {
         *("time", "bridges", "queues", "split", "trends", "health", "recent"),
-        *("overflow", "asynch"),  # asynch: None without AIGCQ_ASYNCH_URL
+        *("overflow", "asynch", "pauses"),  # asynch: None without AIGCQ_ASYNCH_URL
     }
+    assert first["pauses"] == []
     assert first["asynch"] is None
     assert 0.5 < second["time"] - first["time"] < 3
     row = bridge_row(second)

@@ -154,21 +154,28 @@ class BridgeHub:
         return await self.assigner.hand_back(reason)
 
     async def drain(self, bridge_id: str, drained: bool) -> bool:
-        """Stop (or resume) assigning to ``bridge_id``; ``False`` if it is not connected here
-        (then it takes effect when it connects)."""
+        """Stop (or resume) assigning to ``bridge_id`` here; ``False`` if it is not connected
+        here (then it takes effect when it connects). An operator's drain is a pause
+        (:mod:`aigcq.scheduler.pauses`): every process applies it (:meth:`apply_drains`)."""
         conn = self.registry.set_drained(bridge_id, drained)
-        log.warning(
+        if conn is None:
+            return False
+        log.info(
             "bridge %s: %s",
             bridge_id,
             "drained" if drained else "undrained",
             extra=ctx(bridge=bridge_id),
         )
-        if conn is None:
-            return False
         await self.rotation.save(conn)
         if not drained:
             self.wake()
         return True
+
+    async def apply_drains(self, drained: frozenset[str]) -> None:
+        """The bridges an operator paused now (read from Redis by the dispatch loop):
+        drain those newly in it, undrain those no longer in it."""
+        for bridge_id in sorted(drained ^ self.registry.drained):
+            await self.drain(bridge_id, bridge_id in drained)
 
     # ---- the WebSocket endpoint ---------------------------------------------------------
 

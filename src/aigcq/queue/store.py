@@ -212,9 +212,18 @@ class TaskStore:
         return Submitted(bool(created), TaskState(text(state)), text(owner))
 
     async def claim(
-        self, aigc: str, platform: str, target: str, *, cap: int, n: int, deadline_s: float
+        self,
+        aigc: str,
+        platform: str,
+        target: str,
+        *,
+        cap: int,
+        n: int,
+        deadline_s: float,
+        ids: Sequence[str] | None = None,
     ) -> list[Claimed]:
-        """Move up to ``n`` waiting tasks to ``target`` while its in-flight count < ``cap``."""
+        """Move up to ``n`` waiting tasks to ``target`` while its in-flight count < ``cap``:
+        from the head, or those of ``ids`` still waiting (in that order)."""
         if n <= 0:
             return []
         rows = await self._run(
@@ -226,6 +235,7 @@ class TaskStore:
             cap=cap,
             n=n,
             deadline_s=deadline_s,
+            ids="" if ids is None else orjson.dumps(list(ids)).decode(),
         )
         claimed = [
             Claimed(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from redis.exceptions import RedisError
@@ -150,11 +150,19 @@ class Lifecycle:
     # ---- dispatching ----------------------------------------------------------------------
 
     async def claim(
-        self, aigc: str, platform: str, target: str, *, cap: int, n: int
+        self,
+        aigc: str,
+        platform: str,
+        target: str,
+        *,
+        cap: int,
+        n: int,
+        ids: Sequence[str] | None = None,
     ) -> list[Claimed]:
-        """Up to ``n`` waiting tasks, for ``target``, while its in-flight count < ``cap``."""
+        """Up to ``n`` waiting tasks, for ``target``, while its in-flight count < ``cap``:
+        from the head, or those of ``ids`` still waiting."""
         return await self.rt.store.claim(
-            aigc, platform, target, cap=cap, n=n, deadline_s=self.rt.dispatch_deadline_s
+            aigc, platform, target, cap=cap, n=n, deadline_s=self.rt.dispatch_deadline_s, ids=ids
         )
 
     async def overflowed(

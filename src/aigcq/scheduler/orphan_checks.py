@@ -53,7 +53,7 @@ class OrphanChecks:
         """Ask the platform about every orphan due for a check, ``BATCH`` at a time; the
         number released."""
         released = 0
-        for aigc, target in self._accounts():
+        for aigc, target in self.rt.paid_accounts():
             due = await self.rt.store.orphans_due(aigc, target)
             for start in range(0, len(due), BATCH):
                 batch = due[start : start + BATCH]
@@ -134,12 +134,3 @@ class OrphanChecks:
             return False
         adapter = self.rt.platforms.adapters[o.target]
         return await self.rt.platforms.running(adapter, self.rt.apikey(o.aigc, o.platform)) == 0
-
-    def _accounts(self) -> set[tuple[str, str]]:
-        """(AIGC, paid target) of every configured queue."""
-        found = set()
-        for aigc, platform in self.rt.config.queues():
-            adapter = self.rt.platforms.adapter_for(platform)
-            if adapter is not None and adapter.paid:
-                found.add((aigc, adapter.name))
-        return found

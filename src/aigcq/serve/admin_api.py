@@ -3,7 +3,8 @@
 ``GET /api/admin/events`` streams a snapshot every second as Server-Sent Events (bridges,
 queues, internal / external split, health, recent tasks, overflow spend, model-asynch —
 see :mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry
-a failed or cancelled task. Every data call needs the admin token as a Bearer token.
+a failed or cancelled task; the incident controls (:mod:`aigcq.serve.admin_controls`).
+Every data call needs the admin token as a Bearer token.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.http_api import require_admin
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.plumbing.background import one_round
+from aigcq.scheduler.pauses import PauseKind, Pauses
+from aigcq.serve.admin_controls import checked, control_routes
 from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
 from aigcq.serve.admin_trends import Split, Trends
 from aigcq.serve.live_tasks import PAGE_MAX, LiveFilter, live_page
@@ -60,6 +63,7 @@ class Monitor:
         settings = service.rt.settings
         self.asynch = AsynchPanel(settings.asynch_url, settings.admin_token)
         self.trends = Trends()
+        self.pauses = Pauses(service.rt)
 
     async def run(self) -> None:
         try:
@@ -120,6 +124,7 @@ class Monitor:
             "recent": [task_row(t) for t in await rt.store.recent(RECENT_TASKS)],
             "overflow": overflow,
             "asynch": await self.asynch.read(),
+            "pauses": [p.view() for p in await self.pauses.all()],
         }
 
     async def _bridges(self) -> list[dict[str, Any]]:
@@ -211,6 +216,7 @@ def admin_router(service: ServeParts, monitor: Monitor) -> APIRouter:
     router = APIRouter(tags=["admin"])
     _dashboard_routes(router, service.gateway, monitor)
     _control_routes(router, service)
+    control_routes(router, service)
     return router
 
 
@@ -287,7 +293,7 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
             methods=["POST"],
             name=action,
             summary=summary,
-            responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+            responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.CONTROL),
         )
 
     @router.post(
@@ -307,8 +313,13 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
 
 
 async def set_drained(service: ServeParts, bridge_id: str, drained: bool) -> dict[str, Any]:
+    """Drain (or undrain) a bridge on every process, kept in Redis (a bridge pause):
+    here at once, elsewhere from their next dispatch round, which this starts."""
     if service.hub is None:
         raise ClientError(ErrorCode.NOT_FOUND, "this process has no bridge hub")
+    pauses = Pauses(service.rt)
+    bridge_id = checked(pauses, PauseKind.BRIDGE, bridge_id)
+    await pauses.set(PauseKind.BRIDGE, bridge_id, drained)
     connected = await service.hub.drain(bridge_id, drained)
     return {"bridgeId": bridge_id, "drained": drained, "connected": connected}
 

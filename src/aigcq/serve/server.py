@@ -108,7 +108,14 @@ class ServeProcess:
         self.paid = PaidPlatforms(self.rt, self.lifecycle)
         for target in (self.paid, *([self.internal] if self.internal else [])):
             self.lifecycle.subscribe(target.task_ended)
-        self.dispatch = DispatchLoop(self.rt, self.lifecycle, self.paid, self.internal, wakeup)
+        self.dispatch = DispatchLoop(
+            self.rt,
+            self.lifecycle,
+            self.paid,
+            self.internal,
+            wakeup,
+            on_drains=self.hub.apply_drains if self.hub else None,
+        )
         self.sweeper = Sweeper(self.rt, self.lifecycle)
         self.orphan_checks = OrphanChecks(self.rt, self.lifecycle)
         self.silent_tasks = SilentTasks(self.lifecycle)

@@ -1,0 +1,97 @@
+"""An operator's incident controls in the admin API (admin token): pause and resume a
+project, a paid account, a workflow or a bridge (:mod:`aigcq.scheduler.pauses`).
+
+Bad input (an unknown kind or field, a name ``model.json`` does not know) is refused with
+``ControlError`` (400) naming what is wrong and what is known, and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import APIRouter, Header, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from aigcq.domain import ErrorCode
+from aigcq.gateway.errors import ClientError, error_responses
+from aigcq.gateway.http_api import json_object, require_admin
+from aigcq.scheduler.pauses import PauseError, PauseKind, Pauses
+from aigcq.serve.parts import ServeParts
+
+Authorization = Annotated[str | None, Header()]
+BODY_LIMIT = 64 * 1024  # a control's body is a few fields
+CONTROL_ERRORS = error_responses(ErrorCode.JSON, ErrorCode.CONTROL, ErrorCode.AUTH)
+
+_Body = TypeVar("_Body", bound=BaseModel)
+
+
+class PauseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["project", "account", "workflow", "bridge"]
+    name: str = Field(description="project, runninghub or proj/runninghub, workflowId, bridgeId")
+    note: str = Field("", max_length=500, description="why (shown with the pause)")
+
+
+def body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """OpenAPI for a route that reads its JSON body itself, after its auth check."""
+    schema = {"schema": model.model_json_schema()}
+    return {"requestBody": {"required": True, "content": {"application/json": schema}}}
+
+
+async def control_body(request: Request, model: type[_Body]) -> _Body:
+    """The request's body as ``model``; ``ControlError`` naming the first field wrong."""
+    try:
+        return model.model_validate(await json_object(request, BODY_LIMIT))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise ClientError(ErrorCode.CONTROL, f"{where}: {first['msg']}") from exc
+
+
+def control_routes(router: APIRouter, service: ServeParts) -> None:
+    gw, pauses = service.gateway, Pauses(service.rt)
+
+    @router.get(
+        "/api/admin/pauses",
+        summary="What is paused now, on every process",
+        responses=error_responses(ErrorCode.AUTH),
+    )
+    async def paused(authorization: Authorization = None) -> dict[str, Any]:
+        require_admin(gw, authorization)
+        return {"pauses": [p.view() for p in await pauses.all()]}
+
+    for action, summary in (
+        ("pause", "Hold a project, paid account, workflow or bridge: its tasks wait"),
+        ("resume", "Lift a pause: what waited is dispatched"),
+    ):
+        router.add_api_route(
+            f"/api/admin/{action}",
+            _pause_route(service, pauses, paused=action == "pause"),
+            methods=["POST"],
+            name=action,
+            summary=summary,
+            responses=CONTROL_ERRORS,
+            openapi_extra=body_schema(PauseBody),
+        )
+
+
+def _pause_route(service: ServeParts, pauses: Pauses, *, paused: bool) -> Any:
+    async def route(request: Request, authorization: Authorization = None) -> dict[str, Any]:
+        require_admin(service.gateway, authorization)
+        body = await control_body(request, PauseBody)
+        kind = PauseKind(body.kind)
+        name = checked(pauses, kind, body.name)
+        changed = await pauses.set(kind, name, paused, body.note)
+        if kind is PauseKind.BRIDGE and service.hub is not None:
+            await service.hub.drain(name, paused)  # here at once; elsewhere by the next round
+        return {"kind": kind.value, "name": name, "paused": paused, "changed": changed}
+
+    return route
+
+
+def checked(pauses: Pauses, kind: PauseKind, name: str) -> str:
+    try:
+        return pauses.checked_name(kind, name)
+    except PauseError as exc:
+        raise ClientError(ErrorCode.CONTROL, str(exc)) from exc
