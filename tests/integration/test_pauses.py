@@ -15,8 +15,9 @@ import redis.asyncio as aioredis
 
 from aigcq.domain import TaskState
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
+from tests.fakes.bridge import BRIDGE_TOKEN, Bridge, instances_with
 from tests.fakes.client import generate
+from tests.fakes.comfyui import model_graph
 from tests.fakes.paid import RH_KEY, Paid, paid_stack, serve_beside
 from tests.fakes.waiting import until
 
@@ -115,6 +116,32 @@ async def test_a_paused_account_makes_no_create_while_a_bridge_or_another_accoun
                 await succeeded(env, task_id)
             assert sorted((await creates_by_key(env))[RH_KEY]) == ["a2", "a3", "s1"]
             assert (await env.task("a1")).state is TaskState.RUNNING  # the bridge's, still
+        finally:
+            await bridge.ws.close()
+
+
+async def test_a_task_the_bridges_hand_back_waits_while_its_account_is_paused(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """No connected instance has the model the task needs: the hub hands it back, and with
+    its account paused it waits (neither created nor failed ``NoCapableInstance``)."""
+    options = {"admin_token": ADMIN, "bridge_token": BRIDGE_TOKEN}
+    async with paid_stack(tmp_path, redis, redis_url, rh=quick_rh(), **options) as env:
+        await control(env, "pause", kind="account", name="runninghub")
+        bridge = await Bridge.connect(int(env.base.rsplit(":", 1)[1]))
+        try:
+            await bridge.register(count=1, instances=instances_with("a.safetensors"))
+            await env.client.request(generate("needs-c", workflow=model_graph("c.safetensors")))
+            await env.client.request(generate("plain"))
+            assert (await bridge.next())["data"]["taskId"] == "plain"  # after needs-c's turn
+            handed_back = await until(  # claimed, handed back, waiting again
+                partial(env.task, "needs-c"), lambda t: t.attempt >= 1 and t.state == "pending"
+            )
+            assert handed_back.error is None
+            assert await creates_by_key(env) == {}
+            await control(env, "resume", kind="account", name="runninghub")
+            await succeeded(env, "needs-c")
+            assert (await creates_by_key(env))[RH_KEY] == ["needs-c"]
         finally:
             await bridge.ws.close()
 
