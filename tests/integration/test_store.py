@@ -284,3 +284,20 @@ async def test_an_acceptance_for_a_task_long_gone_leaves_no_orphan(redis: aiored
     marked = await store.mark_running("gone", 1, "r1", deadline_s=60, kind="callback", where=where)
     assert not marked.running and not marked.orphaned
     assert await redis.zcard("t:orphans:p:runninghub") == 0
+
+
+async def test_failed_and_cancelled_ends_are_listed_for_replays_while_retained(
+    redis: aioredis.Redis,
+) -> None:
+    store = make_store(redis)  # retention 60 s
+    for task_id in ("f", "c", "s"):
+        await submit(store, task_id)
+    await store.finish("f", TaskState.FAILED, error={"code": "x"})
+    await store.finish("c", TaskState.CANCELLED)
+    await store.finish("s", TaskState.SUCCESS, result={"ok": 1})
+    assert set(await redis.zrange("t:replayable", 0, -1)) == {"f", "c"}
+    await redis.zadd("t:replayable", {"old": 1.0})  # ended long before the retention
+    assert (await store.retry("f")).applied
+    await submit(store, "later")
+    await store.finish("later", TaskState.FAILED, error={"code": "x"})
+    assert set(await redis.zrange("t:replayable", 0, -1)) == {"c", "later"}

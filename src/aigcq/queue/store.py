@@ -84,6 +84,19 @@ class MoveResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Retried:
+    """What :meth:`TaskStore.retry` did: ``applied`` (queued again), the task's state."""
+
+    applied: bool
+    state: TaskState | None  # None: no such task
+    #: not applied: a paid run's result came after the task ended, kept for delivery
+    kept_result: bool = False
+    #: not applied: a paid run of it may still be out (its orphan: a remote task id, or
+    #: ``create:<createId>`` for a create whose outcome is unknown)
+    paid_out: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Marked:
     """What :meth:`TaskStore.mark_running` did; true when the task is running."""
 
@@ -492,21 +505,57 @@ class TaskStore:
         )
         return int(applied) == 1
 
-    async def retry(self, task_id: str, note: str = "retried") -> MoveResult:
-        """Queue a failed or cancelled task again (an operator's retry). Its client gets
-        the new attempt's result too. ``applied`` False: not retryable in ``state``."""
-        applied, current = await self._run("retry", task_id=task_id, now=time.time(), info=note)
+    async def deliver_kept(self, task_id: str, note: str) -> MoveResult:
+        """End a failed or cancelled task with the result its paid run brought after it
+        ended (kept by the finishing script): its client gets it as any success, nothing
+        runs again. ``applied`` False: no such result, or the task is in another state."""
+        now = time.time()
+        applied, current, *_ = await self._run(
+            "finish",
+            task_id=task_id,
+            to=TaskState.SUCCESS.value,
+            now=now,
+            ttl=self.retention_s,
+            result_json="",  # the script takes the kept one, and makes its message
+            error_json=orjson.dumps(None),
+            body="",
+            minid=outbox_minid(now, self.outbox_retention_s),
+            info=note,
+            move=Move.REPLAY_RESULT.value,
+            quiet=False,
+            from_attempt="",
+            paid_targets=self.paid_targets,
+            fenced=False,
+            ended=False,
+        )
         code = int(applied)
         return MoveResult(code == 1, TaskState(text(current)) if code >= 0 else None)
+
+    async def retry(self, task_id: str, note: str = "retried") -> Retried:
+        """Queue a failed or cancelled task again (an operator's retry): its client gets
+        the new attempt's result too. Not one a paid platform may bill twice: one with a
+        paid result kept (``kept_result``: :meth:`deliver_kept` it) or a paid run that may
+        still be out (``paid_out``) is left as it is. ``applied`` False: not retryable."""
+        code, current, *out = await self._run("retry", task_id=task_id, now=time.time(), info=note)
+        code = int(code)
+        state = TaskState(text(current)) if code >= 0 else None
+        return Retried(
+            code == 1, state, kept_result=code == 3, paid_out=text(out[0]) if out else ""
+        )
 
     async def promote_delayed(self, limit: int = 500) -> int:
         """Delayed tasks whose back-off is over go to the head of their queue (at most
         ``limit``); how many left the delayed set."""
         return int(await self._run("promote", now=time.time(), limit=limit))
 
-    async def release_orphan(self, remote_id: str) -> bool:
-        """The platform says this unwanted remote task ended: it leaves the cap."""
-        return int(await self._run("release_orphan", remote_id=remote_id)) == 1
+    async def release_orphan(self, remote_id: str, result: Any = None) -> bool:
+        """The platform says this unwanted remote task ended: it leaves the cap. ``result``:
+        the success it reported, kept on its task if that ended failed or cancelled."""
+        kept = "" if result is None else orjson.dumps(result).decode()
+        done = await self._run(
+            "release_orphan", remote_id=remote_id, result_json=kept, now=time.time()
+        )
+        return int(done) == 1
 
     async def release_create(self, create_id: str) -> bool:
         """The platform answered the create ``create_id`` with a definite "not created":

@@ -88,7 +88,7 @@ class OrphanChecks:
             return int(await self.lifecycle.orphan_ended(o))
         if o.awaiting_create:
             return await self._check_create(o)
-        # peek: the result is nobody's, so inline files are not stored
+        # peek: inline files are not stored (such a result is not kept for a replay)
         outcome = await self.rt.platforms.peek(
             adapter, as_task(o), self.rt.apikey(o.aigc, o.platform)
         )
@@ -100,7 +100,8 @@ class OrphanChecks:
                 type(outcome).__name__,
                 extra=ctx(task=o.task_id),
             )
-            return int(await self.lifecycle.orphan_ended(o))
+            kept = outcome.data if isinstance(outcome, Succeeded) and not outcome.files else None
+            return int(await self.lifecycle.orphan_ended(o, kept))
         await self.lifecycle.orphans.cancel(o)  # still running (or no answer): ask again
         await self.lifecycle.orphan_unresolved(o, RECHECK_S)
         return 0

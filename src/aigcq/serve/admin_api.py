@@ -32,6 +32,7 @@ from aigcq.scheduler.pauses import PauseKind, Pauses
 from aigcq.serve.admin_controls import checked, control_routes
 from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
 from aigcq.serve.admin_trends import Split, Trends
+from aigcq.serve.by_filter import not_retried
 from aigcq.serve.live_tasks import PAGE_MAX, LiveFilter, live_page
 
 if TYPE_CHECKING:
@@ -298,7 +299,7 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
 
     @router.post(
         "/api/admin/tasks/{task_id}/retry",
-        summary="Queue a failed task again",
+        summary="Queue a failed task again (or deliver the paid result it already has)",
         responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.NOT_RETRYABLE),
     )
     async def retry(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
@@ -307,8 +308,7 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
         if done.state is None:
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
         if not done.applied:
-            detail = f"a {done.state} task cannot be retried"
-            raise ClientError(ErrorCode.NOT_RETRYABLE, detail, task_id)
+            raise ClientError(ErrorCode.NOT_RETRYABLE, not_retried(done), task_id)
         return {"taskId": task_id, "state": done.state.value}
 
 

@@ -1,5 +1,6 @@
 """An operator's incident controls in the admin API (admin token): pause and resume a
-project, a paid account, a workflow or a bridge (:mod:`aigcq.scheduler.pauses`).
+project, a paid account, a workflow or a bridge (:mod:`aigcq.scheduler.pauses`); cancel
+and replay tasks by filter (:mod:`aigcq.serve.by_filter`).
 
 Bad input (an unknown kind or field, a name ``model.json`` does not know) is refused with
 ``ControlError`` (400) naming what is wrong and what is known, and changes nothing.
@@ -7,19 +8,30 @@ Bad input (an unknown kind or field, a name ``model.json`` does not know) is ref
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Header, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from aigcq.domain import ErrorCode
+from aigcq.domain import ErrorCode, TaskState
 from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.http_api import json_object, require_admin
 from aigcq.scheduler.pauses import PauseError, PauseKind, Pauses
+from aigcq.serve.by_filter import (
+    CANCELLABLE,
+    REPLAYABLE,
+    FilterError,
+    TaskFilter,
+    cancel_matching,
+    replay_matching,
+    task_filter,
+)
 from aigcq.serve.parts import ServeParts
 
 Authorization = Annotated[str | None, Header()]
 BODY_LIMIT = 64 * 1024  # a control's body is a few fields
+MAX_LIMIT = 10_000  # tasks one cancel or replay by filter acts on, at most
 CONTROL_ERRORS = error_responses(ErrorCode.JSON, ErrorCode.CONTROL, ErrorCode.AUTH)
 
 _Body = TypeVar("_Body", bound=BaseModel)
@@ -31,6 +43,20 @@ class PauseBody(BaseModel):
     kind: Literal["project", "account", "workflow", "bridge"]
     name: str = Field(description="project, runninghub or proj/runninghub, workflowId, bridgeId")
     note: str = Field("", max_length=500, description="why (shown with the pause)")
+
+
+class FilterBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    state: str = Field("", description="states, comma-separated [cancel: the live ones; "
+                       "replay: failed]")  # fmt: skip
+    project: str = Field("", validation_alias=AliasChoices("project", "aigc"))
+    platform: str = ""
+    client: str = Field("", description="the client's backendId")
+    target: str = Field("", description="where it runs or ran: bridge, runninghub...")
+    since: float = Field(0.0, ge=0, description="its last change at or after (epoch s)")
+    dryRun: bool = Field(False, description="say which tasks, change nothing")
+    limit: int = Field(1000, ge=1, le=MAX_LIMIT, description="act on this many at most")
 
 
 def body_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -74,6 +100,52 @@ def control_routes(router: APIRouter, service: ServeParts) -> None:
             responses=CONTROL_ERRORS,
             openapi_extra=body_schema(PauseBody),
         )
+
+    for action, acts_on, default, act in (
+        ("cancel", CANCELLABLE, CANCELLABLE, cancel_matching),
+        ("replay", REPLAYABLE, frozenset({TaskState.FAILED}), replay_matching),
+    ):
+        router.add_api_route(
+            f"/api/admin/tasks/{action}",
+            _filter_route(service, acts_on, default, act),
+            methods=["POST"],
+            name=f"{action}_matching",
+            summary=f"{action.capitalize()} the tasks a filter admits",
+            responses=CONTROL_ERRORS,
+            openapi_extra=body_schema(FilterBody),
+        )
+
+
+def _filter_route(
+    service: ServeParts,
+    acts_on: frozenset[TaskState],
+    default: frozenset[TaskState],
+    act: Callable[..., Awaitable[dict[str, Any]]],
+) -> Any:
+    async def route(request: Request, authorization: Authorization = None) -> dict[str, Any]:
+        require_admin(service.gateway, authorization)
+        body = await control_body(request, FilterBody)
+        wanted = _filter(service, body, acts_on, default)
+        return await act(service.lifecycle, wanted, limit=body.limit, dry_run=body.dryRun)
+
+    return route
+
+
+def _filter(
+    service: ServeParts,
+    body: FilterBody,
+    acts_on: frozenset[TaskState],
+    default: frozenset[TaskState],
+) -> TaskFilter:
+    rt = service.rt
+    targets = [*rt.platforms.adapters, *([service.internal.name] if service.internal else [])]
+    fields = body.model_dump(exclude={"dryRun", "limit", "state"})
+    try:
+        return task_filter(
+            rt, targets, acts_on=acts_on, default=default, state=body.state, **fields
+        )
+    except FilterError as exc:
+        raise ClientError(ErrorCode.CONTROL, str(exc)) from exc
 
 
 def _pause_route(service: ServeParts, pauses: Pauses, *, paused: bool) -> Any:
