@@ -146,7 +146,7 @@ async def cancel_matching(
             else:
                 answer["skipped"].append({"taskId": t.task_id, "reason": f"already {done.state}"})
 
-        await _each(tasks[:limit], cancel)
+        await _each(tasks[:limit], cancel, answer)
     return answer
 
 
@@ -167,7 +167,7 @@ async def replay_matching(
             else:
                 answer["skipped"].append({"taskId": t.task_id, "reason": not_retried(done)})
 
-        await _each(tasks[:limit], replay)
+        await _each(tasks[:limit], replay, answer)
     return answer
 
 
@@ -194,6 +194,13 @@ def _answer(tasks: list[Task], limit: int, dry_run: bool, **outcomes: list[str])
     }
 
 
-async def _each(tasks: list[Task], act: Callable[[Task], Awaitable[None]]) -> None:
+async def _each(
+    tasks: list[Task], act: Callable[[Task], Awaitable[None]], answer: dict[str, Any]
+) -> None:
+    """``act`` on each task, :data:`AT_ONCE` at a time; the answer's lists in task order."""
     for start in range(0, len(tasks), AT_ONCE):
         await asyncio.gather(*(act(t) for t in tasks[start : start + AT_ONCE]))
+    order = {t.task_id: i for i, t in enumerate(tasks)}
+    for key, value in answer.items():
+        if key != "tasks" and isinstance(value, list):
+            value.sort(key=lambda v: order[v if isinstance(v, str) else v["taskId"]])
