@@ -301,3 +301,15 @@ async def test_failed_and_cancelled_ends_are_listed_for_replays_while_retained(
     await submit(store, "later")
     await store.finish("later", TaskState.FAILED, error={"code": "x"})
     assert set(await redis.zrange("t:replayable", 0, -1)) == {"c", "later"}
+
+
+async def test_a_requeue_an_operators_pause_made_gives_its_attempt_back_always(
+    redis: aioredis.Redis,
+) -> None:
+    store = make_store(redis)
+    store.free_requeues = 1
+    await submit(store, "a")
+    for _ in range(3):
+        [c] = await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60)
+        assert c.charged == 1
+        assert await store.requeue_unrun("a", c.attempt, "its account is paused", held=True)

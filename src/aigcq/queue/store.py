@@ -357,16 +357,30 @@ class TaskStore:
     # ---- back to waiting: each next claim is a new attempt (its own webhook URL) ----------
 
     async def requeue_unrun(
-        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0
+        self,
+        task_id: str,
+        attempt: int,
+        reason: str,
+        *,
+        delay_s: float = 0.0,
+        held: bool = False,
     ) -> bool:
         """``attempt``'s target ran nothing (no slot, full, refused, never acknowledged,
         not sent): the task goes back to the head of its queue, or after ``delay_s`` (a
         back-off), and the attempt is given back to its budget (at most ``free_requeues``
-        times per task; later ones are charged). Nothing of the attempt runs anywhere, so
-        no orphan is kept. False: ``attempt`` is no longer the live one, or the task is
-        not dispatching or running."""
+        times per task, later ones are charged; ``held``: always, an operator's pause kept
+        it from its target). Nothing of the attempt runs anywhere, so no orphan is kept.
+        False: ``attempt`` is no longer the live one, or the task is not dispatching or
+        running."""
         return await self._requeue(
-            Move.REQUEUE_UNRUN, task_id, attempt, reason, delay_s=delay_s, uncharge=True, ended=True
+            Move.REQUEUE_UNRUN,
+            task_id,
+            attempt,
+            reason,
+            delay_s=delay_s,
+            uncharge=True,
+            ended=True,
+            free_limit=2**53 if held else None,
         )
 
     async def requeue_unsent(self, task_id: str, attempt: int, reason: str) -> bool:
@@ -413,6 +427,7 @@ class TaskStore:
         ended: bool = False,
         remote_id: str = "",
         unsent_only: bool = False,
+        free_limit: int | None = None,
     ) -> bool:
         now = time.time()
         result = await self._run(
@@ -426,7 +441,7 @@ class TaskStore:
             remote_id=remote_id,
             unsent_only=unsent_only,
             uncharge=uncharge,
-            free_limit=self.free_requeues,
+            free_limit=self.free_requeues if free_limit is None else free_limit,
             ended=ended,
             paid_targets=self.paid_targets,
         )

@@ -27,7 +27,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aigcq.plumbing.background import cancel_and_wait, round_failed, round_ok
@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 BATCH = 256  # most tasks one queue hands out per round
 #: tasks of paused workflows a round passes over at the head of a queue, at most
 PASS_OVER = 1000
+#: a task the internal target hands back while its paid account is paused, and which no
+#: instance could run, is tried again this much later
+HELD_RECHECK_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +125,19 @@ class DispatchLoop:
 
     async def dispatch_round(self) -> None:
         loads = await self._loads()
+        heads: list[list[str] | None] = [None] * len(loads)
+        if self.paused.workflows:  # what may go: the tasks not paused, claimed by id
+            heads = [await self._not_paused(q) if q.backlog else None for q in loads]
+            loads = [
+                q if h is None else replace(q, backlog=len(h))
+                for q, h in zip(loads, heads, strict=True)
+            ]
         internal = self._internal_shares(loads)
         elsewhere = self._internal_shares(loads, elsewhere=True)
         for i, load in enumerate(loads):
             if load.backlog > 0:
-                await self._dispatch(load, self._split(load, internal[i], elsewhere[i]))
+                split = self._split(load, internal[i], elsewhere[i])
+                await self._dispatch(load, split, heads[i])
 
     async def _loads(self) -> list[QueueLoad]:
         """Every configured queue's backlog and paid in-flight count, and the pauses, in
@@ -180,13 +191,9 @@ class DispatchLoop:
         swapped = plan(backlog, max(paid_free, 0), internal)
         return Plan(swapped.external, swapped.internal, swapped.waiting)
 
-    async def _dispatch(self, load: QueueLoad, split: Plan) -> None:
+    async def _dispatch(self, load: QueueLoad, split: Plan, ids: list[str] | None) -> None:
+        """Claim what ``split`` says: from the head, or those of ``ids`` (in order)."""
         aigc, platform = load.aigc, load.platform
-        ids = None  # from the head; with a workflow paused, the ids of the tasks not paused
-        if self.paused.workflows:
-            ids = await self._not_paused(aigc, platform, split.internal + split.external)
-            internal = min(split.internal, len(ids))
-            split = Plan(internal, min(split.external, len(ids) - internal), split.waiting)
         external = split.external
         if external and self._waits_for_internal(platform):
             later = ids[split.internal :] if ids is not None else None
@@ -226,10 +233,9 @@ class DispatchLoop:
         waited long enough (and one serves its queue), else it waits again or fails."""
         c = back.task
         if may_overflow(time.time() - c.created_at, back.overflow_after_s):
-            if self._paid_paused(aigc, platform):  # it waits, as if the account were full
-                await self.lifecycle.not_sent(
-                    c, (aigc, platform), f"paid account paused; {back.reason}"
-                )
+            if self._paid_paused(aigc, platform):  # it waits, for as long as the pause lasts
+                reason = f"its paid account is paused; {back.reason}"
+                await self.lifecycle.held(c, reason, delay_s=back.wait_s or HELD_RECHECK_S)
                 return
             moved = await self.paid.take_over(aigc, platform, c, source.name, back.reason)
             if moved > 0:
@@ -246,11 +252,13 @@ class DispatchLoop:
         adapter = self.paid.adapter_for(platform)
         return adapter is not None and self.paused.account(self.rt, aigc, platform, adapter.name)
 
-    async def _not_paused(self, aigc: str, platform: str, n: int) -> list[str]:
-        """The ids of the first ``n`` waiting tasks of the queue whose workflow is not
-        paused, passing over at most :data:`PASS_OVER` tasks of paused ones."""
+    async def _not_paused(self, load: QueueLoad) -> list[str]:
+        """The ids of the first (at most :data:`BATCH`) waiting tasks of the queue whose
+        workflow is not paused, passing over at most :data:`PASS_OVER` tasks of paused ones."""
         keys, redis = self.rt.store.keys, self.rt.redis
-        ids = [text(i) for i in await redis.lrange(keys.wait(aigc, platform), 0, n + PASS_OVER - 1)]
+        n = min(load.backlog, BATCH)
+        wait = keys.wait(load.aigc, load.platform)
+        ids = [text(i) for i in await redis.lrange(wait, 0, n + PASS_OVER - 1)]
         pipe = redis.pipeline(transaction=False)
         for task_id in ids:
             pipe.hget(keys.task(task_id), "workflowId")

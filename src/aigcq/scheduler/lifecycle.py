@@ -273,6 +273,17 @@ class Lifecycle:
             _say(logging.INFO, task_id, "back to waiting (%s)", reason)
         return moved
 
+    async def held(self, c: Claimed, reason: str, *, delay_s: float) -> bool:
+        """An operator's pause keeps a claimed task from the one target that would take it
+        now: back to waiting after ``delay_s``, its attempt given back however often (a
+        pause fails nothing, however long it lasts). False: it had moved on."""
+        moved = await self.rt.store.requeue_unrun(
+            c.task_id, c.attempt, reason, delay_s=delay_s, held=True
+        )
+        if moved:
+            _say(logging.INFO, c.task_id, "held (%s)", reason)
+        return moved
+
     async def never_created(self, c: Claimed, create_id: str) -> None:
         """A paid platform answered a create with a definite "not created" (full, refused,
         never sent) after the task had moved on (a cancel): the create kept its account's

@@ -84,6 +84,8 @@ class Paused:
         """Whether paid ``target`` takes no new create for queue ``aigc`` / ``platform``:
         the target is paused, the project's account on it, or another project's account
         with the same key."""
+        if not self.accounts:
+            return False
         if target in self.accounts or f"{aigc}/{target}" in self.accounts:
             return True
         key = rt.apikey(aigc, platform)
