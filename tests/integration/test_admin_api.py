@@ -78,8 +78,14 @@ async def test_every_admin_call_needs_the_admin_token(env: Env) -> None:
         for headers in ({}, client, {"Authorization": "Bearer wrong"}):
             assert (await http.get("/api/admin/snapshot", headers=headers)).status_code == 401
             assert (await http.get("/api/admin/events", headers=headers)).status_code == 401
-            for path in ("/api/admin/bridges/br1/drain", "/api/admin/tasks/x/retry"):
-                assert (await http.post(path, headers=headers)).status_code == 401
+            assert (await http.get("/api/admin/pauses", headers=headers)).status_code == 401
+            for path in (
+                *("/api/admin/bridges/br1/drain", "/api/admin/tasks/x/retry"),
+                *("/api/admin/pause", "/api/admin/resume"),
+                *("/api/admin/tasks/cancel", "/api/admin/tasks/replay"),
+            ):
+                body = {"kind": "project", "name": "proj", "project": "proj"}
+                assert (await http.post(path, headers=headers, json=body)).status_code == 401
         page = await http.get("/dashboard")  # the page itself holds no data
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert (await http.get("/dashboard/dashboard.js")).status_code == 200
