@@ -3,7 +3,8 @@
 overflowing to a recording RunningHub emulator, while random faults strike: SIGKILL of
 either serve, of either bridge (each restarted a moment later), of Redis (restarted), lost
 create replies, faulty status answers and slow cancels from the platform, client cancels
-of running tasks. Prints JSON:
+of running tasks. One instance lacks a node class (``ImageInvert``): every fifth task
+needs it, the others run anywhere. Prints JSON:
 
     submitted, lost, duplicated_to_client, double_paid, paid_but_failed, peak_over_cap,
     leaked_slots
@@ -19,6 +20,8 @@ is ``redelivered``, reported, not a failure.
 paid account's cap or in flight in Redis (running sets, orphans, ``inflight``), tasks
 RunningHub still runs, and bridge slots not free as the hub or the bridge itself sees
 them (``bridge_slots_taken`` per bridge).
+``paid_while_free`` and ``gpu_idle_s`` (see :mod:`bench.gpu_idle`) say whether our GPUs
+stayed busy before anything was paid; they are timing figures, reported, not asserted.
 
     python bench/chaos.py [--seconds 20] [--minutes N] [--rate 10] [--seed 1]
                           [--faults kill_serve,kill_bridge,...]
@@ -74,9 +77,28 @@ WAIT_KEY = "aigcq:proj:comfyui:wait"
 FAULTS = ("kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel")
 
 
+#: the graph of the tasks any instance can run (no ``ImageInvert``)
+BASIC_GRAPH = {
+    "1": {
+        "class_type": "EmptyImage",
+        "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0},
+    },
+    "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "c"}},
+}
+#: what the instance that lacks ``ImageInvert`` has
+BASIC_NODES = ("EmptyImage", "SaveImage")
+
+
+def special(task_id: str) -> bool:
+    """Every fifth task needs ``ImageInvert``, which one instance lacks."""
+    return int(task_id.rpartition("-")[2]) % 5 == 0
+
+
 def task(task_id: str) -> dict[str, Any]:
-    """A task either a bridge or RunningHub can run."""
-    payload = {"workflowId": "chaos-inline", "workflow": GRAPH}
+    """A task RunningHub and a bridge can run (a special one: not every instance)."""
+    payload: dict[str, Any] = {"workflowId": "chaos-basic", "workflow": BASIC_GRAPH}
+    if special(task_id):
+        payload = {"workflowId": "chaos-special", "workflow": GRAPH}
     return {
         "type": "generate",
         "taskId": task_id,
@@ -221,13 +243,23 @@ class Chaos:
         and its bridges have reconnected (``RECOVERY_S`` after the restart)."""
         self.unusable.append((since, time.time() + RECOVERY_S, instances))
 
-    def timeline(self, start: float, waiting: list[tuple[float, int]]) -> Timeline:
+    def capable(self, task_id: str) -> frozenset[str]:
+        """The instances that can run ``task_id``."""
+        every = frozenset(self.fleet.instances())
+        return every - self.fleet.basic if special(task_id) else every
+
+    def timeline(self, start: float, waiting: list[tuple[float, list[str]]]) -> Timeline:
         """What :mod:`bench.gpu_idle` needs, but the busy spans (read at the end)."""
-        out: dict[str, list[tuple[float, float]]] = {u: [] for u in self.fleet.instances()}
-        for since, until, instances in self.unusable:
-            for url in instances:
+        instances = self.fleet.instances()
+        out: dict[str, list[tuple[float, float]]] = {u: [] for u in instances}
+        for since, until, struck in self.unusable:
+            for url in struck:
                 out[url].append((since, until))
-        return Timeline(start=start, end=time.time(), out=out, waiting=waiting)
+        runnable = {
+            url: [(at, sum(url in self.capable(t) for t in ids)) for at, ids in waiting]
+            for url in instances
+        }
+        return Timeline(start=start, end=time.time(), out=out, waiting=runnable)
 
     async def _faults(self, **faults: Any) -> None:
         async with httpx.AsyncClient() as http:
@@ -255,25 +287,25 @@ async def leaked_slots(redis_url: str) -> int:
 
 async def held_records(redis_url: str) -> int:
     """Tasks Redis still records as held by a bridge (``bridge:{id}:tasks`` entries and
-    ``bridgeof:{taskId}`` keys) once all have ended. Not a slot, so not in ``leaked_slots``:
+    ``bridgesof:{taskId}`` keys) once all have ended. Not a slot, so not in ``leaked_slots``:
     a TASK_END refused as gone (its attempt superseded after the bridge's deadline) is not
-    counted against the bridge, and leaves its ``bridgeof`` key to its TTL."""
+    counted against the bridge, and leaves its ``bridgesof`` key to its TTL."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         held = [await client.hlen(k) async for k in client.scan_iter("aigcq:bridge:*:tasks")]
-        owners = [k async for k in client.scan_iter("aigcq:bridgeof:*")]
+        owners = [k async for k in client.scan_iter("aigcq:bridgesof:*")]
         return sum(held) + len(owners)
     finally:
         await client.aclose()
 
 
-async def sample_waiting(redis_url: str, samples: list[tuple[float, int]]) -> None:
-    """Every 50 ms, how many tasks wait to be dispatched (nothing while Redis is down)."""
-    client = aioredis.Redis.from_url(redis_url, socket_timeout=0.5)
+async def sample_waiting(redis_url: str, samples: list[tuple[float, list[str]]]) -> None:
+    """Every 50 ms, the tasks waiting to be dispatched (nothing while Redis is down)."""
+    client = aioredis.Redis.from_url(redis_url, socket_timeout=0.5, decode_responses=True)
     try:
         while True:
             with contextlib.suppress(RedisError, OSError):
-                samples.append((time.time(), await client.llen(WAIT_KEY)))
+                samples.append((time.time(), await client.lrange(WAIT_KEY, 0, -1)))
             await asyncio.sleep(0.05)
     finally:
         await client.aclose()
@@ -285,12 +317,12 @@ def paid_failed(runs: Counter[str], results: dict[str, list[str]]) -> list[str]:
 
 
 async def gpu_figures(
-    chaos: Chaos, start: float, waiting: list[tuple[float, int]], recs: dict[str, Any]
+    chaos: Chaos, start: float, waiting: list[tuple[float, list[str]]], recs: dict[str, Any]
 ) -> dict[str, Any]:
     """The two figures of :mod:`bench.gpu_idle` for the run."""
     timeline = chaos.timeline(start, waiting)
     timeline.busy = await chaos.fleet.busy_spans()
-    creates = [c["at"] for r in recs.values() for c in r["creates"]]
+    creates = [(c["at"], chaos.capable(c["task"])) for r in recs.values() for c in r["creates"]]
     free = sorted(f for f in free_at_creates(timeline, creates) if f > 0)
     return {
         "paid_while_free": paid_while_free(timeline, creates),
@@ -346,9 +378,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         load = Load(ports, args.rate)
         chaos = Chaos(cluster, redis, rh, load, args.seed, tuple(args.faults.split(",")))
         ports += [chaos.start_serve(), chaos.start_serve()]
-        await asyncio.to_thread(chaos.fleet.start, ports, [2, 1])
+        basic = {(0, 1): BASIC_NODES}  # the first bridge's second instance
+        await asyncio.to_thread(chaos.fleet.start, ports, [2, 1], basic)
         usable_from = time.time() + 1.0  # the bridges' REGISTER
-        waiting: list[tuple[float, int]] = []
+        waiting: list[tuple[float, list[str]]] = []
         sampler = asyncio.create_task(sample_waiting(cluster.redis_url, waiting))
         reader = asyncio.create_task(load.read())
         await asyncio.gather(load.submit(seconds), chaos.run(seconds))

@@ -41,16 +41,33 @@ class Fleet:
 
     cluster: Cluster
     bridges: list[Bridge] = field(default_factory=list)
+    #: the instances that have only some node classes
+    basic: frozenset[str] = frozenset()
 
-    def start(self, server_ports: list[int], instances: list[int]) -> None:
-        """One bridge per serve, ``instances[i]`` ComfyUI emulators behind bridge ``i``."""
+    def start(
+        self,
+        server_ports: list[int],
+        instances: list[int],
+        nodes: dict[tuple[int, int], tuple[str, ...]] | None = None,
+    ) -> None:
+        """One bridge per serve, ``instances[i]`` ComfyUI emulators behind bridge ``i``;
+        ``nodes[(i, j)]``: the only node classes instance ``j`` of bridge ``i`` has."""
         args = ("--step-time", str(STEP_TIME), "--steps", str(STEPS))
+        nodes = nodes or {}
+
+        def only(i: int, j: int) -> list[str]:
+            return [f"--node={n}" for n in nodes.get((i, j), ())]
+
         with ThreadPoolExecutor() as pool:  # start-up is CPU-bound imports: overlap them
             urls = [
-                [pool.submit(self.cluster.emulator, "comfyui", *args) for _ in range(n)]
-                for n in instances
+                [
+                    pool.submit(self.cluster.emulator, "comfyui", *args, *only(i, j))
+                    for j in range(n)
+                ]
+                for i, n in enumerate(instances)
             ]
             comfy = [[f.result() for f in row] for row in urls]
+        self.basic = frozenset(comfy[i][j] for i, j in nodes)
         self.bridges = [Bridge(p, c) for p, c in zip(server_ports, comfy, strict=True)]
         for b in self.bridges:
             self.start_bridge(b)

@@ -7,8 +7,9 @@
 
 From what the run recorded: when each instance ran prompts (the ComfyUI emulator's
 ``busySpans``), when it could not be used (its bridge or serve killed, Redis down: the
-fault windows), and how many tasks waited (samples of the wait list). Times are
-wall-clock seconds. Every task of the chaos run can run on every instance.
+fault windows), how many tasks it could run waited (samples of the wait list, per
+instance: an instance lacking a node class cannot run every task), and for each paid
+create the instances that could have run its task. Times are wall-clock seconds.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ class Timeline:
     busy: dict[str, list[Span]] = field(default_factory=dict)
     #: instance -> when it could not be used (faults, start-up)
     out: dict[str, list[Span]] = field(default_factory=dict)
-    #: (time, tasks waiting to be dispatched)
-    waiting: list[tuple[float, int]] = field(default_factory=list)
+    #: instance -> (time, tasks waiting to be dispatched that it could run)
+    waiting: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
 
     def idle(self, instance: str) -> list[Span]:
         """When the instance was usable and ran nothing."""
@@ -86,27 +87,39 @@ class Timeline:
 
 
 def gpu_idle_s(timeline: Timeline, grace: float = 1.0) -> float:
-    """Seconds usable instances were idle while a task waited, beyond ``grace`` a gap."""
-    waited = waiting_spans(timeline.waiting)
+    """Seconds usable instances were idle while a task they could run waited, beyond
+    ``grace`` a gap."""
     total = 0.0
     for instance in timeline.busy:
+        waited = waiting_spans(timeline.waiting.get(instance, []))
         for start, end in intersect(timeline.idle(instance), waited):
             total += max(0.0, end - start - grace)
     return round(total, 3)
 
 
-def free_at_creates(timeline: Timeline, creates: list[float]) -> list[float]:
-    """For each create, how long the longest-idle usable instance had been idle then
-    (0.0: none was)."""
-    idle = [timeline.idle(instance) for instance in timeline.busy]
+#: a paid create: when, and the instances that could have run its task
+Create = tuple[float, frozenset[str]]
+
+
+def free_at_creates(timeline: Timeline, creates: list[Create]) -> list[float]:
+    """For each create, how long the longest-idle usable instance that could run its task
+    had been idle then (0.0: none was)."""
+    idle = {instance: timeline.idle(instance) for instance in timeline.busy}
     return [
         max(
-            (at - start for spans in idle for start, end in spans if start < at <= end), default=0.0
+            (
+                at - start
+                for instance in capable
+                for start, end in idle.get(instance, [])
+                if start < at <= end
+            ),
+            default=0.0,
         )
-        for at in creates
+        for at, capable in creates
     ]
 
 
-def paid_while_free(timeline: Timeline, creates: list[float], free_for: float = 0.2) -> int:
-    """Creates made while some usable instance had been idle for more than ``free_for``."""
+def paid_while_free(timeline: Timeline, creates: list[Create], free_for: float = 0.2) -> int:
+    """Creates made while a usable instance that could run the task had been idle for more
+    than ``free_for``."""
     return sum(1 for free in free_at_creates(timeline, creates) if free > free_for)

@@ -25,6 +25,8 @@ CLIENT_TOKEN = "e2e-client-token"
 ADMIN_TOKEN = "e2e-admin-token"
 SECRET = "e2e-secret-with-at-least-32-bytes-of-key"
 BRIDGE_TOKEN = "e2e-bridge-token"
+#: the management routes' token of the model-asynch processes and services of tests and benches
+ASYNCH_ADMIN_TOKEN = "e2e-asynch-admin-token"
 
 
 def free_port() -> int:

@@ -141,6 +141,8 @@ class ErrorCode(enum.StrEnum):
     NOT_RETRYABLE = "TaskNotRetryable"
     UNCERTAIN_SUBMIT = "UncertainSubmit"
     CONTROL = "ControlError"  # an operator's control names nothing it can act on
+    LINK_EXPIRED = "LinkExpired"
+    FILE_NOT_FOUND = "FileNotFound"
 
 
 @dataclass(slots=True)

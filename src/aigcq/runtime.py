@@ -51,10 +51,11 @@ class Runtime:
             return account.max_attempts
         return self.settings.max_attempts
 
-    def webhook_url(self, task_id: str, attempt: int) -> str:
-        """The signed TASK_END URL handed to a target for one attempt of a task."""
+    def webhook_url(self, task_id: str, attempt: int, target: str = "") -> str:
+        """The signed TASK_END URL handed to ``target`` for one attempt of a task."""
         base = self.settings.public_callback_base()
-        return webhook_url(base, self.settings.signing_key(), task_id, attempt)
+        keep = self.settings.keeps_results_of(target)
+        return webhook_url(base, self.settings.signing_key(), task_id, attempt, keep=keep)
 
     @property
     def dispatch_deadline_s(self) -> float:

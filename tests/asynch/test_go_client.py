@@ -61,6 +61,8 @@ async def test_a_go_client_of_the_original_service_works_unchanged(
 ) -> None:
     # As the Go service was configured: ":port" is every interface, so the client reaches
     # it on a loopback address other than 127.0.0.1 (a server bound to 127.0.0.1 refuses).
+    # The Go service had no admin token: its callers send none, so the switching checklist's
+    # AIGCQ_ASYNCH_ADMIN_OPEN=true opens the management routes for them.
     port = free_port()
     config = tmp_path / "config.yml"
     config.write_text(f'server:\n  address: ":{port}"\n')
@@ -68,6 +70,7 @@ async def test_a_go_client_of_the_original_service_works_unchanged(
     proc, _ = start_asynch(
         pg_url, redis_url, tmp_path / "data", log=log, port=port,
         AIGCQ_ASYNCH_CONFIG=str(config), AIGCQ_ASYNCH_WORKER_INTERVAL_SECONDS="0.2",
+        AIGCQ_ASYNCH_ADMIN_TOKEN="", AIGCQ_ASYNCH_ADMIN_OPEN="true",
     )  # fmt: skip
     try:
         client = await asyncio.create_subprocess_exec(

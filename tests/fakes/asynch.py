@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import psycopg
 import redis.asyncio as aioredis
+from bench.processes import ASYNCH_ADMIN_TOKEN
 from fastapi import FastAPI, Header
 from fastapi.responses import JSONResponse
 
@@ -46,8 +47,9 @@ class Served:
 
 
 def fast_settings(**overrides: Any) -> AsynchSettings:
-    """Fast settings for tests: short intervals, leases and grace periods."""
+    """Fast settings for tests: short intervals, leases and grace periods, an admin token."""
     values: dict[str, Any] = {
+        "admin_token": ASYNCH_ADMIN_TOKEN,
         "worker_interval_seconds": 0.1,
         "lease_seconds": 2.0,
         "running_grace_seconds": 0.0,
@@ -151,7 +153,8 @@ async def open_asynch(
                 storage_settings=storage_settings,
             ) as svc:
                 app.state.asynch = svc
-                async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                admin = {"Authorization": f"Bearer {settings.admin_token}"}
+                async with httpx.AsyncClient(base_url=url, timeout=30, headers=admin) as client:
                     yield Asynch(url, svc, client, redis, db, app)
     finally:
         await redis.aclose()

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from bench.processes import (
     ADMIN_TOKEN,
+    ASYNCH_ADMIN_TOKEN,
     BRIDGE_TOKEN,
     SECRET,
     Cluster,
@@ -26,6 +27,7 @@ from tests.fakes.waiting import wait_until_sync
 
 __all__ = [
     "ADMIN_TOKEN",
+    "ASYNCH_ADMIN_TOKEN",
     "BRIDGE_TOKEN",
     "MD_PASSWORD",
     "SECRET",
@@ -95,6 +97,7 @@ def start_asynch(
         "AIGCQ_DATA_DIR": str(data_dir),
         "AIGCQ_ASYNCH_PORT": str(port),
         "AIGCQ_ASYNCH_WORKER_ENABLED": "true",
+        "AIGCQ_ASYNCH_ADMIN_TOKEN": ASYNCH_ADMIN_TOKEN,
         **env,
     }
     with log.open("ab") as out:

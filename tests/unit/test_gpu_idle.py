@@ -41,28 +41,38 @@ def run(**kw: object) -> Timeline:
 
 def test_an_idle_gap_counts_beyond_its_first_second() -> None:
     # instance a idle 5..9 while a task waited 4..12: 4 s idle, 3 s beyond the grace
-    timeline = run(busy={"a": [(0.0, 5.0), (9.0, 20.0)]}, waiting=[(4.0, 1), (12.0, 0)])
+    waiting = {"a": [(4.0, 1), (12.0, 0)]}
+    timeline = run(busy={"a": [(0.0, 5.0), (9.0, 20.0)]}, waiting=waiting)
     assert gpu_idle_s(timeline) == 3.0
 
 
 def test_idle_with_nothing_waiting_or_while_unusable_is_not_counted() -> None:
     busy = {"a": [(0.0, 5.0), (9.0, 20.0)]}
-    assert gpu_idle_s(run(busy=busy, waiting=[(0.0, 0), (20.0, 0)])) == 0.0
-    unusable = run(busy=busy, waiting=[(4.0, 1), (12.0, 0)], out={"a": [(4.5, 10.0)]})
+    assert gpu_idle_s(run(busy=busy, waiting={"a": [(0.0, 0), (20.0, 0)]})) == 0.0
+    waiting = {"a": [(4.0, 1), (12.0, 0)]}
+    unusable = run(busy=busy, waiting=waiting, out={"a": [(4.5, 10.0)]})
     assert gpu_idle_s(unusable) == 0.0
 
 
+def test_idle_while_only_tasks_it_cannot_run_wait_is_not_counted() -> None:
+    busy = {"a": [(0.0, 5.0), (9.0, 20.0)], "b": [(0.0, 20.0)]}
+    waiting = {"a": [(0.0, 0), (20.0, 0)], "b": [(4.0, 2), (12.0, 0)]}
+    assert gpu_idle_s(run(busy=busy, waiting=waiting)) == 0.0
+
+
 def test_a_short_gap_between_prompts_is_not_idle() -> None:
-    timeline = run(busy={"a": [(0.0, 5.0), (5.3, 20.0)]}, waiting=[(0.0, 3), (20.0, 0)])
+    timeline = run(busy={"a": [(0.0, 5.0), (5.3, 20.0)]}, waiting={"a": [(0.0, 3), (20.0, 0)]})
     assert gpu_idle_s(timeline) == 0.0
 
 
 def test_a_create_counts_only_when_an_instance_had_been_free_over_200ms() -> None:
     timeline = run(busy={"a": [(0.0, 5.0), (6.0, 20.0)], "b": [(0.0, 20.0)]})
-    creates = [4.0, 5.1, 5.5, 6.5]  # busy; free 0.1 s; free 0.5 s; busy again
-    assert paid_while_free(timeline, creates) == 1
+    both = frozenset({"a", "b"})
+    creates = [(4.0, both), (5.1, both), (5.5, both), (6.5, both)]  # a: busy, free 0.1 s,
+    assert paid_while_free(timeline, creates) == 1  # free 0.5 s, busy again
+    assert paid_while_free(timeline, [(5.5, frozenset({"b"}))]) == 0  # a cannot run it
 
 
 def test_a_create_while_the_free_instance_is_unusable_is_not_counted() -> None:
     timeline = run(busy={"a": [(0.0, 5.0), (9.0, 20.0)]}, out={"a": [(5.0, 9.0)]})
-    assert paid_while_free(timeline, [7.0]) == 0
+    assert paid_while_free(timeline, [(7.0, frozenset({"a"}))]) == 0

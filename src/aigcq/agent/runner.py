@@ -235,7 +235,9 @@ class TaskRunner:
             result = TaskEndResult.failed("task", "NoCapableInstance", message)
             self._finish(task_id, result)
             return
-        instance = self.pool.acquire(task_id, needs=needs, affinity=self.settings.affinity)
+        instance = self.pool.acquire(
+            task_id, needs=needs, affinity=self.settings.affinity, wanted=assign.instance_id
+        )
         if instance is None:
             await self._answer(task_id, ACK_NO_CAPACITY, "no free ComfyUI instance")
             return

@@ -31,6 +31,8 @@ from aigcq.asynch.runtime import (
 from aigcq.plumbing.auth import bearer
 
 RECENT = 15
+NO_TOKEN = "no admin token set: set AIGCQ_ADMIN_TOKEN (the one `aigcq serve` uses) here too"
+TOKEN_REQUIRED = "admin token required: send AIGCQ_ADMIN_TOKEN as Authorization: Bearer"
 MAX_MODELS = 200
 STATES = {0: "queued", 1: "running", 2: "succeeded", 3: "failed", 4: "downloaded"}
 
@@ -41,10 +43,10 @@ def overview_router(admin_token: str) -> APIRouter:
     @router.get("/admin/overview", summary="Models, gate / semaphore use, recent tasks")
     async def admin_overview(request: Request) -> Response:
         if not admin_token:
-            return error_response(AsynchError(Code.FORBIDDEN, "no admin token set"))
+            return error_response(AsynchError(Code.FORBIDDEN, NO_TOKEN))
         given = bearer(request.headers.get("authorization")) or ""
         if not hmac.compare_digest(given.encode(), admin_token.encode()):
-            return error_response(AsynchError(Code.UNAUTHORIZED, "admin token required"))
+            return error_response(AsynchError(Code.UNAUTHORIZED, TOKEN_REQUIRED))
         svc: AsynchProcess | None = request.app.state.asynch
         if svc is None:
             return error_response(AsynchError(Code.UNAVAILABLE, "starting"))

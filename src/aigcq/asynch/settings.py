@@ -63,7 +63,13 @@ class AsynchSettings(BaseSettings):
         5.0, gt=0, description="Longest wait for a PostgreSQL connection before answering 503."
     )
     admin_token: str = Field(
-        "", description="Bearer token the management routes require (unset: they are open)."
+        "",
+        description="Bearer token the management routes require (unset: `aigcq asynch` "
+        "generates one, kept as asynch_admin_token in AIGCQ_DATA_DIR/secrets.json).",
+    )
+    admin_open: bool = Field(
+        False,
+        description="true: the management routes need no token (the Go service's behaviour).",
     )
     model_hosts: str = Field(
         "",

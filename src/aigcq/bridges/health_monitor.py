@@ -5,9 +5,11 @@ rotation, heard from (REGISTER/HEARTBEAT) within ``bridge_silence_s`` and has in
 The process starts healthy (nothing has failed yet) and checks every
 ``health_interval_s``; the hub calls :meth:`HealthMonitor.poke` when a bridge is lost or
 taken out of rotation, which degrades at once when the check now fails, and when a bridge
-registers (a poke counts as a pass only for the first pass ever, so it cannot shorten a
-recovery from capacity that failed). A known bridge reconnecting after its socket closed is
-usable at once: when the only failure was "no bridge connected", nothing failed but a socket.
+registers. A poke counts as a pass only for the first pass ever, or when the bridge that
+registered is in good standing (new, or back after its socket closed, or moved from another
+process, as the cluster-wide record says: :mod:`.known`): its capacity has not failed, so
+it is usable at once. A bridge that went silent or is out of rotation cannot shorten a
+recovery that way.
 
 State is published under the seed's keys (no project prefix): ``md:state:connection``,
 ``md:state:capacity`` (60 s TTL), ``md:state:last_heartbeat`` (epoch ms, 60 s TTL), plus
@@ -93,22 +95,22 @@ class HealthMonitor:
         self._observe(self._reason())
         await self.publish()
 
-    def poke(self, *, reconnected: bool = False) -> None:
+    def poke(self, *, fresh: bool = False) -> None:
         """Check now, after a bridge registered or was lost: a failure is recorded, a pass
-        only when it is the first ever or ``reconnected`` (a known bridge is back, see
-        :meth:`Health.observe`)."""
+        only when it is the first ever or ``fresh`` (a bridge in good standing registered,
+        see :meth:`Health.observe`)."""
         reason = self._reason()
-        if reason or not self.health.proven or reconnected:
-            self._observe(reason, reconnected=reconnected)
+        if reason or not self.health.proven or fresh:
+            self._observe(reason, fresh=fresh)
         self._spawn(self.publish())
 
     def _reason(self) -> str:
         return check_bridges(self.bridges(), time.monotonic(), self.silence_s)
 
-    def _observe(self, reason: str, *, reconnected: bool = False) -> None:
+    def _observe(self, reason: str, *, fresh: bool = False) -> None:
         h = self.health
         was, before = h.reason, h.state
-        changed = h.observe(reason, reconnected=reconnected)
+        changed = h.observe(reason, fresh=fresh)
         if changed is HealthState.DEGRADED and before is HealthState.RECOVERING:
             log.warning("internal capacity recovery interrupted (%s)", reason)
         elif changed is HealthState.DEGRADED:

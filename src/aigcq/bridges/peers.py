@@ -13,6 +13,12 @@ the others within a few milliseconds, so none of them pays for a task that slot 
 run. Routing lets tasks they can take wait for them.
 An entry not refreshed within ``stale_s`` (its process stopped) counts for nothing and
 is removed.
+
+A slot this process has just freed on another process's bridge (it heard of the task's
+end and told that process, see :mod:`.endings`) counts as free elsewhere at once
+(:meth:`PeerCapacity.expect`), until two reads of the others' entries have passed: that
+process may give the slot to a waiting task (a retry that waited for it) before any read
+here would show it free, and meanwhile this process must not pay for that task.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ class PeerCapacity:
         self.bridges_elsewhere = 0  # bridges connected to other processes
         self._written = -1  # our free slots as last written (none yet)
         self._nudged = asyncio.Event()
+        self._reads = 0  # syncs done
+        self._expected: list[int] = []  # per slot freed elsewhere: the sync it counts until
 
     def changed(self) -> None:
         """Our free slots changed, or another process's grew: write and read now."""
@@ -97,6 +105,19 @@ class PeerCapacity:
         if stale:
             await self.redis.hdel(self.key, *stale)
         self.bridges_elsewhere = connected
-        before, self.elsewhere = self.elsewhere, total
-        if total < before:
+        before = self.free
+        self._reads += 1
+        self._expected = [until for until in self._expected if until > self._reads]
+        self.elsewhere = total
+        if self.free < before:
             self.on_less()
+
+    @property
+    def free(self) -> int:
+        """Free slots elsewhere: those the others wrote, and those just freed there."""
+        return self.elsewhere + len(self._expected)
+
+    def expect(self) -> None:
+        """A slot on another process's bridge was freed from here (see the module's
+        docstring): free elsewhere until two syncs from now."""
+        self._expected.append(self._reads + 2)

@@ -110,6 +110,12 @@ _ApiKeys = Annotated[
 ]
 _Duration = Annotated[float, typer.Option("--duration", help="Seconds a task runs (0 = instant)")]
 _FailureRate = Annotated[float, typer.Option(help="Share of tasks that fail, 0..1")]
+_FileTtl = Annotated[
+    float,
+    typer.Option(
+        "--file-ttl", help="Seconds a result file's link works (then 404/403; the vendors': ~1 day)"
+    ),
+]
 
 
 def _serve_platform(
@@ -140,9 +146,11 @@ def emulate_runninghub(
     duration: _Duration = 1.0,
     failure_rate: _FailureRate = 0.0,
     api_key: _ApiKeys = None,
+    file_ttl: _FileTtl = 86400.0,
     log_level: LogLevelOption = "INFO",
 ) -> None:
-    """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats)."""
+    """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats,
+    result links expired on demand by POST /_emulator/files)."""
     from aigcq.emulators.runninghub import run
 
     _serve_platform(
@@ -154,6 +162,7 @@ def emulate_runninghub(
         failure_rate,
         max_concurrent=max_concurrent,
         api_keys=_key_set(api_key),
+        file_ttl_s=file_ttl,
     )
 
 
@@ -190,10 +199,12 @@ def emulate_jimuai(
     duration: _Duration = 1.0,
     failure_rate: _FailureRate = 0.0,
     base64_only: Annotated[bool, typer.Option(help="Results only as base64")] = False,
+    file_ttl: _FileTtl = 86400.0,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a JimuAI (即梦, Volcengine visual API) emulator: signed CVSync2AsyncSubmitTask /
-    CVSync2AsyncGetResult; stats at /_emulator/stats, failures via /_emulator/inject."""
+    CVSync2AsyncGetResult; stats at /_emulator/stats, failures via /_emulator/inject, result
+    links expired on demand by POST /_emulator/files."""
     from aigcq.emulators.jimuai import run
 
     _serve_platform(
@@ -208,4 +219,5 @@ def emulate_jimuai(
         qps=qps,
         queue_s=queue_s,
         base64_only=base64_only,
+        file_ttl_s=file_ttl,
     )

@@ -19,6 +19,10 @@ and HTTP statuses: ``50429`` (QPS, ``qps`` per key), ``50430`` (more than
 ``not_found`` / ``expired`` / ``result_rate_limit`` (get-results); ``clear`` drops them.
 ``GET /_emulator/stats`` reports submits, polls, running, the peak of running tasks and
 how often each prompt was created (``duplicates``).
+
+An image URL is a signed link that carries its expiry (``?x-expires=<epoch s>&x-signature=…``,
+``file_ttl_s`` after it was first handed out) and answers 403 once expired, or once expired
+on demand (``POST /_emulator/files``).
 """
 
 from __future__ import annotations
@@ -134,6 +138,7 @@ def _request_id() -> str:
 
 class _JimuAI(EmulatorCore):
     config: JimuAIEmulatorConfig
+    signed_links = True  # [I] image_urls as signed CDN links that expire (x-expires)
 
     def __init__(self, config: JimuAIEmulatorConfig) -> None:
         super().__init__(config)

@@ -6,6 +6,9 @@ non-zero ``code``, task ids are 19-digit strings, a per-apiKey concurrency cap a
 ``TASK_END`` webhook whose ``eventData`` is the ``/outputs`` answer as a JSON string, sent by
 a few sender tasks off the request path and retried with backoff. A task is QUEUED for
 ``queue_s``, then RUNNING for ``duration_s``.
+
+A result file's link is a plain CDN path that answers 404 ``file_ttl_s`` after it was first
+handed out, or once expired on demand (``POST /_emulator/files``).
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.CONFLICT: 409,
     ErrorCode.NOT_RETRYABLE: 409,
     ErrorCode.GONE: 410,
+    ErrorCode.LINK_EXPIRED: 410,
+    ErrorCode.FILE_NOT_FOUND: 404,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
     ErrorCode.PLATFORM: 422,
     ErrorCode.ASSESSMENT: 503,

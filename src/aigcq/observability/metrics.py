@@ -65,6 +65,12 @@ OVERFLOW_COST = Counter(
     "Estimated spend on external platforms (AIGCQ_OVERFLOW_PRICE per accepted task).",
     ["target"],
 )
+RESULT_FILES_COPIED = Counter(
+    "aigcq_result_files_copied_total",
+    "Paid results' files copied into aigcq's storage (result custody), by target: "
+    "kept, or failed (delivered with the vendor's link).",
+    ["target", "outcome"],
+)
 CALLBACK_REJECTIONS = Counter(
     "aigcq_callback_rejections_total", "TASK_END callbacks refused, by error code.", ["code"]
 )
@@ -114,6 +120,10 @@ def tasks_claimed(platform: str, target: str, created: Iterable[float], now: flo
 def overflowed(aigc: str, platform: str, target: str, prices: Mapping[str, float]) -> None:
     _child(OVERFLOW_TASKS, aigc, platform, target).inc()
     _child(OVERFLOW_COST, target).inc(prices.get(target, 0.0))
+
+
+def result_file_copied(target: str, *, ok: bool) -> None:
+    _child(RESULT_FILES_COPIED, target, "kept" if ok else "failed").inc()
 
 
 def callback_rejected(code: str) -> None:

@@ -286,7 +286,7 @@ class TaskStore:
         for nothing). ``where`` (AIGC, platform, paid target): a remote task accepted for
         an attempt that is no longer live becomes an orphan (``orphaned``), inside that
         target's cap until it ends. ``holder``: the bridge that acknowledged the task,
-        recorded as holding it (:meth:`Keys.bridge_tasks`, :meth:`Keys.bridge_of`, kept
+        recorded as holding it (:meth:`Keys.bridge_tasks`, :meth:`Keys.bridges_of`, kept
         ``holder_ttl_s``) in the same step, whenever the task is running."""
         now = time.time()
         aigc, platform, target = where or ("", "", "")
@@ -306,7 +306,7 @@ class TaskStore:
             on_paid=where is not None,
             holder=holder,
             holder_tasks=self.keys.bridge_tasks(holder) if holder else "",
-            holder_of=self.keys.bridge_of(task_id) if holder else "",
+            holder_of=self.keys.bridges_of(task_id) if holder else "",
             holder_ttl=holder_ttl_s,
         )
         return Marked(int(code) == 1, int(code) == 2)
@@ -561,7 +561,12 @@ class TaskStore:
     async def promote_delayed(self, limit: int = 500) -> int:
         """Delayed tasks whose back-off is over go to the head of their queue (at most
         ``limit``); how many left the delayed set."""
-        return int(await self._run("promote", now=time.time(), limit=limit))
+        return int(await self._run("promote", now=time.time(), limit=limit, only=""))
+
+    async def promote(self, task_id: str) -> bool:
+        """``task_id``, if it waits in the delayed set, goes to the head of its queue now,
+        due or not (no ``wake`` is published: the caller dispatches it)."""
+        return int(await self._run("promote", now=time.time(), limit=1, only=task_id)) == 1
 
     async def release_orphan(self, remote_id: str, result: Any = None) -> bool:
         """The platform says this unwanted remote task ended: it leaves the cap. ``result``:

@@ -124,6 +124,8 @@ class DispatchLoop:
         return claims
 
     async def dispatch_round(self) -> None:
+        """Each queue's split, in turn; internal slots a queue's share left unused (its
+        tasks none of the free instances can run) go to the queues after it."""
         loads = await self._loads()
         heads: list[list[str] | None] = [None] * len(loads)
         if self.paused.workflows:  # what may go: the tasks not paused, claimed by id
@@ -134,10 +136,16 @@ class DispatchLoop:
             ]
         internal = self._internal_shares(loads)
         elsewhere = self._internal_shares(loads, elsewhere=True)
+        spare = 0
         for i, load in enumerate(loads):
-            if load.backlog > 0:
-                split = self._split(load, internal[i], elsewhere[i])
-                await self._dispatch(load, split, heads[i])
+            if load.backlog <= 0:
+                continue
+            served = self.internal is not None and load.platform in self.internal.serves
+            share = internal[i] + (spare if served else 0)
+            split = self._split(load, share, elsewhere[i])
+            used = await self._dispatch(load, split, heads[i])
+            if served:
+                spare = share - used
 
     async def _loads(self) -> list[QueueLoad]:
         """Every configured queue's backlog and paid in-flight count, and the pauses, in
@@ -191,36 +199,54 @@ class DispatchLoop:
         swapped = plan(backlog, max(paid_free, 0), internal)
         return Plan(swapped.external, swapped.internal, swapped.waiting)
 
-    async def _dispatch(self, load: QueueLoad, split: Plan, ids: list[str] | None) -> None:
-        """Claim what ``split`` says: from the head, or those of ``ids`` (in order)."""
+    async def _dispatch(self, load: QueueLoad, split: Plan, ids: list[str] | None) -> int:
+        """Claim and hand over what ``split`` says: from the head, or of ``ids`` (in order:
+        the tasks not paused); how many internal slots that took."""
         aigc, platform = load.aigc, load.platform
+        used = 0
+        if self.internal is not None and platform in self.internal.serves:
+            taken = await self._claim_internal(self.internal, load, split, ids)
+            used = min(len(taken), split.internal)
+            if ids is not None:
+                gone = {c.task_id for c in taken}
+                ids = [i for i in ids if i not in gone]
         external = split.external
         if external and self._waits_for_internal(platform):
-            later = ids[split.internal :] if ids is not None else None
-            external = await self._old_enough(aigc, platform, split.internal, external, later)
-        if split.internal and self.internal is not None:
-            target = self.internal
-            claimed = await self.lifecycle.claim(
-                aigc,
-                platform,
-                target.name,
-                cap=-1,
-                n=split.internal,
-                ids=ids[: split.internal] if ids is not None else None,
-            )
-            if claimed:
-                self._spawn(self._hand_over(target, aigc, platform, claimed), claimed)
+            external = await self._old_enough(aigc, platform, external, ids)
         if external and load.paid:
             claimed = await self.lifecycle.claim(
-                aigc,
-                platform,
-                load.paid,
-                cap=load.cap,
-                n=external,
-                ids=ids[split.internal :] if ids is not None else None,
+                aigc, platform, load.paid, cap=load.cap, n=external, ids=ids
             )
             for c in claimed:
                 self._spawn(self._hand_over(self.paid, aigc, platform, [c]), [c])
+        return used
+
+    async def _claim_internal(
+        self, target: InternalTarget, load: QueueLoad, split: Plan, ids: list[str] | None
+    ) -> list[Claimed]:
+        """The tasks the internal target takes: ``split.internal`` from the head (or of
+        ``ids``), or those it chooses (:meth:`InternalTarget.choose`, among ``ids`` if
+        given; with room on the paid platform for what it hands back beyond the
+        ``split.external`` claimed for it next). What was claimed (at most
+        ``split.internal`` slots taken)."""
+        aigc, platform = load.aigc, load.platform
+        paid_free = None
+        if load.paid and load.cap > 0:
+            paid_free = max(0, load.cap - load.paid_running - split.external)
+        chosen = await target.choose(aigc, platform, split.internal, paid_free=paid_free, among=ids)
+        if chosen is None:
+            claimed = await self.lifecycle.claim(
+                aigc, platform, target.name, cap=-1, n=split.internal, ids=ids
+            )
+        else:
+            if chosen.wake_in_s is not None:
+                self._wake_in(chosen.wake_in_s)
+            claimed = await self.lifecycle.claim(
+                aigc, platform, target.name, cap=-1, n=len(chosen.ids), ids=chosen.ids
+            )
+        if claimed:
+            self._spawn(self._hand_over(target, aigc, platform, claimed), claimed)
+        return claimed
 
     async def _hand_over(
         self, target: Target, aigc: str, platform: str, tasks: list[Claimed]
@@ -253,8 +279,9 @@ class DispatchLoop:
         return adapter is not None and self.paused.account(self.rt, aigc, platform, adapter.name)
 
     async def _not_paused(self, load: QueueLoad) -> list[str]:
-        """The ids of the first (at most :data:`BATCH`) waiting tasks of the queue whose
-        workflow is not paused, passing over at most :data:`PASS_OVER` tasks of paused ones."""
+        """The ids of the waiting tasks of the queue whose workflow is not paused, among
+        the first :data:`BATCH` (at most) and :data:`PASS_OVER` more (what the internal
+        target's lookahead may weigh too)."""
         keys, redis = self.rt.store.keys, self.rt.redis
         n = min(load.backlog, BATCH)
         wait = keys.wait(load.aigc, load.platform)
@@ -264,7 +291,7 @@ class DispatchLoop:
             pipe.hget(keys.task(task_id), "workflowId")
         paused = self.paused.workflows
         workflows = [text(w) for w in await pipe.execute()]
-        return [i for i, w in zip(ids, workflows, strict=True) if w not in paused][:n]
+        return [i for i, w in zip(ids, workflows, strict=True) if w not in paused]
 
     def _internal_shares(self, loads: list[QueueLoad], *, elsewhere: bool = False) -> list[int]:
         """Internal slots per queue (ours, or with ``elsewhere`` those other processes
@@ -299,16 +326,14 @@ class DispatchLoop:
         )
 
     async def _old_enough(
-        self, aigc: str, platform: str, skip: int, n: int, ids: list[str] | None = None
+        self, aigc: str, platform: str, n: int, ids: list[str] | None = None
     ) -> int:
-        """How many of the ``n`` tasks after the first ``skip`` (which go internal), or of
-        ``ids``, have waited long enough to overflow; plans a wake-up for when the next
-        one has."""
+        """How many of the ``n`` tasks at the head (those that go internal claimed
+        already), or of ``ids``, have waited long enough to overflow; plans a wake-up for
+        when the next one has."""
         keys, redis = self.rt.store.keys, self.rt.redis
         if ids is None:
-            ids = [
-                text(i) for i in await redis.lrange(keys.wait(aigc, platform), skip, skip + n - 1)
-            ]
+            ids = [text(i) for i in await redis.lrange(keys.wait(aigc, platform), 0, n - 1)]
         ids = ids[:n]
         pipe = redis.pipeline(transaction=False)
         for task_id in ids:

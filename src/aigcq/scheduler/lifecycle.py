@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
+from aigcq.delivery.custody import Custody
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
@@ -30,7 +31,14 @@ from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
 from aigcq.plumbing.events import progress_event, running_message
 from aigcq.queue.store import Claimed, MoveResult, NotReplicated, Orphan, Retried, Submitted
 from aigcq.runtime import Runtime
-from aigcq.scheduler.ends import INFRASTRUCTURE, EndListener, TaskEnd, end_of, failure_class
+from aigcq.scheduler.ends import (
+    INFRASTRUCTURE,
+    EndListener,
+    SlotElsewhere,
+    TaskEnd,
+    end_of,
+    failure_class,
+)
 from aigcq.scheduler.orphans import Orphans
 
 log = logging.getLogger(__name__)
@@ -71,18 +79,37 @@ def _mark_waits(paid: bool) -> Iterator[float | None]:
         yield MARK_RETRY_S[-1]
 
 
+#: longest a machine failure's retry waits, out of its queue, for the process holding its
+#: bridge to free the slot the failed attempt took (see :meth:`Lifecycle.released`)
+RELEASE_WAIT_S = 2.0
+
+
 class Lifecycle:
-    def __init__(self, rt: Runtime, *, retry_failures: bool = False) -> None:
+    def __init__(
+        self, rt: Runtime, *, retry_failures: bool = False, custody: Custody | None = None
+    ) -> None:
         self.rt = rt
         self.orphans = Orphans(rt)
+        #: copies a paid result's files into our storage before it is delivered (None: never)
+        self.custody = custody
         #: a failed result puts the task back while it has attempts left (the
         #: message-dispatcher's retries, seed 000 §9.3.2); otherwise it fails at once
         self.retry_failures = retry_failures
         self._listeners: list[EndListener] = []
+        self._slot_elsewhere: SlotElsewhere | None = None
 
     def subscribe(self, listener: EndListener) -> None:
         """``listener`` hears of every task's end from now on (see :class:`TaskEnd`)."""
         self._listeners.append(listener)
+
+    def retries_wait_for(self, slot_elsewhere: SlotElsewhere) -> None:
+        """Before a machine failure's retry is queued, ``slot_elsewhere`` says whether
+        the slot of the attempt that failed is freed by another process (the one holding
+        its bridge, which hears of the end after this process). Then the retry waits out
+        of its queue, dispatched by no one, until that process has freed the slot and
+        called :meth:`released` (at most ``RELEASE_WAIT_S``): queued at once, it was
+        routed while the slot still looked taken, and paid for on a paid platform."""
+        self._slot_elsewhere = slot_elsewhere
 
     def announce(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
         for listener in self._listeners:
@@ -384,12 +411,17 @@ class Lifecycle:
         attempt: int | None = None,
         *,
         target: str = "",
+        keep: bool = False,
     ) -> MoveResult | None:
         """A result reported by ``attempt`` (None: not known, e.g. a message-dispatcher's
         report) of a task on ``target``; ``None`` when it says the task is not done. The
-        end is announced: applied, or refused as gone (that run is over all the same)."""
+        end is announced: applied, or refused as gone (that run is over all the same).
+        A success's files are copied first where result custody wants them (on ``target``,
+        or, when not known, if ``keep``: it came from a paid target whose files may be)."""
         match outcome:
             case Succeeded(data=data):
+                if self.custody is not None and (target or keep):
+                    data = await self.custody.kept(task_id, target, data)
                 done = await self.rt.store.finish(
                     task_id,
                     TaskState.SUCCESS,
@@ -402,7 +434,8 @@ class Lifecycle:
             case Failed(code=code, message=message, detail=detail):
                 error = {"code": code, "message": message, "detail": detail}
                 machine = failure_class(outcome) == INFRASTRUCTURE
-                if await self._retried(task_id, f"failed: {code} {message}", attempt, machine):
+                why = f"failed: {code} {message}"
+                if await self._retried(task_id, why, attempt, target, machine=machine):
                     self.announce(task_id, target, end_of(outcome), attempt)
                     return MoveResult(True, TaskState.PENDING)
                 done = await self.rt.store.finish(
@@ -523,10 +556,11 @@ class Lifecycle:
             _say(logging.DEBUG, task_id, "orphan %s already released", done.orphan)
 
     async def _retried(
-        self, task_id: str, reason: str, attempt: int | None, machine: bool = False
+        self, task_id: str, reason: str, attempt: int | None, target: str, *, machine: bool
     ) -> bool:
         """With ``retry_failures``, or for a machine's failure (``machine``): requeue a
-        failed task that has attempts left."""
+        failed task that has attempts left; at once, unless its slot on ``target`` is
+        freed by another process (see :meth:`retries_wait_for`)."""
         if not (self.retry_failures or machine):
             return False
         task = await self.rt.store.get(task_id)
@@ -535,7 +569,21 @@ class Lifecycle:
         if task.charged >= self.rt.max_attempts(self.rt.config.account(task.aigc, task.platform)):
             return False
         live = task.attempt if attempt is None else attempt
-        return await self._requeue(task_id, live, reason, delay_s=0.0, ended=True)
+        held = self._slot_elsewhere
+        wait = held is not None and await held(task_id, target or task.target, live)
+        if wait:
+            _say(logging.INFO, task_id, "its retry waits for its slot elsewhere to be freed")
+        delay_s = RELEASE_WAIT_S if wait else 0.0
+        return await self._requeue(task_id, live, reason, delay_s=delay_s, ended=True)
+
+    async def released(self, task_id: str) -> bool:
+        """The slot a machine failure's retry waited for is free (see
+        :meth:`retries_wait_for`): the retry waits at the head of its queue now. False:
+        it was not waiting for it (queued already, or moved on)."""
+        moved = await self.rt.store.promote(task_id)
+        if moved:
+            _say(logging.INFO, task_id, "its slot is free: the retry waits in its queue")
+        return moved
 
     async def _requeue(
         self, task_id: str, attempt: int, reason: str, *, delay_s: float, ended: bool

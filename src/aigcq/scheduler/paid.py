@@ -121,7 +121,7 @@ class PaidPlatforms:
             return await lifecycle.creating(c, create_id)
 
         task = c.as_task(aigc, platform, name)
-        hook = self.rt.webhook_url(c.task_id, c.attempt)
+        hook = self.rt.webhook_url(c.task_id, c.attempt, name)
         apikey = self.rt.apikey(aigc, platform)
         outcome = await self.rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
         queue, kind = (aigc, platform), adapter.kind

@@ -203,8 +203,12 @@ async def _bridge_instances(rt: Runtime, tasks: list[Task]) -> dict[str, tuple[s
     keys = rt.store.keys
     pipe = rt.redis.pipeline(transaction=False)
     for t in tasks:
-        pipe.get(keys.bridge_of(t.task_id))
-    holders = {t.task_id: text(b) for t, b in zip(tasks, await pipe.execute(), strict=True) if b}
+        pipe.hgetall(keys.bridges_of(t.task_id))
+    holders = {
+        t.task_id: _latest(held)
+        for t, held in zip(tasks, await pipe.execute(), strict=True)
+        if held
+    }
     bridges = sorted(set(holders.values()))
     pipe = rt.redis.pipeline(transaction=False)
     for bridge_id in bridges:
@@ -215,3 +219,9 @@ async def _bridge_instances(rt: Runtime, tasks: list[Task]) -> dict[str, tuple[s
             if instance.get("taskId"):
                 instance_of[str(instance["taskId"])] = str(instance.get("instanceId", ""))
     return {task_id: (b, instance_of.get(task_id, "")) for task_id, b in holders.items()}
+
+
+def _latest(held: dict[Any, Any]) -> str:
+    """Of a task's ``bridgesof`` hash (bridgeId -> attempt), the bridge of its latest
+    attempt (a superseded one may still be stopping on another)."""
+    return text(max(held.items(), key=lambda item: int(item[1]))[0])
