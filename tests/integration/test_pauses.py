@@ -123,8 +123,9 @@ async def test_a_paused_account_makes_no_create_while_a_bridge_or_another_accoun
 async def test_a_task_the_bridges_hand_back_waits_while_its_account_is_paused(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    """No connected instance has the model the task needs: the hub hands it back, and with
-    its account paused it waits (neither created nor failed ``NoCapableInstance``)."""
+    """No connected instance has the model the task needs: with its account paused the
+    hub leaves it waiting unclaimed (neither created, nor charged an attempt, nor failed
+    ``NoCapableInstance``), and the task behind it runs on the bridge."""
     options = {"admin_token": ADMIN, "bridge_token": BRIDGE_TOKEN}
     async with paid_stack(tmp_path, redis, redis_url, rh=quick_rh(), **options) as env:
         await control(env, "pause", kind="account", name="runninghub")
@@ -134,10 +135,8 @@ async def test_a_task_the_bridges_hand_back_waits_while_its_account_is_paused(
             await env.client.request(generate("needs-c", workflow=model_graph("c.safetensors")))
             await env.client.request(generate("plain"))
             assert (await bridge.next())["data"]["taskId"] == "plain"  # after needs-c's turn
-            handed_back = await until(  # claimed, handed back, waiting again
-                partial(env.task, "needs-c"), lambda t: t.attempt >= 1 and t.state == "pending"
-            )
-            assert handed_back.error is None
+            left = await env.task("needs-c")  # weighed in that round: it keeps its place
+            assert (left.state, left.attempt, left.error) == (TaskState.PENDING, 0, None)
             assert await creates_by_key(env) == {}
             await control(env, "resume", kind="account", name="runninghub")
             await succeeded(env, "needs-c")
@@ -161,6 +160,28 @@ async def test_a_paused_workflow_is_passed_over_and_runs_when_resumed(
         await succeeded(env, "w3")
         created = (await creates_by_key(env))[RH_KEY]
         assert created[0] == "w2" and sorted(created) == ["w1", "w2", "w3"]  # once each
+
+
+async def test_the_bridges_lookahead_passes_over_a_paused_workflow(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Bridges that describe their instances choose what to claim from the head (the
+    lookahead): a paused workflow's task at the head is passed over there too."""
+    model = {"proj": {"comfyui": {"apikey": RH_KEY, "concurrency": 0}}}  # no paid room
+    options = {"admin_token": ADMIN, "bridge_token": BRIDGE_TOKEN}
+    async with paid_stack(tmp_path, redis, redis_url, model=model, **options) as env:
+        await control(env, "pause", kind="workflow", name="wf-broken")
+        bridge = await Bridge.connect(int(env.base.rsplit(":", 1)[1]))
+        try:
+            await bridge.register(count=1, instances=instances_with("a.safetensors"))
+            graph = model_graph("a.safetensors")
+            await env.client.request(generate("w1", workflow=graph, workflowId="wf-broken"))
+            await env.client.request(generate("w2", workflow=graph, workflowId="wf-ok"))
+            assert (await bridge.next())["data"]["taskId"] == "w2"
+            held = await env.task("w1")
+            assert (held.state, held.attempt) == (TaskState.PENDING, 0)
+        finally:
+            await bridge.ws.close()
 
 
 async def test_a_bridge_drained_on_one_process_takes_nothing_on_the_other(

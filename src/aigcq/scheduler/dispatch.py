@@ -231,8 +231,9 @@ class DispatchLoop:
         ``split.internal`` slots taken)."""
         aigc, platform = load.aigc, load.platform
         paid_free = None
-        if load.paid and load.cap > 0:
-            paid_free = max(0, load.cap - load.paid_running - split.external)
+        if load.paid and load.cap > 0:  # a paused account has no room: what needs it waits
+            paid_free = 0 if load.paid_paused else load.cap - load.paid_running - split.external
+            paid_free = max(0, paid_free)
         chosen = await target.choose(aigc, platform, split.internal, paid_free=paid_free, among=ids)
         if chosen is None:
             claimed = await self.lifecycle.claim(
