@@ -522,6 +522,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "MaxCostExceeded": "任务的预计费用超过了 maxCost 上限，未提交到付费平台。",
         "NoCapableInstance": "暂无可运行该任务的计算节点，请稍后再试。",
         "SignatureError": "签名校验失败。",
+        "ControlError": "管理操作无效，请检查参数。",
         "LinkExpired": "链接已过期。",
         "FileNotFound": "文件不存在。",
     },

@@ -51,6 +51,9 @@ class Move(enum.StrEnum):
     FINISH = "finish"  # a result, a failure or a cancel
     WITHDRAW = "withdraw"  # its submitter took back a task that was still waiting
     RETRY = "retry"  # an operator queues a failed or cancelled task again
+    #: an operator's replay of a failed or cancelled task whose paid run brought a result
+    #: after it ended: it ends with that result, nothing is paid again
+    REPLAY_RESULT = "replay_result"
 
 
 _BACK_TO_WAITING = (
@@ -84,6 +87,10 @@ TRANSITIONS: dict[Move, tuple[frozenset[TaskState], frozenset[TaskState]]] = {
     Move.RETRY: (
         frozenset({TaskState.FAILED, TaskState.CANCELLED}),
         frozenset({TaskState.PENDING}),
+    ),
+    Move.REPLAY_RESULT: (
+        frozenset({TaskState.FAILED, TaskState.CANCELLED}),
+        frozenset({TaskState.SUCCESS}),
     ),
 }
 
@@ -134,6 +141,7 @@ class ErrorCode(enum.StrEnum):
     NOT_RETRYABLE = "TaskNotRetryable"
     UNCERTAIN_SUBMIT = "UncertainSubmit"
     MAX_COST = "MaxCostExceeded"
+    CONTROL = "ControlError"  # an operator's control names nothing it can act on
     LINK_EXPIRED = "LinkExpired"
     FILE_NOT_FOUND = "FileNotFound"
 

@@ -37,6 +37,15 @@ class Runtime:
         account = self.config.account(aigc, platform)
         return account.apikey if account else ""
 
+    def paid_accounts(self) -> set[tuple[str, str]]:
+        """(AIGC project, paid target) of every account ``model.json`` configures."""
+        found = set()
+        for aigc, platform in self.config.queues():
+            adapter = self.platforms.adapter_for(platform)
+            if adapter is not None and adapter.paid:
+                found.add((aigc, adapter.name))
+        return found
+
     def max_attempts(self, account: PlatformAccount | None) -> int:
         if account is not None and account.max_attempts is not None:
             return account.max_attempts

@@ -215,6 +215,48 @@ async def test_dashboard_shows_live_tasks_and_drains_a_bridge(
         await client.close()
 
 
+async def test_the_controls_panel_pauses_cancels_by_filter_and_resumes(
+    chromium_path: str, env: Env, tmp_path: Path
+) -> None:
+    """Pause the project from the form: its new tasks wait (RunningHub has room); a
+    preview names them, Apply cancels them; Resume in the pause's row lifts it."""
+    profile = tmp_path / "chromium"
+    profile.mkdir()
+    async with chromium(chromium_path, profile) as page:
+        await page.goto(f"{env.base}/dashboard#token={ADMIN}")
+        await page.wait_for(f"{cell('pauses', 'nothing', 0)} === 'nothing is paused'")
+        await page.eval(
+            "document.querySelector('#pause-name').value = 'proj';"
+            "document.querySelector('#pause-note').value = 'incident 7';"
+            "document.querySelector('#pause-form').requestSubmit()"
+        )
+        await page.wait_for(f"{cell('pauses', 'proj', 2)} === 'incident 7'")
+        client = await env.client()
+        await submit(client, ["h1", "h2"])
+        await page.wait_for(f"{cell('queues', 'comfyui', 2)} === '2'")  # held, not sent
+        result = "document.querySelector('#bulk-result').textContent"
+        await page.eval(
+            "document.querySelector('#bulk-project').value = 'proj';"
+            "document.querySelector('#bulk-since').value = '5';"
+            "document.querySelector('#bulk-preview').click()"
+        )
+        assert await page.wait_for(f"/^2 match/.test({result}) && {result}") == "2 match: h1 h2"
+        await page.screenshot(ARTIFACTS / "10-controls.png", "#controls")
+        await page.eval("document.querySelector('#bulk-form').requestSubmit()")
+        await page.wait_for(f"{result} === 'cancelled 2'")
+        await page.wait_for(f"{cell('queues', 'comfyui', 2)} === '0'")
+        await page.eval(
+            "[...document.querySelectorAll('#pauses tbody button')]"
+            ".find(b => b.textContent === 'Resume').click()"
+        )
+        await page.wait_for(f"{cell('pauses', 'nothing', 0)} === 'nothing is paused'")
+        await submit(client, ["r1"])
+        assert (await until(partial(env.task, "r1"), lambda t: t.target != "")).target == (
+            "runninghub"
+        )
+        await client.close()
+
+
 @pytest.mark.parametrize("env", [False], indirect=True)  # no AIGCQ_OVERFLOW_PRICE
 async def test_without_a_token_the_page_says_where_it_is_and_no_price_reads_so(
     chromium_path: str, env: Env, tmp_path: Path

@@ -175,6 +175,21 @@ async def paid_stack(
             await asyncio.sleep(0)  # a loop turn: the server handles the close before exit
 
 
+@asynccontextmanager
+async def serve_beside(env: Paid, tmp_path: Path, name: str = "second") -> AsyncIterator[Paid]:
+    """Another serve process on the same Redis and emulators, with the same settings (its
+    own data folder), and a client of its own connected to it."""
+    settings = env.service.rt.settings.model_copy(update={"data_dir": tmp_path / name})
+    async with AsyncExitStack() as stack:
+        own = redis_client(settings.redis_url)
+        stack.push_async_callback(own.aclose)
+        service = ServeProcess(settings, env.service.rt.config, own)
+        base = await stack.enter_async_context(serve_app(service.app))
+        client = await Client(int(base.rsplit(":", 1)[1]), f"{name}-client", TOKEN).connect()
+        stack.push_async_callback(client.close)
+        yield Paid(service, client, base, env.urls)
+
+
 async def created(env: Paid, task_id: str, n: int = 1, platform: str = "runninghub") -> None:
     """Until RunningHub (or ``platform``) has ``n`` creates of ``task_id``."""
     await until(partial(env.creates, task_id, platform), lambda c: len(c) >= n, within=15)

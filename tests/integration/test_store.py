@@ -322,3 +322,32 @@ async def test_an_acceptance_for_a_task_long_gone_leaves_no_orphan(redis: aiored
     marked = await store.mark_running("gone", 1, "r1", deadline_s=60, kind="callback", where=where)
     assert not marked.running and not marked.orphaned
     assert await redis.zcard("t:orphans:p:runninghub") == 0
+
+
+async def test_failed_and_cancelled_ends_are_listed_for_replays_while_retained(
+    redis: aioredis.Redis,
+) -> None:
+    store = make_store(redis)  # retention 60 s
+    for task_id in ("f", "c", "s"):
+        await submit(store, task_id)
+    await store.finish("f", TaskState.FAILED, error={"code": "x"})
+    await store.finish("c", TaskState.CANCELLED)
+    await store.finish("s", TaskState.SUCCESS, result={"ok": 1})
+    assert set(await redis.zrange("t:replayable", 0, -1)) == {"f", "c"}
+    await redis.zadd("t:replayable", {"old": 1.0})  # ended long before the retention
+    assert (await store.retry("f")).applied
+    await submit(store, "later")
+    await store.finish("later", TaskState.FAILED, error={"code": "x"})
+    assert set(await redis.zrange("t:replayable", 0, -1)) == {"c", "later"}
+
+
+async def test_a_requeue_an_operators_pause_made_gives_its_attempt_back_always(
+    redis: aioredis.Redis,
+) -> None:
+    store = make_store(redis)
+    store.free_requeues = 1
+    await submit(store, "a")
+    for _ in range(3):
+        [c] = await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60)
+        assert c.charged == 1
+        assert await store.requeue_unrun("a", c.attempt, "its account is paused", held=True)

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -77,15 +77,22 @@ class Assigner:
         self.window = Window(self.rt, self.needs.of)
 
     async def choose(
-        self, aigc: str, platform: str, n: int, *, paid_free: int | None
+        self,
+        aigc: str,
+        platform: str,
+        n: int,
+        *,
+        paid_free: int | None,
+        among: Sequence[str] | None = None,
     ) -> Chosen | None:
         """Which of the queue's first ``n`` + ``AIGCQ_BRIDGE_LOOKAHEAD`` waiting tasks to
-        claim (see :mod:`.lookahead`); ``None`` when no bridge here describes its
-        instances (any task runs on any free slot: the head)."""
+        claim (see :mod:`.lookahead`), or of ``among``; ``None`` when no bridge here
+        describes its instances (any task runs on any free slot: the head)."""
         if not self.registry.describing():
             return None
         settings = self.rt.settings
-        window = await self.window.read(aigc, platform, max(n, 0) + settings.bridge_lookahead)
+        size = max(n, 0) + settings.bridge_lookahead
+        window = await self.window.read(aigc, platform, size, among)
         now, candidates = time.time(), []
         for task_id, needs, created in window:
             reach, offline_s = self._reach(task_id, needs)

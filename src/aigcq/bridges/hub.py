@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
@@ -165,11 +165,17 @@ class BridgeHub:
         await asyncio.gather(self.health.run(), self.peers.run())
 
     async def choose(
-        self, aigc: str, platform: str, n: int, *, paid_free: int | None
+        self,
+        aigc: str,
+        platform: str,
+        n: int,
+        *,
+        paid_free: int | None,
+        among: Sequence[str] | None = None,
     ) -> Chosen | None:
         if not self.health.healthy:  # it takes nothing: tasks overflow as planned
             return None
-        return await self.assigner.choose(aigc, platform, n, paid_free=paid_free)
+        return await self.assigner.choose(aigc, platform, n, paid_free=paid_free, among=among)
 
     async def hand_over(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
         return await self.assigner.assign(aigc, platform, tasks)
@@ -178,21 +184,28 @@ class BridgeHub:
         return await self.assigner.hand_back(reason)
 
     async def drain(self, bridge_id: str, drained: bool) -> bool:
-        """Stop (or resume) assigning to ``bridge_id``; ``False`` if it is not connected here
-        (then it takes effect when it connects)."""
+        """Stop (or resume) assigning to ``bridge_id`` here; ``False`` if it is not connected
+        here (then it takes effect when it connects). An operator's drain is a pause
+        (:mod:`aigcq.scheduler.pauses`): every process applies it (:meth:`apply_drains`)."""
         conn = self.registry.set_drained(bridge_id, drained)
-        log.warning(
+        if conn is None:
+            return False
+        log.info(
             "bridge %s: %s",
             bridge_id,
             "drained" if drained else "undrained",
             extra=ctx(bridge=bridge_id),
         )
-        if conn is None:
-            return False
         await self.rotation.save(conn)
         if not drained:
             self.wake()
         return True
+
+    async def apply_drains(self, drained: frozenset[str]) -> None:
+        """The bridges an operator paused now (read from Redis by the dispatch loop):
+        drain those newly in it, undrain those no longer in it."""
+        for bridge_id in sorted(drained ^ self.registry.drained):
+            await self.drain(bridge_id, bridge_id in drained)
 
     # ---- the WebSocket endpoint ---------------------------------------------------------
 

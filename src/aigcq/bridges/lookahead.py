@@ -142,11 +142,15 @@ class Window:
         self._seen: OrderedDict[str, tuple[Needs | None, float]] = OrderedDict()
 
     async def read(
-        self, aigc: str, platform: str, size: int
+        self, aigc: str, platform: str, size: int, among: Sequence[str] | None = None
     ) -> list[tuple[str, Needs | None, float]]:
-        """The first ``size`` waiting tasks of the queue: (taskId, needs, submit time)."""
+        """The first ``size`` waiting tasks of the queue (or of ``among``, waiting tasks
+        of it in queue order): (taskId, needs, submit time)."""
         keys, redis = self.rt.store.keys, self.rt.redis
-        ids = [text(i) for i in await redis.lrange(keys.wait(aigc, platform), 0, size - 1)]
+        if among is not None:
+            ids = list(among[:size])
+        else:
+            ids = [text(i) for i in await redis.lrange(keys.wait(aigc, platform), 0, size - 1)]
         unread = [i for i in ids if i not in self._seen]
         if unread:
             pipe = redis.pipeline(transaction=False)

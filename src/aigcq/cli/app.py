@@ -22,6 +22,7 @@ from aigcq.cli.common import (
     load_settings,
     require_free_ports,
 )
+from aigcq.cli.controls import pause, resume, tasks_cancel, tasks_retry
 from aigcq.cli.emulate import emulate_app
 from aigcq.observability.logconfig import LOG_FORMAT_ENV, LogFormat, configure_logging
 
@@ -30,6 +31,10 @@ app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal G
 app.command()(submit)
 app.command()(status)
 app.add_typer(tasks_app, name="tasks")
+app.command()(pause)
+app.command()(resume)
+tasks_app.command("cancel")(tasks_cancel)
+tasks_app.command("retry")(tasks_retry)
 app.add_typer(emulate_app, name="emulate")
 app.add_typer(asynch_app, name="asynch")
 

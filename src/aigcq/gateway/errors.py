@@ -13,6 +13,7 @@ from aigcq.domain import ErrorCode
 HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.JSON: 400,
     ErrorCode.OPCODE: 400,
+    ErrorCode.CONTROL: 400,
     ErrorCode.AUTH: 401,
     ErrorCode.BALANCE: 402,
     ErrorCode.SIGNATURE: 403,

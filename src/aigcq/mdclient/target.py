@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -108,7 +109,13 @@ class MessageDispatcherTarget:
         return 0  # every serve process sees the dispatcher's whole capacity
 
     async def choose(
-        self, aigc: str, platform: str, n: int, *, paid_free: int | None
+        self,
+        aigc: str,
+        platform: str,
+        n: int,
+        *,
+        paid_free: int | None,
+        among: Sequence[str] | None = None,
     ) -> Chosen | None:
         return None  # the dispatcher places what it takes: any task, from the head
 

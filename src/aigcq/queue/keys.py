@@ -73,6 +73,12 @@ class Keys:
     internal_free = _Fixed("internal:free")
     #: Set of ``AIGC:platform`` pairs that have ever had a wait queue.
     queues = _Fixed("queues")
+    #: What an operator paused (HASH ``kind:name`` -> JSON since / note; see
+    #: :mod:`aigcq.scheduler.pauses`).
+    pauses = _Fixed("pauses")
+    #: Tasks that ended failed or cancelled, while retained (ZSET id -> when they ended):
+    #: where a replay by filter looks.
+    replayable = _Fixed("replayable")
 
     def callback(self, remote_id: str) -> str:
         """Seed 001 §5.3: ``{prefix}:callback:{remoteTaskId}`` -> taskId."""

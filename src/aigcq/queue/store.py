@@ -87,6 +87,19 @@ class MoveResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Retried:
+    """What :meth:`TaskStore.retry` did: ``applied`` (queued again), the task's state."""
+
+    applied: bool
+    state: TaskState | None  # None: no such task
+    #: not applied: a paid run's result came after the task ended, kept for delivery
+    kept_result: bool = False
+    #: not applied: a paid run of it may still be out (its orphan: a remote task id, or
+    #: ``create:<createId>`` for a create whose outcome is unknown)
+    paid_out: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Marked:
     """What :meth:`TaskStore.mark_running` did; true when the task is running."""
 
@@ -351,16 +364,30 @@ class TaskStore:
     # ---- back to waiting: each next claim is a new attempt (its own webhook URL) ----------
 
     async def requeue_unrun(
-        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0
+        self,
+        task_id: str,
+        attempt: int,
+        reason: str,
+        *,
+        delay_s: float = 0.0,
+        held: bool = False,
     ) -> bool:
         """``attempt``'s target ran nothing (no slot, full, refused, never acknowledged,
         not sent): the task goes back to the head of its queue, or after ``delay_s`` (a
         back-off), and the attempt is given back to its budget (at most ``free_requeues``
-        times per task; later ones are charged). Nothing of the attempt runs anywhere, so
-        no orphan is kept. False: ``attempt`` is no longer the live one, or the task is
-        not dispatching or running."""
+        times per task, later ones are charged; ``held``: always, an operator's pause kept
+        it from its target). Nothing of the attempt runs anywhere, so no orphan is kept.
+        False: ``attempt`` is no longer the live one, or the task is not dispatching or
+        running."""
         return await self._requeue(
-            Move.REQUEUE_UNRUN, task_id, attempt, reason, delay_s=delay_s, uncharge=True, ended=True
+            Move.REQUEUE_UNRUN,
+            task_id,
+            attempt,
+            reason,
+            delay_s=delay_s,
+            uncharge=True,
+            ended=True,
+            free_limit=2**53 if held else None,
         )
 
     async def requeue_unsent(self, task_id: str, attempt: int, reason: str) -> bool:
@@ -407,6 +434,7 @@ class TaskStore:
         ended: bool = False,
         remote_id: str = "",
         unsent_only: bool = False,
+        free_limit: int | None = None,
     ) -> bool:
         now = time.time()
         result = await self._run(
@@ -420,7 +448,7 @@ class TaskStore:
             remote_id=remote_id,
             unsent_only=unsent_only,
             uncharge=uncharge,
-            free_limit=self.free_requeues,
+            free_limit=self.free_requeues if free_limit is None else free_limit,
             ended=ended,
             paid_targets=self.paid_targets,
         )
@@ -500,12 +528,43 @@ class TaskStore:
         )
         return int(applied) == 1
 
-    async def retry(self, task_id: str, note: str = "retried") -> MoveResult:
-        """Queue a failed or cancelled task again (an operator's retry). Its client gets
-        the new attempt's result too. ``applied`` False: not retryable in ``state``."""
-        applied, current = await self._run("retry", task_id=task_id, now=time.time(), info=note)
+    async def deliver_kept(self, task_id: str, note: str) -> MoveResult:
+        """End a failed or cancelled task with the result its paid run brought after it
+        ended (kept by the finishing script): its client gets it as any success, nothing
+        runs again. ``applied`` False: no such result, or the task is in another state."""
+        now = time.time()
+        applied, current, *_ = await self._run(
+            "finish",
+            task_id=task_id,
+            to=TaskState.SUCCESS.value,
+            now=now,
+            ttl=self.retention_s,
+            result_json="",  # the script takes the kept one, and makes its message
+            error_json=orjson.dumps(None),
+            body="",
+            minid=outbox_minid(now, self.outbox_retention_s),
+            info=note,
+            move=Move.REPLAY_RESULT.value,
+            quiet=False,
+            from_attempt="",
+            paid_targets=self.paid_targets,
+            fenced=False,
+            ended=False,
+        )
         code = int(applied)
         return MoveResult(code == 1, TaskState(text(current)) if code >= 0 else None)
+
+    async def retry(self, task_id: str, note: str = "retried") -> Retried:
+        """Queue a failed or cancelled task again (an operator's retry): its client gets
+        the new attempt's result too. Not one a paid platform may bill twice: one with a
+        paid result kept (``kept_result``: :meth:`deliver_kept` it) or a paid run that may
+        still be out (``paid_out``) is left as it is. ``applied`` False: not retryable."""
+        code, current, *out = await self._run("retry", task_id=task_id, now=time.time(), info=note)
+        code = int(code)
+        state = TaskState(text(current)) if code >= 0 else None
+        return Retried(
+            code == 1, state, kept_result=code == 3, paid_out=text(out[0]) if out else ""
+        )
 
     async def promote_delayed(self, limit: int = 500) -> int:
         """Delayed tasks whose back-off is over go to the head of their queue (at most
@@ -517,9 +576,14 @@ class TaskStore:
         due or not (no ``wake`` is published: the caller dispatches it)."""
         return int(await self._run("promote", now=time.time(), limit=1, only=task_id)) == 1
 
-    async def release_orphan(self, remote_id: str) -> bool:
-        """The platform says this unwanted remote task ended: it leaves the cap."""
-        return int(await self._run("release_orphan", remote_id=remote_id)) == 1
+    async def release_orphan(self, remote_id: str, result: Any = None) -> bool:
+        """The platform says this unwanted remote task ended: it leaves the cap. ``result``:
+        the success it reported, kept on its task if that ended failed or cancelled."""
+        kept = "" if result is None else orjson.dumps(result).decode()
+        done = await self._run(
+            "release_orphan", remote_id=remote_id, result_json=kept, now=time.time()
+        )
+        return int(done) == 1
 
     async def release_create(self, create_id: str) -> bool:
         """The platform answered the create ``create_id`` with a definite "not created":

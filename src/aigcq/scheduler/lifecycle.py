@@ -29,7 +29,7 @@ from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
 from aigcq.plumbing.events import progress_event, running_message
-from aigcq.queue.store import Claimed, MoveResult, NotReplicated, Orphan, Submitted
+from aigcq.queue.store import Claimed, MoveResult, NotReplicated, Orphan, Retried, Submitted
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import (
     INFRASTRUCTURE,
@@ -168,11 +168,22 @@ class Lifecycle:
         )
         return False
 
-    async def retried_by_operator(self, task_id: str) -> MoveResult:
-        """An operator queued a failed or cancelled task again."""
+    async def retried_by_operator(self, task_id: str) -> Retried:
+        """An operator replays a failed or cancelled task: queued again, unless that could
+        pay a platform twice. One whose paid run brought a result after it ended gets that
+        result instead (it succeeds, ``kept_result``); one whose paid run may still be out
+        is left as it is (``paid_out``: its end may yet bring the result)."""
         done = await self.rt.store.retry(task_id, note="retried by an operator")
         if done.applied:
             _say(logging.INFO, task_id, "retried by an operator")
+        elif done.kept_result:
+            note = "replayed: the result of its paid run, which came after it ended"
+            delivered = await self.rt.store.deliver_kept(task_id, note)
+            if delivered.applied:
+                _say(logging.INFO, task_id, "replayed with its kept paid result; nothing paid")
+            return Retried(delivered.applied, delivered.state, kept_result=True)
+        elif done.paid_out:
+            _say(logging.INFO, task_id, "not replayed: its paid run %s may be out", done.paid_out)
         return done
 
     async def back_offs_over(self) -> int:
@@ -292,6 +303,17 @@ class Lifecycle:
         moved = await self.rt.store.requeue_unrun(task_id, attempt, reason, delay_s=delay_s)
         if moved:
             _say(logging.INFO, task_id, "back to waiting (%s)", reason)
+        return moved
+
+    async def held(self, c: Claimed, reason: str, *, delay_s: float) -> bool:
+        """An operator's pause keeps a claimed task from the one target that would take it
+        now: back to waiting after ``delay_s``, its attempt given back however often (a
+        pause fails nothing, however long it lasts). False: it had moved on."""
+        moved = await self.rt.store.requeue_unrun(
+            c.task_id, c.attempt, reason, delay_s=delay_s, held=True
+        )
+        if moved:
+            _say(logging.INFO, c.task_id, "held (%s)", reason)
         return moved
 
     async def never_created(self, c: Claimed, create_id: str) -> None:
@@ -627,10 +649,11 @@ class Lifecycle:
 
     # ---- unwanted remote tasks (the orphan checks) --------------------------------------
 
-    async def orphan_ended(self, o: Orphan) -> bool:
+    async def orphan_ended(self, o: Orphan, result: Any = None) -> bool:
         """The platform says an unwanted remote task ended (or it cannot be asked): it
-        leaves its account's cap."""
-        return await self.rt.store.release_orphan(o.remote_id)
+        leaves its account's cap. ``result``: the success it reported, kept for a replay
+        if its task ended failed or cancelled meanwhile."""
+        return await self.rt.store.release_orphan(o.remote_id, result)
 
     async def orphan_unresolved(self, o: Orphan, delay_s: float) -> None:
         """An unwanted remote task still runs (or gave no answer): checked again later."""

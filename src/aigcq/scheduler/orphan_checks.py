@@ -55,7 +55,7 @@ class OrphanChecks:
         """Ask the platform about every orphan due for a check, ``BATCH`` at a time; the
         number released."""
         released = 0
-        for aigc, target in self._accounts():
+        for aigc, target in self.rt.paid_accounts():
             due = await self.rt.store.orphans_due(aigc, target)
             for start in range(0, len(due), BATCH):
                 batch = due[start : start + BATCH]
@@ -90,7 +90,7 @@ class OrphanChecks:
             return int(await self.lifecycle.orphan_ended(o))
         if o.awaiting_create:
             return await self._check_create(o)
-        # peek: the result is nobody's, so inline files are not stored
+        # peek: inline files are not stored (such a result is not kept for a replay)
         outcome = await self.rt.platforms.peek(
             adapter, as_task(o), self.rt.apikey(o.aigc, o.platform)
         )
@@ -102,7 +102,8 @@ class OrphanChecks:
                 type(outcome).__name__,
                 extra=ctx(task=o.task_id),
             )
-            released = await self.lifecycle.orphan_ended(o)
+            kept = outcome.data if isinstance(outcome, Succeeded) and not outcome.files else None
+            released = await self.lifecycle.orphan_ended(o, kept)
             if released and not isinstance(outcome, NotFound):
                 queue = (o.aigc, o.platform)
                 await self.lifecycle.spend.ended(o.task_id, o.target, outcome, queue, run=True)
@@ -140,12 +141,3 @@ class OrphanChecks:
             return False
         adapter = self.rt.platforms.adapters[o.target]
         return await self.rt.platforms.running(adapter, self.rt.apikey(o.aigc, o.platform)) == 0
-
-    def _accounts(self) -> set[tuple[str, str]]:
-        """(AIGC, paid target) of every configured queue."""
-        found = set()
-        for aigc, platform in self.rt.config.queues():
-            adapter = self.rt.platforms.adapter_for(platform)
-            if adapter is not None and adapter.paid:
-                found.add((aigc, adapter.name))
-        return found

@@ -10,7 +10,7 @@ What a target's answers do to a task is the lifecycle's (:mod:`aigcq.scheduler.l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -90,13 +90,21 @@ class InternalTarget(Target, Protocol):
         ...
 
     async def choose(
-        self, aigc: str, platform: str, n: int, *, paid_free: int | None
+        self,
+        aigc: str,
+        platform: str,
+        n: int,
+        *,
+        paid_free: int | None,
+        among: Sequence[str] | None = None,
     ) -> Chosen | None:
         """The waiting tasks of the queue to claim for it now, by id: FIFO within what
         its free capacity can run, at most ``n`` placed, skipping (a bounded number of)
         tasks none of it can run now; and those to hand back at once (to the queue's paid
         platform, which has room for ``paid_free`` more (None: none serves the queue), or
-        to fail). ``None``: it can run any task, claim ``n`` from the head."""
+        to fail). ``None``: it can run any task, claim ``n`` from the head. ``among``:
+        only of these waiting tasks, in this order (the dispatch loop passes over the
+        tasks of paused workflows)."""
         ...
 
     async def run(self) -> None:

@@ -4,7 +4,8 @@
 queues, internal / external split, health, recent tasks, overflow spend (this process's
 counters), spend today and this month (fleet-wide, :mod:`aigcq.scheduler.spend`),
 model-asynch — see :mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry
-a failed or cancelled task. Every data call needs the admin token as a Bearer token.
+a failed or cancelled task; the incident controls (:mod:`aigcq.serve.admin_controls`).
+Every data call needs the admin token as a Bearer token.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.http_api import require_admin
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.plumbing.background import one_round
+from aigcq.scheduler.pauses import PauseKind, Pauses
+from aigcq.serve.admin_controls import checked, control_routes
 from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
 from aigcq.serve.admin_trends import Split, Trends
+from aigcq.serve.by_filter import not_retried
 from aigcq.serve.live_tasks import PAGE_MAX, LiveFilter, live_page
 
 if TYPE_CHECKING:
@@ -61,6 +65,7 @@ class Monitor:
         settings = service.rt.settings
         self.asynch = AsynchPanel(settings.asynch_url, settings.admin_token)
         self.trends = Trends()
+        self.pauses = Pauses(service.rt)
 
     async def run(self) -> None:
         try:
@@ -122,6 +127,7 @@ class Monitor:
             "overflow": overflow,
             "spend": await self._spend(),
             "asynch": await self.asynch.read(),
+            "pauses": [p.view() for p in await self.pauses.all()],
         }
 
     async def _spend(self) -> dict[str, Any]:
@@ -218,6 +224,7 @@ def admin_router(service: ServeParts, monitor: Monitor) -> APIRouter:
     router = APIRouter(tags=["admin"])
     _dashboard_routes(router, service.gateway, monitor)
     _control_routes(router, service)
+    control_routes(router, service)
     return router
 
 
@@ -294,12 +301,12 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
             methods=["POST"],
             name=action,
             summary=summary,
-            responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+            responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.CONTROL),
         )
 
     @router.post(
         "/api/admin/tasks/{task_id}/retry",
-        summary="Queue a failed task again",
+        summary="Queue a failed task again (or deliver the paid result it already has)",
         responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.NOT_RETRYABLE),
     )
     async def retry(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
@@ -308,14 +315,18 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
         if done.state is None:
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
         if not done.applied:
-            detail = f"a {done.state} task cannot be retried"
-            raise ClientError(ErrorCode.NOT_RETRYABLE, detail, task_id)
+            raise ClientError(ErrorCode.NOT_RETRYABLE, not_retried(done), task_id)
         return {"taskId": task_id, "state": done.state.value}
 
 
 async def set_drained(service: ServeParts, bridge_id: str, drained: bool) -> dict[str, Any]:
+    """Drain (or undrain) a bridge on every process, kept in Redis (a bridge pause):
+    here at once, elsewhere from their next dispatch round, which this starts."""
     if service.hub is None:
         raise ClientError(ErrorCode.NOT_FOUND, "this process has no bridge hub")
+    pauses = Pauses(service.rt)
+    bridge_id = checked(pauses, PauseKind.BRIDGE, bridge_id)
+    await pauses.set(PauseKind.BRIDGE, bridge_id, drained)
     connected = await service.hub.drain(bridge_id, drained)
     return {"bridgeId": bridge_id, "drained": drained, "connected": connected}
 

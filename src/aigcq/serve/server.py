@@ -117,7 +117,14 @@ class ServeProcess:
             self.lifecycle.subscribe(target.task_ended)
         if self.hub is not None:
             self.lifecycle.retries_wait_for(self.hub.slot_elsewhere)
-        self.dispatch = DispatchLoop(self.rt, self.lifecycle, self.paid, self.internal, wakeup)
+        self.dispatch = DispatchLoop(
+            self.rt,
+            self.lifecycle,
+            self.paid,
+            self.internal,
+            wakeup,
+            on_drains=self.hub.apply_drains if self.hub else None,
+        )
         self.sweeper = Sweeper(self.rt, self.lifecycle)
         self.orphan_checks = OrphanChecks(self.rt, self.lifecycle)
         self.silent_tasks = SilentTasks(self.lifecycle)

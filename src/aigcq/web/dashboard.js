@@ -52,8 +52,12 @@ function withDetail(row, detail) {
   return [row, under];
 }
 
-async function api(method, path) {
-  const r = await fetch(path, { method, headers: headers() });
+// `sent`: a JSON body for the request (none when undefined)
+async function api(method, path, sent) {
+  const json = sent === undefined ? {} : { "Content-Type": "application/json" };
+  const r = await fetch(path, {
+    method, headers: { ...headers(), ...json }, body: sent === undefined ? undefined : JSON.stringify(sent),
+  });
   const body = await r.json().catch(() => ({}));
   if (!r.ok) throw new Error(body.detail || body.code || "HTTP " + r.status);
   return body;
@@ -442,6 +446,7 @@ function render(s) {
   renderOverflow(s.overflow, s.trends, s.time);
   renderSpend(s.spend, (s.overflow && s.overflow.prices) || {});
   renderAsynch(s.asynch);
+  renderPauses(s.pauses);
   document.body.dataset.snapshots = String(++snapshots);
 }
 
@@ -452,6 +457,49 @@ async function act(method, path) {
   } catch (e) {
     setStatus(e.message, true);
   }
+}
+
+// ---- the incident controls: pauses, and cancel / replay by filter ----------------------
+async function control(path, body) {
+  try {
+    return await api("POST", path, body);
+  } catch (e) {
+    setStatus(e.message, true);
+    return null;
+  }
+}
+
+function renderPauses(pauses) {
+  const rows = (pauses || []).map((p) => [
+    `${p.kind} ${p.name}`, clock(p.since), soft(p.note || ""),
+    button("Resume", () => control("/api/admin/resume", { kind: p.kind, name: p.name })),
+  ]);
+  fillTable("#pauses", rows.length ? rows : [["nothing is paused", "", "", ""]]);
+}
+
+// The filter of the form: project, platform, client, last change within N minutes.
+function bulkFilter(dryRun) {
+  const body = { dryRun };
+  for (const f of ["project", "platform", "client"]) {
+    const v = $("#bulk-" + f).value.trim();
+    if (v) body[f] = v;
+  }
+  const minutes = parseFloat($("#bulk-since").value);
+  if (minutes > 0) body.since = Date.now() / 1000 - minutes * 60;
+  return body;
+}
+
+async function bulk(dryRun) {
+  const action = $("#bulk-action").value;
+  const a = await control("/api/admin/tasks/" + action, bulkFilter(dryRun));
+  if (!a) return;
+  const done = action === "cancel" ? [["cancelled", a.cancelled]]
+    : [["queued again", a.queued], ["given their paid result", a.delivered]];
+  const parts = [dryRun ? `${a.matched} match: ${a.tasks.join(" ") || "none"}`
+    : done.map(([said, list]) => `${said} ${list.length}`).join(", ")];
+  for (const s of a.skipped) parts.push(`${s.taskId} not done: ${s.reason}`);
+  if (a.more) parts.push(`${a.matched - a.tasks.length} more match: apply again`);
+  $("#bulk-result").textContent = parts.join("; ");
 }
 
 let shownTask = "", shownJson = "";
@@ -542,5 +590,12 @@ $("#token-form").addEventListener("submit", (ev) => {
   sessionStorage.setItem(TOKEN_KEY, $("#token-input").value.trim());
   location.reload();
 });
+$("#pause-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const body = { kind: $("#pause-kind").value, name: $("#pause-name").value.trim(), note: $("#pause-note").value.trim() };
+  if (await control("/api/admin/pause", body)) $("#pause-name").value = $("#pause-note").value = "";
+});
+$("#bulk-preview").addEventListener("click", () => bulk(true));
+$("#bulk-form").addEventListener("submit", (ev) => { ev.preventDefault(); bulk(false); });
 $("#search").addEventListener("submit", (ev) => { ev.preventDefault(); showTask($("#task-id").value.trim()); });
 stream();
