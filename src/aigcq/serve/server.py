@@ -46,6 +46,7 @@ from aigcq.scheduler.sweeper import Sweeper
 from aigcq.scheduler.targets import InternalTarget, InternalTargetBuilder
 from aigcq.serve import shutdown
 from aigcq.serve.admin_api import Monitor, admin_router
+from aigcq.serve.api_description import describe_serve
 from aigcq.serve.docs_page import offline_docs, without_422
 from aigcq.serve.metrics import ServeState
 from aigcq.serve.parts import BackgroundLoop, Extend, Extension
@@ -217,6 +218,7 @@ class ServeProcess:
         )
         offline_docs(app)
         without_422(app)
+        describe_serve(app)
         refuse = client_error_handler(self.gateway)
         app.add_exception_handler(ClientError, refuse)
         app.add_exception_handler(RequestValidationError, refuse)
