@@ -56,6 +56,17 @@ def test_compose_has_every_service_and_durable_redis() -> None:
     assert services["serve"]["command"] == ["serve"]
 
 
+def test_compose_keeps_serves_data_and_publishes_no_open_metrics() -> None:
+    services = compose()["services"]
+    assert any(v.endswith(":/var/lib/aigcq") for v in services["serve"]["volumes"])
+    for name in ("serve", "dispatcher", "asynch"):  # each serves /metrics on a published port
+        assert services[name]["ports"], name
+        token = services[name]["environment"]["AIGCQ_METRICS_TOKEN"]
+        assert token.startswith("${AIGCQ_METRICS_TOKEN:?"), name
+    example = (DEPLOY / "aigcq.env.example").read_text()
+    assert re.search(r"^AIGCQ_METRICS_TOKEN=$", example, re.M)
+
+
 def test_compose_has_no_default_passwords() -> None:
     """Secrets are required substitutions (``${X:?...}``) or come from the env file."""
     text = (DEPLOY / "compose.yaml").read_text()

@@ -95,7 +95,7 @@ async def _serve(
         svc.background(),
     ):
         config = uvicorn.Config(
-            create_app(svc, admin_token=base.admin_token),
+            create_app(svc, admin_token=base.admin_token, metrics_token=base.metrics_token),
             host=settings.host,
             port=settings.port,
             log_config=None,

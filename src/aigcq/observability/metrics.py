@@ -14,6 +14,7 @@ Two kinds:
 from __future__ import annotations
 
 import functools
+import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -31,6 +32,7 @@ from prometheus_client.metrics_core import Metric
 from starlette.requests import Request
 from starlette.responses import Response
 
+from aigcq.plumbing.auth import bearer
 from aigcq.plumbing.text import text
 
 log = logging.getLogger(__name__)
@@ -178,13 +180,22 @@ async def exposition(sources: Iterable[Source]) -> bytes:
     return generate_latest(REGISTRY) + generate_latest(scrape)
 
 
-def endpoint(*sources: Source) -> Callable[[Request], Awaitable[Response]]:
-    """A ``GET /metrics`` handler over the event metrics and ``sources``."""
+def endpoint(*sources: Source, token: str = "") -> Callable[[Request], Awaitable[Response]]:
+    """A ``GET /metrics`` handler over the event metrics and ``sources``; with a ``token``
+    (``AIGCQ_METRICS_TOKEN``) only for ``Authorization: Bearer <token>``, else 401."""
 
-    async def metrics(_request: Request) -> Response:
+    async def metrics(request: Request) -> Response:
+        if token and not _bearer_is(request, token):
+            headers = {"WWW-Authenticate": 'Bearer realm="metrics"'}
+            return Response("metrics token required\n", 401, headers, "text/plain")
         return Response(await exposition(sources), media_type=CONTENT_TYPE_LATEST)
 
     return metrics
+
+
+def _bearer_is(request: Request, token: str) -> bool:
+    given = bearer(request.headers.get("authorization")) or ""
+    return hmac.compare_digest(given.encode(), token.encode())
 
 
 def age(created: Any, now: float | None = None) -> float:

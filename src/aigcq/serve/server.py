@@ -245,7 +245,8 @@ class ServeProcess:
 
         app.add_api_route("/healthz", healthz, methods=["GET"])
         app.add_api_route("/readyz", readyz, methods=["GET"])
-        app.add_route("/metrics", metrics.endpoint(ServeState(self)), include_in_schema=False)
+        scrape = metrics.endpoint(ServeState(self), token=self.rt.settings.metrics_token)
+        app.add_route("/metrics", scrape, include_in_schema=False)
         app.router.routes.append(files_route(self.rt.platforms.storage))
         app.router.routes.append(result_links_route(self.custody, self.gateway.messages))
         extension.describe(app)
