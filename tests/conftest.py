@@ -1,8 +1,10 @@
-"""Shared fixtures: a private Redis server per test session, flushed per test."""
+"""Shared fixtures: a private Redis server per test session, flushed per test; aigcq's
+default ports held for the session (``tests/fakes/default_ports.py``)."""
 
 from __future__ import annotations
 
 import os
+import socket
 
 # pytest-xdist's workers start with COLUMNS=80, which rich reads once, when the CLI's console
 # is made at import; the CLI tests give each call its own width (CliRunner env).
@@ -15,6 +17,19 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.embedded.redis import EmbeddedRedis
+from tests.fakes.default_ports import default_ports, hold
+
+_HELD: list[socket.socket] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hold the default ports, as a running ``aigcq up`` holds 8087 and 8089."""
+    _HELD.extend(hold(default_ports()))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _HELD:
+        _HELD.pop().close()
 
 
 @pytest.fixture(scope="session")

@@ -99,6 +99,11 @@ class Settings(HttpLimits):
     )
     admin_token: str = Field("", validation_alias=_env("ADMIN_TOKEN"))
     bridge_token: str = Field("", validation_alias=_env("BRIDGE_TOKEN"))
+    metrics_token: str = Field(
+        "",
+        validation_alias=_env("METRICS_TOKEN"),
+        description="Bearer token /metrics requires (serve, dispatcher, asynch); unset: open.",
+    )
     callback_secret: str = Field(
         "",
         validation_alias=_env("CALLBACK_SECRET"),

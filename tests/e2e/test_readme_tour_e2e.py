@@ -1,8 +1,9 @@
 """The README's quick tour, pasted in order into a fresh folder, from the state its first
 command leaves (``aigcq up`` running in the first terminal), gets its result.
 
-The tour's blocks run as written, in ``bash``; only the fixed ports are moved to free ones
-(the tour's 9101, and the server's 8087/8089 through the environment both terminals share).
+The tour's blocks run as written, in ``bash``, and its SDK example in ``python``; only the
+fixed ports are moved to free ones (the tour's 9101, the SDK's 8087, and the server's
+8087/8089 through the environment both terminals share).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from tests.fakes.processes import free_port, wait_http
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def tour_blocks() -> list[str]:
-    """The bash blocks of the README's "Quick tour" section, in order."""
+def tour_blocks(language: str = "bash") -> list[str]:
+    """The ``language`` blocks of the README's "Quick tour" section, in order."""
     text = README.read_text()
     section = text.split("## Quick tour", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```bash\n(.*?)```", section, re.S)
+    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
 
 
 class Terminal:
@@ -98,3 +99,10 @@ def test_quick_tour_as_pasted_gets_its_result(terminal: Terminal, tmp_path: Path
     out = terminal.paste(client, tmp_path / "client.log")
     assert '"status": "success"' in out, out
     assert "task tour-1: success" in out, out  # the timeline
+
+    [sdk] = tour_blocks("python")  # pasted into `python` in the same terminal
+    sdk = sdk.replace("127.0.0.1:8087", f"127.0.0.1:{port}")
+    [export] = [line for line in client.splitlines() if "export AIGCQ_CLIENT_TOKEN=" in line]
+    python = f"{export}\npython - <<'EOF'\n{sdk}EOF\n"  # a terminal keeps its exports
+    out = terminal.paste(python, tmp_path / "sdk.log")
+    assert re.search(r"^success \{'code': 0, .*'data': \[\{'fileUrl': 'http", out, re.M), out

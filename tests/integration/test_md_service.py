@@ -289,6 +289,8 @@ async def test_openapi_describes_the_dispatchers_own_routes(md: Md) -> None:
     assert "workflowId" in create["requestBody"]["content"]["application/json"]["schema"][
         "properties"
     ] and {"200", "400", "401"} == set(create["responses"])
+    bridges, feed = schema["paths"]["/ws"]["get"], schema["paths"]["/ws/capacity"]["get"]
+    assert bridges["security"] == [{"bridgeToken": []}, {}] and "101" in feed["responses"]
 
 
 async def test_create_answers_as_runninghub_does(md: Md) -> None:

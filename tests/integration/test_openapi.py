@@ -73,3 +73,44 @@ async def test_each_documented_error_has_the_documented_body(http: httpx.AsyncCl
         assert body["type"] == "error" and body["code"] and body["msg"], body
     assert answers[400].json()["code"] == "JSONError"
     assert "limit" in answers[400].json()["detail"]
+
+
+async def test_routes_name_the_tokens_they_take(http: httpx.AsyncClient) -> None:
+    """/docs gets an Authorize button: Bearer schemes, and each route says which it takes."""
+    schema: dict[str, Any] = (await http.get("/openapi.json")).json()
+    schemes = schema["components"]["securitySchemes"]
+    assert {s["scheme"] for s in schemes.values()} == {"bearer"}, schemes
+    assert {"clientToken", "adminToken"} <= set(schemes)
+    paths = schema["paths"]
+    assert paths["/api/tasks"]["post"]["security"] == [{"clientToken": []}, {"adminToken": []}]
+    assert paths["/api/admin/snapshot"]["get"]["security"] == [{"adminToken": []}]
+    workflow = paths["/api/workflows/{workflow_id}"]
+    assert workflow["put"]["security"] == [{"adminToken": []}]
+    assert workflow["get"]["security"] == [{"bridgeToken": []}, {"adminToken": []}]
+    used = {name for ops in paths.values() for op in ops.values()
+            for alternative in op.get("security", []) for name in alternative}  # fmt: skip
+    assert used == set(schemes), used
+    for path, operations in paths.items():
+        for operation in operations.values():
+            names = [p["name"].lower() for p in operation.get("parameters", [])]
+            assert "authorization" not in names, path  # the button sets the header
+            if path.startswith("/api/"):
+                assert operation["security"], path
+    assert "security" not in paths["/healthz"]["get"]
+
+
+async def test_callbacks_and_websockets_are_described(http: httpx.AsyncClient) -> None:
+    schema: dict[str, Any] = (await http.get("/openapi.json")).json()
+    paths = schema["paths"]
+    for path in ("/callback/all", "/callback"):
+        callback = paths[path]["post"]
+        assert {p["name"] for p in callback["parameters"]} >= {"t", "a", "s"}
+        assert "SignatureError" in callback["responses"]["403"]["description"]
+        assert callback["requestBody"]["content"]["application/json"]["schema"]["required"]
+    unsigned = await http.post("/callback/all", json={"event": "TASK_END"})
+    assert unsigned.status_code == 403 and unsigned.json()["code"] == "SignatureError"
+    for path in ("/", "/client"):
+        socket = paths[path]["get"]
+        assert socket["tags"] == ["websocket"] and "101" in socket["responses"], path
+        assert {"token", "id"} <= {p["name"] for p in socket["parameters"]}
+        assert "docs/client-protocol.md" in socket["description"]

@@ -1,11 +1,13 @@
 """Unchanged third-party clients from PyPI against aigcq: ``runninghub-sdk`` against the
 message-dispatcher's RunningHub-compatible routes (as a business backend of the original
 system would use it) and against the RunningHub emulator; ``cozepy`` against the Coze
-emulator. The emulators must answer these clients exactly as the real services do."""
+emulator, from a venv of its own (``.venv-cozepy``: its pins would downgrade websockets and
+httpx here). The emulators must answer these clients exactly as the real services do."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import orjson
@@ -17,9 +19,9 @@ from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from tests.fakes.bridge import Bridge
 from tests.fakes.message_dispatcher import BODY, Md, md  # noqa: F401 (md: a fixture)
 from tests.fakes.servers import serve_app
-from tests.fakes.waiting import until
 
 runninghub_sdk = pytest.importorskip("runninghub_sdk")
+ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = {"fileUrl": "http://f/1.png", "fileType": "png", "taskCostTime": 3, "nodeId": "9"}
 
 
@@ -79,29 +81,25 @@ async def test_runninghub_sdk_against_the_runninghub_emulator() -> None:
             client.close()
 
 
+def cozepy_python() -> Path:
+    """The interpreter of the venv that holds cozepy (``scripts/vendor-venvs`` makes it)."""
+    python = ROOT / ".venv-cozepy" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no {python}: scripts/vendor-venvs makes it (scripts/check runs it)")
+    return python
+
+
 async def test_cozepy_against_the_coze_emulator() -> None:
-    cozepy = pytest.importorskip("cozepy")
+    python = cozepy_python()
     config = CozeEmulatorConfig(duration_s=0.1, tokens={"pat_sdk"})
     async with serve_app(create_coze_app(config)) as base:
-        coze = cozepy.AsyncCoze(auth=cozepy.AsyncTokenAuth("pat_sdk"), base_url=base)
-        run = await coze.workflows.runs.create(
-            workflow_id="7400000000000000001", parameters={"prompt": "a cat"}, is_async=True
-        )
-        assert run.execute_id
-        history = await until(
-            lambda: coze.workflows.runs.run_histories.retrieve(
-                workflow_id="7400000000000000001", execute_id=run.execute_id
-            ),
-            lambda h: h.execute_status != cozepy.WorkflowExecuteStatus.RUNNING,
-            within=10,
-            interval=0.05,
-        )
-        assert history.execute_status == cozepy.WorkflowExecuteStatus.SUCCESS, history
-        assert "a cat" in history.output
-        done = await coze.workflows.runs.create(
-            workflow_id="7400000000000000001", parameters={"prompt": "a dog"}
-        )
-        assert "a dog" in (done.data or "")
-        with pytest.raises(cozepy.CozeAPIError):
-            bad = cozepy.AsyncCoze(auth=cozepy.AsyncTokenAuth("wrong"), base_url=base)
-            await bad.workflows.runs.create(workflow_id="7400000000000000001", parameters={})
+        proc = await asyncio.create_subprocess_exec(
+            python, str(ROOT / "tests" / "vendor_clients" / "coze_walk.py"), base,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    seen = orjson.loads(out)
+    assert seen["executeId"] and seen["status"] == "Success", seen
+    assert "a cat" in seen["output"] and "a dog" in seen["syncData"], seen
+    assert seen["wrongTokenRaised"], seen  # a CozeAPIError

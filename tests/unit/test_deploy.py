@@ -5,9 +5,12 @@ from __future__ import annotations
 import configparser
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -53,6 +56,17 @@ def test_compose_has_every_service_and_durable_redis() -> None:
     assert services["serve"]["command"] == ["serve"]
 
 
+def test_compose_keeps_serves_data_and_publishes_no_open_metrics() -> None:
+    services = compose()["services"]
+    assert any(v.endswith(":/var/lib/aigcq") for v in services["serve"]["volumes"])
+    for name in ("serve", "dispatcher", "asynch"):  # each serves /metrics on a published port
+        assert services[name]["ports"], name
+        token = services[name]["environment"]["AIGCQ_METRICS_TOKEN"]
+        assert token.startswith("${AIGCQ_METRICS_TOKEN:?"), name
+    example = (DEPLOY / "aigcq.env.example").read_text()
+    assert re.search(r"^AIGCQ_METRICS_TOKEN=$", example, re.M)
+
+
 def test_compose_has_no_default_passwords() -> None:
     """Secrets are required substitutions (``${X:?...}``) or come from the env file."""
     text = (DEPLOY / "compose.yaml").read_text()
@@ -81,6 +95,36 @@ def test_systemd_units_parse() -> None:
         assert set(parser.sections()) == {"Unit", "Service", "Install"}, unit.name
         assert parser["Service"]["ExecStart"].startswith("/opt/aigcq/bin/aigcq "), unit.name
         assert parser["Service"]["User"] == "aigcq"
+
+
+def hardening(unit: Path) -> list[str]:
+    """The unit's sandboxing lines, from its "# Hardening" comment to [Install]."""
+    block = unit.read_text().split("# Hardening", 1)[1].split("[Install]", 1)[0]
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def test_systemd_units_install_from_a_checkout_and_share_their_hardening() -> None:
+    units = sorted((DEPLOY / "systemd").glob("*.service"))
+    for unit in units:
+        text = unit.read_text()
+        assert "pip install aigcq" not in text, unit.name  # not published
+        assert "Documentation=" not in text, unit.name  # the docs are not installed
+        assert "ProtectSystem=strict" in hardening(unit), unit.name
+    assert all(hardening(u) == hardening(units[0]) for u in units)
+
+
+def test_systemd_units_score_under_two() -> None:
+    """``systemd-analyze security``: 8.5 ("EXPOSED") before the hardening, 1.5 now."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("no systemd-analyze (Debian's systemd)")
+    for unit in sorted((DEPLOY / "systemd").glob("*.service")):
+        done = subprocess.run(
+            ["systemd-analyze", "security", "--offline=yes", str(unit)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        score = re.search(r"Overall exposure level for \S+: ([\d.]+)", done.stdout)
+        assert score, done.stdout + done.stderr
+        assert float(score.group(1)) < 2.0, (unit.name, done.stdout[-3000:])
 
 
 def test_grafana_dashboard_uses_exported_metrics() -> None:

@@ -62,6 +62,7 @@ def test_serve_refuses_to_start_without_a_webhook_signing_key(tmp_path: Path) ->
         if not k.startswith("AIGCQ_") and k not in ("TOKEN_SECRET", "CALLBACK_SECRET")
     }
     env |= {"AIGCQ_REDIS_URL": "redis://127.0.0.1:1", "AIGCQ_CLIENT_TOKENS": '["static-token"]'}
+    env |= {"AIGCQ_WS_PORT": "0", "AIGCQ_CALLBACK_PORT": "0"}  # never the defaults
     proc = subprocess.run(
         [sys.executable, "-m", "aigcq", "serve"],
         cwd=tmp_path,

@@ -21,10 +21,13 @@ from aigcq.observability.metrics import endpoint
 from aigcq.storage import StorageError
 
 
-def create_app(svc: AsynchProcess | None = None, admin_token: str = "") -> FastAPI:
+def create_app(
+    svc: AsynchProcess | None = None, admin_token: str = "", metrics_token: str = ""
+) -> FastAPI:
     """The HTTP API over an opened service; the caller owns the service's lifetime and may
     attach it later (``app.state.asynch = svc``), e.g. once the app's own URL is known.
-    ``admin_token`` guards the dashboard's read-only ``/admin/overview``."""
+    ``admin_token`` guards the dashboard's read-only ``/admin/overview``, ``metrics_token``
+    ``/metrics``."""
     app = FastAPI(title="aigcq asynch", docs_url="/docs", redoc_url=None)
     app.state.asynch = svc
     app.include_router(model_router)
@@ -32,7 +35,8 @@ def create_app(svc: AsynchProcess | None = None, admin_token: str = "") -> FastA
     app.add_middleware(TaskFastPath)  # the hot task endpoints, same handlers, fewer layers
     app.add_middleware(ErrorEnvelope)  # outermost: every error in the envelope
     app.include_router(overview_router(admin_token))
-    app.add_route("/metrics", endpoint(asynch_state(app)), include_in_schema=False)
+    scrape = endpoint(asynch_state(app), token=metrics_token)
+    app.add_route("/metrics", scrape, include_in_schema=False)
 
     @app.exception_handler(AsynchError)
     async def _asynch_error(request: Request, exc: AsynchError) -> Response:

@@ -114,7 +114,7 @@ async def _serve(
         svc.background(),
     ):
         config = bounded_config(
-            create_app(svc, admin_token=base.admin_token),
+            create_app(svc, admin_token=base.admin_token, metrics_token=base.metrics_token),
             base,
             host=settings.host,
             port=settings.port,

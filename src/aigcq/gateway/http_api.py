@@ -21,6 +21,16 @@ from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
 
 Authorization = Annotated[str | None, Header()]
 
+#: the Bearer tokens of the OpenAPI document (``securitySchemes``: aigcq.serve.api_description)
+CLIENT_TOKEN, ADMIN_TOKEN, BRIDGE_TOKEN = "clientToken", "adminToken", "bridgeToken"
+
+
+def takes(*tokens: str) -> dict[str, Any]:
+    """OpenAPI for a route that takes any one of ``tokens`` (without: by its path, a client
+    token or the admin token; ``/api/admin/…`` the admin token)."""
+    return {"security": [{token: []} for token in tokens]}
+
+
 #: OpenAPI for a route that reads its JSON object body itself (after its auth check)
 JSON_OBJECT_BODY: dict[str, Any] = {
     "requestBody": {
@@ -182,7 +192,7 @@ def _workflow_routes(router: APIRouter, gw: Gateway) -> None:
         "/workflows/{workflow_id}",
         summary="Store an API-format ComfyUI workflow",
         responses=error_responses(ErrorCode.JSON, ErrorCode.AUTH),
-        openapi_extra=JSON_OBJECT_BODY,
+        openapi_extra={**JSON_OBJECT_BODY, **takes(ADMIN_TOKEN)},
     )
     async def put_workflow(
         workflow_id: str, request: Request, authorization: Authorization = None
@@ -196,6 +206,7 @@ def _workflow_routes(router: APIRouter, gw: Gateway) -> None:
         "/workflows/{workflow_id}",
         summary="Fetch a stored workflow (bridges)",
         responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+        openapi_extra=takes(BRIDGE_TOKEN, ADMIN_TOKEN),
     )
     async def get_workflow(workflow_id: str, authorization: Authorization = None) -> Response:
         if not gw.auth.bridge(bearer(authorization)):

@@ -270,7 +270,8 @@ class TaskStore:
             )
             for r in rows
         ]
-        metrics.tasks_claimed(platform, target, (c.created_at for c in claimed), time.time())
+        created = (c.created_at for c in claimed)
+        metrics.tasks_claimed(aigc, platform, target, created, time.time())
         return claimed
 
     async def mark_running(

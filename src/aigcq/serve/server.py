@@ -46,6 +46,7 @@ from aigcq.scheduler.sweeper import Sweeper
 from aigcq.scheduler.targets import InternalTarget, InternalTargetBuilder
 from aigcq.serve import shutdown
 from aigcq.serve.admin_api import Monitor, admin_router
+from aigcq.serve.api_description import describe_serve
 from aigcq.serve.docs_page import offline_docs, without_422
 from aigcq.serve.metrics import ServeState
 from aigcq.serve.parts import BackgroundLoop, Extend, Extension
@@ -227,6 +228,7 @@ class ServeProcess:
         )
         offline_docs(app)
         without_422(app)
+        describe_serve(app)
         refuse = client_error_handler(self.gateway)
         app.add_exception_handler(ClientError, refuse)
         app.add_exception_handler(RequestValidationError, refuse)
@@ -253,7 +255,8 @@ class ServeProcess:
 
         app.add_api_route("/healthz", healthz, methods=["GET"])
         app.add_api_route("/readyz", readyz, methods=["GET"])
-        app.add_route("/metrics", metrics.endpoint(ServeState(self)), include_in_schema=False)
+        scrape = metrics.endpoint(ServeState(self), token=self.rt.settings.metrics_token)
+        app.add_route("/metrics", scrape, include_in_schema=False)
         app.router.routes.append(files_route(self.rt.platforms.storage))
         app.router.routes.append(result_links_route(self.custody, self.gateway.messages))
         extension.describe(app)
