@@ -1,0 +1,55 @@
+"""The fleet simulator's own arithmetic (bench/fleet_sim.py, issue 27 item 5): Jain's index,
+max-min fair shares, and a short run that accounts for every task."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from bench.fleet_sim import (
+    Fleet,
+    Policy,
+    Scenario,
+    fair,
+    figures,
+    jain,
+    max_min_shares,
+    simulate,
+    today,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aigcq.scheduler.policy import Tuning
+
+
+def test_jain_is_one_when_equal_and_one_over_n_when_one_has_everything() -> None:
+    assert jain([3.0, 3.0, 3.0]) == 1.0
+    assert jain([9.0, 0.0, 0.0]) == pytest.approx(1 / 3)
+
+
+def test_max_min_shares_fill_the_small_demands_first() -> None:
+    assert max_min_shares({"a": 1.0, "b": 10.0, "c": 10.0}, 9.0) == {"a": 1.0, "b": 4.0, "c": 4.0}
+
+
+@given(st.dictionaries(st.sampled_from("abcde"), st.floats(0, 100), min_size=1), st.floats(0, 300))
+def test_max_min_shares_never_exceed_a_demand_nor_the_total(
+    demands: dict[str, float], total: float
+) -> None:
+    shares = max_min_shares(demands, total)
+    assert all(shares[k] <= demands[k] + 1e-9 or shares[k] == max(shares.values()) for k in shares)
+    assert sum(shares.values()) == pytest.approx(min(total, sum(demands.values())), abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("make", "expires"), [(today, False), (fair(300.0, 256, Tuning()), True)], ids=["today", "fair"]
+)
+def test_a_short_run_accounts_for_every_task(
+    make: Callable[[Fleet], Policy], expires: bool
+) -> None:
+    fleet = simulate(Scenario("short", 4, 0.05), 1, make, expires)
+    out = figures(fleet, None)
+    assert out["never_started"] == 0  # each ran, was paid for, or expired
+    assert out["tasks"] == len(fleet.tasks) > 0
+    assert 0.0 <= out["gpu_utilisation_while_waiting"] <= 1.0
+    assert out["expired"] == 0 or expires
