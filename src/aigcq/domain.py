@@ -162,3 +162,18 @@ class Task:
     result: Any = None
     error: dict[str, Any] | None = None
     extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failure(self) -> dict[str, str | None] | None:
+        """Why the task failed, as every view shows it (``None``: no error recorded):
+        ``class`` (``task``: its own fault, ``infrastructure``: the machine's, ``None``: not
+        said), ``code`` (``PromptValidation``, ``TaskTimeout``...) and ``message``."""
+        if not self.error:
+            return None
+        detail = self.error.get("detail")
+        failure_class = detail.get("class") if isinstance(detail, dict) else None
+        return {
+            "class": str(failure_class) if failure_class else None,
+            "code": str(self.error.get("code") or ""),
+            "message": str(self.error.get("message") or ""),
+        }

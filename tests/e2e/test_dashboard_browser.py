@@ -20,7 +20,7 @@ from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.serve import admin_trends
 from aigcq.serve.server import ServeProcess
 from tests.fakes.asynch import fake_asynch
-from tests.fakes.bridge import BRIDGE_TOKEN, Bridge, task_end
+from tests.fakes.bridge import BRIDGE_TOKEN, PROMPT_INVALID, Bridge, task_end
 from tests.fakes.browser import Page, chromium, find_chromium
 from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
@@ -76,7 +76,8 @@ async def env(
 
 @contextlib.asynccontextmanager
 async def gpus(env: Env, count: int = 2) -> AsyncIterator[Bridge]:
-    """A bridge that acknowledges every task and ends it successfully after GPU_SECONDS."""
+    """A bridge that acknowledges every task and ends it after GPU_SECONDS: successfully,
+    or (ids starting with ``bad``) as ComfyUI refusing its prompt."""
     bridge = await env.bridge()
     vram = {"device": "NVIDIA L4", "vramTotal": 24 * 2**30, "vramFree": 6 * 2**30}
     instances = [
@@ -85,9 +86,10 @@ async def gpus(env: Env, count: int = 2) -> AsyncIterator[Bridge]:
     ]
     await bridge.register(count=count, instances=instances)
 
-    async def finish(webhook: str) -> None:
+    async def finish(task_id: str, webhook: str) -> None:
         await asyncio.sleep(GPU_SECONDS)  # time: the fake GPU works this long on a task
-        await task_end(env, webhook)
+        failure = PROMPT_INVALID if task_id.startswith("bad") else None  # ComfyUI's 400
+        await task_end(env, webhook, failure=failure)
 
     async def serve() -> None:
         async with asyncio.TaskGroup() as running:
@@ -95,7 +97,7 @@ async def gpus(env: Env, count: int = 2) -> AsyncIterator[Bridge]:
                 msg = await bridge.next(timeout=3600)
                 if msg["type"] == "TASK_ASSIGN":
                     await bridge.ack(msg["data"]["taskId"])
-                    running.create_task(finish(msg["data"]["webhookUrl"]))
+                    running.create_task(finish(msg["data"]["taskId"], msg["data"]["webhookUrl"]))
 
     loop = asyncio.create_task(serve())
     try:
@@ -150,6 +152,7 @@ async def test_dashboard_shows_live_tasks_and_drains_a_bridge(
 
         await drain_from_the_page(env, page, client)
         await show_timeline(page, "t0")
+        await show_why_a_task_failed(env, page, client)
         await show_spend_and_asynch(page)
         await filter_recent_tasks(page)
         await retry_only_what_failed(env, page, client)
@@ -212,6 +215,22 @@ async def show_timeline(page: Page, task_id: str) -> None:
     assert all(re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}", row[0]) for row in rows), rows
     assert await task_buttons(page) == []
     await page.screenshot(ARTIFACTS / "05-task-timeline.png")
+
+
+async def show_why_a_task_failed(env: Env, page: Page, client: Client) -> None:
+    """A failed task's panel gives its failure's code, class and message."""
+    await submit(client, ["bad1"])
+    await until(partial(env.task, "bad1"), lambda t: t.state == "failed", within=15)
+    rows = await search(page, "bad1")
+    assert rows[-1][1] == "failed"
+    part = "document.querySelector('#task-failure .failure-{}')?.textContent".format
+    assert await page.eval(part("code")) == "PromptValidation"
+    assert await page.eval(part("class")) == "task"
+    assert await page.eval(part("message")) == PROMPT_INVALID["message"]
+    line = await page.eval("document.querySelector('#task-failure').textContent")
+    assert line == f"failure: PromptValidation (task): {PROMPT_INVALID['message']}"
+    assert await task_buttons(page) == ["Retry"]
+    await page.screenshot(ARTIFACTS / "05b-task-failure.png")
 
 
 async def retry_only_what_failed(env: Env, page: Page, client: Client) -> None:

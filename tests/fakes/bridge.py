@@ -53,14 +53,24 @@ class Bridge:
         return code
 
 
-async def task_end(env: Env, webhook: str, code: int = 0) -> int:
-    """POST a TASK_END (``code`` 0 = success) to the signed URL, its host rewritten to the
-    test server."""
-    body = {
-        "event": "TASK_END",
-        "taskId": "x",
-        "eventData": orjson.dumps({"code": code, "msg": "success", "data": []}).decode(),
-    }
+#: a TASK_END failure as ``aigcq bridge`` reports ComfyUI refusing a prompt (its 400)
+PROMPT_INVALID = {
+    "class": "task",
+    "code": "PromptValidation",
+    "message": "Prompt outputs failed validation: EmptyLatentImage: width 40960 bigger than max",
+}
+
+
+async def task_end(
+    env: Env, webhook: str, code: int = 0, failure: dict[str, str] | None = None
+) -> int:
+    """POST a TASK_END (``code`` 0 = success; ``failure``: a failed one with this
+    ``class``, ``code`` and ``message``) to the signed URL, its host rewritten to the test
+    server."""
+    data: dict[str, Any] = {"code": code, "msg": "success", "data": []}
+    if failure is not None:
+        data = {"code": 1, "msg": failure["message"], "data": [], "failure": failure}
+    body = {"event": "TASK_END", "taskId": "x", "eventData": orjson.dumps(data).decode()}
     async with httpx.AsyncClient() as http:
         url = f"{env.base}{urlsplit(webhook).path}?{urlsplit(webhook).query}"
         return (await http.post(url, json=body)).status_code

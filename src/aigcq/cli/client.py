@@ -245,9 +245,10 @@ def tasks_show(
     server: ServerOption = None,
     token: TokenOption = "",
 ) -> None:
-    """Print a task's timeline: every transition with its time, target and attempt."""
+    """Print a task's timeline (every transition with its time, target and attempt) and,
+    for a failed task, why: the failure's class, code and message."""
     from aigcq.cli.status import timeline
 
     with _http(server, token) as http:
-        table = timeline(http, task_id)
-    console.print(table)
+        view = timeline(http, task_id)
+    console.print(view)

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from aigcq.client.types import AigcqError
 
@@ -52,6 +53,9 @@ def render(snap: dict[str, Any]) -> Group:
         parts.append(_bridges(snap["bridges"]))
     parts.append(_queues(snap["queues"]))
     parts.append(_recent(snap["recent"]))
+    failed = [t for t in snap["recent"] if t.get("failure")]
+    if failed:
+        parts.append(_failures(failed))
     return Group(*parts)
 
 
@@ -128,11 +132,29 @@ def _recent(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def timeline(http: httpx.Client, task_id: str) -> Table:
+def _failures(rows: list[dict[str, Any]]) -> Table:
+    """The recent failures with why each failed: class, code and message."""
+    table = Table("taskId", "AIGC", "platform", "target", "failure", title="recent failures")
+    for t in rows:
+        why = Text(failure_text(t["failure"]))  # not markup: a message may hold [brackets]
+        table.add_row(t["taskId"], t["AIGC"], t["platform"], t["target"] or "-", why)
+    return table
+
+
+def failure_text(failure: dict[str, Any]) -> str:
+    """``PromptValidation (task): Value 4096 bigger than max`` (no class: ``code: message``)."""
+    kind = f" ({failure['class']})" if failure.get("class") else ""
+    return f"{failure['code'] or 'failed'}{kind}: {failure['message'] or '-'}"
+
+
+def timeline(http: httpx.Client, task_id: str) -> Group:
+    """The task's transitions as a table, and why it failed (when it did)."""
     task = _get(http, f"/api/tasks/{task_id}")
     table = Table("time", "state", "target", "attempt", "note")
     table.title = f"task {task_id}: {task['state']} ({task['AIGC']} / {task['platform']})"
     for e in task["timeline"]:
         stamp = time.strftime("%H:%M:%S", time.localtime(e["t"])) + f".{int(e['t'] % 1 * 1000):03d}"
         table.add_row(stamp, e["state"], e["target"] or "-", str(e["attempt"]), e["note"] or "")
-    return table
+    if not task.get("failure"):
+        return Group(table)
+    return Group(table, Text(f"failure: {failure_text(task['failure'])}", style="red"))

@@ -210,6 +210,7 @@ def task_row(t: Task) -> dict[str, Any]:
         "attempt": t.attempt,
         "seconds": round(t.updated_at - t.created_at, 3),
         "updated": t.updated_at,
+        "failure": t.failure,
     }
 
 

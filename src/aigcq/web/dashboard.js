@@ -249,6 +249,16 @@ async function act(method, path) {
   }
 }
 
+// "failure: PromptValidation (task): Value 4096 bigger than max", each part in its own span
+function failureLine(f) {
+  const line = el("p", "failure: ", "error");
+  line.id = "task-failure";
+  line.append(el("span", f.code || "failed", "failure-code"));
+  if (f.class) line.append(" (", el("span", f.class, "failure-class"), ")");
+  line.append(": ", el("span", f.message || "-", "failure-message"));
+  return line;
+}
+
 async function showTask(id) {
   const box = $("#task");
   $("#task-id").value = id;
@@ -277,8 +287,11 @@ async function showTask(id) {
   const actions = [];
   if (!TERMINAL.has(t.state)) actions.push(button("Cancel", again("/api/tasks" + base + "/cancel")));
   if (RETRYABLE.has(t.state)) actions.push(button("Retry", again("/api/admin/tasks" + base + "/retry")));
+  const why = [];
+  if (t.failure) why.push(failureLine(t.failure));
   box.replaceChildren(
     el("p", `${t.taskId}: ${t.state} (attempt ${t.attempt}, target ${t.target || "-"})`),
+    ...why,
     ...actions,
     table,
   );
