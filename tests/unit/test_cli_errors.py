@@ -17,7 +17,8 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from aigcq.cli.app import app
-from aigcq.cli.client import server_url, token_subject
+from aigcq.cli.client import token_subject
+from aigcq.cli.remote import server_url
 from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.cli import one_error_line
 from tests.fakes.servers import closed_port as refusing_port

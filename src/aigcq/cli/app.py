@@ -13,7 +13,7 @@ import typer
 
 from aigcq.cli import help_style
 from aigcq.cli.asynch import asynch_app
-from aigcq.cli.client import status, submit, tasks_app
+from aigcq.cli.client import status, submit
 from aigcq.cli.common import (
     LogLevelOption,
     console,
@@ -23,6 +23,7 @@ from aigcq.cli.common import (
     require_free_ports,
 )
 from aigcq.cli.emulate import emulate_app
+from aigcq.cli.tasks import tasks_app
 from aigcq.observability.logconfig import LOG_FORMAT_ENV, LogFormat, configure_logging
 
 help_style.apply()

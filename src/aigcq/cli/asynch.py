@@ -6,17 +6,16 @@ model-asynch's modules are imported when one of these commands runs, not when th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from aigcq.cli.common import require_free_ports
-from aigcq.config import Settings
 
 if TYPE_CHECKING:
     from aigcq.asynch.settings import AsynchSettings
+    from aigcq.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +52,7 @@ def serve(
     from aigcq.asynch import goconfig
     from aigcq.asynch.backing import backing_services
     from aigcq.asynch.settings import AsynchSettings
+    from aigcq.config import Settings
     from aigcq.serve.launch import SignalExit, exit_on_sigterm, run_async
 
     _logging(log_level)
@@ -108,9 +108,12 @@ async def _serve(
 @asynch_app.command("migrate")
 def migrate_command(log_level: LogLevel = "INFO") -> None:
     """Apply pending schema migrations and exit."""
+    import asyncio
+
     from aigcq.asynch import goconfig
     from aigcq.asynch.backing import backing_services
     from aigcq.asynch.migrate import SchemaMismatch, migrate
+    from aigcq.config import Settings
     from aigcq.serve.launch import exit_on_sigterm
 
     _logging(log_level)

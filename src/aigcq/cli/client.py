@@ -1,93 +1,28 @@
-"""Client commands: submit, status, tasks show.
-
-They talk to a running server; what can be expected to go wrong (no token, bad input, the
-server down or refusing) is one line on stderr and exit 1 (the server) or 2 (the input).
-"""
+"""Client commands: submit and status (``aigcq tasks`` and ``aigcq bridges`` are in their
+own modules). How they reach the server and fail: :mod:`aigcq.cli.remote`."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from aigcq.cli.common import console, fail, load_settings, local_host
+from aigcq.cli.common import console
+from aigcq.cli.remote import (
+    InputError,
+    ServerOption,
+    TokenOption,
+    api,
+    client_errors,
+    require_token,
+    server_url,
+)
 
 if TYPE_CHECKING:
-    import httpx
     from rich.console import Group
 
-    from aigcq.client import AigcqError
-
-TOKEN_ENV = "AIGCQ_CLIENT_TOKEN"
-ServerOption = Annotated[
-    str | None,
-    typer.Option(
-        show_default=False,
-        help="aigcq's address (default: where `aigcq up` listens: AIGCQ_HOST, AIGCQ_WS_PORT)",
-    ),
-]
-TokenOption = Annotated[
-    str,
-    typer.Option(envvar=TOKEN_ENV, show_default=False, help="Client token (`aigcq token ID`)"),
-]
-
-
-class InputError(Exception):
-    """A bad argument, token or input file (exit code 2)."""
-
-
-@contextlib.contextmanager
-def client_errors(server: str) -> Iterator[None]:
-    """Report the failures a client command can expect as one line and an exit code."""
-    import httpx
-    from websockets.exceptions import WebSocketException
-
-    from aigcq.cli.status import StatusError
-    from aigcq.client import AigcqError
-
-    try:
-        yield
-    except InputError as exc:
-        fail(str(exc), 2, exc)
-    except AigcqError as exc:
-        fail(_refusal(exc), 1, exc)
-    except StatusError as exc:
-        fail(str(exc), 1, exc)
-    except (OSError, httpx.TransportError, WebSocketException) as exc:
-        reason = str(exc) or type(exc).__name__
-        fail(f"cannot reach the aigcq server at {server}: {reason}", 1, exc)
-
-
-def _refusal(exc: AigcqError) -> str:
-    """``AuthError: <the server's message> (<detail>)``."""
-    detail = f" ({exc.detail})" if exc.detail else ""
-    return f"{exc.code}: {exc.msg or 'refused by the server'}{detail}"
-
-
-_SECURE = {"http": "", "ws": "", "https": "s", "wss": "s"}
-
-
-def server_url(server: str | None, scheme: str) -> str:
-    """Where a client command connects, with its scheme (``ws`` or ``http``): ``server``
-    (``http://`` and ``ws://`` both work) or, by default, where ``aigcq up`` with the same
-    settings (``AIGCQ_HOST``, ``AIGCQ_WS_PORT``, environment or ``.env``) listens."""
-    if server is None:
-        settings = load_settings()
-        return f"{scheme}://{local_host(settings.host)}:{settings.ws_port}/"
-    given, sep, rest = server.partition("://")
-    if not sep:
-        return f"{scheme}://{server}"
-    secure = _SECURE.get(given.lower())
-    return server if secure is None else f"{scheme}{secure}://{rest}"
-
-
-def _require_token(token: str) -> str:
-    if not token:
-        raise InputError(f"no token: pass --token or set {TOKEN_ENV} (`aigcq token ID` prints one)")
-    return token
+    from aigcq.cli.remote import Api
 
 
 def token_subject(token: str) -> str | None:
@@ -154,11 +89,13 @@ def submit(
     import asyncio
     import json
 
+    from websockets.exceptions import WebSocketException
+
     from aigcq.cli.submit import submit_and_wait
 
     url = server_url(server, "ws")
-    with client_errors(url):
-        token = _require_token(token)
+    with client_errors(url, (OSError, WebSocketException)):
+        token = require_token(token)
         result = asyncio.run(
             submit_and_wait(
                 url,
@@ -177,18 +114,6 @@ def submit(
         raise typer.Exit(1)
 
 
-@contextlib.contextmanager
-def _http(server: str | None, token: str) -> Iterator[httpx.Client]:
-    """An HTTP client for the server's API, inside :func:`client_errors`."""
-    import httpx
-
-    url = server_url(server, "http")
-    with client_errors(url):
-        headers = {"Authorization": f"Bearer {_require_token(token)}"}
-        with httpx.Client(base_url=url, headers=headers) as http:
-            yield http
-
-
 def status(
     server: ServerOption = None,
     token: TokenOption = "",
@@ -203,15 +128,15 @@ def status(
     """
     from aigcq.cli.status import fetch_snapshot, render
 
-    with _http(server, token) as http:
-        view = render(fetch_snapshot(http, limit))
+    with api(server, token) as server_api:
+        view = render(fetch_snapshot(server_api, limit))
         if watch:
-            _watch(http, view, limit, interval)
+            _watch(server_api, view, limit, interval)
             return
     console.print(view)
 
 
-def _watch(http: httpx.Client, view: Group, limit: int, interval: float) -> None:
+def _watch(server_api: Api, view: Group, limit: int, interval: float) -> None:
     """Redraw the status tables every ``interval`` seconds until Ctrl-C; when the output is
     not a terminal (piped, redirected), append each round, under its time, instead."""
     import time
@@ -227,28 +152,10 @@ def _watch(http: httpx.Client, view: Group, limit: int, interval: float) -> None
                 console.print(view)
                 console.file.flush()
                 time.sleep(interval)
-                view = render(fetch_snapshot(http, limit))
+                view = render(fetch_snapshot(server_api, limit))
         with Live(view, console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(interval)
-                live.update(render(fetch_snapshot(http, limit)))
+                live.update(render(fetch_snapshot(server_api, limit)))
     except KeyboardInterrupt:
         return
-
-
-tasks_app = typer.Typer(no_args_is_help=True, help="Inspect tasks.")
-
-
-@tasks_app.command("show")
-def tasks_show(
-    task_id: Annotated[str, typer.Argument(help="The id given at submit")],
-    server: ServerOption = None,
-    token: TokenOption = "",
-) -> None:
-    """Print a task's timeline (every transition with its time, target and attempt) and,
-    for a failed task, why: the failure's class, code and message."""
-    from aigcq.cli.status import timeline
-
-    with _http(server, token) as http:
-        view = timeline(http, task_id)
-    console.print(view)

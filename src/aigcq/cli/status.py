@@ -5,44 +5,27 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from aigcq.cli.remote import Api
 from aigcq.client.types import AigcqError
 
 
-class StatusError(Exception):
-    """The server answered, but not with aigcq's error envelope (a proxy, another server)."""
-
-
-def _get(http: httpx.Client, path: str, **params: Any) -> Any:
-    resp = http.get(path, params=params)
-    if resp.status_code != 200:
-        raise _refusal(path, resp)
-    return resp.json()
-
-
-def _refusal(path: str, resp: httpx.Response) -> Exception:
-    """aigcq's ``{"type": "error", code, msg, detail}`` as :class:`AigcqError`, else the text."""
-    try:
-        body = resp.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and body.get("type") == "error":
-        return AigcqError.from_reply(body)
-    return StatusError(f"{path}: HTTP {resp.status_code} {resp.text[:200]}".rstrip())
-
-
-def fetch_snapshot(http: httpx.Client, limit: int) -> dict[str, Any]:
+def fetch_snapshot(server: Api, limit: int) -> dict[str, Any]:
     """The admin snapshot (bridges, queues, health) or, for client tokens, queues only."""
-    resp = http.get("/api/admin/snapshot")
-    if resp.status_code == 200:
-        snap: dict[str, Any] = resp.json()
-        snap["recent"] = snap.get("recent", [])[:limit]
-        return snap
-    return {"queues": _get(http, "/api/queues"), "recent": _get(http, "/api/tasks", limit=limit)}
+    try:
+        snap: dict[str, Any] = server.get("/api/admin/snapshot")
+    except AigcqError as exc:
+        if exc.code != "AuthError":
+            raise
+        return {
+            "queues": server.get("/api/queues"),
+            "recent": server.get("/api/tasks", limit=limit),
+        }
+    snap["recent"] = snap.get("recent", [])[:limit]
+    return snap
 
 
 def render(snap: dict[str, Any]) -> Group:
@@ -147,14 +130,18 @@ def failure_text(failure: dict[str, Any]) -> str:
     return f"{failure['code'] or 'failed'}{kind}: {failure['message'] or '-'}"
 
 
-def timeline(http: httpx.Client, task_id: str) -> Group:
+def timeline(server: Api, task_id: str) -> Group:
     """The task's transitions as a table, and why it failed (when it did)."""
-    task = _get(http, f"/api/tasks/{task_id}")
+    task = server.get(f"/api/tasks/{task_id}")
     table = Table("time", "state", "target", "attempt", "note")
     table.title = f"task {task_id}: {task['state']} ({task['AIGC']} / {task['platform']})"
     for e in task["timeline"]:
-        stamp = time.strftime("%H:%M:%S", time.localtime(e["t"])) + f".{int(e['t'] % 1 * 1000):03d}"
+        stamp = _clock(e["t"]) + f".{int(e['t'] % 1 * 1000):03d}"
         table.add_row(stamp, e["state"], e["target"] or "-", str(e["attempt"]), e["note"] or "")
     if not task.get("failure"):
         return Group(table)
     return Group(table, Text(f"failure: {failure_text(task['failure'])}", style="red"))
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))

@@ -24,7 +24,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from aigcq.plumbing.background import cancel_and_wait, round_failed, round_ok
+from aigcq.plumbing.background import round_failed, round_ok
+from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle

@@ -28,7 +28,8 @@ from aigcq.observability import metrics
 from aigcq.platforms.base import PlatformAdapter, registered
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.result_files import files_route, result_storage
-from aigcq.plumbing.background import cancel_and_wait, every
+from aigcq.plumbing.background import every
+from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.events import EventBus
 from aigcq.queue.store import TaskStore
 from aigcq.runtime import Runtime

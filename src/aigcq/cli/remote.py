@@ -1,0 +1,146 @@
+"""How a client command reaches the server: ``--server`` and ``--token``, the HTTP API's
+answers, and what can be expected to go wrong (no token, bad input, the server down or
+refusing) as one line on stderr and exit 1 (the server) or 2 (the input).
+
+A refusal reads ``error: <code>: <the server's message> (<detail>)``, e.g. ``error:
+TaskNotFound: 任务不存在。 (no such task)``. Its imports are the client's alone (httpx, and
+the SDK's error type): the server's libraries never load for a client command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from aigcq.cli.common import fail, load_settings, local_host
+
+if TYPE_CHECKING:
+    import httpx
+
+    from aigcq.client.types import AigcqError
+
+TOKEN_ENV = "AIGCQ_CLIENT_TOKEN"
+ADMIN_TOKEN_ENV = "AIGCQ_ADMIN_TOKEN"
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        show_default=False,
+        help="aigcq's address (default: where `aigcq up` listens: AIGCQ_HOST, AIGCQ_WS_PORT)",
+    ),
+]
+TokenOption = Annotated[
+    str,
+    typer.Option(envvar=TOKEN_ENV, show_default=False, help="Client token (`aigcq token ID`)"),
+]
+AdminTokenOption = Annotated[
+    str,
+    typer.Option(
+        envvar=[ADMIN_TOKEN_ENV, TOKEN_ENV],
+        show_default=False,
+        help="The admin token (`aigcq up` keeps it in .aigcq/secrets.json, admin_token)",
+    ),
+]
+
+
+class InputError(Exception):
+    """A bad argument, token or input file (exit code 2)."""
+
+
+class ReplyError(Exception):
+    """The server answered, but not with aigcq's error envelope (a proxy, another server)."""
+
+
+@contextlib.contextmanager
+def client_errors(server: str, unreachable: tuple[type[Exception], ...]) -> Iterator[None]:
+    """Report the failures a client command can expect as one line and an exit code;
+    ``unreachable``: the errors that mean the server at ``server`` could not be reached."""
+    from aigcq.client.types import AigcqError
+
+    try:
+        yield
+    except InputError as exc:
+        fail(str(exc), 2, exc)
+    except AigcqError as exc:
+        fail(refusal(exc), 1, exc)
+    except ReplyError as exc:
+        fail(str(exc), 1, exc)
+    except unreachable as exc:
+        reason = str(exc) or type(exc).__name__
+        fail(f"cannot reach the aigcq server at {server}: {reason}", 1, exc)
+
+
+def refusal(exc: AigcqError) -> str:
+    """``AuthError: <the server's message> (<detail>)``."""
+    detail = f" ({exc.detail})" if exc.detail else ""
+    return f"{exc.code}: {exc.msg or 'refused by the server'}{detail}"
+
+
+_SECURE = {"http": "", "ws": "", "https": "s", "wss": "s"}
+
+
+def server_url(server: str | None, scheme: str) -> str:
+    """Where a client command connects, with its scheme (``ws`` or ``http``): ``server``
+    (``http://`` and ``ws://`` both work) or, by default, where ``aigcq up`` with the same
+    settings (``AIGCQ_HOST``, ``AIGCQ_WS_PORT``, environment or ``.env``) listens."""
+    if server is None:
+        settings = load_settings()
+        return f"{scheme}://{local_host(settings.host)}:{settings.ws_port}/"
+    given, sep, rest = server.partition("://")
+    if not sep:
+        return f"{scheme}://{server}"
+    secure = _SECURE.get(given.lower())
+    return server if secure is None else f"{scheme}{secure}://{rest}"
+
+
+def require_token(token: str, *, admin: bool = False) -> str:
+    if token:
+        return token
+    if admin:
+        where = f"{ADMIN_TOKEN_ENV} (admin_token in .aigcq/secrets.json)"
+    else:
+        where = f"{TOKEN_ENV} (`aigcq token ID` prints one)"
+    raise InputError(f"no token: pass --token or set {where}")
+
+
+class Api:
+    """The server's HTTP API: JSON answers, and aigcq's error envelope raised as
+    :class:`AigcqError` (anything else as :class:`ReplyError`)."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self._answer(path, self.http.get(path, params=params))
+
+    def post(self, path: str, **params: Any) -> Any:
+        return self._answer(path, self.http.post(path, params=params))
+
+    @staticmethod
+    def _answer(path: str, resp: httpx.Response) -> Any:
+        if resp.status_code == 200:
+            return resp.json()
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and body.get("type") == "error":
+            from aigcq.client.types import AigcqError
+
+            raise AigcqError.from_reply(body)
+        raise ReplyError(f"{path}: HTTP {resp.status_code} {resp.text[:200]}".rstrip())
+
+
+@contextlib.contextmanager
+def api(server: str | None, token: str, *, admin: bool = False) -> Iterator[Api]:
+    """The server's API with ``token`` (``admin``: the admin token is wanted), inside
+    :func:`client_errors`."""
+    import httpx
+
+    url = server_url(server, "http")
+    with client_errors(url, (OSError, httpx.TransportError)):
+        headers = {"Authorization": f"Bearer {require_token(token, admin=admin)}"}
+        with httpx.Client(base_url=url, headers=headers) as http:
+            yield Api(http)
