@@ -32,6 +32,24 @@ TERMINAL_STATES = frozenset({TaskState.SUCCESS, TaskState.FAILED, TaskState.CANC
 
 LIVE_STATES = frozenset({TaskState.PENDING, TaskState.DISPATCHING, TaskState.RUNNING})
 
+#: names for several states at once, where states are chosen by name (a listing's filter)
+STATE_GROUPS = {"live": LIVE_STATES, "finished": TERMINAL_STATES}
+
+
+def states_named(names: str) -> frozenset[TaskState]:
+    """``failed,cancelled`` or ``live`` as states (empty: none named); ``ValueError`` naming
+    a word that is neither a state nor a group, and the words that are."""
+    states: set[TaskState] = set()
+    for word in filter(None, (w.strip().lower() for w in names.split(","))):
+        if word in STATE_GROUPS:
+            states |= STATE_GROUPS[word]
+        elif word in {s.value for s in TaskState}:
+            states.add(TaskState(word))
+        else:
+            known = ", ".join([*(s.value for s in TaskState), *STATE_GROUPS])
+            raise ValueError(f"no state {word!r} (known: {known})")
+    return frozenset(states)
+
 
 class Move(enum.StrEnum):
     """The named writes of task state; each is made by one script in :mod:`aigcq.queue`."""

@@ -1,4 +1,4 @@
-"""The client commands (submit, status, tasks show) fail with one line and an exit code.
+"""The client commands (submit, status, tasks, bridges) fail with one line and an exit code.
 
 No server is needed here: "server down" is a port bound on 127.0.0.1 that never listens.
 The failures that need a server (a bad token, an unknown task) are in
@@ -24,14 +24,22 @@ from tests.fakes.cli import one_error_line
 from tests.fakes.servers import closed_port as refusing_port
 
 PAYLOAD = '{"workflowId": "1"}'
-CLIENT_COMMANDS = [["status"], ["tasks", "show", "t1"], ["submit", "comfyui", PAYLOAD]]
+CLIENT_COMMANDS = [
+    ["status"],
+    ["tasks", "show", "t1"],
+    ["submit", "comfyui", PAYLOAD],
+]
+#: the operator's: they want the admin token
+ADMIN_COMMANDS = [
+    ["tasks", "list"],
+]
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No AIGCQ_* setting nor .env of the developer's leaks in."""
     monkeypatch.chdir(tmp_path)
-    for name in ("AIGCQ_CLIENT_TOKEN", "AIGCQ_HOST", "AIGCQ_WS_PORT"):
+    for name in ("AIGCQ_CLIENT_TOKEN", "AIGCQ_ADMIN_TOKEN", "AIGCQ_HOST", "AIGCQ_WS_PORT"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -54,7 +62,25 @@ def test_no_token_names_the_option_and_the_variable(command: list[str], closed_p
     )
 
 
-@pytest.mark.parametrize("command", CLIENT_COMMANDS)
+@pytest.mark.parametrize("command", ADMIN_COMMANDS)
+def test_no_admin_token_says_where_it_is(command: list[str], closed_port: int) -> None:
+    line = one_error_line(run(*command, "--server", f"127.0.0.1:{closed_port}"), 2)
+    assert line == (
+        "error: no token: pass --token or set AIGCQ_ADMIN_TOKEN "
+        "(admin_token in .aigcq/secrets.json)"
+    )
+
+
+def test_admin_commands_read_the_admin_token_first(
+    closed_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AIGCQ_ADMIN_TOKEN, else AIGCQ_CLIENT_TOKEN (which may hold the admin token too)."""
+    monkeypatch.setenv("AIGCQ_CLIENT_TOKEN", "t")
+    line = one_error_line(run("tasks", "list", "--server", f"127.0.0.1:{closed_port}"), 1)
+    assert "cannot reach the aigcq server" in line  # got past the token
+
+
+@pytest.mark.parametrize("command", CLIENT_COMMANDS + ADMIN_COMMANDS)
 def test_server_down_names_the_server(command: list[str], closed_port: int) -> None:
     result = run(*command, "--token", "t", "--server", f"http://127.0.0.1:{closed_port}")
     scheme = "ws" if command[0] == "submit" else "http"
@@ -63,7 +89,7 @@ def test_server_down_names_the_server(command: list[str], closed_port: int) -> N
     )
 
 
-@pytest.mark.parametrize("command", CLIENT_COMMANDS)
+@pytest.mark.parametrize("command", CLIENT_COMMANDS + ADMIN_COMMANDS)
 def test_default_server_is_where_aigcq_up_listens(
     command: list[str], closed_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

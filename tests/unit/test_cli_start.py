@@ -44,6 +44,7 @@ def test_help_loads_no_server_library(tmp_path: Path) -> None:
     "command",
     [
         ["tasks", "show", "t1"],
+        ["tasks", "list"],
         ["status"],
         ["submit", "comfyui", "{}"],
     ],

@@ -1,4 +1,5 @@
-"""``aigcq status`` and ``aigcq tasks show``: the server's state as terminal tables."""
+"""``aigcq status``, ``aigcq tasks show`` and ``aigcq tasks list``: the server's state as
+terminal tables."""
 
 from __future__ import annotations
 
@@ -143,5 +144,30 @@ def timeline(server: Api, task_id: str) -> Group:
     return Group(table, Text(f"failure: {failure_text(task['failure'])}", style="red"))
 
 
+def task_list(page: dict[str, Any], now: float) -> Table:
+    """A page of ``GET /api/admin/tasks``: each task with where it runs (or ran), since when
+    and for how long, and why it failed."""
+    columns = ("taskId", "state", "AIGC", "platform", "client", "target", "attempt")
+    table = Table(*columns, "submitted", "for", "failure")
+    shown = len(page["tasks"])
+    first = page["offset"] + 1 if shown else 0
+    table.title = f"tasks {first}–{page['offset'] + shown} of {page['total']}"
+    for t in page["tasks"]:
+        live = t["state"] not in ("success", "failed", "cancelled")
+        took = (now if live else t["updated"]) - t["created"]
+        why = Text(failure_text(t["failure"])) if t.get("failure") else Text("")
+        table.add_row(
+            t["taskId"], t["state"], t["AIGC"], t["platform"], t["backendId"] or "-",
+            t["target"] or "-", str(t["attempt"]), _when(t["created"], now), f"{took:.1f} s", why,
+        )  # fmt: skip
+    return table
+
+
 def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _when(t: float, now: float) -> str:
+    """``14:05:09`` today, ``01-30 14:05`` another day (local time)."""
+    same_day = time.localtime(t)[:3] == time.localtime(now)[:3]
+    return _clock(t) if same_day else time.strftime("%m-%d %H:%M", time.localtime(t))

@@ -1,15 +1,20 @@
-"""``aigcq tasks``: show one task."""
+"""``aigcq tasks``: show one task (a client token), list tasks by filter (the admin
+token)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from datetime import datetime
+from typing import Annotated, Any
 
 import typer
 
 from aigcq.cli.common import console
-from aigcq.cli.remote import ServerOption, TokenOption, api
+from aigcq.cli.remote import AdminTokenOption, InputError, ServerOption, TokenOption, api
 
-tasks_app = typer.Typer(no_args_is_help=True, help="Inspect tasks.")
+tasks_app = typer.Typer(no_args_is_help=True, help="Show and list tasks.")
+
+MAX_PAGE = 1000
 
 
 @tasks_app.command("show")
@@ -25,3 +30,101 @@ def tasks_show(
     with api(server, token) as server_api:
         view = timeline(server_api, task_id)
     console.print(view)
+
+
+@tasks_app.command("list")
+def tasks_list(
+    state: Annotated[
+        str,
+        typer.Option(
+            help="States, comma-separated: pending, dispatching, running, success, failed, "
+            "cancelled; live (the first three), finished (the last three) [default: any]"
+        ),
+    ] = "",
+    project: Annotated[
+        str, typer.Option("--project", "--aigc", help="AIGC project [default: any]")
+    ] = "",
+    platform: Annotated[str, typer.Option(help="Platform: comfyui, coze... [default: any]")] = "",
+    client: Annotated[str, typer.Option(help="The client's backendId [default: any]")] = "",
+    target: Annotated[
+        str, typer.Option(help="Where it runs or ran: bridge, runninghub... [default: any]")
+    ] = "",
+    since: Annotated[
+        str,
+        typer.Option(
+            help="Changed since: 30s, 10m, 2h, 1d ago, or a local time: 14:05, "
+            "2026-01-31T14:05 [default: any time]"
+        ),
+    ] = "",
+    limit: Annotated[int, typer.Option(help=f"Tasks per page, 1-{MAX_PAGE}")] = 50,
+    page: Annotated[int, typer.Option(help="Page, from 1")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the page as JSON")] = False,
+    server: ServerOption = None,
+    token: AdminTokenOption = "",
+) -> None:
+    """List tasks, waiting, running and recently finished ones, the latest to change first:
+    where each runs (or ran), since when, for how long, and why it failed.
+
+    Finished tasks are those the server still keeps among the last 1000 to finish.
+    """
+    import json
+    import time
+
+    from aigcq.cli.status import task_list
+
+    now = time.time()
+    with api(server, token, admin=True) as server_api:
+        params = list_params(state, since, limit, page, now)
+        filters = {"aigc": project, "platform": platform, "client": client, "target": target}
+        answer = server_api.get("/api/admin/tasks", **params, **filters)
+    if as_json:
+        typer.echo(json.dumps(answer, ensure_ascii=False, indent=2))
+        return
+    console.print(task_list(answer, now))
+    if answer["offset"] + len(answer["tasks"]) < answer["total"]:
+        console.print(f"more: --page {page + 1}", highlight=False)
+
+
+def list_params(state: str, since: str, limit: int, page: int, now: float) -> dict[str, Any]:
+    """The list's query, checked here (:class:`InputError` naming the option)."""
+    from aigcq.domain import states_named
+
+    try:
+        states_named(state)
+    except ValueError as exc:
+        raise InputError(f"--state: {exc}") from exc
+    if not 1 <= limit <= MAX_PAGE:
+        raise InputError(f"--limit: {limit} is not between 1 and {MAX_PAGE}")
+    if page < 1:
+        raise InputError(f"--page: {page} is not 1 or more")
+    return {
+        "state": state,
+        "since": since_time(since, now) if since else 0,
+        "limit": limit,
+        "offset": (page - 1) * limit,
+    }
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_CLOCKS = ("%H:%M", "%H:%M:%S")
+
+
+def since_time(given: str, now: float) -> float:
+    """``given`` as epoch seconds: ``10m`` (ago; s, m, h, d), ``14:05`` (its last time, local)
+    or an ISO date and time (local unless it names its zone); :class:`InputError` if none."""
+    if match := re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", given.strip()):
+        return now - float(match[1]) * _UNITS[match[2]]
+    for form in _CLOCKS:
+        try:
+            clock = datetime.strptime(given, form).time()
+        except ValueError:
+            continue
+        at = datetime.combine(datetime.fromtimestamp(now).date(), clock).timestamp()
+        return at if at <= now else at - _UNITS["d"]  # a time still to come today: yesterday
+    try:
+        return datetime.fromisoformat(given).timestamp()
+    except ValueError:
+        pass
+    raise InputError(
+        f"--since: {given!r} is no time (30s, 10m, 2h, 1d ago; 14:05; 2026-01-31T14:05)"
+    )

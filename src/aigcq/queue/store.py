@@ -540,6 +540,19 @@ class TaskStore:
             return None
         return task_from_hash({k: v for k, v in zip(_HEAD, values, strict=True) if v is not None})
 
+    async def summaries(self, task_ids: list[str]) -> list[Task]:
+        """The tasks still stored among ``task_ids``, in that order, without their payload
+        and result (left empty; the error is read): one pipelined HMGET each."""
+        fields = [*_HEAD, "error"]
+        pipe = self.redis.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hmget(self.keys.task(task_id), fields)
+        return [
+            task_from_hash({k: v for k, v in zip(fields, values, strict=True) if v is not None})
+            for values in await pipe.execute()
+            if values[0] is not None
+        ]
+
     async def ended_by(self, task_id: str) -> tuple[TaskState | None, int | None]:
         """The task's state and the attempt whose own run's end ended it (``None``: it
         did not end by one, e.g. a cancel, or it is not over)."""

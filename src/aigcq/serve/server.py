@@ -44,6 +44,7 @@ from aigcq.scheduler.sweeper import Sweeper
 from aigcq.scheduler.targets import InternalTarget, InternalTargetBuilder
 from aigcq.serve import shutdown
 from aigcq.serve.admin_api import Monitor, admin_router
+from aigcq.serve.admin_tasks import admin_tasks_router
 from aigcq.serve.docs_page import offline_docs, without_422
 from aigcq.serve.metrics import ServeState
 from aigcq.serve.parts import BackgroundLoop, Extend, Extension
@@ -209,6 +210,7 @@ class ServeProcess:
         app.add_exception_handler(RequestValidationError, refuse)
         app.include_router(api_router(self.gateway, lambda: internal_capacity(self.hub)))
         app.include_router(admin_router(self, self.monitor))
+        app.include_router(admin_tasks_router(self.gateway))
         app.router.routes.extend(self.callbacks)
         for path in CLIENT_WS_PATHS:
             app.add_api_websocket_route(path, self.client_ws)
