@@ -1,7 +1,7 @@
 """The operator's verbs against a real aigcq (in-process, real Redis, a test bridge):
-``aigcq tasks list`` (filters, pages), and its refusals as one line with the server's
-code (issue 29 item 6). The server-down and no-token lines are in
-tests/unit/test_cli_errors.py.
+``aigcq tasks list`` (filters, pages), ``tasks cancel``, ``tasks retry``, and each one's
+refusals as one line with the server's code (issue 29 item 6). The server-down and
+no-token lines are in tests/unit/test_cli_errors.py.
 """
 
 from __future__ import annotations
@@ -172,4 +172,52 @@ async def test_the_api_refuses_a_bad_filter_with_json_error(env: Env) -> None:
 
 async def test_tasks_list_needs_the_admin_token(env: Env) -> None:
     line = one_error_line(await cli(env, "tasks", "list", token=CLIENT), 1)
+    assert line == "error: AuthError: 认证失败，请检查 token。 (admin token required)"
+
+
+async def test_tasks_cancel_cancels_and_names_each_refusal(env: Env) -> None:
+    b1 = await env.client()
+    for task_id in ("k1", "k2", "k3"):
+        await b1.request(generate(task_id))  # no capacity: they wait
+    ok = await cli(env, "tasks", "cancel", "k1", "k2", token=CLIENT)
+    assert ok.exit_code == 0, ok.output
+    assert ok.stdout.splitlines() == ["k1: cancelled", "k2: cancelled"]
+    assert [await state(env, t) for t in ("k1", "k2", "k3")] == [
+        "cancelled",
+        "cancelled",
+        "pending",
+    ]
+    mixed = await cli(env, "tasks", "cancel", "nope", "k1", "k3")
+    assert mixed.exit_code == 1
+    assert mixed.stdout.splitlines() == ["k3: cancelled"]  # the others did not stop it
+    assert mixed.stderr.splitlines() == [
+        "error: nope: TaskNotFound: 任务不存在。 (no such task)",
+        "error: k1: TaskGone: 任务已结束。 (task already cancelled)",
+    ]
+
+
+async def test_a_client_cancels_only_its_own_tasks(env: Env) -> None:
+    await (await client_b2(env)).request(generate("theirs"))
+    line = one_error_line(await cli(env, "tasks", "cancel", "theirs", token=CLIENT), 1)
+    assert line == "error: theirs: TaskNotFound: 任务不存在。 (no such task)"
+    assert await state(env, "theirs") == "pending"
+
+
+async def test_tasks_retry_queues_again_and_names_each_refusal(env: Env) -> None:
+    b1 = await env.client()
+    for task_id in ("x1", "x2"):
+        await b1.request(generate(task_id))
+    assert (await cli(env, "tasks", "cancel", "x1")).exit_code == 0
+    ok = await cli(env, "tasks", "retry", "x1")
+    assert ok.exit_code == 0, ok.output
+    assert ok.stdout.strip() == "x1: queued again, as a new attempt"
+    assert await state(env, "x1") == "pending"
+    refused = await cli(env, "tasks", "retry", "x2", "nope")
+    assert refused.exit_code == 1
+    assert refused.stderr.splitlines() == [
+        "error: x2: TaskNotRetryable: 只有失败或已取消的任务可以重试。 "
+        "(a pending task cannot be retried)",
+        "error: nope: TaskNotFound: 任务不存在。 (no such task)",
+    ]
+    line = one_error_line(await cli(env, "tasks", "retry", "x1", token=CLIENT), 1)
     assert line == "error: AuthError: 认证失败，请检查 token。 (admin token required)"

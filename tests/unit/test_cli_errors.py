@@ -27,11 +27,13 @@ PAYLOAD = '{"workflowId": "1"}'
 CLIENT_COMMANDS = [
     ["status"],
     ["tasks", "show", "t1"],
+    ["tasks", "cancel", "t1"],
     ["submit", "comfyui", PAYLOAD],
 ]
 #: the operator's: they want the admin token
 ADMIN_COMMANDS = [
     ["tasks", "list"],
+    ["tasks", "retry", "t1"],
 ]
 
 

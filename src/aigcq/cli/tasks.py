@@ -1,20 +1,38 @@
-"""``aigcq tasks``: show one task (a client token), list tasks by filter (the admin
-token)."""
+"""``aigcq tasks``: show one task, list tasks by filter, cancel and retry tasks.
+
+``show`` and ``cancel`` take a client token (``cancel``: its own tasks; the admin token
+reaches every task); ``list`` and ``retry`` the admin token. A task the server refuses
+(unknown, already finished, not retryable) is one line naming it and the refusal's code;
+the others are still done, and the exit code is 1.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import quote
 
 import typer
 
-from aigcq.cli.common import console
-from aigcq.cli.remote import AdminTokenOption, InputError, ServerOption, TokenOption, api
+from aigcq.cli.common import console, error_line
+from aigcq.cli.remote import AdminTokenOption, InputError, ServerOption, TokenOption, api, refusal
 
-tasks_app = typer.Typer(no_args_is_help=True, help="Show and list tasks.")
+if TYPE_CHECKING:
+    from aigcq.cli.remote import Api
 
+tasks_app = typer.Typer(no_args_is_help=True, help="Show, list, cancel and retry tasks.")
+
+#: refusals about one task: the next task is still tried
+PER_TASK = {"TaskNotFound", "TaskGone", "TaskNotRetryable"}
 MAX_PAGE = 1000
+TaskIds = Annotated[list[str], typer.Argument(help="Task ids, as given at submit")]
+
+
+def task_path(task_id: str, action: str = "") -> str:
+    """``/api/tasks/<id>[/<action>]``, the id quoted (it may hold ``/`` or ``?``)."""
+    return f"/api/tasks/{quote(task_id, safe='')}" + (f"/{action}" if action else "")
 
 
 @tasks_app.command("show")
@@ -128,3 +146,55 @@ def since_time(given: str, now: float) -> float:
     raise InputError(
         f"--since: {given!r} is no time (30s, 10m, 2h, 1d ago; 14:05; 2026-01-31T14:05)"
     )
+
+
+@tasks_app.command("cancel")
+def tasks_cancel(task_ids: TaskIds, server: ServerOption = None, token: TokenOption = "") -> None:
+    """Cancel live tasks (a client token: its own; the admin token: any). A paid platform's
+    task is cancelled there too."""
+    with api(server, token) as server_api:
+        ok = each_task(server_api, task_ids, lambda t: task_path(t, "cancel"), said("cancelled"))
+    if not ok:
+        raise typer.Exit(1)
+
+
+@tasks_app.command("retry")
+def tasks_retry(
+    task_ids: TaskIds, server: ServerOption = None, token: AdminTokenOption = ""
+) -> None:
+    """Queue failed or cancelled tasks again, each as a new attempt (its client gets that
+    result too). Admin token."""
+
+    def path(task_id: str) -> str:
+        return f"/api/admin/tasks/{quote(task_id, safe='')}/retry"
+
+    with api(server, token, admin=True) as server_api:
+        ok = each_task(server_api, task_ids, path, said("queued again, as a new attempt"))
+    if not ok:
+        raise typer.Exit(1)
+
+
+def said(done: str) -> Callable[[dict[str, Any]], str]:
+    """The line for a task the server acted on: ``t1: cancelled``."""
+    return lambda answer: f"{answer['taskId']}: {done}"
+
+
+def each_task(
+    server: Api, task_ids: list[str], path: Callable[[str], str], line: Callable[..., str]
+) -> bool:
+    """POST ``path(id)`` for each task, printing its ``line``; a refusal about one task is
+    a line on stderr and the next is tried (any other refusal stops them). True: all done."""
+    from aigcq.client.types import AigcqError
+
+    ok = True
+    for task_id in task_ids:
+        try:
+            answer = server.post(path(task_id))
+        except AigcqError as exc:
+            if exc.code not in PER_TASK:
+                raise
+            error_line(f"{task_id}: {refusal(exc)}")
+            ok = False
+            continue
+        console.print(line(answer), highlight=False)
+    return ok
