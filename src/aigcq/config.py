@@ -440,6 +440,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "TaskNotRetryable": "只有失败或已取消的任务可以重试。",
         "UncertainSubmit": "任务提交结果未知，为避免重复扣费未再提交，请稍后查询或重试。",
         "SignatureError": "签名校验失败。",
+        "BridgeNotFound": "桥接节点不存在。",
     },
     "SUCCESS": {"AssessmentSuccess": "任务提交成功，正在排队中..."},
 }

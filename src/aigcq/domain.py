@@ -151,6 +151,7 @@ class ErrorCode(enum.StrEnum):
     GONE = "TaskGone"
     NOT_RETRYABLE = "TaskNotRetryable"
     UNCERTAIN_SUBMIT = "UncertainSubmit"
+    BRIDGE_NOT_FOUND = "BridgeNotFound"
 
 
 @dataclass(slots=True)

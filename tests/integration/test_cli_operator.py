@@ -1,7 +1,7 @@
 """The operator's verbs against a real aigcq (in-process, real Redis, a test bridge):
-``aigcq tasks list`` (filters, pages), ``tasks cancel``, ``tasks retry``, and each one's
-refusals as one line with the server's code (issue 29 item 6). The server-down and
-no-token lines are in tests/unit/test_cli_errors.py.
+``aigcq tasks list`` (filters, pages), ``tasks cancel``, ``tasks retry``, ``bridges
+drain`` / ``undrain``, and each one's refusals as one line with the server's code
+(issue 29 item 6). The server-down and no-token lines are in tests/unit/test_cli_errors.py.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -221,3 +222,40 @@ async def test_tasks_retry_queues_again_and_names_each_refusal(env: Env) -> None
     ]
     line = one_error_line(await cli(env, "tasks", "retry", "x1", token=CLIENT), 1)
     assert line == "error: AuthError: 认证失败，请检查 token。 (admin token required)"
+
+
+async def bridge_row(env: Env, bridge_id: str) -> dict[str, Any] | None:
+    async with httpx.AsyncClient(base_url=env.base) as http:
+        r = await http.get("/api/admin/snapshot", headers={"Authorization": f"Bearer {ADMIN}"})
+    return next((b for b in r.json()["bridges"] if b["bridgeId"] == bridge_id), None)
+
+
+async def test_bridges_drain_and_undrain(env: Env) -> None:
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    await until(partial(bridge_row, env, "br1"), lambda b: b is not None)
+    drained = await cli(env, "bridges", "drain", "br1")
+    assert drained.exit_code == 0, drained.output
+    assert drained.stdout.strip() == "br1: drained: no new tasks, the ones it runs finish"
+    await (await env.client()).request(generate("d1"))
+    with pytest.raises(TimeoutError):
+        await bridge.next(timeout=0.5)  # nothing assigned while drained
+    undrained = await cli(env, "bridges", "undrain", "br1")
+    assert undrained.stdout.strip() == "br1: undrained: gets tasks"
+    assert (await bridge.next())["data"]["taskId"] == "d1"
+
+
+async def test_an_unknown_bridge_is_refused_unless_ahead(env: Env) -> None:
+    line = one_error_line(await cli(env, "bridges", "drain", "br-1"), 1)
+    assert line == "error: BridgeNotFound: 桥接节点不存在。 (no bridge 'br-1' ever connected)"
+    assert env.service.hub is not None and "br-1" not in env.service.hub.registry.drained
+    ahead = await cli(env, "bridges", "drain", "br9", "--ahead")
+    assert (
+        ahead.stdout.strip() == "br9: drained ahead: it has never connected; kept for when it does"
+    )
+    bridge = await env.bridge()
+    await bridge.register("br9", count=1)
+    row = await until(partial(bridge_row, env, "br9"), lambda b: b is not None)
+    assert row is not None and row["drained"]
+    line = one_error_line(await cli(env, "bridges", "undrain", "br1", token=CLIENT), 1)
+    assert line.startswith("error: AuthError: ")

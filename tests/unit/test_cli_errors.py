@@ -34,6 +34,8 @@ CLIENT_COMMANDS = [
 ADMIN_COMMANDS = [
     ["tasks", "list"],
     ["tasks", "retry", "t1"],
+    ["bridges", "drain", "br1"],
+    ["bridges", "undrain", "br1"],
 ]
 
 

@@ -46,6 +46,7 @@ def test_help_loads_no_server_library(tmp_path: Path) -> None:
         ["tasks", "show", "t1"],
         ["tasks", "list"],
         ["tasks", "cancel", "t1"],
+        ["bridges", "drain", "br1"],
         ["status"],
         ["submit", "comfyui", "{}"],
     ],

@@ -13,6 +13,7 @@ import typer
 
 from aigcq.cli import help_style
 from aigcq.cli.asynch import asynch_app
+from aigcq.cli.bridges import bridges_app
 from aigcq.cli.client import status, submit
 from aigcq.cli.common import (
     LogLevelOption,
@@ -31,6 +32,7 @@ app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal G
 app.command()(submit)
 app.command()(status)
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(bridges_app, name="bridges")
 app.add_typer(emulate_app, name="emulate")
 app.add_typer(asynch_app, name="asynch")
 

@@ -262,9 +262,11 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
     def drain_route(drained: bool) -> Callable[..., Awaitable[dict[str, Any]]]:
         """The handler that sets a bridge's drained flag to ``drained``."""
 
-        async def route(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
+        async def route(
+            bridge_id: str, ahead: bool = True, authorization: Authorization = None
+        ) -> dict[str, Any]:
             require_admin(gw, authorization)
-            return await set_drained(service, bridge_id, drained)
+            return await set_drained(service, bridge_id, drained, ahead=ahead)
 
         return route
 
@@ -278,7 +280,9 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
             methods=["POST"],
             name=action,
             summary=summary,
-            responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
+            responses=error_responses(
+                ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.BRIDGE_NOT_FOUND
+            ),
         )
 
     @router.post(
@@ -297,11 +301,23 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
         return {"taskId": task_id, "state": done.state.value}
 
 
-async def set_drained(service: ServeParts, bridge_id: str, drained: bool) -> dict[str, Any]:
-    if service.hub is None:
+async def set_drained(
+    service: ServeParts, bridge_id: str, drained: bool, *, ahead: bool = True
+) -> dict[str, Any]:
+    """Drain (or undrain) a bridge connected here, or ahead of its connecting; ``known``:
+    it has connected here or to another process. ``ahead=False`` refuses a bridge that
+    never connected (a mistyped id), changing nothing."""
+    hub = service.hub
+    if hub is None:
         raise ClientError(ErrorCode.NOT_FOUND, "this process has no bridge hub")
-    connected = await service.hub.drain(bridge_id, drained)
-    return {"bridgeId": bridge_id, "drained": drained, "connected": connected}
+    keys = service.rt.store.keys
+    known = bridge_id in hub.registry.bridges or bool(
+        await service.rt.redis.exists(keys.bridge(bridge_id))
+    )
+    if not known and not ahead:
+        raise ClientError(ErrorCode.BRIDGE_NOT_FOUND, f"no bridge {bridge_id!r} ever connected")
+    connected = await hub.drain(bridge_id, drained)
+    return {"bridgeId": bridge_id, "drained": drained, "connected": connected, "known": known}
 
 
 async def sse(monitor: Monitor) -> AsyncIterator[bytes]:
