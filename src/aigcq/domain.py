@@ -184,15 +184,21 @@ class Task:
 
     @property
     def failure(self) -> dict[str, str | None] | None:
-        """Why the task failed, as every view shows it (``None``: no error recorded):
-        ``class`` (``task``: its own fault, ``infrastructure``: the machine's, ``None``: not
-        said), ``code`` (``PromptValidation``, ``TaskTimeout``...) and ``message``."""
-        if not self.error:
-            return None
-        detail = self.error.get("detail")
-        failure_class = detail.get("class") if isinstance(detail, dict) else None
-        return {
-            "class": str(failure_class) if failure_class else None,
-            "code": str(self.error.get("code") or ""),
-            "message": str(self.error.get("message") or ""),
-        }
+        """Why the task failed, as every view shows it: :func:`failure_of` its error."""
+        return failure_of(self.error)
+
+
+def failure_of(error: dict[str, Any] | None) -> dict[str, str | None] | None:
+    """A task's error (``{code, message, detail}``, as stored and as its result carries it)
+    as every view shows it, ``None`` for none: ``class`` (``task``: its own fault,
+    ``infrastructure``: the machine's, ``None``: not said), ``code`` (``PromptValidation``,
+    ``TaskTimeout``...) and ``message``."""
+    if not error:
+        return None
+    detail = error.get("detail")
+    failure_class = detail.get("class") if isinstance(detail, dict) else None
+    return {
+        "class": str(failure_class) if failure_class else None,
+        "code": str(error.get("code") or ""),
+        "message": str(error.get("message") or ""),
+    }

@@ -183,3 +183,34 @@ def test_status_renders_a_split_servers_snapshot_without_health() -> None:
     console.print(render({"health": None, "queues": [], "recent": []}))  # internal: dispatcher
     text = console.export_text()
     assert text.strip() and "internal" not in text  # no health table, and no TypeError
+
+
+@pytest.mark.parametrize(
+    ("args", "lines", "message"),
+    [
+        (["comfyui", PAYLOAD, "--file", "t.jsonl"], None, "error: give PLATFORM and PAYLOAD, or"),
+        ([], None, "error: nothing to submit: give PLATFORM and PAYLOAD, or --file"),
+        (["comfyui"], None, "error: nothing to submit: give PLATFORM and PAYLOAD, or --file"),
+        (["comfyui", PAYLOAD, PAYLOAD, "--task-id", "x"], None, "error: --task-id names one task"),
+        (["--file", "t.jsonl"], ['{"platform": "comfyui", "payload": {}}', "{bad"],
+         "error: t.jsonl line 2: not JSON: "),
+        (["--file", "t.jsonl"], ['{"platform": "comfyui"}'],
+         "error: t.jsonl line 1: payload must be an object"),
+        (["--file", "t.jsonl"], ['{"platform": 3, "payload": {}}'],
+         "error: t.jsonl line 1: platform must be a string"),
+        (["--file", "t.jsonl"], ['["comfyui"]'], "error: t.jsonl line 1: not a JSON object"),
+        (["--file", "t.jsonl"],
+         ['{"platform": "c", "payload": {}, "taskId": "a"}', "",
+          '{"platform": "c", "payload": {}, "taskId": "a"}'],
+         "error: t.jsonl line 3: taskId 'a' is line 1's too"),
+        (["--file", "t.jsonl"], ["", "  "], "error: t.jsonl: no task in it"),
+        (["--file", "missing.jsonl"], None, "error: cannot read missing.jsonl: No such file"),
+    ],
+)  # fmt: skip
+def test_what_submit_takes_is_checked_before_anything_is_sent(
+    args: list[str], lines: list[str] | None, message: str, closed_port: int, tmp_path: Path
+) -> None:
+    if lines is not None:
+        (tmp_path / "t.jsonl").write_text("\n".join(lines) + "\n")
+    result = run("submit", *args, "--token", "t", "--server", f"127.0.0.1:{closed_port}")
+    assert one_error_line(result, 2).startswith(message)  # exit 2: nothing was sent

@@ -3,12 +3,13 @@ own modules). How they reach the server and fail: :mod:`aigcq.cli.remote`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from aigcq.cli.common import console
+from aigcq.cli.common import console, err_console
 from aigcq.cli.remote import (
     InputError,
     ServerOption,
@@ -37,29 +38,29 @@ def token_subject(token: str) -> str | None:
     return sub if isinstance(sub, str) and sub else None
 
 
-def _read_payload(payload: str) -> dict[str, Any]:
-    """``payload`` (JSON, or ``@file.json``) as a JSON object; :class:`InputError` if not."""
-    import json
-
-    if payload.startswith("@"):
-        try:
-            payload = Path(payload[1:]).read_text()
-        except OSError as exc:
-            raise InputError(f"cannot read payload file {payload[1:]}: {exc.strerror}") from exc
-    try:
-        body = json.loads(payload)
-    except ValueError as exc:
-        raise InputError(f"payload is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InputError(f"payload must be a JSON object, not {type(body).__name__}")
-    return body
-
-
 def submit(
     platform: Annotated[
-        str, typer.Argument(help="Where it runs, as in config/model.json: comfyui, coze...")
-    ],
-    payload: Annotated[str, typer.Argument(help="JSON, or @file.json")],
+        str | None,
+        typer.Argument(
+            show_default=False,
+            help="Where they run, as in config/model.json: comfyui, coze... (not with --file)",
+        ),
+    ] = None,
+    payloads: Annotated[
+        list[str] | None,
+        typer.Argument(
+            show_default=False, help="Payloads, JSON or @file.json: one task each (not with --file)"
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            show_default=False,
+            help='Tasks as JSON lines, {"platform", "payload", "taskId"?, "AIGC"?} each '
+            "(- reads stdin)",
+        ),
+    ] = None,
     server: ServerOption = None,
     token: TokenOption = "",
     backend_id: Annotated[
@@ -75,42 +76,50 @@ def submit(
     ] = None,
     task_id: Annotated[
         str | None,
-        typer.Option(show_default=False, help="The task's id [default: a new UUID]"),
+        typer.Option(show_default=False, help="The task's id, for one task [default: a new UUID]"),
     ] = None,
     timeout: Annotated[
         float,
         typer.Option(
-            help="Seconds to wait for the result before giving up (a minute more than the "
+            help="Seconds to wait for each result before giving up (a minute more than the "
             "server's default task deadline, so the server's own answer comes first)"
         ),
     ] = 660.0,
 ) -> None:
-    """Submit one task over the client WebSocket, show progress and print the result."""
+    """Submit tasks over the client WebSocket, show their progress in one display and print
+    the results: one task's as JSON, several as JSON lines (refusals included), in order.
+
+    Exit 1 unless every task succeeded.
+    """
     import asyncio
-    import json
 
     from websockets.exceptions import WebSocketException
 
-    from aigcq.cli.submit import submit_and_wait
+    from aigcq.cli.submit import jobs_given, jobs_in_file, lines, submit_all
+    from aigcq.client.types import AigcqError
 
     url = server_url(server, "ws")
     with client_errors(url, (OSError, WebSocketException)):
         token = require_token(token)
-        result = asyncio.run(
-            submit_and_wait(
-                url,
-                token,
-                backend_id or token_subject(token) or "cli",
-                platform,
-                _read_payload(payload),
-                task_id=task_id,
-                aigc=aigc or None,
-                timeout=timeout,
-                console=console,
-            )
+        if file is not None and (platform or payloads):
+            raise InputError("give PLATFORM and PAYLOAD, or --file, not both")
+        if file is None and not (platform and payloads):
+            raise InputError("nothing to submit: give PLATFORM and PAYLOAD, or --file")
+        jobs = (
+            jobs_in_file(file, aigc=aigc or None)
+            if file is not None
+            else jobs_given(platform or "", payloads or [], task_id=task_id, aigc=aigc or None)
         )
-    typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
-    if result.get("status") != "success":
+        submitter = backend_id or token_subject(token) or "cli"
+        run = submit_all(url, token, submitter, jobs, timeout=timeout, console=err_console)
+        outcomes = asyncio.run(run)
+        if len(outcomes) == 1 and isinstance(outcomes[0], AigcqError):
+            raise outcomes[0]  # one line, as any refusal
+    if len(outcomes) == 1:
+        typer.echo(json.dumps(outcomes[0], ensure_ascii=False, indent=2))
+    else:
+        typer.echo("\n".join(lines(jobs, outcomes)))
+    if not all(isinstance(o, dict) and o.get("status") == "success" for o in outcomes):
         raise typer.Exit(1)
 
 
