@@ -343,6 +343,18 @@ class Settings(BaseSettings):
                 raise ValueError(f"AIGCQ_REDIS_URL: {exc}") from exc
         return self
 
+    @property
+    def secrets_file(self) -> Path:
+        """Where ``aigcq up`` keeps the secrets it generated (token secret, admin and bridge
+        tokens): ``<data_dir>/secrets.json``."""
+        return self.data_dir / "secrets.json"
+
+    def stored_secrets(self) -> dict[str, str]:
+        """The contents of :attr:`secrets_file` (empty when there is none)."""
+        path = self.secrets_file
+        data: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+        return data
+
     def public_callback_base(self) -> str:
         return (self.callback_url or f"http://{self.host}:{self.callback_port}").rstrip("/")
 

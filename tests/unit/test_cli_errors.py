@@ -70,9 +70,22 @@ def test_no_token_names_the_option_and_the_variable(command: list[str], closed_p
 def test_no_admin_token_says_where_it_is(command: list[str], closed_port: int) -> None:
     line = one_error_line(run(*command, "--server", f"127.0.0.1:{closed_port}"), 2)
     assert line == (
-        "error: no token: pass --token or set AIGCQ_ADMIN_TOKEN "
-        "(admin_token in .aigcq/secrets.json)"
+        "error: no token: pass --token or set AIGCQ_ADMIN_TOKEN, or run this where `aigcq up` "
+        "runs (.aigcq/secrets.json has no admin token)"
     )
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [(".aigcq/secrets.json", '{"admin_token": "from-up"}'), (".env", "AIGCQ_ADMIN_TOKEN=x\n")],
+)
+def test_where_aigcq_up_runs_admin_commands_need_no_token(
+    where: str, text: str, closed_port: int, tmp_path: Path
+) -> None:
+    (tmp_path / where).parent.mkdir(exist_ok=True)
+    (tmp_path / where).write_text(text)
+    line = one_error_line(run("tasks", "list", "--server", f"127.0.0.1:{closed_port}"), 1)
+    assert "cannot reach the aigcq server" in line  # got past the token
 
 
 def test_admin_commands_read_the_admin_token_first(

@@ -136,16 +136,14 @@ def token(
     ./.env) or the server's secrets file (AIGCQ_DATA_DIR/secrets.json).
     """
     from aigcq.plumbing.auth import issue_client_token
-    from aigcq.serve.launch import stored_secrets
 
     settings = load_settings()
     if not settings.token_secret:
-        path = settings.data_dir / "secrets.json"
-        settings.token_secret = stored_secrets(path).get("token_secret", "")
+        settings.token_secret = settings.stored_secrets().get("token_secret", "")
         if not settings.token_secret:
             fail(
                 f"no server secret here: TOKEN_SECRET is unset (environment, ./.env) and "
-                f"{path.resolve()} has none; run this where `aigcq up` runs",
+                f"{settings.secrets_file.resolve()} has none; run this where `aigcq up` runs",
                 2,
             )
     typer.echo(issue_client_token(settings.token_secret, backend_id, ttl))

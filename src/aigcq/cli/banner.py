@@ -26,7 +26,7 @@ def print_banner(settings: Settings, config: PlatformConfig, fresh: dict[str, st
         out.append("  platforms  " + ", ".join(f"{a}/{p}" for a, p in config.queues()))
     else:
         out.append(f"  [yellow]no platforms configured: add {settings.config_dir}/model.json[/]")
-    secrets = settings.data_dir / "secrets.json"
+    secrets = settings.secrets_file
     if secrets.exists():
         out.append(f"  secrets    {secrets.resolve()} (token secret, admin and bridge tokens)")
     for name, value in fresh.items():

@@ -40,7 +40,7 @@ AdminTokenOption = Annotated[
     typer.Option(
         envvar=[ADMIN_TOKEN_ENV, TOKEN_ENV],
         show_default=False,
-        help="The admin token (`aigcq up` keeps it in .aigcq/secrets.json, admin_token)",
+        help="The admin token [default: the server's, when run where `aigcq up` runs]",
     ),
 ]
 
@@ -96,13 +96,20 @@ def server_url(server: str | None, scheme: str) -> str:
 
 
 def require_token(token: str, *, admin: bool = False) -> str:
+    """``token``; for an ``admin`` command without one, the server's own admin token when
+    run where it runs (its settings, or the secrets file ``aigcq up`` keeps)."""
     if token:
         return token
-    if admin:
-        where = f"{ADMIN_TOKEN_ENV} (admin_token in .aigcq/secrets.json)"
-    else:
-        where = f"{TOKEN_ENV} (`aigcq token ID` prints one)"
-    raise InputError(f"no token: pass --token or set {where}")
+    if not admin:
+        raise InputError(f"no token: pass --token or set {TOKEN_ENV} (`aigcq token ID` prints one)")
+    settings = load_settings()
+    found = settings.admin_token or settings.stored_secrets().get("admin_token", "")
+    if not found:
+        raise InputError(
+            f"no token: pass --token or set {ADMIN_TOKEN_ENV}, or run this where `aigcq up` "
+            f"runs ({settings.secrets_file} has no admin token)"
+        )
+    return found
 
 
 class Api:
