@@ -184,7 +184,8 @@ def test_default_server_url_brackets_ipv6(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_submit_names_itself_after_the_tokens_subject() -> None:
     assert token_subject(issue_client_token("s" * 32, "my-backend")) == "my-backend"
-    assert token_subject("a-static-token") is None
+    for not_a_jwt in ("a-static-token", "a.b.c", "a.!!!.c", "a.W10.c"):  # W10: "[]"
+        assert token_subject(not_a_jwt) is None
 
 
 def test_status_renders_a_split_servers_snapshot_without_health() -> None:
