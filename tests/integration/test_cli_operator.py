@@ -176,6 +176,21 @@ async def test_tasks_list_needs_the_admin_token(env: Env) -> None:
     assert line == "error: AuthError: 认证失败，请检查 token。 (admin token required)"
 
 
+async def test_where_aigcq_up_runs_the_servers_admin_token_comes_before_a_client_token(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in the README's quick tour: AIGCQ_CLIENT_TOKEN holds a client JWT, and the
+    server's folder has its secrets file."""
+    (tmp_path / ".aigcq").mkdir()
+    (tmp_path / ".aigcq" / "secrets.json").write_text(json.dumps({"admin_token": ADMIN}))
+    monkeypatch.chdir(tmp_path)
+    argv = ["tasks", "list", "--server", env.base]
+    run = partial(CliRunner().invoke, app, argv, env={"AIGCQ_CLIENT_TOKEN": CLIENT})
+    result = await asyncio.to_thread(run)
+    assert result.exit_code == 0, result.output
+    assert "tasks 0–0 of 0" in result.stdout
+
+
 async def test_tasks_cancel_cancels_and_names_each_refusal(env: Env) -> None:
     b1 = await env.client()
     for task_id in ("k1", "k2", "k3"):

@@ -91,7 +91,8 @@ def test_where_aigcq_up_runs_admin_commands_need_no_token(
 def test_admin_commands_read_the_admin_token_first(
     closed_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """AIGCQ_ADMIN_TOKEN, else AIGCQ_CLIENT_TOKEN (which may hold the admin token too)."""
+    """AIGCQ_ADMIN_TOKEN, else the server's, else AIGCQ_CLIENT_TOKEN (which may hold the
+    admin token too)."""
     monkeypatch.setenv("AIGCQ_CLIENT_TOKEN", "t")
     line = one_error_line(run("tasks", "list", "--server", f"127.0.0.1:{closed_port}"), 1)
     assert "cannot reach the aigcq server" in line  # got past the token

@@ -10,6 +10,7 @@ the SDK's error type): the server's libraries never load for a client command.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,9 +39,9 @@ TokenOption = Annotated[
 AdminTokenOption = Annotated[
     str,
     typer.Option(
-        envvar=[ADMIN_TOKEN_ENV, TOKEN_ENV],
+        envvar=ADMIN_TOKEN_ENV,
         show_default=False,
-        help="The admin token [default: the server's, when run where `aigcq up` runs]",
+        help=f"The admin token [default: the server's where `aigcq up` runs, else {TOKEN_ENV}]",
     ),
 ]
 
@@ -97,13 +98,15 @@ def server_url(server: str | None, scheme: str) -> str:
 
 def require_token(token: str, *, admin: bool = False) -> str:
     """``token``; for an ``admin`` command without one, the server's own admin token when
-    run where it runs (its settings, or the secrets file ``aigcq up`` keeps)."""
+    run where it runs (its settings, or the secrets file ``aigcq up`` keeps), else
+    ``AIGCQ_CLIENT_TOKEN`` (which may hold the admin token too)."""
     if token:
         return token
     if not admin:
         raise InputError(f"no token: pass --token or set {TOKEN_ENV} (`aigcq token ID` prints one)")
     settings = load_settings()
     found = settings.admin_token or settings.stored_secrets().get("admin_token", "")
+    found = found or os.environ.get(TOKEN_ENV, "")
     if not found:
         raise InputError(
             f"no token: pass --token or set {ADMIN_TOKEN_ENV}, or run this where `aigcq up` "
