@@ -57,5 +57,6 @@ def test_client_commands_load_no_server_library(command: list[str], tmp_path: Pa
         modules = loaded([*command, "--token", "t", "--server", f"127.0.0.1:{port}"], tmp_path)
     assert not modules & SERVER_SIDE, modules & SERVER_SIDE
     assert "cryptography" not in modules  # PyJWT's, to read a token's sub: not needed
+    assert "httpx" not in modules  # the standard library's urllib is much lighter
     if command[0] != "submit":  # the SDK's WebSocket client is submit's alone
         assert "websockets" not in modules

@@ -23,7 +23,7 @@ from aigcq.cli.remote import (
 if TYPE_CHECKING:
     from rich.console import Group
 
-    from aigcq.cli.remote import Api
+    from aigcq.cli.http_api import Api
 
 
 def token_subject(token: str) -> str | None:

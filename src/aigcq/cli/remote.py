@@ -3,8 +3,8 @@ answers, and what can be expected to go wrong (no token, bad input, the server d
 refusing) as one line on stderr and exit 1 (the server) or 2 (the input).
 
 A refusal reads ``error: <code>: <the server's message> (<detail>)``, e.g. ``error:
-TaskNotFound: 任务不存在。 (no such task)``. Its imports are the client's alone (httpx, and
-the SDK's error type): the server's libraries never load for a client command.
+TaskNotFound: 任务不存在。 (no such task)``. What a command calls is imported when it runs
+(:mod:`aigcq.cli.http_api`, the SDK): the server's libraries never load for a client command.
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from aigcq.cli.common import fail, load_settings, local_host
 
 if TYPE_CHECKING:
-    import httpx
-
+    from aigcq.cli.http_api import Api
     from aigcq.client.types import AigcqError
 
 TOKEN_ENV = "AIGCQ_CLIENT_TOKEN"
@@ -50,14 +49,11 @@ class InputError(Exception):
     """A bad argument, token or input file (exit code 2)."""
 
 
-class ReplyError(Exception):
-    """The server answered, but not with aigcq's error envelope (a proxy, another server)."""
-
-
 @contextlib.contextmanager
 def client_errors(server: str, unreachable: tuple[type[Exception], ...]) -> Iterator[None]:
     """Report the failures a client command can expect as one line and an exit code;
     ``unreachable``: the errors that mean the server at ``server`` could not be reached."""
+    from aigcq.cli.http_api import ReplyError
     from aigcq.client.types import AigcqError
 
     try:
@@ -115,44 +111,14 @@ def require_token(token: str, *, admin: bool = False) -> str:
     return found
 
 
-class Api:
-    """The server's HTTP API: JSON answers, and aigcq's error envelope raised as
-    :class:`AigcqError` (anything else as :class:`ReplyError`)."""
-
-    def __init__(self, http: httpx.Client) -> None:
-        self.http = http
-
-    def get(self, path: str, **params: Any) -> Any:
-        return self._answer(path, self.http.get(path, params=params))
-
-    def post(self, path: str, **params: Any) -> Any:
-        return self._answer(path, self.http.post(path, params=params))
-
-    @staticmethod
-    def _answer(path: str, resp: httpx.Response) -> Any:
-        if resp.status_code == 200:
-            return resp.json()
-        try:
-            body = resp.json()
-        except ValueError:
-            body = None
-        if isinstance(body, dict) and body.get("type") == "error":
-            from aigcq.client.types import AigcqError
-
-            raise AigcqError.from_reply(body)
-        raise ReplyError(f"{path}: HTTP {resp.status_code} {resp.text[:200]}".rstrip())
-
-
 @contextlib.contextmanager
 def api(server: str | None, token: str, *, admin: bool = False) -> Iterator[Api]:
     """The server's API with ``token`` (``admin``: the admin token is wanted), inside
     :func:`client_errors`."""
-    import httpx
+    from http.client import HTTPException
+
+    from aigcq.cli.http_api import Api
 
     url = server_url(server, "http")
-    with client_errors(url, (OSError, httpx.TransportError)):
-        headers = {"Authorization": f"Bearer {require_token(token, admin=admin)}"}
-        # httpx loads the CA bundle for any client (50-90 ms): only when TLS is used
-        tls = url.startswith("https://")
-        with httpx.Client(base_url=url, headers=headers, verify=tls) as http:
-            yield Api(http)
+    with client_errors(url, (OSError, HTTPException)):  # HTTPException: not HTTP at all
+        yield Api(url, require_token(token, admin=admin))

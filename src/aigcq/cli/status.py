@@ -4,14 +4,16 @@ terminal tables."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from aigcq.cli.remote import Api
 from aigcq.client.types import AigcqError
+
+if TYPE_CHECKING:
+    from aigcq.cli.http_api import Api
 
 
 def fetch_snapshot(server: Api, limit: int) -> dict[str, Any]:

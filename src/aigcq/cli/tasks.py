@@ -20,7 +20,7 @@ from aigcq.cli.common import console, error_line
 from aigcq.cli.remote import AdminTokenOption, InputError, ServerOption, TokenOption, api, refusal
 
 if TYPE_CHECKING:
-    from aigcq.cli.remote import Api
+    from aigcq.cli.http_api import Api
 
 tasks_app = typer.Typer(no_args_is_help=True, help="Show, list, cancel and retry tasks.")
 
