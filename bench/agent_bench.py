@@ -7,6 +7,10 @@ Measures (issue 24's targets in brackets):
 * ``instance_death``  a ComfyUI SIGKILLed mid-prompt → a later attempt of the task queued on
   the other bridge's ComfyUI (< 1 s); its bridge sees the instance down and ends the prompt
   as ``InstanceLost`` at once, the hub retries it there;
+* ``cancel_next``     both instances busy and a task waiting; one running task cancelled by
+  its client → the waiting task running on the freed instance (< 1.5 s, with 0 refusals:
+  its prompt is its first attempt's). ComfyUI goes on for ``INTERRUPT_S`` (0.95 s, as real
+  ComfyUI's sampler does) after ``/interrupt``, so the slot is free only then;
 * ``server_back``     ``aigcq serve`` SIGKILLed for ``--outage-s`` (40 s, as in the issue)
   while a prompt runs, then started again on its port: the port accepting connections →
   each bridge connected again (< 2 s), and → the TASK_END of the prompt that finished during
@@ -15,7 +19,8 @@ Measures (issue 24's targets in brackets):
 Times are wall-clock: the emulators' ``/queue`` and the bridges' ``/api/status`` are polled
 every 5 ms, so each figure is late by up to about that much.
 
-    python bench/agent_bench.py [--death-trials 3] [--outage-trials 2] [--outage-s 40]
+    python bench/agent_bench.py [--death-trials 3] [--cancel-trials 3] [--outage-trials 2]
+                                [--outage-s 40]
 """
 
 from __future__ import annotations
@@ -41,8 +46,13 @@ from tests.fakes.processes import Cluster, Proc, wait_http
 from aigcq.embedded.redis import EmbeddedRedis
 
 POLL_S = 0.005
+#: what real ComfyUI takes to stop a prompt after ``/interrupt``
+INTERRUPT_S = 0.95
 #: 3 nodes × 10 steps × 0.1 s: a prompt runs about 3 s
-COMFY_ARGS = ("--step-time", "0.1", "--steps", "10", "--log-level", "WARNING")
+COMFY_ARGS = (
+    *("--step-time", "0.1", "--steps", "10", "--log-level", "WARNING"),
+    *("--interrupt-latency", str(INTERRUPT_S)),
+)
 
 
 class Fleet:
@@ -140,6 +150,48 @@ async def instance_death(fleet: Fleet, trials: int) -> dict[str, Any]:
     }
 
 
+async def cancel_next(fleet: Fleet, trials: int) -> dict[str, Any]:
+    figures: list[float] = []
+    refused = 0
+    client = await fleet.client("cancel")
+    try:
+        for trial in range(trials):
+            await fleet.all_free()
+            busy = [f"busy-{trial}-{i}" for i in range(2)]
+            for task_id in busy:
+                assert (await client.request(bridge_task(task_id)))["type"] == "submitted"
+            await running_on(fleet, busy[0])
+            await running_on(fleet, busy[1])
+            waiting = f"next-{trial}"
+            assert (await client.request(bridge_task(waiting)))["type"] == "submitted"
+            cancelled = time.time()
+            assert (await client.request({"type": "cancel", "taskId": busy[0]}))["type"] == (
+                "cancelled"
+            )
+
+            async def started(task_id: str = waiting) -> bool:
+                queued = [p for i in range(2) for p in await fleet.queued(i)]
+                return any(p.startswith(task_id) for p in queued)
+
+            figures.append((await until_true(started) - cancelled) * 1000)
+            queued = [p for i in range(2) for p in await fleet.queued(i)]
+            refused += waiting not in queued  # a later attempt's prompt: it was refused
+            ended: set[str] = set()
+            while not {busy[1], waiting} <= ended:
+                ended.add((await client.next(timeout=30))["taskId"])
+            print(f"cancel trial {trial}: {figures[-1]:.0f} ms", file=sys.stderr)
+    finally:
+        await client.close()
+    return {
+        "trials": trials,
+        "interrupt_latency_ms": round(INTERRUPT_S * 1000),
+        "cancel_to_next_running_ms": [round(f) for f in figures],
+        "max_ms": round(max(figures)),
+        "target_ms": 1500,
+        "refused": refused,
+    }
+
+
 async def listening(port: int) -> bool:
     try:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -202,6 +254,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         async with httpx.AsyncClient(timeout=5.0) as http:
             fleet = Fleet(cluster, http)
             report["instance_death"] = await instance_death(fleet, args.death_trials)
+            report["cancel_next"] = await cancel_next(fleet, args.cancel_trials)
             report["server_back"] = await server_back(fleet, args.outage_trials, args.outage_s)
     finally:
         with contextlib.suppress(Exception):
@@ -213,6 +266,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--death-trials", type=int, default=3)
+    parser.add_argument("--cancel-trials", type=int, default=3)
     parser.add_argument("--outage-trials", type=int, default=2)
     parser.add_argument("--outage-s", type=float, default=40.0)
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

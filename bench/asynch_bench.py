@@ -29,7 +29,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.host import cpu_seconds, python_speed_ms
-from tests.fakes.processes import free_port, start_asynch, stop
+from tests.fakes.processes import ASYNCH_ADMIN_TOKEN, free_port, start_asynch, stop
 
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
@@ -78,7 +78,8 @@ async def drive(
     async with aiohttp.ClientSession(connector=connector) as c:
         model = {"modelName": "bench", "baseUrl": model_url, "route": "/gen",
                  "maxConcurrency": 200, "queueLimit": 1_000_000}  # fmt: skip
-        async with c.post(f"{urls[0]}/model/createModel", json=model) as r:
+        admin = {"Authorization": f"Bearer {ASYNCH_ADMIN_TOKEN}"}
+        async with c.post(f"{urls[0]}/model/createModel", json=model, headers=admin) as r:
             r.raise_for_status()
         latencies: list[float] = []
         pending: set[str] = set()
@@ -105,7 +106,7 @@ async def drive(
                     url = f"{urls[0]}/task/getTaskBatch"
                     async with c.post(url, json={"taskIds": batch}) as r:
                         reply = await r.json()
-                    for t in reply["data"]["tasks"]:
+                    for t in reply["data"]:
                         if t["state"] in (3, 4):
                             pending.discard(t["task_id"])
                             done += 1

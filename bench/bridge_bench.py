@@ -8,6 +8,19 @@ Measures (issue 3's targets in brackets):
 * ``loss``       bridge socket lost → the first task reaching RunningHub (< 200 ms);
 * ``recovery``   a bridge reconnect → its first new TASK_ASSIGN, and a task's instance dying
   (an ``infrastructure`` failure) → the task assigned to another bridge (< 1 s each);
+* ``mixed``      mixed capabilities (issue 24 item 3), on real processes: one ``aigcq
+  bridge`` in front of two ComfyUI emulators, A with every node class (a prompt there takes
+  3 s), B without ``ImageInvert``. Each round a task only A can run is running, a second
+  one waits behind it, and 8 basic tasks are submitted every ``--mixed-pace-s``: the
+  refusals (TASK_ACKs not 0, from the tasks' timelines; target 0), how often the waiting
+  special task was claimed, and each basic task's wait from its submit to its prompt
+  starting on B (B is idle for each one: the wait is the hub's). ``--mixed-only`` runs
+  just this;
+* ``new_bridge`` two serve processes, RunningHub configured, tasks arriving at both: a
+  replacement bridge with a new id (a seed bridge restarted) on the process that lost
+  its bridge, and a bridge moving to that process from the other: REGISTER → its first
+  TASK_ASSIGN, and the paid creates in between (issue 24.6: < 1 s, 0; ``--new-bridge-only``
+  runs just this);
 * ``routing``    one routing decision in-process at 1,000 bridges × 8 instances:
   ``routing.plan`` + the hub's free-slot count + ``BridgeRegistry.pick`` + taking the slot
   (< 1 ms); the old linear pick alongside for comparison; a task only a tenth of the
@@ -24,6 +37,8 @@ the server runs with it lifted (``--flood-limit 100`` keeps it).
 
     python bench/bridge_bench.py [--rates 500,200] [--tasks 4000] [--flood-limit 0]
     python bench/bridge_bench.py --routing-only
+    python bench/bridge_bench.py --mixed-only [--mixed-rounds 3]
+    python bench/bridge_bench.py --new-bridge-only [--loss-trials 5]
 """
 
 from __future__ import annotations
@@ -39,18 +54,24 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
+import httpx
 import orjson
 import websockets
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.host import cpu_seconds, python_speed_ms
+from bench.processes import BRIDGE_TOKEN, CLIENT_TOKEN, Cluster, Proc, free_port, wait_http
 from tests.fakes.client import Client, generate
-from tests.fakes.processes import BRIDGE_TOKEN, Cluster, Proc, free_port, wait_http
+from tests.fakes.comfyui import E2E_GRAPH
 
 from aigcq.bridges.capabilities import Needs
+from aigcq.bridges.lookahead import Candidate, Reach, Rules, choose
+from aigcq.bridges.placing import Matching
+from aigcq.bridges.protocol import InstanceInfo
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
 from aigcq.bridges.slots import Assignment, SlotLedger
 from aigcq.embedded.redis import EmbeddedRedis
@@ -99,6 +120,7 @@ class FakeBridge:
         self.assigned: dict[str, float] = {}  # taskId -> perf_counter at TASK_ASSIGN
         self.ended: dict[str, float] = {}  # taskId -> perf_counter at its TASK_END
         self.registered = 0.0  # perf_counter when REGISTER was sent
+        self.got_work = asyncio.Event()  # a first TASK_ASSIGN came
         self.ws: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._beats: asyncio.Task[None] | None = None
@@ -126,6 +148,7 @@ class FakeBridge:
                 if msg["type"] == "TASK_ASSIGN":
                     data = msg["data"]
                     self.assigned[data["taskId"]] = now()
+                    self.got_work.set()
                     self.running += 1
                     ack = {"taskId": data["taskId"], "taskStatus": "RUNNING"}
                     await self._send("TASK_ACK", {"code": 0, "msg": "success", "data": ack})
@@ -298,14 +321,17 @@ class FakeRunningHub:
 
     def __init__(self) -> None:
         self.created: list[float] = []
+        self.paid: set[str] = set()  # the taskIds of the creates
         self.arrived = asyncio.Event()
         app = web.Application()
         app.router.add_post("/task/openapi/create", self._create)
         self.runner = web.AppRunner(app, access_log=None)
         self.url = ""
 
-    async def _create(self, _request: web.Request) -> web.Response:
+    async def _create(self, request: web.Request) -> web.Response:
         self.created.append(now())
+        hook = (await request.json()).get("webhookUrl", "")
+        self.paid.update(parse_qs(urlsplit(hook).query).get("t", []))
         self.arrived.set()
         n = len(self.created)
         data = {"taskId": f"{1900000000000000000 + n}", "taskStatus": "RUNNING"}
@@ -420,6 +446,182 @@ async def recovery(
         server.stop()
 
 
+#: what instance B of the mixed run has: enough for this workflow, not for E2E_GRAPH's
+#: ``ImageInvert``
+BASIC_NODES = ("EmptyImage", "SaveImage")
+BASIC_GRAPH = {
+    "1": {
+        "class_type": "EmptyImage",
+        "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0},
+    },
+    "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "b"}},
+}
+QUIET = ("--log-level", "WARNING")
+
+
+async def mixed(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
+    """Mixed capabilities (see the module docstring): refusals, claims of the waiting
+    special task, basic tasks' waits."""
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}}})
+    server, port = start_server(cluster, args.flood_limit)
+    everything = cluster.emulator("comfyui", "--step-time", "0.1", "--steps", "10", *QUIET)
+    nodes = [f"--node={n}" for n in BASIC_NODES]
+    basic = cluster.emulator("comfyui", "--step-time", "0.01", "--steps", "2", *nodes, *QUIET)
+    _, bridge_port = cluster.bridge(port, [everything, basic])
+    waits: list[float] = []
+    ids: list[str] = []
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        await _until(lambda: _bridge_free(http, bridge_port, 2))
+        await asyncio.sleep(0.5)  # the hub has its REGISTER
+        client = await Client(port, "mixed").connect()
+        try:
+            for r in range(args.mixed_rounds):
+                special = {"workflowId": "mixed-special", "workflow": E2E_GRAPH}
+                await client.request(generate(f"long{r}", **special))
+                await _until(lambda r=r: _running(http, everything, f"long{r}"))
+                await client.request(generate(f"special{r}", **special))
+                sent: dict[str, float] = {}
+                for i in range(8):
+                    task_id = f"basic{r}-{i}"
+                    sent[task_id] = time.time()
+                    payload = {"workflowId": "mixed-basic", "workflow": BASIC_GRAPH}
+                    await client.request(generate(task_id, **payload))
+                    await asyncio.sleep(args.mixed_pace_s)
+                ids += [f"long{r}", f"special{r}", *sent]
+                await client.collect(len(ids), timeout=60)
+                for task_id, at in sent.items():
+                    started = await _started(http, [everything, basic], task_id)
+                    waits.append((started - at) * 1000)
+                print(
+                    f"mixed round {r}: basic waits {[round(w) for w in waits[-8:]]} ms",
+                    file=sys.stderr,
+                )
+            tasks = [await _task(http, port, task_id) for task_id in ids]
+        finally:
+            await client.close()
+    server.stop()
+    notes = [e.get("note", "") for t in tasks for e in t["timeline"]]
+    return {
+        "rounds": args.mixed_rounds,
+        "basic_tasks": len(waits),
+        "results_ok": sum(1 for r in client.results.values() if r[0]["status"] == "success"),
+        "tasks": len(ids),
+        "refusals": sum(1 for note in notes if "refused" in note),
+        "special_claims_max": max(t["attempt"] for t in tasks if t["taskId"].startswith("sp")),
+        "basic_wait_p50_ms": pct(waits, 0.5),
+        "basic_wait_p95_ms": pct(waits, 0.95),
+        "basic_wait_max_ms": round(max(waits), 1),
+    }
+
+
+async def _until(probe: Any, within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while not await probe():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{probe} did not hold within {within} s")
+        await asyncio.sleep(0.01)
+
+
+async def _bridge_free(http: httpx.AsyncClient, port: int, free: int) -> bool:
+    status = (await http.get(f"http://127.0.0.1:{port}/api/status")).json()
+    connected = status["connection"]["state"] == "connected"
+    return bool(connected and status["availableInstanceCount"] == free)
+
+
+async def _running(http: httpx.AsyncClient, comfy: str, prompt_id: str) -> bool:
+    queue = (await http.get(f"{comfy}/queue")).json()
+    return any(item[1] == prompt_id for item in queue["queue_running"])
+
+
+async def _started(http: httpx.AsyncClient, comfy: list[str], task_id: str) -> float:
+    """When ``task_id``'s first prompt started, on any of those ComfyUIs (its
+    ``execution_start``, epoch s; a later attempt's prompt is ``<taskId>-<attempt>``)."""
+    starts = []
+    for url in comfy:
+        for prompt_id, entry in (await http.get(f"{url}/history")).json().items():
+            if prompt_id == task_id or prompt_id.startswith(f"{task_id}-"):
+                messages = entry["status"]["messages"]
+                starts += [m[1]["timestamp"] for m in messages if m[0] == "execution_start"]
+    return float(min(starts)) / 1000
+
+
+async def _task(http: httpx.AsyncClient, port: int, task_id: str) -> dict[str, Any]:
+    auth = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
+    reply = await http.get(f"http://127.0.0.1:{port}/api/tasks/{task_id}", headers=auth)
+    task: dict[str, Any] = reply.json()
+    return task
+
+
+async def new_bridge(
+    cluster: Cluster, args: argparse.Namespace, http: aiohttp.ClientSession
+) -> dict[str, Any]:
+    """Issue 24.6 on two serve processes (a, b). RunningHub is configured at concurrency 1
+    and never finishes, so once it holds one task the others wait in the queue (as they
+    do when a paid platform is full), 10 submitted to each process. a's bridge is killed
+    and a replacement with a new id registers with a; a's bridge is killed again, and b's
+    bridge moves to a (its socket to b closed, the same id registers with a). For each:
+    REGISTER → its first TASK_ASSIGN, and → every waiting task done. Default health
+    settings (10 s checks, 3 to recover): a stability period would show as ~30 s."""
+    rh = await FakeRunningHub().start()
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 1}}})
+    servers = [start_server(cluster, args.flood_limit, AIGCQ_RUNNINGHUB_URL=rh.url)]
+    servers.append(start_server(cluster, args.flood_limit, AIGCQ_RUNNINGHUB_URL=rh.url))
+    (_, a), (_, b) = servers
+    url_a, url_b = f"ws://127.0.0.1:{a}/ws", f"ws://127.0.0.1:{b}/ws"
+    out: dict[str, list[float]] = {
+        f"{kind}_{figure}": []
+        for kind in ("replacement", "moved")
+        for figure in ("register_to_first_assign_ms", "register_to_all_done_ms")
+    }
+
+    async def lose_a_bridge(tag: str) -> None:
+        old = await FakeBridge(url_a, tag, http, args.heartbeat_s).connect()
+        await asyncio.sleep(0.3)  # registered
+        old.abort()  # as a kill leaves it
+        await asyncio.sleep(0.3)  # a noticed: no bridge (degraded)
+
+    async def measured(bridge: FakeBridge, kind: str, trial: int) -> None:
+        loads = [Load(port, clients=1) for port in (a, b)]
+        runners = [
+            asyncio.create_task(load.run(10, None, f"{kind}{trial}-{i}"))
+            for i, load in enumerate(loads)
+        ]
+        await asyncio.sleep(0.5)  # submitted: waiting (RunningHub is full)
+        await bridge.connect()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(bridge.got_work.wait(), 40)
+        first = min(bridge.assigned.values(), default=now())
+        await asyncio.gather(*runners)
+        done = max((t for load in loads for t in load.done.values()), default=now())
+        ms = [(t - bridge.registered) * 1000 for t in (first, done)]
+        out[f"{kind}_register_to_first_assign_ms"].append(round(ms[0], 1))
+        out[f"{kind}_register_to_all_done_ms"].append(round(ms[1], 1))
+        print(f"{kind} {trial}: first {ms[0]:.1f} ms, all {ms[1]:.1f} ms", file=sys.stderr)
+        await bridge.close()
+
+    try:
+        filler = await Client(a, "filler").connect()  # RunningHub's one slot, for good
+        await filler.send(generate("filler", workflowId="bench", nodeInfoList=[]))
+        await asyncio.wait_for(rh.arrived.wait(), 10)
+        await filler.close()
+        for trial in range(args.loss_trials):
+            await lose_a_bridge(f"gone{trial}")
+            replacement = FakeBridge(url_a, f"new{trial}", http, args.heartbeat_s)
+            await measured(replacement, "replacement", trial)
+            await lose_a_bridge(f"lost{trial}")
+            mover = await FakeBridge(url_b, f"mover{trial}", http, args.heartbeat_s).connect()
+            await asyncio.sleep(0.3)  # registered with b
+            await mover.close()
+            await measured(
+                FakeBridge(url_a, f"mover{trial}", http, args.heartbeat_s), "moved", trial
+            )
+        return {"trials": args.loss_trials, "paid_creates": len(rh.created), **out}
+    finally:
+        for proc, _ in servers:
+            proc.stop()
+        await rh.runner.cleanup()
+
+
 def linear_pick(registry: BridgeRegistry) -> BridgeConn | None:
     """``BridgeRegistry.pick`` as it was before the index: a scan of every bridge."""
     candidates = [b for b in registry.bridges.values() if b.free() > 0]
@@ -460,7 +662,7 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
             linear_pick(registry)
             linear.append((time.perf_counter_ns() - t) / 1e6)
     assert split.internal > 0
-    capable = capable_pick(registry, rounds)
+    capable = capable_pick(registry, rounds) | describing_choice(n_bridges, rounds // 10)
     return {
         "bridges": n_bridges,
         "instances_per_bridge": SLOTS,
@@ -471,6 +673,57 @@ def routing_decision(n_bridges: int = 1000, rounds: int = 2000) -> dict[str, Any
         "pick_least_loaded_p99_ms": pct(picks, 0.99),
         "linear_pick_p50_ms": pct(linear, 0.5),
         **capable,
+    }
+
+
+def describing_choice(n_bridges: int, rounds: int) -> dict[str, float]:
+    """Bridges that describe their instances (one in ten has the special node class): a
+    dispatch round's lookahead (the free instances listed, 8 free slots' worth + 32 waiting
+    tasks weighed and matched, a tenth of them special), and a batch of 8 placed."""
+
+    async def noop(_text: str) -> None:
+        return None
+
+    basic = Needs(frozenset({"EmptyImage", "SaveImage"}))
+    special = Needs(basic.node_classes | {"ImageInvert"})
+    registry = BridgeRegistry(cast(Any, None), "bench", ttl_s=60)
+    for i in range(n_bridges):
+        free = i % (SLOTS + 1)
+        conn = BridgeConn(f"b{i}", noop, SlotLedger(SLOTS, free))
+        offer = special if i % 10 == 0 else basic
+        conn.describe(
+            [
+                InstanceInfo(
+                    instance_id=f"b{i}-{k}",
+                    url="http://comfy",
+                    state="idle" if k < free else "busy",
+                    task_id=None if k < free else f"other-{i}-{k}",
+                    node_classes=sorted(offer.node_classes),
+                )
+                for k in range(SLOTS)
+            ]
+        )
+        registry.bridges[conn.bridge_id] = conn
+    waiting = [
+        Candidate(f"t{j}", special if j % 10 == 0 else basic, Reach.BUSY, 1.0) for j in range(40)
+    ]
+    rules = Rules(8, None, 0.0, 60.0, elsewhere=False)
+    chose, placed = [], []
+    for _ in range(rounds):
+        t = time.perf_counter_ns()
+        chosen = choose(waiting, registry.free_spots(len(waiting)), rules)
+        chose.append((time.perf_counter_ns() - t) / 1e6)
+        assert len(chosen.ids) == 8
+        t = time.perf_counter_ns()
+        matching = Matching(registry.free_spots(8))
+        for c in waiting[:8]:
+            matching.add(c.needs)
+        assert all(matching.spots())
+        placed.append((time.perf_counter_ns() - t) / 1e6)
+    return {
+        "describing_lookahead_choose_p50_ms": pct(chose, 0.5),
+        "describing_lookahead_choose_p99_ms": pct(chose, 0.99),
+        "describing_place_batch_of_8_p50_ms": pct(placed, 0.5),
     }
 
 
@@ -504,8 +757,10 @@ def capable_pick(registry: BridgeRegistry, rounds: int) -> dict[str, float]:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    report: dict[str, Any] = {"host_python_ms": [python_speed_ms()], "routing": routing_decision()}
-    print("routing", report["routing"], file=sys.stderr)
+    report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
+    if not (args.mixed_only or args.new_bridge_only):
+        report["routing"] = routing_decision()
+        print("routing", report["routing"], file=sys.stderr)
     if args.routing_only:
         return report
     tmp = Path(tempfile.mkdtemp(prefix="aigcq-bridge-bench-"))
@@ -513,11 +768,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     cluster = Cluster(tmp, redis.start())
     connector = aiohttp.TCPConnector(limit=256)
     try:
+        only = args.mixed_only or args.new_bridge_only
         async with aiohttp.ClientSession(connector=connector) as http:
-            report.update(await dispatch_and_lifecycle(cluster, args, http))
-            report["loss"] = await bridge_loss(cluster, args, http)
-            report["recovery"] = await recovery(cluster, args, http)
-            print("recovery", report["recovery"], file=sys.stderr)
+            if not args.mixed_only:
+                report["new_bridge"] = await new_bridge(cluster, args, http)
+                print("new_bridge", report["new_bridge"], file=sys.stderr)
+            if not only:
+                report.update(await dispatch_and_lifecycle(cluster, args, http))
+                report["loss"] = await bridge_loss(cluster, args, http)
+                report["recovery"] = await recovery(cluster, args, http)
+                print("recovery", report["recovery"], file=sys.stderr)
+        if not args.new_bridge_only:
+            report["mixed"] = await mixed(cluster, args)
+            print("mixed", report["mixed"], file=sys.stderr)
         report["host_python_ms"].append(python_speed_ms())
         return report
     finally:
@@ -538,4 +801,12 @@ if __name__ == "__main__":
         "--heartbeat-s", type=float, default=30.0, help="fake bridges' HEARTBEAT interval"
     )
     parser.add_argument("--routing-only", action="store_true", help="in-process routing only")
+    parser.add_argument("--mixed-only", action="store_true", help="mixed capabilities only")
+    parser.add_argument("--mixed-rounds", type=int, default=3)
+    parser.add_argument(
+        "--mixed-pace-s", type=float, default=0.25, help="between the basic tasks' submits"
+    )
+    parser.add_argument(
+        "--new-bridge-only", action="store_true", help="only the new and moved bridge trials"
+    )
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

@@ -3,7 +3,8 @@
 overflowing to a recording RunningHub emulator, while random faults strike: SIGKILL of
 either serve, of either bridge (each restarted a moment later), of Redis (restarted), lost
 create replies, faulty status answers and slow cancels from the platform, client cancels
-of running tasks. Prints JSON:
+of running tasks. One instance lacks a node class (``ImageInvert``): every fifth task
+needs it, the others run anywhere. Prints JSON:
 
     submitted, lost, duplicated_to_client, double_paid, paid_but_failed, peak_over_cap,
     leaked_slots
@@ -19,6 +20,8 @@ is ``redelivered``, reported, not a failure.
 paid account's cap or in flight in Redis (running sets, orphans, ``inflight``), tasks
 RunningHub still runs, and bridge slots not free as the hub or the bridge itself sees
 them (``bridge_slots_taken`` per bridge).
+``paid_while_free`` and ``gpu_idle_s`` (see :mod:`bench.gpu_idle`) say whether our GPUs
+stayed busy before anything was paid; they are timing figures, reported, not asserted.
 
     python bench/chaos.py [--seconds 20] [--minutes N] [--rate 10] [--seed 1]
                           [--faults kill_serve,kill_bridge,...]
@@ -47,6 +50,7 @@ from redis.exceptions import RedisError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.fleet import Fleet
+from bench.gpu_idle import Timeline, free_at_creates, gpu_idle_s, paid_while_free
 from bench.processes import CLIENT_TOKEN, Cluster, Proc
 
 from aigcq.cli.demo import GRAPH
@@ -63,13 +67,38 @@ SERVE_ENV = {
 }
 
 
+#: seconds after a killed serve, bridge or Redis is back until its bridges take work again
+#: (the bridge's reconnect back-off while aigcq was away is at most 2 s)
+RECOVERY_S = 3.0
+#: the wait list of the chaos tasks
+WAIT_KEY = "aigcq:proj:comfyui:wait"
+
 #: the faults :class:`Chaos` picks from
 FAULTS = ("kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel")
 
 
+#: the graph of the tasks any instance can run (no ``ImageInvert``)
+BASIC_GRAPH = {
+    "1": {
+        "class_type": "EmptyImage",
+        "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0},
+    },
+    "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "c"}},
+}
+#: what the instance that lacks ``ImageInvert`` has
+BASIC_NODES = ("EmptyImage", "SaveImage")
+
+
+def special(task_id: str) -> bool:
+    """Every fifth task needs ``ImageInvert``, which one instance lacks."""
+    return int(task_id.rpartition("-")[2]) % 5 == 0
+
+
 def task(task_id: str) -> dict[str, Any]:
-    """A task either a bridge or RunningHub can run."""
-    payload = {"workflowId": "chaos-inline", "workflow": GRAPH}
+    """A task RunningHub and a bridge can run (a special one: not every instance)."""
+    payload: dict[str, Any] = {"workflowId": "chaos-basic", "workflow": BASIC_GRAPH}
+    if special(task_id):
+        payload = {"workflowId": "chaos-special", "workflow": GRAPH}
     return {
         "type": "generate",
         "taskId": task_id,
@@ -87,6 +116,7 @@ class Load:
         self.ports, self.rate = ports, rate
         self.results: dict[str, list[str]] = {}  # taskId -> statuses received
         self.entries: dict[str, set[str]] = {}  # taskId -> the outbox ids they came as
+        self.failures: dict[str, str] = {}  # taskId -> why it failed
         self.unacked: set[str] = set()  # submitted by us, no ``submitted`` reply yet
         self.submitted: list[str] = []
         self.ws: Any = None
@@ -127,6 +157,8 @@ class Load:
             self.unacked.discard(task_id)
         elif msg["type"] == "result":
             self.results.setdefault(task_id, []).append(msg["status"])
+            if msg["status"] == "failed":
+                self.failures[task_id] = f"{msg.get('code')}: {msg.get('error')}"
             self.entries.setdefault(task_id, set()).add(msg["id"])
             await self._send({"type": "ack", "id": msg["id"]})
         elif msg["type"] == "error" and task_id in self.unacked:
@@ -169,6 +201,8 @@ class Chaos:
         self.faults = faults
         self.serves: dict[int, Proc] = {}
         self.done: Counter[str] = Counter()
+        #: when which instances could not be used: (from, to, instances)
+        self.unusable: list[tuple[float, float, list[str]]] = []
 
     def start_serve(self, port: int | None = None) -> int:
         proc, port = self.cluster.server(port, AIGCQ_RUNNINGHUB_URL=self.rh, **SERVE_ENV)
@@ -178,17 +212,21 @@ class Chaos:
     async def strike(self) -> None:
         action = self.rng.choice(self.faults)
         self.done[action] += 1
+        struck = time.time()
         if action == "kill_bridge":
-            await self.fleet.kill_one(self.rng)
+            bridge = await self.fleet.kill_one(self.rng)
+            self._unusable(struck, bridge.comfyui)
         elif action == "kill_serve":
             port = self.rng.choice(sorted(self.serves))
             self.serves[port].kill()
             await asyncio.sleep(self.rng.uniform(0.5, 3.0))
             await asyncio.to_thread(self.start_serve, port)
+            self._unusable(struck, self.fleet.instances(port))
         elif action == "kill_redis":
             self.redis.kill()
             await asyncio.sleep(self.rng.uniform(0.5, 2.0))
             self.redis.start()
+            self._unusable(struck, self.fleet.instances())
         elif action == "lose":
             await self._faults(drop_create_replies=self.rng.randint(1, 3))
         elif action == "cancel":  # a client cancel; RunningHub takes a while to stop it
@@ -199,6 +237,29 @@ class Chaos:
         else:
             kinds = ["5xx", "non_json", "unknown_code"]
             await self._faults(status_faults=self.rng.choices(kinds, k=5))
+
+    def _unusable(self, since: float, instances: list[str]) -> None:
+        """``instances`` could not be used from ``since`` until what was killed is back
+        and its bridges have reconnected (``RECOVERY_S`` after the restart)."""
+        self.unusable.append((since, time.time() + RECOVERY_S, instances))
+
+    def capable(self, task_id: str) -> frozenset[str]:
+        """The instances that can run ``task_id``."""
+        every = frozenset(self.fleet.instances())
+        return every - self.fleet.basic if special(task_id) else every
+
+    def timeline(self, start: float, waiting: list[tuple[float, list[str]]]) -> Timeline:
+        """What :mod:`bench.gpu_idle` needs, but the busy spans (read at the end)."""
+        instances = self.fleet.instances()
+        out: dict[str, list[tuple[float, float]]] = {u: [] for u in instances}
+        for since, until, struck in self.unusable:
+            for url in struck:
+                out[url].append((since, until))
+        runnable = {
+            url: [(at, sum(url in self.capable(t) for t in ids)) for at, ids in waiting]
+            for url in instances
+        }
+        return Timeline(start=start, end=time.time(), out=out, waiting=runnable)
 
     async def _faults(self, **faults: Any) -> None:
         async with httpx.AsyncClient() as http:
@@ -226,16 +287,48 @@ async def leaked_slots(redis_url: str) -> int:
 
 async def held_records(redis_url: str) -> int:
     """Tasks Redis still records as held by a bridge (``bridge:{id}:tasks`` entries and
-    ``bridgeof:{taskId}`` keys) once all have ended. Not a slot, so not in ``leaked_slots``:
+    ``bridgesof:{taskId}`` keys) once all have ended. Not a slot, so not in ``leaked_slots``:
     a TASK_END refused as gone (its attempt superseded after the bridge's deadline) is not
-    counted against the bridge, and leaves its ``bridgeof`` key to its TTL."""
+    counted against the bridge, and leaves its ``bridgesof`` key to its TTL."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         held = [await client.hlen(k) async for k in client.scan_iter("aigcq:bridge:*:tasks")]
-        owners = [k async for k in client.scan_iter("aigcq:bridgeof:*")]
+        owners = [k async for k in client.scan_iter("aigcq:bridgesof:*")]
         return sum(held) + len(owners)
     finally:
         await client.aclose()
+
+
+async def sample_waiting(redis_url: str, samples: list[tuple[float, list[str]]]) -> None:
+    """Every 50 ms, the tasks waiting to be dispatched (nothing while Redis is down)."""
+    client = aioredis.Redis.from_url(redis_url, socket_timeout=0.5, decode_responses=True)
+    try:
+        while True:
+            with contextlib.suppress(RedisError, OSError):
+                samples.append((time.time(), await client.lrange(WAIT_KEY, 0, -1)))
+            await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
+def paid_failed(runs: Counter[str], results: dict[str, list[str]]) -> list[str]:
+    """Tasks RunningHub created (and bills) whose client was told they failed."""
+    return sorted(t for t in runs if t in results and "failed" in results[t])
+
+
+async def gpu_figures(
+    chaos: Chaos, start: float, waiting: list[tuple[float, list[str]]], recs: dict[str, Any]
+) -> dict[str, Any]:
+    """The two figures of :mod:`bench.gpu_idle` for the run."""
+    timeline = chaos.timeline(start, waiting)
+    timeline.busy = await chaos.fleet.busy_spans()
+    creates = [(c["at"], chaos.capable(c["task"])) for r in recs.values() for c in r["creates"]]
+    free = sorted(f for f in free_at_creates(timeline, creates) if f > 0)
+    return {
+        "paid_while_free": paid_while_free(timeline, creates),
+        "gpu_idle_s": gpu_idle_s(timeline),
+        "free_at_paid_creates_ms": [round(f * 1000) for f in free],
+    }
 
 
 async def records(rh: str) -> dict[str, Any]:
@@ -285,11 +378,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         load = Load(ports, args.rate)
         chaos = Chaos(cluster, redis, rh, load, args.seed, tuple(args.faults.split(",")))
         ports += [chaos.start_serve(), chaos.start_serve()]
-        await asyncio.to_thread(chaos.fleet.start, ports, [2, 1])
+        basic = {(0, 1): BASIC_NODES}  # the first bridge's second instance
+        await asyncio.to_thread(chaos.fleet.start, ports, [2, 1], basic)
+        usable_from = time.time() + 1.0  # the bridges' REGISTER
+        waiting: list[tuple[float, list[str]]] = []
+        sampler = asyncio.create_task(sample_waiting(cluster.redis_url, waiting))
         reader = asyncio.create_task(load.read())
         await asyncio.gather(load.submit(seconds), chaos.run(seconds))
         await settle(load, chaos.fleet, rh, cluster.redis_url, within=args.drain)
         reader.cancel()
+        sampler.cancel()
         recs = await records(rh)
         runs = paid_runs(recs)
         peak = max((r["peak"] for r in recs.values()), default=0)
@@ -302,9 +400,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "duplicated_to_client": sum(1 for ids in load.entries.values() if len(ids) > 1),
             "redelivered": sum(len(s) - len(load.entries[t]) for t, s in load.results.items()),
             "double_paid": sum(1 for n in runs.values() if n > 1),
-            "paid_but_failed": sum(
-                1 for t in runs if t in load.results and "failed" in load.results[t]
-            ),
+            "paid_but_failed": len(paid_but_failed := paid_failed(runs, load.results)),
+            "paid_but_failed_tasks": {t: load.failures.get(t, "") for t in paid_but_failed},
             "peak_over_cap": max(0, peak - CAP),
             "leaked_slots": await leaked_slots(cluster.redis_url)
             + sum(r["current"] for r in recs.values())
@@ -314,6 +411,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "outcomes": dict(outcomes),
             "targets": dict(await targets(cluster.redis_url, load.submitted)),
             "faults": dict(chaos.done),
+            **await gpu_figures(chaos, usable_from, waiting, recs),
             "creates": sum(runs.values()),
             "cancels": sum(len(r["cancels"]) for r in recs.values()),
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,16 +41,33 @@ class Fleet:
 
     cluster: Cluster
     bridges: list[Bridge] = field(default_factory=list)
+    #: the instances that have only some node classes
+    basic: frozenset[str] = frozenset()
 
-    def start(self, server_ports: list[int], instances: list[int]) -> None:
-        """One bridge per serve, ``instances[i]`` ComfyUI emulators behind bridge ``i``."""
+    def start(
+        self,
+        server_ports: list[int],
+        instances: list[int],
+        nodes: dict[tuple[int, int], tuple[str, ...]] | None = None,
+    ) -> None:
+        """One bridge per serve, ``instances[i]`` ComfyUI emulators behind bridge ``i``;
+        ``nodes[(i, j)]``: the only node classes instance ``j`` of bridge ``i`` has."""
         args = ("--step-time", str(STEP_TIME), "--steps", str(STEPS))
+        nodes = nodes or {}
+
+        def only(i: int, j: int) -> list[str]:
+            return [f"--node={n}" for n in nodes.get((i, j), ())]
+
         with ThreadPoolExecutor() as pool:  # start-up is CPU-bound imports: overlap them
             urls = [
-                [pool.submit(self.cluster.emulator, "comfyui", *args) for _ in range(n)]
-                for n in instances
+                [
+                    pool.submit(self.cluster.emulator, "comfyui", *args, *only(i, j))
+                    for j in range(n)
+                ]
+                for i, n in enumerate(instances)
             ]
             comfy = [[f.result() for f in row] for row in urls]
+        self.basic = frozenset(comfy[i][j] for i, j in nodes)
         self.bridges = [Bridge(p, c) for p, c in zip(server_ports, comfy, strict=True)]
         for b in self.bridges:
             self.start_bridge(b)
@@ -61,13 +79,32 @@ class Fleet:
         if not b.bridge_id:
             b.bridge_id = httpx.get(f"http://127.0.0.1:{b.port}/api/status").json()["bridgeId"]
 
-    async def kill_one(self, rng: random.Random) -> None:
-        """SIGKILL a bridge; start it again a moment later."""
+    async def kill_one(self, rng: random.Random) -> Bridge:
+        """SIGKILL a bridge; start it again a moment later. Returns the bridge."""
         b = rng.choice(self.bridges)
         assert b.proc is not None
         b.proc.kill()
         await asyncio.sleep(rng.uniform(0.5, 3.0))
         await asyncio.to_thread(self.start_bridge, b)
+        return b
+
+    def instances(self, server_port: int | None = None) -> list[str]:
+        """The ComfyUI instances (URLs) behind every bridge, or behind those of one serve."""
+        return [
+            url for b in self.bridges if server_port in (None, b.server_port) for url in b.comfyui
+        ]
+
+    async def busy_spans(self) -> dict[str, list[tuple[float, float]]]:
+        """Per instance, when it ran prompts (the emulator's record; a prompt still running
+        counts up to now)."""
+        spans: dict[str, list[tuple[float, float]]] = {}
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            for url in self.instances():
+                stats = (await http.get(f"{url}/emulator/stats", params={"spans": "true"})).json()
+                spans[url] = [(s, e) for s, e in stats["busySpans"]]
+                if stats["runningSince"] is not None:
+                    spans[url].append((stats["runningSince"], time.time()))
+        return spans
 
     async def slots_taken(self) -> dict[str, int]:
         """Per bridge, the slots not free as the hub holding its socket sees them, and the

@@ -25,6 +25,8 @@ CLIENT_TOKEN = "e2e-client-token"
 ADMIN_TOKEN = "e2e-admin-token"
 SECRET = "e2e-secret-with-at-least-32-bytes-of-key"
 BRIDGE_TOKEN = "e2e-bridge-token"
+#: the management routes' token of the model-asynch processes and services of tests and benches
+ASYNCH_ADMIN_TOKEN = "e2e-asynch-admin-token"
 
 
 def free_port() -> int:
@@ -64,7 +66,7 @@ class Proc:
                 self.kill()
 
 
-def wait_http(url: str, timeout: float = 20.0) -> None:
+def wait_http(url: str, timeout: float = 60.0) -> None:
     """Until ``url`` answers with a status below 500 (its process is up)."""
     deadline = time.monotonic() + timeout
     while True:

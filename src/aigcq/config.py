@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from aigcq.plumbing.connection_limits import HttpLimits
 from aigcq.plumbing.redis_address import (
     RedisAddressError,
     is_sentinel,
@@ -60,8 +61,18 @@ class IdBinding(enum.StrEnum):
         return None
 
 
-class Settings(BaseSettings):
+class ResultCustody(enum.StrEnum):
+    """Which paid results have their files copied into aigcq's storage before delivery
+    (``AIGCQ_RESULT_CUSTODY``)."""
+
+    OFF = "off"  # never: clients get the vendors' links
+    OFFLINE = "offline"  # results whose client is not connected when they come
+    ALWAYS = "always"  # every result of a custody target
+
+
+class Settings(HttpLimits):
     """Process settings. Every field reads ``AIGCQ_<NAME>``; some also the seed's name.
+    The bounds of its listening surfaces come first (:class:`HttpLimits`).
 
     ``AIGCQ_REDIS_SENTINELS`` with ``AIGCQ_REDIS_MASTER`` (and their credentials) set
     ``redis_url`` to their ``redis+sentinel://`` URL, so every process and worker passes one
@@ -198,6 +209,39 @@ class Settings(BaseSettings):
     )
     result_retention_s: int = Field(86400, validation_alias=_env("RESULT_RETENTION_S"))
     outbox_retention_s: int = Field(2 * 86400, validation_alias=_env("OUTBOX_RETENTION_S"))
+    result_custody: ResultCustody = Field(
+        ResultCustody.OFFLINE,
+        validation_alias=_env("RESULT_CUSTODY"),
+        description="off | offline | always: copy the result files of RESULT_CUSTODY_TARGETS "
+        "into aigcq's storage (AIGCQ_STORAGE_*) before delivering them, for results whose "
+        "client is not connected (offline) or for all; the client gets a signed aigcq link "
+        "and the vendor's as sourceUrl (their links expire in about a day).",
+    )
+    result_custody_targets: list[str] = Field(
+        default_factory=lambda: ["runninghub", "jimuai"],
+        validation_alias=_env("RESULT_CUSTODY_TARGETS"),
+        description="Paid targets whose result links expire (JSON list).",
+    )
+    result_custody_max_bytes: int = Field(
+        100 << 20,
+        gt=0,
+        validation_alias=_env("RESULT_CUSTODY_MAX_BYTES"),
+        description="Largest result file copied; a larger one keeps the vendor's link.",
+    )
+    result_custody_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        validation_alias=_env("RESULT_CUSTODY_TIMEOUT_S"),
+        description="Longest the download of one result file may take; then that file keeps "
+        "the vendor's link.",
+    )
+    result_link_ttl_s: int = Field(
+        3 * 86400,
+        gt=0,
+        validation_alias=_env("RESULT_LINK_TTL_S"),
+        description="How long a signed link to a copied result file works; the local copy "
+        "is deleted after it.",
+    )
     task_deadline_s: float = Field(600.0, validation_alias=_env("TASK_DEADLINE_S"))
     max_attempts: int = Field(3, validation_alias=_env("MAX_ATTEMPTS"))
     max_free_requeues: int = Field(
@@ -281,7 +325,11 @@ class Settings(BaseSettings):
     overflow_price: dict[str, float] = Field(
         default_factory=dict,
         validation_alias=_env("OVERFLOW_PRICE"),
-        description='Estimated price per task by external target (JSON, e.g. {"runninghub": 0.1}).',
+        description=(
+            'Price per task by external target (JSON, e.g. {"runninghub": 0.1}; JimuAI: per '
+            "output image): a task's cost where its platform reports no money (an estimate), "
+            "and what its maxCost is checked against."
+        ),
     )
     bridge_failure_limit: int = Field(
         3, ge=1, validation_alias=_env("BRIDGE_FAILURE_LIMIT"), description="-> out of rotation."
@@ -289,11 +337,33 @@ class Settings(BaseSettings):
     bridge_quarantine_s: float = Field(
         60.0, ge=0, validation_alias=_env("BRIDGE_QUARANTINE_S"), description="Before re-admission."
     )
+    bridge_register_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        validation_alias=_env("BRIDGE_REGISTER_TIMEOUT_S"),
+        description="A bridge WebSocket that has not sent a valid REGISTER this long after "
+        "it connected is closed with 4408.",
+    )
     bridge_max_msgs_per_s: int = Field(
         100,
         ge=0,
         validation_alias=_env("BRIDGE_MAX_MSGS_PER_S"),
         description="Frames a second one bridge may send; more closes it with 4008 (0 = no limit).",
+    )
+    bridge_lookahead: int = Field(
+        32,
+        ge=0,
+        validation_alias=_env("BRIDGE_LOOKAHEAD"),
+        description="Waiting tasks looked at beyond the free slots' worth, so that tasks "
+        "behind one no free instance can run are claimed ahead of it (0: only the first as "
+        "many as there are free slots).",
+    )
+    no_capable_wait_s: float = Field(
+        60.0,
+        ge=0,
+        validation_alias=_env("NO_CAPABLE_WAIT_S"),
+        description="A task only offline instances can run waits this long for one to come "
+        "back (or its queue's paid platform) before it fails NoCapableInstance.",
     )
 
     admission: str = Field(
@@ -355,6 +425,12 @@ class Settings(BaseSettings):
         data: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
         return data
 
+    def keeps_results_of(self, target: str) -> bool:
+        """Whether results of ``target`` may have their files copied (result custody)."""
+        return (
+            self.result_custody is not ResultCustody.OFF and target in self.result_custody_targets
+        )
+
     def public_callback_base(self) -> str:
         return (self.callback_url or f"http://{self.host}:{self.callback_port}").rstrip("/")
 
@@ -404,6 +480,9 @@ class JimuAIAccount(PlatformAccount):
     secret_key: str = Field(min_length=1, repr=False)
     region: str = "cn-north-1"
     req_key: str = Field("", description="Model used when a payload names no req_key.")
+    #: the most output images (each one billed) a task of the project may have: a create
+    #: that may make more is sent with the API's single-output flag (None: the vendor's 15)
+    max_outputs: int | None = Field(None, ge=1, le=15)
 
     @model_validator(mode="after")
     def _pack(self) -> JimuAIAccount:
@@ -413,6 +492,7 @@ class JimuAIAccount(PlatformAccount):
                 "secret_key": self.secret_key,
                 "region": self.region,
                 "req_key": self.req_key,
+                "max_outputs": self.max_outputs,
             },
             separators=(",", ":"),
         )
@@ -451,8 +531,13 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "TaskGone": "任务已结束。",
         "TaskNotRetryable": "只有失败或已取消的任务可以重试。",
         "UncertainSubmit": "任务提交结果未知，为避免重复扣费未再提交，请稍后查询或重试。",
+        "MaxCostExceeded": "任务的预计费用超过了 maxCost 上限，未提交到付费平台。",
+        "NoCapableInstance": "暂无可运行该任务的计算节点，请稍后再试。",
         "SignatureError": "签名校验失败。",
         "BridgeNotFound": "桥接节点不存在。",
+        "ControlError": "管理操作无效，请检查参数。",
+        "LinkExpired": "链接已过期。",
+        "FileNotFound": "文件不存在。",
     },
     "SUCCESS": {"AssessmentSuccess": "任务提交成功，正在排队中..."},
 }

@@ -69,6 +69,9 @@ class Move(enum.StrEnum):
     FINISH = "finish"  # a result, a failure or a cancel
     WITHDRAW = "withdraw"  # its submitter took back a task that was still waiting
     RETRY = "retry"  # an operator queues a failed or cancelled task again
+    #: an operator's replay of a failed or cancelled task whose paid run brought a result
+    #: after it ended: it ends with that result, nothing is paid again
+    REPLAY_RESULT = "replay_result"
 
 
 _BACK_TO_WAITING = (
@@ -102,6 +105,10 @@ TRANSITIONS: dict[Move, tuple[frozenset[TaskState], frozenset[TaskState]]] = {
     Move.RETRY: (
         frozenset({TaskState.FAILED, TaskState.CANCELLED}),
         frozenset({TaskState.PENDING}),
+    ),
+    Move.REPLAY_RESULT: (
+        frozenset({TaskState.FAILED, TaskState.CANCELLED}),
+        frozenset({TaskState.SUCCESS}),
     ),
 }
 
@@ -152,6 +159,10 @@ class ErrorCode(enum.StrEnum):
     NOT_RETRYABLE = "TaskNotRetryable"
     UNCERTAIN_SUBMIT = "UncertainSubmit"
     BRIDGE_NOT_FOUND = "BridgeNotFound"
+    MAX_COST = "MaxCostExceeded"
+    CONTROL = "ControlError"  # an operator's control names nothing it can act on
+    LINK_EXPIRED = "LinkExpired"
+    FILE_NOT_FOUND = "FileNotFound"
 
 
 @dataclass(slots=True)

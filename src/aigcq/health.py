@@ -8,10 +8,13 @@ the 10 s interval). While not healthy an internal target offers no capacity, so 
 overflow to the external platform.
 
 The stability period guards against capacity that failed and may fail again. Capacity that
-has never passed a check has not failed: the first passing check ever (the first bridge of a
-process started before its GPUs, say) makes it healthy at once, so owned GPUs are not left
-idle for 30 s while paid calls are made. What a check is belongs to the target: the bridges'
-is :mod:`aigcq.bridges.health_monitor`, the message-dispatcher's its ``/api/health``.
+has not failed is used at once, so owned GPUs are not left idle for 30 s while paid calls are
+made: the first passing check ever (the first bridge of a process started before its GPUs,
+say), and a pass that a bridge in good standing brought (``fresh``: a new bridge, one back
+after its socket closed, one that moved from another process; not one that went silent or
+is out of rotation, see :mod:`aigcq.bridges.known`), whatever the failure was. What a check
+is belongs to the target: the bridges' is :mod:`aigcq.bridges.health_monitor`, the
+message-dispatcher's its ``/api/health``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-#: the bridges' check when none is connected (a reconnect after it is a blip)
+#: the bridges' check when none is connected
 NO_BRIDGE = "no bridge connected"
 
 
@@ -50,13 +53,12 @@ class Health:
         return self.state is HealthState.HEALTHY
 
     def observe(
-        self, reason: str, *, immediate: bool = False, reconnected: bool = False
+        self, reason: str, *, immediate: bool = False, fresh: bool = False
     ) -> HealthState | None:
         """Record one check (``reason`` empty = passed); the new state if it changed.
         A failure below ``failure_threshold`` (and not ``immediate``) leaves a healthy
-        state as it is. ``reconnected``: a pass because a known bridge came back; when the
-        only failure was that no bridge was connected (a socket that blipped, not capacity
-        that failed), it restores health at once."""
+        state as it is. ``fresh``: a pass that capacity which has not failed brought (a
+        bridge in good standing registered): it restores health at once."""
         before = self.state
         self.failures = self.failures + 1 if reason else 0
         healthy_yet = before is HealthState.HEALTHY and self.failures < self.failure_threshold
@@ -68,8 +70,7 @@ class Health:
                 self.degrades += 1
         elif before is not HealthState.HEALTHY:
             self.passes += 1
-            blip = reconnected and self.reason == NO_BRIDGE
-            if self.passes >= self.recover_passes or not self.proven or blip:
+            if self.passes >= self.recover_passes or not self.proven or fresh:
                 self.state, self.reason, self.passes = HealthState.HEALTHY, "", 0
                 self.recovers += 1
             else:

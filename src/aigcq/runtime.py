@@ -37,15 +37,25 @@ class Runtime:
         account = self.config.account(aigc, platform)
         return account.apikey if account else ""
 
+    def paid_accounts(self) -> set[tuple[str, str]]:
+        """(AIGC project, paid target) of every account ``model.json`` configures."""
+        found = set()
+        for aigc, platform in self.config.queues():
+            adapter = self.platforms.adapter_for(platform)
+            if adapter is not None and adapter.paid:
+                found.add((aigc, adapter.name))
+        return found
+
     def max_attempts(self, account: PlatformAccount | None) -> int:
         if account is not None and account.max_attempts is not None:
             return account.max_attempts
         return self.settings.max_attempts
 
-    def webhook_url(self, task_id: str, attempt: int) -> str:
-        """The signed TASK_END URL handed to a target for one attempt of a task."""
+    def webhook_url(self, task_id: str, attempt: int, target: str = "") -> str:
+        """The signed TASK_END URL handed to ``target`` for one attempt of a task."""
         base = self.settings.public_callback_base()
-        return webhook_url(base, self.settings.signing_key(), task_id, attempt)
+        keep = self.settings.keeps_results_of(target)
+        return webhook_url(base, self.settings.signing_key(), task_id, attempt, keep=keep)
 
     @property
     def dispatch_deadline_s(self) -> float:

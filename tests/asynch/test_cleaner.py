@@ -140,7 +140,7 @@ async def test_head_of_queue_is_claimed_first(asynch: Asynch, model_emu: Served)
 
 async def test_every_state_transition(asynch: Asynch, model_emu: Served) -> None:
     """0 → 1 → 3 → (cleaner) 0 → 1 → 2 → (batch) 4 → (cleaner, expired) deleted."""
-    await asynch.create_model("m", model_emu.url, retryTimes=1, autoCleanSeconds=0)
+    await asynch.create_model("m", model_emu.url, retryTimes=1)
     model_emu.app.state.behaviour.latency = 0.3
     model_emu.app.state.behaviour.failure_rate = 1.0
     task_id = await asynch.create_task("m")
@@ -156,6 +156,8 @@ async def test_every_state_transition(asynch: Asynch, model_emu: Served) -> None
     assert (row["state"], row["retry_count"], row["attempt"]) == (2, 1, 2)
     assert (await model_emu.stats())["byTask"] == {task_id: 2}
     batch = await asynch.ok("POST", "/task/getTaskBatch", json={"taskIds": [task_id]})
-    assert batch["tasks"][0]["state"] == 4
+    assert batch[0]["state"] == 4
+    expired = "UPDATE asynch_task SET expire_at = now() WHERE task_id = %s"  # retention over
+    await asynch.db.execute(expired, (task_id,))
     assert (await asynch.ok("POST", "/task/cleanWork"))["deleted_downloaded"] == 1
     await asynch.error("GET", "/task/getTaskResult", "TASK_NOT_FOUND", params={"taskId": task_id})

@@ -14,17 +14,45 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.storage import StorageSettings
-from tests.fakes.asynch import Asynch, Served, fast_settings, open_asynch
+from tests.fakes.asynch import Asynch, Served, fast_settings, open_asynch, refusal
 from tests.fakes.waiting import wait_until
 
 TASK = {"modelName": "m", "requestPayload": {"p": 1}, "bizName": "b"}
 
 
 def _envelope(response: Any, status: int, code: str) -> str:
-    body = response.json()
     assert response.status_code == status, response.text
-    assert body["code"] == code and body["data"] is None, body
-    return str(body["message"])
+    return refusal(response, code)
+
+
+async def test_every_reply_has_the_go_services_numeric_code(
+    asynch: Asynch, model_emu: Served
+) -> None:
+    """A Go caller decodes ``{Code int}`` and checks ``Code != 0`` (issue 30 item 1): 0 on
+    success, GoFrame's gcode number of the class otherwise, the exact reason beside it."""
+    body = {"modelName": "m", "baseUrl": model_emu.url}
+    for method, path, kwargs in [
+        ("POST", "/model/createModel", {"json": body}),
+        ("GET", "/model/getModel", {"params": {"modelName": "m"}}),
+        ("GET", "/model/listModel", {}),
+        ("POST", "/task/createTask", {"json": TASK}),
+        ("GET", "/health", {}),
+    ]:
+        reply = (await asynch.call(method, path, **kwargs)).json()
+        assert reply["code"] == 0 and type(reply["code"]) is int and "reason" not in reply, path
+    for method, path, kwargs, status, number, reason in [
+        ("GET", "/model/getModel", {"params": {"modelName": "x"}}, 404, 65, "MODEL_NOT_FOUND"),
+        ("POST", "/task/createTask", {"content": b"{"}, 400, 51, "INVALID_ARGUMENT"),
+        ("POST", "/model/createModel", {"json": body}, 409, 300, "MODEL_EXISTS"),
+        ("GET", "/task/createTask", {}, 405, 66, "METHOD_NOT_ALLOWED"),
+        ("GET", "/nowhere", {}, 404, 65, "NOT_FOUND"),
+        ("GET", "/admin/overview", {}, 403, 61, "FORBIDDEN"),
+    ]:
+        response = await asynch.call(method, path, **kwargs)
+        reply = response.json()
+        assert response.status_code == status, response.text
+        assert (reply["code"], reply["reason"], reply["data"]) == (number, reason, None)
+        assert reply["message"]
 
 
 @pytest.mark.parametrize(

@@ -99,4 +99,5 @@ async def test_fuzz_never_5xx(asynch: Asynch, model_emu: Served, request: Any) -
         response = await client.request(method, path, **kwargs)
     assert response.status_code < 500, (method, path, kwargs, response.text)
     body = response.json()
-    assert isinstance(body["code"], str) and "message" in body and "data" in body
+    assert isinstance(body["code"], int) and "message" in body and "data" in body
+    assert (body["code"] == 0) == (response.status_code == 200) == ("reason" not in body), body

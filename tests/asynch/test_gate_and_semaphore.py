@@ -32,7 +32,8 @@ async def _create_many(asynch: Asynch, model: str, n: int) -> list[int]:
 async def test_exactly_queue_limit_of_50_concurrent_creates(
     asynch: Asynch, model_emu: Served
 ) -> None:
-    model_emu.app.state.behaviour.latency = 0.5
+    # long enough that none of the 7 ends before the gate is counted, on a loaded machine too
+    model_emu.app.state.behaviour.latency = 1.5
     await asynch.create_model("m", model_emu.url, queueLimit=7, maxConcurrency=3)
     statuses = await _create_many(asynch, "m", 50)
     assert statuses.count(200) == 7 and statuses.count(429) == 43

@@ -57,7 +57,6 @@ BASE = {"modelName": "x", "baseUrl": "http://h"}
         ({**BASE, "timeoutSeconds": 5.0}, "INVALID_ARGUMENT", "timeoutSeconds"),
         ({**BASE, "timeoutSeconds": 1e15}, "INVALID_ARGUMENT", "timeoutSeconds"),
         ({**BASE, "autoCleanSeconds": 2**31}, "INVALID_ARGUMENT", "autoCleanSeconds"),
-        ({**BASE, "modelsType": "7"}, "MODEL_TYPE_NOT_FOUND", "7"),
         ({**BASE, "remark": "a\u0000b"}, "INVALID_ARGUMENT", "remark"),
         ({**BASE, "route": "/\u0000"}, "INVALID_ARGUMENT", "route"),
         ({**BASE, "baseUrl": "http://169.254.169.254/"}, "MODEL_HOST_NOT_ALLOWED", "link-local"),
@@ -72,6 +71,32 @@ async def test_bad_model_input_changes_nothing(
     message = await asynch.error("POST", "/model/createModel", code, json=body)
     assert fragment in message
     assert await asynch.ok("GET", "/model/listModel") == []
+
+
+async def test_the_seeds_example_works_on_a_fresh_database(
+    asynch: Asynch, model_emu: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seed 003, step one, before any model type exists (issue 30 item 2); a type created
+    later applies to the model from then on."""
+    example = {
+        "modelName": "model-service", "modelsType": "1,2,3", "baseUrl": model_emu.url,
+        "route": "/api/v1/chat", "httpMethod": "POST",
+        "headMsg": "API_KEY:model-key,API_STATE:true,API_NUM:123", "enabled": 1,
+        "maxConcurrency": 5, "queueLimit": 20, "timeoutSeconds": 1800, "expectedSeconds": 600,
+        "retryTimes": 3, "retryQueueMaxSeconds": 600, "autoCleanSeconds": 3600,
+        "remark": "Model-Service 模型服务",
+    }  # fmt: skip
+    created = await asynch.ok("POST", "/model/createModel", json=example)
+    assert created["modelsType"] == "1,2,3"
+    assert "modelsType lists 1, 2, 3, not in asynch_models_type yet" in caplog.text
+    schema = '{"type": "object", "required": ["never"]}'
+    await asynch.db.execute(
+        "INSERT INTO asynch_models_type (type_id, type, response_json_schema) VALUES (2, 'x', %s)",
+        (schema,),
+    )
+    task_id = await asynch.create_task("model-service")
+    assert await asynch.wait_state(task_id, 3) == 3  # the reply does not match type 2's schema
+    assert "never" in (await asynch.row(task_id))["error"]
 
 
 async def test_model_conflicts(model_emu: Served, asynch: Asynch) -> None:

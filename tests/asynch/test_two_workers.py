@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from tests.fakes.asynch import Served
-from tests.fakes.processes import start_asynch, stop
+from tests.fakes.processes import ASYNCH_ADMIN_TOKEN, start_asynch, stop
 from tests.fakes.waiting import until
 
 pytestmark = pytest.mark.e2e
@@ -29,6 +29,7 @@ FAST = {
     "AIGCQ_ASYNCH_MODEL_CACHE_SECONDS": "0",
 }
 
+ADMIN = {"Authorization": f"Bearer {ASYNCH_ADMIN_TOKEN}"}
 Starter = Callable[..., tuple[subprocess.Popen[bytes], str]]
 
 
@@ -67,7 +68,7 @@ async def test_two_workers_200_tasks(
 ) -> None:
     (_, a), (_, b) = await asyncio.gather(asyncio.to_thread(workers), asyncio.to_thread(workers))
     model_emu.app.state.behaviour.latency = 0.02
-    async with httpx.AsyncClient(timeout=30) as c:
+    async with httpx.AsyncClient(timeout=30, headers=ADMIN) as c:
         model = {"modelName": "m", "baseUrl": model_emu.url, "maxConcurrency": 4,
                  "queueLimit": 1000, "route": "/gen"}  # fmt: skip
         assert (await c.post(f"{a}/model/createModel", json=model)).status_code == 200
@@ -98,7 +99,7 @@ async def test_sigkill_mid_call_loses_nothing(
         workers, AIGCQ_ASYNCH_CLEANER_ENABLED="true", AIGCQ_ASYNCH_CLEANER_INTERVAL_SECONDS="0.3"
     )
     model_emu.app.state.behaviour.latency = 30
-    async with httpx.AsyncClient(timeout=30) as c:
+    async with httpx.AsyncClient(timeout=30, headers=ADMIN) as c:
         model = {"modelName": "m", "baseUrl": model_emu.url, "maxConcurrency": 1,
                  "timeoutSeconds": 2, "retryTimes": 2, "route": "/gen"}  # fmt: skip
         assert (await c.post(f"{a}/model/createModel", json=model)).status_code == 200

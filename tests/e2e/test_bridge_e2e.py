@@ -333,5 +333,5 @@ async def test_a_workflow_no_instance_can_run_fails_clearly_without_a_platform(
     assert result["status"] == "failed", result
     assert result["error"]["code"] == "NoCapableInstance"
     assert "model files: nowhere.safetensors" in result["error"]["detail"]
-    assert "no external platform serves proj/comfyui" in result["error"]["message"]
+    assert "no external platform serves proj/comfyui" in result["error"]["detail"]
     assert not s.rh_stats()["peak_concurrent"]

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 import redis
 
@@ -60,6 +61,15 @@ async def test_up_demo_runs_internal_first_then_overflows(
         banner = (tmp_path / "demo.log").read_text()
         assert "aigcq submit comfyui" in banner and "--token ey" in banner
         token = banner.split("--token ", 1)[1].split()[0]
+        # the dashboard link works, and its token is the one the secrets line names
+        admin = banner.split(f"127.0.0.1:{port}/dashboard#token=", 1)[1].split()[0]
+        assert f"secrets     {(data / 'secrets.json').resolve()}" in banner, banner
+        assert orjson.loads((data / "secrets.json").read_bytes())["admin_token"] == admin
+        snapshot = httpx.get(
+            f"http://127.0.0.1:{port}/api/admin/snapshot",
+            headers={"Authorization": f"Bearer {admin}"},
+        )
+        assert snapshot.status_code == 200, snapshot.text
         store = redis.Redis.from_url(f"unix://{data}/redis/redis.sock", decode_responses=True)
 
         def registered() -> bool:
@@ -81,7 +91,7 @@ async def test_up_demo_runs_internal_first_then_overflows(
         await client.request(generate("demo-jimu", "jimuai", "aigcq", prompt="a red fox"))
         await client.collect(7, timeout=30)
         [jimu] = client.results["demo-jimu"]
-        assert jimu["status"] == "success" and jimu["data"]["data"][0]["fileType"] == "png"
+        assert jimu["status"] == "success" and jimu["data"]["data"][0]["fileType"] == "jpeg"
         await client.close()
         auth = {"Authorization": f"Bearer {token}"}
         targets = [

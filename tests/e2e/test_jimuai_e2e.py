@@ -62,7 +62,7 @@ async def download(url: str) -> bytes:
 
 
 @pytest.mark.parametrize("inline", [False, True], ids=["url", "base64"])
-async def test_client_gets_a_file_url_that_downloads_a_png(cluster: Cluster, inline: bool) -> None:
+async def test_client_gets_a_file_url_that_downloads_a_jpeg(cluster: Cluster, inline: bool) -> None:
     args = ("--duration", "0.3", *(["--base64-only"] if inline else []))
     _, port, jimu = setup(cluster, *args)
     client = await Client(port, "biz-jimu").connect()
@@ -73,11 +73,11 @@ async def test_client_gets_a_file_url_that_downloads_a_png(cluster: Cluster, inl
     assert result["status"] == "success"
     assert result["data"]["code"] == 0  # RunningHub's /outputs shape, as for comfyui
     [entry] = result["data"]["data"]
-    assert entry["fileType"] == "png"
+    assert entry["fileType"] == "jpeg"  # the documented output format
     # URL answers point at the platform; base64 answers were stored and are served by aigcq
     assert entry["fileUrl"].startswith(f"http://127.0.0.1:{port}/files/" if inline else jimu)
-    png = await download(entry["fileUrl"])
-    assert png.startswith(b"\x89PNG\r\n\x1a\n") and b"IEND" in png
+    jpeg = await download(entry["fileUrl"])
+    assert jpeg.startswith(b"\xff\xd8\xff") and jpeg.endswith(b"\xff\xd9")
     await client.close()
 
 

@@ -17,7 +17,9 @@ import pytest
 
 from aigcq.embedded.ownership import DirectoryInUse, stop_leftover
 from aigcq.embedded.redis import EmbeddedRedis
-from tests.fakes.processes import free_port, wait_healthy
+from tests.fakes.processes import ASYNCH_ADMIN_TOKEN, free_port, wait_healthy
+
+ADMIN = {"Authorization": f"Bearer {ASYNCH_ADMIN_TOKEN}"}
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +47,12 @@ def _env(data_dir: Path, port: int) -> dict[str, str]:
     """No database or Redis URL: the process starts private servers under ``data_dir``."""
     unset = ("AIGCQ_DATABASE_URL", "AIGCQ_REDIS_URL")
     env = {k: v for k, v in os.environ.items() if k not in unset}
-    return {**env, "AIGCQ_DATA_DIR": str(data_dir), "AIGCQ_ASYNCH_PORT": str(port)}
+    return {
+        **env,
+        "AIGCQ_DATA_DIR": str(data_dir),
+        "AIGCQ_ASYNCH_PORT": str(port),
+        "AIGCQ_ASYNCH_ADMIN_TOKEN": ASYNCH_ADMIN_TOKEN,
+    }
 
 
 def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
@@ -86,7 +93,7 @@ def test_a_restart_after_sigkill_stops_the_servers_left_behind(data_dir: Path) -
     url = f"http://127.0.0.1:{port}"
     proc = _start(data_dir, port)
     model = {"modelName": "kept", "baseUrl": "http://127.0.0.1:9"}
-    assert httpx.post(f"{url}/model/createModel", json=model).status_code == 200
+    assert httpx.post(f"{url}/model/createModel", json=model, headers=ADMIN).status_code == 200
     leftovers = _server_pids(data_dir)
     proc.kill()
     proc.wait()
@@ -97,7 +104,7 @@ def test_a_restart_after_sigkill_stops_the_servers_left_behind(data_dir: Path) -
         assert not any(_alive(pid) for pid in leftovers)
         new = _server_pids(data_dir)
         assert set(new).isdisjoint(leftovers) and all(_alive(pid) for pid in new)
-        got = httpx.get(f"{url}/model/getModel", params={"modelName": "kept"})
+        got = httpx.get(f"{url}/model/getModel", params={"modelName": "kept"}, headers=ADMIN)
         assert got.json()["data"]["modelName"] == "kept"
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -155,7 +162,8 @@ def test_a_second_process_on_a_data_dir_in_use_exits_and_harms_nothing(data_dir:
         assert f"in use by another aigcq process (pid {first.pid})" in second.stderr.decode()
         assert "Traceback" not in second.stderr.decode()
         assert all(_alive(pid) for pid in pids)
-        assert httpx.get(f"http://127.0.0.1:{port}/model/listModel").status_code == 200
+        listed = httpx.get(f"http://127.0.0.1:{port}/model/listModel", headers=ADMIN)
+        assert listed.status_code == 200
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(30)

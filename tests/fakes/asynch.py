@@ -15,10 +15,12 @@ from typing import Any
 import httpx
 import psycopg
 import redis.asyncio as aioredis
+from bench.processes import ASYNCH_ADMIN_TOKEN
 from fastapi import FastAPI, Header
 from fastapi.responses import JSONResponse
 
 from aigcq.asynch.app import create_app
+from aigcq.asynch.errors import NUMBER, OK, STATUS, Code
 from aigcq.asynch.process import AsynchProcess, open_process
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.storage import StorageSettings
@@ -45,8 +47,9 @@ class Served:
 
 
 def fast_settings(**overrides: Any) -> AsynchSettings:
-    """Fast settings for tests: short intervals, leases and grace periods."""
+    """Fast settings for tests: short intervals, leases and grace periods, an admin token."""
     values: dict[str, Any] = {
+        "admin_token": ASYNCH_ADMIN_TOKEN,
         "worker_interval_seconds": 0.1,
         "lease_seconds": 2.0,
         "running_grace_seconds": 0.0,
@@ -56,6 +59,16 @@ def fast_settings(**overrides: Any) -> AsynchSettings:
         **overrides,
     }
     return AsynchSettings(**values)
+
+
+def refusal(response: httpx.Response, code: str) -> str:
+    """The message of a refusal, checked to be ``code`` in the envelope with its number and
+    HTTP status."""
+    body = response.json()
+    expected = (STATUS[Code(code)], NUMBER[Code(code)], code, None)
+    got = (response.status_code, body["code"], body["reason"], body["data"])
+    assert got == expected, response.text
+    return str(body["message"])
 
 
 @dataclass
@@ -77,14 +90,13 @@ class Asynch:
         response = await self.call(method, path, **kwargs)
         assert response.status_code == 200, response.text
         body = response.json()
-        assert body["code"] == "OK", body
+        assert body["code"] == OK, body
         return body["data"]
 
     async def error(self, method: str, path: str, code: str, **kwargs: Any) -> str:
+        """Call and expect the refusal ``code`` (its ``reason``); its message."""
         response = await self.call(method, path, **kwargs)
-        body = response.json()
-        assert response.status_code >= 400 and body["code"] == code, response.text
-        return str(body["message"])
+        return refusal(response, code)
 
     async def create_model(self, name: str, base_url: str, **fields: Any) -> Any:
         return await self.ok("POST", "/model/createModel", json={
@@ -141,7 +153,8 @@ async def open_asynch(
                 storage_settings=storage_settings,
             ) as svc:
                 app.state.asynch = svc
-                async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                admin = {"Authorization": f"Bearer {settings.admin_token}"}
+                async with httpx.AsyncClient(base_url=url, timeout=30, headers=admin) as client:
                     yield Asynch(url, svc, client, redis, db, app)
     finally:
         await redis.aclose()
@@ -185,7 +198,7 @@ def fake_asynch(token: str) -> FastAPI:
     @app.get("/admin/overview")
     async def overview(authorization: str = Header("")) -> JSONResponse:
         if authorization != f"Bearer {token}":
-            return JSONResponse({"code": "UNAUTHORIZED"}, 401)
+            return JSONResponse({"code": NUMBER[Code.UNAUTHORIZED], "reason": "UNAUTHORIZED"}, 401)
         return JSONResponse(OVERVIEW)
 
     return app

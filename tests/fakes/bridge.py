@@ -61,18 +61,28 @@ PROMPT_INVALID = {
 }
 
 
+#: a TASK_END's ``failure`` when the instance running the task died (the machine's fault)
+INSTANCE_LOST = {"class": "infrastructure", "code": "InstanceLost", "message": "instance died"}
+
+
 async def task_end(
     env: Env, webhook: str, code: int = 0, failure: dict[str, str] | None = None
 ) -> int:
-    """POST a TASK_END (``code`` 0 = success; ``failure``: a failed one with this
-    ``class``, ``code`` and ``message``) to the signed URL, its host rewritten to the test
-    server."""
+    """POST a TASK_END (``code`` 0 = success; a ``failure`` is one with its class, code and
+    message) to the signed URL, its host rewritten to the test server."""
+    return await post_task_end(env.base, webhook, code, failure)
+
+
+async def post_task_end(
+    base: str, webhook: str, code: int = 0, failure: dict[str, str] | None = None
+) -> int:
+    """:func:`task_end` to the server at ``base`` (``http://host:port``)."""
     data: dict[str, Any] = {"code": code, "msg": "success", "data": []}
     if failure is not None:
-        data = {"code": 1, "msg": failure["message"], "data": [], "failure": failure}
+        data |= {"code": code or 1, "msg": failure["message"], "failure": failure}
     body = {"event": "TASK_END", "taskId": "x", "eventData": orjson.dumps(data).decode()}
     async with httpx.AsyncClient() as http:
-        url = f"{env.base}{urlsplit(webhook).path}?{urlsplit(webhook).query}"
+        url = f"{base}{urlsplit(webhook).path}?{urlsplit(webhook).query}"
         return (await http.post(url, json=body)).status_code
 
 

@@ -85,8 +85,19 @@ class Page:
             width=width, height=height, deviceScaleFactor=1, mobile=False,
         )  # fmt: skip
 
-    async def screenshot(self, path: Path) -> None:
-        shot = await self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+    async def screenshot(self, path: Path, selector: str | None = None) -> None:
+        """The whole page, or only the element ``selector`` matches first."""
+        clip: dict[str, Any] = {}
+        if selector is not None:
+            box = await self.eval(
+                f"(() => {{ const r = document.querySelector({selector!r}).getBoundingClientRect();"
+                " return {x: r.x + scrollX, y: r.y + scrollY, width: r.width, height: r.height};"
+                " })()"
+            )
+            clip = {"clip": {**box, "scale": 1}}
+        shot = await self.send(
+            "Page.captureScreenshot", format="png", captureBeyondViewport=True, **clip
+        )
         await asyncio.to_thread(_save, path, base64.b64decode(shot["data"]))
 
 

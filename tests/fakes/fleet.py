@@ -24,8 +24,8 @@ from aigcq.plumbing.auth import issue_client_token
 from aigcq.serve.server import ServeProcess
 from tests.fakes.agent import quick_bridge
 from tests.fakes.client import Client, generate
-from tests.fakes.comfyui import GRAPH
-from tests.fakes.servers import serve_app
+from tests.fakes.comfyui import GRAPH, kill
+from tests.fakes.servers import Served, serve_app, serve_killable
 from tests.fakes.waiting import until, wait_until
 
 SECRET = "fleet-secret-with-at-least-32-bytes-of-key"
@@ -38,6 +38,11 @@ class Fleet:
     client: Client
     comfy: list[ComfyUIEmulator]
     bridges: list[Bridge]
+    served: list[Served]  # each emulator's server, in the order of :attr:`comfy`
+
+    async def kill_comfy(self, index: int) -> None:
+        """The ComfyUI process of emulator ``index`` killed (see :func:`kill`)."""
+        await kill(self.served[index], self.comfy[index])
 
     async def restart_bridge(self, index: int) -> None:
         """Stop the bridge (as a kill would leave it: its tasks unfinished) and start it
@@ -70,8 +75,17 @@ async def fleet(
     comfy_per_bridge: list[int],
     failure_limit: int = 1,
     comfy_front: Callable[[ASGIApp], ASGIApp] = lambda app: app,
+    *,
+    paid: int = 5,
+    comfy: Callable[[int], dict[str, Any]] = lambda _i: {},
+    projects: tuple[str, ...] = ("proj",),
+    **overrides: Any,
 ) -> AsyncIterator[Fleet]:
-    models = {"proj": {"comfyui": {"apikey": "k", "concurrency": 5}}}
+    """``comfy_per_bridge[b]`` emulators behind bridge ``b``; ``comfy(i)``: settings of the
+    ``i``-th emulator (counted over all bridges) other than the defaults, e.g. its
+    ``node_classes``; ``paid``: RunningHub's concurrency in model.json (0: no paid
+    platform) for each AIGC project of ``projects``; ``overrides``: serve's settings."""
+    models = {aigc: {"comfyui": {"apikey": "k", "concurrency": paid}} for aigc in projects}
     (tmp_path / "model.json").write_text(json.dumps(models))
     async with contextlib.AsyncExitStack() as stack:
         rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
@@ -83,19 +97,21 @@ async def fleet(
             bridge_token=BRIDGE_TOKEN,
             runninghub_url=rh_url,
             bridge_failure_limit=failure_limit,
-            sweep_interval_s=0.1,
+            **({"sweep_interval_s": 0.1} | overrides),
         )
         service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
         base = await stack.enter_async_context(serve_app(service.app))
         settings.callback_url = base
         await redis.set(service.rt.store.keys.workflow("wf-1"), json.dumps(GRAPH))
-        emulators, bridges = [], []
+        emulators, bridges, served = [], [], []
         for b, count in enumerate(comfy_per_bridge):
             urls = []
             for i in range(count):
                 out = tmp_path / f"comfy{b}-{i}" / "output"
-                app = create_app(ComfyUIConfig(output_dir=out, step_time=0.1, steps=3))
-                urls.append(await stack.enter_async_context(serve_app(comfy_front(app))))
+                config = {"step_time": 0.1, "steps": 3} | comfy(len(emulators))
+                app = create_app(ComfyUIConfig(output_dir=out, **config))
+                served.append(await stack.enter_async_context(serve_killable(comfy_front(app))))
+                urls.append(served[-1].url)
                 emulators.append(app.state.emulator)
             server = base.replace("http", "ws") + "/ws"
             bridge_settings = quick_bridge(server, BRIDGE_TOKEN, urls, tmp_path / f"bridge{b}")
@@ -109,7 +125,7 @@ async def fleet(
         hub = service.hub
         assert hub is not None
         await wait_until(lambda: _free(service) == sum(comfy_per_bridge), 10)
-        yield Fleet(service, client, emulators, bridges)
+        yield Fleet(service, client, emulators, bridges, served)
 
 
 class HeldPromptPost:

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import Task, TaskState
-from aigcq.emulators import coze, runninghub
+from aigcq.emulators import coze, jimuai, runninghub
 from aigcq.emulators._records import paid_runs
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.signing import webhook_url
@@ -30,6 +30,7 @@ from tests.fakes.waiting import until
 TOKEN = "paid-client-token"
 RH_KEY = "rh-key"
 COZE_KEY = "pat-key"
+JIMU_AK, JIMU_SK = "AKLTpaid", "paid-jimu-secret"
 
 
 @dataclass
@@ -50,6 +51,14 @@ class Paid:
 
     async def faults(self, platform: str = "runninghub", **faults: Any) -> None:
         await self._call(platform, "POST", "/_emulator/faults", faults)
+
+    async def inject(self, kind: str, count: int = 1) -> None:
+        """The JimuAI emulator's next ``count`` answers of ``kind`` (``/_emulator/inject``)."""
+        await self._call("jimuai", "POST", "/_emulator/inject", {"kind": kind, "count": count})
+
+    async def jimu_stats(self) -> dict[str, Any]:
+        found: dict[str, Any] = await self._call("jimuai", "GET", "/_emulator/stats")
+        return found
 
     async def creates(self, task_id: str, platform: str = "runninghub") -> list[dict[str, Any]]:
         records = await self.records(platform)
@@ -89,6 +98,18 @@ class Paid:
             return (await http.post(url, json=body)).status_code
 
 
+def jimuai_account(concurrency: int = 5, **account: Any) -> dict[str, Any]:
+    """model.json's ``jimuai`` entry for the emulator :func:`paid_stack` starts with ``jm``."""
+    keys = {"access_key": JIMU_AK, "secret_key": JIMU_SK, "req_key": "jimeng_t2i_v40"}
+    return {**keys, "concurrency": concurrency, **account}
+
+
+def jimuai_config(**options: Any) -> jimuai.JimuAIEmulatorConfig:
+    return jimuai.JimuAIEmulatorConfig(
+        **{"duration_s": 0.1, "credentials": {JIMU_AK: JIMU_SK}, **options}
+    )
+
+
 def models(concurrency: int = 5, **account: Any) -> dict[str, Any]:
     """model.json: project ``proj`` on RunningHub (comfyui) and Coze, one account each."""
     return {
@@ -108,19 +129,24 @@ async def paid_stack(
     model: dict[str, Any] | None = None,
     rh: runninghub.RunningHubEmulatorConfig | None = None,
     cz: coze.CozeEmulatorConfig | None = None,
+    jm: jimuai.JimuAIEmulatorConfig | None = None,
     **settings: Any,
 ) -> AsyncIterator[Paid]:
-    """Emulators, the service (webhooks come back to it unless ``callback_url`` is given)
-    and a connected client."""
+    """Emulators (JimuAI's only with ``jm``), the service (webhooks come back to it unless
+    ``callback_url`` is given) and a connected client."""
     (tmp_path / "model.json").write_text(json.dumps(model or models()))
     rh_config = rh or runninghub.RunningHubEmulatorConfig(duration_s=0.2)
     cz_config = cz or coze.CozeEmulatorConfig(duration_s=0.2)
     async with AsyncExitStack() as stack:
         rh_url = await stack.enter_async_context(serve_app(runninghub.create_app(rh_config)))
         cz_url = await stack.enter_async_context(serve_app(coze.create_app(cz_config)))
+        urls = {"runninghub": rh_url, "coze": cz_url}
+        if jm is not None:
+            urls["jimuai"] = await stack.enter_async_context(serve_app(jimuai.create_app(jm)))
         options = {
             "runninghub_url": rh_url,
             "coze_url": cz_url,
+            **({"jimuai_url": urls["jimuai"]} if jm is not None else {}),
             "sweep_interval_s": 0.1,
             "poll_interval_s": 0.2,
             "full_backoff_s": 0.05,
@@ -143,10 +169,25 @@ async def paid_stack(
             s.callback_url = base
         client = await Client(int(base.rsplit(":", 1)[1]), "b1", TOKEN).connect()
         try:
-            yield Paid(service, client, base, {"runninghub": rh_url, "coze": cz_url})
+            yield Paid(service, client, base, urls)
         finally:
             await client.close()
             await asyncio.sleep(0)  # a loop turn: the server handles the close before exit
+
+
+@asynccontextmanager
+async def serve_beside(env: Paid, tmp_path: Path, name: str = "second") -> AsyncIterator[Paid]:
+    """Another serve process on the same Redis and emulators, with the same settings (its
+    own data folder), and a client of its own connected to it."""
+    settings = env.service.rt.settings.model_copy(update={"data_dir": tmp_path / name})
+    async with AsyncExitStack() as stack:
+        own = redis_client(settings.redis_url)
+        stack.push_async_callback(own.aclose)
+        service = ServeProcess(settings, env.service.rt.config, own)
+        base = await stack.enter_async_context(serve_app(service.app))
+        client = await Client(int(base.rsplit(":", 1)[1]), f"{name}-client", TOKEN).connect()
+        stack.push_async_callback(client.close)
+        yield Paid(service, client, base, env.urls)
 
 
 async def created(env: Paid, task_id: str, n: int = 1, platform: str = "runninghub") -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from bench.processes import (
     ADMIN_TOKEN,
+    ASYNCH_ADMIN_TOKEN,
     BRIDGE_TOKEN,
     SECRET,
     Cluster,
@@ -26,6 +27,7 @@ from tests.fakes.waiting import wait_until_sync
 
 __all__ = [
     "ADMIN_TOKEN",
+    "ASYNCH_ADMIN_TOKEN",
     "BRIDGE_TOKEN",
     "MD_PASSWORD",
     "SECRET",
@@ -81,12 +83,13 @@ def start_asynch(
     *,
     log: Path,
     args: Sequence[str] = ("serve", "--log-level", "WARNING"),
+    port: int | None = None,
     **env: str,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start one asynch process (worker loop on) and wait until it answers; ``(proc, url)``.
 
     ``args`` follow ``python -m aigcq.asynch``; none at all means serve."""
-    port = free_port()
+    port = port or free_port()
     environ = {
         **os.environ,
         "AIGCQ_DATABASE_URL": database_url,
@@ -94,6 +97,7 @@ def start_asynch(
         "AIGCQ_DATA_DIR": str(data_dir),
         "AIGCQ_ASYNCH_PORT": str(port),
         "AIGCQ_ASYNCH_WORKER_ENABLED": "true",
+        "AIGCQ_ASYNCH_ADMIN_TOKEN": ASYNCH_ADMIN_TOKEN,
         **env,
     }
     with log.open("ab") as out:

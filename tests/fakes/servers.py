@@ -22,6 +22,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from aigcq.platforms.base import HttpRequest
+from aigcq.plumbing.connection_limits import HttpLimits, bounded_config
 from tests.fakes.waiting import wait_until
 
 
@@ -61,13 +62,18 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serve_killable(
-    app: ASGIApp, host: str = "127.0.0.1", port: int = 0
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 0, limits: HttpLimits | None = None
 ) -> AsyncIterator[Served]:
     """As :func:`serve_app`, yielding a :class:`Served` whose :meth:`~Served.kill` takes the
-    server away abruptly (the app's lifespan still ends on exit); on ``port`` if given."""
+    server away abruptly (the app's lifespan still ends on exit); on ``port`` if given;
+    with ``limits``, bounded as aigcq's own servers are."""
     sock = bound_socket(host, port)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+    options: dict[str, Any] = {"log_config": None, "access_log": False, "lifespan": "on"}
+    if limits is None:
+        config = uvicorn.Config(app, **options)
+    else:
+        config = bounded_config(app, limits, **options)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -83,13 +89,15 @@ async def serve_killable(
 
 
 @contextlib.asynccontextmanager
-async def serve_app(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]:
+async def serve_app(
+    app: ASGIApp, host: str = "127.0.0.1", limits: HttpLimits | None = None
+) -> AsyncIterator[str]:
     """Run ``app`` with uvicorn (lifespan included) in this event loop on its own socket.
 
     ``async with serve_app(app) as base_url:`` yields ``http://127.0.0.1:<port>`` once the
     server accepts connections, and shuts it down on exit.
     """
-    async with serve_killable(app, host) as served:
+    async with serve_killable(app, host, limits=limits) as served:
         yield served.url
 
 

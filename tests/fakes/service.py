@@ -4,6 +4,7 @@ the RunningHub emulator it overflows to."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -185,3 +186,53 @@ def stack_factory(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> Stac
             await client.close()
 
     return stack
+
+
+@dataclass
+class Pair:
+    """Two ``aigcq serve`` processes in-process on one Redis, both overflowing to one
+    RunningHub emulator (``rh``: its base URL)."""
+
+    a: Env
+    b: Env
+    rh: str
+
+    async def paid_creates(self) -> int:
+        return int((await emulator_stats(self.rh))["created"])
+
+
+@contextlib.asynccontextmanager
+async def serve_pair(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, *, concurrency: int = 5, **settings: Any
+) -> AsyncIterator[Pair]:
+    """Two serve processes as :func:`env`'s (its client and bridge tokens), each with its own
+    data dir, RunningHub at ``concurrency`` (long runs: a paid task stays paid), the default
+    health interval (10 s: no periodic pass recovers internal capacity during a test)."""
+    models = {"proj": {"comfyui": {"apikey": "k", "concurrency": concurrency}}}
+    (tmp_path / "model.json").write_text(json.dumps(models))
+    emulator = RunningHubEmulatorConfig(duration_s=60, max_concurrent=max(concurrency, 1))
+    async with contextlib.AsyncExitStack() as stack:
+        rh = await stack.enter_async_context(serve_app(create_app(emulator)))
+        envs = []
+        for name in ("a", "b"):
+            s = Settings(
+                redis_url=redis_url,
+                token_secret=SECRET,
+                config_dir=tmp_path,
+                data_dir=tmp_path / f"data-{name}",
+                bridge_token=BRIDGE_TOKEN,
+                runninghub_url=rh,
+                sweep_interval_s=0.1,
+                **settings,
+            )
+            service = ServeProcess(s, PlatformConfig.load(tmp_path), redis)
+            base = await stack.enter_async_context(serve_app(service.app))
+            s.callback_url = base
+            envs.append(Env(int(base.rsplit(":", 1)[1]), redis, service))
+            stack.push_async_callback(_close_sockets, envs[-1])
+        yield Pair(envs[0], envs[1], rh)
+
+
+async def _close_sockets(env: Env) -> None:
+    for ws in env.sockets:
+        await ws.close()

@@ -78,8 +78,14 @@ async def test_every_admin_call_needs_the_admin_token(env: Env) -> None:
         for headers in ({}, client, {"Authorization": "Bearer wrong"}):
             assert (await http.get("/api/admin/snapshot", headers=headers)).status_code == 401
             assert (await http.get("/api/admin/events", headers=headers)).status_code == 401
-            for path in ("/api/admin/bridges/br1/drain", "/api/admin/tasks/x/retry"):
-                assert (await http.post(path, headers=headers)).status_code == 401
+            assert (await http.get("/api/admin/pauses", headers=headers)).status_code == 401
+            for path in (
+                *("/api/admin/bridges/br1/drain", "/api/admin/tasks/x/retry"),
+                *("/api/admin/pause", "/api/admin/resume"),
+                *("/api/admin/tasks/cancel", "/api/admin/tasks/replay"),
+            ):
+                body = {"kind": "project", "name": "proj", "project": "proj"}
+                assert (await http.post(path, headers=headers, json=body)).status_code == 401
         page = await http.get("/dashboard")  # the page itself holds no data
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert (await http.get("/dashboard/dashboard.js")).status_code == 200
@@ -93,8 +99,9 @@ async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
         first, second = await first_event(http, count=2)
     assert set(first) == {
         *("time", "bridges", "queues", "split", "trends", "health", "recent"),
-        *("overflow", "asynch"),  # asynch: None without AIGCQ_ASYNCH_URL
+        *("overflow", "spend", "asynch", "pauses"),  # asynch: None without AIGCQ_ASYNCH_URL
     }
+    assert first["pauses"] == []
     assert first["asynch"] is None
     assert 0.5 < second["time"] - first["time"] < 3
     row = bridge_row(second)

@@ -321,3 +321,30 @@ async def test_progress_names_the_node_by_its_title_or_class(env: Env) -> None:
             for node_id, node in graph.items()
         }
         assert (await env.end_for("named"))["code"] == 0
+
+
+async def test_a_task_goes_to_the_instance_the_hub_named_if_it_is_free(
+    env: Env, tmp_path: Path
+) -> None:
+    """TASK_ASSIGN ``instanceId`` (issue 24, item 3): the hub counted the task on that
+    instance; the bridge takes it there (both are idle: its own choice would be the
+    first), or, that one busy, on another that can run it."""
+    apps = [
+        create_app(ComfyUIConfig(output_dir=tmp_path / f"n{i}" / "output", step_time=0.2))
+        for i in range(2)
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [await stack.enter_async_context(serve_app(app)) for app in apps]
+        settings = env.settings.model_copy(update={"comfyui": urls})
+        async with Bridge(settings):
+            register = await env.hub.next("REGISTER")
+            assert [i["slots"] for i in register["instances"]] == [1, 1]
+            second = register["instances"][1]["instanceId"]
+            await env.hub.send("TASK_ASSIGN", env.assign("named", instanceId=second))
+            assert (await env.hub.next("TASK_ACK"))["code"] == 0
+            await env.hub.send("TASK_ASSIGN", env.assign("taken", instanceId=second))
+            assert (await env.hub.next("TASK_ACK"))["code"] == 0
+            assert (await env.end_for("named"))["code"] == 0
+            assert (await env.end_for("taken"))["code"] == 0
+            assert list(apps[1].state.emulator.history) == ["named"]
+            assert list(apps[0].state.emulator.history) == ["taken"]

@@ -3,12 +3,17 @@ its current counts, so the hub need not guess."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
 from aigcq.agent.app import Bridge
 from tests.fakes.agent_hub import Env, assign_three_to_two, env
+from tests.fakes.comfyui import GRAPH
 
 __all__ = ["env"]  # a fixture: imported for pytest to find
 
-__all__ = ["env"]
+VIEW_S = 2.0
 
 
 async def test_every_refusal_carries_the_bridges_counts(env: Env) -> None:
@@ -25,3 +30,35 @@ async def test_every_refusal_carries_the_bridges_counts(env: Env) -> None:
         assert missing["code"] == 380 and missing["instanceCount"] == 2
         assert (await env.end_for("a"))["code"] == 0
         assert (await env.end_for("b"))["code"] == 0
+
+
+async def test_an_instance_takes_the_next_task_while_the_last_ones_files_are_fetched(
+    env: Env,
+) -> None:
+    """ComfyUI is free once a prompt ended; fetching its outputs (slow over a slow link)
+    must not keep the GPU idle: CAPACITY says the instance is free before the files are
+    fetched, and the next task runs there before the last one's TASK_END."""
+    for emulator in env.emulators:
+        emulator.config.view_latency = VIEW_S
+
+    async def upto(type_: str, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        async with asyncio.timeout(10):
+            while True:
+                message = await env.hub.inbox.get()
+                if message["type"] == type_ and done(message.get("data", {})):
+                    return message.get("data", {})
+
+    async with Bridge(env.settings):
+        await env.hub.next("REGISTER")
+        for task_id in ("a", "b"):
+            await env.hub.send("TASK_ASSIGN", env.assign(task_id, workflow=GRAPH))
+        await upto("CAPACITY", lambda c: c["availableInstanceCount"] > 0)
+        await env.hub.send("TASK_ASSIGN", env.assign("c", workflow=GRAPH))
+        ack = await upto("TASK_ACK", lambda a: a["data"]["taskId"] == "c")
+        assert ack["code"] == 0
+        for task_id in ("a", "b", "c"):
+            assert (await env.end_for(task_id))["code"] == 0
+    # c ran on the instance that ran a or b: it started before that one's files could
+    # have been fetched (/view answers VIEW_S after the prompt ended)
+    (before, after), _ = sorted((list(e.config.gpu.spans) for e in env.emulators), key=len)[::-1]
+    assert after[0] - before[1] < VIEW_S

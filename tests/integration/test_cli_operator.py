@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from aigcq.cli.app import app
 from aigcq.config import PlatformConfig, Settings
-from aigcq.plumbing.auth import issue_client_token
+from aigcq.plumbing.auth import ADMIN_TOKEN_HINT, issue_client_token
 from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN, PROMPT_INVALID, task_end
 from tests.fakes.cli import one_error_line
@@ -32,6 +32,9 @@ from tests.fakes.service import ADMIN, SECRET, Env
 from tests.fakes.waiting import until
 
 CLIENT = issue_client_token(SECRET, "b1")
+ADMIN_REFUSED = (
+    f"error: AuthError: 认证失败，请检查 token。 (admin token required: {ADMIN_TOKEN_HINT})"
+)
 MODELS = {
     "proj": {"comfyui": {"apikey": "k", "concurrency": 0}},
     "other": {"comfyui": {"apikey": "k", "concurrency": 0}},
@@ -173,7 +176,7 @@ async def test_the_api_refuses_a_bad_filter_with_json_error(env: Env) -> None:
 
 async def test_tasks_list_needs_the_admin_token(env: Env) -> None:
     line = one_error_line(await cli(env, "tasks", "list", token=CLIENT), 1)
-    assert line == "error: AuthError: 认证失败，请检查 token。 (admin token required)"
+    assert line == ADMIN_REFUSED
 
 
 async def test_where_aigcq_up_runs_the_servers_admin_token_comes_before_a_client_token(
@@ -236,7 +239,7 @@ async def test_tasks_retry_queues_again_and_names_each_refusal(env: Env) -> None
         "error: nope: TaskNotFound: 任务不存在。 (no such task)",
     ]
     line = one_error_line(await cli(env, "tasks", "retry", "x1", token=CLIENT), 1)
-    assert line == "error: AuthError: 认证失败，请检查 token。 (admin token required)"
+    assert line == ADMIN_REFUSED
 
 
 async def bridge_row(env: Env, bridge_id: str) -> dict[str, Any] | None:

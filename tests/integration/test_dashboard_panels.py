@@ -1,6 +1,6 @@
-"""The dashboard's extra panels: overflow spend (per process, from the metrics counters), the
-model-asynch panel (only with ``AIGCQ_ASYNCH_URL``), and ``aigcq dispatcher``'s own
-``/dashboard``."""
+"""The dashboard's extra panels: overflow spend (per process, from the metrics counters that
+each paid task's recorded cost adds to), the model-asynch panel (only with
+``AIGCQ_ASYNCH_URL``), and ``aigcq dispatcher``'s own ``/dashboard``."""
 
 from __future__ import annotations
 
@@ -58,9 +58,10 @@ async def test_overflow_spend_follows_the_metrics_and_no_asynch_panel(
         first = await snapshot(base)
         assert first["asynch"] is None and first["overflow"]["scope"] == "process"
         tasks, cost = spend(first, "runninghub")
-        prices = svc.rt.settings.overflow_price
         for _ in range(3):
-            metrics.overflowed("proj", "comfyui", "runninghub", prices)
+            metrics.overflowed("proj", "comfyui", "runninghub")
+            metrics.spent("proj", "runninghub", "acct", 0.25, estimate=True, coins=0)
+        metrics.spent("proj", "runninghub", "acct", 0.35, estimate=False, coins=12)  # its money
         # The monitor samples every second; the snapshot endpoint serves the latest.
         later = await until(
             lambda: snapshot(base),
@@ -68,8 +69,18 @@ async def test_overflow_spend_follows_the_metrics_and_no_asynch_panel(
             within=5.0,
             interval=0.1,
         )
-        assert spend(later, "runninghub") == (tasks + 3, pytest.approx(cost + 0.75))
-        assert later["overflow"]["totalCost"] >= 0.75
+        assert spend(later, "runninghub") == (tasks + 3, pytest.approx(cost + 1.1))
+        assert later["overflow"]["totalCost"] >= 1.1
+        # of the cost, what the platform reported and what its price estimates
+        for figure, added in (("reported", 0.35), ("estimated", 0.75)):
+            now = {r["target"]: r[figure] for r in later["overflow"]["targets"]}
+            before = {r["target"]: r[figure] for r in first["overflow"]["targets"]}
+            assert now["runninghub"] == pytest.approx(before.get("runninghub", 0.0) + added)
+        metrics.overflowed("proj", "comfyui", "coze")  # a target with no price set
+        priced = await until(lambda: snapshot(base), lambda snap: spend(snap, "coze")[0] > 0)
+        rows = {r["target"]: r["price"] for r in priced["overflow"]["targets"]}
+        assert rows["runninghub"] == 0.25 and rows["coze"] is None  # "no price set", not 0.00
+        assert priced["overflow"]["prices"] == {"runninghub": 0.25}
 
 
 async def test_asynch_panel_when_configured(

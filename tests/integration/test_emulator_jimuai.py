@@ -23,7 +23,6 @@ from aigcq.platforms.base import (
     Accepted,
     Failed,
     Full,
-    NotFound,
     Pending,
     Rejected,
     Succeeded,
@@ -74,7 +73,7 @@ async def inject(base: str, kind: str, count: int = 1) -> None:
 # ---- the vendor's SDK -----------------------------------------------------------------
 
 
-async def test_vendor_sdk_submits_and_polls_to_a_png() -> None:
+async def test_vendor_sdk_submits_and_polls_to_a_jpeg() -> None:
     async with emulator(queue_s=0.1) as base:
         visual = sdk(base)
         started = await call(
@@ -97,11 +96,11 @@ async def test_vendor_sdk_submits_and_polls_to_a_png() -> None:
         done = await until(poll, lambda r: r["data"]["status"] == "done")
         [url] = done["data"]["image_urls"]
         async with httpx.AsyncClient() as client:
-            png = (await client.get(url)).content
-        assert png.startswith(b"\x89PNG\r\n\x1a\n")
-        # without return_url: the same PNG as base64
+            jpeg = (await client.get(url)).content
+        assert jpeg.startswith(b"\xff\xd8\xff")  # the documented output format
+        # without return_url: the same image as base64
         plain = await call(visual.cv_sync2async_get_result, {**form, "req_json": "{}"})
-        assert base64.b64decode(plain["data"]["binary_data_base64"][0]) == png
+        assert base64.b64decode(plain["data"]["binary_data_base64"][0]) == jpeg
         unknown = await call(visual.cv_sync2async_get_result, {**form, "task_id": "1"})
         assert unknown["data"]["status"] == "not_found"
 
@@ -202,10 +201,11 @@ async def test_adapter_runs_a_task_through_the_emulator(tmp_path: Any) -> None:
             )
             assert isinstance(done, Succeeded)
             [entry] = done.data["data"]
-            assert entry["fileType"] == "png" and entry["fileUrl"].startswith(base)
+            assert entry["fileType"] == "jpeg" and entry["fileUrl"].startswith(base)
 
             await inject(base, "not_found")
-            assert isinstance(await client.query(adapter, task, APIKEY), NotFound)
+            gone = await client.query(adapter, task, APIKEY)
+            assert isinstance(gone, Failed) and gone.code == "JIMUAI_NOT_FOUND"
             await inject(base, "expired")
             expired = await client.query(adapter, task, APIKEY)
             assert isinstance(expired, Failed) and expired.code == "JIMUAI_EXPIRED"
@@ -232,11 +232,11 @@ async def test_adapter_stores_base64_only_results_and_backs_off_on_limits(tmp_pa
             done = await client.query(adapter, task, APIKEY)
             assert isinstance(done, Succeeded)
             [entry] = done.data["data"]
-            assert entry["fileType"] == "png"
+            assert entry["fileType"] == "jpeg"
             prefix = "http://files.test/files/platforms/jimuai/"
             assert entry["fileUrl"].startswith(prefix) and "t9" not in entry["fileUrl"]
             stored = tmp_path / entry["fileUrl"].removeprefix("http://files.test/files/")
-            assert stored.read_bytes().startswith(b"\x89PNG")
+            assert stored.read_bytes().startswith(b"\xff\xd8\xff")
             again = await client.query(adapter, task, APIKEY)  # asked twice: the same file
             assert isinstance(again, Succeeded) and again.data == done.data
             # An orphan's check only asks whether it ended: nothing is stored for it.

@@ -120,7 +120,11 @@ async def test_status_and_outputs_progress_from_queued_to_success() -> None:
         await until(status, lambda s: s["data"] == "SUCCESS")
         done = await outputs()
         assert done["code"] == 0
-        assert set(done["data"][0]) == {"fileUrl", "fileType", "taskCostTime", "nodeId"}
+        assert set(done["data"][0]) == {
+            *("fileUrl", "fileType", "taskCostTime", "nodeId"),
+            *("consumeCoins", "consumeMoney", "thirdPartyConsumeMoney"),  # as runninghub-sdk reads
+        }
+        assert done["data"][0]["consumeCoins"] == "10" and done["data"][0]["consumeMoney"] is None
 
 
 async def test_failed_task_reports_805_with_failed_reason_everywhere() -> None:

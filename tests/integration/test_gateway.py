@@ -43,7 +43,7 @@ BAD_MESSAGES: list[tuple[str, str]] = [
     ("[1, 2]", "JSONError"),
     ('{"type": "explode"}', "OpcodeError"),
     ('{"type": "generate", "platform": "comfyui", "payload": {}}', "JSONError"),
-    ('{"type": "generate", "taskId": 7, "platform": "comfyui", "payload": {}}', "JSONError"),
+    ('{"type": "generate", "taskId": 7.5, "platform": "comfyui", "payload": {}}', "JSONError"),
     ('{"type": "generate", "taskId": "a", "platform": "comfyui", "payload": "x"}', "JSONError"),
     ('{"type": "generate", "taskId": "a b", "platform": "comfyui", "payload": {}}', "JSONError"),
     (

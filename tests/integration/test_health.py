@@ -15,6 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.bridges import assigner
+from aigcq.bridges.hub import HubConfig
 from aigcq.config import PlatformConfig, Settings
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.health import HealthState
@@ -73,7 +74,9 @@ async def assign(bridge: Bridge) -> str:
     return str(msg["data"]["webhookUrl"])
 
 
-async def test_bridge_loss_degrades_at_once_and_recovery_takes_three_checks(env: Env) -> None:
+async def test_bridge_loss_degrades_at_once_and_a_silent_bridge_takes_three_checks(
+    env: Env,
+) -> None:
     hub = env.service.hub
     assert hub is not None
     bridge = await env.bridge()
@@ -96,13 +99,21 @@ async def test_bridge_loss_degrades_at_once_and_recovery_takes_three_checks(env:
     connection = await env.redis.hgetall("md:state:connection")
     assert connection["status"] == "disconnected" and connection["disconnectedAt"]
 
-    bridge = await env.bridge()
-    await bridge.register("br2", count=2)  # not the bridge that blipped: capacity is new
+    # A bridge that goes silent (no HEARTBEAT for two 0.1 s intervals) is capacity that
+    # failed: back, it waits for the stability period.
+    hub.config = HubConfig(heartbeat_interval_s=0.1, missed_heartbeats=2, ping_interval_s=60)
+    quiet = await env.bridge()
+    await quiet.register("br2", count=2)  # new: usable at once
+    await until(lambda: env.redis.hget("aigcq:bridge:br2", "left"), partial(operator.eq, "silent"))
+    hub.config = HubConfig()
+    back = await env.bridge()
+    await back.register("br2", count=2)
+    await wait_until(lambda: "br2" in hub.registry.bridges)
     assert not hub.healthy and hub.free_slots() == 0  # back, but not stable yet
     await goes_to(env, client, "out-2", "runninghub")
     await until(lambda: health(env), status(HealthState.RECOVERING), within=1.0)
     state = await until(lambda: health(env), status(HealthState.HEALTHY), within=2.0)
-    assert state["recoverCount"] == "1" and state["degradeCount"] == "1"
+    assert state["recoverCount"] == "2" and state["degradeCount"] == "2"
     await goes_to(env, client, "in-2", "bridge")
     await client.close()
 
@@ -319,3 +330,23 @@ async def test_a_task_no_bridge_here_can_run_waits_for_other_processes_then_over
                 await bridge.next(timeout=0.1)
         await there.ws.close()
         await client.close()
+
+
+async def test_each_instance_is_published_under_the_seeds_key(env: Env) -> None:
+    """Seed 000 §8.3's ``md:state:instances[:{instanceId}]`` (60 s TTL), from what a bridge
+    reports of its instances."""
+    bridge = await env.bridge()
+    instances = [
+        {"instanceId": "i0", "url": "http://i0", "state": "busy", "taskId": "t1"},
+        {"instanceId": "i1", "url": "http://i1", "state": "offline"},
+    ]
+    await bridge.register(count=2, instances=instances)
+    one = await until(
+        lambda: env.redis.hgetall("md:state:instances:i0"), lambda h: bool(h), within=3.0
+    )
+    assert (one["bridgeId"], one["status"], one["currentTaskId"]) == ("br1", "busy", "t1")
+    assert one["currentTaskStartTime"] and one["lastUpdated"]
+    assert await env.redis.ttl("md:state:instances:i0") > 0
+    index = await env.redis.hgetall("md:state:instances")
+    assert sorted(index) == ["i0", "i1"]
+    assert '"status":"offline"' in index["i1"]

@@ -42,6 +42,28 @@ async def test_claim_respects_cap_and_counts_are_derived(redis: aioredis.Redis) 
     assert await redis.llen("t:p:comfyui:wait") == 2
 
 
+async def test_claim_of_given_ids_takes_each_still_waiting_and_keeps_the_others_in_order(
+    redis: aioredis.Redis,
+) -> None:
+    """The bridges' lookahead (issue 24, item 3): the ids chosen from the head are claimed
+    in one step; one no longer waiting (claimed elsewhere, cancelled) is skipped; the
+    tasks left keep their order."""
+    store = make_store(redis)
+    for i in range(5):
+        await submit(store, f"t{i}")
+    [taken] = await store.claim("p", "comfyui", "other", cap=-1, n=1, deadline_s=60)
+    assert taken.task_id == "t0"
+    ids = ["t0", "t3", "t1", "nope"]
+    claimed = await store.claim("p", "comfyui", "bridge", cap=-1, n=4, deadline_s=60, ids=ids)
+    assert [(c.task_id, c.attempt) for c in claimed] == [("t3", 1), ("t1", 1)]
+    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["t2", "t4"]
+    capped = await store.claim(
+        "p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60, ids=["t4", "t2"]
+    )
+    assert [c.task_id for c in capped] == ["t4"]
+    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["t2"]
+
+
 async def test_concurrent_claims_never_exceed_cap(redis: aioredis.Redis) -> None:
     store = make_store(redis)
     for i in range(50):
@@ -167,6 +189,22 @@ async def test_delayed_requeue_is_promoted_to_the_head(redis: aioredis.Redis) ->
     assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["a", "b"]
 
 
+async def test_one_delayed_task_is_promoted_before_its_time(redis: aioredis.Redis) -> None:
+    """``promote(taskId)``: a retry that waited for its slot elsewhere goes to the head now,
+    the others keep their back-off; a task not in the delayed set is left alone."""
+    store = make_store(redis)
+    for task_id in ("a", "b", "c"):
+        await submit(store, task_id)
+    claimed = await store.claim("p", "comfyui", "rh", cap=-1, n=2, deadline_s=60)
+    for c in claimed:
+        await store.requeue_for_retry(c.task_id, c.attempt, "test", delay_s=60)
+    assert await store.promote("b")
+    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["b", "c"]
+    assert await redis.zrange("t:delayed", 0, -1) == ["a"]
+    assert not await store.promote("b") and not await store.promote("c")
+    assert await store.promote_delayed() == 0  # a's back-off is not over
+
+
 async def test_cancel_pending_removes_it_from_the_queue(redis: aioredis.Redis) -> None:
     store = make_store(redis)
     await submit(store, "a")
@@ -205,15 +243,15 @@ async def test_a_script_argument_missing_or_unknown_is_refused_before_redis(
 ) -> None:
     store = make_store(redis)
     with pytest.raises(TypeError, match=r"script promote: missing \['limit'\]"):
-        await store._run("promote", now=1.0)
+        await store._run("promote", now=1.0, only="")
     with pytest.raises(TypeError, match=r"unknown \['front'\]"):
-        await store._run("promote", now=1.0, limit=1, front=True)
+        await store._run("promote", now=1.0, limit=1, only="", front=True)
 
 
 async def test_an_acknowledgement_records_its_bridge_in_the_same_step(
     redis: aioredis.Redis,
 ) -> None:
-    """``mark_running(holder=...)``: the bridge's tasks hash and the task's bridgeof key
+    """``mark_running(holder=...)``: the bridge's tasks hash and the task's bridges hash
     are written by the script that marks the task running (one round trip)."""
     store = make_store(redis)
     await submit(store, "a")
@@ -223,22 +261,22 @@ async def test_an_acknowledgement_records_its_bridge_in_the_same_step(
         "a", a.attempt, "a", deadline_s=60, kind="callback", holder="br1", holder_ttl_s=120
     )
     assert await redis.hgetall("t:bridge:br1:tasks") == {"a": str(a.attempt)}
-    assert await redis.get("t:bridgeof:a") == "br1"
+    assert await redis.hgetall("t:bridgesof:a") == {"br1": str(a.attempt)}
     assert 0 < await redis.ttl("t:bridge:br1:tasks") <= 120
-    assert 0 < await redis.ttl("t:bridgeof:a") <= 120
+    assert 0 < await redis.ttl("t:bridgesof:a") <= 120
     # a task that moved on is not recorded as held
     assert await store.requeue_unrun("b", b.attempt, "test")
     assert not await store.mark_running(
         "b", b.attempt, "b", deadline_s=60, kind="callback", holder="br1", holder_ttl_s=120
     )
     assert await redis.hgetall("t:bridge:br1:tasks") == {"a": str(a.attempt)}
-    assert await redis.get("t:bridgeof:b") is None
+    assert not await redis.exists("t:bridgesof:b")
     # without a holder nothing is recorded
     await submit(store, "c")
     claimed = await store.claim("p", "comfyui", "bridge", cap=-1, n=2, deadline_s=60)
     assert [x.task_id for x in claimed] == ["b", "c"]  # b went back to the head
     assert await store.mark_running("c", claimed[1].attempt, "c", deadline_s=60, kind="callback")
-    assert await redis.get("t:bridgeof:c") is None
+    assert not await redis.exists("t:bridgesof:c")
 
 
 async def test_an_unsent_task_goes_back_only_while_nothing_may_be_out(
@@ -284,3 +322,32 @@ async def test_an_acceptance_for_a_task_long_gone_leaves_no_orphan(redis: aiored
     marked = await store.mark_running("gone", 1, "r1", deadline_s=60, kind="callback", where=where)
     assert not marked.running and not marked.orphaned
     assert await redis.zcard("t:orphans:p:runninghub") == 0
+
+
+async def test_failed_and_cancelled_ends_are_listed_for_replays_while_retained(
+    redis: aioredis.Redis,
+) -> None:
+    store = make_store(redis)  # retention 60 s
+    for task_id in ("f", "c", "s"):
+        await submit(store, task_id)
+    await store.finish("f", TaskState.FAILED, error={"code": "x"})
+    await store.finish("c", TaskState.CANCELLED)
+    await store.finish("s", TaskState.SUCCESS, result={"ok": 1})
+    assert set(await redis.zrange("t:replayable", 0, -1)) == {"f", "c"}
+    await redis.zadd("t:replayable", {"old": 1.0})  # ended long before the retention
+    assert (await store.retry("f")).applied
+    await submit(store, "later")
+    await store.finish("later", TaskState.FAILED, error={"code": "x"})
+    assert set(await redis.zrange("t:replayable", 0, -1)) == {"c", "later"}
+
+
+async def test_a_requeue_an_operators_pause_made_gives_its_attempt_back_always(
+    redis: aioredis.Redis,
+) -> None:
+    store = make_store(redis)
+    store.free_requeues = 1
+    await submit(store, "a")
+    for _ in range(3):
+        [c] = await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60)
+        assert c.charged == 1
+        assert await store.requeue_unrun("a", c.attempt, "its account is paused", held=True)

@@ -57,7 +57,9 @@ async def test_runninghub_sdk_runs_a_task_through_the_dispatcher(md: Md) -> None
 
 
 async def test_runninghub_sdk_against_the_runninghub_emulator() -> None:
-    config = RunningHubEmulatorConfig(duration_s=0.1, api_keys={"sdk-key"})
+    config = RunningHubEmulatorConfig(
+        duration_s=0.1, api_keys={"sdk-key"}, consume_coins=12, consume_money=0.35
+    )
     async with serve_app(create_app(config)) as base:
         client = runninghub_sdk.RunningHubClient(api_key="sdk-key", base_url=base, timeout=10)
         try:
@@ -69,6 +71,10 @@ async def test_runninghub_sdk_against_the_runninghub_emulator() -> None:
                 client.wait_for_completion, created.task_id, poll_interval=0.1, timeout=10
             )
             assert outputs and outputs[0].file_url
+            # what the task consumed, as the SDK reads it (issue 28 item 2)
+            [output] = await asyncio.to_thread(client.get_outputs, created.task_id)
+            assert (output.consume_coins, output.consume_money) == ("12", "0.35")
+            assert output.third_party_consume_money is None and output.task_cost_time == "0"
         finally:
             client.close()
 

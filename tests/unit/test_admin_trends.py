@@ -1,11 +1,11 @@
-"""The dashboard's latency figures: nearest-rank percentiles."""
+"""The dashboard's figures: nearest-rank latency percentiles; finished tasks summed per bucket."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aigcq.serve.admin_trends import percentile
+from aigcq.serve.admin_trends import Split, percentile
 
 
 def test_nearest_rank() -> None:
@@ -20,3 +20,16 @@ def test_a_percentile_is_one_of_the_values_and_monotone(values: list[float], sha
     p = percentile(ordered, share)
     assert p is not None and ordered[0] - 1e-3 <= p <= ordered[-1] + 1e-3
     assert p <= (percentile(ordered, 1.0) or 0) + 1e-3
+
+
+def test_the_split_sums_each_bucket_and_keeps_the_last_ones() -> None:
+    """A count a second zigzags between 0 and 1; per 10 s bucket it reads as a rate."""
+    split = Split(bucket_s=10, buckets=2)
+    for second in range(100, 125):  # a task every other second, internal; one external
+        split.add(second + 0.5, second % 2, int(second == 111))
+    view = split.view()
+    assert view["bucketS"] == 10 and view["totals"] == {"internal": 12, "external": 1}
+    assert view["history"] == [  # 100-109 fell off; 120-124 is the bucket still filling
+        {"t": 110, "internal": 5, "external": 1},
+        {"t": 120, "internal": 2, "external": 0},
+    ]

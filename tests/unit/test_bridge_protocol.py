@@ -133,7 +133,7 @@ def test_our_supersets() -> None:
             "data.instanceCount",
         ),
         (
-            '{"type": "REGISTER", "data": {"bridgeId": "b", "instanceCount": "8",'
+            '{"type": "REGISTER", "data": {"bridgeId": "b", "instanceCount": "8.0",'
             ' "availableInstanceCount": 1}}',
             "InvalidMessage",
             "data.instanceCount",
@@ -158,6 +158,70 @@ def test_bad_input_names_the_problem(raw: str | bytes, code: str, mentions: str)
     assert mentions in info.value.msg
     error = json.loads(encode(info.value.to_message()))
     assert error == {"type": "ERROR", "data": {"code": code, "msg": info.value.msg}}
+
+
+# ---- what a Node.js bridge sends (issue 30 item 4) ---------------------------------------
+
+
+def test_counts_sent_as_digit_strings_are_read_as_numbers() -> None:
+    """A Node.js bridge may send its counts as text; the seed's service coerced them."""
+    beat = parse_bridge_message(
+        '{"type": "HEARTBEAT", "data": {"instanceCount": "8", "availableInstanceCount": "5",'
+        ' "busyInstanceCount": "3", "timestamp": "2024-01-01T00:00:00.000Z"}}'
+    )
+    assert isinstance(beat, HeartbeatMessage)
+    assert (beat.data.instance_count, beat.data.available_instance_count) == (8, 5)
+    assert beat.data.busy_instance_count == 3
+    assert json.loads(encode(beat))["data"]["instanceCount"] == 8  # sent on as a number
+    register = parse_bridge_message(
+        '{"type": "REGISTER", "data": {"bridgeId": "b", "instanceCount": "2",'
+        ' "availableInstanceCount": "0"}}'
+    )
+    assert isinstance(register, RegisterMessage)
+    assert (register.data.instance_count, register.data.available_instance_count) == (2, 0)
+    refusal = parse_bridge_message(
+        '{"type": "TASK_ACK", "data": {"code": 421, "msg": "busy", "instanceCount": "2",'
+        ' "availableInstanceCount": "0", "data": {"taskId": "t"}}}'
+    )
+    assert isinstance(refusal, TaskAckMessage) and refusal.data.has_counts
+
+
+def test_numeric_task_ids_are_read_as_their_decimal_text() -> None:
+    """Every digit is kept: JavaScript would have rounded this one (beyond 2**53)."""
+    ack = parse_bridge_message(
+        '{"type": "TASK_ACK", "data": {"code": 0, "msg": "success",'
+        ' "data": {"taskId": 1910246754753896450, "taskStatus": "RUNNING"}}}'
+    )
+    assert isinstance(ack, TaskAckMessage) and ack.data.data.task_id == "1910246754753896450"
+    progress = parse_bridge_message(
+        '{"type": "TASK_PROGRESS", "data": {"taskId": 42, "value": 1, "max": 2}}'
+    )
+    assert isinstance(progress, TaskProgressMessage) and progress.data.task_id == "42"
+    beat = parse_bridge_message(
+        '{"type": "HEARTBEAT", "data": {"instanceCount": 1, "availableInstanceCount": 0,'
+        ' "instances": [{"instanceId": "i", "url": "u", "state": "busy", "taskId": 7}]}}'
+    )
+    assert isinstance(beat, HeartbeatMessage) and beat.data.instances is not None
+    assert beat.data.instances[0].task_id == "7"
+
+
+@pytest.mark.parametrize("count", ['"8.0"', '"-1"', '" 8"', '""', '"eight"', '"８"', "true"])
+def test_a_count_in_any_other_form_is_refused_naming_the_field(count: str) -> None:
+    data = f'{{"instanceCount": {count}, "availableInstanceCount": 0}}'
+    raw = f'{{"type": "HEARTBEAT", "data": {data}}}'
+    with pytest.raises(ProtocolError) as info:
+        parse_bridge_message(raw)
+    assert info.value.code == "InvalidMessage"
+    assert info.value.msg.startswith("HEARTBEAT data.instanceCount: ")
+
+
+@pytest.mark.parametrize("task_id", ["1.5", "true", "null", "[1]"])
+def test_a_task_id_that_is_no_string_or_integer_is_refused(task_id: str) -> None:
+    data = f'{{"code": 0, "msg": "ok", "data": {{"taskId": {task_id}}}}}'
+    raw = f'{{"type": "TASK_ACK", "data": {data}}}'
+    with pytest.raises(ProtocolError) as info:
+        parse_bridge_message(raw)
+    assert info.value.code == "InvalidMessage" and "data.data.taskId" in info.value.msg
 
 
 def test_sender_restricts_types() -> None:

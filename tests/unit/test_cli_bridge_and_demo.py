@@ -1,10 +1,12 @@
 """The bridge token need not be on the command line (where `ps` shows it); the demo's helpers
-listen where they are told."""
+listen where they are told; the demo's banner links the dashboard and names the secrets file."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+from rich.console import Console
 from typer.testing import CliRunner
 
 from aigcq.cli.app import app, read_token_file
@@ -43,3 +45,20 @@ def test_the_demo_helpers_take_the_ports_they_are_given(tmp_path: Path) -> None:
     assert demo.runninghub == "http://127.0.0.1:19101"
     assert demo.comfyui == ["http://127.0.0.1:19188", "http://127.0.0.1:19189"]
     assert demo.bridge_port == 19190
+
+
+def test_the_demo_banner_links_the_dashboard_and_names_the_secrets_file(tmp_path: Path) -> None:
+    """The link the dashboard's own hint sends a newcomer to (issue 29 item 4)."""
+    from aigcq.cli.demo import Demo, DemoOptions
+    from aigcq.config import Settings
+    from aigcq.serve.launch import ensure_secrets
+
+    settings = Settings(data_dir=tmp_path, ws_port=18087)
+    ensure_secrets(settings)  # as the demo does: generated into <data dir>/secrets.json
+    out = io.StringIO()
+    Demo.plan(settings, DemoOptions()).banner(Console(file=out, width=300), "client-token")
+    banner = out.getvalue()
+    link = f"http://127.0.0.1:18087/dashboard#token={settings.admin_token}"
+    assert f"  dashboard   {link}\n" in banner, banner
+    secrets = tmp_path.resolve() / "secrets.json"
+    assert f"  secrets     {secrets} (token secret, admin and bridge tokens)\n" in banner, banner

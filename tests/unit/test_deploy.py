@@ -62,7 +62,9 @@ def test_compose_has_no_default_passwords() -> None:
             if re.search("PASSWORD|SECRET|TOKEN", key):
                 assert str(value).startswith("${") and ":?" in str(value), key
     example = (DEPLOY / "aigcq.env.example").read_text()
-    for secret in ("REDIS_PASSWORD", "POSTGRES_PASSWORD", "AIGCQ_TOKEN_SECRET", "MD_PASSWORD"):
+    secrets = ("REDIS_PASSWORD", "POSTGRES_PASSWORD", "AIGCQ_TOKEN_SECRET", "MD_PASSWORD",
+               "AIGCQ_ASYNCH_ADMIN_TOKEN")  # fmt: skip
+    for secret in secrets:
         assert re.search(rf"^{secret}=$", example, re.M), f"{secret} must be empty"
 
 

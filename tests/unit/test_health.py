@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from aigcq.bridges.health_monitor import check_bridges
+from aigcq.bridges.known import CLOSED, SILENT, Standing
 from aigcq.bridges.registry import BridgeConn
 from aigcq.bridges.slots import SlotLedger
 from aigcq.health import Health, HealthState
@@ -55,6 +58,45 @@ def test_the_first_pass_ever_is_healthy_at_once() -> None:
     assert h.observe(PASS) is HealthState.HEALTHY  # nothing had failed that could flap
     assert h.observe(FAIL) is HealthState.DEGRADED
     assert h.observe(PASS) is HealthState.RECOVERING  # from now on: the stability period
+
+
+def test_a_fresh_pass_restores_health_at_once_whatever_the_failure() -> None:
+    """A bridge in good standing registered: its capacity has not failed (issue 24.6)."""
+    for failure in (FAIL, "no heartbeat within 60 s", "every bridge is out of rotation"):
+        h = proven()
+        h.observe(failure)
+        assert h.observe(PASS, fresh=True) is HealthState.HEALTHY
+        assert (h.degrades, h.recovers, h.passes) == (1, 1, 0)
+
+
+def test_a_fresh_failure_is_still_a_failure() -> None:
+    h = proven()
+    assert h.observe(FAIL, fresh=True) is HealthState.DEGRADED
+
+
+def test_a_pass_that_is_not_fresh_waits_for_the_stability_period() -> None:
+    h = proven()
+    h.observe(FAIL)
+    assert h.observe(PASS) is HealthState.RECOVERING
+    assert h.observe(PASS, fresh=True) is HealthState.HEALTHY  # then a new bridge came
+
+
+def test_a_bridges_standing_from_its_shared_record() -> None:
+    assert Standing.of({}) == Standing() and Standing().fresh  # never seen: new
+    closed = Standing.of({"online": "0", "left": CLOSED, "leftAt": "12.5", "process": "p1"})
+    assert closed.known and closed.fresh and closed.left_at == 12.5 and not closed.online
+    assert closed.describe("p2") == "known, moved here"
+    assert closed.describe("p1") == "known, back"
+    silent = Standing.of({"online": "0", "left": SILENT, "leftAt": "12.5"})
+    assert not silent.fresh and silent.describe("p1") == "known, back after going silent"
+    out = Standing.of({"online": "1", "quarantinedAt": "99.25", "failures": "3"})
+    assert not out.fresh and (out.quarantined_at, out.failures) == (99.25, 3)
+    since = Standing.of({"quarantinedAt": str(time.time() - 30)}).out_since()
+    assert since is not None and 29 < time.monotonic() - since < 31  # the cool-down goes on
+    assert closed.out_since() is None
+    # what an older version wrote (no standing fields), or garbage: nothing failed
+    old = Standing.of({"online": "1", "inRotation": "1", "quarantinedAt": "", "leftAt": "x"})
+    assert old.fresh and old.online and old.left_at is None and old.quarantined_at is None
 
 
 @given(st.lists(st.booleans(), max_size=60), st.integers(1, 5))

@@ -75,13 +75,14 @@ def test_argv_is_in_declared_order_with_flags_as_numbers() -> None:
 
 def test_a_missing_or_unknown_name_is_refused_at_call_time() -> None:
     script = scripts.load("release_orphan")
-    assert script.argv("p", {"remote_id": "r"}) == ["p", "r"]
-    with pytest.raises(TypeError, match=r"missing \['remote_id'\]"):
+    given = {"remote_id": "r", "result_json": "", "now": 1}
+    assert script.argv("p", given) == ["p", "r", "", 1]
+    with pytest.raises(TypeError, match=r"missing \['remote_id', 'result_json', 'now'\]"):
         script.argv("p", {})
     with pytest.raises(TypeError, match=r"unknown \['extra'\]"):
-        script.argv("p", {"remote_id": "r", "extra": 1})
+        script.argv("p", {**given, "extra": 1})
     with pytest.raises(TypeError, match=r"missing \['remote_id'\], unknown \['remote'\]"):
-        script.argv("p", {"remote": "r"})
+        script.argv("p", {"remote": "r", "result_json": "", "now": 1})
 
 
 def test_a_declaration_reads_kinds_moves_and_the_reason_for_none() -> None:

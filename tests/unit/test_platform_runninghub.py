@@ -10,6 +10,7 @@ import pytest
 from aigcq.domain import Task
 from aigcq.platforms.base import (
     Accepted,
+    Cost,
     Failed,
     Full,
     NotFound,
@@ -146,7 +147,8 @@ def test_parse_result_decodes_the_json_string_event_data(rh: RunningHubAdapter) 
             "code": 0,
             "msg": "success",
             "data": [{**OUTPUT, "taskCostTime": 12}],
-        }
+        },
+        cost=Cost(seconds=12),
     )
 
 

@@ -25,11 +25,13 @@ def test_every_move_is_in_the_table() -> None:
     assert set(TRANSITIONS) == set(Move)
 
 
-def test_an_operator_retry_is_the_only_way_out_of_a_terminal_state() -> None:
+def test_an_operators_retry_or_replay_is_the_only_way_out_of_a_terminal_state() -> None:
     for state in TERMINAL_STATES:
         leaving = {m for m, (src, _) in TRANSITIONS.items() if state in src}
-        assert leaving <= {Move.RETRY}
+        assert leaving <= {Move.RETRY, Move.REPLAY_RESULT}
     assert allowed_from(Move.RETRY, TaskState.PENDING) == "cancelled,failed"
+    assert allowed_from(Move.REPLAY_RESULT, TaskState.SUCCESS) == "cancelled,failed"
+    assert not can_transition(TaskState.SUCCESS, TaskState.PENDING)
 
 
 def test_requeue_cannot_revive_a_finished_task() -> None:
@@ -94,7 +96,7 @@ def test_a_script_with_no_move_says_why() -> None:
     for name in SCRIPTS:
         script = scripts.load(name)
         assert bool(script.moves) != bool(script.no_move), name
-    assert [n for n in SCRIPTS if not scripts.load(n).moves] == ["release_orphan"]
+    assert [n for n in SCRIPTS if not scripts.load(n).moves] == ["release_orphan", "charge"]
 
 
 def _code(name: str) -> str:
@@ -127,4 +129,6 @@ def test_the_generated_from_and_to_are_the_tables() -> None:
     assert "requeue_handed_back = 'running'" in source
     assert "local TO = {requeue_unrun = 'pending'," in source
     # a move to several states (finish) has no TO: the caller names the state
-    assert "local TO = {withdraw = 'cancelled'}" in scripts.load("finish").source
+    assert "local TO = {withdraw = 'cancelled', replay_result = 'success'}" in (
+        scripts.load("finish").source
+    )

@@ -42,6 +42,7 @@ from aigcq.bridges.protocol import (
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner
 from aigcq.plumbing.cancel import cancel_and_wait
+from aigcq.plumbing.connection_limits import bounded_config
 
 log = logging.getLogger(__name__)
 
@@ -231,8 +232,8 @@ class Bridge:
 
     async def _start_web(self) -> None:
         s = self.settings
-        config = uvicorn.Config(
-            create_web_app(self), host=s.host, port=s.http_port, log_config=None, lifespan="off"
+        config = bounded_config(
+            create_web_app(self), s, host=s.host, port=s.http_port, log_config=None, lifespan="off"
         )
         self._server = uvicorn.Server(config)
         task = asyncio.create_task(self._server.serve(), name="bridge-web")

@@ -76,6 +76,7 @@ class RunningTask:
     job: asyncio.Task[Any] | None = None  # the handler running it
     cancelled: bool = False  # by the hub (TASK_CANCEL): no TASK_END
     sending: bool = False  # its POST /prompt is out: ComfyUI may queue it yet
+    let_go: bool = False  # its instance is free again (its files may still be fetched)
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,7 @@ class ComfyInstance:
             device=self.device.name if self.device else None,
             vram_total=max(self.device.vram_total, 0) if self.device else None,
             vram_free=max(self.device.vram_free, 0) if self.device else None,
+            slots=self.slots,
         )
 
     def can_run(self, needs: Needs | None) -> bool:
@@ -327,11 +328,13 @@ class InstancePool:
         exclude: frozenset[str] = frozenset(),
         needs: Needs | None = None,
         affinity: bool = True,
+        wanted: str | None = None,
     ) -> ComfyInstance | None:
         """Reserve a slot on a healthy instance that can run ``needs``, or None if all such
-        are full. With ``affinity``, one whose loaded models are the ones needed first (no
-        model load), else one whose models are loaded on most other instances; then the
-        least busy."""
+        are full: ``wanted`` (the instance aigcq counted the task on) if it is one; else,
+        with ``affinity``, one whose loaded models are the ones needed first (no model
+        load), else one whose models are loaded on most other instances; then the least
+        busy."""
         free = [
             i
             for i in self.instances
@@ -339,6 +342,9 @@ class InstancePool:
         ]
         if not free:
             return None
+        named = [i for i in free if i.instance_id == wanted]
+        if named:
+            return self._take(named[0], task_id, needs)
         models = needs.models if needs and affinity else frozenset()
         copies = Counter(i.loaded for i in self.instances) if models else Counter()
 
@@ -349,11 +355,14 @@ class InstancePool:
             warm = bool(models) and models <= i.loaded
             return (not warm, spare if models else 0, len(i.running), i.external_load)
 
-        best = min(free, key=rank)
-        best.running.add(task_id)
+        return self._take(min(free, key=rank), task_id, needs)
+
+    @staticmethod
+    def _take(instance: ComfyInstance, task_id: str, needs: Needs | None) -> ComfyInstance:
+        instance.running.add(task_id)
         if needs is not None and needs.models:
-            best.loaded = needs.models
-        return best
+            instance.loaded = needs.models
+        return instance
 
     def lacks(self, needs: Needs) -> str:
         """What no instance here offers (``""``: some instance can run ``needs``)."""

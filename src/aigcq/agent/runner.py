@@ -235,7 +235,9 @@ class TaskRunner:
             result = TaskEndResult.failed("task", "NoCapableInstance", message)
             self._finish(task_id, result)
             return
-        instance = self.pool.acquire(task_id, needs=needs, affinity=self.settings.affinity)
+        instance = self.pool.acquire(
+            task_id, needs=needs, affinity=self.settings.affinity, wanted=assign.instance_id
+        )
         if instance is None:
             await self._answer(task_id, ACK_NO_CAPACITY, "no free ComfyUI instance")
             return
@@ -259,11 +261,17 @@ class TaskRunner:
             return  # the hub no longer wants it: no TASK_END
         finally:
             self.running.pop(task.task_id, None)
-            self.pool.release(task.instance, task.task_id)
-            self.on_free()
+            self._let_go(task)
         if task.cancelled:
             return  # it ended while being stopped: the hub no longer wants it
         self._finish(task.task_id, result)
+
+    def _let_go(self, task: RunningTask) -> None:
+        """``task``'s instance is free: aigcq is told (CAPACITY), once."""
+        if not task.let_go:
+            task.let_go = True
+            self.pool.release(task.instance, task.task_id)
+            self.on_free()
 
     async def _send(self, task: RunningTask, workflow: Workflow) -> None:
         """``POST /prompt``, unless the hub cancelled the task; a TASK_CANCEL that came while
@@ -376,6 +384,7 @@ class TaskRunner:
     ) -> TaskEndResult:
         try:
             entry = await run
+            self._let_go(task)  # ComfyUI is done with it: its files come while it runs another
             files = await self.follow.collect(task, entry)
         except TaskFailed as e:
             return e.result

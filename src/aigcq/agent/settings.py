@@ -6,11 +6,15 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from aigcq.plumbing.connection_limits import HttpLimits
 
 
-class BridgeSettings(BaseSettings):
-    """Every field reads ``AIGCQ_BRIDGE_<NAME>`` (e.g. ``AIGCQ_BRIDGE_SERVER``)."""
+class BridgeSettings(HttpLimits):
+    """Every field reads ``AIGCQ_BRIDGE_<NAME>`` (e.g. ``AIGCQ_BRIDGE_SERVER``), except the
+    bounds of its admin page's server, which read the same names as aigcq's
+    (:class:`HttpLimits`)."""
 
     model_config = SettingsConfigDict(
         env_prefix="AIGCQ_BRIDGE_", env_file=".env", extra="ignore", case_sensitive=False

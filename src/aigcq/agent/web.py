@@ -60,6 +60,11 @@ placeholder="bridge token"> <button>Change server</button></form>
 
 #: ``{"url": ..., "token": ...}`` (JSON or form): a small body
 SERVER_BODY_LIMIT = 16 << 10
+#: the admin page's refusal names what to send (issue 30 item 5)
+TOKEN_REQUIRED = (
+    "bridge token required: this bridge's token (AIGCQ_BRIDGE_TOKEN, --token or --token-file "
+    "of `aigcq bridge`) as Authorization: Bearer or the form's token field"
+)
 
 
 async def _server_request(request: Request) -> tuple[str, str, bool]:
@@ -115,10 +120,10 @@ def create_web_app(bridge: BridgeControl) -> FastAPI:
     @app.post("/api/server")
     async def set_server(request: Request) -> Response:
         if _bearer(request) and not _authorized(request, "", bridge.token):
-            raise HTTPException(401, "bridge token required")  # before reading the body
+            raise HTTPException(401, TOKEN_REQUIRED)  # before reading the body
         url, token, is_form = await _server_request(request)
         if not _authorized(request, token, bridge.token):
-            raise HTTPException(401, "bridge token required")
+            raise HTTPException(401, TOKEN_REQUIRED)
         if urlsplit(url).scheme not in ("ws", "wss") or not urlsplit(url).netloc:
             raise HTTPException(400, "url must be ws://host:port/path or wss://…")
         await bridge.set_server(url)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated
+
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from aigcq.asynch.autotune import auto_tune
@@ -19,6 +22,27 @@ from aigcq.asynch.schemas import (
 )
 
 MAX_PAGE = 1_000_000
+DEFAULT_PAGE_SIZE = 20
+
+
+@dataclass(frozen=True)
+class Page:
+    offset: int
+    limit: int
+
+
+def paging(
+    page: int = Query(1, ge=0, le=MAX_PAGE),
+    page_size: int = Query(DEFAULT_PAGE_SIZE, ge=0, le=500, alias="pageSize"),
+) -> Page:
+    """``page`` / ``pageSize``; 0 (a Go int left unset) means the default, 1 and 20."""
+    page, size = page or 1, page_size or DEFAULT_PAGE_SIZE
+    return Page((page - 1) * size, size)
+
+
+Paging = Annotated[Page, Depends(paging)]
+
+
 # Every /model route is management: the admin token when one is set.
 router = APIRouter(prefix="/model", dependencies=[Depends(require_admin)])
 
@@ -58,12 +82,9 @@ async def get_model(
 
 @router.get("/listModel")
 async def list_models(
-    request: Request,
-    enabled: int | None = Query(None, ge=0, le=1),
-    page: int = Query(1, ge=1, le=MAX_PAGE),
-    page_size: int = Query(20, ge=1, le=500, alias="pageSize"),
+    request: Request, page: Paging, enabled: int | None = Query(None, ge=0, le=1)
 ) -> Response:
-    rows = await service(request).models.list_models(enabled, (page - 1) * page_size, page_size)
+    rows = await service(request).models.list_models(enabled, page.offset, page.limit)
     return reply([camel(r) for r in rows])
 
 
@@ -94,12 +115,8 @@ async def get_model_type(
 
 
 @router.get("/type/listModelType")
-async def list_model_types(
-    request: Request,
-    page: int = Query(1, ge=1, le=MAX_PAGE),
-    page_size: int = Query(20, ge=1, le=500, alias="pageSize"),
-) -> Response:
-    rows = await service(request).types.list_types((page - 1) * page_size, page_size)
+async def list_model_types(request: Request, page: Paging) -> Response:
+    rows = await service(request).types.list_types(page.offset, page.limit)
     return reply([camel(r) for r in rows])
 
 

@@ -38,12 +38,13 @@ async def get_task_result(
 
 @router.post("/getTaskBatch")
 async def get_task_batch(request: Request) -> Response:
-    """Rows of the known ids (successful ones move 2 → 4) plus the ids that do not exist."""
+    """``data``: the rows of the known ids in the order asked (successful ones move 2 → 4),
+    as the seed's list; the ids that do not exist beside it, in ``not_found``."""
     body = await parse_body(request, TaskBatch)
-    rows = await service(request).tasks.batch(body.task_ids)
-    found = {r["task_id"] for r in rows}
-    missing = [t for t in dict.fromkeys(body.task_ids) if t not in found]
-    return reply({"tasks": rows, "not_found": missing})
+    asked = list(dict.fromkeys(body.task_ids))
+    by_id = {r["task_id"]: r for r in await service(request).tasks.batch(asked)}
+    rows = [by_id[t] for t in asked if t in by_id]
+    return reply(rows, not_found=[t for t in asked if t not in by_id])
 
 
 @router.post("/runWork", dependencies=[Depends(require_admin)])

@@ -6,7 +6,9 @@ aigcq reads, which are set only where the environment does not set them already:
 
 * ``asynch.<section>.<key>`` → ``AIGCQ_ASYNCH_<SECTION>_<KEY>`` (camelCase to snake case:
   ``asynch.worker.intervalSeconds`` → ``AIGCQ_ASYNCH_WORKER_INTERVAL_SECONDS``);
-* ``server.address`` (``":8091"`` or ``"0.0.0.0:8091"``) → ``AIGCQ_ASYNCH_HOST`` / ``_PORT``;
+* ``server.address`` → ``AIGCQ_ASYNCH_HOST`` / ``_PORT``, with Go's meaning: ``":8091"`` (no
+  host) listens on every interface (``0.0.0.0``), ``"[::]:8091"`` on every IPv6 one (``::``),
+  ``"127.0.0.1:8091"`` on that address only;
 * ``database.default`` — a GoFrame ``link`` (``pgsql:user:pass@tcp(host:port)/db``), or
   ``host`` / ``port`` / ``user`` / ``pass`` / ``name`` — → ``AIGCQ_DATABASE_URL``;
 * ``redis.default`` — ``address`` / ``db`` / ``pass`` — → ``AIGCQ_REDIS_URL``.
@@ -28,6 +30,8 @@ import yaml  # type: ignore[import-untyped,unused-ignore]  # PyYAML comes with u
 
 log = logging.getLogger(__name__)
 
+#: Where Go's ``net.Listen("tcp", ":port")`` listens: every interface.
+ALL_INTERFACES = "0.0.0.0"
 CANDIDATES = ("config.yml", "config/config.yml", "manifest/config/config.yaml")
 _LINK = re.compile(
     r"^(?:pgsql|postgres|postgresql):(?P<user>[^:@]*)(?::(?P<password>.*))?"
@@ -85,6 +89,16 @@ def redis_url(node: Mapping[str, Any]) -> str | None:
     return f"redis://{auth}{address.split(',')[0]}/{int(node.get('db') or 0)}"
 
 
+def listen_address(address: str) -> dict[str, str]:
+    """``AIGCQ_ASYNCH_HOST`` / ``_PORT`` for a Go listen address (``host:port``, ``:port``)."""
+    host, _, port = address.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    out = {"AIGCQ_ASYNCH_HOST": host or ALL_INTERFACES}
+    if port:
+        out["AIGCQ_ASYNCH_PORT"] = port
+    return out
+
+
 def environment(config: Mapping[str, Any]) -> dict[str, str]:
     """The environment variables ``config`` (a parsed config.yml) stands for."""
     out: dict[str, str] = {}
@@ -94,11 +108,7 @@ def environment(config: Mapping[str, Any]) -> dict[str, str]:
     server = config.get("server")
     address = str(server.get("address") or "") if isinstance(server, Mapping) else ""
     if address:
-        host, _, port = address.rpartition(":")
-        if host:
-            out["AIGCQ_ASYNCH_HOST"] = host
-        if port:
-            out["AIGCQ_ASYNCH_PORT"] = port
+        out.update(listen_address(address))
     database = config.get("database")
     if isinstance(database, Mapping) and (url := database_url(_first(database.get("default")))):
         out["AIGCQ_DATABASE_URL"] = url

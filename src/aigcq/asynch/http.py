@@ -23,8 +23,9 @@ def service(request: Request) -> AsynchProcess:
     return svc
 
 
-def reply(data: Any = None) -> Response:
-    return Response(orjson.dumps(ok(data)), media_type="application/json")
+def reply(data: Any = None, **beside: Any) -> Response:
+    """A success: ``data`` in the envelope, with ``beside`` as further top-level fields."""
+    return Response(orjson.dumps(ok(data) | beside), media_type="application/json")
 
 
 def error_response(exc: AsynchError) -> Response:
@@ -89,15 +90,30 @@ def nul_path(value: Any, where: str = "") -> str | None:
     return None
 
 
+#: what a refused caller must configure (issue 30 item 5)
+ADMIN_TOKEN_REQUIRED = (
+    "this route needs the admin token: send AIGCQ_ASYNCH_ADMIN_TOKEN as Authorization: Bearer "
+    "or X-Admin-Token (`aigcq asynch` generates one at its first start and keeps it as "
+    "asynch_admin_token in AIGCQ_DATA_DIR/secrets.json); AIGCQ_ASYNCH_ADMIN_OPEN=true opens "
+    "these routes"
+)
+NO_ADMIN_TOKEN = (
+    "no admin token is configured for the management routes: set AIGCQ_ASYNCH_ADMIN_TOKEN, "
+    "or AIGCQ_ASYNCH_ADMIN_OPEN=true to open them"
+)
+
+
 def require_admin(request: Request) -> None:
     """The management routes' check: the admin token (``AIGCQ_ASYNCH_ADMIN_TOKEN``) as a
-    Bearer token or ``X-Admin-Token``; open when no token is configured."""
-    expected = service(request).settings.admin_token
-    if not expected:
+    Bearer token or ``X-Admin-Token``, unless ``AIGCQ_ASYNCH_ADMIN_OPEN`` opens them."""
+    settings = service(request).settings
+    if settings.admin_open:
         return
+    if not settings.admin_token:
+        raise AsynchError(Code.UNAUTHORIZED, NO_ADMIN_TOKEN)
     given = request.headers.get("x-admin-token") or bearer(request.headers.get("authorization"))
-    if not given or not hmac.compare_digest(given.encode(), expected.encode()):
-        raise AsynchError(Code.UNAUTHORIZED, "this route needs the admin token")
+    if not given or not hmac.compare_digest(given.encode(), settings.admin_token.encode()):
+        raise AsynchError(Code.UNAUTHORIZED, ADMIN_TOKEN_REQUIRED)
 
 
 def invalid(errors: Any) -> AsynchError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, fields
 from typing import Any
@@ -13,6 +14,8 @@ from psycopg import sql
 from aigcq.asynch.db import Pool, Row
 from aigcq.asynch.errors import AsynchError, Code
 from aigcq.asynch.states import LIVE
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class ModelRepo:
         self._cache: dict[str, tuple[float, ModelConfig]] = {}
 
     async def create(self, name: str, cols: Row) -> Row:
-        await self._check_types(cols.get("models_type", ""))
+        await self._note_unknown_types(name, cols.get("models_type", ""))
         cols = {"model_name": name, **cols}
         query = sql.SQL("INSERT INTO asynch_models ({}) VALUES ({}) RETURNING *").format(
             sql.SQL(", ").join(map(sql.Identifier, cols)),
@@ -68,7 +71,7 @@ class ModelRepo:
         return row
 
     async def update(self, name: str, cols: Row) -> Row:
-        await self._check_types(cols.get("models_type", ""))
+        await self._note_unknown_types(name, cols.get("models_type", ""))
         assignments: list[sql.Composable] = [
             sql.SQL("{} = %s").format(sql.Identifier(c)) for c in cols
         ]
@@ -128,8 +131,10 @@ class ModelRepo:
         self._cache[name] = (time.monotonic() + self.cache_seconds, config)
         return config
 
-    async def _check_types(self, models_type: str) -> None:
-        """``MODEL_TYPE_NOT_FOUND`` when ``models_type`` lists an id the types table lacks."""
+    async def _note_unknown_types(self, name: str, models_type: str) -> None:
+        """Log the ids of ``models_type`` the types table lacks. They are kept, as the Go
+        service keeps them (seed 003 creates its model with ``"1,2,3"`` first): a type
+        created later applies from then on."""
         ids = sorted({int(i) for i in models_type.split(",") if i.strip().isdigit()})
         if not ids:
             return
@@ -140,9 +145,11 @@ class ModelRepo:
             known = {r["type_id"] for r in await cur.fetchall()}
         missing = [i for i in ids if i not in known]
         if missing:
-            listed = ", ".join(map(str, missing))
-            raise AsynchError(
-                Code.MODEL_TYPE_NOT_FOUND, f"modelsType: no model type {listed} (create it first)"
+            log.warning(
+                "model %s: modelsType lists %s, not in asynch_models_type yet (kept; such a"
+                " type's responseJsonSchema applies once it is created)",
+                name,
+                ", ".join(map(str, missing)),
             )
 
     async def _schemas(self, models_type: str) -> tuple[Any, ...]:

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from aigcq.asynch.errors import STATUS, Code
+from aigcq.asynch.errors import NUMBER, OK, STATUS, Code
 from aigcq.asynch.schemas import (
     AutoTune,
     ModelCreate,
@@ -43,16 +43,21 @@ _ENVELOPE = {
     "type": "object",
     "required": ["code", "message", "data"],
     "properties": {
-        "code": {"type": "string", "example": "OK"},
+        "code": {"type": "integer", "example": OK, "description": "0: success."},
         "message": {"type": "string", "example": "success"},
         "data": {},
     },
 }
 _ERROR = {
     "type": "object",
-    "required": ["code", "message", "data"],
+    "required": ["code", "reason", "message", "data"],
     "properties": {
-        "code": {"type": "string", "enum": [c.value for c in Code]},
+        "code": {
+            "type": "integer",
+            "enum": sorted(set(NUMBER.values())),
+            "description": "GoFrame's gcode number of the refusal's class (never 0).",
+        },
+        "reason": {"type": "string", "enum": [c.value for c in Code]},
         "message": {"type": "string", "description": "What is wrong (the first bad field)."},
         "data": {"type": "null"},
     },

@@ -19,6 +19,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from aigcq.asynch.errors import AsynchError, Code
+from aigcq.asynch.http import error_response
 from aigcq.asynch.process import AsynchProcess
 from aigcq.asynch.runtime import (
     gate_key,
@@ -29,6 +31,8 @@ from aigcq.asynch.runtime import (
 from aigcq.plumbing.auth import bearer
 
 RECENT = 15
+NO_TOKEN = "no admin token set: set AIGCQ_ADMIN_TOKEN (the one `aigcq serve` uses) here too"
+TOKEN_REQUIRED = "admin token required: send AIGCQ_ADMIN_TOKEN as Authorization: Bearer"
 MAX_MODELS = 200
 STATES = {0: "queued", 1: "running", 2: "succeeded", 3: "failed", 4: "downloaded"}
 
@@ -39,17 +43,13 @@ def overview_router(admin_token: str) -> APIRouter:
     @router.get("/admin/overview", summary="Models, gate / semaphore use, recent tasks")
     async def admin_overview(request: Request) -> Response:
         if not admin_token:
-            return JSONResponse(
-                {"code": "FORBIDDEN", "message": "no admin token set", "data": None}, 403
-            )
+            return error_response(AsynchError(Code.FORBIDDEN, NO_TOKEN))
         given = bearer(request.headers.get("authorization")) or ""
         if not hmac.compare_digest(given.encode(), admin_token.encode()):
-            return JSONResponse(
-                {"code": "UNAUTHORIZED", "message": "admin token required", "data": None}, 401
-            )
+            return error_response(AsynchError(Code.UNAUTHORIZED, TOKEN_REQUIRED))
         svc: AsynchProcess | None = request.app.state.asynch
         if svc is None:
-            return JSONResponse({"code": "UNAVAILABLE", "message": "starting", "data": None}, 503)
+            return error_response(AsynchError(Code.UNAVAILABLE, "starting"))
         return JSONResponse(await overview(svc))
 
     return router

@@ -1,17 +1,26 @@
 """Request bodies of the asynch API (camelCase on the wire, snake_case columns inside).
 
 They decode what a Go client of the original service sends (see docs/compatibility.md):
-unknown fields are ignored; ``null`` means "not given"; the zero value of a field whose zero
-is not a valid setting (``maxConcurrency``, ``queueLimit``, ``timeoutSeconds``, ``batchSize``;
-``""`` for ``callbackUrl``, ``baseUrl`` on update, ``httpMethod``) means "not given" too, i.e.
-the default on create and no change on update. Types stay strict: an integer field takes a
-JSON integer only (not ``"5"``, ``true`` or ``5.0``), within the column's range.
+
+* unknown fields are ignored; ``null`` means "not given";
+* the zero value of a field whose zero is not a valid setting (``maxConcurrency``,
+  ``queueLimit``, ``timeoutSeconds``, ``expectedSeconds``, ``autoCleanSeconds``,
+  ``batchSize``, ``typeId`` on create; ``""`` for ``callbackUrl``, ``baseUrl`` on update,
+  ``httpMethod``, ``type``) means "not given" too: the default on create, no change on update;
+* a model or model-type body holding such a zero was marshalled from a Go struct whose unset
+  fields are zero (no ``omitempty``), so every zero in it (``enabled: 0``, ``route: ""`` …)
+  means "not given" (:class:`GoStruct`) — as the Go service's ``OmitEmpty`` writes. A body
+  without one (``{"modelName": "m", "enabled": 0}``, or getModel's data sent back with one
+  field changed) keeps every value it gives.
+
+Types stay strict: an integer field takes a JSON integer only (not ``"5"``, ``true`` or
+``5.0``), within the column's range.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AnyHttpUrl,
@@ -22,6 +31,7 @@ from pydantic import (
     Strict,
     StringConstraints,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -33,9 +43,14 @@ INT32_MAX = 2_147_483_647  # the INTEGER columns
 TypeIds = Annotated[str, StringConstraints(pattern=r"^(\d{1,10}(,\d{1,10})*)?$", max_length=1024)]
 
 
+def _go_zero(value: Any) -> bool:
+    """Go's zero value of an integer or a string field (``false`` is no integer here)."""
+    return (type(value) is int and value == 0) or value == ""
+
+
 def _zero_unset(value: Any) -> Any:
     """Go's zero value of a field whose zero is no valid setting: not given."""
-    return None if (type(value) is int and value == 0) or value == "" else value
+    return None if _go_zero(value) else value
 
 
 def _null_empty(value: Any) -> Any:
@@ -80,8 +95,31 @@ class Body(BaseModel):
     )
 
 
-class ModelUpdate(Body):
+class GoStruct(Body):
+    """A body a Go client may marshal from a whole struct: when it gives one of
+    ``NEVER_ZERO`` (fields whose zero is no valid setting) its zero value, every field at
+    its zero value is "not given"."""
+
+    NEVER_ZERO: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _zero_filled(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        marks = {k for f in cls.NEVER_ZERO for k in (f, to_camel(f))}
+        if not any(_go_zero(v) for k, v in data.items() if k in marks):
+            return data
+        return {k: v for k, v in data.items() if not _go_zero(v)}
+
+
+class ModelUpdate(GoStruct):
     """``/model/updateModel``: ``modelName`` plus the fields to change."""
+
+    NEVER_ZERO = (
+        "max_concurrency", "queue_limit", "timeout_seconds", "expected_seconds",
+        "auto_clean_seconds", "base_url", "http_method",
+    )  # fmt: skip
 
     model_name: ModelName
     models_type: (
@@ -97,10 +135,10 @@ class ModelUpdate(Body):
     max_concurrency: Annotated[Concurrency | None, Unset] = None
     queue_limit: Annotated[QueueLimit | None, Unset] = None
     timeout_seconds: Annotated[Positive | None, Unset] = None
-    expected_seconds: NonNegative | None = None
+    expected_seconds: Annotated[Positive | None, Unset] = None
     retry_times: RetryTimes | None = None
     retry_queue_max_seconds: NonNegative | None = None
-    auto_clean_seconds: NonNegative | None = None
+    auto_clean_seconds: Annotated[Positive | None, Unset] = None
     remark: Annotated[str, StringConstraints(max_length=2048)] | None = None
 
     @field_validator("head_msg")
@@ -130,7 +168,9 @@ class ModelRef(Body):
     model_name: ModelName
 
 
-class ModelTypeUpdate(Body):
+class ModelTypeUpdate(GoStruct):
+    NEVER_ZERO = ("type_id", "type")
+
     type_id: Positive
     type: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
     prompt_info: str | None = None
@@ -155,6 +195,8 @@ class ModelTypeRef(Body):
 
 
 class TaskCreate(Body):
+    """``requestPayload`` must be given; ``null`` (Go's nil map or interface) is ``{}``."""
+
     model_name: ModelName
     request_payload: Any = Field(...)
     biz_name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -164,9 +206,7 @@ class TaskCreate(Body):
     @field_validator("request_payload")
     @classmethod
     def _payload(cls, value: Any) -> Any:
-        if value is None:
-            raise ValueError("requestPayload is required")
-        return value
+        return {} if value is None else value
 
     @field_validator("model_key")
     @classmethod

@@ -7,8 +7,13 @@ keys map as ``asynch.worker.intervalSeconds`` → ``AIGCQ_ASYNCH_WORKER_INTERVAL
 
 from __future__ import annotations
 
+import socket
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Listen addresses that mean every interface: not an address a client can use.
+WILDCARDS = ("0.0.0.0", "::", "")
 
 
 class AsynchSettings(BaseSettings):
@@ -16,7 +21,11 @@ class AsynchSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8091
-    public_url: str = Field("", description="Base URL of this service; default http://host:port.")
+    public_url: str = Field(
+        "",
+        description="Base URL of this service (its file URLs); default http://host:port, this"
+        " machine's name for a host of 0.0.0.0 or ::.",
+    )
 
     worker_enabled: bool = Field(False, description="Run the worker loop in this process.")
     worker_interval_seconds: float = Field(5.0, gt=0, description="Loop and directed-poll pause.")
@@ -54,7 +63,13 @@ class AsynchSettings(BaseSettings):
         5.0, gt=0, description="Longest wait for a PostgreSQL connection before answering 503."
     )
     admin_token: str = Field(
-        "", description="Bearer token the management routes require (unset: they are open)."
+        "",
+        description="Bearer token the management routes require (unset: `aigcq asynch` "
+        "generates one, kept as asynch_admin_token in AIGCQ_DATA_DIR/secrets.json).",
+    )
+    admin_open: bool = Field(
+        False,
+        description="true: the management routes need no token (the Go service's behaviour).",
     )
     model_hosts: str = Field(
         "",
@@ -66,5 +81,10 @@ class AsynchSettings(BaseSettings):
 
     @property
     def base_url(self) -> str:
-        """``public_url``, or ``http://host:port`` when unset; no trailing slash."""
-        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+        """``public_url``, or ``http://host:port`` when unset (this machine's name for a host
+        that means every interface, ``0.0.0.0`` or ``::``); no trailing slash."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = socket.gethostname() if self.host in WILDCARDS else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}"

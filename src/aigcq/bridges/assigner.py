@@ -1,11 +1,14 @@
 """Handing tasks to bridges: TASK_ASSIGN, what its TASK_ACK says, what a refusal means.
 
-A slot is taken when TASK_ASSIGN is sent. TASK_ACK code 0 marks the task RUNNING; a
+A slot is taken when TASK_ASSIGN is sent. When bridges describe their instances, each task
+is counted on a free instance that can run it (:mod:`.placing`), named in TASK_ASSIGN, and
+only such tasks are claimed (:mod:`.lookahead`). TASK_ACK code 0 marks the task RUNNING; a
 refusal, a missing ACK or a lost bridge puts an unacknowledged task back at the head of its
 queue, uncharged; a workflow nobody knows fails the task at once (``WorkflowNotFound``), as
 does an invalid payload; a task no connected instance can run goes to the external platform
-(``NoCapableInstance`` when none serves its queue); an acknowledged task that is no longer
-wanted is stopped on its bridge.
+(``NoCapableInstance`` when none serves its queue; after ``AIGCQ_NO_CAPABLE_WAIT_S`` when
+an offline instance could); an acknowledged task that is no longer wanted is stopped on its
+bridge.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -22,6 +26,8 @@ from pydantic import ValidationError
 
 from aigcq.bridges.capabilities import Needs, needs_of, with_overrides
 from aigcq.bridges.endings import TaskEnds
+from aigcq.bridges.lookahead import ELSEWHERE_WAIT_S, Candidate, Reach, Rules, Window, choose
+from aigcq.bridges.placing import Matching, Slot
 from aigcq.bridges.protocol import (
     ACK_OK,
     ACK_WORKFLOW_NOT_FOUND,
@@ -38,14 +44,14 @@ from aigcq.plumbing.background import Spawner
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
-from aigcq.scheduler.targets import HandBack, Unrunnable
+from aigcq.scheduler.targets import Chosen, HandBack, Unrunnable
 
 log = logging.getLogger(__name__)
 
 #: how long a task that only busy instances can run waits before it is claimed again
 BUSY_WAIT_S = 0.5
-#: how long a task no bridge here can run waits for bridges of other processes to take it
-ELSEWHERE_WAIT_S = 5.0
+#: how many tasks' first time with only offline instances able to run them are kept
+OFFLINE_KEPT = 4096
 
 
 @dataclass(eq=False)
@@ -61,30 +67,109 @@ class Assigner:
     lost: Callable[[BridgeConn, str], Awaitable[None]]
     bridges_elsewhere: Callable[[], int] = lambda: 0
     needs: WorkflowNeeds = field(init=False)
+    window: Window = field(init=False)
     _spawn: Spawner = field(init=False, default_factory=Spawner)
+    #: taskId -> since when (monotonic) only offline instances could run it
+    _offline_since: OrderedDict[str, float] = field(init=False, default_factory=OrderedDict)
 
     def __post_init__(self) -> None:
         self.needs = WorkflowNeeds(self.rt)
+        self.window = Window(self.rt, self.needs.of)
+
+    async def choose(
+        self,
+        aigc: str,
+        platform: str,
+        n: int,
+        *,
+        paid_free: int | None,
+        among: Sequence[str] | None = None,
+    ) -> Chosen | None:
+        """Which of the queue's first ``n`` + ``AIGCQ_BRIDGE_LOOKAHEAD`` waiting tasks to
+        claim (see :mod:`.lookahead`), or of ``among``; ``None`` when no bridge here
+        describes its instances (any task runs on any free slot: the head)."""
+        if not self.registry.describing():
+            return None
+        settings = self.rt.settings
+        size = max(n, 0) + settings.bridge_lookahead
+        window = await self.window.read(aigc, platform, size, among)
+        now, candidates = time.time(), []
+        for task_id, needs, created in window:
+            reach, offline_s = self._reach(task_id, needs)
+            candidates.append(Candidate(task_id, needs, reach, now - created, offline_s))
+        rules = Rules(
+            n,
+            paid_free,
+            settings.overflow_after_ms / 1000,
+            settings.no_capable_wait_s,
+            elsewhere=self.bridges_elsewhere() > 0,
+        )
+        chosen = choose(candidates, self.registry.free_spots(len(candidates)), rules)
+        for task_id in chosen.ids:
+            self.window.forget(task_id)
+        return chosen
+
+    def _reach(self, task_id: str, needs: Needs | None) -> tuple[Reach, float]:
+        """Where the instances that can run ``needs`` are, and (only offline ones) for how
+        long that has been so."""
+        if needs is None or self.registry.anyone_can_run(needs):
+            reach = Reach.BUSY
+        elif self.registry.anyone_could_run(needs):
+            reach = Reach.OFFLINE
+        else:
+            reach = Reach.NOWHERE
+        if reach is not Reach.OFFLINE:
+            self._offline_since.pop(task_id, None)
+            return reach, 0.0
+        since = self._offline_since.setdefault(task_id, time.monotonic())
+        while len(self._offline_since) > OFFLINE_KEPT:
+            self._offline_since.popitem(last=False)
+        return reach, time.monotonic() - since
 
     async def assign(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
-        """Each task to the least-loaded bridge with a free slot on an instance that can run
-        it (see :meth:`BridgeRegistry.pick`); the ones no free slot here can run are handed
-        back (see :meth:`_unplaced`)."""
+        """Each task to a free slot that can run it: counted on an instance (see
+        :meth:`_spots`) when bridges describe theirs, else the least-loaded bridge with a
+        free slot that can (see :meth:`BridgeRegistry.pick`); the ones no free slot here
+        can run are handed back (see :meth:`_unplaced`)."""
         handed: list[HandBack] = []
-        for c in tasks:
-            needs = await self.needs.of(c)
+        needs = [await self.needs.of(c.payload, c.workflow_id) for c in tasks]
+        spots = self._spots(tasks, needs) if self.registry.describing() else None
+        for i, c in enumerate(tasks):
             holding = self.registry.holders(c.task_id)  # an older attempt still there
-            conn = self.registry.pick(c.workflow_id, needs, exclude=holding)
-            if conn is not None:
-                await self.send_assign(conn, aigc, platform, c)
+            if spots is not None:
+                spot = spots[i]
+            else:
+                conn = self.registry.pick(c.workflow_id, needs[i], exclude=holding)
+                spot = Slot(conn, "", None) if conn is not None else None
+            if spot is not None:
+                await self.send_assign(spot.owner, aigc, platform, c, spot.instance_id, needs[i])
             elif holding and self.registry.free_slots() > 0:
                 # only the bridge(s) still holding its older attempt have room: wait for
                 # them to let it go (or another bridge to free up), not in a claim loop
                 reason = f"bridge {holding[0].bridge_id} still holds an older attempt"
                 await self.lifecycle.not_run(c.task_id, c.attempt, reason, delay_s=BUSY_WAIT_S)
-            elif (back := await self._unplaced(aigc, platform, c, needs)) is not None:
+            elif (back := await self._unplaced(aigc, platform, c, needs[i])) is not None:
                 handed.append(back)
         return handed
+
+    def _spots(self, tasks: list[Claimed], needs: list[Needs | None]) -> list[Slot | None]:
+        """Each task's slot (:class:`~.placing.Matching` over the free ones, in order): not
+        on a bridge still holding an older attempt of it; one whose models are loaded
+        first."""
+        matching = Matching(self.registry.free_spots(len(tasks)))
+        for n in needs:
+            matching.add(n)
+
+        holding = [self.registry.holders(c.task_id) for c in tasks]
+        models = [n.models if n is not None else frozenset() for n in needs]
+
+        def allowed(task: int, slot: Slot) -> bool:
+            return not holding[task] or slot.owner not in holding[task]
+
+        def warm(task: int, slot: Slot) -> bool:
+            return bool(models[task]) and slot.owner.warm.get(slot.instance_id) == models[task]
+
+        return matching.spots(allowed, warm)
 
     async def _unplaced(
         self, aigc: str, platform: str, c: Claimed, needs: Needs | None
@@ -93,24 +178,36 @@ class Assigner:
         instances that can run it: none connected anywhere can, it goes to the external
         platform, or fails (``NoCapableInstance``) when none serves its queue; those that can
         are busy, it overflows as when every slot is busy (after ``overflow_after_ms``), or
-        waits a moment for them; none here can, it waits for other processes' bridges, and
-        once it has waited ``ELSEWHERE_WAIT_S`` it overflows (this process cannot tell
-        whether any bridge can run it, so it never fails for that)."""
+        waits a moment for them; only offline ones could, it overflows as if busy, and once
+        it has waited ``no_capable_wait_s`` for one to come back, at once or it fails; none
+        here can, it waits for other processes' bridges, and once it has waited
+        ``ELSEWHERE_WAIT_S`` it overflows (this process cannot tell whether any bridge can
+        run it, so it never fails for that)."""
         if needs is None:  # not known: it waits for a free slot
             await self.lifecycle.not_run(c.task_id, c.attempt, "no bridge has a free slot")
             return None
-        if self.registry.anyone_can_run(needs):
-            after_s = self.rt.settings.overflow_after_ms / 1000
+        after_s = self.rt.settings.overflow_after_ms / 1000
+        reach, offline_s = self._reach(c.task_id, needs)
+        if reach is Reach.BUSY:
             return HandBack(c, "its capable instances are busy", after_s, BUSY_WAIT_S)
+        if reach is Reach.OFFLINE:
+            reason = f"only offline ComfyUI instances have {_listed(needs)}"
+            left_s = self.rt.settings.no_capable_wait_s - offline_s
+            if left_s > 0:
+                return HandBack(c, reason, after_s, max(left_s, BUSY_WAIT_S))
+            detail = f"{reason}, none came back within {self.rt.settings.no_capable_wait_s:g} s"
+            return HandBack(c, reason, 0.0, unrunnable=self._nobody(aigc, platform, detail))
         if self.bridges_elsewhere() > 0:
             return HandBack(c, "no bridge here can run it", ELSEWHERE_WAIT_S, BUSY_WAIT_S)
-        message = (
-            "no connected ComfyUI instance has every node class and model file, "
-            f"and no external platform serves {aigc}/{platform}"
-        )
-        nobody = Unrunnable("NoCapableInstance", message, _listed(needs))
         reason = f"no connected ComfyUI instance has {_listed(needs)}"
-        return HandBack(c, reason, 0.0, unrunnable=nobody)
+        return HandBack(c, reason, 0.0, unrunnable=self._nobody(aigc, platform, reason))
+
+    def _nobody(self, aigc: str, platform: str, why: str) -> Unrunnable:
+        """``NoCapableInstance``: the message code.json has for it, ``why`` and that no paid
+        platform serves the queue in its detail."""
+        message = self.rt.config.messages.get("NoCapableInstance")
+        detail = f"{why}, and no external platform serves {aigc}/{platform}"
+        return Unrunnable("NoCapableInstance", message, detail)
 
     async def on_ack(self, session: Session, conn: BridgeConn, data: TaskAckData) -> None:
         """A TASK_ACK: code 0 is :meth:`acked`, anything else :meth:`refused`; an ACK for no
@@ -202,9 +299,19 @@ class Assigner:
             extra=ctx(task=task_id, bridge=conn.bridge_id),
         )
 
-    async def send_assign(self, conn: BridgeConn, aigc: str, platform: str, c: Claimed) -> None:
+    async def send_assign(
+        self,
+        conn: BridgeConn,
+        aigc: str,
+        platform: str,
+        c: Claimed,
+        instance_id: str = "",
+        needs: Needs | None = None,
+    ) -> None:
+        """TASK_ASSIGN ``c`` to ``conn``, counted on ``instance_id`` ("": on none)."""
+        self._offline_since.pop(c.task_id, None)
         try:
-            msg = self._assign_message(c)
+            msg = self._assign_message(c, instance_id)
         except ValidationError as exc:
             await self.lifecycle.unrunnable(
                 c.task_id, "InvalidPayload", "not a valid bridge task", str(exc)
@@ -219,7 +326,8 @@ class Assigner:
             charged=c.charged,
             task_id=c.task_id,
         )
-        if not conn.take(c.task_id, pending):  # full, or it holds the task: not at once again
+        models = needs.models if needs is not None else frozenset()
+        if not conn.take(c.task_id, pending, instance_id, models):  # full, or it holds it
             reason = f"bridge {conn.bridge_id} is full"
             await self.lifecycle.not_run(c.task_id, c.attempt, reason, delay_s=BUSY_WAIT_S)
             return
@@ -246,12 +354,13 @@ class Assigner:
             extra=ctx(task=c.task_id, bridge=conn.bridge_id),
         )
 
-    def _assign_message(self, c: Claimed) -> TaskAssignMessage:
+    def _assign_message(self, c: Claimed, instance_id: str) -> TaskAssignMessage:
         hook = self.rt.webhook_url(c.task_id, c.attempt)
         data = TaskAssignData.model_validate(
             {
                 "taskId": c.task_id,
                 "attempt": c.attempt,
+                "instanceId": instance_id or None,
                 "workflowId": c.workflow_id or None,
                 "nodeInfoList": c.payload.get("nodeInfoList") or [],
                 "webhookUrl": hook,
@@ -305,13 +414,14 @@ class WorkflowNeeds:
         self.rt = rt
         self._cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
 
-    async def of(self, c: Claimed) -> Needs | None:
-        workflow = _graph(c.payload.get("workflow"))
-        if workflow is None and c.workflow_id:
-            workflow = await self._registered(c.workflow_id)
+    async def of(self, payload: dict[str, Any], workflow_id: str) -> Needs | None:
+        """What a task with ``payload`` (naming ``workflow_id``) needs."""
+        workflow = _graph(payload.get("workflow"))
+        if workflow is None and workflow_id:
+            workflow = await self._registered(workflow_id)
         if workflow is None:
             return None
-        return with_overrides(needs_of(workflow), workflow, c.payload.get("nodeInfoList"))
+        return with_overrides(needs_of(workflow), workflow, payload.get("nodeInfoList"))
 
     async def _registered(self, workflow_id: str) -> dict[str, Any] | None:
         now = time.monotonic()

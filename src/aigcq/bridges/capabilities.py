@@ -2,14 +2,17 @@
 
 An instance's ``/object_info`` lists its node classes, and each loader's model-file input
 (``ckpt_name``, ``lora_name``, ``vae_name``, ...) as a COMBO of the files it has; bridges
-report them per instance. A task goes only to a bridge (the hub) and an instance (the
-bridge) that has every node class and model file its workflow names; among instances, the
-one whose models are already loaded (its last prompt used them) is preferred.
+report them per instance. A task goes only to an instance that :func:`fits` it: one that
+has every node class and model file its workflow names (the hub counts it on such an
+instance, free as the bridge last reported, and names it in TASK_ASSIGN); among those the
+narrowest (:func:`breadth`) is used first, so the versatile ones stay free for the tasks
+only they can run, and one whose models are already loaded (its last prompt used them) is
+preferred. An offline instance's offer is withdrawn until it is back.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aigcq.bridges.protocol import InstanceInfo
@@ -34,10 +37,18 @@ MODEL_INPUTS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Needs:
-    """Node classes and model files: what a workflow needs, or what an instance offers."""
+    """Node classes and model files: what a workflow needs, or what an instance offers.
+    Hashed once (placing looks kinds of instance up by it at every dispatch round)."""
 
     node_classes: frozenset[str] = frozenset()
     models: frozenset[str] = frozenset()
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.node_classes, self.models)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def covers(self, needs: Needs) -> bool:
         return needs.node_classes <= self.node_classes and needs.models <= self.models
@@ -50,6 +61,20 @@ class Needs:
         if models := needs.models - self.models:
             parts.append("model files: " + ", ".join(sorted(models)))
         return "; ".join(parts)
+
+
+def fits(offer: Needs | None, needs: Needs | None) -> bool:
+    """Whether an instance offering ``offer`` can run a task needing ``needs``; either not
+    known (``None``: a seed bridge's instance, a workflow that could not be read) is not
+    ruled out."""
+    return needs is None or offer is None or offer.covers(needs)
+
+
+def breadth(offer: Needs | None) -> float:
+    """How much an instance offers (not known: everything, the widest)."""
+    if offer is None:
+        return float("inf")
+    return len(offer.node_classes) + len(offer.models)
 
 
 def needs_of(workflow: dict[str, Any]) -> Needs:

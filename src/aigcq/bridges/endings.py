@@ -1,23 +1,35 @@
-"""A task's end on the bridges here: free its slot, stop what is no longer wanted, count.
+"""A task's end on the bridges: free its slot, stop what is no longer wanted, count.
 
 Whichever way a task ends (its TASK_END applied, or refused as gone; a cancel), the
 bridge holding it gets its slot back at once (a failure that may take the bridge out of
 rotation: once counted). A bridge still running a cancelled or
 superseded attempt is told to stop (TASK_CANCEL). A machine's failure counts against the
 bridge, a success resets the count (see :mod:`.rotation`); the task's own failure does not.
+
+Any process may hear of the end (a TASK_END reaches whichever process its webhook URL
+names; a cancel, whichever the client is connected to). The bridges holding an attempt of
+the task are recorded in Redis (:meth:`.BridgeRegistry.count_end`), and each one connected
+to another process hears of the end there at once, by a ``bridge-end`` event
+(``bridgeId``, ``taskId``, the ``attempt`` that ended, how it ended as ``end``, and for
+the bridge that ran it ``ran`` and its shared ``failures``): that process applies the count,
+frees the slot or stops the attempt exactly as for an end it heard itself, and makes a
+machine failure's retry dispatchable, which waited out of its queue for that slot (see
+:meth:`aigcq.scheduler.lifecycle.Lifecycle.released`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aigcq.bridges.protocol import TaskCancelData, TaskCancelMessage, encode
-from aigcq.bridges.registry import BridgeConn, BridgeRegistry
+from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Counted
 from aigcq.bridges.rotation import Rotation
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner
+from aigcq.plumbing.events import bridge_end_event
+from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import TaskEnd
 
 log = logging.getLogger(__name__)
@@ -27,12 +39,25 @@ _COUNTED = {TaskEnd.SUCCEEDED: True, TaskEnd.FAILED: False}
 
 class TaskEnds:
     def __init__(
-        self, name: str, registry: BridgeRegistry, rotation: Rotation, wake: Callable[[], None]
+        self,
+        rt: Runtime,
+        name: str,
+        registry: BridgeRegistry,
+        rotation: Rotation,
+        wake: Callable[[], None],
+        *,
+        freed_elsewhere: Callable[[], None] = lambda: None,
+        released: Callable[[str], Awaitable[bool]],
     ) -> None:
+        self.rt = rt
         self.name = name
         self.registry = registry
         self.rotation = rotation
         self.wake = wake
+        #: a slot on another process's bridge is free now (that process is told)
+        self.freed_elsewhere = freed_elsewhere
+        #: the slot a machine failure's retry waited for is free: it may be dispatched
+        self.released = released
         self._spawn = Spawner()
 
     def task_ended(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
@@ -67,14 +92,39 @@ class TaskEnds:
         *,
         free_after: bool,
     ) -> None:
-        """Count the end; with ``free_after``, free the slot of the bridge that ran it
-        after the count, however the count went (Redis away while saving it)."""
-        cancel = end is TaskEnd.CANCELLED
+        """Count the end and tell the processes holding the task's other bridges; with
+        ``free_after``, free the slot of the bridge that ran it after the count, however
+        the count went (Redis away while saving it)."""
         try:
-            await self.rotation.count_end(task_id, _COUNTED.get(end), ran, cancel=cancel)
+            counted = await self.rotation.count_end(task_id, _COUNTED.get(end), ran, attempt)
+            if counted is not None:
+                await self._tell_elsewhere(task_id, end, attempt, counted)
         finally:
             if ran is not None and free_after:
                 self.end_on(ran, task_id, end, attempt)
+
+    async def _tell_elsewhere(
+        self, task_id: str, end: TaskEnd, attempt: int | None, counted: Counted
+    ) -> None:
+        """A ``bridge-end`` event for each bridge that held the task and is not connected
+        here. The slot of the one that ran the attempt counts as free elsewhere from now
+        (unless it is being stopped), before that process's next capacity report."""
+        here = self.registry.bridges
+        events = [
+            {"bridgeId": b, "taskId": task_id, "attempt": attempt, "end": end.value}
+            for b in counted.others
+            if b not in here
+        ]
+        if counted.ran and counted.ran not in here:
+            ran = {"bridgeId": counted.ran, "taskId": task_id, "attempt": attempt}
+            events.append(ran | {"end": end.value, "ran": True, "failures": counted.failures})
+            if end is not TaskEnd.CANCELLED:
+                self.freed_elsewhere()
+        if events:
+            channel = self.rt.store.keys.events
+            await self.rt.store.mux.commands(
+                *(["PUBLISH", channel, bridge_end_event(e)] for e in events)
+            )
 
     def end_on(self, conn: BridgeConn, task_id: str, end: TaskEnd, attempt: int | None) -> None:
         held = conn.slots.attempt_of(task_id)
@@ -110,15 +160,35 @@ class TaskEnds:
             extra=ctx(task=task_id, bridge=conn.bridge_id),
         )
 
-    def remote_task_end(self, end: dict[str, Any]) -> None:
-        """A task end that another process received, for a bridge connected here: free
-        the slot now rather than at the bridge's next HEARTBEAT, apply the bridge's
-        failure count first (a failing bridge is out before reuse), stop a cancelled task."""
-        conn = self.registry.bridges.get(str(end.get("bridgeId")))
-        task_id = str(end.get("taskId"))
+    def remote_task_end(self, event: dict[str, Any]) -> None:
+        """A task's end that another process heard of, for a bridge connected here (a
+        ``bridge-end`` event): as :meth:`end_on` for an end heard here, the slot freed now
+        rather than at the bridge's next HEARTBEAT, an attempt not the one that ended
+        stopped. The bridge that ran it applies its failure count first (a failing bridge
+        is out before reuse); after a machine's failure, the retry that waited for this
+        slot may be dispatched now."""
+        conn = self.registry.bridges.get(str(event.get("bridgeId")))
+        task_id = str(event.get("taskId"))
         if conn is None or not conn.slots.holds(task_id):
             return
-        if self.rotation.apply(conn, int(end.get("failures", 0)), task_id):
+        end, attempt, ran = _end_of(event), event.get("attempt"), bool(event.get("ran"))
+        failures = event.get("failures")
+        if ran and isinstance(failures, int) and self.rotation.apply(conn, failures, task_id):
             self._spawn(self.rotation.save(conn))
-        kind = TaskEnd.CANCELLED if end.get("cancel") else TaskEnd.SUCCEEDED
-        self.end_on(conn, task_id, kind, conn.slots.attempt_of(task_id))
+        held = conn.slots.attempt_of(task_id)
+        self.end_on(conn, task_id, end, attempt if isinstance(attempt, int) else held)
+        if ran and end is TaskEnd.FAILED:
+            self._spawn(self._release(task_id))
+
+    async def _release(self, task_id: str) -> None:
+        if await self.released(task_id):
+            self.wake()
+
+
+def _end_of(event: dict[str, Any]) -> TaskEnd:
+    """How the task ended, as a ``bridge-end`` event says (an older process's event says
+    only whether it was cancelled)."""
+    try:
+        return TaskEnd(event["end"])
+    except (KeyError, ValueError):
+        return TaskEnd.CANCELLED if event.get("cancel") else TaskEnd.SUCCEEDED

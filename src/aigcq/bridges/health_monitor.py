@@ -5,12 +5,17 @@ rotation, heard from (REGISTER/HEARTBEAT) within ``bridge_silence_s`` and has in
 The process starts healthy (nothing has failed yet) and checks every
 ``health_interval_s``; the hub calls :meth:`HealthMonitor.poke` when a bridge is lost or
 taken out of rotation, which degrades at once when the check now fails, and when a bridge
-registers (a poke counts as a pass only for the first pass ever, so it cannot shorten a
-recovery from capacity that failed). A known bridge reconnecting after its socket closed is
-usable at once: when the only failure was "no bridge connected", nothing failed but a socket.
+registers. A poke counts as a pass only for the first pass ever, or when the bridge that
+registered is in good standing (new, or back after its socket closed, or moved from another
+process, as the cluster-wide record says: :mod:`.known`): its capacity has not failed, so
+it is usable at once. A bridge that went silent or is out of rotation cannot shorten a
+recovery that way.
 
 State is published under the seed's keys (no project prefix): ``md:state:connection``,
-``md:state:capacity`` (60 s TTL), ``md:state:last_heartbeat`` (epoch ms, 60 s TTL), plus
+``md:state:capacity`` (60 s TTL), ``md:state:last_heartbeat`` (epoch ms, 60 s TTL),
+``md:state:instances`` and ``md:state:instances:{instanceId}`` (60 s TTL; for bridges that
+describe their instances: id, bridge, status online/busy/offline, current task and since
+when), plus
 ``md:state:health`` (status, reason, passes, degradeCount, recoverCount) where the seed only
 says "set status: degraded". Several processes on one Redis each write their own view.
 """
@@ -24,6 +29,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 
 from aigcq.bridges.registry import BridgeConn
@@ -35,6 +41,7 @@ from aigcq.queue.keys import (
     MD_STATE_CONNECTION,
     MD_STATE_HEALTH,
     MD_STATE_HEARTBEAT,
+    MD_STATE_INSTANCES,
 )
 
 log = logging.getLogger(__name__)
@@ -79,6 +86,9 @@ class HealthMonitor:
         self.speaks = speaks
         self._connected_at = ""
         self._disconnected_at = ""
+        #: (instance id, task id) -> when it was first seen running that task
+        self._task_since: dict[tuple[str, str], str] = {}
+        self._instance_ids: set[str] = set()  # the instances we last wrote
         self._writes: set[asyncio.Task[None]] = set()
 
     @property
@@ -93,22 +103,22 @@ class HealthMonitor:
         self._observe(self._reason())
         await self.publish()
 
-    def poke(self, *, reconnected: bool = False) -> None:
+    def poke(self, *, fresh: bool = False) -> None:
         """Check now, after a bridge registered or was lost: a failure is recorded, a pass
-        only when it is the first ever or ``reconnected`` (a known bridge is back, see
-        :meth:`Health.observe`)."""
+        only when it is the first ever or ``fresh`` (a bridge in good standing registered,
+        see :meth:`Health.observe`)."""
         reason = self._reason()
-        if reason or not self.health.proven or reconnected:
-            self._observe(reason, reconnected=reconnected)
+        if reason or not self.health.proven or fresh:
+            self._observe(reason, fresh=fresh)
         self._spawn(self.publish())
 
     def _reason(self) -> str:
         return check_bridges(self.bridges(), time.monotonic(), self.silence_s)
 
-    def _observe(self, reason: str, *, reconnected: bool = False) -> None:
+    def _observe(self, reason: str, *, fresh: bool = False) -> None:
         h = self.health
         was, before = h.reason, h.state
-        changed = h.observe(reason, reconnected=reconnected)
+        changed = h.observe(reason, fresh=fresh)
         if changed is HealthState.DEGRADED and before is HealthState.RECOVERING:
             log.warning("internal capacity recovery interrupted (%s)", reason)
         elif changed is HealthState.DEGRADED:
@@ -161,6 +171,7 @@ class HealthMonitor:
             last = max(b.last_seen for b in bridges)
             wall_ms = int((time.time() - (time.monotonic() - last)) * 1000)
             pipe.set(MD_STATE_HEARTBEAT, wall_ms, ex=STATE_TTL_S)
+        self._instances(pipe, bridges, now)
         pipe.hset(
             MD_STATE_HEALTH,
             mapping={
@@ -174,6 +185,25 @@ class HealthMonitor:
         )
         await pipe.execute()
 
+    def _instances(self, pipe: Any, bridges: list[BridgeConn], now: str) -> None:
+        """``md:state:instances[:{id}]`` for every instance the bridges describe."""
+        states = instance_states(bridges, self._task_since, now)
+        self._task_since = {
+            (s["instanceId"], s["currentTaskId"]): s["currentTaskStartTime"]
+            for s in states
+            if s["currentTaskId"]
+        }
+        gone = self._instance_ids - {s["instanceId"] for s in states}
+        self._instance_ids = {s["instanceId"] for s in states}
+        if gone:  # ours no more (other processes' bridges keep theirs)
+            pipe.hdel(MD_STATE_INSTANCES, *gone)
+        for state in states:
+            key = f"{MD_STATE_INSTANCES}:{state['instanceId']}"
+            pipe.hset(key, mapping=state)
+            pipe.expire(key, STATE_TTL_S)
+            pipe.hset(MD_STATE_INSTANCES, state["instanceId"], orjson.dumps(state))
+        pipe.expire(MD_STATE_INSTANCES, STATE_TTL_S)
+
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(_logged(coro))
         self._writes.add(task)
@@ -185,6 +215,32 @@ async def _logged(coro: Coroutine[Any, Any, None]) -> None:
         await coro
     except Exception as exc:
         round_failed(log, "publishing health state failed", exc)
+
+
+def instance_states(
+    bridges: Iterable[BridgeConn], since: dict[tuple[str, str], str], now: str
+) -> list[dict[str, str]]:
+    """Seed 000's instance record for each instance the bridges describe: ``status``
+    online (idle), busy or offline; ``currentTaskStartTime`` when it was first seen
+    running its task (``since``, else ``now``); empty strings for the seed's nulls."""
+    out = []
+    for b in bridges:
+        for i in b.instance_states:
+            task = str(i.get("taskId") or "")
+            status = {"idle": "online"}.get(str(i["state"]), str(i["state"]))
+            out.append(
+                {
+                    "instanceId": str(i["instanceId"]),
+                    "bridgeId": b.bridge_id,
+                    "status": status,
+                    "currentTaskId": task,
+                    "currentTaskStartTime": since.get((str(i["instanceId"]), task), now)
+                    if task
+                    else "",
+                    "lastUpdated": now,
+                }
+            )
+    return out
 
 
 def _iso() -> str:

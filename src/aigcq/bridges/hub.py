@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
@@ -19,6 +19,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from aigcq.bridges.assigner import Assigner
 from aigcq.bridges.endings import TaskEnds
 from aigcq.bridges.health_monitor import HealthMonitor
+from aigcq.bridges.known import CLOSED, SILENT, Standing
 from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
@@ -41,6 +42,7 @@ from aigcq.bridges.rotation import Rotation
 from aigcq.bridges.session import (
     CLOSE_AUTH,
     CLOSE_FLOOD,
+    CLOSE_REGISTER_TIMEOUT,
     CLOSE_TIMEOUT,
     HubConfig,
     Rate,
@@ -56,14 +58,11 @@ from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import TaskEnd
 from aigcq.scheduler.lifecycle import Lifecycle
-from aigcq.scheduler.targets import HandBack
+from aigcq.scheduler.targets import Chosen, HandBack
 
 __all__ = ["CLOSE_AUTH", "CLOSE_FLOOD", "CLOSE_TIMEOUT", "BridgeHub", "HubConfig"]
 
 log = logging.getLogger(__name__)
-
-#: how long a bridge whose socket closed counts as known (its reconnect is a blip)
-KNOWN_FOR_S = 600.0
 
 
 class BridgeHub:
@@ -84,13 +83,17 @@ class BridgeHub:
     ) -> None:
         self.rt = rt
         self.lifecycle = lifecycle
-        self.wake = wake
         self.config = config or HubConfig()
         self.auth = Auth(rt.settings)
         ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
         self.registry = BridgeRegistry(rt.store, rt.settings.project_prefix, ttl_s=ttl)
         mine = lambda: (self.free_slots(), len(self.registry.live()))  # noqa: E731
-        self.peers = PeerCapacity(rt.redis, rt.store.keys.internal_free, mine, on_less=self.wake)
+        keys = rt.store.keys
+        self.peers = PeerCapacity(
+            rt.redis, keys.internal_free, mine, on_less=wake, channel=keys.events
+        )
+        self._wake_dispatch = wake
+        self.registry.process_id = self.peers.process_id  # its records name this process
         self.health = HealthMonitor(
             rt.redis,
             self.registry.live,
@@ -100,7 +103,15 @@ class BridgeHub:
             speaks=lambda: bool(self.registry.live()) or not self.peers.bridges_elsewhere,
         )
         self.rotation = Rotation(rt, self.registry, self.health, self.wake)
-        self.ends = TaskEnds(self.name, self.registry, self.rotation, self.wake)
+        self.ends = TaskEnds(
+            rt,
+            self.name,
+            self.registry,
+            self.rotation,
+            self.wake,
+            freed_elsewhere=self.peers.expect,
+            released=lifecycle.released,
+        )
         self.assigner = Assigner(
             rt,
             lifecycle,
@@ -113,7 +124,11 @@ class BridgeHub:
             bridges_elsewhere=lambda: self.peers.bridges_elsewhere,
         )
         self.progress = ProgressRelay(rt)
-        self._closed_at: dict[str, float] = {}  # bridgeId -> when its socket closed
+
+    def wake(self) -> None:
+        """Our slots changed: dispatch now, and tell the other processes."""
+        self._wake_dispatch()
+        self.peers.changed()
 
     # ---- InternalTarget ----------------------------------------------------------------
 
@@ -134,10 +149,33 @@ class BridgeHub:
         bridges connected to other processes (see :mod:`.peers`), and slots here whose
         instance is stopping a cancelled prompt (free within about a second)."""
         stopping = sum(c.slots.stopped for c in self.registry.live() if c.quarantined_at is None)
-        return self.peers.elsewhere + (stopping if self.health.healthy else 0)
+        return self.peers.free + (stopping if self.health.healthy else 0)
+
+    async def slot_elsewhere(self, task_id: str, target: str, attempt: int) -> bool:
+        """Whether the slot ``attempt`` of ``task_id`` took is on a bridge another process
+        holds: that process frees it when it hears of the end, and then makes the task's
+        retry dispatchable (see :mod:`.endings`); a slot here is free at once."""
+        if target != self.name:
+            return False
+        if any(c.slots.attempt_of(task_id) == attempt for c in self.registry.holders(task_id)):
+            return False
+        return await self.registry.held_elsewhere(task_id, attempt)
 
     async def run(self) -> None:
         await asyncio.gather(self.health.run(), self.peers.run())
+
+    async def choose(
+        self,
+        aigc: str,
+        platform: str,
+        n: int,
+        *,
+        paid_free: int | None,
+        among: Sequence[str] | None = None,
+    ) -> Chosen | None:
+        if not self.health.healthy:  # it takes nothing: tasks overflow as planned
+            return None
+        return await self.assigner.choose(aigc, platform, n, paid_free=paid_free, among=among)
 
     async def hand_over(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
         return await self.assigner.assign(aigc, platform, tasks)
@@ -146,21 +184,28 @@ class BridgeHub:
         return await self.assigner.hand_back(reason)
 
     async def drain(self, bridge_id: str, drained: bool) -> bool:
-        """Stop (or resume) assigning to ``bridge_id``; ``False`` if it is not connected here
-        (then it takes effect when it connects)."""
+        """Stop (or resume) assigning to ``bridge_id`` here; ``False`` if it is not connected
+        here (then it takes effect when it connects). An operator's drain is a pause
+        (:mod:`aigcq.scheduler.pauses`): every process applies it (:meth:`apply_drains`)."""
         conn = self.registry.set_drained(bridge_id, drained)
-        log.warning(
+        if conn is None:
+            return False
+        log.info(
             "bridge %s: %s",
             bridge_id,
             "drained" if drained else "undrained",
             extra=ctx(bridge=bridge_id),
         )
-        if conn is None:
-            return False
         await self.rotation.save(conn)
         if not drained:
             self.wake()
         return True
+
+    async def apply_drains(self, drained: frozenset[str]) -> None:
+        """The bridges an operator paused now (read from Redis by the dispatch loop):
+        drain those newly in it, undrain those no longer in it."""
+        for bridge_id in sorted(drained ^ self.registry.drained):
+            await self.drain(bridge_id, bridge_id in drained)
 
     # ---- the WebSocket endpoint ---------------------------------------------------------
 
@@ -173,8 +218,11 @@ class BridgeHub:
         if token is not None and not self.auth.bridge(token):
             await self._refuse(session)
             return
+        registered_by = (
+            asyncio.get_running_loop().time() + self.rt.settings.bridge_register_timeout_s
+        )
         try:
-            while (raw := await receive_frame(ws)) is not None:
+            while (raw := await self._receive(session, registered_by)) is not None:
                 if not session.rate.allow():
                     log.warning(
                         "bridge %s: message flood, closing", session.bridge_id, extra=session.ctx()
@@ -190,7 +238,22 @@ class BridgeHub:
                 session.keepalive.cancel()
             if session.conn is not None and session.conn.online:  # not silent: a blip
                 await self._lost(session.conn, "socket closed")
-                self._closed_at[session.conn.bridge_id] = time.monotonic()
+
+    async def _receive(self, session: Session, registered_by: float) -> str | bytes | None:
+        """The next frame, ``None`` once the socket closed; a bridge that has not
+        registered by ``registered_by`` (loop time) is closed with 4408 first."""
+        if session.conn is not None:
+            return await receive_frame(session.ws)
+        try:
+            async with asyncio.timeout_at(registered_by):
+                return await receive_frame(session.ws)
+        except TimeoutError:
+            wait = self.rt.settings.bridge_register_timeout_s
+            log.warning("bridge connection closed: no REGISTER within %g s", wait)
+            why = f"no REGISTER within {wait:g} s of connecting (AIGCQ_BRIDGE_REGISTER_TIMEOUT_S)"
+            await session.error("RegisterTimeout", why)
+            await session.ws.close(CLOSE_REGISTER_TIMEOUT, "RegisterTimeout")
+            return None
 
     async def _on_frame_or_outage(self, session: Session, raw: str | bytes) -> bool:
         """:meth:`_on_frame`, keeping the bridge connected through a Redis outage: the
@@ -246,8 +309,9 @@ class BridgeHub:
             await self.progress.forward(msg.data)
 
     async def _refuse(self, session: Session) -> None:
-        log.warning("bridge connection refused: invalid or missing token")
-        await session.error("AuthError", "invalid or missing bridge token")
+        why = self.auth.bridge_refusal()
+        log.warning("bridge connection refused: %s", why)
+        await session.error("AuthError", why)
         await session.ws.close(CLOSE_AUTH, "AuthError")
 
     # ---- bridge messages ----------------------------------------------------------------
@@ -259,11 +323,16 @@ class BridgeHub:
             return
         old = self.registry.bridges.get(bridge_id)
         if old is not None and old is not session.conn:
-            await self._lost(old, "replaced by a new connection", check=False)
+            await self._lost(old, "replaced by a new connection", how=None)
+        standing = await self._standing(bridge_id)
         conn = session.conn or BridgeConn(bridge_id, session.send)
         conn.reports_capacity = bool(data.capacity_reports)
         conn.capacity_seq = -1  # a new bridge process counts again
         conn.set_state(online=True, drained=bridge_id in self.registry.drained)
+        out_since = standing.out_since()
+        if out_since is not None and conn.quarantined_at is None:
+            # out of rotation on another process (or before): its cool-down goes on
+            conn.set_state(quarantined_at=out_since)
         conn.report(data.instance_count, data.available_instance_count)
         conn.describe(data.instances)
         self.registry.bridges[bridge_id] = conn
@@ -274,20 +343,30 @@ class BridgeHub:
         if data.tasks is not None:
             await self._reconcile_held(conn, set(data.tasks))
         log.info(
-            "bridge %s: registered, %d/%d free",
+            "bridge %s: registered (%s), %d/%d free",
             bridge_id,
+            standing.describe(self.peers.process_id),
             conn.free(),
             data.instance_count,
             extra=ctx(bridge=bridge_id),
         )
-        # the first bridge ever, or a known one back after a socket blip: usable at once
-        self.health.poke(reconnected=self._known(bridge_id))
+        # a bridge in good standing, new or known to any process, is usable at once
+        self.health.poke(fresh=standing.fresh)
         self.wake()
 
-    def _known(self, bridge_id: str) -> bool:
-        now = time.monotonic()
-        self._closed_at = {b: t for b, t in self._closed_at.items() if now - t < KNOWN_FOR_S}
-        return self._closed_at.pop(bridge_id, None) is not None
+    async def _standing(self, bridge_id: str) -> Standing:
+        """What the cluster knows of ``bridge_id`` (not known while Redis is away: then it
+        counts as new, and its failure count applies at its next save)."""
+        try:
+            return await self.registry.standing(bridge_id)
+        except REDIS_OUTAGE as exc:
+            log.warning(
+                "bridge %s: its record not read, Redis unavailable (%s)",
+                bridge_id,
+                exc,
+                extra=ctx(bridge=bridge_id),
+            )
+            return Standing()
 
     async def _reconcile_held(self, conn: BridgeConn, listed: set[str]) -> None:
         """Keep on ``conn`` the acknowledged tasks it still holds (re-adopted prompts among
@@ -388,24 +467,25 @@ class BridgeHub:
         while conn.online:
             await asyncio.sleep(tick)
             if time.monotonic() - conn.last_seen > silence:
-                await self._lost(conn, "missed heartbeats")
+                await self._lost(conn, "missed heartbeats", how=SILENT)
                 await session.ws.close(CLOSE_TIMEOUT, "missed heartbeats")
                 return
             if time.monotonic() >= next_ping:
                 next_ping += cfg.ping_interval_s
                 await session.send_message(PingMessage())
 
-    async def _lost(self, conn: BridgeConn, reason: str, *, check: bool = True) -> None:
-        """Offline: stop sending; unacknowledged tasks go back to waiting at once.
-
-        ``check``: run a health check at once (not when the bridge is reconnecting).
+    async def _lost(self, conn: BridgeConn, reason: str, *, how: str | None = CLOSED) -> None:
+        """Offline: stop sending; unacknowledged tasks go back to waiting at once; its
+        record says how it left (``how``: :data:`~.known.CLOSED` or
+        :data:`~.known.SILENT`; ``None``: it is reconnecting here, and no health check
+        is run either).
         """
         if not conn.online:
             return
         if self.registry.bridges.get(conn.bridge_id) is conn:
             del self.registry.bridges[conn.bridge_id]
         conn.set_state(online=False)
-        if check:
+        if how is not None:
             self.health.poke()
         pending = conn.release_all()
         log.warning(
@@ -420,7 +500,8 @@ class BridgeHub:
                 await self.lifecycle.not_run(
                     task_id, p.attempt, f"bridge {conn.bridge_id} lost: {reason}"
                 )
-            await self.registry.save(conn)
+            if how is not None:
+                await self.registry.leave(conn, how)
         except REDIS_OUTAGE as exc:
             # what is not requeued now is settled by its task deadline
             log.warning(

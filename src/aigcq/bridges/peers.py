@@ -6,10 +6,19 @@ a second worker that a bridge did not happen to connect to) would overflow to a 
 platform tasks another process could run at once. So every process writes its free
 slots and bridges to ``{prefix}:internal:free`` (field: a process id, value:
 ``"<free> <bridges> <ms>"``) and
-reads the others' every ``interval_s`` (so a view is at most about twice that old);
-routing lets tasks they can take wait for them.
+reads the others' every ``interval_s``, and at once when told its own count changed
+(:meth:`PeerCapacity.changed`) or that another process's grew (a ``capacity`` event,
+published by a process whose free slots grew): a slot freed on one process is known to
+the others within a few milliseconds, so none of them pays for a task that slot could
+run. Routing lets tasks they can take wait for them.
 An entry not refreshed within ``stale_s`` (its process stopped) counts for nothing and
 is removed.
+
+A slot this process has just freed on another process's bridge (it heard of the task's
+end and told that process, see :mod:`.endings`) counts as free elsewhere at once
+(:meth:`PeerCapacity.expect`), until two reads of the others' entries have passed: that
+process may give the slot to a waiting task (a retry that waited for it) before any read
+here would show it free, and meanwhile this process must not pay for that task.
 """
 
 from __future__ import annotations
@@ -36,23 +45,35 @@ class PeerCapacity:
         mine: Callable[[], tuple[int, int]],
         *,
         on_less: Callable[[], None],
+        channel: str = "",
         interval_s: float = 0.1,
         stale_s: float = 2.0,
     ) -> None:
         self.redis, self.key, self.mine = redis, key, mine
         self.on_less = on_less  # capacity elsewhere shrank: held tasks may overflow now
+        self.channel = channel  # where a ``capacity`` event tells the others ours grew
         self.interval_s, self.stale_ms = interval_s, int(stale_s * 1000)
         self.process_id = uuid.uuid4().hex
         self.elsewhere = 0  # free slots on other processes' bridges
         self.bridges_elsewhere = 0  # bridges connected to other processes
+        self._written = -1  # our free slots as last written (none yet)
+        self._nudged = asyncio.Event()
+        self._reads = 0  # syncs done
+        self._expected: list[int] = []  # per slot freed elsewhere: the sync it counts until
+
+    def changed(self) -> None:
+        """Our free slots changed, or another process's grew: write and read now."""
+        self._nudged.set()
 
     async def run(self) -> None:
         what = "internal capacity of other processes not read"
         try:
             while True:
+                self._nudged.clear()
                 with one_round(log, what):  # failed: keep the last view, try again
                     await self.sync()
-                await asyncio.sleep(self.interval_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._nudged.wait(), self.interval_s)
         finally:
             with contextlib.suppress(*REDIS_OUTAGE):  # left behind, the others drop it as stale
                 await self.redis.hdel(self.key, self.process_id)
@@ -64,7 +85,10 @@ class PeerCapacity:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(self.key, self.process_id, f"{free} {bridges} {now_ms}")
         pipe.hgetall(self.key)
-        _, entries = await pipe.execute()
+        if free > self._written and self.channel:
+            pipe.publish(self.channel, "capacity")
+        entries = (await pipe.execute())[1]
+        self._written = free
         total, connected, stale = 0, 0, []
         for process_id, value in entries.items():
             if process_id == self.process_id:
@@ -81,6 +105,19 @@ class PeerCapacity:
         if stale:
             await self.redis.hdel(self.key, *stale)
         self.bridges_elsewhere = connected
-        before, self.elsewhere = self.elsewhere, total
-        if total < before:
+        before = self.free
+        self._reads += 1
+        self._expected = [until for until in self._expected if until > self._reads]
+        self.elsewhere = total
+        if self.free < before:
             self.on_less()
+
+    @property
+    def free(self) -> int:
+        """Free slots elsewhere: those the others wrote, and those just freed there."""
+        return self.elsewhere + len(self._expected)
+
+    def expect(self) -> None:
+        """A slot on another process's bridge was freed from here (see the module's
+        docstring): free elsewhere until two syncs from now."""
+        self._expected.append(self._reads + 2)

@@ -3,7 +3,9 @@
 Every WebSocket frame is ``{"type": ..., "data": {...}}``; ``PING``/``PONG`` carry no data.
 Field names on the wire are camelCase (``bridgeId``); the models use snake_case attributes
 and accept either spelling. Unknown extra fields are ignored, so seed-format messages and
-newer bridges both parse. See ``docs/bridge-protocol.md``.
+newer bridges both parse. Values are strict, except the forms a Node.js bridge sends that
+the seed's service coerced: counts as digit strings, task ids as integers
+(:mod:`aigcq.plumbing.js_values`). See ``docs/bridge-protocol.md``.
 
 Shared by the hub (:mod:`aigcq.bridges`) and the reference bridge (:mod:`aigcq.agent`).
 """
@@ -25,12 +27,15 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from aigcq.plumbing.js_values import Count, IdText
+
 # ---- TASK_ACK codes (non-zero = "cannot take it", the hub requeues) ---------------------
 ACK_OK = 0
 ACK_WORKFLOW_NOT_FOUND = 380  # RunningHub WORKFLOW_NOT_EXISTS
 ACK_NO_CAPACITY = 421  # RunningHub TASK_QUEUE_MAXED
 
 NonNegInt = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
 
 
 class ProtocolError(Exception):
@@ -73,18 +78,19 @@ class InstanceInfo(_Model):
     instance_id: str
     url: str
     state: Literal["idle", "busy", "offline"]
-    task_id: str | None = None
+    task_id: IdText | None = None
     node_classes: list[str] | None = None  # from its /object_info
     models: list[str] | None = None  # model files its loaders offer
     device: str | None = None  # from its /system_stats: the torch device's name
     vram_total: NonNegInt | None = None  # bytes
     vram_free: NonNegInt | None = None  # bytes
+    slots: PositiveInt | None = None  # ours: prompts it runs at once (absent: 1)
 
 
 class RegisterData(_Model):
     bridge_id: str = Field(min_length=1)
-    instance_count: NonNegInt
-    available_instance_count: NonNegInt
+    instance_count: Count
+    available_instance_count: Count
     timestamp: str | None = None
     instances: list[InstanceInfo] | None = None
     tasks: list[str] | None = None  # task ids the bridge still holds (after a reconnect)
@@ -95,9 +101,9 @@ class RegisterData(_Model):
 
 
 class HeartbeatData(_Model):
-    instance_count: NonNegInt
-    available_instance_count: NonNegInt
-    busy_instance_count: NonNegInt | None = None
+    instance_count: Count
+    available_instance_count: Count
+    busy_instance_count: Count | None = None
     timestamp: str | None = None
     instances: list[InstanceInfo] | None = None
     tasks: list[str] | None = None
@@ -113,7 +119,7 @@ class CapacityData(HeartbeatData):
 
 
 class AckBody(_Model):
-    task_id: str
+    task_id: IdText
     task_status: str = "RUNNING"
     attempt: int | None = None
 
@@ -126,8 +132,8 @@ class TaskAckData(_Model):
     code: int = ACK_OK
     msg: str = "success"
     data: AckBody
-    instance_count: NonNegInt | None = None
-    available_instance_count: NonNegInt | None = None
+    instance_count: Count | None = None
+    available_instance_count: Count | None = None
     instances: list[InstanceInfo] | None = None
     tasks: list[str] | None = None
 
@@ -137,7 +143,7 @@ class TaskAckData(_Model):
 
 
 class TaskProgressData(_Model):
-    task_id: str
+    task_id: IdText
     value: int
     max: int
     node: str | None = None
@@ -159,11 +165,14 @@ class NodeInfo(_Model):
 
 
 class TaskAssignData(_Model):
-    """Seed fields plus ours: ``taskId``, ``attempt`` and an optional inline ``workflow``
-    (API format, as a dict or a JSON string). A seed hub sends no ``taskId``."""
+    """Seed fields plus ours: ``taskId``, ``attempt``, an optional inline ``workflow``
+    (API format, as a dict or a JSON string) and ``instanceId``, the instance the hub
+    counted the task on (free and able to run it, as the bridge last reported): a bridge
+    takes that one if it is still free and can. A seed hub sends no ``taskId``."""
 
     task_id: str | None = None
     attempt: int | None = None
+    instance_id: str | None = None
     workflow_id: str | None = None
     node_info_list: list[NodeInfo] = Field(default_factory=list)
     webhook_url: str = Field(min_length=1)

@@ -2,14 +2,18 @@
 
 Each process assigns only to its own connections (claims are atomic, so that is safe
 across processes). The Redis hash ``{prefix}:bridge:{bridgeId}`` lets other processes and
-the dashboard see every bridge; ``{prefix}:bridge:{bridgeId}:tasks`` (taskId -> attempt)
-remembers the acknowledged tasks so a re-REGISTER anywhere can find the ones it lost,
-and ``{prefix}:bridgeof:{taskId}`` names the bridge running an acknowledged task, so the
-process that receives its TASK_END (over HTTP, possibly not the one holding the bridge's
-socket) can count it. The hash's ``failures`` field is the bridge's count of consecutive
-failed TASK_ENDs, shared by every process (HINCRBY on a failure, 0 on a success); the
-process holding the connection applies quarantine from it (at once for TASK_ENDs it
-receives, at the next save, i.e. HEARTBEAT, for those another process received).
+the dashboard see every bridge, and is what any process knows of a bridge that registers
+with it (which process holds it, how it left, since when it is out of rotation: see
+:mod:`.known`); it is kept :data:`~.known.KNOWN_FOR_S` after the bridge's last word, and a
+process that no longer holds the bridge never writes that it left.
+``{prefix}:bridge:{bridgeId}:tasks`` (taskId -> attempt) remembers the acknowledged tasks
+so a re-REGISTER anywhere can find the ones it lost, and ``{prefix}:bridgesof:{taskId}``
+(bridgeId -> attempt) the bridges running an attempt of the task, so the process that
+receives its TASK_END (over HTTP, possibly not the one holding a bridge's socket) can
+count it and tell each bridge's process. The record's ``failures`` field is the bridge's
+count of consecutive failed TASK_ENDs, shared by every process (HINCRBY on a failure, 0 on
+a success); the process holding the connection applies quarantine from it (at once for
+TASK_ENDs it receives or hears of, see :mod:`.endings`, and at each save).
 
 Picking a bridge is O(log n): bridges with a free slot are bucketed by their sort key
 (load, -free), the keys kept in a heap with lazy deletion. A :class:`BridgeConn` in the
@@ -21,6 +25,7 @@ which task.
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import time
 from collections.abc import (
@@ -30,12 +35,16 @@ from collections.abc import (
     MutableMapping,
     ValuesView,
 )
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from redis.commands.core import AsyncScript
 
 from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.conn import BridgeConn
+from aigcq.bridges.known import KNOWN_FOR_S, Standing
+from aigcq.bridges.placing import Slot
 from aigcq.bridges.slots import Assignment
 from aigcq.plumbing.text import text
 from aigcq.queue.keys import Keys
@@ -43,27 +52,82 @@ from aigcq.queue.store import TaskStore
 
 Key = tuple[float, int]  # (load, -free): the smallest is picked
 
-__all__ = ["Assignment", "BridgeConn", "BridgeRegistry"]
+__all__ = ["Assignment", "BridgeConn", "BridgeRegistry", "Counted", "record_instances"]
 
-# KEYS: bridgeof:{taskId}. ARGV: prefix, taskId, ok (1/0, '': no count), fallback bridgeId.
-# Returns {bridgeId, failures}, or nil when no bridge is known for the task.
+
+def record_instances(raw: object) -> list[dict[str, Any]]:
+    """The ``instances`` field of a bridge's shared record (what :meth:`BridgeRegistry.save`
+    writes): each instance as its bridge reported it; ``[]`` when absent or unreadable."""
+    try:
+        value = orjson.loads(text(raw) or "[]")
+    except orjson.JSONDecodeError:
+        return []
+    return [i for i in value if isinstance(i, dict)] if isinstance(value, list) else []
+
+
+# A task's end. KEYS: bridgesof:{taskId}. ARGV: prefix, taskId, ok (1/0, '': no count),
+# fallback bridgeId, attempt ('': not known). Every bridge recorded as holding the task is
+# no longer; the one that ran ``attempt`` (not known: the latest; none recorded: the
+# fallback) is counted. Returns {that bridge ('': none), its failure count (-1: it has no
+# record), then each other bridge and its attempt}.
 _COUNT_END = """
-local bridge = redis.call('GET', KEYS[1])
-if not bridge then bridge = ARGV[4] end
-if bridge == '' then return nil end
+local held = redis.call('HGETALL', KEYS[1])
 redis.call('DEL', KEYS[1])
-local key = ARGV[1] .. ':bridge:' .. bridge
-redis.call('HDEL', key .. ':tasks', ARGV[2])
-if redis.call('EXISTS', key) == 0 then return nil end
-if ARGV[3] == '1' then
-  redis.call('HSET', key, 'failures', 0)
-  return {bridge, 0}
+local ran, latest, others = '', -1, {}
+for i = 1, #held, 2 do
+  redis.call('HDEL', ARGV[1] .. ':bridge:' .. held[i] .. ':tasks', ARGV[2])
+  local attempt = tonumber(held[i + 1]) or 0
+  if (ARGV[5] ~= '' and held[i + 1] == ARGV[5]) or (ARGV[5] == '' and attempt > latest) then
+    ran, latest = held[i], attempt
+  end
 end
-if ARGV[3] == '' then
-  return {bridge, tonumber(redis.call('HGET', key, 'failures') or '0')}
+for i = 1, #held, 2 do
+  if held[i] ~= ran then
+    others[#others + 1] = held[i]
+    others[#others + 1] = held[i + 1]
+  end
 end
-return {bridge, redis.call('HINCRBY', key, 'failures', 1)}
+if ran == '' then ran = ARGV[4] end
+local failures = -1
+local key = ARGV[1] .. ':bridge:' .. ran
+if ran ~= '' and redis.call('EXISTS', key) == 1 then
+  redis.call('HDEL', key .. ':tasks', ARGV[2])
+  if ARGV[3] == '1' then
+    redis.call('HSET', key, 'failures', 0)
+    failures = 0
+  elseif ARGV[3] == '0' then
+    failures = redis.call('HINCRBY', key, 'failures', 1)
+  else
+    failures = tonumber(redis.call('HGET', key, 'failures') or '0')
+  end
+end
+return {ran, failures, unpack(others)}
 """
+
+# KEYS: a bridge's record. ARGV: this process, '1' when the write says the bridge left
+# (then made only while no other process holds it), the record's TTL, field/value pairs.
+# Returns the shared failure count, or -1 when not written.
+_SAVE = """
+if ARGV[2] == '1' then
+  local holder = redis.call('HGET', KEYS[1], 'process')
+  if holder and holder ~= '' and holder ~= ARGV[1] then return -1 end
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return tonumber(redis.call('HGET', KEYS[1], 'failures') or '0')
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """A task's end as :meth:`BridgeRegistry.count_end` recorded it."""
+
+    #: the bridge that ran the attempt that ended ('': none known)
+    ran: str
+    #: its shared count of consecutive failures (None: it has no record)
+    failures: int | None
+    #: the other bridges that were holding an attempt of the task -> that attempt
+    others: dict[str, int]
 
 
 class _Bucket:
@@ -132,11 +196,14 @@ class BridgeRegistry:
     """In-memory map of this process's bridges, mirrored to Redis."""
 
     def __init__(self, store: TaskStore, prefix: str, ttl_s: int) -> None:
-        """Per-task writes go through ``store``'s hot-path connection."""
+        """Per-task writes go through ``store``'s hot-path connection; ``ttl_s``: how long a
+        bridge's record outlives its last save (at least :data:`~.known.KNOWN_FOR_S`)."""
         self.store = store
         self.prefix = prefix
         self.keys = Keys(prefix)
-        self.ttl_s = ttl_s
+        self.ttl_s = max(ttl_s, KNOWN_FOR_S)
+        #: this process, as a record names the process holding its bridge (set by the hub)
+        self.process_id = ""
         bridges = _Bridges(self)
         self.bridges: MutableMapping[str, BridgeConn] = bridges
         self._conns = bridges._d  # the same dict, read without the mapping's overhead
@@ -155,9 +222,13 @@ class BridgeRegistry:
         #: superseded on one and runs on the other)
         self._holders: dict[str, list[BridgeConn]] = {}
         self._count_end: AsyncScript | None = None
-        #: needs -> whether a bridge here can run them; cleared when the bridges or what
-        #: they offer change, so a task nobody can run costs O(1), not a scan of them all
-        self._can_run: dict[Needs, bool] = {}
+        self._save: AsyncScript | None = None
+        #: (needs, offline) -> whether a bridge here can run them (with ``offline``: could,
+        #: on an instance that is offline); cleared when the bridges or what they offer
+        #: change, so a task nobody can run costs O(1), not a scan of them all
+        self._can_run: dict[tuple[Needs, bool], bool] = {}
+        #: whether a bridge here describes what its instances offer (None: not known)
+        self._describing: bool | None = None
 
     # ---- the pick index -------------------------------------------------------------------
 
@@ -265,8 +336,9 @@ class BridgeRegistry:
         last = self.last_bridge.get(workflow_id) if workflow_id else None
         bridge_id = last if last is not None and last in bucket.pos else random.choice(bucket.ids)
         conn: BridgeConn | None = self._conns[bridge_id]
-        if needs is not None and conn is not None and not conn.can_run(needs):
-            conn = self._capable(needs, last) if self.anyone_can_run(needs) else None
+        if conn in exclude or (needs is not None and conn is not None and not conn.can_run(needs)):
+            capable = needs is None or self.anyone_can_run(needs)
+            conn = self._capable(needs, last, exclude) if capable else None
         if workflow_id and conn is not None:
             self.last_bridge[workflow_id] = conn.bridge_id
         return conn
@@ -288,57 +360,131 @@ class BridgeRegistry:
         return None
 
     def anyone_can_run(self, needs: Needs) -> bool:
-        """Whether a bridge connected here (busy or not) can run ``needs`` (O(1) but for
-        the first ask after a change to the bridges or their offers)."""
-        known = self._can_run.get(needs)
+        """Whether a bridge connected here (busy or not) can run ``needs`` on an instance
+        that is not offline (O(1) but for the first ask after a change to the bridges or
+        their offers)."""
+        return self._ask(needs, offline=False)
+
+    def anyone_could_run(self, needs: Needs) -> bool:
+        """Whether a bridge connected here could run ``needs`` on an instance that is
+        offline (its offer withdrawn until it is back)."""
+        return self._ask(needs, offline=True)
+
+    def _ask(self, needs: Needs, *, offline: bool) -> bool:
+        known = self._can_run.get((needs, offline))
         if known is None:
             if len(self._can_run) >= 1024:
                 self._can_run.clear()
-            known = self._can_run[needs] = any(c.can_run(needs) for c in self._conns.values())
+            conns = self._conns.values()
+            known = any(c.could_run(needs) if offline else c.can_run(needs) for c in conns)
+            self._can_run[needs, offline] = known
         return known
 
+    def describing(self) -> bool:
+        """Whether a bridge here describes what its instances offer: then tasks are placed
+        per instance (:meth:`free_spots`), else per bridge (:meth:`pick`)."""
+        if self._describing is None:
+            self._describing = any(c.offers is not None for c in self._conns.values())
+        return self._describing
+
+    def free_spots(self, per_kind: int) -> list[Slot]:
+        """The slots a task can be counted on now (see :meth:`BridgeConn.free_instances`),
+        least-loaded bridges first (ties: each time in another order): the first
+        ``per_kind`` of each kind (what an instance offers), all that ``per_kind`` tasks
+        could need."""
+        spots: list[Slot] = []
+        taken: dict[Needs | None, int] = {}
+        for key in sorted(self._buckets):
+            ids = self._buckets[key].ids
+            start = random.randrange(len(ids))
+            for bridge_id in itertools.chain(ids[start:], ids[:start]):
+                conn = self._conns[bridge_id]
+                for offer, instance_ids in conn.free_instances().items():
+                    had = taken.get(offer, 0)
+                    if had < per_kind:
+                        more = instance_ids[: per_kind - had]
+                        taken[offer] = had + len(more)
+                        spots.extend(Slot(conn, i, offer) for i in more)
+        return spots
+
     def offers_changed(self) -> None:
-        """A bridge came, went, or reported other node classes or model files."""
+        """A bridge came, went, or reported other node classes or model files, or an
+        instance went offline or came back."""
         self._can_run.clear()
+        self._describing = None
 
     async def save(self, conn: BridgeConn, *, failures: int | None = None) -> int:
-        """Publish the bridge's capacity and last-seen time (and set its shared count of
-        consecutive failures to ``failures``, if given); return that count."""
-        key = self.keys.bridge(conn.bridge_id)
-        record = {
+        """Publish the bridge's capacity, last-seen time and standing, held by this process
+        (and set its shared count of consecutive failures to ``failures``, if given);
+        return that count."""
+        record = self._record(conn)
+        record.update(process=self.process_id, left="", leftAt="")
+        if failures is not None:
+            record["failures"] = failures
+        return await self._write(conn.bridge_id, record, leaving=False)
+
+    async def leave(self, conn: BridgeConn, how: str) -> bool:
+        """Record that the bridge left this process (``how``: :data:`~.known.CLOSED` or
+        :data:`~.known.SILENT`), unless another process holds it now (it moved there
+        first); whether it was written."""
+        record = self._record(conn)
+        record.update(online=0, availableInstanceCount=0, left=how, leftAt=time.time())
+        return await self._write(conn.bridge_id, record, leaving=True) >= 0
+
+    async def standing(self, bridge_id: str) -> Standing:
+        """What the cluster last recorded of ``bridge_id`` (see :mod:`.known`)."""
+        record = await self.store.redis.hgetall(self.keys.bridge(bridge_id))
+        return Standing.of({text(k): text(v) for k, v in record.items()})
+
+    def _record(self, conn: BridgeConn) -> dict[str, str | int | float]:
+        out = conn.quarantined_at
+        return {
             "bridgeId": conn.bridge_id,
             "instanceCount": conn.instance_count,
             "availableInstanceCount": conn.free(),
             "online": int(conn.online),
-            "inRotation": int(conn.quarantined_at is None),
+            "inRotation": int(out is None),
+            "quarantinedAt": "" if out is None else _epoch(out),
             "drained": int(conn.drained),
             "instances": orjson.dumps(conn.instance_states).decode(),
             "lastSeen": time.time(),
         }
-        if failures is not None:
-            record["failures"] = failures
-        replies = await self.store.mux.commands(
-            ["HSET", key, *(x for kv in record.items() for x in kv)],
-            ["EXPIRE", key, self.ttl_s],
-            ["HGET", key, "failures"],
-        )
-        return int(replies[-1] or 0)
+
+    async def _write(
+        self, bridge_id: str, record: dict[str, str | int | float], *, leaving: bool
+    ) -> int:
+        if self._save is None:
+            self._save = self.store.redis.register_script(_SAVE)
+        fields = [x for kv in record.items() for x in kv]
+        args = [self.process_id, int(leaving), self.ttl_s, *fields]
+        return int(await self.store.mux.script(self._save, [self.keys.bridge(bridge_id)], args))
 
     async def count_end(
-        self, task_id: str, ok: bool | None, fallback: str = ""
-    ) -> tuple[str, int] | None:
-        """Count a TASK_END against the bridge that ran ``task_id`` (``fallback`` if none is
-        recorded): a success resets the bridge's shared failure count, a failure adds one,
-        ``None`` leaves it. Return (bridgeId, the count), or ``None`` when the bridge is
-        unknown."""
+        self, task_id: str, ok: bool | None, attempt: int | None, fallback: str = ""
+    ) -> Counted:
+        """A task's end: the bridges recorded as holding it no longer do. The one that ran
+        ``attempt`` (``fallback`` if none is recorded) is counted: a success resets its
+        shared failure count, a failure adds one, ``None`` leaves it."""
         if self._count_end is None:
             self._count_end = self.store.redis.register_script(_COUNT_END)
-        args: list[str | int] = [self.prefix, task_id, "" if ok is None else int(ok), fallback]
-        out = await self.store.mux.script(self._count_end, [self.keys.bridge_of(task_id)], args)
-        if not out:
-            return None
-        bridge_id, failures = out
-        return text(bridge_id), int(failures)
+        ended = "" if attempt is None else attempt
+        args = [self.prefix, task_id, "" if ok is None else int(ok), fallback, ended]
+        out = await self.store.mux.script(self._count_end, [self.keys.bridges_of(task_id)], args)
+        ran, failures, rest = text(out[0]), int(out[1]), out[2:]
+        others = {text(b): int(a) for b, a in zip(rest[::2], rest[1::2], strict=True)}
+        return Counted(ran, failures if failures >= 0 else None, others)
+
+    async def held_elsewhere(self, task_id: str, attempt: int) -> bool:
+        """Whether ``attempt`` of ``task_id`` was acknowledged by a bridge that another
+        process holds now (its record online, naming that process)."""
+        held = await self.store.redis.hgetall(self.keys.bridges_of(task_id))
+        bridge = next((text(b) for b, a in held.items() if int(a) == attempt), None)
+        if bridge is None or bridge in self._conns:
+            return False
+        online, process = await self.store.redis.hmget(
+            self.keys.bridge(bridge), ["online", "process"]
+        )
+        return text(online) == "1" and text(process) not in ("", self.process_id)
 
     async def keep(self, bridge_id: str, tasks: dict[str, int], ttl_s: int) -> None:
         """Record acknowledged ``tasks`` (taskId -> attempt) as held by ``bridge_id``, in
@@ -347,11 +493,14 @@ class BridgeRegistry:
         if not tasks:
             return
         key = self.keys.bridge_tasks(bridge_id)
-        await self.store.mux.commands(
+        commands: list[list[str | int]] = [
             ["HSET", key, *(x for kv in tasks.items() for x in kv)],
             ["EXPIRE", key, ttl_s],
-            *(["SET", self.keys.bridge_of(t), bridge_id, "EX", ttl_s] for t in tasks),
-        )
+        ]
+        for task_id, attempt in tasks.items():
+            of = self.keys.bridges_of(task_id)
+            commands += [["HSET", of, bridge_id, attempt], ["EXPIRE", of, ttl_s]]
+        await self.store.mux.commands(*commands)
 
     async def held(self, bridge_id: str) -> dict[str, int]:
         """The acknowledged tasks recorded for ``bridge_id``. Read, not taken: each is
@@ -362,4 +511,13 @@ class BridgeRegistry:
 
     async def forget(self, bridge_id: str, task_id: str) -> None:
         """``task_id`` is no longer recorded as held by ``bridge_id``."""
-        await self.store.mux.command("HDEL", self.keys.bridge_tasks(bridge_id), task_id)
+        await self.store.mux.commands(
+            ["HDEL", self.keys.bridge_tasks(bridge_id), task_id],
+            ["HDEL", self.keys.bridges_of(task_id), bridge_id],
+        )
+
+
+def _epoch(monotonic: float) -> float:
+    """A ``time.monotonic()`` instant in epoch seconds (to the millisecond), as records
+    say when, whichever process reads them."""
+    return round(time.time() - (time.monotonic() - monotonic), 3)

@@ -2,7 +2,8 @@
 a cool-down brings it back.
 
 The count is the bridge's, in Redis, whichever process receives the TASK_END; the process
-holding the bridge's connection applies it. Only a machine's failure counts: a task that
+holding the bridge's connection applies it (told by :mod:`.endings` when another process
+counted it). Only a machine's failure counts: a task that
 failed through its own fault (an invalid workflow, a bad node value) leaves the count alone.
 """
 
@@ -13,9 +14,8 @@ import time
 from collections.abc import Callable
 
 from aigcq.bridges.health_monitor import HealthMonitor
-from aigcq.bridges.registry import BridgeConn, BridgeRegistry
+from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Counted
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.events import bridge_end_event
 from aigcq.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -39,35 +39,27 @@ class Rotation:
         return self.rt.settings.bridge_quarantine_s
 
     async def count_end(
-        self, task_id: str, ok: bool | None, conn: BridgeConn | None, *, cancel: bool = False
-    ) -> None:
-        """Count a task's end against its bridge (``ok`` ``None``: no count, only forget
-        where it ran). A bridge connected to another process hears of it by an event
-        (its slot freed there; ``cancel``: the bridge is told to stop the task)."""
+        self, task_id: str, ok: bool | None, conn: BridgeConn | None, attempt: int | None
+    ) -> Counted | None:
+        """Count the end of ``attempt`` against the bridge that ran it (``ok`` ``None``: no
+        count, only forget where it ran), applied here if that bridge is connected here;
+        what was recorded (``None``: Redis away, the next TASK_END counts again)."""
         fallback = conn.bridge_id if conn else ""
         try:
-            counted = await self.registry.count_end(task_id, ok, fallback)
-        except Exception as exc:  # Redis away: the next TASK_END counts again
+            counted = await self.registry.count_end(task_id, ok, attempt, fallback)
+        except Exception as exc:
             log.warning(
                 "task %s: bridge failure count not updated: %r",
                 task_id,
                 exc,
                 extra=ctx(task=task_id, bridge=fallback or None),
             )
-            return
-        if counted is None:
-            return
-        bridge_id, failures = counted
-        owner = self.registry.bridges.get(bridge_id)
-        if owner is None:  # another process holds the bridge: its slot is free now
-            end = {"bridgeId": bridge_id, "taskId": task_id, "failures": failures}
-            if cancel:
-                end["cancel"] = True
-            await self.rt.store.mux.command(
-                "PUBLISH", self.rt.store.keys.events, bridge_end_event(end)
-            )
-        elif ok is not None and self.apply(owner, failures, task_id):
+            return None
+        owner = self.registry.bridges.get(counted.ran)
+        shared = counted.failures
+        if owner and ok is not None and shared is not None and self.apply(owner, shared, task_id):
             await self.registry.save(owner)
+        return counted
 
     async def save(self, conn: BridgeConn, *, failures: int | None = None) -> None:
         """Save ``conn`` (setting its shared failure count to ``failures``, if given) and

@@ -15,6 +15,7 @@ from aigcq.observability.jsonlog import ctx
 CLOSE_AUTH = 4401
 CLOSE_FLOOD = 4008
 CLOSE_TIMEOUT = 4000
+CLOSE_REGISTER_TIMEOUT = 4408  # no REGISTER within AIGCQ_BRIDGE_REGISTER_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,11 @@ class SlotLedger:
     def holds(self, task_id: str) -> bool:
         return task_id in self.running or task_id in self.pending
 
+    def over(self, task_id: str) -> bool:
+        """Whether ``task_id`` ended here and is not here again: a report that shows it
+        busy was built before that end."""
+        return task_id in self._ended and not self.holds(task_id) and task_id not in self.stopping
+
     def attempt_of(self, task_id: str) -> int | None:
         pending = self.pending.get(task_id)
         return pending.attempt if pending is not None else self.running.get(task_id)
@@ -124,12 +129,7 @@ class SlotLedger:
                 del self.stopping[task_id]
         self.instances = max(0, instances)
         busy = max(0, self.instances - max(0, available))
-        stale = sum(
-            1
-            for t in set(busy_with)
-            if t in self._ended and not self.holds(t) and t not in self.stopping
-        )
-        busy = max(0, busy - stale)
+        busy = max(0, busy - sum(1 for t in set(busy_with) if self.over(t)))
         # busy by its count beyond our acknowledged tasks: someone else's (or offline);
         # fewer busy than our tasks: some finished, their TASK_END not here yet
         ours = len(self.running) + self.stopped

@@ -23,6 +23,7 @@ from aigcq.cli.common import (
     load_settings,
     require_free_ports,
 )
+from aigcq.cli.controls import pause, resume
 from aigcq.cli.emulate import emulate_app
 from aigcq.cli.tasks import tasks_app
 from aigcq.observability.logconfig import LOG_FORMAT_ENV, LogFormat, configure_logging
@@ -33,6 +34,8 @@ app.command()(submit)
 app.command()(status)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(bridges_app, name="bridges")
+app.command()(pause)
+app.command()(resume)
 app.add_typer(emulate_app, name="emulate")
 app.add_typer(asynch_app, name="asynch")
 

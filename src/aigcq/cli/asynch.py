@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from aigcq.cli.common import require_free_ports
+from aigcq.cli.common import console, require_free_ports
 
 if TYPE_CHECKING:
     from aigcq.asynch.settings import AsynchSettings
@@ -64,12 +64,35 @@ def serve(
     settings = AsynchSettings(**given)
     require_free_ports(settings.host, [(settings.port, "--port or AIGCQ_ASYNCH_PORT")])
     base = Settings()
+    admin_token(settings, base)
     exit_on_sigterm()
     try:
         with backing_services(base.database_url, base.redis_url, base.data_dir) as (db, rd):
             run_async(_serve(settings, db, rd, base))
     except (KeyboardInterrupt, SignalExit):  # the private servers are stopped by now
         log.info("stopped by signal")
+
+
+def admin_token(settings: AsynchSettings, base: Settings) -> None:
+    """The management routes' token: ``AIGCQ_ASYNCH_ADMIN_TOKEN``, else the one kept in
+    ``AIGCQ_DATA_DIR/secrets.json`` (generated the first time, as ``aigcq up`` does its
+    secrets, and printed once); say where it is. ``AIGCQ_ASYNCH_ADMIN_OPEN`` needs none."""
+    from aigcq.serve.launch import ensure_secrets
+
+    if settings.admin_open:
+        log.warning(
+            "AIGCQ_ASYNCH_ADMIN_OPEN is set: the management routes (/model/*, runWork,"
+            " cleanWork) are open to anyone who can reach this port"
+        )
+        return
+    given = bool(settings.admin_token)
+    fresh = ensure_secrets(base, settings, ("admin_token",), key_prefix="asynch_")
+    kept = base.secrets_file.resolve()
+    where = "AIGCQ_ASYNCH_ADMIN_TOKEN" if given else f"asynch_admin_token in {kept}"
+    lines = [f"  management routes (/model/*, runWork, cleanWork) need the admin token: {where}"]
+    lines += [f"  generated {name}: {value}" for name, value in fresh.items()]
+    for line in lines:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 async def _serve(
@@ -80,22 +103,19 @@ async def _serve(
     from aigcq.asynch.app import create_app
     from aigcq.asynch.migrate import migrate
     from aigcq.asynch.process import open_process
+    from aigcq.plumbing.connection_limits import bounded_config
 
     applied = await migrate(database_url)
     log.info("schema up to date (applied now: %s)", applied or "none")
-    if not settings.admin_token:
-        log.warning(
-            "AIGCQ_ASYNCH_ADMIN_TOKEN is not set: the management routes (/model/*, runWork,"
-            " cleanWork) are open to anyone who can reach this port"
-        )
     async with (
         open_process(
             settings, database_url=database_url, redis_url=redis_url, data_dir=base.data_dir
         ) as svc,
         svc.background(),
     ):
-        config = uvicorn.Config(
+        config = bounded_config(
             create_app(svc, admin_token=base.admin_token),
+            base,
             host=settings.host,
             port=settings.port,
             log_config=None,

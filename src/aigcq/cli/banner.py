@@ -8,14 +8,29 @@ from aigcq.plumbing.redis_address import redacted
 from aigcq.serve.launch import listen_ports
 
 
+def dashboard_link(settings: Settings, here: str) -> str:
+    """The dashboard with the admin token after ``#``: a link to click, so the token never
+    goes through a shell, and never to the server (nor its logs). ``""`` without a token."""
+    if not settings.admin_token:
+        return ""
+    return f"http://{here}:{settings.ws_port}/dashboard#token={settings.admin_token}"
+
+
+def secrets_note(settings: Settings) -> str:
+    """Where ``aigcq up`` keeps the secrets it generated (``""``: it generated none)."""
+    path = settings.secrets_file
+    if not path.exists():
+        return ""
+    return f"{path.resolve()} (token secret, admin and bridge tokens)"
+
+
 def print_banner(settings: Settings, config: PlatformConfig, fresh: dict[str, str]) -> None:
     host, here = settings.host, local_host(settings.host)
     ports = listen_ports(settings)
     out = [f"[bold]aigcq[/bold] listening on {', '.join(f'{host}:{p}' for p in ports)}"]
     out.append(f"  clients    ws://{here}:{settings.ws_port}/?token=<token>&id=<backendId>")
     out.append(f"  HTTP API   http://{here}:{settings.ws_port}/docs")
-    if settings.admin_token:  # a link to click: the token never goes through a shell
-        dashboard = f"http://{here}:{settings.ws_port}/dashboard#token={settings.admin_token}"
+    if dashboard := dashboard_link(settings, here):
         out.append(f"  dashboard  {dashboard}")
     out.append(f"  callbacks  {settings.public_callback_base()}/callback/all")
     embedded = f"embedded, data in {settings.data_dir}"
@@ -26,9 +41,8 @@ def print_banner(settings: Settings, config: PlatformConfig, fresh: dict[str, st
         out.append("  platforms  " + ", ".join(f"{a}/{p}" for a, p in config.queues()))
     else:
         out.append(f"  [yellow]no platforms configured: add {settings.config_dir}/model.json[/]")
-    secrets = settings.secrets_file
-    if secrets.exists():
-        out.append(f"  secrets    {secrets.resolve()} (token secret, admin and bridge tokens)")
+    if secrets := secrets_note(settings):
+        out.append(f"  secrets    {secrets}")
     for name, value in fresh.items():
         out.append(f"  generated {name}: [bold]{value}[/bold]")
     for line in out:

@@ -249,6 +249,8 @@ class Demo:
         return Child("bridge", args, self.root / "logs" / "bridge.log", env=token)
 
     def banner(self, console: Console, client_token: str) -> None:
+        from aigcq.cli.banner import dashboard_link, secrets_note
+
         o, s = self.options, self.settings
         seconds = 3 * o.steps * o.step_time
         payload = json.dumps({"workflowId": WORKFLOW_ID, "nodeInfoList": []}, separators=(",", ":"))
@@ -257,6 +259,7 @@ class Demo:
         lines = [
             "[bold]aigcq demo[/bold]: your GPUs first, RunningHub on overflow",
             f"  server      {self.server_ws}/ (clients), {http}/docs (HTTP API)",
+            f"  dashboard   {dashboard_link(s, self.host)}",
             f"  GPUs        {o.instances} emulated ComfyUI instances, {seconds:g} s a prompt: "
             + ", ".join(self.comfyui),
             f"  bridge      http://{self.host}:{self.bridge_port}/ (admin page) in front of them",
@@ -266,6 +269,7 @@ class Demo:
             f"{o.jimuai_duration:g} s a task, polled)",
             f"  config      {self.root / 'config' / 'model.json'} (./config is not used)",
             f"  logs        {self.root / 'logs'}/",
+            f"  secrets     {secrets_note(s) or 'all set in the environment'}",
             "",
             "One task (its fileUrl shows where it ran: the bridge, or RunningHub):",
             f"  {submit} --token {client_token}",

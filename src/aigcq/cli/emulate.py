@@ -110,6 +110,12 @@ _ApiKeys = Annotated[
 ]
 _Duration = Annotated[float, typer.Option("--duration", help="Seconds a task runs (0 = instant)")]
 _FailureRate = Annotated[float, typer.Option(help="Share of tasks that fail, 0..1")]
+_FileTtl = Annotated[
+    float,
+    typer.Option(
+        "--file-ttl", help="Seconds a result file's link works (then 404/403; the vendors': ~1 day)"
+    ),
+]
 
 
 def _serve_platform(
@@ -140,9 +146,17 @@ def emulate_runninghub(
     duration: _Duration = 1.0,
     failure_rate: _FailureRate = 0.0,
     api_key: _ApiKeys = None,
+    consume_coins: Annotated[
+        int, typer.Option(min=0, help="consumeCoins each task's outputs report")
+    ] = 10,
+    consume_money: Annotated[
+        float | None, typer.Option(min=0, help="consumeMoney each reports (default: null)")
+    ] = None,
+    file_ttl: _FileTtl = 86400.0,
     log_level: LogLevelOption = "INFO",
 ) -> None:
-    """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats)."""
+    """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats,
+    result links expired on demand by POST /_emulator/files)."""
     from aigcq.emulators.runninghub import run
 
     _serve_platform(
@@ -154,6 +168,9 @@ def emulate_runninghub(
         failure_rate,
         max_concurrent=max_concurrent,
         api_keys=_key_set(api_key),
+        consume_coins=consume_coins,
+        consume_money=consume_money,
+        file_ttl_s=file_ttl,
     )
 
 
@@ -190,10 +207,15 @@ def emulate_jimuai(
     duration: _Duration = 1.0,
     failure_rate: _FailureRate = 0.0,
     base64_only: Annotated[bool, typer.Option(help="Results only as base64")] = False,
+    outputs: Annotated[
+        int, typer.Option(min=1, max=15, help="Images per task (each billed) unless force_single")
+    ] = 1,
+    file_ttl: _FileTtl = 86400.0,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a JimuAI (即梦, Volcengine visual API) emulator: signed CVSync2AsyncSubmitTask /
-    CVSync2AsyncGetResult; stats at /_emulator/stats, failures via /_emulator/inject."""
+    CVSync2AsyncGetResult; stats at /_emulator/stats, failures via /_emulator/inject, result
+    links expired on demand by POST /_emulator/files."""
     from aigcq.emulators.jimuai import run
 
     _serve_platform(
@@ -208,4 +230,6 @@ def emulate_jimuai(
         qps=qps,
         queue_s=queue_s,
         base64_only=base64_only,
+        outputs=outputs,
+        file_ttl_s=file_ttl,
     )

@@ -39,13 +39,19 @@ class Api:
     def get(self, path: str, **params: Any) -> Any:
         return self._call("GET", path, params)
 
-    def post(self, path: str, **params: Any) -> Any:
-        return self._call("POST", path, params)
+    def post(self, path: str, body: dict[str, Any] | None = None, **params: Any) -> Any:
+        """POST to ``path``; ``body``: a JSON object to send (else an empty body)."""
+        return self._call("POST", path, params, body)
 
-    def _call(self, method: str, path: str, params: dict[str, Any]) -> Any:
+    def _call(
+        self, method: str, path: str, params: dict[str, Any], body: dict[str, Any] | None = None
+    ) -> Any:
         url = self.base + path + (f"?{urlencode(params)}" if params else "")
-        body = b"" if method == "POST" else None
-        request = urllib.request.Request(url, body, self.headers, method=method)
+        headers, data = self.headers, b"" if method == "POST" else None
+        if body is not None:
+            headers = headers | {"Content-Type": "application/json"}
+            data = json.dumps(body, ensure_ascii=False).encode()
+        request = urllib.request.Request(url, data, headers, method=method)
         try:
             with self.opener.open(request, timeout=TIMEOUT_S) as resp:
                 return _answer(path, resp.status, resp.read())

@@ -8,6 +8,7 @@ the others are still done, and the exit code is 1.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -17,7 +18,16 @@ from urllib.parse import quote
 import typer
 
 from aigcq.cli.common import console, error_line
-from aigcq.cli.remote import AdminTokenOption, InputError, ServerOption, TokenOption, api, refusal
+from aigcq.cli.remote import (
+    ADMIN_TOKEN_ENV,
+    TOKEN_ENV,
+    AdminTokenOption,
+    InputError,
+    ServerOption,
+    TokenOption,
+    api,
+    refusal,
+)
 
 if TYPE_CHECKING:
     from aigcq.cli.http_api import Api
@@ -27,7 +37,45 @@ tasks_app = typer.Typer(no_args_is_help=True, help="Show, list, cancel and retry
 #: refusals about one task: the next task is still tried
 PER_TASK = {"TaskNotFound", "TaskGone", "TaskNotRetryable"}
 MAX_PAGE = 1000
-TaskIds = Annotated[list[str], typer.Argument(help="Task ids, as given at submit")]
+TaskIds = Annotated[
+    list[str] | None,
+    typer.Argument(show_default=False, help="Task ids, as given at submit (or filters instead)"),
+]
+ProjectOption = Annotated[
+    str, typer.Option("--project", "--aigc", help="AIGC project [default: any]")
+]
+PlatformOption = Annotated[str, typer.Option(help="Platform: comfyui, coze... [default: any]")]
+ClientOption = Annotated[str, typer.Option(help="The client's backendId [default: any]")]
+TargetOption = Annotated[
+    str, typer.Option(help="Where it runs or ran: bridge, runninghub... [default: any]")
+]
+SinceOption = Annotated[
+    str,
+    typer.Option(
+        help="Changed since: 30s, 10m, 2h, 1d ago, or a local time: 14:05, "
+        "2026-01-31T14:05 [default: any time]"
+    ),
+]
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="With filters: say which tasks; change nothing")
+]
+LimitOption = Annotated[
+    int | None,
+    typer.Option(show_default=False, help="With filters: act on this many at most (1-10000) "
+                 "[default: 1000]"),
+]  # fmt: skip
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="With filters: print the server's answer as JSON")
+]
+CancelTokenOption = Annotated[
+    str,
+    typer.Option(
+        show_default=False,
+        help="With task ids: a client token (its own tasks) or the admin token [default: "
+        f"{TOKEN_ENV}]; with filters: the admin token [default: the server's where `aigcq "
+        f"up` runs, else {ADMIN_TOKEN_ENV}, {TOKEN_ENV}]",
+    ),
+]
 
 
 def task_path(task_id: str, action: str = "") -> str:
@@ -59,21 +107,11 @@ def tasks_list(
             "cancelled; live (the first three), finished (the last three) [default: any]"
         ),
     ] = "",
-    project: Annotated[
-        str, typer.Option("--project", "--aigc", help="AIGC project [default: any]")
-    ] = "",
-    platform: Annotated[str, typer.Option(help="Platform: comfyui, coze... [default: any]")] = "",
-    client: Annotated[str, typer.Option(help="The client's backendId [default: any]")] = "",
-    target: Annotated[
-        str, typer.Option(help="Where it runs or ran: bridge, runninghub... [default: any]")
-    ] = "",
-    since: Annotated[
-        str,
-        typer.Option(
-            help="Changed since: 30s, 10m, 2h, 1d ago, or a local time: 14:05, "
-            "2026-01-31T14:05 [default: any time]"
-        ),
-    ] = "",
+    project: ProjectOption = "",
+    platform: PlatformOption = "",
+    client: ClientOption = "",
+    target: TargetOption = "",
+    since: SinceOption = "",
     limit: Annotated[int, typer.Option(help=f"Tasks per page, 1-{MAX_PAGE}")] = 50,
     page: Annotated[int, typer.Option(help="Page, from 1")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print the page as JSON")] = False,
@@ -149,10 +187,37 @@ def since_time(given: str, now: float) -> float:
 
 
 @tasks_app.command("cancel")
-def tasks_cancel(task_ids: TaskIds, server: ServerOption = None, token: TokenOption = "") -> None:
-    """Cancel live tasks (a client token: its own; the admin token: any). A paid platform's
-    task is cancelled there too."""
-    with api(server, token) as server_api:
+def tasks_cancel(
+    task_ids: TaskIds = None,
+    state: Annotated[
+        str,
+        typer.Option(
+            help="With filters: pending, dispatching, running, comma-separated [default: all]"
+        ),
+    ] = "",
+    project: ProjectOption = "",
+    platform: PlatformOption = "",
+    client: ClientOption = "",
+    target: TargetOption = "",
+    since: SinceOption = "",
+    dry_run: DryRunOption = False,
+    limit: LimitOption = None,
+    as_json: JsonOption = False,
+    server: ServerOption = None,
+    token: CancelTokenOption = "",
+) -> None:
+    """Cancel live tasks: those named (a client token: its own; the admin token: any), or
+    the waiting and running ones filters name (the admin token).
+
+    A paid platform's task is cancelled there too.
+    """
+    filters = {"state": state, "project": project, "platform": platform, "client": client,
+               "target": target, "since": since}  # fmt: skip
+    if not task_ids:
+        _by_filter("cancel", filters, dry_run, limit, as_json, server, token)
+        return
+    with api(server, token or os.environ.get(TOKEN_ENV, "")) as server_api:
+        _only_ids(filters, dry_run, limit, as_json, FLAGS)
         ok = each_task(server_api, task_ids, lambda t: task_path(t, "cancel"), said("cancelled"))
     if not ok:
         raise typer.Exit(1)
@@ -160,18 +225,93 @@ def tasks_cancel(task_ids: TaskIds, server: ServerOption = None, token: TokenOpt
 
 @tasks_app.command("retry")
 def tasks_retry(
-    task_ids: TaskIds, server: ServerOption = None, token: AdminTokenOption = ""
+    task_ids: TaskIds = None,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="With filters: failed tasks (the default)")
+    ] = False,
+    cancelled: Annotated[
+        bool, typer.Option("--cancelled", help="With filters: cancelled tasks")
+    ] = False,
+    project: ProjectOption = "",
+    platform: PlatformOption = "",
+    client: ClientOption = "",
+    target: TargetOption = "",
+    since: SinceOption = "",
+    dry_run: DryRunOption = False,
+    limit: LimitOption = None,
+    as_json: JsonOption = False,
+    server: ServerOption = None,
+    token: AdminTokenOption = "",
 ) -> None:
     """Queue failed or cancelled tasks again, each as a new attempt (its client gets that
-    result too). Admin token."""
+    result too): those named, or those filters name (`--failed` alone: every failed one).
+    Admin token.
+
+    Never paid twice: a task whose paid run brought a result after it ended gets that
+    result; one whose paid run may still be out is left as it is (said, with why).
+    """
+    states = [s for s, given in (("failed", failed), ("cancelled", cancelled)) if given]
+    filters = {"state": ",".join(states), "project": project, "platform": platform,
+               "client": client, "target": target, "since": since}  # fmt: skip
+    if not task_ids:
+        _by_filter("replay", filters, dry_run, limit, as_json, server, token)
+        return
 
     def path(task_id: str) -> str:
         return f"/api/admin/tasks/{quote(task_id, safe='')}/retry"
 
     with api(server, token, admin=True) as server_api:
+        _only_ids(filters, dry_run, limit, as_json, RETRY_FLAGS)
         ok = each_task(server_api, task_ids, path, said("queued again, as a new attempt"))
     if not ok:
         raise typer.Exit(1)
+
+
+#: how each filter is given, on the command line
+FLAGS = {"state": "--state", "project": "--project", "platform": "--platform",
+         "client": "--client", "target": "--target", "since": "--since"}  # fmt: skip
+RETRY_FLAGS = FLAGS | {"state": "--failed, --cancelled"}
+
+
+def _by_filter(
+    action: str,
+    filters: dict[str, str],
+    dry_run: bool,
+    limit: int | None,
+    as_json: bool,
+    server: str | None,
+    token: str,
+) -> None:
+    """A cancel or replay by filter (:func:`aigcq.cli.controls.by_filter`), or the error
+    that neither task ids nor a filter were given (exit 2, nothing asked)."""
+    from aigcq.cli.common import fail
+    from aigcq.cli.controls import by_filter
+
+    if not any(filters.values()):
+        flags = ", ".join((RETRY_FLAGS if action == "replay" else FLAGS).values())
+        fail(f"name task ids, or filters: at least one of {flags}", 2)
+    if action == "replay" and not filters["state"]:
+        filters["state"] = "failed"
+    by_filter(
+        action,
+        filters,
+        dry_run=dry_run,
+        limit=1000 if limit is None else limit,
+        as_json=as_json,
+        server=server,
+        token=token,
+    )
+
+
+def _only_ids(
+    filters: dict[str, str], dry_run: bool, limit: int | None, as_json: bool, flags: dict[str, str]
+) -> None:
+    """Task ids take no filter nor a filter's options (:class:`InputError` naming them)."""
+    given = [flags[k] for k, v in filters.items() if v]
+    given += [flag for flag, on in (("--dry-run", dry_run), ("--limit", limit is not None),
+                                    ("--json", as_json)) if on]  # fmt: skip
+    if given:
+        raise InputError(f"task ids or filters, not both: {', '.join(given)} goes with filters")
 
 
 def said(done: str) -> Callable[[dict[str, Any]], str]:

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aigcq.bridges.hub import BridgeHub
-from aigcq.dispatcher.auth import DispatcherAuth
+from aigcq.dispatcher.auth import LOGIN_HINT, TOKEN_HINT, DispatcherAuth
 from aigcq.dispatcher.degrade import handed_back
 from aigcq.dispatcher.formats import BadBody, outputs_body, status_of, task_payload
 from aigcq.dispatcher.webhooks import WEBHOOK_BACKEND
@@ -34,6 +34,7 @@ from aigcq.serve.parts import ServeParts
 log = logging.getLogger(__name__)
 
 PLATFORM = "comfyui"
+TOKEN_REFUSAL = f"missing, invalid or expired token: {TOKEN_HINT} as Authorization: Bearer"
 RH_PARAMS_INVALID = (301, "PARAMS_INVALID")
 RH_UNAUTHORIZED = (802, "APIKEY_UNAUTHORIZED")
 RH_NOT_FOUND = (807, "APIKEY_TASK_NOT_FOUND")
@@ -108,7 +109,7 @@ class DispatcherApi:
         token = self.auth.login(user, password)
         if token is None:
             log.warning("login refused for %r", user)
-            return md_error(401, "Unauthorized", "invalid username or password")
+            return md_error(401, "Unauthorized", f"invalid username or password: {LOGIN_HINT}")
         log.info("token issued to %r (valid %d s)", user, token.expires_in)
         return md_ok(token.body())
 
@@ -116,10 +117,10 @@ class DispatcherApi:
         """Seed 000 §3.3: a RunningHub create body; answers ``{requestId, taskId}``."""
         token = bearer(request.headers.get("authorization"))
         if token is not None and not self.auth.valid(token):  # before reading the body
-            return md_error(401, "Unauthorized", "missing, invalid or expired token")
+            return md_error(401, "Unauthorized", TOKEN_REFUSAL)
         body = await self._json(request)
         if token is None and not self.auth.valid(_api_key(body)):
-            return md_error(401, "Unauthorized", "missing, invalid or expired token")
+            return md_error(401, "Unauthorized", TOKEN_REFUSAL)
         try:
             task_id = await self._submit(body)
         except BadBody as exc:
@@ -133,7 +134,7 @@ class DispatcherApi:
 
     async def overview(self, request: Request) -> Response:
         if not self.auth.valid(bearer(request.headers.get("authorization"))):
-            return md_error(401, "Unauthorized", "missing, invalid or expired token")
+            return md_error(401, "Unauthorized", TOKEN_REFUSAL)
         recent = await self.rt.store.recent(RECENT)
         return md_ok(
             {

@@ -15,6 +15,16 @@ from aigcq.plumbing.auth import REQUIRE_EXP
 
 AUDIENCE = "aigcq-message-dispatcher"
 
+#: what a refused caller must configure (issue 30 item 5)
+LOGIN_HINT = (
+    "the dispatcher's MD_USERNAME (default admin) and MD_PASSWORD (unset: generated at its "
+    "first start and printed once; kept as md_password in AIGCQ_DATA_DIR/secrets.json)"
+)
+TOKEN_HINT = (
+    "log in with POST /api/auth/login {username, password} (MD_USERNAME / MD_PASSWORD) and "
+    "send its access_token"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class IssuedToken:

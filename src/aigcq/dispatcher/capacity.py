@@ -32,7 +32,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 
 from aigcq.bridges.hub import CLOSE_AUTH, CLOSE_TIMEOUT, BridgeHub
 from aigcq.bridges.registry import BridgeConn
-from aigcq.dispatcher.auth import DispatcherAuth
+from aigcq.dispatcher.auth import TOKEN_HINT, DispatcherAuth
 from aigcq.mdclient.feed_messages import DEGRADE, DEGRADE_ACK, message, now_iso
 from aigcq.plumbing.auth import bearer
 from aigcq.plumbing.background import round_failed
@@ -294,7 +294,8 @@ class CapacityFeed:
         data = msg.get("data") if msg and msg.get("type") == "CONNECT" else None
         if not isinstance(data, dict) or not self.auth.valid(token or data.get("token")):
             log.warning("capacity feed: connection refused (no CONNECT or invalid token)")
-            await ws.send_text(message("ERROR", code="AuthError", msg="CONNECT with a valid JWT"))
+            why = f"CONNECT with a valid JWT: {TOKEN_HINT} as data.token or ?token="
+            await ws.send_text(message("ERROR", code="AuthError", msg=why))
             await ws.close(CLOSE_AUTH, "AuthError")
             return None
         return _Subscriber(ws, str(data.get("clientId") or "task-queue-backend"))

@@ -10,15 +10,21 @@ shape (Volcengine doc 6369/68677). The vendor's SDK (``volcengine.visual.VisualS
 with ``set_host`` / ``set_scheme("http")``) works against it.
 
 A task is ``in_queue`` for ``queue_s``, ``generating`` for ``duration_s``, then ``done``
-with a real PNG: as ``image_urls`` when ``req_json`` asks ``return_url``, else (or always,
-with ``base64_only``) as ``binary_data_base64``. Business errors use the documented codes
-and HTTP statuses: ``50429`` (QPS, ``qps`` per key), ``50430`` (more than
-``max_concurrent`` tasks in_queue or generating per key), ``50500`` (internal; the fate of
-``failure_rate`` of the tasks). ``POST /_emulator/inject {"kind", "count"}`` makes the next
-``count`` answers ``rate_limit`` / ``concurrency`` / ``internal`` (submits) or
-``not_found`` / ``expired`` / ``result_rate_limit`` (get-results); ``clear`` drops them.
+with a real JPEG (the documented output format): as ``image_urls`` when ``req_json`` asks
+``return_url``, else (or always, with ``base64_only``) as ``binary_data_base64``. Business
+errors use the documented codes and HTTP statuses: ``50429`` (QPS, ``qps`` per key),
+``50430`` (more than ``max_concurrent`` tasks in_queue or generating per key), ``50500``
+(internal; the fate of ``failure_rate`` of the tasks). ``POST /_emulator/inject {"kind",
+"count"}`` makes the next ``count`` answers ``rate_limit`` / ``concurrency`` / ``internal``
+(submits) or ``not_found`` / ``expired`` / ``result_rate_limit`` / ``post_review`` (a done
+task's get-result: ``50511``, its output failed the post-generation review) (get-results);
+``clear`` drops them.
 ``GET /_emulator/stats`` reports submits, polls, running, the peak of running tasks and
 how often each prompt was created (``duplicates``).
+
+An image URL is a signed link that carries its expiry (``?x-expires=<epoch s>&x-signature=…``,
+``file_ttl_s`` after it was first handed out) and answers 403 once expired, or once expired
+on demand (``POST /_emulator/files``).
 """
 
 from __future__ import annotations
@@ -38,8 +44,14 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from aigcq.emulators._common import EmulatorConfig, EmulatorCore, add_common_routes, result_png
+from aigcq.emulators._common import (
+    EmulatorConfig,
+    EmulatorCore,
+    add_common_routes,
+    result_colour,
+)
 from aigcq.emulators._http import read_json, reply, run_app
+from aigcq.emulators.jpeg import solid_jpeg
 from aigcq.platforms.volc_sign import (
     DATE_FORMAT,
     canonical_request,
@@ -83,19 +95,26 @@ INVALID_INPUT = (50215, 400, "Input invalid for this service.")
 RATE_LIMIT = (50429, 429, "Request Has Reached API Limit, Please Try Later")
 CONCURRENCY_LIMIT = (50430, 429, "Request Has Reached API Concurrent Limit, Please Try Later")
 INTERNAL_ERROR = (50500, 500, "Internal Error")
+POST_REVIEW = (50511, 400, "Post Img Risk Not Pass")
+#: input plus output images of one create at most (即梦 4.0)
+MAX_IMAGES = 15
 SUBMIT_INJECTIONS = {
     "rate_limit": RATE_LIMIT,
     "concurrency": CONCURRENCY_LIMIT,
     "internal": INTERNAL_ERROR,
 }
 RESULT_INJECTIONS = ("not_found", "expired", "result_rate_limit")
+#: injected answers a done task's get-result gives instead of its images
+DONE_INJECTIONS = {"post_review": POST_REVIEW}
 
 
 @dataclass
 class JimuAIEmulatorConfig(EmulatorConfig):
     """``credentials`` maps access keys to secret keys; ``max_concurrent`` tasks may be
     in_queue or generating per key; ``qps`` submits a second per key (0 = no limit);
-    ``queue_s`` before ``generating``; ``max_skew_s`` how far ``X-Date`` may be from now."""
+    ``queue_s`` before ``generating``; ``max_skew_s`` how far ``X-Date`` may be from now;
+    ``outputs`` the images a task makes (the model decides from the prompt, at most 15
+    minus its input images, each one billed), one when its submit says ``force_single``."""
 
     credentials: Mapping[str, str] = field(
         default_factory=lambda: {DEFAULT_ACCESS_KEY: DEFAULT_SECRET_KEY}
@@ -106,10 +125,19 @@ class JimuAIEmulatorConfig(EmulatorConfig):
     queue_s: float = 0.0
     max_skew_s: float = 900.0
     base64_only: bool = False
+    outputs: int = 1
 
 
 class _Task:
-    __slots__ = ("access_key", "done_at", "failed", "generating_at", "prompt", "req_key")
+    __slots__ = (
+        "access_key",
+        "done_at",
+        "failed",
+        "generating_at",
+        "images",
+        "prompt",
+        "req_key",
+    )
 
     def __init__(self, access_key: str, req_key: str, prompt: str, queue_s: float, run_s: float):
         now = time.monotonic()
@@ -117,6 +145,7 @@ class _Task:
         self.generating_at = now + queue_s
         self.done_at = self.generating_at + run_s
         self.failed = False
+        self.images = 1
 
     def state(self, now: float) -> str:
         if now >= self.done_at:
@@ -134,6 +163,8 @@ def _request_id() -> str:
 
 class _JimuAI(EmulatorCore):
     config: JimuAIEmulatorConfig
+    file_name = "output.jpeg"
+    signed_links = True  # [I] image_urls as signed CDN links that expire (x-expires)
 
     def __init__(self, config: JimuAIEmulatorConfig) -> None:
         super().__init__(config)
@@ -268,6 +299,7 @@ class _JimuAI(EmulatorCore):
             access_key, req_key, str(prompt or ""), self.config.queue_s, self.config.duration_s
         )
         task.failed = self.draw_failure()
+        task.images = self._images(body)
         self.tasks[task_id] = task
         running.append(task)
         self.peak = max(self.peak, len(running))
@@ -277,6 +309,15 @@ class _JimuAI(EmulatorCore):
             self.tasks.pop(old, None)
         self.retention.add(task.done_at, task_id)
         return self._answer(10000, {"task_id": task_id})
+
+    def _images(self, body: dict[str, Any]) -> int:
+        """How many images a create makes: one with ``force_single``, else ``outputs``,
+        at most 15 minus its input images."""
+        if body.get("force_single") is True:
+            self.counts["force_single"] += 1
+            return 1
+        inputs = body.get("image_urls") or body.get("binary_data_base64") or []
+        return max(1, min(self.config.outputs, MAX_IMAGES - len(inputs)))
 
     def _get_result(self, body: Any) -> Response:
         self.counts["polls"] += 1
@@ -298,14 +339,18 @@ class _JimuAI(EmulatorCore):
             return self._answer(10000, self._data(state))
         if task.failed:
             return self._business(INTERNAL_ERROR)
+        if self.injections and self.injections[0] in DONE_INJECTIONS:
+            return self._business(DONE_INJECTIONS[self.injections.popleft()])
         options = _req_json(body.get("req_json"))
         if options is None:
             return self._business(INVALID_INPUT)
         data = self._data("done")
         if options.get("return_url") is True and not self.config.base64_only:
-            data["image_urls"] = [self.file_url(task_id)]
+            names = [f"output-{i}.jpeg" if i else "" for i in range(task.images)]
+            data["image_urls"] = [self.file_url(task_id, name) for name in names]
         else:
-            data["binary_data_base64"] = [base64.b64encode(result_png(task_id)).decode()]
+            image = base64.b64encode(self.file_body(task_id)[0]).decode()
+            data["binary_data_base64"] = [image] * task.images
         return self._answer(10000, data)
 
     @staticmethod
@@ -318,7 +363,7 @@ class _JimuAI(EmulatorCore):
         body = await read_json(request)
         kind = body.get("kind") if isinstance(body, dict) else None
         count = body.get("count", 1) if isinstance(body, dict) else 0
-        known = (*SUBMIT_INJECTIONS, *RESULT_INJECTIONS, "clear")
+        known = (*SUBMIT_INJECTIONS, *RESULT_INJECTIONS, *DONE_INJECTIONS, "clear")
         if kind not in known or not isinstance(count, int) or count < 0:
             return reply({"detail": f"kind must be one of {known}, count >= 0"}, 400)
         if kind == "clear":
@@ -326,6 +371,9 @@ class _JimuAI(EmulatorCore):
         else:
             self.injections.extend([kind] * count)
         return reply({"queued": list(self.injections)})
+
+    def file_body(self, item_id: str) -> tuple[bytes, str]:
+        return solid_jpeg(result_colour(item_id)), "image/jpeg"
 
     def has_file(self, item_id: str) -> bool:
         task = self.tasks.get(item_id)

@@ -6,6 +6,15 @@ non-zero ``code``, task ids are 19-digit strings, a per-apiKey concurrency cap a
 ``TASK_END`` webhook whose ``eventData`` is the ``/outputs`` answer as a JSON string, sent by
 a few sender tasks off the request path and retried with backoff. A task is QUEUED for
 ``queue_s``, then RUNNING for ``duration_s``.
+
+A success's output entries carry what the task consumed, as runninghub-sdk's
+``TaskOutput`` reads them: ``taskCostTime`` (its seconds), ``consumeCoins``
+(``consume_coins``), ``consumeMoney`` (``consume_money``, null unless set: a key billed in
+money) and ``thirdPartyConsumeMoney`` (null), all as strings, the task's figures on each
+entry.
+
+A result file's link is a plain CDN path that answers 404 ``file_ttl_s`` after it was first
+handed out, or once expired on demand (``POST /_emulator/files``).
 """
 
 from __future__ import annotations
@@ -68,6 +77,10 @@ class RunningHubEmulatorConfig(EmulatorConfig):
     webhook_retries: int = 3
     webhook_backoff_s: float = 0.5
     webhook_timeout_s: float = 10.0
+    #: what each task consumed, as its outputs report it (``consume_money`` None: a key
+    #: billed in coins)
+    consume_coins: int = 10
+    consume_money: float | None = None
 
 
 class _Task:
@@ -337,8 +350,17 @@ class _RunningHub(EmulatorCore):
             "fileType": "png",
             "taskCostTime": str(round(self.config.duration_s)),
             "nodeId": OUTPUT_NODE_ID,
+            **self._consumed(),
         }
         return {"code": 0, "msg": "success", "data": [output]}
+
+    def _consumed(self) -> dict[str, str | None]:
+        money = self.config.consume_money
+        return {
+            "consumeCoins": str(self.config.consume_coins),
+            "consumeMoney": None if money is None else f"{money:.2f}",
+            "thirdPartyConsumeMoney": None,
+        }
 
     def _finish(self, task_id: str) -> None:
         """End a task: free its slot, queue its webhook, forget tasks past retention."""

@@ -5,7 +5,9 @@ missing signature -> 403; an unknown task -> 404; a task already finished -> 410
 first result wins); a body over the limit -> 413, seen before it is read whole. All of
 them change nothing, except that a run that ended is no longer counted: the TASK_END of
 an attempt whose remote task was unwanted (an orphan) releases its cap slot, 410 or not.
-A valid one settles the task in one atomic step and answers at once.
+A valid one settles the task in one atomic step and answers at once — unless it comes to a
+URL marked ``k=1`` (a paid target whose result files may be copied, see
+:mod:`aigcq.delivery.custody`): then the files are copied first, when the rules want it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,16 @@ from aigcq.plumbing.signing import verify
 
 log = logging.getLogger(__name__)
 
+
+#: what a refused sender must change (issue 30 item 5): each URL we hand out is signed
+UNSIGNED = (
+    "callback URL is not signed: POST the TASK_END to the webhookUrl its TASK_ASSIGN (or "
+    "create) carried, exactly as given, query t, a and s included"
+)
+BAD_SIGNATURE = (
+    "bad callback signature: every aigcq process must share one AIGCQ_CALLBACK_SECRET "
+    "(default: TOKEN_SECRET); a URL signed by another deployment is refused"
+)
 
 ParseCallback = Callable[[dict[str, Any]], ResultOutcome]
 _RUNNINGHUB_FORMAT = RunningHubAdapter("")
@@ -90,12 +102,12 @@ class TaskEndEndpoint:
         target = ""  # known from finish for a success, else from the task read first
         task_id, attempt = "", 0
         try:
-            task_id, attempt, outcome = await _accept(gw, self.parse, scope, receive)
+            task_id, attempt, outcome, keep = await _accept(gw, self.parse, scope, receive)
             try:
                 if not isinstance(outcome, Succeeded):
                     target = await _target_of(gw, task_id)
                 done = await gw.lifecycle.settle(
-                    task_id, outcome, "callback", attempt=attempt, target=target
+                    task_id, outcome, "callback", attempt=attempt, target=target, keep=keep
                 )
                 await gw.lifecycle.made_durable(task_id, "its TASK_END")  # before any 200
             except redis.exceptions.RedisError as exc:  # the sender retries a 503
@@ -141,14 +153,14 @@ async def _repeated(gw: Gateway, task_id: str, attempt: int, outcome: ResultOutc
 
 async def _accept(
     gw: Gateway, parse: ParseCallback, scope: Scope, receive: Receive
-) -> tuple[str, int, ResultOutcome]:
-    """A signed, well-formed TASK_END: (taskId, attempt, outcome)."""
+) -> tuple[str, int, ResultOutcome, bool]:
+    """A signed, well-formed TASK_END: (taskId, attempt, outcome, its URL is marked ``k=1``)."""
     q = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
     task_id, attempt, sig = q.get("t", ""), q.get("a", ""), q.get("s", "")
     if not (task_id and _is_attempt(attempt) and sig):
-        raise ClientError(ErrorCode.SIGNATURE, "callback URL is not signed")
+        raise ClientError(ErrorCode.SIGNATURE, UNSIGNED)
     if not verify(gw.settings.signing_key(), task_id, int(attempt), sig):
-        raise ClientError(ErrorCode.SIGNATURE, "bad callback signature", task_id)
+        raise ClientError(ErrorCode.SIGNATURE, BAD_SIGNATURE, task_id)
     try:
         raw = await read_body(scope, receive, gw.settings.max_payload_bytes)
     except BodyTooLarge as exc:
@@ -166,7 +178,7 @@ async def _accept(
     if not isinstance(outcome, Succeeded | Failed | Pending):
         raise ClientError(ErrorCode.JSON, "unreadable eventData", task_id)
     log.debug("task %s: TASK_END for attempt %s", task_id, attempt, extra=ctx(task=task_id))
-    return task_id, int(attempt), outcome
+    return task_id, int(attempt), outcome, q.get("k") == "1"
 
 
 def _is_attempt(value: str) -> bool:

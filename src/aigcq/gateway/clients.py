@@ -20,6 +20,8 @@ from redis.asyncio import Redis
 from starlette.websockets import WebSocket
 
 from aigcq.delivery.outbox import DrainCursor, Outbox
+from aigcq.delivery.presence import PRESENT_TTL_S, RENEW_S, Presence
+from aigcq.plumbing.background import every
 from aigcq.plumbing.ws_frames import close_within, send_within
 from aigcq.queue.keys import Keys
 
@@ -79,6 +81,7 @@ class ClientHub:
         self.conns: dict[str, ClientConnection] = {}
         self._sends: set[asyncio.Task[None]] = set()
         self._unsubscribe = redis.register_script(_UNSUBSCRIBE)
+        self.presence = Presence(redis, keys)
 
     async def attach(self, conn: ClientConnection) -> None:
         old = self.conns.get(conn.backend_id)
@@ -91,6 +94,7 @@ class ClientHub:
             pipe.hset(self.keys.progress, conn.backend_id, conn.conn_id)
         else:
             pipe.hdel(self.keys.progress, conn.backend_id)
+        pipe.set(self.keys.online(conn.backend_id), conn.conn_id, ex=PRESENT_TTL_S)
         pipe.publish(self.keys.events, f"client:{conn.backend_id}:{conn.conn_id}")
         await pipe.execute()
         self.notify(conn.backend_id)
@@ -102,6 +106,15 @@ class ClientHub:
             self._background(
                 self._unsubscribe(keys=[self.keys.progress], args=[conn.backend_id, conn.conn_id])
             )
+        self._background(self.presence.left(conn.backend_id, conn.conn_id))
+
+    async def keep_present(self) -> None:
+        """Renew the presence of this process's clients, for as long as it runs."""
+
+        async def renew() -> None:
+            await self.presence.renew([(b, c.conn_id) for b, c in self.conns.items()])
+
+        await every(RENEW_S, renew, log, "client presence")
 
     def _background(self, aw: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(_quietly(aw))

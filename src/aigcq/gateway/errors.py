@@ -13,6 +13,7 @@ from aigcq.domain import ErrorCode
 HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.JSON: 400,
     ErrorCode.OPCODE: 400,
+    ErrorCode.CONTROL: 400,
     ErrorCode.AUTH: 401,
     ErrorCode.BALANCE: 402,
     ErrorCode.SIGNATURE: 403,
@@ -21,6 +22,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.CONFLICT: 409,
     ErrorCode.NOT_RETRYABLE: 409,
     ErrorCode.GONE: 410,
+    ErrorCode.LINK_EXPIRED: 410,
+    ErrorCode.FILE_NOT_FOUND: 404,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
     ErrorCode.PLATFORM: 422,
     ErrorCode.ASSESSMENT: 503,

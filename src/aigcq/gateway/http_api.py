@@ -16,7 +16,7 @@ from aigcq.gateway.errors import ClientError, as_client_error, error_responses
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.queue_view import InternalCapacity, queue_rows
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
-from aigcq.plumbing.auth import bearer, token_owner
+from aigcq.plumbing.auth import ADMIN_TOKEN_HINT, BRIDGE_TOKEN_HINT, bearer, token_owner
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
 
 Authorization = Annotated[str | None, Header()]
@@ -36,6 +36,7 @@ class SubmitBody(BaseModel):
     payload: dict[str, Any]
     AIGC: str | None = None
     backendId: str | None = None
+    maxCost: float | None = None
 
 
 #: POST /api/tasks reads its body itself (size limit first, then JSON): its schema here.
@@ -61,7 +62,8 @@ def _client_claims(gw: Gateway, authorization: str | None) -> dict[str, Any]:
     token = bearer(authorization)
     claims = gw.auth.client(token)
     if claims is None:
-        raise ClientError(ErrorCode.AUTH, gw.auth.refusal(token, "invalid or missing bearer token"))
+        why = gw.auth.refusal(token, "invalid or missing token (Authorization: Bearer)")
+        raise ClientError(ErrorCode.AUTH, why)
     return claims
 
 
@@ -73,7 +75,7 @@ def _backend_id(gw: Gateway, claims: dict[str, Any], data: dict[str, Any]) -> st
             ErrorCode.JSON, f"backendId: a string of at most {MAX_BACKEND_ID} characters"
         )
     if backend_id and not gw.auth.may_use_id(claims, backend_id):
-        raise ClientError(ErrorCode.AUTH, f"this token may not use backendId {backend_id!r}")
+        raise ClientError(ErrorCode.AUTH, gw.auth.id_refusal(claims, "backendId", backend_id))
     return backend_id
 
 
@@ -174,7 +176,7 @@ def _task_routes(
 
 def require_admin(gw: Gateway, authorization: str | None) -> None:
     if not gw.auth.admin(bearer(authorization)):
-        raise ClientError(ErrorCode.AUTH, "admin token required")
+        raise ClientError(ErrorCode.AUTH, f"admin token required: {ADMIN_TOKEN_HINT}")
 
 
 def _workflow_routes(router: APIRouter, gw: Gateway) -> None:
@@ -199,7 +201,8 @@ def _workflow_routes(router: APIRouter, gw: Gateway) -> None:
     )
     async def get_workflow(workflow_id: str, authorization: Authorization = None) -> Response:
         if not gw.auth.bridge(bearer(authorization)):
-            raise ClientError(ErrorCode.AUTH, "bridge or admin token required")
+            why = f"bridge or admin token required: {BRIDGE_TOKEN_HINT}"
+            raise ClientError(ErrorCode.AUTH, why)
         raw = await gw.rt.redis.get(gw.rt.store.keys.workflow(workflow_id))
         if raw is None:
             raise ClientError(ErrorCode.NOT_FOUND, f"no workflow {workflow_id!r}")

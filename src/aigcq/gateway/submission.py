@@ -12,6 +12,7 @@ from aigcq.domain import ErrorCode
 from aigcq.gateway.admission import Admission
 from aigcq.gateway.errors import ClientError
 from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.js_values import IdText, JsonObject, id_text
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
 
@@ -22,14 +23,19 @@ MAX_BACKEND_ID = 128  # a client's id, on the WebSocket (``id=``) and over HTTP 
 
 
 class GenerateRequest(BaseModel):
-    """Seed 001: ``{"type":"generate", taskId, platform, payload, AIGC?}``."""
+    """Seed 001: ``{"type":"generate", taskId, platform, payload, AIGC?}``, and aigcq's
+    ``maxCost?``: the most the task may cost on a paid platform (in the unit of
+    ``AIGCQ_OVERFLOW_PRICE``): one expected to cost more is not sent there. As the seed's
+    Node.js service read them, an integer ``taskId`` is its decimal text and a ``payload``
+    sent as a string holding a JSON object is that object."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    taskId: str = Field(pattern=ID_PATTERN)
+    taskId: IdText = Field(pattern=ID_PATTERN)
     platform: str = Field(min_length=1, max_length=64)
-    payload: dict[str, Any]
+    payload: JsonObject
     AIGC: str | None = Field(None, min_length=1, max_length=128)
+    maxCost: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 def parse_generate(data: dict[str, Any]) -> GenerateRequest:
@@ -42,7 +48,7 @@ def parse_generate(data: dict[str, Any]) -> GenerateRequest:
 
 
 def _task_id(data: dict[str, Any]) -> str | None:
-    value = data.get("taskId")
+    value = id_text(data.get("taskId"))
     return value if isinstance(value, str) else None
 
 
@@ -64,7 +70,12 @@ class Submission:
             raise ClientError(ErrorCode.BALANCE, "admission refused", req.taskId)
         try:
             result = await self.lifecycle.submitted(
-                req.taskId, (aigc, req.platform), backend_id, req.payload, deliver=deliver
+                req.taskId,
+                (aigc, req.platform),
+                backend_id,
+                req.payload,
+                deliver=deliver,
+                max_cost=req.maxCost,
             )
         except redis.exceptions.RedisError as exc:  # the task may exist: its reply was lost
             await self.admission.refund_unless_stored(backend_id, req.taskId)

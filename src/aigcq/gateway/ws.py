@@ -23,6 +23,7 @@ from aigcq.gateway.errors import ClientError
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
 from aigcq.plumbing.background import REDIS_OUTAGE
+from aigcq.plumbing.js_values import id_text
 from aigcq.plumbing.ws_frames import close_within, receive_frame, send_within
 
 log = logging.getLogger(__name__)
@@ -39,13 +40,13 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
     failure: tuple[ClientError, int] | None = None
     claims = gw.auth.client(token)
     if claims is None:
-        why = gw.auth.refusal(token, "invalid or missing token")
+        why = gw.auth.refusal(token, "invalid or missing token (?token=)")
         failure = (ClientError(ErrorCode.AUTH, why), CLOSE_AUTH)
     elif not backend_id or len(backend_id) > MAX_BACKEND_ID:
         failure = (ClientError(ErrorCode.JSON, "query parameter id is required"), CLOSE_BAD_REQUEST)
     elif not gw.auth.may_use_id(claims, backend_id):
         failure = (
-            ClientError(ErrorCode.AUTH, f"this token may not use id {backend_id!r}"),
+            ClientError(ErrorCode.AUTH, gw.auth.id_refusal(claims, "id", backend_id)),
             CLOSE_AUTH,
         )
     if failure is not None:
@@ -139,7 +140,7 @@ async def _dispatch(
             raise
         return None
     if kind == "cancel":
-        task_id = data.get("taskId")
+        task_id = id_text(data.get("taskId"))
         if not isinstance(task_id, str):
             raise ClientError(ErrorCode.JSON, "taskId: a string is required")
         state = await gw.cancel(task_id, conn.backend_id)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -45,7 +46,7 @@ from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import TaskEnd
 from aigcq.scheduler.lifecycle import Lifecycle
-from aigcq.scheduler.targets import HandBack, InternalTarget, InternalTargetBuilder
+from aigcq.scheduler.targets import Chosen, HandBack, InternalTarget, InternalTargetBuilder
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,17 @@ class MessageDispatcherTarget:
 
     def free_elsewhere(self) -> int:
         return 0  # every serve process sees the dispatcher's whole capacity
+
+    async def choose(
+        self,
+        aigc: str,
+        platform: str,
+        n: int,
+        *,
+        paid_free: int | None,
+        among: Sequence[str] | None = None,
+    ) -> Chosen | None:
+        return None  # the dispatcher places what it takes: any task, from the head
 
     async def hand_over(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
         accepted = await asyncio.gather(*(self._submit(aigc, platform, c) for c in tasks))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -62,8 +62,26 @@ OVERFLOW_TASKS = Counter(
 )
 OVERFLOW_COST = Counter(
     "aigcq_overflow_cost_total",
-    "Estimated spend on external platforms (AIGCQ_OVERFLOW_PRICE per accepted task).",
+    "Spend on external platforms: each paid task's cost when it ended (the platform's "
+    "figure, else AIGCQ_OVERFLOW_PRICE per billed unit).",
     ["target"],
+)
+SPEND = Counter(
+    "aigcq_spend",
+    "Paid tasks' cost when they ended, by project and account; basis: reported by the "
+    "platform, or an estimate (AIGCQ_OVERFLOW_PRICE).",
+    ["aigc", "target", "account", "basis"],
+)
+SPEND_COINS = Counter(
+    "aigcq_spend_coins",
+    "Coins paid tasks consumed (RunningHub's consumeCoins), by project and account.",
+    ["aigc", "target", "account"],
+)
+RESULT_FILES_COPIED = Counter(
+    "aigcq_result_files_copied_total",
+    "Paid results' files copied into aigcq's storage (result custody), by target: "
+    "kept, or failed (delivered with the vendor's link).",
+    ["target", "outcome"],
 )
 CALLBACK_REJECTIONS = Counter(
     "aigcq_callback_rejections_total", "TASK_END callbacks refused, by error code.", ["code"]
@@ -111,9 +129,22 @@ def tasks_claimed(platform: str, target: str, created: Iterable[float], now: flo
         histogram.observe(max(0.0, now - at))
 
 
-def overflowed(aigc: str, platform: str, target: str, prices: Mapping[str, float]) -> None:
+def overflowed(aigc: str, platform: str, target: str) -> None:
     _child(OVERFLOW_TASKS, aigc, platform, target).inc()
-    _child(OVERFLOW_COST, target).inc(prices.get(target, 0.0))
+
+
+def spent(
+    aigc: str, target: str, account: str, amount: float, estimate: bool, coins: float
+) -> None:
+    """A paid task ended, charged ``amount`` (and ``coins``)."""
+    _child(OVERFLOW_COST, target).inc(amount)
+    _child(SPEND, aigc, target, account, "estimate" if estimate else "reported").inc(amount)
+    if coins:
+        _child(SPEND_COINS, aigc, target, account).inc(coins)
+
+
+def result_file_copied(target: str, *, ok: bool) -> None:
+    _child(RESULT_FILES_COPIED, target, "kept" if ok else "failed").inc()
 
 
 def callback_rejected(code: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from aigcq.platforms.base import Full, Rejected, Uncertain
@@ -16,6 +17,18 @@ def as_int(value: Any) -> int | None:
         return int(str(value).strip())
     except ValueError:
         return None
+
+
+def as_amount(value: Any) -> float | None:
+    """``value`` as a finite amount ≥ 0 (platforms send figures as numbers or strings),
+    else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        amount = float(str(value).strip())
+    except ValueError:
+        return None
+    return amount if math.isfinite(amount) and amount >= 0 else None
 
 
 def loads_if_json(value: Any) -> Any:

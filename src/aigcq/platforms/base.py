@@ -13,6 +13,7 @@ getQueryUrl          -> query_request
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
@@ -99,6 +100,23 @@ class ResultFile:
 
 
 @dataclass(frozen=True, slots=True)
+class Cost:
+    """What a task's run cost, as its platform's answer says (None: not reported).
+
+    ``money``: in the account's currency (RunningHub's ``consumeMoney`` plus
+    ``thirdPartyConsumeMoney``); ``coins``: RunningHub's ``consumeCoins``; ``seconds``: the
+    run time reported (``taskCostTime``); ``tokens``: Coze's ``usage.token_count``;
+    ``units``: what a configured price per unit (``AIGCQ_OVERFLOW_PRICE``) is multiplied by
+    where no money is reported: 1 per task, JimuAI's output images."""
+
+    money: float | None = None
+    coins: float | None = None
+    seconds: float | None = None
+    tokens: int | None = None
+    units: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Succeeded:
     """Finished; ``data`` is what the client receives as the task's result.
 
@@ -109,13 +127,19 @@ class Succeeded:
 
     data: Any
     files: tuple[ResultFile, ...] = ()
+    cost: Cost = Cost()
 
 
 @dataclass(frozen=True, slots=True)
 class Failed:
+    """The task failed there. ``retryable``: the platform documents this failure as worth
+    another attempt (JimuAI's output reviews): retried while the task's attempts last."""
+
     code: str
     message: str
     detail: Any = None
+    retryable: bool = False
+    cost: Cost = Cost()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +193,22 @@ class PlatformAdapter(ABC):
 
     def cancel_request(self, task: Task, apikey: str) -> HttpRequest | None:
         return None
+
+    def account_id(self, apikey: str) -> str:
+        """The account ``apikey`` is, as spend records name it, without its secret: a
+        digest (several AIGC projects may share one key)."""
+        return hashlib.sha256(apikey.encode()).hexdigest()[:12]
+
+    def workflow_of(self, workflow_id: str, apikey: str) -> str:
+        """The workflow or model a task naming ``workflow_id`` (its payload's, maybe "")
+        runs under ``apikey``, as spend records name it."""
+        return workflow_id
+
+    def billed_units(self, task: Task, apikey: str) -> int:
+        """The most units a create of ``task`` may be billed for; its platform's configured
+        price (``AIGCQ_OVERFLOW_PRICE``) is per unit. One per task, unless the platform
+        bills per output (JimuAI: per image)."""
+        return 1
 
     def running_request(self, apikey: str) -> HttpRequest | None:
         """A query of how many tasks the account runs (or queues) now; None: the platform

@@ -178,7 +178,8 @@ class PlatformClient:
         except StorageError as exc:
             self._warn(task, adapter, "storing result files failed", exc)
             return Unknown(f"storing result files failed: {exc}")
-        return Succeeded({**data, "data": entries} if isinstance(data, dict) else entries)
+        stored = {**data, "data": entries} if isinstance(data, dict) else entries
+        return Succeeded(stored, cost=outcome.cost)
 
     async def cancel(self, adapter: PlatformAdapter, task: Task, apikey: str) -> bool:
         """Ask the platform to cancel the remote task; False when it has no cancel or the

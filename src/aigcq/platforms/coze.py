@@ -35,6 +35,14 @@ def decode_output(raw: Any) -> Any:
     return output
 
 
+def _cost(record: dict[str, Any]) -> base.Cost:
+    """A run's ``usage.token_count`` (Coze reports tokens, not money: the configured price
+    stands for it)."""
+    usage = record.get("usage")
+    tokens = as_int(usage.get("token_count")) if isinstance(usage, dict) else None
+    return base.Cost(tokens=tokens)
+
+
 def _failed(record: dict[str, Any]) -> base.Failed:
     code = record.get("error_code")
     message = record.get("error_message") or record.get("error_msg") or "workflow failed"
@@ -96,7 +104,7 @@ class CozeAdapter(base.PlatformAdapter):
         status_text = str(record.get("execute_status", ""))
         match status_text.lower():
             case "success":
-                return base.Succeeded(decode_output(record.get("output")))
+                return base.Succeeded(decode_output(record.get("output")), cost=_cost(record))
             case "fail":
                 return _failed(record)
             case _:

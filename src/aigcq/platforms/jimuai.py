@@ -6,6 +6,10 @@ payload as the body (``req_key`` from model.json when the payload has none), ans
 req_json: '{"return_url":true}'}`` until ``data.status`` is ``done``. Every request carries
 Volcengine's HMAC-SHA256 signature (:mod:`aigcq.platforms.volc_sign`).
 
+A result's ``fileType``: an image URL's path extension where it names an image type, else
+``jpeg``, the format Volcengine documents for ``image_urls`` (doc 85621/1616429); an inline
+image's is read from its first bytes.
+
 Credentials come per AIGC project from model.json (``access_key``, ``secret_key``,
 ``region``, ``req_key``); :class:`aigcq.config.JimuAIAccount` packs them into the account's
 ``apikey`` string, the one credential the adapter interface passes around.
@@ -19,11 +23,11 @@ code 10000                              Accepted(task_id)            by ``data.s
 status in_queue / generating            -                            Pending
 status done + image_urls / video_url    -                            Succeeded(fileUrl list)
 status done + binary_data_base64 only   -                            Succeeded(files: stored)
-status not_found                        -                            NotFound
+status not_found                        -                            Failed (not sent again)
 status expired                          -                            Failed
 50429 QPS limit, 50430 concurrency      Full (back off)              Unknown (ask later)
 50500 / 50501 internal                  Rejected, retryable          Failed
-50511/50516/50517/50519 post-review     Rejected, retryable          Failed
+50511/50516/50517/50519 post-review     Rejected, retryable          Failed, retryable
 other 504xx/505xx (input review, ...)   Rejected                     Failed
 gateway FlowLimitExceeded / HTTP 429    Full                         Unknown
 gateway InternalError/Timeout/5xx       Rejected, retryable          Unknown
@@ -41,6 +45,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -60,14 +65,32 @@ SERVICE = "cv"
 SUCCESS = 10000
 #: QPS limit and concurrency limit ("Request Has Reached API (Concurrent) Limit")
 FULL_CODES = frozenset({50429, 50430})
-#: documented as worth retrying: internal errors and output (post-generation) reviews
-RETRYABLE_CODES = frozenset({50500, 50501, 50511, 50516, 50517, 50519})
+#: the output (post-generation) reviews, documented as worth retrying ("可重试"): they come
+#: on get-result, once the images exist; a new generation may pass
+POST_REVIEW_CODES = frozenset({50511, 50516, 50517, 50519})
+#: a refused create retried: internal errors and the output reviews
+RETRYABLE_CODES = frozenset({50500, 50501}) | POST_REVIEW_CODES
 #: gateway (ResponseMetadata.Error) codes: throttled, and transient service trouble
 GATEWAY_FULL = frozenset({"FlowLimitExceeded"})
 GATEWAY_TRANSIENT = frozenset(
     {"InternalError", "InternalServiceTimeout", "ServiceUnavailableTemp", "InternalServiceError"}
 )
 RETURN_URL = json.dumps({"return_url": True}, separators=(",", ":"))
+#: models that may make several images per create (each one billed), and their limit on
+#: input plus output images: 即梦 4.0 makes up to 15 minus its inputs unless its
+#: ``force_single`` flag says one (doc 85621/1616429). Any other model: one image.
+MULTI_OUTPUT = {"jimeng_t2i_v40": 15}
+#: the input images of a create
+INPUT_FIELDS = ("image_urls", "binary_data_base64")
+
+
+def most_outputs(body: dict[str, Any]) -> int:
+    """The most images (each one billed) a create with ``body`` may make."""
+    limit = MULTI_OUTPUT.get(str(body.get("req_key")))
+    if limit is None or body.get("force_single") is True:
+        return 1
+    inputs = sum(len(v) for f in INPUT_FIELDS if isinstance(v := body.get(f), list))
+    return max(limit - inputs, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +101,8 @@ class JimuCredentials:
     secret_key: str
     region: str = DEFAULT_REGION
     req_key: str = ""
+    #: the project's maximum of output images per task (None: the vendor's)
+    max_outputs: int | None = None
 
     def __repr__(self) -> str:  # never print the secret key
         return f"JimuCredentials(access_key={self.access_key!r}, region={self.region!r})"
@@ -89,6 +114,7 @@ class JimuCredentials:
                 "secret_key": self.secret_key,
                 "region": self.region,
                 "req_key": self.req_key,
+                "max_outputs": self.max_outputs,
             },
             separators=(",", ":"),
         )
@@ -103,11 +129,13 @@ class JimuCredentials:
             raw = None
         if not isinstance(raw, dict):
             return cls("", "")
+        cap = raw.get("max_outputs")
         return cls(
             str(raw.get("access_key") or ""),
             str(raw.get("secret_key") or ""),
             str(raw.get("region") or DEFAULT_REGION),
             str(raw.get("req_key") or ""),
+            cap if isinstance(cap, int) and not isinstance(cap, bool) else None,
         )
 
 
@@ -134,17 +162,41 @@ def files_result(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {"code": 0, "msg": "success", "data": entries}
 
 
+#: image types by file name extension; JimuAI documents its images as JPEG
+IMAGE_TYPES = {"jpeg": "jpeg", "jpg": "jpg", "png": "png", "webp": "webp"}
+DOCUMENTED_TYPE = "jpeg"
+#: how each image type's files begin
+MAGIC = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"RIFF", "webp"))
+
+
+def url_type(url: str) -> str:
+    """An image URL's type: its path's extension when that names an image type, else the
+    documented JPEG (a signed link's path need not end in one)."""
+    ext = PurePosixPath(urlsplit(url).path).suffix.lower().lstrip(".")
+    return IMAGE_TYPES.get(ext, DOCUMENTED_TYPE)
+
+
+def content_type(data: bytes) -> str:
+    """An inline image's type, by its first bytes (else the documented JPEG)."""
+    for magic, kind in MAGIC:
+        if data.startswith(magic) and (kind != "webp" or data[8:12] == b"WEBP"):
+            return kind
+    return DOCUMENTED_TYPE
+
+
 def _result_files(task_data: dict[str, Any]) -> base.ResultOutcome:
     """A ``done`` task's outputs: URLs as they are, base64 images as files to store."""
     urls = task_data.get("image_urls")
     entries: list[dict[str, Any]] = []
     if isinstance(urls, list):
-        entries += [{"fileUrl": u, "fileType": "png"} for u in urls if isinstance(u, str) and u]
+        entries += [
+            {"fileUrl": u, "fileType": url_type(u)} for u in urls if isinstance(u, str) and u
+        ]
     video = task_data.get("video_url")
     if isinstance(video, str) and video:
         entries.append({"fileUrl": video, "fileType": "mp4"})
     if entries:
-        return base.Succeeded(files_result(entries))
+        return base.Succeeded(files_result(entries), cost=base.Cost(units=len(entries)))
     blobs = task_data.get("binary_data_base64")
     files: list[base.ResultFile] = []
     if isinstance(blobs, list):
@@ -152,12 +204,21 @@ def _result_files(task_data: dict[str, Any]) -> base.ResultOutcome:
             if not isinstance(blob, str):
                 continue
             try:
-                files.append(base.ResultFile(f"{i}.png", base64.b64decode(blob, validate=True)))
+                data = base64.b64decode(blob, validate=True)
             except (binascii.Error, ValueError):
                 return base.Unknown("done, but binary_data_base64 is not valid base64")
+            kind = content_type(data)
+            files.append(base.ResultFile(f"{i}.{kind}", data, f"image/{kind}"))
     if files:
-        return base.Succeeded(files_result([]), files=tuple(files))
-    return base.Failed("JIMUAI_EMPTY_RESULT", "done without image_urls, video_url or images")
+        cost = base.Cost(units=len(files))
+        return base.Succeeded(files_result([]), files=tuple(files), cost=cost)
+    return _failed("JIMUAI_EMPTY_RESULT", "done without image_urls, video_url or images")
+
+
+def _failed(code: str, message: str, body: Any = None, *, retryable: bool = False) -> base.Failed:
+    """A failure, billed nothing: JimuAI bills the output images it delivers."""
+    detail = _detail(body) if isinstance(body, dict) else None
+    return base.Failed(code, message, detail, retryable, cost=base.Cost(units=0))
 
 
 @base.register
@@ -196,9 +257,30 @@ class JimuAIAdapter(base.PlatformAdapter):
         given = task.payload.get("req_key") or task.workflow_id
         return str(given) if given else JimuCredentials.unpack(apikey).req_key
 
-    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
+    def _submit_body(self, task: Task, apikey: str) -> dict[str, Any]:
+        """The payload with its ``req_key``; ``force_single`` when the create might make
+        more images than the project's ``max_outputs`` (the API's one bound on them)."""
         body = {**task.payload, "req_key": self._req_key(task, apikey)}
-        return self._request(SUBMIT_ACTION, apikey, body)
+        cap = JimuCredentials.unpack(apikey).max_outputs
+        if cap is not None and most_outputs(body) > cap:
+            body["force_single"] = True
+        return body
+
+    def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
+        return self._request(SUBMIT_ACTION, apikey, self._submit_body(task, apikey))
+
+    def account_id(self, apikey: str) -> str:
+        """The access key: Volcengine's public name of the account (its secret is the
+        secret key)."""
+        return JimuCredentials.unpack(apikey).access_key
+
+    def workflow_of(self, workflow_id: str, apikey: str) -> str:
+        """The payload's ``req_key``, else the account's."""
+        return workflow_id or JimuCredentials.unpack(apikey).req_key
+
+    def billed_units(self, task: Task, apikey: str) -> int:
+        """JimuAI bills per output image: the most the create may make."""
+        return most_outputs(self._submit_body(task, apikey))
 
     def parse_submit(self, status: int, body: Any) -> base.SubmitOutcome:
         if (error := gateway_error(body)) is not None:
@@ -242,7 +324,12 @@ class JimuAIAdapter(base.PlatformAdapter):
         if code in FULL_CODES:
             return base.Unknown(f"JIMUAI_{code} rate limited")
         if code != SUCCESS:
-            return base.Failed(f"JIMUAI_{code}", message or "task failed", detail=_detail(body))
+            return _failed(
+                f"JIMUAI_{code}",
+                message or "task failed",
+                body,
+                retryable=code in POST_REVIEW_CODES,
+            )
         data = body.get("data")
         state = str(data.get("status") or "") if isinstance(data, dict) else ""
         match state:
@@ -252,8 +339,12 @@ class JimuAIAdapter(base.PlatformAdapter):
                 assert isinstance(data, dict)
                 return _result_files(data)
             case "not_found":
-                return base.NotFound("task not found (unknown or older than 12 h)")
+                # a task it accepted and does not know: a new create would be billed and
+                # most likely lost the same way (another account, a req_key it was not
+                # made with), so the task fails at once rather than be paid again
+                message = "task not found on JimuAI (unknown, or older than 12 h)"
+                return _failed("JIMUAI_NOT_FOUND", message, body)
             case "expired":
-                return base.Failed("JIMUAI_EXPIRED", "task expired on JimuAI", detail=_detail(body))
+                return _failed("JIMUAI_EXPIRED", "task expired on JimuAI", body)
             case _:
                 return base.Unknown(f"undocumented status {state!r}")

@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from aigcq.config import Settings
 from aigcq.storage import Storage, StorageError, StorageSettings, build_storage
+from aigcq.storage.links import FOLDER as CUSTODY_FOLDER
 from aigcq.storage.local import LocalStorage
 
 
@@ -30,11 +31,14 @@ def result_storage(settings: Settings, storage: StorageSettings | None = None) -
 
 
 def files_route(storage: Storage | None) -> Route:
-    """``GET /files/{name}``: a file of the local folder (404 for anything else)."""
+    """``GET /files/{name}``: a file of the local folder (404 for anything else, and for
+    copies of result custody: those are served only behind their signed links)."""
 
     async def files(request: Request) -> Response:
         path = None
-        if isinstance(storage, LocalStorage):
+        if isinstance(storage, LocalStorage) and not request.path_params["name"].startswith(
+            f"{CUSTODY_FOLDER}/"
+        ):
             try:
                 path = storage.path_of(request.path_params["name"])
             except StorageError:

@@ -6,6 +6,12 @@ The task payload carries RunningHub's create fields (``workflowId``, ``nodeInfoL
 ``/outputs`` answer; a query of ``/outputs`` is parsed the same way, so a client sees one
 result shape: ``{"code": 0, "msg": ..., "data": [{fileUrl, fileType, taskCostTime, nodeId}]}``
 with ``taskCostTime`` as an int.
+
+What a task cost comes in its output entries too: ``consumeCoins``, ``consumeMoney``,
+``thirdPartyConsumeMoney`` (strings, or null) and ``taskCostTime``, as runninghub-sdk's
+``TaskOutput`` reads them (a third party's client; the official Apifox pages show only
+``taskCostTime``). They are the task's, repeated on each entry: the largest of each is
+taken, and money is ``consumeMoney`` plus ``thirdPartyConsumeMoney``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from urllib.parse import urlsplit
 
 from aigcq.domain import Task
 from aigcq.platforms import base
-from aigcq.platforms._parse import as_int, loads_if_json, unreadable_create
+from aigcq.platforms._parse import as_amount, as_int, loads_if_json, unreadable_create
 
 #: success codes: 0 as documented; some deployments answer 200.
 SUCCESS_CODES = frozenset({0, 200})
@@ -43,6 +49,24 @@ def _normalized_outputs(body: dict[str, Any]) -> dict[str, Any]:
     return {"code": 0, "msg": str(body.get("msg") or "success"), "data": data}
 
 
+def _largest(entries: list[Any], field: str) -> float | None:
+    found = [
+        a for e in entries if isinstance(e, dict) and (a := as_amount(e.get(field))) is not None
+    ]
+    return max(found) if found else None
+
+
+def _cost(entries: list[Any]) -> base.Cost:
+    """A success's consumption, from its output entries (the task's, on each one)."""
+    money = [_largest(entries, f) for f in ("consumeMoney", "thirdPartyConsumeMoney")]
+    known = [m for m in money if m is not None]
+    return base.Cost(
+        money=round(sum(known), 6) if known else None,
+        coins=_largest(entries, "consumeCoins"),
+        seconds=_largest(entries, "taskCostTime"),
+    )
+
+
 def _is_output_list(data: Any) -> bool:
     """The documented shape of a success's ``data``: a list of output objects (or none)."""
     return data is None or (isinstance(data, list) and all(isinstance(i, dict) for i in data))
@@ -66,7 +90,8 @@ def _outputs_outcome(body: dict[str, Any], ended: bool) -> base.ResultOutcome:
     if code is None:
         return base.Pending("INVALID_REPLY") if ended else base.Unknown("RH: no code in the reply")
     if code in SUCCESS_CODES:
-        return base.Succeeded(_normalized_outputs(body))
+        outputs = _normalized_outputs(body)
+        return base.Succeeded(outputs, cost=_cost(outputs["data"]))
     if code in PENDING_CODES:
         return base.Pending(PENDING_CODES[code])
     if code == TASK_FAILED:

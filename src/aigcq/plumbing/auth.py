@@ -1,5 +1,6 @@
 """Who may talk to us: client tokens (JWT signed with TOKEN_SECRET, or static tokens),
-the bridge token and the admin token."""
+the bridge token and the admin token. Every refusal names what to configure (issue 30
+item 5): the texts are here, one per kind of caller."""
 
 from __future__ import annotations
 
@@ -17,6 +18,31 @@ from aigcq.config import IdBinding, Settings
 REQUIRE_EXP: Options = {"require": ["exp"]}
 #: read an expired token's claims, to say when it expired
 NO_EXP_CHECK: Options = {"verify_exp": False}
+
+
+#: what a client presents (the WebSocket's ``?token=``, HTTP's ``Authorization: Bearer``)
+CLIENT_TOKEN_HINT = (
+    "a JWT signed with the server's TOKEN_SECRET (`aigcq token ID` prints one), "
+    "or one of its AIGCQ_CLIENT_TOKENS"
+)
+EXPIRED_HINT = "mint a new one with the server's TOKEN_SECRET (`aigcq token ID`)"
+NO_EXP = f"the JWT has no exp (a token that never expires is refused): {EXPIRED_HINT}"
+NO_CLIENT_SECRET = (
+    "this server accepts no client token: set TOKEN_SECRET (JWTs) or AIGCQ_CLIENT_TOKENS on it"
+)
+ADMIN_TOKEN_HINT = (
+    "send the server's AIGCQ_ADMIN_TOKEN as Authorization: Bearer "
+    "(`aigcq up` keeps a generated one in AIGCQ_DATA_DIR/secrets.json)"
+)
+BRIDGE_TOKEN_HINT = (
+    "a bridge sends the server's AIGCQ_BRIDGE_TOKEN as ?token=, Authorization: Bearer or "
+    "REGISTER data.token (`aigcq bridge --token-file`, or AIGCQ_BRIDGE_TOKEN on the bridge; "
+    "`aigcq up` keeps a generated one in AIGCQ_DATA_DIR/secrets.json)"
+)
+NO_BRIDGE_TOKEN = (
+    "this server has no AIGCQ_BRIDGE_TOKEN, so every bridge is refused: set it on the server "
+    "and give each bridge the same value"
+)
 
 
 def _equal(a: str, b: str) -> bool:
@@ -46,20 +72,41 @@ class Auth:
         return claims
 
     def refusal(self, token: str | None, missing: str) -> str:
-        """Why ``token`` is not a valid client token, for its error message (``missing``:
-        what to say when there is none): an expired JWT says when it expired."""
+        """Why ``token`` is not a valid client token and what to send instead, for its
+        error message (``missing``: what to say when it is not valid, e.g. where the token
+        goes): an expired JWT says when it expired."""
+        if not self.settings.token_secret and not self.settings.client_tokens:
+            return f"{missing}: {NO_CLIENT_SECRET}"
         if token and self.settings.token_secret:
             try:
                 claims = jwt.decode(
                     token, self.settings.token_secret, algorithms=["HS256"], options=NO_EXP_CHECK
                 )
             except jwt.PyJWTError:
-                return missing
+                return f"{missing}: {CLIENT_TOKEN_HINT}"
             exp = claims.get("exp")
+            if exp is None:
+                return f"{missing}: {NO_EXP}"
             if isinstance(exp, int | float) and exp <= time.time():
                 at = datetime.fromtimestamp(exp, UTC).isoformat(timespec="seconds")
-                return f"token expired at {at.replace('+00:00', 'Z')}"
-        return missing
+                when = at.replace("+00:00", "Z")
+                return f"token expired at {when}: {EXPIRED_HINT}"
+        return f"{missing}: {CLIENT_TOKEN_HINT}"
+
+    def id_refusal(self, claims: dict[str, Any], field: str, backend_id: str) -> str:
+        """Why a client with these claims may not use ``backend_id`` (see :meth:`may_use_id`)."""
+        owner = token_owner(claims)
+        allowed = f"only {owner!r} or {owner}-<anything>" if owner else "no id (it has no sub)"
+        return (
+            f"this token may not use {field} {backend_id!r}: it may use {allowed}; "
+            "AIGCQ_BIND_CLIENT_IDS=off lets any valid token use any id (the original system)"
+        )
+
+    def bridge_refusal(self) -> str:
+        """Why a bridge was refused, and what to configure."""
+        if not self.settings.bridge_token and not self.settings.admin_token:
+            return NO_BRIDGE_TOKEN
+        return f"invalid or missing bridge token: {BRIDGE_TOKEN_HINT}"
 
     def may_use_id(self, claims: dict[str, Any], backend_id: str) -> bool:
         """Whether a client with these token claims may act as ``backend_id``. A JWT naming

@@ -4,7 +4,9 @@ Messages on ``{prefix}:events``: ``wake`` (something to dispatch), ``outbox:<bac
 (a client has a new message), ``client:<backendId>:<connId>`` (a client connected) and
 ``progress:{"backendId":..,"message":{..}}`` (live news for a client, never stored) and
 ``bridge-end:{"bridgeId":..,"taskId":..,"failures":..}`` (a TASK_END received here for a
-bridge connected to another process: that process frees the slot at once).
+bridge connected to another process: that process frees the slot at once) and
+``capacity`` (a process's free bridge slots grew: read them now, see
+:mod:`aigcq.bridges.peers`).
 Pub/sub may drop messages while reconnecting; the periodic sweeps cover that gap.
 """
 
@@ -35,6 +37,7 @@ class EventBus:
     on_client: Callable[[str, str], None]
     on_progress: Callable[[str, dict[str, Any]], None]
     on_bridge_end: Callable[[dict[str, Any]], None] = lambda end: None
+    on_capacity: Callable[[], None] = lambda: None
 
     async def run(self) -> None:
         while True:
@@ -70,6 +73,8 @@ class EventBus:
             self.on_progress(body["backendId"], body["message"])
         elif kind == "bridge-end":
             self.on_bridge_end(orjson.loads(rest))
+        elif kind == "capacity":
+            self.on_capacity()
 
 
 async def publish_progress(

@@ -17,11 +17,15 @@ def signature(key: bytes, task_id: str, attempt: int) -> str:
     return hmac.digest(key, f"{task_id}:{attempt}".encode(), hashlib.sha256).hex()[:32]
 
 
-def webhook_url(base: str, key: bytes, task_id: str, attempt: int) -> str:
+def webhook_url(base: str, key: bytes, task_id: str, attempt: int, *, keep: bool = False) -> str:
     """``{base}/callback/all?t=&a=&s=``, encoded as ``urlencode`` would (a URL per task
-    assigned: formatting it directly costs a seventh of ``urlencode``)."""
+    assigned: formatting it directly costs a seventh of ``urlencode``). ``keep`` adds
+    ``&k=1``: the sender is a paid target whose result files may be copied (result custody),
+    so only its TASK_ENDs pay for that look; it is not signed, and only makes a TASK_END
+    look the task up for custody's sake."""
     sig = signature(key, task_id, attempt)
-    return f"{base}/callback/all?t={quote_plus(task_id, safe='')}&a={attempt}&s={sig}"
+    keep_files = "&k=1" if keep else ""
+    return f"{base}/callback/all?t={quote_plus(task_id, safe='')}&a={attempt}&s={sig}{keep_files}"
 
 
 def verify(key: bytes, task_id: str, attempt: int, given: str) -> bool:

@@ -1,7 +1,7 @@
 """The Redis key layout (seed 001 §5, extended). Python builds every key name here.
 
 Lua scripts that must find a key from what they read (a task's wait list and running set
-from its hash, the bridge a ``bridgeof`` key names) derive it from the same patterns, in
+from its hash, the bridges a ``bridgesof`` hash names) derive it from the same patterns, in
 ``queue/lua/_prelude.lua`` for the task scripts and in the TASK_END count of
 :mod:`aigcq.bridges.registry`. So aigcq targets a standalone Redis or Sentinel, not Redis
 Cluster.
@@ -73,6 +73,12 @@ class Keys:
     internal_free = _Fixed("internal:free")
     #: Set of ``AIGC:platform`` pairs that have ever had a wait queue.
     queues = _Fixed("queues")
+    #: What an operator paused (HASH ``kind:name`` -> JSON since / note; see
+    #: :mod:`aigcq.scheduler.pauses`).
+    pauses = _Fixed("pauses")
+    #: Tasks that ended failed or cancelled, while retained (ZSET id -> when they ended):
+    #: where a replay by filter looks.
+    replayable = _Fixed("replayable")
 
     def callback(self, remote_id: str) -> str:
         """Seed 001 §5.3: ``{prefix}:callback:{remoteTaskId}`` -> taskId."""
@@ -89,6 +95,16 @@ class Keys:
     outboxes = _Fixed("outboxes")
     #: HASH backendId -> connId of clients connected with ``progress=1`` (anywhere).
     progress = _Fixed("progress")
+
+    def online(self, backend_id: str) -> str:
+        """Set while a client is connected (anywhere), to its connId, with a short TTL its
+        process keeps renewing (:mod:`aigcq.delivery.presence`)."""
+        return f"{self.prefix}:online:{backend_id}"
+
+    def custody_file(self, name: str) -> str:
+        """A copied result file's URL in a storage serve does not read itself (S3, the OSS
+        service), for its signed link to redirect to (:mod:`aigcq.delivery.custody`)."""
+        return f"{self.prefix}:custody:{name}"
 
     def quota(self, backend_id: str) -> str:
         return f"{self.prefix}:quota:{backend_id}"
@@ -108,6 +124,12 @@ class Keys:
     def workflow(self, workflow_id: str) -> str:
         return f"{self.prefix}:workflow:{workflow_id}"
 
+    def spend(self, period: str, name: str) -> str:
+        """HASH: what paid tasks cost in one ``period`` (``day`` / ``month``) named ``name``
+        (``2026-12-02`` / ``2026-12``, UTC), by project, account and workflow
+        (:mod:`aigcq.scheduler.spend`)."""
+        return f"{self.prefix}:spend:{period}:{name}"
+
     #: Pub/sub channel: ``wake`` (work to dispatch) and ``outbox:<backendId>``.
     events = _Fixed("events")
 
@@ -125,9 +147,11 @@ class Keys:
         """Whether ``key``, one ``bridge("*")`` matches, is a tasks hash, not a record."""
         return key.endswith(_TASKS)
 
-    def bridge_of(self, task_id: str) -> str:
-        """The bridge running an acknowledged task (so any process can count its end)."""
-        return f"{self.prefix}:bridgeof:{task_id}"
+    def bridges_of(self, task_id: str) -> str:
+        """HASH bridgeId -> attempt: the bridges that acknowledged an attempt of the task
+        (two while a superseded attempt runs on one), so any process that hears of the
+        task's end can count it and tell each bridge's process to free its slot."""
+        return f"{self.prefix}:bridgesof:{task_id}"
 
     #: The message-dispatcher's mirrors of its cache queue (seed 000 ``md:cache:*``),
     #: written by :mod:`aigcq.dispatcher.cache`: pending, processing and completed.
@@ -142,3 +166,5 @@ MD_STATE_CONNECTION = "md:state:connection"
 MD_STATE_CAPACITY = "md:state:capacity"
 MD_STATE_HEARTBEAT = "md:state:last_heartbeat"
 MD_STATE_HEALTH = "md:state:health"
+#: seed 000 §8.3: every instance (HASH id -> its JSON), each also as ``:{instanceId}``
+MD_STATE_INSTANCES = "md:state:instances"

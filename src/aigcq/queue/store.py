@@ -14,6 +14,7 @@ would spread the writers over several modules, which is what the rule forbids.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,11 +76,27 @@ class MoveResult:
     applied: bool
     state: TaskState | None  # None: the task does not exist (or has expired)
     target: str = ""  # where it ran (set when applied)
+    #: its AIGC project and platform (set when a finish applied)
+    aigc: str = ""
+    platform: str = ""
     #: not applied: a failure reported by an attempt that is no longer the live one
     superseded: bool = False
     #: applied: the remote task of the live attempt, still running on a paid target and
     #: now unwanted (kept in its account's cap as an orphan): cancel it
     orphan: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Retried:
+    """What :meth:`TaskStore.retry` did: ``applied`` (queued again), the task's state."""
+
+    applied: bool
+    state: TaskState | None  # None: no such task
+    #: not applied: a paid run's result came after the task ended, kept for delivery
+    kept_result: bool = False
+    #: not applied: a paid run of it may still be out (its orphan: a remote task id, or
+    #: ``create:<createId>`` for a create whose outcome is unknown)
+    paid_out: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +144,7 @@ SCRIPTS = (
     "promote",
     "retry",
     "release_orphan",
+    "charge",
 )
 
 
@@ -195,8 +213,10 @@ class TaskStore:
         backend_id: str,
         payload: dict[str, Any],
         deliver: bool = True,
+        max_cost: float | None = None,
     ) -> Submitted:
-        """Create a task and queue it; an existing ``task_id`` is returned unchanged."""
+        """Create a task and queue it; an existing ``task_id`` is returned unchanged.
+        ``max_cost``: the most it may cost on a paid platform (None: no limit)."""
         created, state, owner = await self._run(
             "submit",
             task_id=task_id,
@@ -207,13 +227,23 @@ class TaskStore:
             payload=orjson.dumps(payload),
             workflow_id=workflow_of(payload),
             deliver="1" if deliver else "0",
+            max_cost="" if max_cost is None else repr(max_cost),
         )
         return Submitted(bool(created), TaskState(text(state)), text(owner))
 
     async def claim(
-        self, aigc: str, platform: str, target: str, *, cap: int, n: int, deadline_s: float
+        self,
+        aigc: str,
+        platform: str,
+        target: str,
+        *,
+        cap: int,
+        n: int,
+        deadline_s: float,
+        ids: Sequence[str] | None = None,
     ) -> list[Claimed]:
-        """Move up to ``n`` waiting tasks to ``target`` while its in-flight count < ``cap``."""
+        """Move up to ``n`` waiting tasks to ``target`` while its in-flight count < ``cap``:
+        from the head, or those of ``ids`` still waiting (in that order)."""
         if n <= 0:
             return []
         rows = await self._run(
@@ -225,6 +255,7 @@ class TaskStore:
             cap=cap,
             n=n,
             deadline_s=deadline_s,
+            ids="" if ids is None else orjson.dumps(list(ids)).decode(),
         )
         claimed = [
             Claimed(
@@ -262,7 +293,7 @@ class TaskStore:
         for nothing). ``where`` (AIGC, platform, paid target): a remote task accepted for
         an attempt that is no longer live becomes an orphan (``orphaned``), inside that
         target's cap until it ends. ``holder``: the bridge that acknowledged the task,
-        recorded as holding it (:meth:`Keys.bridge_tasks`, :meth:`Keys.bridge_of`, kept
+        recorded as holding it (:meth:`Keys.bridge_tasks`, :meth:`Keys.bridges_of`, kept
         ``holder_ttl_s``) in the same step, whenever the task is running."""
         now = time.time()
         aigc, platform, target = where or ("", "", "")
@@ -282,7 +313,7 @@ class TaskStore:
             on_paid=where is not None,
             holder=holder,
             holder_tasks=self.keys.bridge_tasks(holder) if holder else "",
-            holder_of=self.keys.bridge_of(task_id) if holder else "",
+            holder_of=self.keys.bridges_of(task_id) if holder else "",
             holder_ttl=holder_ttl_s,
         )
         return Marked(int(code) == 1, int(code) == 2)
@@ -333,16 +364,30 @@ class TaskStore:
     # ---- back to waiting: each next claim is a new attempt (its own webhook URL) ----------
 
     async def requeue_unrun(
-        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0
+        self,
+        task_id: str,
+        attempt: int,
+        reason: str,
+        *,
+        delay_s: float = 0.0,
+        held: bool = False,
     ) -> bool:
         """``attempt``'s target ran nothing (no slot, full, refused, never acknowledged,
         not sent): the task goes back to the head of its queue, or after ``delay_s`` (a
         back-off), and the attempt is given back to its budget (at most ``free_requeues``
-        times per task; later ones are charged). Nothing of the attempt runs anywhere, so
-        no orphan is kept. False: ``attempt`` is no longer the live one, or the task is
-        not dispatching or running."""
+        times per task, later ones are charged; ``held``: always, an operator's pause kept
+        it from its target). Nothing of the attempt runs anywhere, so no orphan is kept.
+        False: ``attempt`` is no longer the live one, or the task is not dispatching or
+        running."""
         return await self._requeue(
-            Move.REQUEUE_UNRUN, task_id, attempt, reason, delay_s=delay_s, uncharge=True, ended=True
+            Move.REQUEUE_UNRUN,
+            task_id,
+            attempt,
+            reason,
+            delay_s=delay_s,
+            uncharge=True,
+            ended=True,
+            free_limit=2**53 if held else None,
         )
 
     async def requeue_unsent(self, task_id: str, attempt: int, reason: str) -> bool:
@@ -389,6 +434,7 @@ class TaskStore:
         ended: bool = False,
         remote_id: str = "",
         unsent_only: bool = False,
+        free_limit: int | None = None,
     ) -> bool:
         now = time.time()
         result = await self._run(
@@ -402,7 +448,7 @@ class TaskStore:
             remote_id=remote_id,
             unsent_only=unsent_only,
             uncharge=uncharge,
-            free_limit=self.free_requeues,
+            free_limit=self.free_requeues if free_limit is None else free_limit,
             ended=ended,
             paid_targets=self.paid_targets,
         )
@@ -455,7 +501,8 @@ class TaskStore:
             current_state = TaskState(text(current)) if code >= 0 else None
             return MoveResult(False, current_state, superseded=code == 2)
         metrics.task_finished(labels[:4], state.value, now)
-        return MoveResult(True, state, text(labels[2]), orphan=text(labels[4]))
+        aigc, platform, target = (text(v) for v in labels[:3])
+        return MoveResult(True, state, target, orphan=text(labels[4]), aigc=aigc, platform=platform)
 
     async def withdraw(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
         """Cancel a task that is still waiting (never one dispatched or running), with no
@@ -481,21 +528,62 @@ class TaskStore:
         )
         return int(applied) == 1
 
-    async def retry(self, task_id: str, note: str = "retried") -> MoveResult:
-        """Queue a failed or cancelled task again (an operator's retry). Its client gets
-        the new attempt's result too. ``applied`` False: not retryable in ``state``."""
-        applied, current = await self._run("retry", task_id=task_id, now=time.time(), info=note)
+    async def deliver_kept(self, task_id: str, note: str) -> MoveResult:
+        """End a failed or cancelled task with the result its paid run brought after it
+        ended (kept by the finishing script): its client gets it as any success, nothing
+        runs again. ``applied`` False: no such result, or the task is in another state."""
+        now = time.time()
+        applied, current, *_ = await self._run(
+            "finish",
+            task_id=task_id,
+            to=TaskState.SUCCESS.value,
+            now=now,
+            ttl=self.retention_s,
+            result_json="",  # the script takes the kept one, and makes its message
+            error_json=orjson.dumps(None),
+            body="",
+            minid=outbox_minid(now, self.outbox_retention_s),
+            info=note,
+            move=Move.REPLAY_RESULT.value,
+            quiet=False,
+            from_attempt="",
+            paid_targets=self.paid_targets,
+            fenced=False,
+            ended=False,
+        )
         code = int(applied)
         return MoveResult(code == 1, TaskState(text(current)) if code >= 0 else None)
+
+    async def retry(self, task_id: str, note: str = "retried") -> Retried:
+        """Queue a failed or cancelled task again (an operator's retry): its client gets
+        the new attempt's result too. Not one a paid platform may bill twice: one with a
+        paid result kept (``kept_result``: :meth:`deliver_kept` it) or a paid run that may
+        still be out (``paid_out``) is left as it is. ``applied`` False: not retryable."""
+        code, current, *out = await self._run("retry", task_id=task_id, now=time.time(), info=note)
+        code = int(code)
+        state = TaskState(text(current)) if code >= 0 else None
+        return Retried(
+            code == 1, state, kept_result=code == 3, paid_out=text(out[0]) if out else ""
+        )
 
     async def promote_delayed(self, limit: int = 500) -> int:
         """Delayed tasks whose back-off is over go to the head of their queue (at most
         ``limit``); how many left the delayed set."""
-        return int(await self._run("promote", now=time.time(), limit=limit))
+        return int(await self._run("promote", now=time.time(), limit=limit, only=""))
 
-    async def release_orphan(self, remote_id: str) -> bool:
-        """The platform says this unwanted remote task ended: it leaves the cap."""
-        return int(await self._run("release_orphan", remote_id=remote_id)) == 1
+    async def promote(self, task_id: str) -> bool:
+        """``task_id``, if it waits in the delayed set, goes to the head of its queue now,
+        due or not (no ``wake`` is published: the caller dispatches it)."""
+        return int(await self._run("promote", now=time.time(), limit=1, only=task_id)) == 1
+
+    async def release_orphan(self, remote_id: str, result: Any = None) -> bool:
+        """The platform says this unwanted remote task ended: it leaves the cap. ``result``:
+        the success it reported, kept on its task if that ended failed or cancelled."""
+        kept = "" if result is None else orjson.dumps(result).decode()
+        done = await self._run(
+            "release_orphan", remote_id=remote_id, result_json=kept, now=time.time()
+        )
+        return int(done) == 1
 
     async def release_create(self, create_id: str) -> bool:
         """The platform answered the create ``create_id`` with a definite "not created":
@@ -526,32 +614,64 @@ class TaskStore:
         key = self.keys.orphans(o.aigc, o.target)
         await self.redis.zadd(key, {o.remote_id: time.time() + delay_s}, xx=True)
 
+    async def record_cost(
+        self,
+        task_id: str,
+        *,
+        target: str,
+        account: str,
+        default_workflow: str,
+        periods: Mapping[str, tuple[str, int]],
+        record: dict[str, Any] | None,
+        figures: Mapping[str, float],
+    ) -> bool:
+        """Charge a finished task what it cost (``figures``: amount, estimated, coins,
+        seconds) in the spend hashes of ``periods`` (``day`` / ``month`` -> its name and how
+        long its hash is kept), and keep ``record`` on it (None: not), in one step
+        (``charge.lua``, laid out for :mod:`aigcq.scheduler.spend`). False: no such task."""
+        done = await self._run(
+            "charge",
+            task_id=task_id,
+            target=target,
+            account=account,
+            default_workflow=default_workflow,
+            day=periods["day"][0],
+            month=periods["month"][0],
+            day_keep=periods["day"][1],
+            month_keep=periods["month"][1],
+            record=b"" if record is None else orjson.dumps(record),
+            amount=_decimal(figures["amount"]),
+            estimated=_decimal(figures["estimated"]),
+            coins=_decimal(figures["coins"]),
+            seconds=_decimal(figures["seconds"]),
+        )
+        return bool(done)
+
     # ---- reads ----------------------------------------------------------------------
+
+    async def max_cost(self, task_id: str) -> float | None:
+        """The most the task may cost on a paid platform (its client's ``maxCost``)."""
+        [raw] = await self.mux.commands(["HGET", self.keys.task(task_id), "maxCost"])
+        return None if raw is None else float(text(raw))
 
     async def get(self, task_id: str) -> Task | None:
         raw = await self.redis.hgetall(self.keys.task(task_id))
         return task_from_hash(raw) if raw else None
 
     async def head(self, task_id: str) -> Task | None:
-        """The task without its payload, result and error (left empty): one HMGET of the
-        small fields, for hot paths that only route on state and target."""
+        """The task without its payload and result (left empty): one HMGET of the small
+        fields (the error's too), for hot paths that only route on state and target."""
         values = await self.mux.command("HMGET", self.keys.task(task_id), *_HEAD)
-        if values[0] is None:
-            return None
-        return task_from_hash({k: v for k, v in zip(_HEAD, values, strict=True) if v is not None})
+        return _from_head(values)
 
-    async def summaries(self, task_ids: list[str]) -> list[Task]:
-        """The tasks still stored among ``task_ids``, in that order, without their payload
-        and result (left empty; the error is read): one pipelined HMGET each."""
-        fields = [*_HEAD, "error"]
+    async def heads(self, task_ids: Sequence[str]) -> list[Task]:
+        """:meth:`head` of each of ``task_ids`` (those that exist, in order), in one round
+        trip."""
         pipe = self.redis.pipeline(transaction=False)
         for task_id in task_ids:
-            pipe.hmget(self.keys.task(task_id), fields)
-        return [
-            task_from_hash({k: v for k, v in zip(fields, values, strict=True) if v is not None})
-            for values in await pipe.execute()
-            if values[0] is not None
-        ]
+            pipe.hmget(self.keys.task(task_id), _HEAD)
+        found = [_from_head(values) for values in await pipe.execute()]
+        return [t for t in found if t is not None]
 
     async def ended_by(self, task_id: str) -> tuple[TaskState | None, int | None]:
         """The task's state and the attempt whose own run's end ended it (``None``: it
@@ -607,11 +727,24 @@ _HEAD = [
     "created",
     "updated",
     "deadline",
+    "error",  # small: a failure's class, code and message
 ]
 
 
 #: payload fields naming the workflow or model a task runs (RunningHub, Coze, JimuAI)
 WORKFLOW_FIELDS = ("workflowId", "workflow_id", "req_key")
+
+
+def _decimal(value: float) -> str:
+    """A figure as ``HINCRBYFLOAT`` reads it (shortest exact decimal)."""
+    return repr(float(value))
+
+
+def _from_head(values: list[Any]) -> Task | None:
+    """The task of an HMGET of ``_HEAD`` (None: there is no such task)."""
+    if values[0] is None:
+        return None
+    return task_from_hash({k: v for k, v in zip(_HEAD, values, strict=True) if v is not None})
 
 
 def workflow_of(payload: dict[str, Any]) -> str:

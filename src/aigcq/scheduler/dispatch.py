@@ -11,6 +11,12 @@ target hands back goes to the paid platform in the same attempt, or waits again.
 The internal target reports no free slots while its health is not ``healthy``, so tasks
 overflow at once then. With ``overflow_after_ms`` > 0 and internal healthy, a task goes
 external only once it has waited that long (from its ``created`` time).
+
+Each round also reads what an operator paused (:mod:`aigcq.scheduler.pauses`), in the same
+pipeline, and decides by it: a paused project's queues are left alone, a paused paid
+account gets no task (nor one the internal target hands back: it waits), a paused
+workflow's tasks are passed over (the tasks behind them are claimed by id), and the
+paused bridges are the internal target's drains.
 """
 
 from __future__ import annotations
@@ -20,16 +26,18 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aigcq.plumbing.background import round_failed, round_ok
 from aigcq.plumbing.cancel import cancel_and_wait
+from aigcq.plumbing.text import text
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.paid import PaidPlatforms
+from aigcq.scheduler.pauses import Paused, parse
 from aigcq.scheduler.routing import (
     Plan,
     capped,
@@ -43,6 +51,11 @@ from aigcq.scheduler.targets import HandBack, InternalTarget, Target
 log = logging.getLogger(__name__)
 
 BATCH = 256  # most tasks one queue hands out per round
+#: tasks of paused workflows a round passes over at the head of a queue, at most
+PASS_OVER = 1000
+#: a task the internal target hands back while its paid account is paused, and which no
+#: instance could run, is tried again this much later
+HELD_RECHECK_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +70,8 @@ class QueueLoad:
     cap: int
     #: that platform's in-flight count: running tasks plus counted orphans
     paid_running: int
+    #: an operator paused the queue's paid account: no new create on it
+    paid_paused: bool = False
 
 
 @dataclass(eq=False)
@@ -67,6 +82,10 @@ class DispatchLoop:
     internal: InternalTarget | None = None
     #: set by whoever frees capacity or queues work: a round runs soon after
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    #: told the bridges an operator paused (drained) whenever that set changes
+    on_drains: Callable[[frozenset[str]], Awaitable[None]] | None = None
+    #: the pauses in force, as the last round read them
+    paused: Paused = field(init=False, default_factory=Paused)
     _inflight: set[asyncio.Task[None]] = field(init=False, default_factory=set)
     _rr: itertools.count[int] = field(init=False, default_factory=itertools.count)
     _recheck: asyncio.TimerHandle | None = field(init=False, default=None)
@@ -106,18 +125,33 @@ class DispatchLoop:
         return claims
 
     async def dispatch_round(self) -> None:
+        """Each queue's split, in turn; internal slots a queue's share left unused (its
+        tasks none of the free instances can run) go to the queues after it."""
         loads = await self._loads()
+        heads: list[list[str] | None] = [None] * len(loads)
+        if self.paused.workflows:  # what may go: the tasks not paused, claimed by id
+            heads = [await self._not_paused(q) if q.backlog else None for q in loads]
+            loads = [
+                q if h is None else replace(q, backlog=len(h))
+                for q, h in zip(loads, heads, strict=True)
+            ]
         internal = self._internal_shares(loads)
         elsewhere = self._internal_shares(loads, elsewhere=True)
+        spare = 0
         for i, load in enumerate(loads):
-            if load.backlog > 0:
-                await self._dispatch(load, self._split(load, internal[i], elsewhere[i]))
+            if load.backlog <= 0:
+                continue
+            served = self.internal is not None and load.platform in self.internal.serves
+            share = internal[i] + (spare if served else 0)
+            split = self._split(load, share, elsewhere[i])
+            used = await self._dispatch(load, split, heads[i])
+            if served:
+                spare = share - used
 
     async def _loads(self) -> list[QueueLoad]:
-        """Every configured queue's backlog and paid in-flight count, in one pipeline."""
+        """Every configured queue's backlog and paid in-flight count, and the pauses, in
+        one pipeline; the queues of paused projects are left out."""
         queues = self.rt.config.queues()
-        if not queues:
-            return []
         keys = self.rt.store.keys
         paid = [self.paid.adapter_for(platform) for _, platform in queues]
         names = [adapter.name if adapter else "" for adapter in paid]
@@ -130,8 +164,10 @@ class DispatchLoop:
                     ["ZCARD", keys.running(aigc, name or "-")],
                     ["ZCARD", keys.orphans(aigc, name or "-")],
                 )
-            )
+            ),
+            ["HGETALL", keys.pauses],
         )
+        await self._pauses(Paused.of(parse(counts[-1])))
         return [
             QueueLoad(
                 aigc,
@@ -140,13 +176,23 @@ class DispatchLoop:
                 paid=names[i],
                 cap=self.paid.cap(aigc, platform),
                 paid_running=int(counts[3 * i + 1]) + int(counts[3 * i + 2]),
+                paid_paused=bool(names[i])
+                and self.paused.account(self.rt, aigc, platform, names[i]),
             )
             for i, (aigc, platform) in enumerate(queues)
+            if aigc not in self.paused.projects
         ]
+
+    async def _pauses(self, paused: Paused) -> None:
+        """The pauses this round decides by; the internal target hears of new drains."""
+        drains_changed = paused.bridges != self.paused.bridges
+        self.paused = paused
+        if drains_changed and self.on_drains is not None:
+            await self.on_drains(paused.bridges)
 
     def _split(self, load: QueueLoad, internal: int, elsewhere: int) -> Plan:
         """How many of the queue's waiting tasks go internal and to its paid platform."""
-        paid_free = load.cap - load.paid_running if load.cap > 0 else 0
+        paid_free = load.cap - load.paid_running if load.cap > 0 and not load.paid_paused else 0
         backlog = min(load.backlog, BATCH)
         if self._internal_preferred(load.platform):
             return plan(backlog, internal, paid_free, elsewhere)
@@ -154,24 +200,55 @@ class DispatchLoop:
         swapped = plan(backlog, max(paid_free, 0), internal)
         return Plan(swapped.external, swapped.internal, swapped.waiting)
 
-    async def _dispatch(self, load: QueueLoad, split: Plan) -> None:
+    async def _dispatch(self, load: QueueLoad, split: Plan, ids: list[str] | None) -> int:
+        """Claim and hand over what ``split`` says: from the head, or of ``ids`` (in order:
+        the tasks not paused); how many internal slots that took."""
         aigc, platform = load.aigc, load.platform
+        used = 0
+        if self.internal is not None and platform in self.internal.serves:
+            taken = await self._claim_internal(self.internal, load, split, ids)
+            used = min(len(taken), split.internal)
+            if ids is not None:
+                gone = {c.task_id for c in taken}
+                ids = [i for i in ids if i not in gone]
         external = split.external
         if external and self._waits_for_internal(platform):
-            external = await self._old_enough(aigc, platform, split.internal, external)
-        if split.internal and self.internal is not None:
-            target = self.internal
-            claimed = await self.lifecycle.claim(
-                aigc, platform, target.name, cap=-1, n=split.internal
-            )
-            if claimed:
-                self._spawn(self._hand_over(target, aigc, platform, claimed), claimed)
+            external = await self._old_enough(aigc, platform, external, ids)
         if external and load.paid:
             claimed = await self.lifecycle.claim(
-                aigc, platform, load.paid, cap=load.cap, n=external
+                aigc, platform, load.paid, cap=load.cap, n=external, ids=ids
             )
             for c in claimed:
                 self._spawn(self._hand_over(self.paid, aigc, platform, [c]), [c])
+        return used
+
+    async def _claim_internal(
+        self, target: InternalTarget, load: QueueLoad, split: Plan, ids: list[str] | None
+    ) -> list[Claimed]:
+        """The tasks the internal target takes: ``split.internal`` from the head (or of
+        ``ids``), or those it chooses (:meth:`InternalTarget.choose`, among ``ids`` if
+        given; with room on the paid platform for what it hands back beyond the
+        ``split.external`` claimed for it next). What was claimed (at most
+        ``split.internal`` slots taken)."""
+        aigc, platform = load.aigc, load.platform
+        paid_free = None
+        if load.paid and load.cap > 0:  # a paused account has no room: what needs it waits
+            paid_free = 0 if load.paid_paused else load.cap - load.paid_running - split.external
+            paid_free = max(0, paid_free)
+        chosen = await target.choose(aigc, platform, split.internal, paid_free=paid_free, among=ids)
+        if chosen is None:
+            claimed = await self.lifecycle.claim(
+                aigc, platform, target.name, cap=-1, n=split.internal, ids=ids
+            )
+        else:
+            if chosen.wake_in_s is not None:
+                self._wake_in(chosen.wake_in_s)
+            claimed = await self.lifecycle.claim(
+                aigc, platform, target.name, cap=-1, n=len(chosen.ids), ids=chosen.ids
+            )
+        if claimed:
+            self._spawn(self._hand_over(target, aigc, platform, claimed), claimed)
+        return claimed
 
     async def _hand_over(
         self, target: Target, aigc: str, platform: str, tasks: list[Claimed]
@@ -184,6 +261,10 @@ class DispatchLoop:
         waited long enough (and one serves its queue), else it waits again or fails."""
         c = back.task
         if may_overflow(time.time() - c.created_at, back.overflow_after_s):
+            if self._paid_paused(aigc, platform):  # it waits, for as long as the pause lasts
+                reason = f"its paid account is paused; {back.reason}"
+                await self.lifecycle.held(c, reason, delay_s=back.wait_s or HELD_RECHECK_S)
+                return
             moved = await self.paid.take_over(aigc, platform, c, source.name, back.reason)
             if moved > 0:
                 self._spawn(self._hand_over(self.paid, aigc, platform, [c]), [c])
@@ -194,6 +275,25 @@ class DispatchLoop:
             await self.lifecycle.unrunnable(c.task_id, u.code, u.message, u.detail)
         else:
             await self.lifecycle.not_run(c.task_id, c.attempt, back.reason, delay_s=back.wait_s)
+
+    def _paid_paused(self, aigc: str, platform: str) -> bool:
+        adapter = self.paid.adapter_for(platform)
+        return adapter is not None and self.paused.account(self.rt, aigc, platform, adapter.name)
+
+    async def _not_paused(self, load: QueueLoad) -> list[str]:
+        """The ids of the waiting tasks of the queue whose workflow is not paused, among
+        the first :data:`BATCH` (at most) and :data:`PASS_OVER` more (what the internal
+        target's lookahead may weigh too)."""
+        keys, redis = self.rt.store.keys, self.rt.redis
+        n = min(load.backlog, BATCH)
+        wait = keys.wait(load.aigc, load.platform)
+        ids = [text(i) for i in await redis.lrange(wait, 0, n + PASS_OVER - 1)]
+        pipe = redis.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hget(keys.task(task_id), "workflowId")
+        paused = self.paused.workflows
+        workflows = [text(w) for w in await pipe.execute()]
+        return [i for i, w in zip(ids, workflows, strict=True) if w not in paused]
 
     def _internal_shares(self, loads: list[QueueLoad], *, elsewhere: bool = False) -> list[int]:
         """Internal slots per queue (ours, or with ``elsewhere`` those other processes
@@ -227,11 +327,16 @@ class DispatchLoop:
             and self.internal.healthy
         )
 
-    async def _old_enough(self, aigc: str, platform: str, skip: int, n: int) -> int:
-        """How many of the ``n`` tasks after the first ``skip`` (which go internal) have
-        waited long enough to overflow; plans a wake-up for when the next one has."""
+    async def _old_enough(
+        self, aigc: str, platform: str, n: int, ids: list[str] | None = None
+    ) -> int:
+        """How many of the ``n`` tasks at the head (those that go internal claimed
+        already), or of ``ids``, have waited long enough to overflow; plans a wake-up for
+        when the next one has."""
         keys, redis = self.rt.store.keys, self.rt.redis
-        ids = await redis.lrange(keys.wait(aigc, platform), skip, skip + n - 1)
+        if ids is None:
+            ids = [text(i) for i in await redis.lrange(keys.wait(aigc, platform), 0, n - 1)]
+        ids = ids[:n]
         pipe = redis.pipeline(transaction=False)
         for task_id in ids:
             pipe.hget(keys.task(str(task_id)), "created")  # decode_responses: already str

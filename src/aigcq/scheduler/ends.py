@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
 
@@ -37,3 +37,7 @@ def failure_class(outcome: Failed) -> str:
 
 #: hears every task's end: (taskId, target, how it ended, the attempt it was for, if known)
 EndListener = Callable[[str, str, TaskEnd, "int | None"], None]
+
+#: asked before a machine failure's retry is queued: (taskId, target, attempt) -> whether
+#: the slot that attempt took is freed by another process, which then lets the retry run
+SlotElsewhere = Callable[[str, str, int], Awaitable[bool]]

@@ -18,20 +18,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
+from aigcq.delivery.custody import Custody
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
 from aigcq.plumbing.events import progress_event, running_message
-from aigcq.queue.store import Claimed, MoveResult, NotReplicated, Orphan, Submitted
+from aigcq.queue.store import Claimed, MoveResult, NotReplicated, Orphan, Retried, Submitted
 from aigcq.runtime import Runtime
-from aigcq.scheduler.ends import INFRASTRUCTURE, EndListener, TaskEnd, end_of, failure_class
+from aigcq.scheduler.ends import (
+    INFRASTRUCTURE,
+    EndListener,
+    SlotElsewhere,
+    TaskEnd,
+    end_of,
+    failure_class,
+)
 from aigcq.scheduler.orphans import Orphans
+from aigcq.scheduler.spend import SpendLedger
 
 log = logging.getLogger(__name__)
 
@@ -71,18 +80,38 @@ def _mark_waits(paid: bool) -> Iterator[float | None]:
         yield MARK_RETRY_S[-1]
 
 
+#: longest a machine failure's retry waits, out of its queue, for the process holding its
+#: bridge to free the slot the failed attempt took (see :meth:`Lifecycle.released`)
+RELEASE_WAIT_S = 2.0
+
+
 class Lifecycle:
-    def __init__(self, rt: Runtime, *, retry_failures: bool = False) -> None:
+    def __init__(
+        self, rt: Runtime, *, retry_failures: bool = False, custody: Custody | None = None
+    ) -> None:
         self.rt = rt
         self.orphans = Orphans(rt)
+        self.spend = SpendLedger(rt)
+        #: copies a paid result's files into our storage before it is delivered (None: never)
+        self.custody = custody
         #: a failed result puts the task back while it has attempts left (the
         #: message-dispatcher's retries, seed 000 §9.3.2); otherwise it fails at once
         self.retry_failures = retry_failures
         self._listeners: list[EndListener] = []
+        self._slot_elsewhere: SlotElsewhere | None = None
 
     def subscribe(self, listener: EndListener) -> None:
         """``listener`` hears of every task's end from now on (see :class:`TaskEnd`)."""
         self._listeners.append(listener)
+
+    def retries_wait_for(self, slot_elsewhere: SlotElsewhere) -> None:
+        """Before a machine failure's retry is queued, ``slot_elsewhere`` says whether
+        the slot of the attempt that failed is freed by another process (the one holding
+        its bridge, which hears of the end after this process). Then the retry waits out
+        of its queue, dispatched by no one, until that process has freed the slot and
+        called :meth:`released` (at most ``RELEASE_WAIT_S``): queued at once, it was
+        routed while the slot still looked taken, and paid for on a paid platform."""
+        self._slot_elsewhere = slot_elsewhere
 
     def announce(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
         for listener in self._listeners:
@@ -101,8 +130,10 @@ class Lifecycle:
         payload: dict[str, Any],
         *,
         deliver: bool,
+        max_cost: float | None = None,
     ) -> Submitted:
-        """A client submitted a task: stored and queued (an existing id is left as it is)."""
+        """A client submitted a task: stored and queued (an existing id is left as it is).
+        ``max_cost``: the most it may cost on a paid platform."""
         aigc, platform = queue
         result = await self.rt.store.submit(
             task_id,
@@ -111,6 +142,7 @@ class Lifecycle:
             backend_id=backend_id,
             payload=payload,
             deliver=deliver,
+            max_cost=max_cost,
         )
         _say(logging.DEBUG, task_id, "submitted by %s (created=%s)", backend_id, result.created)
         await self.made_durable(task_id, "its submit")
@@ -136,11 +168,22 @@ class Lifecycle:
         )
         return False
 
-    async def retried_by_operator(self, task_id: str) -> MoveResult:
-        """An operator queued a failed or cancelled task again."""
+    async def retried_by_operator(self, task_id: str) -> Retried:
+        """An operator replays a failed or cancelled task: queued again, unless that could
+        pay a platform twice. One whose paid run brought a result after it ended gets that
+        result instead (it succeeds, ``kept_result``); one whose paid run may still be out
+        is left as it is (``paid_out``: its end may yet bring the result)."""
         done = await self.rt.store.retry(task_id, note="retried by an operator")
         if done.applied:
             _say(logging.INFO, task_id, "retried by an operator")
+        elif done.kept_result:
+            note = "replayed: the result of its paid run, which came after it ended"
+            delivered = await self.rt.store.deliver_kept(task_id, note)
+            if delivered.applied:
+                _say(logging.INFO, task_id, "replayed with its kept paid result; nothing paid")
+            return Retried(delivered.applied, delivered.state, kept_result=True)
+        elif done.paid_out:
+            _say(logging.INFO, task_id, "not replayed: its paid run %s may be out", done.paid_out)
         return done
 
     async def back_offs_over(self) -> int:
@@ -150,11 +193,19 @@ class Lifecycle:
     # ---- dispatching ----------------------------------------------------------------------
 
     async def claim(
-        self, aigc: str, platform: str, target: str, *, cap: int, n: int
+        self,
+        aigc: str,
+        platform: str,
+        target: str,
+        *,
+        cap: int,
+        n: int,
+        ids: Sequence[str] | None = None,
     ) -> list[Claimed]:
-        """Up to ``n`` waiting tasks, for ``target``, while its in-flight count < ``cap``."""
+        """Up to ``n`` waiting tasks, for ``target``, while its in-flight count < ``cap``:
+        from the head, or those of ``ids`` still waiting."""
         return await self.rt.store.claim(
-            aigc, platform, target, cap=cap, n=n, deadline_s=self.rt.dispatch_deadline_s
+            aigc, platform, target, cap=cap, n=n, deadline_s=self.rt.dispatch_deadline_s, ids=ids
         )
 
     async def overflowed(
@@ -208,7 +259,7 @@ class Lifecycle:
         progress = progress_event(run.backend_id, running_message(task_id, target))
         where = (aigc, platform, target) if paid else None
         if paid:
-            metrics.overflowed(aigc, platform, target, self.rt.settings.overflow_price)
+            metrics.overflowed(aigc, platform, target)
         for wait_s in _mark_waits(paid):
             try:
                 marked = await self.rt.store.mark_running(
@@ -254,6 +305,17 @@ class Lifecycle:
             _say(logging.INFO, task_id, "back to waiting (%s)", reason)
         return moved
 
+    async def held(self, c: Claimed, reason: str, *, delay_s: float) -> bool:
+        """An operator's pause keeps a claimed task from the one target that would take it
+        now: back to waiting after ``delay_s``, its attempt given back however often (a
+        pause fails nothing, however long it lasts). False: it had moved on."""
+        moved = await self.rt.store.requeue_unrun(
+            c.task_id, c.attempt, reason, delay_s=delay_s, held=True
+        )
+        if moved:
+            _say(logging.INFO, c.task_id, "held (%s)", reason)
+        return moved
+
     async def never_created(self, c: Claimed, create_id: str) -> None:
         """A paid platform answered a create with a definite "not created" (full, refused,
         never sent) after the task had moved on (a cancel): the create kept its account's
@@ -297,6 +359,16 @@ class Lifecycle:
             ended=True,
         )
         _say(logging.WARNING, c.task_id, "rejected by %s: %s", target, error)
+        return done.applied
+
+    async def priced_out(self, c: Claimed, reason: str) -> bool:
+        """The task's expected cost on the paid platform that would run it is above its
+        ``maxCost``, and nothing else runs its platform: it fails, nothing sent. False: it
+        had moved on."""
+        error = {"code": ErrorCode.MAX_COST.value, "message": reason, "detail": None}
+        done = await self.fail(c.task_id, c.attempt, ErrorCode.MAX_COST, error, reason, ended=True)
+        if done.applied:
+            _say(logging.WARNING, c.task_id, "not sent: %s", reason)
         return done.applied
 
     async def unrunnable(self, task_id: str, code: str, message: str, detail: str) -> None:
@@ -354,12 +426,17 @@ class Lifecycle:
         attempt: int | None = None,
         *,
         target: str = "",
+        keep: bool = False,
     ) -> MoveResult | None:
         """A result reported by ``attempt`` (None: not known, e.g. a message-dispatcher's
         report) of a task on ``target``; ``None`` when it says the task is not done. The
-        end is announced: applied, or refused as gone (that run is over all the same)."""
+        end is announced: applied, or refused as gone (that run is over all the same).
+        A success's files are copied first where result custody wants them (on ``target``,
+        or, when not known, if ``keep``: it came from a paid target whose files may be)."""
         match outcome:
             case Succeeded(data=data):
+                if self.custody is not None and (target or keep):
+                    data = await self.custody.kept(task_id, target, data)
                 done = await self.rt.store.finish(
                     task_id,
                     TaskState.SUCCESS,
@@ -371,8 +448,10 @@ class Lifecycle:
                 )
             case Failed(code=code, message=message, detail=detail):
                 error = {"code": code, "message": message, "detail": detail}
-                machine = failure_class(outcome) == INFRASTRUCTURE
-                if await self._retried(task_id, f"failed: {code} {message}", attempt, machine):
+                again = outcome.retryable or failure_class(outcome) == INFRASTRUCTURE
+                why = f"failed: {code} {message}"
+                if await self._retried(task_id, why, attempt, target, again=again):
+                    await self.spend.ended(task_id, target, outcome)
                     self.announce(task_id, target, end_of(outcome), attempt)
                     return MoveResult(True, TaskState.PENDING)
                 done = await self.rt.store.finish(
@@ -390,6 +469,9 @@ class Lifecycle:
         _say(logging.DEBUG, task_id, "%s via %s (applied=%s)", done.state, note, done.applied)
         await self._cancel_orphan(task_id, done)
         if done.applied:
+            await self.spend.ended(
+                task_id, done.target or target, outcome, (done.aigc, done.platform)
+            )
             self.announce(task_id, done.target or target, end_of(outcome), attempt)
         elif done.state is not None:
             self.announce(task_id, target, TaskEnd.GONE, attempt)
@@ -493,11 +575,13 @@ class Lifecycle:
             _say(logging.DEBUG, task_id, "orphan %s already released", done.orphan)
 
     async def _retried(
-        self, task_id: str, reason: str, attempt: int | None, machine: bool = False
+        self, task_id: str, reason: str, attempt: int | None, target: str, *, again: bool
     ) -> bool:
-        """With ``retry_failures``, or for a machine's failure (``machine``): requeue a
-        failed task that has attempts left."""
-        if not (self.retry_failures or machine):
+        """With ``retry_failures``, or for a failure worth another attempt (``again``: a
+        machine's, or one its platform documents as retryable): requeue a failed task
+        that has attempts left; at once, unless its slot on ``target`` is freed by another
+        process (see :meth:`retries_wait_for`)."""
+        if not (self.retry_failures or again):
             return False
         task = await self.rt.store.get(task_id)
         if task is None or task.state.terminal:
@@ -505,7 +589,21 @@ class Lifecycle:
         if task.charged >= self.rt.max_attempts(self.rt.config.account(task.aigc, task.platform)):
             return False
         live = task.attempt if attempt is None else attempt
-        return await self._requeue(task_id, live, reason, delay_s=0.0, ended=True)
+        held = self._slot_elsewhere
+        wait = held is not None and await held(task_id, target or task.target, live)
+        if wait:
+            _say(logging.INFO, task_id, "its retry waits for its slot elsewhere to be freed")
+        delay_s = RELEASE_WAIT_S if wait else 0.0
+        return await self._requeue(task_id, live, reason, delay_s=delay_s, ended=True)
+
+    async def released(self, task_id: str) -> bool:
+        """The slot a machine failure's retry waited for is free (see
+        :meth:`retries_wait_for`): the retry waits at the head of its queue now. False:
+        it was not waiting for it (queued already, or moved on)."""
+        moved = await self.rt.store.promote(task_id)
+        if moved:
+            _say(logging.INFO, task_id, "its slot is free: the retry waits in its queue")
+        return moved
 
     async def _requeue(
         self, task_id: str, attempt: int, reason: str, *, delay_s: float, ended: bool
@@ -551,10 +649,11 @@ class Lifecycle:
 
     # ---- unwanted remote tasks (the orphan checks) --------------------------------------
 
-    async def orphan_ended(self, o: Orphan) -> bool:
+    async def orphan_ended(self, o: Orphan, result: Any = None) -> bool:
         """The platform says an unwanted remote task ended (or it cannot be asked): it
-        leaves its account's cap."""
-        return await self.rt.store.release_orphan(o.remote_id)
+        leaves its account's cap. ``result``: the success it reported, kept for a replay
+        if its task ended failed or cancelled meanwhile."""
+        return await self.rt.store.release_orphan(o.remote_id, result)
 
     async def orphan_unresolved(self, o: Orphan, delay_s: float) -> None:
         """An unwanted remote task still runs (or gave no answer): checked again later."""

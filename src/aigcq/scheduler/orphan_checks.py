@@ -1,9 +1,11 @@
 """Watching unwanted remote tasks until their platform says they ended (see :mod:`.orphans`).
 
 Each check asks the platform; a result, a failure or "not found" frees the account's slot,
-anything else cancels again and asks later. A create with no remote id cannot be asked:
-it is counted until its reply, its webhook, the platform's word that the account runs
-nothing (RunningHub's ``accountStatus``), or the platform's maximum run time.
+anything else cancels again and asks later. A run that ended with a result or a failure
+was billed all the same: it is charged (:mod:`.spend`) by the check that frees its slot.
+A create with no remote id cannot be asked: it is counted until its reply, its webhook,
+the platform's word that the account runs nothing (RunningHub's ``accountStatus``), or the
+platform's maximum run time.
 
 The checks run in a loop of their own (a slow platform must not hold up the sweeper's
 back-offs and deadlines), a bounded batch at a time; a check that fails (the platform
@@ -53,7 +55,7 @@ class OrphanChecks:
         """Ask the platform about every orphan due for a check, ``BATCH`` at a time; the
         number released."""
         released = 0
-        for aigc, target in self._accounts():
+        for aigc, target in self.rt.paid_accounts():
             due = await self.rt.store.orphans_due(aigc, target)
             for start in range(0, len(due), BATCH):
                 batch = due[start : start + BATCH]
@@ -88,7 +90,7 @@ class OrphanChecks:
             return int(await self.lifecycle.orphan_ended(o))
         if o.awaiting_create:
             return await self._check_create(o)
-        # peek: the result is nobody's, so inline files are not stored
+        # peek: inline files are not stored (such a result is not kept for a replay)
         outcome = await self.rt.platforms.peek(
             adapter, as_task(o), self.rt.apikey(o.aigc, o.platform)
         )
@@ -100,7 +102,12 @@ class OrphanChecks:
                 type(outcome).__name__,
                 extra=ctx(task=o.task_id),
             )
-            return int(await self.lifecycle.orphan_ended(o))
+            kept = outcome.data if isinstance(outcome, Succeeded) and not outcome.files else None
+            released = await self.lifecycle.orphan_ended(o, kept)
+            if released and not isinstance(outcome, NotFound):
+                queue = (o.aigc, o.platform)
+                await self.lifecycle.spend.ended(o.task_id, o.target, outcome, queue, run=True)
+            return int(released)
         await self.lifecycle.orphans.cancel(o)  # still running (or no answer): ask again
         await self.lifecycle.orphan_unresolved(o, RECHECK_S)
         return 0
@@ -134,12 +141,3 @@ class OrphanChecks:
             return False
         adapter = self.rt.platforms.adapters[o.target]
         return await self.rt.platforms.running(adapter, self.rt.apikey(o.aigc, o.platform)) == 0
-
-    def _accounts(self) -> set[tuple[str, str]]:
-        """(AIGC, paid target) of every configured queue."""
-        found = set()
-        for aigc, platform in self.rt.config.queues():
-            adapter = self.rt.platforms.adapter_for(platform)
-            if adapter is not None and adapter.paid:
-                found.add((aigc, adapter.name))
-        return found

@@ -8,6 +8,12 @@ process that dies while the create is out is known to have one out; what the pla
 answers is the lifecycle's to apply. An acceptance is in this process's journal
 (:mod:`aigcq.scheduler.journal`) before anything else, so a process that dies before Redis
 has it does not forget a task the platform bills; dead processes' journals are replayed.
+
+Before a create, a task's ``maxCost`` is checked where its platform's price is known
+(``AIGCQ_OVERFLOW_PRICE``, per task, or per output image for JimuAI: the most the create
+may make, after the project's ``max_outputs``): one expected to cost more is not sent. It
+waits for internal capacity when an internal target runs its platform, else fails
+``MaxCostExceeded``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import logging
 import os
 import uuid
 
+from aigcq.domain import Task
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Accepted, Full, NotSent, PlatformAdapter, Rejected, Uncertain
 from aigcq.plumbing.background import every, one_round
@@ -35,10 +42,15 @@ class PaidPlatforms:
 
     name = "paid"
 
-    def __init__(self, rt: Runtime, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self, rt: Runtime, lifecycle: Lifecycle, *, internal_serves: tuple[str, ...] = ()
+    ) -> None:
         self.rt = rt
         self.lifecycle = lifecycle
         self.journal = AcceptedJournal(rt.settings.data_dir / "accepted")
+        #: task platforms an internal target runs too: a task priced out of its paid
+        #: platform waits for that one, rather than fail
+        self.internal_serves = internal_serves
 
     def adapter_for(self, platform: str) -> PlatformAdapter | None:
         return self.rt.platforms.adapter_for(platform)
@@ -121,10 +133,12 @@ class PaidPlatforms:
             return await lifecycle.creating(c, create_id)
 
         task = c.as_task(aigc, platform, name)
-        hook = self.rt.webhook_url(c.task_id, c.attempt)
         apikey = self.rt.apikey(aigc, platform)
-        outcome = await self.rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
         queue, kind = (aigc, platform), adapter.kind
+        if await self._priced_out(adapter, queue, c, task, apikey):
+            return
+        hook = self.rt.webhook_url(c.task_id, c.attempt, name)
+        outcome = await self.rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
         match outcome:
             case Accepted(remote_id=remote_id):
                 entry = Entry(c.task_id, c.attempt, c.backend_id, remote_id, *queue, name, kind)
@@ -147,6 +161,29 @@ class PaidPlatforms:
                 moved = await lifecycle.rejected(c, name, error)
         if not moved:  # it moved on while the create was out: free what that kept
             await lifecycle.never_created(c, create_id)
+
+    async def _priced_out(
+        self, adapter: PlatformAdapter, queue: tuple[str, str], c: Claimed, task: Task, apikey: str
+    ) -> bool:
+        """Whether the task's expected cost on ``adapter`` is above its ``maxCost`` (then
+        nothing is sent: it waits for internal capacity, or fails). False: no price known
+        for the platform, no ``maxCost``, or within it."""
+        price = self.rt.settings.overflow_price.get(adapter.name)
+        if price is None:
+            return False
+        limit = await self.rt.store.max_cost(c.task_id)
+        expected = round(price * adapter.billed_units(task, apikey), 6)
+        if limit is None or expected <= limit:
+            return False
+        reason = f"expected cost {expected:g} on {adapter.name} is above its maxCost {limit:g}"
+        if queue[1] in self.internal_serves:
+            delay_s = self.rt.settings.full_backoff_s
+            await self.lifecycle.not_run(
+                c.task_id, c.attempt, f"{reason}: waits for internal capacity", delay_s=delay_s
+            )
+        else:
+            await self.lifecycle.priced_out(c, reason)
+        return True
 
     async def _journal(self, entry: Entry) -> None:
         """On disk before anything else; a disk that fails is logged (Redis still gets it)."""

@@ -10,7 +10,7 @@ What a target's answers do to a task is the lifecycle's (:mod:`aigcq.scheduler.l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -40,6 +40,16 @@ class HandBack:
     overflow_after_s: float
     wait_s: float = 0.0
     unrunnable: Unrunnable | None = None
+
+
+class Chosen(NamedTuple):
+    """The waiting tasks an internal target takes from the head of a queue (see
+    :meth:`InternalTarget.choose`)."""
+
+    ids: list[str]
+    #: when a task it left waiting is due (its wait for a capable instance, or for the
+    #: paid platform, is over): ask again then
+    wake_in_s: float | None = None
 
 
 class Target(Protocol):
@@ -77,6 +87,24 @@ class InternalTarget(Target, Protocol):
     def free_elsewhere(self) -> int:
         """Free slots of this target that other aigcq processes hold (0 when every
         process sees the same capacity, as through a message-dispatcher)."""
+        ...
+
+    async def choose(
+        self,
+        aigc: str,
+        platform: str,
+        n: int,
+        *,
+        paid_free: int | None,
+        among: Sequence[str] | None = None,
+    ) -> Chosen | None:
+        """The waiting tasks of the queue to claim for it now, by id: FIFO within what
+        its free capacity can run, at most ``n`` placed, skipping (a bounded number of)
+        tasks none of it can run now; and those to hand back at once (to the queue's paid
+        platform, which has room for ``paid_free`` more (None: none serves the queue), or
+        to fail). ``None``: it can run any task, claim ``n`` from the head. ``among``:
+        only of these waiting tasks, in this order (the dispatch loop passes over the
+        tasks of paused workflows)."""
         ...
 
     async def run(self) -> None:

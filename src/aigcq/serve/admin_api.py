@@ -1,9 +1,11 @@
 """The operator's view: ``/dashboard`` (static files in ``aigcq/web``) and its admin API.
 
 ``GET /api/admin/events`` streams a snapshot every second as Server-Sent Events (bridges,
-queues, internal / external split, health, recent tasks, overflow spend, model-asynch —
-see :mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry
-a failed or cancelled task. Every data call needs the admin token as a Bearer token.
+queues, internal / external split, health, recent tasks, overflow spend (this process's
+counters), spend today and this month (fleet-wide, :mod:`aigcq.scheduler.spend`),
+model-asynch — see :mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry
+a failed or cancelled task; the incident controls (:mod:`aigcq.serve.admin_controls`).
+Every data call needs the admin token as a Bearer token.
 """
 
 from __future__ import annotations
@@ -14,20 +16,25 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
-from aigcq.domain import ErrorCode, Task
+from aigcq.bridges.registry import record_instances
+from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.http_api import require_admin
 from aigcq.gateway.queue_view import internal_capacity, queue_rows
 from aigcq.plumbing.background import one_round
+from aigcq.scheduler.pauses import PauseKind, Pauses
+from aigcq.serve.admin_controls import checked, control_routes
 from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
-from aigcq.serve.admin_trends import Trends
+from aigcq.serve.admin_trends import Split, Trends
+from aigcq.serve.by_filter import not_retried
+from aigcq.serve.live_tasks import PAGE_MAX, LiveFilter, live_page
 
 if TYPE_CHECKING:
     from aigcq.serve.parts import ServeParts
@@ -35,23 +42,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Authorization = Annotated[str | None, Header()]
-HISTORY_S = 120  # seconds of internal / external split kept for the chart
 RECENT_TASKS = 50  # the page filters them by state, client, platform and target
 STATIC = {
     "dashboard.html": "text/html; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
     "dashboard.js": "text/javascript; charset=utf-8",
+    "chart.js": "text/javascript; charset=utf-8",
 }
 
 
 class Monitor:
-    """Builds a snapshot every second and keeps the per-second split of finished tasks."""
+    """Builds a snapshot every second and keeps the split of finished tasks."""
 
     def __init__(self, service: ServeParts, interval_s: float = 1.0) -> None:
         self.service = service
         self.interval_s = interval_s
-        self.split: deque[dict[str, Any]] = deque(maxlen=HISTORY_S)
-        self.totals = {"internal": 0, "external": 0}
+        self.split = Split()
         self.health_history: deque[dict[str, Any]] = deque(maxlen=20)
         self.latest: dict[str, Any] | None = None
         self._finished: dict[str, int] | None = None  # per-target counts at the last sample
@@ -59,6 +65,7 @@ class Monitor:
         settings = service.rt.settings
         self.asynch = AsynchPanel(settings.asynch_url, settings.admin_token)
         self.trends = Trends()
+        self.pauses = Pauses(service.rt)
 
     async def run(self) -> None:
         try:
@@ -89,8 +96,8 @@ class Monitor:
         return target in self.service.rt.platforms.adapters
 
     async def _count_finished(self) -> None:
-        """This second's internal / external split, from the cluster-wide per-target
-        counts that ``finish`` keeps (one read, whatever the rate)."""
+        """This second's internal / external split, from the fleet-wide per-target counts
+        that ``finish`` keeps (one read, whatever the rate)."""
         store = self.service.rt.store
         raw = await store.redis.hgetall(store.keys.finished)
         counts = {str(target): int(n) for target, n in raw.items()}
@@ -99,29 +106,34 @@ class Monitor:
         new = {t: n - last.get(t, 0) for t, n in counts.items()} if last is not None else {}
         external = sum(n for t, n in new.items() if self._external(t))
         internal = sum(n for t, n in new.items() if t) - external  # "": ended before dispatch
-        self.totals["internal"] += internal
-        self.totals["external"] += external
-        self.split.append({"t": time.time(), "internal": internal, "external": external})
+        self.split.add(time.time(), internal, external)
 
     async def snapshot(self, *, sample: bool = True) -> dict[str, Any]:
         """The state now; ``sample``: also take it as the trends' sample (the loop's, once a
         second; a request's snapshot reads them without adding one)."""
         rt = self.service.rt
         queues = await queue_rows(rt, internal_capacity(self.service.hub))
-        overflow = overflow_spend()
+        overflow = overflow_spend(rt.settings.overflow_price)
         if sample:
             await self.trends.sample(rt.store, queues, overflow)
         return {
             "time": time.time(),
             "bridges": await self._bridges(),
             "queues": queues,
-            "split": {"history": list(self.split), "totals": dict(self.totals)},
+            "split": self.split.view(),
             "trends": self.trends.view(),
             "health": self._health(),
             "recent": [task_row(t) for t in await rt.store.recent(RECENT_TASKS)],
             "overflow": overflow,
+            "spend": await self._spend(),
             "asynch": await self.asynch.read(),
+            "pauses": [p.view() for p in await self.pauses.all()],
         }
+
+    async def _spend(self) -> dict[str, Any]:
+        """What paid tasks cost today and this month (UTC), fleet-wide, from Redis."""
+        ledger = self.service.lifecycle.spend
+        return {"day": await ledger.view("day"), "month": await ledger.view("month")}
 
     async def _bridges(self) -> list[dict[str, Any]]:
         """Bridges connected here, plus those other processes (or the past) recorded."""
@@ -186,17 +198,9 @@ def bridge_row_from_hash(h: dict[str, str]) -> dict[str, Any]:
         "failures": 0,
         "inRotation": h.get("inRotation", "1") == "1",
         "drained": h.get("drained") == "1",
-        "instanceStates": _json_list(h.get("instances")),
+        "instanceStates": record_instances(h.get("instances")),
         "local": False,
     }
-
-
-def _json_list(raw: str | None) -> list[Any]:
-    try:
-        value = orjson.loads(raw or "[]")
-    except orjson.JSONDecodeError:
-        return []
-    return value if isinstance(value, list) else []
 
 
 def task_row(t: Task) -> dict[str, Any]:
@@ -210,7 +214,7 @@ def task_row(t: Task) -> dict[str, Any]:
         "attempt": t.attempt,
         "seconds": round(t.updated_at - t.created_at, 3),
         "updated": t.updated_at,
-        "failure": t.failure,
+        "failure": t.failure,  # why it failed: class, code and message
     }
 
 
@@ -220,6 +224,7 @@ def admin_router(service: ServeParts, monitor: Monitor) -> APIRouter:
     router = APIRouter(tags=["admin"])
     _dashboard_routes(router, service.gateway, monitor)
     _control_routes(router, service)
+    control_routes(router, service)
     return router
 
 
@@ -240,6 +245,24 @@ def _dashboard_routes(router: APIRouter, gw: Gateway, monitor: Monitor) -> None:
     async def snapshot(authorization: Authorization = None) -> dict[str, Any]:
         require_admin(gw, authorization)
         return await monitor.snapshot(sample=False)  # now, not the last second's sample
+
+    @router.get(
+        "/api/admin/live-tasks",
+        summary="Tasks waiting and running now, where and for how long, a page at a time",
+        responses=error_responses(ErrorCode.JSON, ErrorCode.AUTH),
+    )
+    async def live_tasks(
+        state: Literal["pending", "dispatching", "running"] | None = None,
+        project: str = "",
+        platform: str = "",
+        target: str = "",
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 50,
+        authorization: Authorization = None,
+    ) -> dict[str, Any]:
+        require_admin(gw, authorization)
+        wanted = LiveFilter(TaskState(state) if state else None, project, platform, target)
+        return await live_page(gw.rt, wanted, offset, limit)
 
     @router.get(
         "/api/admin/events",
@@ -281,13 +304,13 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
             name=action,
             summary=summary,
             responses=error_responses(
-                ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.BRIDGE_NOT_FOUND
+                ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.BRIDGE_NOT_FOUND, ErrorCode.CONTROL
             ),
         )
 
     @router.post(
         "/api/admin/tasks/{task_id}/retry",
-        summary="Queue a failed task again",
+        summary="Queue a failed task again (or deliver the paid result it already has)",
         responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.NOT_RETRYABLE),
     )
     async def retry(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
@@ -296,26 +319,29 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
         if done.state is None:
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
         if not done.applied:
-            detail = f"a {done.state} task cannot be retried"
-            raise ClientError(ErrorCode.NOT_RETRYABLE, detail, task_id)
+            raise ClientError(ErrorCode.NOT_RETRYABLE, not_retried(done), task_id)
         return {"taskId": task_id, "state": done.state.value}
 
 
 async def set_drained(
     service: ServeParts, bridge_id: str, drained: bool, *, ahead: bool = True
 ) -> dict[str, Any]:
-    """Drain (or undrain) a bridge connected here, or ahead of its connecting; ``known``:
-    it has connected here or to another process. ``ahead=False`` refuses a bridge that
-    never connected (a mistyped id), changing nothing."""
+    """Drain (or undrain) a bridge on every process, kept in Redis (a bridge pause): here
+    at once, elsewhere from their next dispatch round, which this starts; ahead of its
+    connecting too. ``known``: it has connected here or to another process; ``ahead=False``
+    refuses a bridge that never connected (a mistyped id), changing nothing."""
     hub = service.hub
     if hub is None:
         raise ClientError(ErrorCode.NOT_FOUND, "this process has no bridge hub")
+    pauses = Pauses(service.rt)
+    bridge_id = checked(pauses, PauseKind.BRIDGE, bridge_id)
     keys = service.rt.store.keys
     known = bridge_id in hub.registry.bridges or bool(
         await service.rt.redis.exists(keys.bridge(bridge_id))
     )
     if not known and not ahead:
         raise ClientError(ErrorCode.BRIDGE_NOT_FOUND, f"no bridge {bridge_id!r} ever connected")
+    await pauses.set(PauseKind.BRIDGE, bridge_id, drained)
     connected = await hub.drain(bridge_id, drained)
     return {"bridgeId": bridge_id, "drained": drained, "connected": connected, "known": known}
 

@@ -13,7 +13,7 @@ from aigcq.domain import ErrorCode, states_named
 from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.http_api import require_admin
-from aigcq.queue.listing import TaskFilter, find_tasks
+from aigcq.queue.listing import ANY_STATE, TaskFilter, find_tasks
 from aigcq.serve.admin_api import task_row
 
 Authorization = Annotated[str | None, Header()]
@@ -44,8 +44,8 @@ def admin_tasks_router(gw: Gateway) -> APIRouter:
             states = states_named(state)
         except ValueError as exc:
             raise ClientError(ErrorCode.JSON, f"state: {exc}") from exc
-        wanted = TaskFilter(states, aigc, platform, client, target, since)
-        tasks = await find_tasks(gw.rt.store, wanted)
+        wanted = TaskFilter(states or ANY_STATE, aigc, platform, client, target, since)
+        tasks = (await find_tasks(gw.rt.store, wanted))[::-1]  # the latest to change first
         page = tasks[offset : offset + limit]
         return {
             "total": len(tasks),

@@ -1,5 +1,6 @@
 """The dashboard's last hour: queue depth, oldest wait, tasks in flight and overflow spend
-every ``every_s`` seconds, and submit→result latency (p50 / p99) of recent tasks.
+every ``every_s`` seconds, and submit→result latency (p50 / p99) of recent tasks; and the
+last ten minutes of tasks finished internally and externally, summed per ``bucket_s``.
 
 Per process and in memory, like the split chart: a restarted process starts a new hour.
 Spend is what this process's overflow cost since its dashboard started (the Prometheus
@@ -22,6 +23,8 @@ from aigcq.serve.admin_panels import overflow_spend
 TREND_EVERY_S = 10.0
 TREND_POINTS = 360  # an hour at 10 s
 LATENCY_SAMPLE = 200  # finished tasks the percentiles are taken over
+SPLIT_BUCKET_S = 10.0  # finished tasks are summed over this long (a count a second is noise)
+SPLIT_BUCKETS = 60  # ten minutes at 10 s
 
 
 def percentile(sorted_values: list[float], share: float) -> float | None:
@@ -69,3 +72,29 @@ class Trends:
 
     def view(self) -> dict[str, Any]:
         return {"history": list(self.points), "latency": dict(self.latency)}
+
+
+class Split:
+    """Tasks finished internally and externally: the totals, and the sums per ``bucket_s``
+    of the last ``buckets`` (each point keyed by its bucket's start; the last one fills as
+    its time passes)."""
+
+    def __init__(self, bucket_s: float | None = None, buckets: int = SPLIT_BUCKETS) -> None:
+        self.bucket_s = SPLIT_BUCKET_S if bucket_s is None else bucket_s
+        self.points: deque[dict[str, Any]] = deque(maxlen=buckets)
+        self.totals = {"internal": 0, "external": 0}
+
+    def add(self, now: float, internal: int, external: int) -> None:
+        start = now - now % self.bucket_s
+        if not self.points or self.points[-1]["t"] != start:
+            self.points.append({"t": start, "internal": 0, "external": 0})
+        for name, n in (("internal", internal), ("external", external)):
+            self.points[-1][name] += n
+            self.totals[name] += n
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "bucketS": self.bucket_s,
+            "history": [dict(p) for p in self.points],
+            "totals": dict(self.totals),
+        }

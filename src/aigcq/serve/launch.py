@@ -18,6 +18,7 @@ import uvicorn
 from aigcq.config import NO_SIGNING_KEY, PlatformConfig, Settings
 from aigcq.embedded.ownership import EmbeddedServerError
 from aigcq.embedded.redis import EmbeddedRedis
+from aigcq.plumbing.connection_limits import bounded_config
 from aigcq.plumbing.redis_client import redis_client
 
 log = logging.getLogger(__name__)
@@ -100,11 +101,14 @@ def uvicorn_server(
     ``on_exit`` runs first thing on SIGTERM / SIGINT (e.g. stop claiming tasks).
 
     No access log (a line per callback is noise at thousands a second) and no WebSocket
-    compression (small JSON messages; deflate only costs CPU on both ends).
+    compression (small JSON messages; deflate only costs CPU on both ends). Bounded by the
+    settings' head timeout, keep-alive, connection limit and pings
+    (:mod:`aigcq.plumbing.connection_limits`).
     """
     server = _Server(
-        uvicorn.Config(
+        bounded_config(
             app,
+            settings,
             log_config=None,
             access_log=False,
             ws_per_message_deflate=False,

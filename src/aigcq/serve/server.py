@@ -16,6 +16,8 @@ from redis.asyncio import Redis
 from aigcq import platforms
 from aigcq.bridges.hub import BridgeHub
 from aigcq.config import PlatformConfig, Settings
+from aigcq.delivery.custody import SWEEP_S as CUSTODY_SWEEP_S
+from aigcq.delivery.custody import Custody
 from aigcq.delivery.retention import RETENTION_SWEEP_S, OutboxRetention
 from aigcq.gateway.callbacks import callback_routes
 from aigcq.gateway.errors import ClientError
@@ -23,6 +25,7 @@ from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.hot_paths import HotPaths
 from aigcq.gateway.http_api import api_router, client_error_handler
 from aigcq.gateway.queue_view import internal_capacity
+from aigcq.gateway.result_links import result_links_route
 from aigcq.gateway.ws import client_endpoint
 from aigcq.observability import metrics
 from aigcq.platforms.base import PlatformAdapter, registered
@@ -101,16 +104,29 @@ class ServeProcess:
         ``retry_failures``: a failed result is retried while attempts last (the
         message-dispatcher's rule); ``extend`` adds routes and loops (see :class:`Extension`)."""
         self.rt = runtime(settings, config, redis)
-        self.lifecycle = Lifecycle(self.rt, retry_failures=retry_failures)
+        storage = self.rt.platforms.storage
+        assert storage is not None  # runtime() always gives the platforms one
+        self.custody = Custody(settings, storage, redis, self.rt.store.keys)
+        self.lifecycle = Lifecycle(self.rt, retry_failures=retry_failures, custody=self.custody)
         wakeup = asyncio.Event()  # set by whoever frees capacity or queues work
         self.hub = None if internal else BridgeHub(self.rt, self.lifecycle, wake=wakeup.set)
         self.internal: InternalTarget | None = (
             internal(self.rt, self.lifecycle) if internal else self.hub
         )
-        self.paid = PaidPlatforms(self.rt, self.lifecycle)
+        serves = self.internal.serves if self.internal else ()
+        self.paid = PaidPlatforms(self.rt, self.lifecycle, internal_serves=serves)
         for target in (self.paid, *([self.internal] if self.internal else [])):
             self.lifecycle.subscribe(target.task_ended)
-        self.dispatch = DispatchLoop(self.rt, self.lifecycle, self.paid, self.internal, wakeup)
+        if self.hub is not None:
+            self.lifecycle.retries_wait_for(self.hub.slot_elsewhere)
+        self.dispatch = DispatchLoop(
+            self.rt,
+            self.lifecycle,
+            self.paid,
+            self.internal,
+            wakeup,
+            on_drains=self.hub.apply_drains if self.hub else None,
+        )
         self.sweeper = Sweeper(self.rt, self.lifecycle)
         self.orphan_checks = OrphanChecks(self.rt, self.lifecycle)
         self.silent_tasks = SilentTasks(self.lifecycle)
@@ -125,6 +141,7 @@ class ServeProcess:
             on_client=self.gateway.clients.replaced,
             on_progress=self.gateway.clients.progress,
             on_bridge_end=self.hub.remote_task_end if self.hub else lambda end: None,
+            on_capacity=self.hub.peers.changed if self.hub else lambda: None,
         )
         extension = extend(self) if extend else Extension()
         self.monitor = Monitor(self)  # the dashboard's samples
@@ -138,6 +155,8 @@ class ServeProcess:
             self.paid.replay_journals,
             self._redeliver,
             self._trim_outboxes,
+            self.gateway.clients.keep_present,
+            self._sweep_custody,
             *(p.run for p in self.pollers),
             *([self.internal.run] if self.internal else []),
             self.monitor.run,
@@ -165,6 +184,10 @@ class ServeProcess:
         sweep = lambda: retention.sweep(time.time())  # noqa: E731
         await every(RETENTION_SWEEP_S, sweep, log, "outbox retention sweep")
 
+    async def _sweep_custody(self) -> None:
+        """Deletes local copies of result files whose links expired, every few minutes."""
+        await every(CUSTODY_SWEEP_S, self.custody.sweep, log, "result custody sweep")
+
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         self._running = [asyncio.create_task(loop()) for loop in self.loops]
@@ -178,6 +201,7 @@ class ServeProcess:
             await cancel_and_wait(self._running, timeout=5.0)
             await self.gateway.aclose()
             await self.rt.platforms.aclose()
+            await self.custody.aclose()
             await self.rt.store.aclose()
             log.info("aigcq stopped")
 
@@ -234,5 +258,6 @@ class ServeProcess:
         app.add_api_route("/readyz", readyz, methods=["GET"])
         app.add_route("/metrics", metrics.endpoint(ServeState(self)), include_in_schema=False)
         app.router.routes.append(files_route(self.rt.platforms.storage))
+        app.router.routes.append(result_links_route(self.custody, self.gateway.messages))
         extension.describe(app)
         return app

@@ -27,6 +27,10 @@ class Storage(ABC):
         """
         return await self._put(check_name(name), data, content_type, headers or {})
 
+    def owns(self, url: str) -> bool:
+        """Whether ``url`` is where this storage keeps a file (one :meth:`put` handed out)."""
+        return False
+
     @abstractmethod
     async def _put(
         self, name: str, data: bytes, content_type: str, headers: Mapping[str, str]

@@ -84,6 +84,9 @@ class LocalStorage(Storage):
             self._write_inline(name, path, data)
         return f"{self.public_url}/{name}"
 
+    def owns(self, url: str) -> bool:
+        return url.startswith(self.public_url + "/")
+
     async def remove_urls(self, urls: Iterable[str]) -> int:
         """Delete the files behind ``urls`` that this storage handed out; others (another
         backend's, or already gone) are skipped. Returns how many were deleted."""
@@ -101,6 +104,25 @@ class LocalStorage(Storage):
                 continue
             except OSError as exc:
                 log.warning("could not delete %s: %s", name, exc)
+        return removed
+
+    async def remove_older(self, folder: str, before: float) -> int:
+        """Delete the files under ``folder`` last written before ``before`` (epoch s), and
+        the folders that leaves empty; how many files went."""
+        return await asyncio.to_thread(self._remove_older, self.path_of(folder), before)
+
+    def _remove_older(self, top: Path, before: float) -> int:
+        removed = 0
+        for path in sorted(top.rglob("*"), reverse=True):  # a folder after its files
+            try:
+                if path.is_dir():
+                    path.rmdir()  # only once empty
+                    self._dirs.discard(path)
+                elif path.stat().st_mtime < before:
+                    path.unlink()
+                    removed += 1
+            except OSError:  # not empty, or gone meanwhile
+                continue
         return removed
 
     def _write_inline(self, name: str, path: Path, data: bytes) -> None:

@@ -19,7 +19,12 @@ FORWARDED = ("authorization", "x-user-info")
 class OssStorage(Storage):
     def __init__(self, client: httpx.AsyncClient, base_url: str) -> None:
         self.client = client
-        self.upload_url = f"{base_url.rstrip('/')}/oss/file/uploadFile"
+        self.base_url = base_url.rstrip("/")
+        self.upload_url = f"{self.base_url}/oss/file/uploadFile"
+
+    def owns(self, url: str) -> bool:
+        """A URL of the service itself (the one it hands out may name another host)."""
+        return url.startswith(self.base_url + "/")
 
     async def _put(
         self, name: str, data: bytes, content_type: str, headers: Mapping[str, str]

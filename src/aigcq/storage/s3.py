@@ -49,6 +49,10 @@ class S3Storage(Storage):
             raise StorageError(f"S3 PUT {url}: HTTP {response.status_code} {response.text[:200]}")
         return f"{self.public_url}/{key}" if self.public_url else url
 
+    def owns(self, url: str) -> bool:
+        base = self.public_url or f"{self.endpoint}/{self.bucket}"
+        return url.startswith(f"{base}/{self.prefix}")
+
     def _signed_headers(self, url: str, data: bytes, content_type: str) -> dict[str, str]:
         parts = urlsplit(url)
         payload_hash = hashlib.sha256(data).hexdigest()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,12 +12,16 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class GpuTime:
-    """Which checkpoint is in VRAM, and seconds spent loading models and running prompts."""
+    """Which checkpoint is in VRAM, and seconds spent loading models and running prompts;
+    ``spans``: when each of the last prompts ran (wall-clock start and end, seconds), for a
+    bench that asks when this GPU sat idle."""
 
     loaded: str | None = None
     loading_s: float = 0.0
     busy_s: float = 0.0
     loads: int = 0
+    spans: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=100_000))
+    running_since: float | None = None
 
 
 @dataclass
@@ -41,6 +46,9 @@ class ComfyUIConfig:
     #: seconds a running prompt goes on after ``POST /interrupt`` (real ComfyUI stops at
     #: the sampler's next step check, about a second on a GPU); 0: at the next step
     interrupt_latency: float = 0.0
+    #: seconds ``GET /view`` takes before it sends the file (a large output over a slow
+    #: link: the GPU is free meanwhile)
+    view_latency: float = 0.0
     #: the torch device ``/system_stats`` names, and its VRAM in bytes (0: a CPU device)
     device: str = "cpu"
     vram_total: int = 0

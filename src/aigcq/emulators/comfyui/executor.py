@@ -152,12 +152,15 @@ class ComfyUIEmulator:
                 await self._wake.wait()
                 continue
             self.running = self.pending.pop(0)
-            started = time.monotonic()
+            gpu = self.config.gpu
+            started, gpu.running_since = time.monotonic(), time.time()
             try:
                 await self._run(self.running)
             finally:
                 self.running = None
-                self.config.gpu.busy_s += time.monotonic() - started
+                gpu.busy_s += time.monotonic() - started
+                gpu.spans.append((gpu.running_since, time.time()))
+                gpu.running_since = None
             await self.broadcast_status()
 
     # -- execution --

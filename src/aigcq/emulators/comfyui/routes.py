@@ -183,6 +183,8 @@ def _info_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
 
     @r.get("/view")
     async def view(filename: str = "", subfolder: str = "", type: str = "output") -> Response:
+        if emu.config.view_latency > 0:
+            await asyncio.sleep(emu.config.view_latency)
         return _view(emu.config, filename, subfolder, type)
 
 
@@ -197,14 +199,20 @@ def _control_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
         return {"next": emu.config.fail_next, "rate": emu.config.fail_rate}
 
     @r.get("/emulator/stats")
-    async def stats() -> dict[str, Any]:
+    async def stats(spans: bool = False) -> dict[str, Any]:
+        """GPU time; with ``?spans=true`` also when each prompt ran (``busySpans``: [start,
+        end] wall-clock seconds, ``runningSince``: the running prompt's start or null)."""
         gpu = emu.config.gpu
-        return {
+        found: dict[str, Any] = {
             "loaded": gpu.loaded,
             "loads": gpu.loads,
             "loadingS": gpu.loading_s,
             "busyS": gpu.busy_s,
         }
+        if spans:
+            found["busySpans"] = [list(s) for s in gpu.spans]
+            found["runningSince"] = gpu.running_since
+        return found
 
     @r.post("/emulator/restart")
     async def restart() -> dict[str, Any]:

@@ -71,6 +71,22 @@ local function orphan_ended(id, attempt)
   return unorphan(remote)
 end
 
+-- The paid target attempt ``attempt`` of task ``id`` runs on as an orphan ('' = none).
+local function orphan_target(id, attempt)
+  local remote = redis.call('HGET', tkey(id), 'orphan.' .. attempt)
+  if not remote then return '' end
+  local o = redis.call('HMGET', P .. ':orphan:' .. remote, 'taskId', 'attempt', 'target')
+  if o[1] ~= id or o[2] ~= attempt then return '' end
+  return o[3] or ''
+end
+-- A paid platform's success for a task that had ended failed or cancelled meanwhile (its
+-- run was an orphan): kept on the task, so that a replay delivers it instead of paying for
+-- a new run (retry.lua refuses, finish.lua's replay_result delivers).
+local function keep_paid_result(id, result_json, target, attempt, now)
+  redis.call('HSET', tkey(id), 'paidResult', result_json,
+    'paidResultFrom', target .. ':' .. attempt, 'paidResultAt', now)
+end
+
 -- ``csv`` lists the paid targets: their unwanted remote tasks are kept as orphans.
 local function paid(csv, target)
   return target and target ~= '' and allowed(csv, target)

@@ -1,8 +1,9 @@
 -- Move up to ``n`` tasks from a wait list to a target, never beyond the target's cap
--- (its tasks in flight plus the unwanted remote tasks still running there). Every claim
--- is a new attempt number (its own signed webhook URL) and charges one attempt. Returns
--- a row per task claimed: {taskId, attempt, payload, backendId, workflowId, created,
--- charged, uncharged}.
+-- (its tasks in flight plus the unwanted remote tasks still running there): from the
+-- head, or those of ``ids`` still in the list (each taken out with LREM, in that order;
+-- one another process claimed meanwhile is skipped). Every claim is a new attempt number
+-- (its own signed webhook URL) and charges one attempt. Returns a row per task claimed:
+-- {taskId, attempt, payload, backendId, workflowId, created, charged, uncharged}.
 --! move claim
 --! arg now
 --! arg aigc
@@ -11,7 +12,19 @@
 --! arg cap:num          -1: no cap
 --! arg n:num            how many to claim at most
 --! arg deadline_s:num   how long from now the target has to accept each one
+--! arg ids              '' (the head), or a JSON list of the task ids to claim
 local wait, run = waitkey(aigc, platform), runkey(aigc, target)
+local following = function() return redis.call('LPOP', wait) end
+if ids ~= '' then
+  local listed, i = cjson.decode(ids), 0
+  following = function()
+    while i < #listed do
+      i = i + 1
+      if redis.call('LREM', wait, 1, listed[i]) == 1 then return listed[i] end
+    end
+    return nil
+  end
+end
 local take = n
 if cap >= 0 then
   take = math.min(n, cap - redis.call('ZCARD', run) - redis.call('ZCARD', orphkey(aigc, target)))
@@ -19,7 +32,7 @@ end
 local deadline = tonumber(now) + deadline_s
 local out = {}
 while take > 0 do
-  local id = redis.call('LPOP', wait)
+  local id = following()
   if not id then break end
   local k = tkey(id)
   if allowed(FROM.claim, redis.call('HGET', k, 'status')) then

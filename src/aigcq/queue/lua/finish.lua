@@ -4,10 +4,15 @@
 -- the caller cancels it. A create whose outcome is unknown (recorded, no remote id) is
 -- kept likewise as ``create:<createId>``. Whether applied or not, an ended run of
 -- ``from_attempt`` releases that attempt's orphan.
+-- A success of a paid run that comes after its task ended failed or cancelled (the run was
+-- an orphan) is kept on the task (keep_paid_result). ``replay_result`` ends such a task with
+-- that result (a replay that pays nothing), its client told as for any success. A failed
+-- or cancelled end is listed for replays (``{P}:replayable``, while retained).
 -- Returns {1, to, AIGC, platform, target, created, orphan},
 -- {0, state} (not allowed), {2, state} (fenced: a superseded attempt), {-1, ''} (unknown).
 --! move finish
 --! move withdraw
+--! move replay_result
 --! arg task_id
 --! arg to               the terminal state
 --! arg now
@@ -17,7 +22,7 @@
 --! arg body             the client's message
 --! arg minid            the outbox's MINID (ms)
 --! arg info             its timeline note
---! arg move             finish | withdraw
+--! arg move             finish | withdraw | replay_result (result_json, body: the kept one)
 --! arg quiet:flag       no message for the client
 --! arg from_attempt     the attempt whose run reported this end ('' = none did, e.g. a cancel)
 --! arg paid_targets     csv
@@ -26,15 +31,28 @@
 local k = tkey(task_id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
 if not h[1] then return {-1, ''} end
+local replay = move == 'replay_result'
+local late = ''  -- the paid target of a late success, kept below
+if to == SUCCESS and from_attempt ~= '' and (h[1] == FAILED or h[1] == CANCELLED) then
+  late = orphan_target(task_id, from_attempt)
+end
 if ended and from_attempt ~= '' and orphan_ended(task_id, from_attempt) == 1
     and from_attempt == h[2] then
   redis.call('HSET', k, 'endedAttempt', h[2])  -- a create reply still to come: nothing runs
 end
-if not allowed(FROM[move], h[1]) then return {0, h[1]} end
+if not allowed(FROM[move], h[1]) then
+  if late ~= '' then keep_paid_result(task_id, result_json, late, from_attempt, now) end
+  return {0, h[1]}
+end
 if fenced and (h[2] ~= from_attempt or h[1] == PENDING) then return {2, h[1]} end
+if replay then
+  result_json = redis.call('HGET', k, 'paidResult')
+  if not result_json then return {0, h[1]} end
+  body = '{"result":' .. result_json .. '}'
+end
 local orphaned = ''
 local over = ended and from_attempt == h[2]
-if not over then orphaned = orphan_live(task_id, h, paid_targets, now) end
+if not over and not replay then orphaned = orphan_live(task_id, h, paid_targets, now) end
 if h[1] == PENDING then
   redis.call('LREM', waitkey(h[3], h[4]), 1, task_id)
   redis.call('ZREM', P .. ':delayed', task_id)
@@ -45,9 +63,18 @@ if over then redis.call('HSET', k, 'endedAttempt', h[2]) end
 note(task_id, now, to, h[2], h[5], info)
 redis.call('EXPIRE', k, ttl)
 redis.call('EXPIRE', tlkey(task_id), ttl)
+if replay then
+  redis.call('LREM', P .. ':recent', 0, task_id)
+  redis.call('ZREM', P .. ':replayable', task_id)
+else
+  redis.call('HINCRBY', P .. ':finished', h[5] or '', 1)  -- counted once, when it first ended
+end
 redis.call('LPUSH', P .. ':recent', task_id)
 redis.call('LTRIM', P .. ':recent', 0, 999)
-redis.call('HINCRBY', P .. ':finished', h[5] or '', 1)
+if to == FAILED or to == CANCELLED then
+  redis.call('ZADD', P .. ':replayable', now, task_id)
+  redis.call('ZREMRANGEBYSCORE', P .. ':replayable', '-inf', tonumber(now) - tonumber(ttl))
+end
 if h[8] == '1' and not quiet then
   redis.call('XADD', P .. ':outbox:' .. h[7], 'MINID', '~', minid, '*',
     'taskId', task_id, 'status', to, 'body', body)

@@ -1,7 +1,7 @@
 -- The target accepted the task, as ``remote_id`` ('' when the create's outcome is unknown:
 -- it waits as running for its webhook). With a ``holder`` (a bridge), the task is recorded
--- as held by it in the same step: its tasks hash (taskId -> attempt) and the key naming
--- the bridge that runs the task, both kept ``holder_ttl`` s. ``progress``: a
+-- as held by it in the same step: its tasks hash (taskId -> attempt) and the task's hash of
+-- the bridges holding it (bridgeId -> attempt), both kept ``holder_ttl`` s. ``progress``: a
 -- ``progress:`` event published only when the task's client is connected with
 -- ``progress=1``. Returns 1 (running), 0 (moved on), 2 (moved on; the remote task is now
 -- an orphan).
@@ -20,13 +20,14 @@
 --! arg on_paid:flag    a remote task accepted for an attempt no longer live is kept as an orphan
 --! arg holder          the bridge holding the task ('' = none)
 --! arg holder_tasks    its tasks hash (keys.bridge_tasks)
---! arg holder_of       the key naming the task's bridge (keys.bridge_of)
+--! arg holder_of       the task's bridges hash (keys.bridges_of)
 --! arg holder_ttl
 local function hold()
   if holder == '' then return end
   redis.call('HSET', holder_tasks, task_id, attempt)
   redis.call('EXPIRE', holder_tasks, holder_ttl)
-  redis.call('SET', holder_of, holder, 'EX', holder_ttl)
+  redis.call('HSET', holder_of, holder, attempt)
+  redis.call('EXPIRE', holder_of, holder_ttl)
 end
 local k = tkey(task_id)
 local h = redis.call('HMGET', k, unpack(FIELDS))

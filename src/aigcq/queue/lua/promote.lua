@@ -1,13 +1,21 @@
--- Move delayed tasks whose back-off is over to the head of their wait queue. Returns how
--- many left the delayed set.
+-- Move delayed tasks whose back-off is over to the head of their wait queue; with ``only``,
+-- that one task, due or not, and no ``wake`` is published (its caller dispatches it).
+-- Returns how many left the delayed set.
 --! move promote
 --! arg now
 --! arg limit   how many at most
-local ids = redis.call('ZRANGEBYSCORE', P .. ':delayed', '-inf', now, 'LIMIT', 0, limit)
-for _, id in ipairs(ids) do
-  redis.call('ZREM', P .. ':delayed', id)
-  local h = redis.call('HMGET', tkey(id), 'status', 'AIGC', 'platform')
-  if allowed(FROM.promote, h[1]) then redis.call('LPUSH', waitkey(h[2], h[3]), id) end
+--! arg only    a task id ('' = every due one)
+local ids = {only}
+if only == '' then
+  ids = redis.call('ZRANGEBYSCORE', P .. ':delayed', '-inf', now, 'LIMIT', 0, limit)
 end
-if #ids > 0 then redis.call('PUBLISH', P .. ':events', 'wake') end
-return #ids
+local moved = 0
+for _, id in ipairs(ids) do
+  if redis.call('ZREM', P .. ':delayed', id) == 1 then
+    moved = moved + 1
+    local h = redis.call('HMGET', tkey(id), 'status', 'AIGC', 'platform')
+    if allowed(FROM.promote, h[1]) then redis.call('LPUSH', waitkey(h[2], h[3]), id) end
+  end
+end
+if moved > 0 and only == '' then redis.call('PUBLISH', P .. ':events', 'wake') end
+return moved

@@ -9,12 +9,14 @@
 --! arg payload       its payload, JSON
 --! arg workflow_id   the workflow or model the payload names
 --! arg deliver       '1': its result is queued for its client ('0': never)
+--! arg max_cost      the most it may cost on a paid platform ('': no limit)
 local k = tkey(task_id)
 local cur = redis.call('HMGET', k, 'status', 'backendId')
 if cur[1] then return {0, cur[1], cur[2]} end
 redis.call('HSET', k, 'taskId', task_id, 'platform', platform, 'AIGC', aigc, 'backendId',
   backend_id, 'payload', payload, 'workflowId', workflow_id, 'deliver', deliver,
   'status', TO.submit, 'attempt', 0, 'created', now, 'updated', now)
+if max_cost ~= '' then redis.call('HSET', k, 'maxCost', max_cost) end
 redis.call('RPUSH', waitkey(aigc, platform), task_id)
 redis.call('SADD', P .. ':queues', aigc .. ':' .. platform)
 note(task_id, now, TO.submit, 0, '', 'submitted')

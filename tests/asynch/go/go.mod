@@ -1,0 +1,3 @@
+module aigcq.test/asynchgo
+
+go 1.19

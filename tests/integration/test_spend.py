@@ -1,0 +1,182 @@
+"""Issue 28 item 2, real spend: each paid task's cost from its platform's answer, in Redis
+per project, account and workflow (day and month), on /metrics and in the admin snapshot.
+A real service and the emulators; RunningHub's reports ``consumeCoins`` / ``consumeMoney``
+/ ``taskCostTime`` in its outputs."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from aigcq.domain import TaskState
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig
+from aigcq.scheduler.spend import SpendLedger
+from tests.fakes.client import generate
+from tests.fakes.paid import (
+    COZE_KEY,
+    RH_KEY,
+    Paid,
+    jimuai_account,
+    jimuai_config,
+    models,
+    paid_stack,
+)
+from tests.fakes.waiting import until
+
+ADMIN = "spend-admin-token"
+PRICES = {"runninghub": 0.1, "coze": 0.3, "jimuai": 0.2}
+
+
+def model() -> dict[str, Any]:
+    projects = models()
+    projects["proj"]["jimuai"] = jimuai_account()
+    return projects
+
+
+async def admin(env: Paid, path: str) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=env.base) as http:
+        return await http.get(path, headers={"Authorization": f"Bearer {ADMIN}"})
+
+
+async def scrape(env: Paid) -> dict[str, float]:
+    """``/metrics``: each sample's value by its name and labels."""
+    text = (await admin(env, "/metrics")).text
+    lines = (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    return {name: float(value) for name, value in lines}
+
+
+def row(rows: list[dict[str, Any]], **match: str) -> dict[str, Any]:
+    [found] = [r for r in rows if all(r[k] == v for k, v in match.items())]
+    return found
+
+
+async def test_each_paid_task_s_cost_is_recorded_per_project_account_and_workflow(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    rh = RunningHubEmulatorConfig(duration_s=0.2, consume_coins=12, consume_money=0.35)
+    async with paid_stack(
+        tmp_path,
+        redis,
+        redis_url,
+        model=model(),
+        rh=rh,
+        jm=jimuai_config(outputs=3),
+        overflow_price=PRICES,
+        admin_token=ADMIN,
+    ) as env:
+        before = await scrape(env)
+        await env.client.request(generate("rh1"))  # no bridge: RunningHub runs it
+        await env.client.request(generate("cz1", platform="coze", workflow_id="wf-c"))
+        await env.client.request(generate("jm1", platform="jimuai", prompt="three foxes"))
+        await env.client.collect(3, timeout=20)
+        assert {r[0]["status"] for r in env.client.results.values()} == {"success"}
+
+        ledger = SpendLedger(env.service.rt)  # any process reads the same figures
+        rh_account = env.service.rt.platforms.adapters["runninghub"].account_id(RH_KEY)
+        coze_account = env.service.rt.platforms.adapters["coze"].account_id(COZE_KEY)
+        day = await ledger.view("day")
+        workflows = day["workflows"]
+        rh_row = row(workflows, target="runninghub", workflow="1904136902449209346")
+        assert rh_row == {
+            "AIGC": "proj",
+            "target": "runninghub",
+            "account": rh_account,
+            "workflow": "1904136902449209346",
+            "amount": pytest.approx(0.35),  # RunningHub's consumeMoney, not the price
+            "estimated": 0.0,
+            "coins": 12.0,
+            "seconds": pytest.approx(0.0, abs=1),
+            "tasks": 1,
+        }
+        cz = row(workflows, target="coze")
+        assert (cz["account"], cz["workflow"], cz["amount"], cz["estimated"]) == (
+            coze_account,
+            "wf-c",
+            pytest.approx(0.3),  # no money figure from Coze: the price, an estimate
+            pytest.approx(0.3),
+        )
+        jm = row(workflows, target="jimuai")
+        assert (jm["account"], jm["workflow"], jm["amount"]) == (
+            "AKLTpaid",
+            "jimeng_t2i_v40",
+            pytest.approx(0.6),  # three images at 0.2
+        )
+        assert day["total"]["amount"] == pytest.approx(1.25)
+        assert day["total"]["estimated"] == pytest.approx(0.9)
+        assert row(day["projects"], AIGC="proj")["tasks"] == 3
+        assert row(day["accounts"], target="runninghub")["coins"] == 12
+        month = await ledger.view("month")
+        assert month["total"] == day["total"]
+
+        # the task keeps what it cost
+        keys = env.service.rt.store.keys
+        cost = await env.service.rt.redis.hget(keys.task("rh1"), "cost")
+        assert '"amount":0.35' in cost and '"estimate":false' in cost
+
+        # the process's counters (other tests of this process add to them too: deltas)
+        after = await scrape(env)
+        rh_labels = f'account="{rh_account}",aigc="proj"'
+        grew = {
+            f'aigcq_spend_total{{{rh_labels},basis="reported",target="runninghub"}}': 0.35,
+            f'aigcq_spend_coins_total{{{rh_labels},target="runninghub"}}': 12,
+            f'aigcq_spend_total{{account="{coze_account}",aigc="proj",basis="estimate",'
+            'target="coze"}': 0.3,
+            'aigcq_overflow_cost_total{target="jimuai"}': 0.6,
+        }
+        for sample, amount in grew.items():
+            assert after.get(sample, 0) - before.get(sample, 0) == pytest.approx(amount), sample
+
+        snap = (await admin(env, "/api/admin/snapshot")).json()
+        assert snap["spend"]["day"]["total"]["amount"] == pytest.approx(1.25)
+        assert snap["spend"]["month"]["period"] == day["period"][:7]
+
+
+async def test_a_failed_paid_task_is_charged_the_price_as_an_estimate(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    rh = RunningHubEmulatorConfig(duration_s=0.1, failure_rate=1.0)
+    async with paid_stack(
+        tmp_path, redis, redis_url, rh=rh, overflow_price=PRICES, admin_token=ADMIN
+    ) as env:
+        await env.client.request(generate("bad"))
+        await env.client.collect(1, timeout=20)
+        assert env.client.results["bad"][0]["status"] == "failed"
+        day = await SpendLedger(env.service.rt).view("day")
+        assert day["total"] == {
+            "amount": pytest.approx(0.1),
+            "estimated": pytest.approx(0.1),
+            "coins": 0.0,
+            "seconds": 0.0,
+            "tasks": 1,
+        }
+
+
+async def test_a_run_no_longer_wanted_is_charged_when_the_platform_says_it_ended(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    # JimuAI has no cancel: a cancelled task runs on to its end there, billed all the same
+    model = {"proj": {"jimuai": jimuai_account()}}
+    async with paid_stack(
+        tmp_path,
+        redis,
+        redis_url,
+        model=model,
+        jm=jimuai_config(duration_s=1.0, outputs=2),
+        overflow_price=PRICES,
+    ) as env:
+        await env.client.request(generate("gone", platform="jimuai", prompt="two foxes"))
+        await until(partial(env.task, "gone"), lambda t: t.state is TaskState.RUNNING)
+        await env.service.gateway.cancel("gone", None)
+        ledger = SpendLedger(env.service.rt)
+        day = await until(lambda: ledger.view("day"), lambda d: d["total"]["tasks"] == 1)
+        assert day["total"]["amount"] == pytest.approx(0.4)  # its two images
+        keys = env.service.rt.store.keys
+        assert await env.service.rt.redis.hget(keys.task("gone"), "cost") is None  # no result
+        await asyncio.sleep(0.5)  # time: more orphan checks (every 2 s; sweeps every 0.1 s)
+        assert (await ledger.view("day"))["total"]["tasks"] == 1  # charged once
