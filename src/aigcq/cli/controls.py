@@ -107,7 +107,7 @@ DONE = {
 
 def by_filter(
     action: str,
-    filters: dict[str, str],
+    filters: dict[str, Any],
     *,
     dry_run: bool,
     limit: int,
@@ -116,21 +116,13 @@ def by_filter(
     token: str,
 ) -> None:
     """``POST /api/admin/tasks/<action>`` (``cancel`` or ``replay``) with ``filters``
-    (state, project, platform, client, target; since as the option gives it), and its
-    answer printed. Bad options: :class:`InputError`, before anything is asked."""
-    import time
-
-    from aigcq.cli.tasks import since_time
-
+    (state, project, platform, client, target, since as epoch seconds; empty ones left
+    out), and its answer printed. A bad ``limit``: :class:`InputError`, nothing asked."""
     with api(server, token, admin=True) as server_api:
         if not 1 <= limit <= MAX_LIMIT:
             raise InputError(f"--limit: {limit} is not between 1 and {MAX_LIMIT}")
-        body: dict[str, Any] = {k: v for k, v in filters.items() if v and k != "since"}
-        if since := filters.get("since"):
-            body["since"] = since_time(since, time.time())
-        answer = server_api.post(
-            f"/api/admin/tasks/{action}", body | {"dryRun": dry_run, "limit": limit}
-        )
+        body = {k: v for k, v in filters.items() if v} | {"dryRun": dry_run, "limit": limit}
+        answer = server_api.post(f"/api/admin/tasks/{action}", body)
     _report(answer, as_json, done=DONE[action], verb=action)
 
 

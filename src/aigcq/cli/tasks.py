@@ -284,17 +284,25 @@ def _by_filter(
 ) -> None:
     """A cancel or replay by filter (:func:`aigcq.cli.controls.by_filter`), or the error
     that neither task ids nor a filter were given (exit 2, nothing asked)."""
+    import time
+
     from aigcq.cli.common import fail
     from aigcq.cli.controls import by_filter
 
     if not any(filters.values()):
         flags = ", ".join((RETRY_FLAGS if action == "replay" else FLAGS).values())
         fail(f"name task ids, or filters: at least one of {flags}", 2)
-    if action == "replay" and not filters["state"]:
-        filters["state"] = "failed"
+    body: dict[str, Any] = dict(filters)
+    if action == "replay" and not body["state"]:
+        body["state"] = "failed"
+    if filters["since"]:
+        try:
+            body["since"] = since_time(filters["since"], time.time())
+        except InputError as exc:
+            fail(str(exc), 2, exc)
     by_filter(
         action,
-        filters,
+        body,
         dry_run=dry_run,
         limit=1000 if limit is None else limit,
         as_json=as_json,
