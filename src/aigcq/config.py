@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from aigcq.plumbing.connection_limits import HttpLimits
+from aigcq.plumbing.http_limits import HttpLimits
 from aigcq.plumbing.redis_address import (
     RedisAddressError,
     is_sentinel,
