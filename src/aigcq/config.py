@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from aigcq.plumbing.connection_limits import HttpLimits
+from aigcq.plumbing.http_limits import HttpLimits
 from aigcq.plumbing.redis_address import (
     RedisAddressError,
     is_sentinel,
@@ -418,6 +418,18 @@ class Settings(HttpLimits):
                 raise ValueError(f"AIGCQ_REDIS_URL: {exc}") from exc
         return self
 
+    @property
+    def secrets_file(self) -> Path:
+        """Where ``aigcq up`` keeps the secrets it generated (token secret, admin and bridge
+        tokens): ``<data_dir>/secrets.json``."""
+        return self.data_dir / "secrets.json"
+
+    def stored_secrets(self) -> dict[str, str]:
+        """The contents of :attr:`secrets_file` (empty when there is none)."""
+        path = self.secrets_file
+        data: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+        return data
+
     def keeps_results_of(self, target: str) -> bool:
         """Whether results of ``target`` may have their files copied (result custody)."""
         return (
@@ -527,6 +539,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "MaxCostExceeded": "任务的预计费用超过了 maxCost 上限，未提交到付费平台。",
         "NoCapableInstance": "暂无可运行该任务的计算节点，请稍后再试。",
         "SignatureError": "签名校验失败。",
+        "BridgeNotFound": "桥接节点不存在。",
         "ControlError": "管理操作无效，请检查参数。",
         "LinkExpired": "链接已过期。",
         "FileNotFound": "文件不存在。",

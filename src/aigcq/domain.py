@@ -32,6 +32,24 @@ TERMINAL_STATES = frozenset({TaskState.SUCCESS, TaskState.FAILED, TaskState.CANC
 
 LIVE_STATES = frozenset({TaskState.PENDING, TaskState.DISPATCHING, TaskState.RUNNING})
 
+#: names for several states at once, where states are chosen by name (a listing's filter)
+STATE_GROUPS = {"live": LIVE_STATES, "finished": TERMINAL_STATES}
+
+
+def states_named(names: str) -> frozenset[TaskState]:
+    """``failed,cancelled`` or ``live`` as states (empty: none named); ``ValueError`` naming
+    a word that is neither a state nor a group, and the words that are."""
+    states: set[TaskState] = set()
+    for word in filter(None, (w.strip().lower() for w in names.split(","))):
+        if word in STATE_GROUPS:
+            states |= STATE_GROUPS[word]
+        elif word in {s.value for s in TaskState}:
+            states.add(TaskState(word))
+        else:
+            known = ", ".join([*(s.value for s in TaskState), *STATE_GROUPS])
+            raise ValueError(f"no state {word!r} (known: {known})")
+    return frozenset(states)
+
 
 class Move(enum.StrEnum):
     """The named writes of task state; each is made by one script in :mod:`aigcq.queue`."""
@@ -140,6 +158,7 @@ class ErrorCode(enum.StrEnum):
     GONE = "TaskGone"
     NOT_RETRYABLE = "TaskNotRetryable"
     UNCERTAIN_SUBMIT = "UncertainSubmit"
+    BRIDGE_NOT_FOUND = "BridgeNotFound"
     MAX_COST = "MaxCostExceeded"
     CONTROL = "ControlError"  # an operator's control names nothing it can act on
     LINK_EXPIRED = "LinkExpired"
@@ -173,3 +192,24 @@ class Task:
     result: Any = None
     error: dict[str, Any] | None = None
     extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failure(self) -> dict[str, str | None] | None:
+        """Why the task failed, as every view shows it: :func:`failure_of` its error."""
+        return failure_of(self.error)
+
+
+def failure_of(error: dict[str, Any] | None) -> dict[str, str | None] | None:
+    """A task's error (``{code, message, detail}``, as stored and as its result carries it)
+    as every view shows it, ``None`` for none: ``class`` (``task``: its own fault,
+    ``infrastructure``: the machine's, ``None``: not said), ``code`` (``PromptValidation``,
+    ``TaskTimeout``...) and ``message``."""
+    if not error:
+        return None
+    detail = error.get("detail")
+    failure_class = detail.get("class") if isinstance(detail, dict) else None
+    return {
+        "class": str(failure_class) if failure_class else None,
+        "code": str(error.get("code") or ""),
+        "message": str(error.get("message") or ""),
+    }

@@ -206,6 +206,7 @@ async def test_dashboard_shows_live_tasks_and_drains_a_bridge(
 
         await drain_from_the_page(env, page, client)
         await show_timeline(page, "t0")
+        await show_why_a_task_failed(env, page, client)
         await show_spend_and_asynch(page)
         await filter_recent_tasks(page)
         await a_failure_shows_its_reason(page, client)
@@ -390,6 +391,22 @@ async def show_timeline(page: Page, task_id: str) -> None:
     await page.screenshot(ARTIFACTS / "05-task-timeline.png")
 
 
+async def show_why_a_task_failed(env: Env, page: Page, client: Client) -> None:
+    """A failed task's panel gives its failure's code, class and message."""
+    await submit(client, ["bad-panel"])
+    await until(partial(env.task, "bad-panel"), lambda t: t.state == "failed", within=15)
+    rows = await search(page, "bad-panel")
+    assert rows[-1][1] == "failed"
+    part = "document.querySelector('#task-failure .failure-{}')?.textContent".format
+    assert await page.eval(part("code")) == "PromptValidation"
+    assert await page.eval(part("class")) == "task"
+    assert await page.eval(part("message")) == BAD_PROMPT["message"]
+    line = await page.eval("document.querySelector('#task-failure').textContent")
+    assert line == f"failure: PromptValidation (task): {BAD_PROMPT['message']}"
+    assert await task_buttons(page) == ["Retry"]
+    await page.screenshot(ARTIFACTS / "05b-task-failure.png")
+
+
 async def retry_only_what_failed(env: Env, page: Page, client: Client) -> None:
     """A waiting task offers Cancel; once cancelled, Retry (and no Cancel); once retried,
     the panel follows it to success by itself."""
@@ -409,7 +426,8 @@ async def retry_only_what_failed(env: Env, page: Page, client: Client) -> None:
 
 
 async def a_failure_shows_its_reason(page: Page, client: Client) -> None:
-    """A task the bridge fails shows why in the recent tasks: code, message and class."""
+    """A task the bridge fails shows why in the recent tasks: code, class and message, as
+    its panel does."""
     await page.wait_for(f"{cell('bridges', 'br1', 1)} === 'idle'", within=15)
     await submit(client, ["bad-1"])
     await page.wait_for(f"{cell('recent', 'bad-1', 1)} === 'failed'", within=15)
@@ -417,7 +435,7 @@ async def a_failure_shows_its_reason(page: Page, client: Client) -> None:
         "[...document.querySelectorAll('#recent tbody tr')]"
         ".find(r => r.cells[0].textContent === 'bad-1').nextElementSibling.textContent"
     )  # on a line of its own, under the task
-    assert reason == "PromptValidation: width 4096 bigger than max (task)", reason
+    assert reason == "PromptValidation (task): width 4096 bigger than max", reason
 
 
 async def filter_recent_tasks(page: Page) -> None:

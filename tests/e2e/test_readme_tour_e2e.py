@@ -99,6 +99,8 @@ def test_quick_tour_as_pasted_gets_its_result(terminal: Terminal, tmp_path: Path
     out = terminal.paste(client, tmp_path / "client.log")
     assert '"status": "success"' in out, out
     assert "task tour-1: success" in out, out  # the timeline
+    assert out.count('{"task_id": ') == 3, out  # three tasks' results, a JSON line each
+    assert "tasks 1–4 of 4" in out, out  # the operator's list, with the server's admin token
 
     [sdk] = tour_blocks("python")  # pasted into `python` in the same terminal
     sdk = sdk.replace("127.0.0.1:8087", f"127.0.0.1:{port}")

@@ -53,6 +53,14 @@ class Bridge:
         return code
 
 
+#: a TASK_END failure as ``aigcq bridge`` reports ComfyUI refusing a prompt (its 400)
+PROMPT_INVALID = {
+    "class": "task",
+    "code": "PromptValidation",
+    "message": "Prompt outputs failed validation: EmptyLatentImage: width 40960 bigger than max",
+}
+
+
 #: a TASK_END's ``failure`` when the instance running the task died (the machine's fault)
 INSTANCE_LOST = {"class": "infrastructure", "code": "InstanceLost", "message": "instance died"}
 

@@ -22,7 +22,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from aigcq.platforms.base import HttpRequest
-from aigcq.plumbing.connection_limits import HttpLimits, bounded_config
+from aigcq.plumbing.connection_limits import bounded_config
+from aigcq.plumbing.http_limits import HttpLimits
 from tests.fakes.waiting import wait_until
 
 

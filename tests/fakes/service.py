@@ -78,6 +78,29 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
             await ws.close()
 
 
+#: the admin token of the ``admin_env`` service
+ADMIN = "admin-token"
+
+
+@pytest.fixture
+async def admin_env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
+    """Serve with the bridge hub, the admin token :data:`ADMIN`, and no paid capacity."""
+    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
+    settings = Settings(
+        redis_url=redis_url,
+        token_secret=SECRET,
+        config_dir=tmp_path,
+        bridge_token=BRIDGE_TOKEN,
+        admin_token=ADMIN,
+    )
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
+    async with serve_app(service.app) as base:
+        env = Env(int(base.rsplit(":", 1)[1]), redis, service)
+        yield env
+        for ws in env.sockets:
+            await ws.close()
+
+
 @dataclass
 class ServiceStack:
     """An in-process ``aigcq serve`` and the RunningHub emulator it overflows to."""

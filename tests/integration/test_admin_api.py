@@ -197,7 +197,7 @@ async def test_a_drained_bridge_gets_no_new_tasks_but_finishes_its_own(env: Env)
         assign = await bridge.next()
         await bridge.ack("d1")
         r = await http.post("/api/admin/bridges/br1/drain", headers=ADMIN_HEADERS)
-        assert r.json() == {"bridgeId": "br1", "drained": True, "connected": True}
+        assert r.json() == {"bridgeId": "br1", "drained": True, "connected": True, "known": True}
         await client.request(generate("d2"))
         with pytest.raises(TimeoutError):
             await bridge.next(timeout=0.5)

@@ -18,7 +18,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from aigcq.plumbing.connection_limits import PROBE_RESERVE, HttpLimits
+from aigcq.plumbing.http_limits import PROBE_RESERVE, HttpLimits
 from tests.fakes import loris
 from tests.fakes.servers import Served, serve_killable
 from tests.fakes.waiting import wait_until

@@ -12,7 +12,8 @@ import redis.asyncio as aioredis
 from typer.testing import CliRunner, Result
 
 from aigcq.cli.app import app
-from aigcq.cli.controls import since_time
+from aigcq.cli.remote import InputError
+from aigcq.cli.tasks import since_time
 from aigcq.domain import TaskState
 from tests.fakes.client import generate
 from tests.fakes.paid import Paid, models, paid_stack
@@ -77,7 +78,9 @@ async def test_cancel_and_retry_by_filter(
             "ControlError: 管理操作无效，请检查参数。 (no project 'nope'",
         ),
         (("resume", "account", "jimuai"), 1, "no paid account 'jimuai'"),
-        (("tasks", "cancel"), 2, "name at least one of --project"),
+        (("tasks", "cancel"), 2, "name task ids, or filters: at least one of --state, --project"),
+        (("tasks", "retry"), 2, "name task ids, or filters: at least one of --failed"),
+        (("tasks", "cancel", "t1", "--project", "proj"), 2, "task ids or filters, not both"),
         (
             ("tasks", "cancel", "--project", "proj", "--since", "yesterday"),
             2,
@@ -108,5 +111,5 @@ def test_since_takes_ago_a_local_time_or_an_iso_time() -> None:
     assert since_time("1.5h", now) == now - 5400
     assert since_time("2026-01-31T14:05:00+00:00", now) == 1769868300.0
     assert since_time("14:05", now) < now + 86400
-    with pytest.raises(ValueError, match="no time"):
+    with pytest.raises(InputError, match="is no time"):
         since_time("soon", now)

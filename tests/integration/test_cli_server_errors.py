@@ -92,3 +92,45 @@ async def test_a_result_prints_without_null_fields(server: str) -> None:
     result = json.loads(submitted.stdout)
     assert result["status"] == "success" and result["task_id"] == "n1", result
     assert None not in result.values() and "id" not in result, result
+
+
+async def test_one_submit_takes_several_tasks(server: str) -> None:
+    """Three payloads: three tasks over one connection, their results as JSON lines in
+    order, a line each on stderr as they end (one display, not three)."""
+    args = ["--server", server, "--token", JWT, "--aigc", "proj"]
+    submitted = await run("submit", "comfyui", PAYLOAD, PAYLOAD, PAYLOAD, *args)
+    assert submitted.exit_code == 0, submitted.output
+    results = [json.loads(line) for line in submitted.stdout.splitlines()]
+    assert [r["status"] for r in results] == ["success"] * 3
+    ids = [r["task_id"] for r in results]
+    assert len(set(ids)) == 3
+    assert sorted(submitted.stderr.splitlines()) == sorted(f"{i}: success" for i in ids)
+
+
+async def test_a_file_of_tasks_keeps_its_order_and_names_each_refusal(
+    server: str, tmp_path: Path
+) -> None:
+    tasks = [
+        {"platform": "comfyui", "payload": json.loads(PAYLOAD), "taskId": "j1"},
+        {"platform": "nosuch", "payload": {}, "taskId": "j2"},
+        {"platform": "comfyui", "payload": json.loads(PAYLOAD), "taskId": "j3", "AIGC": "proj"},
+    ]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps(t) for t in tasks) + "\n\n")
+    result = await run("submit", "--file", str(path), "--aigc", "proj", "--server", server,
+                       "--token", JWT)  # fmt: skip
+    assert result.exit_code == 1  # not every task succeeded
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["task_id"], r["status"]) for r in lines] == [
+        ("j1", "success"), ("j2", "refused"), ("j3", "success"),
+    ]  # fmt: skip
+    assert lines[1]["code"] == "PlatformError"
+    assert "j2: refused: PlatformError: " in result.stderr
+
+
+async def test_tasks_come_from_stdin(server: str) -> None:
+    line = json.dumps({"platform": "comfyui", "payload": json.loads(PAYLOAD), "taskId": "s1"})
+    argv = ["submit", "--file", "-", "--aigc", "proj", "--server", server, "--token", JWT]
+    result = await asyncio.to_thread(CliRunner().invoke, app, argv, input=line + "\n")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["task_id"] == "s1"  # one task: its result as one document

@@ -201,7 +201,10 @@ async def test_a_bridge_drained_on_one_process_takes_nothing_on_the_other(
             await br1.register("br1", count=1)
             async with httpx.AsyncClient(base_url=b.base, headers=HEADERS) as http:
                 r = await http.post("/api/admin/bridges/br1/drain")
-                assert r.json() == {"bridgeId": "br1", "drained": True, "connected": False}
+                # not connected to b, but known there: it connected to a
+                assert r.json() == {
+                    "bridgeId": "br1", "drained": True, "connected": False, "known": True
+                }  # fmt: skip
                 hub = a.service.hub
                 assert hub is not None
                 await until(partial(_drained, a), lambda d: d == {"br1"})

@@ -9,7 +9,8 @@ import logging
 
 import pytest
 
-from aigcq.plumbing.background import cancel_and_wait, every
+from aigcq.plumbing.background import every
+from aigcq.plumbing.cancel import cancel_and_wait
 
 
 async def test_a_task_that_loses_cancellations_is_cancelled_again() -> None:
@@ -62,7 +63,7 @@ async def test_errors_are_logged_not_raised(caplog: pytest.LogCaptureFixture) ->
 
     task = asyncio.create_task(broken())
     await started.wait()
-    with caplog.at_level(logging.WARNING, logger="aigcq.plumbing.background"):
+    with caplog.at_level(logging.WARNING, logger="aigcq.plumbing.cancel"):
         # beside it a task that ends at once (a sleep of 0 s)
         assert await cancel_and_wait([task, asyncio.create_task(asyncio.sleep(0))]) == set()
     assert "cleanup failed" in caplog.text

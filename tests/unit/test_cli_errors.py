@@ -1,4 +1,4 @@
-"""The client commands (submit, status, tasks show) fail with one line and an exit code.
+"""The client commands (submit, status, tasks, bridges) fail with one line and an exit code.
 
 No server is needed here: "server down" is a port bound on 127.0.0.1 that never listens.
 The failures that need a server (a bad token, an unknown task) are in
@@ -17,20 +17,33 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from aigcq.cli.app import app
-from aigcq.cli.client import server_url, token_subject
+from aigcq.cli.client import token_subject
+from aigcq.cli.remote import server_url
 from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.cli import one_error_line
 from tests.fakes.servers import closed_port as refusing_port
 
 PAYLOAD = '{"workflowId": "1"}'
-CLIENT_COMMANDS = [["status"], ["tasks", "show", "t1"], ["submit", "comfyui", PAYLOAD]]
+CLIENT_COMMANDS = [
+    ["status"],
+    ["tasks", "show", "t1"],
+    ["tasks", "cancel", "t1"],
+    ["submit", "comfyui", PAYLOAD],
+]
+#: the operator's: they want the admin token
+ADMIN_COMMANDS = [
+    ["tasks", "list"],
+    ["tasks", "retry", "t1"],
+    ["bridges", "drain", "br1"],
+    ["bridges", "undrain", "br1"],
+]
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No AIGCQ_* setting nor .env of the developer's leaks in."""
     monkeypatch.chdir(tmp_path)
-    for name in ("AIGCQ_CLIENT_TOKEN", "AIGCQ_HOST", "AIGCQ_WS_PORT"):
+    for name in ("AIGCQ_CLIENT_TOKEN", "AIGCQ_ADMIN_TOKEN", "AIGCQ_HOST", "AIGCQ_WS_PORT"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -53,7 +66,39 @@ def test_no_token_names_the_option_and_the_variable(command: list[str], closed_p
     )
 
 
-@pytest.mark.parametrize("command", CLIENT_COMMANDS)
+@pytest.mark.parametrize("command", ADMIN_COMMANDS)
+def test_no_admin_token_says_where_it_is(command: list[str], closed_port: int) -> None:
+    line = one_error_line(run(*command, "--server", f"127.0.0.1:{closed_port}"), 2)
+    assert line == (
+        "error: no token: pass --token or set AIGCQ_ADMIN_TOKEN, or run this where `aigcq up` "
+        "runs (.aigcq/secrets.json has no admin token)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [(".aigcq/secrets.json", '{"admin_token": "from-up"}'), (".env", "AIGCQ_ADMIN_TOKEN=x\n")],
+)
+def test_where_aigcq_up_runs_admin_commands_need_no_token(
+    where: str, text: str, closed_port: int, tmp_path: Path
+) -> None:
+    (tmp_path / where).parent.mkdir(exist_ok=True)
+    (tmp_path / where).write_text(text)
+    line = one_error_line(run("tasks", "list", "--server", f"127.0.0.1:{closed_port}"), 1)
+    assert "cannot reach the aigcq server" in line  # got past the token
+
+
+def test_admin_commands_read_the_admin_token_first(
+    closed_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AIGCQ_ADMIN_TOKEN, else the server's, else AIGCQ_CLIENT_TOKEN (which may hold the
+    admin token too)."""
+    monkeypatch.setenv("AIGCQ_CLIENT_TOKEN", "t")
+    line = one_error_line(run("tasks", "list", "--server", f"127.0.0.1:{closed_port}"), 1)
+    assert "cannot reach the aigcq server" in line  # got past the token
+
+
+@pytest.mark.parametrize("command", CLIENT_COMMANDS + ADMIN_COMMANDS)
 def test_server_down_names_the_server(command: list[str], closed_port: int) -> None:
     result = run(*command, "--token", "t", "--server", f"http://127.0.0.1:{closed_port}")
     scheme = "ws" if command[0] == "submit" else "http"
@@ -62,7 +107,7 @@ def test_server_down_names_the_server(command: list[str], closed_port: int) -> N
     )
 
 
-@pytest.mark.parametrize("command", CLIENT_COMMANDS)
+@pytest.mark.parametrize("command", CLIENT_COMMANDS + ADMIN_COMMANDS)
 def test_default_server_is_where_aigcq_up_listens(
     command: list[str], closed_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,7 +185,8 @@ def test_default_server_url_brackets_ipv6(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_submit_names_itself_after_the_tokens_subject() -> None:
     assert token_subject(issue_client_token("s" * 32, "my-backend")) == "my-backend"
-    assert token_subject("a-static-token") is None
+    for not_a_jwt in ("a-static-token", "a.b.c", "a.!!!.c", "a.W10.c"):  # W10: "[]"
+        assert token_subject(not_a_jwt) is None
 
 
 def test_status_renders_a_split_servers_snapshot_without_health() -> None:
@@ -152,3 +198,34 @@ def test_status_renders_a_split_servers_snapshot_without_health() -> None:
     console.print(render({"health": None, "queues": [], "recent": []}))  # internal: dispatcher
     text = console.export_text()
     assert text.strip() and "internal" not in text  # no health table, and no TypeError
+
+
+@pytest.mark.parametrize(
+    ("args", "lines", "message"),
+    [
+        (["comfyui", PAYLOAD, "--file", "t.jsonl"], None, "error: give PLATFORM and PAYLOAD, or"),
+        ([], None, "error: nothing to submit: give PLATFORM and PAYLOAD, or --file"),
+        (["comfyui"], None, "error: nothing to submit: give PLATFORM and PAYLOAD, or --file"),
+        (["comfyui", PAYLOAD, PAYLOAD, "--task-id", "x"], None, "error: --task-id names one task"),
+        (["--file", "t.jsonl"], ['{"platform": "comfyui", "payload": {}}', "{bad"],
+         "error: t.jsonl line 2: not JSON: "),
+        (["--file", "t.jsonl"], ['{"platform": "comfyui"}'],
+         "error: t.jsonl line 1: payload must be an object"),
+        (["--file", "t.jsonl"], ['{"platform": 3, "payload": {}}'],
+         "error: t.jsonl line 1: platform must be a string"),
+        (["--file", "t.jsonl"], ['["comfyui"]'], "error: t.jsonl line 1: not a JSON object"),
+        (["--file", "t.jsonl"],
+         ['{"platform": "c", "payload": {}, "taskId": "a"}', "",
+          '{"platform": "c", "payload": {}, "taskId": "a"}'],
+         "error: t.jsonl line 3: taskId 'a' is line 1's too"),
+        (["--file", "t.jsonl"], ["", "  "], "error: t.jsonl: no task in it"),
+        (["--file", "missing.jsonl"], None, "error: cannot read missing.jsonl: No such file"),
+    ],
+)  # fmt: skip
+def test_what_submit_takes_is_checked_before_anything_is_sent(
+    args: list[str], lines: list[str] | None, message: str, closed_port: int, tmp_path: Path
+) -> None:
+    if lines is not None:
+        (tmp_path / "t.jsonl").write_text("\n".join(lines) + "\n")
+    result = run("submit", *args, "--token", "t", "--server", f"127.0.0.1:{closed_port}")
+    assert one_error_line(result, 2).startswith(message)  # exit 2: nothing was sent

@@ -17,6 +17,7 @@ NEW_DEFAULTS = {
     "TaskGone": "任务已结束。",
     "SignatureError": "签名校验失败。",
     "TaskNotRetryable": "只有失败或已取消的任务可以重试。",
+    "BridgeNotFound": "桥接节点不存在。",
     "NoCapableInstance": "暂无可运行该任务的计算节点，请稍后再试。",
 }
 

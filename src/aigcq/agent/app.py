@@ -40,7 +40,8 @@ from aigcq.bridges.protocol import (
     utc_timestamp,
 )
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import Spawner, cancel_and_wait
+from aigcq.plumbing.background import Spawner
+from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.connection_limits import bounded_config
 
 log = logging.getLogger(__name__)

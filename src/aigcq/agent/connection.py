@@ -40,7 +40,8 @@ from aigcq.bridges.protocol import (
 )
 from aigcq.bridges.session import CLOSE_AUTH, CLOSE_FLOOD
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import Spawner, backoff_delay, cancel_and_wait
+from aigcq.plumbing.background import Spawner, backoff_delay
+from aigcq.plumbing.cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from aigcq.plumbing.connection_limits import HttpLimits
+from aigcq.plumbing.http_limits import HttpLimits
 
 
 class BridgeSettings(HttpLimits):

@@ -28,7 +28,8 @@ import httpx
 
 from aigcq.bridges.protocol import TaskEndBody
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import backoff_delay, cancel_and_wait
+from aigcq.plumbing.background import backoff_delay
+from aigcq.plumbing.cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import httpx
 from aigcq.asynch.coalesce import Coalescer
 from aigcq.asynch.db import Pool, Row
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ import logging
 from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.tasks_repo import ClaimedTask
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import cancel_and_wait, round_failed
+from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

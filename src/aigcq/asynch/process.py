@@ -27,7 +27,8 @@ from aigcq.asynch.settings import AsynchSettings
 from aigcq.asynch.tasks_repo import TaskRepo
 from aigcq.asynch.types_repo import ModelTypeRepo
 from aigcq.asynch.worker import Worker
-from aigcq.plumbing.background import cancel_and_wait, one_round, round_failed
+from aigcq.plumbing.background import one_round, round_failed
+from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.storage import Storage, StorageSettings, build_storage
 from aigcq.storage.local import LocalStorage

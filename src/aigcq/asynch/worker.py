@@ -20,7 +20,8 @@ from aigcq.asynch.semaphore import Semaphore
 from aigcq.asynch.states import State
 from aigcq.asynch.tasks_repo import ClaimedTask, TaskRepo, lease_id
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import cancel_and_wait, round_failed
+from aigcq.plumbing.background import round_failed
+from aigcq.plumbing.cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

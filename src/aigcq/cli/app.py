@@ -13,7 +13,8 @@ import typer
 
 from aigcq.cli import help_style
 from aigcq.cli.asynch import asynch_app
-from aigcq.cli.client import status, submit, tasks_app
+from aigcq.cli.bridges import bridges_app
+from aigcq.cli.client import status, submit
 from aigcq.cli.common import (
     LogLevelOption,
     console,
@@ -22,8 +23,9 @@ from aigcq.cli.common import (
     load_settings,
     require_free_ports,
 )
-from aigcq.cli.controls import pause, resume, tasks_cancel, tasks_retry
+from aigcq.cli.controls import pause, resume
 from aigcq.cli.emulate import emulate_app
+from aigcq.cli.tasks import tasks_app
 from aigcq.observability.logconfig import LOG_FORMAT_ENV, LogFormat, configure_logging
 
 help_style.apply()
@@ -31,10 +33,9 @@ app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal G
 app.command()(submit)
 app.command()(status)
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(bridges_app, name="bridges")
 app.command()(pause)
 app.command()(resume)
-tasks_app.command("cancel")(tasks_cancel)
-tasks_app.command("retry")(tasks_retry)
 app.add_typer(emulate_app, name="emulate")
 app.add_typer(asynch_app, name="asynch")
 
@@ -138,16 +139,14 @@ def token(
     ./.env) or the server's secrets file (AIGCQ_DATA_DIR/secrets.json).
     """
     from aigcq.plumbing.auth import issue_client_token
-    from aigcq.serve.launch import stored_secrets
 
     settings = load_settings()
     if not settings.token_secret:
-        path = settings.data_dir / "secrets.json"
-        settings.token_secret = stored_secrets(path).get("token_secret", "")
+        settings.token_secret = settings.stored_secrets().get("token_secret", "")
         if not settings.token_secret:
             fail(
                 f"no server secret here: TOKEN_SECRET is unset (environment, ./.env) and "
-                f"{path.resolve()} has none; run this where `aigcq up` runs",
+                f"{settings.secrets_file.resolve()} has none; run this where `aigcq up` runs",
                 2,
             )
     typer.echo(issue_client_token(settings.token_secret, backend_id, ttl))

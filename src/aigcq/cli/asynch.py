@@ -6,17 +6,16 @@ model-asynch's modules are imported when one of these commands runs, not when th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from aigcq.cli.common import console, require_free_ports
-from aigcq.config import Settings
 
 if TYPE_CHECKING:
     from aigcq.asynch.settings import AsynchSettings
+    from aigcq.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +52,7 @@ def serve(
     from aigcq.asynch import goconfig
     from aigcq.asynch.backing import backing_services
     from aigcq.asynch.settings import AsynchSettings
+    from aigcq.config import Settings
     from aigcq.serve.launch import SignalExit, exit_on_sigterm, run_async
 
     _logging(log_level)
@@ -87,7 +87,7 @@ def admin_token(settings: AsynchSettings, base: Settings) -> None:
         return
     given = bool(settings.admin_token)
     fresh = ensure_secrets(base, settings, ("admin_token",), key_prefix="asynch_")
-    kept = (base.data_dir / "secrets.json").resolve()
+    kept = base.secrets_file.resolve()
     where = "AIGCQ_ASYNCH_ADMIN_TOKEN" if given else f"asynch_admin_token in {kept}"
     lines = [f"  management routes (/model/*, runWork, cleanWork) need the admin token: {where}"]
     lines += [f"  generated {name}: {value}" for name, value in fresh.items()]
@@ -128,9 +128,12 @@ async def _serve(
 @asynch_app.command("migrate")
 def migrate_command(log_level: LogLevel = "INFO") -> None:
     """Apply pending schema migrations and exit."""
+    import asyncio
+
     from aigcq.asynch import goconfig
     from aigcq.asynch.backing import backing_services
     from aigcq.asynch.migrate import SchemaMismatch, migrate
+    from aigcq.config import Settings
     from aigcq.serve.launch import exit_on_sigterm
 
     _logging(log_level)

@@ -18,7 +18,7 @@ def dashboard_link(settings: Settings, here: str) -> str:
 
 def secrets_note(settings: Settings) -> str:
     """Where ``aigcq up`` keeps the secrets it generated (``""``: it generated none)."""
-    path = settings.data_dir / "secrets.json"
+    path = settings.secrets_file
     if not path.exists():
         return ""
     return f"{path.resolve()} (token secret, admin and bridge tokens)"

@@ -1,130 +1,74 @@
-"""Client commands: submit, status, tasks show.
-
-They talk to a running server; what can be expected to go wrong (no token, bad input, the
-server down or refusing) is one line on stderr and exit 1 (the server) or 2 (the input).
-"""
+"""Client commands: submit and status (``aigcq tasks`` and ``aigcq bridges`` are in their
+own modules). How they reach the server and fail: :mod:`aigcq.cli.remote`."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from aigcq.cli.common import console, fail, load_settings, local_host
+from aigcq.cli.common import console, err_console
+from aigcq.cli.remote import (
+    InputError,
+    ServerOption,
+    TokenOption,
+    api,
+    client_errors,
+    require_token,
+    server_url,
+)
 
 if TYPE_CHECKING:
-    import httpx
     from rich.console import Group
 
-    from aigcq.client import AigcqError
-
-TOKEN_ENV = "AIGCQ_CLIENT_TOKEN"
-ServerOption = Annotated[
-    str | None,
-    typer.Option(
-        show_default=False,
-        help="aigcq's address (default: where `aigcq up` listens: AIGCQ_HOST, AIGCQ_WS_PORT)",
-    ),
-]
-TokenOption = Annotated[
-    str,
-    typer.Option(envvar=TOKEN_ENV, show_default=False, help="Client token (`aigcq token ID`)"),
-]
-
-
-class InputError(Exception):
-    """A bad argument, token or input file (exit code 2)."""
-
-
-@contextlib.contextmanager
-def client_errors(server: str) -> Iterator[None]:
-    """Report the failures a client command can expect as one line and an exit code."""
-    import httpx
-    from websockets.exceptions import WebSocketException
-
-    from aigcq.cli.status import StatusError
-    from aigcq.client import AigcqError
-
-    try:
-        yield
-    except InputError as exc:
-        fail(str(exc), 2, exc)
-    except AigcqError as exc:
-        fail(_refusal(exc), 1, exc)
-    except StatusError as exc:
-        fail(str(exc), 1, exc)
-    except (OSError, httpx.TransportError, WebSocketException) as exc:
-        reason = str(exc) or type(exc).__name__
-        fail(f"cannot reach the aigcq server at {server}: {reason}", 1, exc)
-
-
-def _refusal(exc: AigcqError) -> str:
-    """``AuthError: <the server's message> (<detail>)``."""
-    detail = f" ({exc.detail})" if exc.detail else ""
-    return f"{exc.code}: {exc.msg or 'refused by the server'}{detail}"
-
-
-_SECURE = {"http": "", "ws": "", "https": "s", "wss": "s"}
-
-
-def server_url(server: str | None, scheme: str) -> str:
-    """Where a client command connects, with its scheme (``ws`` or ``http``): ``server``
-    (``http://`` and ``ws://`` both work) or, by default, where ``aigcq up`` with the same
-    settings (``AIGCQ_HOST``, ``AIGCQ_WS_PORT``, environment or ``.env``) listens."""
-    if server is None:
-        settings = load_settings()
-        return f"{scheme}://{local_host(settings.host)}:{settings.ws_port}/"
-    given, sep, rest = server.partition("://")
-    if not sep:
-        return f"{scheme}://{server}"
-    secure = _SECURE.get(given.lower())
-    return server if secure is None else f"{scheme}{secure}://{rest}"
-
-
-def _require_token(token: str) -> str:
-    if not token:
-        raise InputError(f"no token: pass --token or set {TOKEN_ENV} (`aigcq token ID` prints one)")
-    return token
+    from aigcq.cli.http_api import Api
 
 
 def token_subject(token: str) -> str | None:
     """A JWT's ``sub`` (signature unchecked): ``aigcq submit`` submits as the backend the token
-    speaks for, so the same token may cancel the task, and AIGCQ_BIND_CLIENT_IDS lets it in."""
-    import jwt
+    speaks for, so the same token may cancel the task, and AIGCQ_BIND_CLIENT_IDS lets it in.
 
-    try:
-        sub = jwt.decode(token, options={"verify_signature": False}).get("sub")
-    except jwt.PyJWTError:
-        return None
-    return sub if isinstance(sub, str) and sub else None
-
-
-def _read_payload(payload: str) -> dict[str, Any]:
-    """``payload`` (JSON, or ``@file.json``) as a JSON object; :class:`InputError` if not."""
+    Read from the token's middle part here: PyJWT would load ``cryptography``, most of
+    submit's start, to check nothing."""
+    import base64
     import json
 
-    if payload.startswith("@"):
-        try:
-            payload = Path(payload[1:]).read_text()
-        except OSError as exc:
-            raise InputError(f"cannot read payload file {payload[1:]}: {exc.strerror}") from exc
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
     try:
-        body = json.loads(payload)
-    except ValueError as exc:
-        raise InputError(f"payload is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InputError(f"payload must be a JSON object, not {type(body).__name__}")
-    return body
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except ValueError:  # not base64 (binascii.Error), not UTF-8, not JSON
+        return None
+    sub = claims.get("sub") if isinstance(claims, dict) else None
+    return sub if isinstance(sub, str) and sub else None
 
 
 def submit(
     platform: Annotated[
-        str, typer.Argument(help="Where it runs, as in config/model.json: comfyui, coze...")
-    ],
-    payload: Annotated[str, typer.Argument(help="JSON, or @file.json")],
+        str | None,
+        typer.Argument(
+            show_default=False,
+            help="Where they run, as in config/model.json: comfyui, coze... (not with --file)",
+        ),
+    ] = None,
+    payloads: Annotated[
+        list[str] | None,
+        typer.Argument(
+            show_default=False, help="Payloads, JSON or @file.json: one task each (not with --file)"
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            show_default=False,
+            help='Tasks as JSON lines, {"platform", "payload", "taskId"?, "AIGC"?} each '
+            "(- reads stdin)",
+        ),
+    ] = None,
     server: ServerOption = None,
     token: TokenOption = "",
     backend_id: Annotated[
@@ -140,53 +84,51 @@ def submit(
     ] = None,
     task_id: Annotated[
         str | None,
-        typer.Option(show_default=False, help="The task's id [default: a new UUID]"),
+        typer.Option(show_default=False, help="The task's id, for one task [default: a new UUID]"),
     ] = None,
     timeout: Annotated[
         float,
         typer.Option(
-            help="Seconds to wait for the result before giving up (a minute more than the "
+            help="Seconds to wait for each result before giving up (a minute more than the "
             "server's default task deadline, so the server's own answer comes first)"
         ),
     ] = 660.0,
 ) -> None:
-    """Submit one task over the client WebSocket, show progress and print the result."""
-    import asyncio
-    import json
+    """Submit tasks over the client WebSocket, show their progress in one display and print
+    the results: one task's as JSON, several as JSON lines (refusals included), in order.
 
-    from aigcq.cli.submit import submit_and_wait
+    Exit 1 unless every task succeeded.
+    """
+    import asyncio
+
+    from websockets.exceptions import WebSocketException
+
+    from aigcq.cli.submit import jobs_given, jobs_in_file, lines, submit_all
+    from aigcq.client.types import AigcqError
 
     url = server_url(server, "ws")
-    with client_errors(url):
-        token = _require_token(token)
-        result = asyncio.run(
-            submit_and_wait(
-                url,
-                token,
-                backend_id or token_subject(token) or "cli",
-                platform,
-                _read_payload(payload),
-                task_id=task_id,
-                aigc=aigc or None,
-                timeout=timeout,
-                console=console,
-            )
+    with client_errors(url, (OSError, WebSocketException)):
+        token = require_token(token)
+        if file is not None and (platform or payloads):
+            raise InputError("give PLATFORM and PAYLOAD, or --file, not both")
+        if file is None and not (platform and payloads):
+            raise InputError("nothing to submit: give PLATFORM and PAYLOAD, or --file")
+        jobs = (
+            jobs_in_file(file, aigc=aigc or None)
+            if file is not None
+            else jobs_given(platform or "", payloads or [], task_id=task_id, aigc=aigc or None)
         )
-    typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
-    if result.get("status") != "success":
+        submitter = backend_id or token_subject(token) or "cli"
+        run = submit_all(url, token, submitter, jobs, timeout=timeout, console=err_console)
+        outcomes = asyncio.run(run)
+        if len(outcomes) == 1 and isinstance(outcomes[0], AigcqError):
+            raise outcomes[0]  # one line, as any refusal
+    if len(outcomes) == 1:
+        typer.echo(json.dumps(outcomes[0], ensure_ascii=False, indent=2))
+    else:
+        typer.echo("\n".join(lines(jobs, outcomes)))
+    if not all(isinstance(o, dict) and o.get("status") == "success" for o in outcomes):
         raise typer.Exit(1)
-
-
-@contextlib.contextmanager
-def _http(server: str | None, token: str) -> Iterator[httpx.Client]:
-    """An HTTP client for the server's API, inside :func:`client_errors`."""
-    import httpx
-
-    url = server_url(server, "http")
-    with client_errors(url):
-        headers = {"Authorization": f"Bearer {_require_token(token)}"}
-        with httpx.Client(base_url=url, headers=headers) as http:
-            yield http
 
 
 def status(
@@ -203,15 +145,15 @@ def status(
     """
     from aigcq.cli.status import fetch_snapshot, render
 
-    with _http(server, token) as http:
-        view = render(fetch_snapshot(http, limit))
+    with api(server, token) as server_api:
+        view = render(fetch_snapshot(server_api, limit))
         if watch:
-            _watch(http, view, limit, interval)
+            _watch(server_api, view, limit, interval)
             return
     console.print(view)
 
 
-def _watch(http: httpx.Client, view: Group, limit: int, interval: float) -> None:
+def _watch(server_api: Api, view: Group, limit: int, interval: float) -> None:
     """Redraw the status tables every ``interval`` seconds until Ctrl-C; when the output is
     not a terminal (piped, redirected), append each round, under its time, instead."""
     import time
@@ -227,27 +169,10 @@ def _watch(http: httpx.Client, view: Group, limit: int, interval: float) -> None
                 console.print(view)
                 console.file.flush()
                 time.sleep(interval)
-                view = render(fetch_snapshot(http, limit))
+                view = render(fetch_snapshot(server_api, limit))
         with Live(view, console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(interval)
-                live.update(render(fetch_snapshot(http, limit)))
+                live.update(render(fetch_snapshot(server_api, limit)))
     except KeyboardInterrupt:
         return
-
-
-tasks_app = typer.Typer(no_args_is_help=True, help="Inspect tasks.")
-
-
-@tasks_app.command("show")
-def tasks_show(
-    task_id: Annotated[str, typer.Argument(help="The id given at submit")],
-    server: ServerOption = None,
-    token: TokenOption = "",
-) -> None:
-    """Print a task's timeline: every transition with its time, target and attempt."""
-    from aigcq.cli.status import timeline
-
-    with _http(server, token) as http:
-        table = timeline(http, task_id)
-    console.print(table)

@@ -1,18 +1,23 @@
-"""What every ``aigcq`` command shares: the consoles, one-line failures, settings."""
+"""What every ``aigcq`` command shares: the consoles, one-line failures, settings.
+
+The settings (pydantic) are imported when a command reads them, not with the command line:
+``aigcq --help`` and a client command given ``--server`` never need them.
+"""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from aigcq.config import ConfigError, PlatformConfig, Settings
 from aigcq.plumbing.ports import busy_port
+
+if TYPE_CHECKING:
+    from aigcq.config import PlatformConfig, Settings
 
 LogLevelOption = Annotated[
     str, typer.Option(help="Least severe log level shown: DEBUG, INFO, WARNING, ERROR")
@@ -24,9 +29,14 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def error_line(message: str) -> None:
+    """``error: <message>`` on stderr, one line (``message`` is not markup)."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, highlight=False)
+
+
 def fail(message: str, code: int, cause: Exception | None = None) -> NoReturn:
     """One red line on stderr, then exit with ``code``."""
-    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, highlight=False)
+    error_line(message)
     raise typer.Exit(code) from cause
 
 
@@ -50,6 +60,10 @@ def require_free_ports(
 
 def load_settings() -> Settings:
     """Settings, or exit 2 naming the malformed variable (e.g. a non-numeric port)."""
+    from pydantic import ValidationError
+
+    from aigcq.config import Settings
+
     try:
         return Settings()
     except ValidationError as exc:
@@ -61,6 +75,8 @@ def load_settings() -> Settings:
 
 
 def load_config(workers: int = 0) -> tuple[Settings, PlatformConfig]:
+    from aigcq.config import ConfigError, PlatformConfig
+
     settings = load_settings()
     if workers > 0:
         settings.workers = workers

@@ -1,47 +1,34 @@
-"""``aigcq status`` and ``aigcq tasks show``: the server's state as terminal tables."""
+"""``aigcq status``, ``aigcq tasks show`` and ``aigcq tasks list``: the server's state as
+terminal tables."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from aigcq.client.types import AigcqError
 
-
-class StatusError(Exception):
-    """The server answered, but not with aigcq's error envelope (a proxy, another server)."""
-
-
-def _get(http: httpx.Client, path: str, **params: Any) -> Any:
-    resp = http.get(path, params=params)
-    if resp.status_code != 200:
-        raise _refusal(path, resp)
-    return resp.json()
+if TYPE_CHECKING:
+    from aigcq.cli.http_api import Api
 
 
-def _refusal(path: str, resp: httpx.Response) -> Exception:
-    """aigcq's ``{"type": "error", code, msg, detail}`` as :class:`AigcqError`, else the text."""
-    try:
-        body = resp.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and body.get("type") == "error":
-        return AigcqError.from_reply(body)
-    return StatusError(f"{path}: HTTP {resp.status_code} {resp.text[:200]}".rstrip())
-
-
-def fetch_snapshot(http: httpx.Client, limit: int) -> dict[str, Any]:
+def fetch_snapshot(server: Api, limit: int) -> dict[str, Any]:
     """The admin snapshot (bridges, queues, health) or, for client tokens, queues only."""
-    resp = http.get("/api/admin/snapshot")
-    if resp.status_code == 200:
-        snap: dict[str, Any] = resp.json()
-        snap["recent"] = snap.get("recent", [])[:limit]
-        return snap
-    return {"queues": _get(http, "/api/queues"), "recent": _get(http, "/api/tasks", limit=limit)}
+    try:
+        snap: dict[str, Any] = server.get("/api/admin/snapshot")
+    except AigcqError as exc:
+        if exc.code != "AuthError":
+            raise
+        return {
+            "queues": server.get("/api/queues"),
+            "recent": server.get("/api/tasks", limit=limit),
+        }
+    snap["recent"] = snap.get("recent", [])[:limit]
+    return snap
 
 
 def render(snap: dict[str, Any]) -> Group:
@@ -52,6 +39,9 @@ def render(snap: dict[str, Any]) -> Group:
         parts.append(_bridges(snap["bridges"]))
     parts.append(_queues(snap["queues"]))
     parts.append(_recent(snap["recent"]))
+    failed = [t for t in snap["recent"] if t.get("failure")]
+    if failed:
+        parts.append(_failures(failed))
     return Group(*parts)
 
 
@@ -128,11 +118,58 @@ def _recent(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def timeline(http: httpx.Client, task_id: str) -> Table:
-    task = _get(http, f"/api/tasks/{task_id}")
+def _failures(rows: list[dict[str, Any]]) -> Table:
+    """The recent failures with why each failed: class, code and message."""
+    table = Table("taskId", "AIGC", "platform", "target", "failure", title="recent failures")
+    for t in rows:
+        why = Text(failure_text(t["failure"]))  # not markup: a message may hold [brackets]
+        table.add_row(t["taskId"], t["AIGC"], t["platform"], t["target"] or "-", why)
+    return table
+
+
+def failure_text(failure: dict[str, Any]) -> str:
+    """``PromptValidation (task): Value 4096 bigger than max`` (no class: ``code: message``)."""
+    kind = f" ({failure['class']})" if failure.get("class") else ""
+    return f"{failure['code'] or 'failed'}{kind}: {failure['message'] or '-'}"
+
+
+def timeline(server: Api, task_id: str) -> Group:
+    """The task's transitions as a table, and why it failed (when it did)."""
+    task = server.get(f"/api/tasks/{task_id}")
     table = Table("time", "state", "target", "attempt", "note")
     table.title = f"task {task_id}: {task['state']} ({task['AIGC']} / {task['platform']})"
     for e in task["timeline"]:
-        stamp = time.strftime("%H:%M:%S", time.localtime(e["t"])) + f".{int(e['t'] % 1 * 1000):03d}"
+        stamp = _clock(e["t"]) + f".{int(e['t'] % 1 * 1000):03d}"
         table.add_row(stamp, e["state"], e["target"] or "-", str(e["attempt"]), e["note"] or "")
+    if not task.get("failure"):
+        return Group(table)
+    return Group(table, Text(f"failure: {failure_text(task['failure'])}", style="red"))
+
+
+def task_list(page: dict[str, Any], now: float) -> Table:
+    """A page of ``GET /api/admin/tasks``: each task with where it runs (or ran), since when
+    and for how long, and why it failed."""
+    columns = ("taskId", "state", "AIGC", "platform", "client", "target", "attempt")
+    table = Table(*columns, "submitted", "for", "failure")
+    shown = len(page["tasks"])
+    first = page["offset"] + 1 if shown else 0
+    table.title = f"tasks {first}–{page['offset'] + shown} of {page['total']}"
+    for t in page["tasks"]:
+        live = t["state"] not in ("success", "failed", "cancelled")
+        took = (now if live else t["updated"]) - t["created"]
+        why = Text(failure_text(t["failure"])) if t.get("failure") else Text("")
+        table.add_row(
+            t["taskId"], t["state"], t["AIGC"], t["platform"], t["backendId"] or "-",
+            t["target"] or "-", str(t["attempt"]), _when(t["created"], now), f"{took:.1f} s", why,
+        )  # fmt: skip
     return table
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _when(t: float, now: float) -> str:
+    """``14:05:09`` today, ``01-30 14:05`` another day (local time)."""
+    same_day = time.localtime(t)[:3] == time.localtime(now)[:3]
+    return _clock(t) if same_day else time.strftime("%m-%d %H:%M", time.localtime(t))

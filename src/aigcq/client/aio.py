@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from aigcq.client.types import AigcqError, Event, Progress, Result, SubmitError
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import cancel_and_wait
+from aigcq.plumbing.cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.BALANCE: 402,
     ErrorCode.SIGNATURE: 403,
     ErrorCode.NOT_FOUND: 404,
+    ErrorCode.BRIDGE_NOT_FOUND: 404,
     ErrorCode.CONFLICT: 409,
     ErrorCode.NOT_RETRYABLE: 409,
     ErrorCode.GONE: 410,

@@ -136,6 +136,7 @@ def _task_routes(
                 "target": t.target,
                 "attempt": t.attempt,
                 "seconds": round(t.updated_at - t.created_at, 3),
+                "failure": t.failure,
             }
             for t in await gw.rt.store.recent(min(limit, 1000))
         ]
@@ -160,6 +161,7 @@ def _task_routes(
             "remoteTaskId": task.remote_id,
             "result": task.result,
             "error": task.error,
+            "failure": task.failure,  # the error's class, code and message, as shown
             "timeline": await gw.rt.store.timeline(task_id),
         }
 

@@ -1,17 +1,11 @@
-"""Background loops: logging a failed round, and stopping them for sure.
+"""Background loops: logging a failed round, spawning, backing off. Stopping them for sure
+is :mod:`aigcq.plumbing.cancel`'s.
 
 A round that fails because Redis is unreachable (restarting, failing over) is expected
 operation: one warning line when a loop first meets the outage, again every
 ``OUTAGE_REPORT_S`` while it lasts, and one line when Redis answers again — not a line per
 round (a loop running ten times a second would flood the log), not a traceback. Anything
 else is a bug and is logged with its traceback.
-
-On Python 3.11, ``asyncio.wait_for`` swallows a cancellation that arrives in the same
-loop turn as the result it waits for (fixed in 3.12, CPython gh-86296). redis-py uses it
-for every write when a socket timeout is set (its default is 5 s), and several loops use
-it around an event, so one ``task.cancel()`` can be lost: the task goes on with its
-loop, and ``await task`` after it never returns. :func:`cancel_and_wait` cancels again
-until the tasks have ended.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -77,30 +71,6 @@ async def every(
         await asyncio.sleep(seconds)
         with one_round(logger, what):
             await run_once()
-
-
-_RETRY_S = 0.05  # how long a cancelled task may take before it is cancelled again
-
-
-async def cancel_and_wait(
-    tasks: Iterable[asyncio.Future[Any]], timeout: float | None = None
-) -> set[asyncio.Future[Any]]:
-    """Cancel ``tasks`` and wait until they have ended, or ``timeout`` s have passed;
-    the tasks still running then. Their errors are logged, never raised."""
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    pending = set(tasks)
-    while pending:
-        for task in pending:
-            task.cancel()
-        wait = _RETRY_S if deadline is None else min(_RETRY_S, deadline - loop.time())
-        if wait <= 0:
-            break
-        done, pending = await asyncio.wait(pending, timeout=wait)
-        for task in done:
-            if not task.cancelled() and task.exception() is not None:
-                log.warning("%r ended with an error", task, exc_info=task.exception())
-    return pending
 
 
 class Spawner:

@@ -13,97 +13,34 @@ counts those idle sockets too, so a health probe behind them would get 503. Henc
   keep-alive connection); else the connection is closed (408 when part of a request came);
 * a **head size limit**: ``http_max_header_bytes`` of request line and headers, else 431;
 * a **connection limit** per process, ``max_connections`` (HTTP and WebSocket together,
-  at most the file-descriptor limit minus :data:`FD_RESERVE`): a request on a connection
+  at most the file-descriptor limit minus ``FD_RESERVE``): a request on a connection
   beyond it gets 503 with ``Retry-After`` and the connection is closed, except the health
   probes (:data:`PROBES`), which are still answered; beyond it by more than
   :data:`PROBE_RESERVE` a connection is answered 503 and closed as soon as it is accepted.
 
 ``timeout_keep_alive`` and the WebSocket ping interval/timeout are uvicorn's own, set from
-the same settings by :func:`bounded_config`. The table is in ``docs/operations.md``
-("Bounded surfaces").
+the same settings (:class:`~aigcq.plumbing.http_limits.HttpLimits`) by
+:func:`bounded_config`. The table is in ``docs/operations.md`` ("Bounded surfaces").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 import time
 from http import HTTPStatus
 from typing import Any
 
 import uvicorn
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from aigcq.plumbing.http_limits import PROBE_RESERVE, HttpLimits
 
 log = logging.getLogger(__name__)
 
 #: paths answered even beyond the connection limit (liveness and readiness probes)
 PROBES = frozenset({b"/healthz", b"/readyz", b"/health", b"/api/health"})
-#: connections beyond the limit still read, so a probe among them is answered
-PROBE_RESERVE = 32
-#: file descriptors kept for everything but listening sockets (Redis, PostgreSQL, files…)
-FD_RESERVE = 256
 _WARN_EVERY_S = 10.0
-
-
-def _env(name: str) -> AliasChoices:
-    return AliasChoices(f"AIGCQ_{name}")
-
-
-class HttpLimits(BaseSettings):
-    """The bounds of a server process's listening surfaces (``AIGCQ_*``)."""
-
-    model_config = SettingsConfigDict(
-        env_file=".env", extra="ignore", populate_by_name=True, case_sensitive=False
-    )
-
-    http_header_timeout_s: float = Field(
-        10.0,
-        gt=0,
-        validation_alias=_env("HTTP_HEADER_TIMEOUT_S"),
-        description="A connection's request line and headers must arrive within this "
-        "(from the connection, or the next request's first byte); else it is closed.",
-    )
-    http_keepalive_s: int = Field(
-        5,
-        ge=1,
-        validation_alias=_env("HTTP_KEEPALIVE_S"),
-        description="An idle keep-alive HTTP connection is closed after this.",
-    )
-    http_max_header_bytes: int = Field(
-        32768,
-        ge=1024,
-        validation_alias=_env("HTTP_MAX_HEADER_BYTES"),
-        description="Largest request line plus headers; a larger one gets 431.",
-    )
-    max_connections: int = Field(
-        4096,
-        ge=1,
-        validation_alias=_env("MAX_CONNECTIONS"),
-        description="Open HTTP and WebSocket connections per process (at most the open-file "
-        "limit minus 256); a request beyond it gets 503, health probes excepted.",
-    )
-    ws_ping_interval_s: float = Field(
-        20.0,
-        gt=0,
-        validation_alias=_env("WS_PING_INTERVAL_S"),
-        description="WebSocket protocol pings to every peer at this interval.",
-    )
-    ws_ping_timeout_s: float = Field(
-        20.0,
-        gt=0,
-        validation_alias=_env("WS_PING_TIMEOUT_S"),
-        description="A WebSocket peer that does not answer a ping within this is closed.",
-    )
-
-    def connection_limit(self) -> int:
-        """``max_connections``, lowered to what the open-file limit allows."""
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft == resource.RLIM_INFINITY:
-            return self.max_connections
-        return min(self.max_connections, max(16, soft - FD_RESERVE - PROBE_RESERVE))
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):

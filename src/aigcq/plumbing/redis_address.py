@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from redis.asyncio.connection import parse_url
-
 SCHEME = "redis+sentinel"
 SENTINEL_PORT = 26379
 _SENTINEL_AUTH = ("sentinel_username", "sentinel_password")
@@ -66,7 +64,10 @@ def parse_sentinel_url(url: str) -> SentinelAddress:
     sentinel_auth = {
         k.removeprefix("sentinel_"): params.pop(k) for k in _SENTINEL_AUTH if k in params
     }
-    # the master's options are redis-py's own URL options, parsed by redis-py
+    # the master's options are redis-py's own URL options, parsed by redis-py (imported
+    # here: the settings, and so every CLI command, read this module)
+    from redis.asyncio.connection import parse_url
+
     auth = f"{userinfo}@" if userinfo else ""
     options: dict[str, Any] = dict(parse_url(f"redis://{auth}x/{db or 0}?{urlencode(params)}"))
     for key in ("host", "port"):

@@ -660,8 +660,8 @@ class TaskStore:
         return task_from_hash(raw) if raw else None
 
     async def head(self, task_id: str) -> Task | None:
-        """The task without its payload, result and error (left empty): one HMGET of the
-        small fields, for hot paths that only route on state and target."""
+        """The task without its payload and result (left empty): one HMGET of the small
+        fields (the error's too), for hot paths that only route on state and target."""
         values = await self.mux.command("HMGET", self.keys.task(task_id), *_HEAD)
         return _from_head(values)
 
@@ -728,6 +728,7 @@ _HEAD = [
     "created",
     "updated",
     "deadline",
+    "error",  # small: a failure's class, code and message
 ]
 
 

@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from aigcq.plumbing.background import cancel_and_wait, round_failed, round_ok
+from aigcq.plumbing.background import round_failed, round_ok
+from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.text import text
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime

@@ -214,7 +214,7 @@ def task_row(t: Task) -> dict[str, Any]:
         "attempt": t.attempt,
         "seconds": round(t.updated_at - t.created_at, 3),
         "updated": t.updated_at,
-        "error": t.error,  # why it failed: code, message and (a bridge's) detail.class
+        "failure": t.failure,  # why it failed: class, code and message
     }
 
 
@@ -285,9 +285,11 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
     def drain_route(drained: bool) -> Callable[..., Awaitable[dict[str, Any]]]:
         """The handler that sets a bridge's drained flag to ``drained``."""
 
-        async def route(bridge_id: str, authorization: Authorization = None) -> dict[str, Any]:
+        async def route(
+            bridge_id: str, ahead: bool = True, authorization: Authorization = None
+        ) -> dict[str, Any]:
             require_admin(gw, authorization)
-            return await set_drained(service, bridge_id, drained)
+            return await set_drained(service, bridge_id, drained, ahead=ahead)
 
         return route
 
@@ -301,7 +303,9 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
             methods=["POST"],
             name=action,
             summary=summary,
-            responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.CONTROL),
+            responses=error_responses(
+                ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.BRIDGE_NOT_FOUND, ErrorCode.CONTROL
+            ),
         )
 
     @router.post(
@@ -319,16 +323,27 @@ def _control_routes(router: APIRouter, service: ServeParts) -> None:
         return {"taskId": task_id, "state": done.state.value}
 
 
-async def set_drained(service: ServeParts, bridge_id: str, drained: bool) -> dict[str, Any]:
-    """Drain (or undrain) a bridge on every process, kept in Redis (a bridge pause):
-    here at once, elsewhere from their next dispatch round, which this starts."""
-    if service.hub is None:
+async def set_drained(
+    service: ServeParts, bridge_id: str, drained: bool, *, ahead: bool = True
+) -> dict[str, Any]:
+    """Drain (or undrain) a bridge on every process, kept in Redis (a bridge pause): here
+    at once, elsewhere from their next dispatch round, which this starts; ahead of its
+    connecting too. ``known``: it has connected here or to another process; ``ahead=False``
+    refuses a bridge that never connected (a mistyped id), changing nothing."""
+    hub = service.hub
+    if hub is None:
         raise ClientError(ErrorCode.NOT_FOUND, "this process has no bridge hub")
     pauses = Pauses(service.rt)
     bridge_id = checked(pauses, PauseKind.BRIDGE, bridge_id)
+    keys = service.rt.store.keys
+    known = bridge_id in hub.registry.bridges or bool(
+        await service.rt.redis.exists(keys.bridge(bridge_id))
+    )
+    if not known and not ahead:
+        raise ClientError(ErrorCode.BRIDGE_NOT_FOUND, f"no bridge {bridge_id!r} ever connected")
     await pauses.set(PauseKind.BRIDGE, bridge_id, drained)
-    connected = await service.hub.drain(bridge_id, drained)
-    return {"bridgeId": bridge_id, "drained": drained, "connected": connected}
+    connected = await hub.drain(bridge_id, drained)
+    return {"bridgeId": bridge_id, "drained": drained, "connected": connected, "known": known}
 
 
 async def sse(monitor: Monitor) -> AsyncIterator[bytes]:

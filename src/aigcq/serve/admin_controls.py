@@ -17,12 +17,11 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.http_api import json_object, require_admin
+from aigcq.queue.listing import REPLAYABLE, TaskFilter
 from aigcq.scheduler.pauses import PauseError, PauseKind, Pauses
 from aigcq.serve.by_filter import (
     CANCELLABLE,
-    REPLAYABLE,
     FilterError,
-    TaskFilter,
     cancel_matching,
     replay_matching,
     task_filter,

@@ -5,10 +5,8 @@ with filters).
 A filter names states, a project (AIGC), a platform, a client (backendId), a target and a
 time: the task's last change at or after it (when it started waiting or running, or when
 it ended). An empty field admits any task, but a filter names at least one field: a
-control never acts on every task unasked. Tasks are found where the queue keeps them (live
-ones in the wait lists, the back-off set and the in-flight set; failed and cancelled ones
-in the set of replayable ends, and the recent list for those that ended before it
-existed), then read, a page at a time, and acted on through the lifecycle as one task's
+control never acts on every task unasked. Tasks are found as the operator's list finds
+them (:mod:`aigcq.queue.listing`), then acted on through the lifecycle as one task's
 cancel or retry is: a cancel stops its run (a paid remote task is cancelled there), a
 replay never pays a platform twice (:meth:`Lifecycle.retried_by_operator`).
 """
@@ -17,50 +15,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 from aigcq.domain import LIVE_STATES, Task, TaskState
-from aigcq.plumbing.text import text
+from aigcq.queue.listing import TaskFilter, find_tasks
 from aigcq.queue.store import Retried
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
 
-PAGE = 500  # tasks read per pipeline
 AT_ONCE = 50  # tasks acted on concurrently
-#: the states a cancel and a replay act on
+#: the states a cancel and a replay (:data:`~aigcq.queue.listing.REPLAYABLE`) act on
 CANCELLABLE = frozenset(LIVE_STATES)
-REPLAYABLE = frozenset({TaskState.FAILED, TaskState.CANCELLED})
 
 
 class FilterError(ValueError):
     """A filter that names an unknown state, project, platform or target, or nothing."""
-
-
-@dataclass(frozen=True, slots=True)
-class TaskFilter:
-    """Which tasks a control acts on; an empty field admits any."""
-
-    states: frozenset[TaskState]
-    project: str = ""
-    platform: str = ""
-    client: str = ""
-    target: str = ""
-    #: its last change at or after this time (epoch seconds; 0: any)
-    since: float = 0.0
-
-    def admits(self, t: Task) -> bool:
-        pairs = (
-            (self.project, t.aigc),
-            (self.platform, t.platform),
-            (self.client, t.backend_id),
-            (self.target, t.target),
-        )
-        return (
-            t.state in self.states
-            and all(want in ("", have) for want, have in pairs)
-            and t.updated_at >= self.since
-        )
 
 
 def task_filter(
@@ -103,39 +73,11 @@ def _states(names: str, acts_on: frozenset[TaskState]) -> frozenset[TaskState]:
     return frozenset(found)
 
 
-async def find(rt: Runtime, wanted: TaskFilter) -> list[Task]:
-    """Every task ``wanted`` admits, the longest unchanged first (payload, result left out)."""
-    found: list[Task] = []
-    ids = await _candidates(rt, wanted)
-    for start in range(0, len(ids), PAGE):
-        found += [t for t in await rt.store.heads(ids[start : start + PAGE]) if wanted.admits(t)]
-    return sorted(found, key=lambda t: (t.updated_at, t.task_id))
-
-
-async def _candidates(rt: Runtime, wanted: TaskFilter) -> list[str]:
-    """The ids of the tasks that may be in ``wanted``'s states, each once (a task moving
-    meanwhile may be read twice or missed; each is read, then filtered, once)."""
-    redis, keys, states = rt.redis, rt.store.keys, wanted.states
-    pipe = redis.pipeline(transaction=False)
-    if TaskState.PENDING in states:
-        for aigc, platform in rt.config.queues():
-            if wanted.project in ("", aigc) and wanted.platform in ("", platform):
-                pipe.lrange(keys.wait(aigc, platform), 0, -1)
-        pipe.zrange(keys.delayed, 0, -1)
-    if states & REPLAYABLE:
-        pipe.zrangebyscore(keys.replayable, wanted.since, "+inf")
-        pipe.lrange(keys.recent, 0, -1)
-    lists = await pipe.execute()
-    if states & {TaskState.DISPATCHING, TaskState.RUNNING}:
-        lists.append(await rt.store.in_flight())
-    return list(dict.fromkeys(text(i) for ids in lists for i in ids))
-
-
 async def cancel_matching(
     lifecycle: Lifecycle, wanted: TaskFilter, *, limit: int, dry_run: bool
 ) -> dict[str, Any]:
     """Cancel the first ``limit`` live tasks ``wanted`` admits (as an operator)."""
-    tasks = await find(lifecycle.rt, wanted)
+    tasks = await find_tasks(lifecycle.rt.store, wanted)
     answer = _answer(tasks, limit, dry_run, cancelled=[])
     if not dry_run:
 
@@ -156,7 +98,7 @@ async def replay_matching(
     """Replay the first ``limit`` failed (or cancelled) tasks ``wanted`` admits: each is
     queued again, or given the result its paid run brought after it ended, or left as it
     is while a paid run of it may still be out."""
-    tasks = await find(lifecycle.rt, wanted)
+    tasks = await find_tasks(lifecycle.rt.store, wanted)
     answer = _answer(tasks, limit, dry_run, queued=[], delivered=[])
     if not dry_run:
 

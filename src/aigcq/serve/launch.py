@@ -38,8 +38,8 @@ def ensure_secrets(
     ``key_prefix + name``. Returns the secrets generated just now (to print once).
     """
     owner = settings if owner is None else owner
-    path = settings.data_dir / "secrets.json"
-    stored = stored_secrets(path)
+    path = settings.secrets_file
+    stored = settings.stored_secrets()
     fresh: dict[str, str] = {}
     for name in names:
         if getattr(owner, name):
@@ -55,12 +55,6 @@ def ensure_secrets(
         path.write_text(json.dumps(stored, indent=2))
         path.chmod(0o600)
     return fresh
-
-
-def stored_secrets(path: Path) -> dict[str, str]:
-    """The secrets file ``aigcq up`` keeps (empty when there is none)."""
-    data: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
-    return data
 
 
 def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:

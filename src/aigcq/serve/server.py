@@ -31,7 +31,8 @@ from aigcq.observability import metrics
 from aigcq.platforms.base import PlatformAdapter, registered
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.result_files import files_route, result_storage
-from aigcq.plumbing.background import cancel_and_wait, every
+from aigcq.plumbing.background import every
+from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.events import EventBus
 from aigcq.queue.store import TaskStore
 from aigcq.runtime import Runtime
@@ -46,6 +47,7 @@ from aigcq.scheduler.sweeper import Sweeper
 from aigcq.scheduler.targets import InternalTarget, InternalTargetBuilder
 from aigcq.serve import shutdown
 from aigcq.serve.admin_api import Monitor, admin_router
+from aigcq.serve.admin_tasks import admin_tasks_router
 from aigcq.serve.api_description import describe_serve
 from aigcq.serve.docs_page import offline_docs, without_422
 from aigcq.serve.metrics import ServeState
@@ -234,6 +236,7 @@ class ServeProcess:
         app.add_exception_handler(RequestValidationError, refuse)
         app.include_router(api_router(self.gateway, lambda: internal_capacity(self.hub)))
         app.include_router(admin_router(self, self.monitor))
+        app.include_router(admin_tasks_router(self.gateway))
         app.router.routes.extend(self.callbacks)
         for path in CLIENT_WS_PATHS:
             app.add_api_websocket_route(path, self.client_ws)

@@ -110,10 +110,24 @@ function setOptions(select, values) {
   select.value = chosen;
 }
 // "PromptValidation: … bigger than max (task)": why a task failed, as it was recorded
-function reason(error) {
-  if (!error) return "";
-  const cls = error.detail && typeof error.detail === "object" ? error.detail.class : "";
-  return [error.code, error.message].filter(Boolean).join(": ") + (cls ? ` (${cls})` : "");
+// A failure (the API's `failure`: class, code, message) as every view shows it:
+// "PromptValidation (task): Value 4096 bigger than max", each part in its own span
+// (empty without a failure).
+function reason(f) {
+  const line = el("span", undefined, "reason");
+  if (!f) return line;
+  line.append(el("span", f.code || "failed", "failure-code"));
+  if (f.class) line.append(" (", el("span", f.class, "failure-class"), ")");
+  line.append(": ", el("span", f.message || "-", "failure-message"));
+  return line;
+}
+
+// The task panel's line: "failure: " and the reason.
+function failureLine(f) {
+  const line = el("p", "failure: ", "error");
+  line.id = "task-failure";
+  line.append(reason(f));
+  return line;
 }
 const TERMINAL = new Set(["success", "failed", "cancelled"]);
 const RETRYABLE = new Set(["failed", "cancelled"]);
@@ -247,7 +261,7 @@ function renderRecent(recent) {
     taskLink(t.taskId), el("span", t.state, "state-" + t.state), t.backendId || "-",
     soft(`${t.AIGC} / ${t.platform}`), t.target || "-", t.attempt, t.seconds,
     t.updated ? clock(t.updated) : "-",
-  ]), el("span", reason(t.error), "reason"))));
+  ]), reason(t.failure))));
 }
 
 // ---- live tasks: a page of what waits and runs now, from /api/admin/live-tasks ----
@@ -537,8 +551,11 @@ async function showTask(id, quiet) {
   const actions = [];
   if (!TERMINAL.has(t.state)) actions.push(button("Cancel", again("/api/tasks" + base + "/cancel")));
   if (RETRYABLE.has(t.state)) actions.push(button("Retry", again("/api/admin/tasks" + base + "/retry")));
+  const why = [];
+  if (t.failure) why.push(failureLine(t.failure));
   box.replaceChildren(
     el("p", `${t.taskId}: ${t.state} (attempt ${t.attempt}, target ${t.target || "-"})`),
+    ...why,
     ...actions,
     table,
   );

@@ -1,0 +1,62 @@
+"""``aigcq --help`` and the client commands start without the server's libraries: no
+FastAPI, uvicorn, Redis or pydantic-settings is imported (each cost tens of milliseconds
+of every start; bench/cli_start_bench.py measures the start itself). Issue 29 item 6."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.servers import closed_port
+
+SERVER_SIDE = {"fastapi", "starlette", "uvicorn", "redis", "pydantic_settings", "aigcq.serve"}
+
+#: run ``aigcq ARGS`` in this interpreter, then print the top-level modules it loaded
+PROBE = """
+import json, runpy, sys
+sys.argv = ["aigcq", *sys.argv[1:]]
+try:
+    runpy.run_module("aigcq", run_name="__main__")
+except SystemExit:
+    pass
+names = {m.split(".")[0] for m in sys.modules} | {m for m in sys.modules if m.startswith("aigcq.")}
+print(json.dumps(sorted(names)), file=sys.stderr)
+"""
+
+
+def loaded(args: list[str], cwd: Path) -> set[str]:
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+    return set(json.loads(run.stderr.strip().splitlines()[-1]))
+
+
+def test_help_loads_no_server_library(tmp_path: Path) -> None:
+    modules = loaded(["--help"], tmp_path)
+    assert not modules & SERVER_SIDE, modules & SERVER_SIDE
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["tasks", "show", "t1"],
+        ["tasks", "list"],
+        ["tasks", "cancel", "t1"],
+        ["bridges", "drain", "br1"],
+        ["status"],
+        ["submit", "comfyui", "{}"],
+    ],
+)
+def test_client_commands_load_no_server_library(command: list[str], tmp_path: Path) -> None:
+    """Against a server that refuses connections: the start and the one-line error."""
+    with closed_port() as port:
+        modules = loaded([*command, "--token", "t", "--server", f"127.0.0.1:{port}"], tmp_path)
+    assert not modules & SERVER_SIDE, modules & SERVER_SIDE
+    assert "cryptography" not in modules  # PyJWT's, to read a token's sub: not needed
+    assert "httpx" not in modules  # the standard library's urllib is much lighter
+    if command[0] != "submit":  # the SDK's WebSocket client is submit's alone
+        assert "websockets" not in modules
