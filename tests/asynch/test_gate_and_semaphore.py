@@ -33,7 +33,7 @@ async def test_exactly_queue_limit_of_50_concurrent_creates(
     asynch: Asynch, model_emu: Served
 ) -> None:
     # long enough that none of the 7 ends before the gate is counted, on a loaded machine too
-    model_emu.app.state.behaviour.latency = 1.5
+    model_emu.app.state.behaviour.latency = 1.0
     await asynch.create_model("m", model_emu.url, queueLimit=7, maxConcurrency=3)
     statuses = await _create_many(asynch, "m", 50)
     assert statuses.count(200) == 7 and statuses.count(429) == 43
