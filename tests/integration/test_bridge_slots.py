@@ -219,6 +219,9 @@ async def test_a_task_whose_capable_bridge_is_busy_overflows_not_to_an_idle_inca
         idle, busy = await Bridge.connect(port), await Bridge.connect(port)
         await idle.register("idle", count=2, instances=instances_with("a.safetensors"))
         await busy.register("has-b", count=1, instances=instances_with("b.safetensors"))
+        hub = stack.service.hub
+        # the hub has both REGISTERs (a task sent before might find no bridge for it)
+        await wait_until(lambda: {"idle", "has-b"} <= set(hub.registry.bridges))
         client = await Client(port, "b1", TOKEN).connect()
         await client.request(_needing("b-1", "b.safetensors"))
         assert (await busy.next())["data"]["taskId"] == "b-1"
