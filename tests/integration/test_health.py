@@ -323,7 +323,7 @@ async def test_a_task_no_bridge_here_can_run_waits_for_other_processes_then_over
         client = await env.client()
         task_id = "needs-c"
         await client.request(generate(task_id, workflow=model_graph("c.safetensors")))
-        task = await until(partial(env.task, task_id), lambda t: t.target == "runninghub")
+        task = await until(partial(env.task, task_id), lambda t: t.target == "runninghub", 15)
         assert task.attempt <= 10  # a few claims, not a loop
         for bridge in (here, there):
             with pytest.raises(TimeoutError):
