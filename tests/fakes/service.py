@@ -80,12 +80,23 @@ async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
 
 #: the admin token of the ``admin_env`` service
 ADMIN = "admin-token"
+#: one project whose queue has no paid capacity
+NO_PAID = '{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}'
 
 
 @pytest.fixture
 async def admin_env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
     """Serve with the bridge hub, the admin token :data:`ADMIN`, and no paid capacity."""
-    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
+    async with admin_service(tmp_path, redis, redis_url) as env:
+        yield env
+
+
+@contextlib.asynccontextmanager
+async def admin_service(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, models: str = NO_PAID
+) -> AsyncIterator[Env]:
+    """:func:`admin_env` with other ``model.json`` contents."""
+    (tmp_path / "model.json").write_text(models)
     settings = Settings(
         redis_url=redis_url,
         token_secret=SECRET,

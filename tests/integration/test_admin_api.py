@@ -4,47 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
 from aigcq.cli.app import app
-from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.auth import issue_client_token
-from aigcq.serve.server import ServeProcess
-from tests.fakes.bridge import BRIDGE_TOKEN, task_end
+from tests.fakes.bridge import task_end
 from tests.fakes.client import generate
-from tests.fakes.servers import serve_app
-from tests.fakes.service import SECRET, Env
+from tests.fakes.service import ADMIN, SECRET, Env, admin_env
 from tests.fakes.waiting import until
 
-ADMIN = "admin-token"
+__all__ = ["admin_env"]  # a fixture: imported for pytest to find
+
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 
 
 @pytest.fixture
-async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
-    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
-    settings = Settings(
-        redis_url=redis_url,
-        token_secret=SECRET,
-        config_dir=tmp_path,
-        bridge_token=BRIDGE_TOKEN,
-        admin_token=ADMIN,
-    )
-    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
-    async with serve_app(service.app) as base:
-        env = Env(int(base.rsplit(":", 1)[1]), redis, service)
-        yield env
-        for ws in env.sockets:
-            await ws.close()
+def env(admin_env: Env) -> Env:
+    return admin_env
 
 
 async def first_event(http: httpx.AsyncClient, count: int = 1) -> list[dict[str, Any]]:

@@ -21,14 +21,11 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from aigcq.cli.app import app
-from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.auth import ADMIN_TOKEN_HINT, issue_client_token
-from aigcq.serve.server import ServeProcess
-from tests.fakes.bridge import BRIDGE_TOKEN, PROMPT_INVALID, task_end
+from tests.fakes.bridge import PROMPT_INVALID, task_end
 from tests.fakes.cli import one_error_line
 from tests.fakes.client import Client, generate
-from tests.fakes.servers import serve_app
-from tests.fakes.service import ADMIN, SECRET, Env
+from tests.fakes.service import ADMIN, SECRET, Env, admin_service
 from tests.fakes.waiting import until
 
 CLIENT = issue_client_token(SECRET, "b1")
@@ -44,20 +41,8 @@ MODELS = {
 @pytest.fixture
 async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
     """Serve with the bridge hub, the admin token, two projects and no paid capacity."""
-    (tmp_path / "model.json").write_text(json.dumps(MODELS))
-    settings = Settings(
-        redis_url=redis_url,
-        token_secret=SECRET,
-        config_dir=tmp_path,
-        bridge_token=BRIDGE_TOKEN,
-        admin_token=ADMIN,
-    )
-    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
-    async with serve_app(service.app) as base:
-        env = Env(int(base.rsplit(":", 1)[1]), redis, service)
-        yield env
-        for ws in env.sockets:
-            await ws.close()
+    async with admin_service(tmp_path, redis, redis_url, json.dumps(MODELS)) as found:
+        yield found
 
 
 async def cli(env: Env, *args: str, token: str = ADMIN) -> Result:
