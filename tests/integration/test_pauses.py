@@ -199,6 +199,8 @@ async def test_a_bridge_drained_on_one_process_takes_nothing_on_the_other(
         br1, br2 = await Bridge.connect(port), await Bridge.connect(port)
         try:
             await br1.register("br1", count=1)
+            known = partial(a.service.rt.redis.exists, a.service.rt.store.keys.bridge("br1"))
+            await until(known, bool)  # its REGISTER reached a and Redis
             async with httpx.AsyncClient(base_url=b.base, headers=HEADERS) as http:
                 r = await http.post("/api/admin/bridges/br1/drain")
                 # not connected to b, but known there: it connected to a
