@@ -61,6 +61,13 @@ class IdBinding(enum.StrEnum):
         return None
 
 
+class Scheduler(enum.StrEnum):
+    """``AIGCQ_SCHEDULER``: the policy of a dispatch round (docs/scheduling.md)."""
+
+    FIFO = "fifo"
+    FAIR = "fair"
+
+
 class ResultCustody(enum.StrEnum):
     """Which paid results have their files copied into aigcq's storage before delivery
     (``AIGCQ_RESULT_CUSTODY``)."""
@@ -371,6 +378,80 @@ class Settings(HttpLimits):
         "back (or its queue's paid platform) before it fails NoCapableInstance.",
     )
 
+    scheduler: Scheduler = Field(
+        Scheduler.FIFO,
+        validation_alias=_env("SCHEDULER"),
+        description="Who runs first (docs/scheduling.md): fifo (each queue first come, first "
+        "served, projects in round robin, overflow when full) | fair (fair shares by GPU "
+        "time, priority credit, start deadlines and deadline-aware overflow).",
+    )
+    share_weights: dict[str, float] = Field(
+        default_factory=dict,
+        validation_alias=_env("SHARE_WEIGHTS"),
+        description='fair: each project\'s weight in the share of our GPUs (JSON, e.g. '
+        '{"studio": 2}; unlisted: 1).',
+    )
+    share_half_life_s: float = Field(
+        300.0,
+        gt=0,
+        validation_alias=_env("SHARE_HALF_LIFE_S"),
+        description="fair: recent GPU-seconds per project and user halve every this long.",
+    )
+    share_lend_s: float = Field(
+        40.0,
+        validation_alias=_env("SHARE_LEND_S"),
+        description="fair: a task about to miss its start deadline borrows another tenant's "
+        "place only while its tenant's recent usage per weight is at most this many "
+        "seconds of the whole pool ahead of the lender's (< 0: never borrows).",
+    )
+    share_patience: float = Field(
+        0.25,
+        ge=0,
+        validation_alias=_env("SHARE_PATIENCE"),
+        description="fair: a lender waits for a borrower at most this fraction of its own "
+        "maximum wait.",
+    )
+    share_margin: float = Field(
+        0.35,
+        ge=0,
+        validation_alias=_env("SHARE_MARGIN"),
+        description="fair: an estimated start within this fraction of a task's maximum wait "
+        "before its deadline counts as a miss (it is rescued, or goes paid).",
+    )
+    share_default_run_s: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=_env("SHARE_DEFAULT_RUN_S"),
+        description="fair: the run time assumed for a workflow none of our GPUs ran yet (and "
+        "no other workflow either).",
+    )
+    share_lookahead: int = Field(
+        256,
+        ge=1,
+        le=4096,
+        validation_alias=_env("SHARE_LOOKAHEAD"),
+        description="fair: waiting tasks of each queue one round weighs (its head).",
+    )
+    user_max_running: int = Field(
+        0,
+        ge=0,
+        validation_alias=_env("USER_MAX_RUNNING"),
+        description="fair: most tasks of one userId of a project on our GPUs at once (0 = no "
+        "limit).",
+    )
+    priority_max_s: dict[str, float] = Field(
+        default_factory=lambda: {"*": 300.0},
+        validation_alias=_env("PRIORITY_MAX_S"),
+        description='Largest priority (seconds of credit) a task may carry, by project (JSON; '
+        '"*": every other project; 0 or unlisted without "*": none allowed).',
+    )
+    max_wait_ms: dict[str, int] = Field(
+        default_factory=dict,
+        validation_alias=_env("MAX_WAIT_MS"),
+        description='Start deadline of a task that carries no maxWaitMs, by project (JSON, '
+        'e.g. {"*": 600000}; unlisted: none).',
+    )
+
     admission: str = Field(
         "none", validation_alias=_env("ADMISSION"), description="none | quota | billing"
     )
@@ -429,6 +510,15 @@ class Settings(HttpLimits):
         path = self.secrets_file
         data: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
         return data
+
+    def priority_max(self, aigc: str) -> float:
+        """The largest priority credit a task of project ``aigc`` may carry (s)."""
+        return self.priority_max_s.get(aigc, self.priority_max_s.get("*", 0.0))
+
+    def default_max_wait_s(self, aigc: str) -> float | None:
+        """The start deadline of a task of ``aigc`` that carries no ``maxWaitMs`` (s)."""
+        ms = self.max_wait_ms.get(aigc, self.max_wait_ms.get("*"))
+        return None if ms is None else ms / 1000
 
     def keeps_results_of(self, target: str) -> bool:
         """Whether results of ``target`` may have their files copied (result custody)."""
@@ -528,6 +618,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "TaskFailed": "任务执行失败，请稍后再试。",
         "TaskTimeout": "任务超时，请稍后再试。",
         "TaskCancelled": "任务已取消。",
+        "TaskExpired": "任务排队超过最长等待时间，未开始执行，已取消且未扣费。",
         "AuthError": "认证失败，请检查 token。",
         "PlatformError": "不支持的平台。",
         "PayloadTooLarge": "消息过大。",

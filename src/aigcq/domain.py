@@ -68,6 +68,9 @@ class Move(enum.StrEnum):
     PROMOTE = "promote"  # a task whose back-off is over goes to the head of its queue
     FINISH = "finish"  # a result, a failure or a cancel
     WITHDRAW = "withdraw"  # its submitter took back a task that was still waiting
+    #: a waiting task that never ran passed its start deadline (``maxWaitMs``): it fails
+    #: ``TaskExpired``, nothing paid
+    EXPIRE = "expire"
     RETRY = "retry"  # an operator queues a failed or cancelled task again
     #: an operator's replay of a failed or cancelled task whose paid run brought a result
     #: after it ended: it ends with that result, nothing is paid again
@@ -102,6 +105,7 @@ TRANSITIONS: dict[Move, tuple[frozenset[TaskState], frozenset[TaskState]]] = {
     # arrives for an earlier attempt after the task was handed back to the queue.
     Move.FINISH: (LIVE_STATES, TERMINAL_STATES),
     Move.WITHDRAW: (frozenset({TaskState.PENDING}), frozenset({TaskState.CANCELLED})),
+    Move.EXPIRE: (frozenset({TaskState.PENDING}), frozenset({TaskState.FAILED})),
     Move.RETRY: (
         frozenset({TaskState.FAILED, TaskState.CANCELLED}),
         frozenset({TaskState.PENDING}),
@@ -154,6 +158,8 @@ class ErrorCode(enum.StrEnum):
     TASK_FAILED = "TaskFailed"
     TASK_TIMEOUT = "TaskTimeout"
     TASK_CANCELLED = "TaskCancelled"
+    #: its start deadline (``maxWaitMs``) passed before it started anywhere (nothing paid)
+    TASK_EXPIRED = "TaskExpired"
     SIGNATURE = "SignatureError"
     GONE = "TaskGone"
     NOT_RETRYABLE = "TaskNotRetryable"
@@ -163,6 +169,40 @@ class ErrorCode(enum.StrEnum):
     CONTROL = "ControlError"  # an operator's control names nothing it can act on
     LINK_EXPIRED = "LinkExpired"
     FILE_NOT_FOUND = "FileNotFound"
+
+
+@dataclass(frozen=True, slots=True)
+class Ordering:
+    """What a client asked about when its task runs (issue 27; docs/scheduling.md): its end
+    user (fair shares inside the project), a priority credit, a start deadline, and
+    whether it waits on past that deadline. The default is a task as before issue 27."""
+
+    user: str = ""
+    #: dispatched among its tenant's tasks as if submitted this many seconds earlier
+    credit_s: float = 0.0
+    #: it must start within this many seconds of its submit (None: no deadline)
+    max_wait_s: float | None = None
+    #: past its start deadline it waits on (else it ends ``TaskExpired``)
+    keep_waiting: bool = False
+
+    def start_by(self, created: float) -> float | None:
+        """Its start deadline (epoch s) for a submit at ``created``."""
+        return None if self.max_wait_s is None else created + self.max_wait_s
+
+    def fields(self, created: float) -> list[str]:
+        """Its task hash's fields (name, value, ...): only those that differ from the
+        default, so a task without them is stored as before."""
+        out: list[str] = []
+        if self.user:
+            out += ["userId", self.user]
+        if self.credit_s:
+            out += ["credit", repr(float(self.credit_s))]
+        start_by = self.start_by(created)
+        if start_by is not None:
+            out += ["startBy", repr(start_by)]
+        if self.keep_waiting:
+            out += ["keepWaiting", "1"]
+        return out
 
 
 @dataclass(slots=True)

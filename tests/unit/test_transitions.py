@@ -129,6 +129,6 @@ def test_the_generated_from_and_to_are_the_tables() -> None:
     assert "requeue_handed_back = 'running'" in source
     assert "local TO = {requeue_unrun = 'pending'," in source
     # a move to several states (finish) has no TO: the caller names the state
-    assert "local TO = {withdraw = 'cancelled', replay_result = 'success'}" in (
+    assert "local TO = {withdraw = 'cancelled', replay_result = 'success', expire = 'failed'}" in (
         scripts.load("finish").source
     )

@@ -47,6 +47,10 @@ class SubmitBody(BaseModel):
     AIGC: str | None = None
     backendId: str | None = None
     maxCost: float | None = None
+    priority: float | None = None
+    userId: str | None = None
+    maxWaitMs: int | None = None
+    keepWaiting: bool | None = None
 
 
 #: POST /api/tasks reads its body itself (size limit first, then JSON): its schema here.

@@ -8,7 +8,7 @@ from typing import Any
 import redis.exceptions
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from aigcq.domain import ErrorCode
+from aigcq.domain import ErrorCode, Ordering
 from aigcq.gateway.admission import Admission
 from aigcq.gateway.errors import ClientError
 from aigcq.observability.jsonlog import ctx
@@ -20,12 +20,17 @@ log = logging.getLogger(__name__)
 
 ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 MAX_BACKEND_ID = 128  # a client's id, on the WebSocket (``id=``) and over HTTP (``backendId``)
+MAX_USER_ID = 128  # an end user's id (``userId``)
+MAX_WAIT_MS = 7 * 86400 * 1000  # the longest start deadline a task may ask for (a week)
 
 
 class GenerateRequest(BaseModel):
     """Seed 001: ``{"type":"generate", taskId, platform, payload, AIGC?}``, and aigcq's
     ``maxCost?``: the most the task may cost on a paid platform (in the unit of
-    ``AIGCQ_OVERFLOW_PRICE``): one expected to cost more is not sent there. As the seed's
+    ``AIGCQ_OVERFLOW_PRICE``): one expected to cost more is not sent there; and when it
+    runs (issue 27, docs/scheduling.md): ``priority`` (seconds of credit, at most the
+    project's ``AIGCQ_PRIORITY_MAX_S``), ``userId`` (its end user, for fair shares inside
+    the project), ``maxWaitMs`` (its start deadline) and ``keepWaiting``. As the seed's
     Node.js service read them, an integer ``taskId`` is its decimal text and a ``payload``
     sent as a string holding a JSON object is that object."""
 
@@ -36,6 +41,10 @@ class GenerateRequest(BaseModel):
     payload: JsonObject
     AIGC: str | None = Field(None, min_length=1, max_length=128)
     maxCost: float | None = Field(None, ge=0, allow_inf_nan=False)
+    priority: float | None = Field(None, ge=0, allow_inf_nan=False)
+    userId: str | None = Field(None, min_length=1, max_length=MAX_USER_ID)
+    maxWaitMs: int | None = Field(None, ge=0, le=MAX_WAIT_MS)
+    keepWaiting: bool | None = None
 
 
 def parse_generate(data: dict[str, Any]) -> GenerateRequest:
@@ -65,6 +74,7 @@ class Submission:
             raise ClientError(
                 ErrorCode.PLATFORM, f"unknown platform {req.platform!r} for {aigc!r}", req.taskId
             )
+        ordering = self._ordering(req, aigc)
         task = {"taskId": req.taskId, "platform": req.platform, "AIGC": aigc}
         if not await self.admission.admit(backend_id, task):
             raise ClientError(ErrorCode.BALANCE, "admission refused", req.taskId)
@@ -76,6 +86,7 @@ class Submission:
                 req.payload,
                 deliver=deliver,
                 max_cost=req.maxCost,
+                ordering=ordering,
             )
         except redis.exceptions.RedisError as exc:  # the task may exist: its reply was lost
             await self.admission.refund_unless_stored(backend_id, req.taskId)
@@ -90,3 +101,26 @@ class Submission:
                     ErrorCode.CONFLICT, "taskId belongs to another client", req.taskId
                 )
         return result.created
+
+    def _ordering(self, req: GenerateRequest, aigc: str) -> Ordering:
+        """When the task runs, as it asked (its project's ``AIGCQ_MAX_WAIT_MS`` when it
+        names no ``maxWaitMs``); a priority above its project's bound is refused."""
+        credit = req.priority or 0.0
+        bound = self.rt.settings.priority_max(aigc)
+        if credit > bound:
+            raise ClientError(
+                ErrorCode.JSON,
+                f"priority: at most {bound:g} s for project {aigc!r} (AIGCQ_PRIORITY_MAX_S)",
+                req.taskId,
+            )
+        max_wait_s = (
+            req.maxWaitMs / 1000
+            if req.maxWaitMs is not None
+            else self.rt.settings.default_max_wait_s(aigc)
+        )
+        return Ordering(
+            user=req.userId or "",
+            credit_s=credit,
+            max_wait_s=max_wait_s,
+            keep_waiting=bool(req.keepWaiting),
+        )

@@ -71,6 +71,12 @@ OVERFLOW_TASKS = Counter(
     "Tasks accepted by a paid external platform.",
     ["aigc", "platform", "target"],
 )
+START_EXPIRED = Counter(
+    "aigcq_start_expired_total",
+    "Tasks that ended TaskExpired: their start deadline (maxWaitMs) passed before they "
+    "started anywhere (nothing paid).",
+    ["aigc", "platform"],
+)
 OVERFLOW_COST = Counter(
     "aigcq_overflow_cost_total",
     "Spend on external platforms: each paid task's cost when it ended (the platform's "
@@ -144,6 +150,10 @@ def tasks_claimed(
 
 def overflowed(aigc: str, platform: str, target: str) -> None:
     _child(OVERFLOW_TASKS, aigc, platform, target).inc()
+
+
+def start_expired(aigc: str, platform: str) -> None:
+    _child(START_EXPIRED, aigc, platform).inc()
 
 
 def spent(

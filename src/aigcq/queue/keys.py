@@ -79,6 +79,19 @@ class Keys:
     #: Tasks that ended failed or cancelled, while retained (ZSET id -> when they ended):
     #: where a replay by filter looks.
     replayable = _Fixed("replayable")
+    #: Waiting tasks with a start deadline that expire past it (ZSET id -> start deadline,
+    #: epoch s; no ``keepWaiting`` ones): the sweeper's index of ``TaskExpired``.
+    startby = _Fixed("startby")
+    #: Each workflow's recent mean run time on our GPUs (HASH workflowId -> "<mean s>
+    #: <runs>", :func:`aigcq.scheduler.policy.next_mean`), written as a task succeeds.
+    runs = _Fixed("runs")
+
+    def usage(self, aigc: str, user: str | None = None) -> str:
+        """A project's (or one of its users') recent GPU-seconds, "<value> <at>" (decayed
+        from ``at``, epoch s; :mod:`aigcq.scheduler.usage`), expiring when long unused."""
+        if user is None:
+            return f"{self.prefix}:usage:{aigc}"
+        return f"{self.prefix}:usage:{aigc}:user:{user}"
 
     def callback(self, remote_id: str) -> str:
         """Seed 001 §5.3: ``{prefix}:callback:{remoteTaskId}`` -> taskId."""

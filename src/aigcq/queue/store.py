@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from aigcq.domain import TRANSITIONS, Move, Task, TaskState
+from aigcq.domain import TRANSITIONS, Move, Ordering, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.plumbing.text import text
@@ -214,13 +214,18 @@ class TaskStore:
         payload: dict[str, Any],
         deliver: bool = True,
         max_cost: float | None = None,
+        ordering: Ordering = Ordering(),
     ) -> Submitted:
         """Create a task and queue it; an existing ``task_id`` is returned unchanged.
-        ``max_cost``: the most it may cost on a paid platform (None: no limit)."""
+        ``max_cost``: the most it may cost on a paid platform (None: no limit);
+        ``ordering``: when it runs (its user, priority credit, start deadline)."""
+        now = time.time()
+        start_by = ordering.start_by(now)
+        expires = start_by is not None and not ordering.keep_waiting
         created, state, owner = await self._run(
             "submit",
             task_id=task_id,
-            now=time.time(),
+            now=now,
             aigc=aigc,
             platform=platform,
             backend_id=backend_id,
@@ -228,6 +233,8 @@ class TaskStore:
             workflow_id=workflow_of(payload),
             deliver="1" if deliver else "0",
             max_cost="" if max_cost is None else repr(max_cost),
+            order=orjson.dumps(ordering.fields(now)),
+            expires_at=repr(start_by) if expires else "",
         )
         return Submitted(bool(created), TaskState(text(state)), text(owner))
 
@@ -528,6 +535,43 @@ class TaskStore:
             ended=False,
         )
         return int(applied) == 1
+
+    async def expire(
+        self, task_id: str, *, error: dict[str, Any], message: dict[str, Any], note: str
+    ) -> MoveResult:
+        """End a waiting task that never ran (no attempt charged) past its start deadline:
+        it fails with ``message`` for its client, nothing was paid. ``applied`` False: it
+        is not waiting, or it ran once (then it has no start deadline any more)."""
+        now = time.time()
+        applied, current, *labels = await self._run(
+            "finish",
+            task_id=task_id,
+            to=TaskState.FAILED.value,
+            now=now,
+            ttl=self.retention_s,
+            result_json=orjson.dumps(None),
+            error_json=orjson.dumps(error),
+            body=orjson.dumps(message),
+            minid=outbox_minid(now, self.outbox_retention_s),
+            info=note,
+            move=Move.EXPIRE.value,
+            quiet=False,
+            from_attempt="",
+            paid_targets=self.paid_targets,
+            fenced=False,
+            ended=False,
+        )
+        code = int(applied)
+        if code != 1:
+            return MoveResult(False, TaskState(text(current)) if code >= 0 else None)
+        metrics.task_finished(labels[:4], TaskState.FAILED.value, now)
+        aigc, platform = text(labels[0]), text(labels[1])
+        return MoveResult(True, TaskState.FAILED, aigc=aigc, platform=platform)
+
+    async def past_start_by(self, limit: int = 500) -> list[str]:
+        """Waiting tasks past their start deadline (those that expire), oldest first."""
+        ids = await self.redis.zrangebyscore(self.keys.startby, "-inf", time.time(), 0, limit)
+        return [text(i) for i in ids]
 
     async def deliver_kept(self, task_id: str, note: str) -> MoveResult:
         """End a failed or cancelled task with the result its paid run brought after it

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from aigcq.delivery.custody import Custody
-from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.domain import ErrorCode, Ordering, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
@@ -131,9 +131,10 @@ class Lifecycle:
         *,
         deliver: bool,
         max_cost: float | None = None,
+        ordering: Ordering = Ordering(),
     ) -> Submitted:
         """A client submitted a task: stored and queued (an existing id is left as it is).
-        ``max_cost``: the most it may cost on a paid platform."""
+        ``max_cost``: the most it may cost on a paid platform; ``ordering``: when it runs."""
         aigc, platform = queue
         result = await self.rt.store.submit(
             task_id,
@@ -143,6 +144,7 @@ class Lifecycle:
             payload=payload,
             deliver=deliver,
             max_cost=max_cost,
+            ordering=ordering,
         )
         _say(logging.DEBUG, task_id, "submitted by %s (created=%s)", backend_id, result.created)
         await self.made_durable(task_id, "its submit")
@@ -510,6 +512,23 @@ class Lifecycle:
         )
         if done.applied:
             _say(logging.WARNING, task.task_id, "%s", message)
+        return done.applied
+
+    async def start_missed(self, task_id: str) -> bool:
+        """A waiting task that never ran is past its start deadline (``maxWaitMs``, and
+        no ``keepWaiting``): it fails ``TaskExpired`` for its client, nothing paid. False:
+        it was not waiting, or it ran once (it has no start deadline any more)."""
+        message = "its start deadline (maxWaitMs) passed before it started"
+        error = {"code": ErrorCode.TASK_EXPIRED.value, "message": message, "detail": None}
+        done = await self.rt.store.expire(
+            task_id,
+            error=error,
+            message=self.error_body(ErrorCode.TASK_EXPIRED, error),
+            note="start deadline passed",
+        )
+        if done.applied:
+            metrics.start_expired(done.aigc, done.platform)
+            _say(logging.INFO, task_id, "expired: %s; nothing paid", message)
         return done.applied
 
     async def retry_or_fail(

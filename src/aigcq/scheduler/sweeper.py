@@ -1,5 +1,9 @@
-"""The slow safety sweep: back-off expiry and in-flight deadlines (unwanted remote tasks are
-watched by :mod:`.orphan_checks`, in a loop of their own).
+"""The slow safety sweep: back-off expiry, start deadlines and in-flight deadlines
+(unwanted remote tasks are watched by :mod:`.orphan_checks`, in a loop of their own).
+
+A waiting task that never ran, past its start deadline (``maxWaitMs``, no
+``keepWaiting``), ends ``TaskExpired`` wherever it is in its queue (a dispatch round
+expires those of its look-ahead window too).
 
 A task past its deadline is not blindly re-sent. On a paid platform:
 
@@ -62,6 +66,8 @@ class Sweeper:
 
     async def sweep_once(self) -> None:
         await self.lifecycle.back_offs_over()
+        for task_id in await self.rt.store.past_start_by():
+            await self.lifecycle.start_missed(task_id)
         expired = await self.rt.store.expired()
         for start in range(0, len(expired), BATCH):
             batch = expired[start : start + BATCH]

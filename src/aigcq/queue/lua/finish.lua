@@ -8,11 +8,16 @@
 -- an orphan) is kept on the task (keep_paid_result). ``replay_result`` ends such a task with
 -- that result (a replay that pays nothing), its client told as for any success. A failed
 -- or cancelled end is listed for replays (``{P}:replayable``, while retained).
+-- ``expire`` ends a waiting task that never ran (no attempt charged) whose start deadline
+-- passed; any end takes the task out of the start deadlines' index (``{P}:startby``). A
+-- successful run on a target that is not paid records its run time in its workflow's
+-- recent mean (``{P}:runs``, issue 27: the fair policy's estimates).
 -- Returns {1, to, AIGC, platform, target, created, orphan},
 -- {0, state} (not allowed), {2, state} (fenced: a superseded attempt), {-1, ''} (unknown).
 --! move finish
 --! move withdraw
 --! move replay_result
+--! move expire
 --! arg task_id
 --! arg to               the terminal state
 --! arg now
@@ -22,12 +27,26 @@
 --! arg body             the client's message
 --! arg minid            the outbox's MINID (ms)
 --! arg info             its timeline note
---! arg move             finish | withdraw | replay_result (result_json, body: the kept one)
+--! arg move             finish | withdraw | replay_result (result_json, body: the kept one) | expire
 --! arg quiet:flag       no message for the client
 --! arg from_attempt     the attempt whose run reported this end ('' = none did, e.g. a cancel)
 --! arg paid_targets     csv
 --! arg fenced:flag      a failure: applied only while from_attempt is the live one
 --! arg ended:flag       the run of from_attempt has ended
+-- policy.next_mean: the plain mean of a workflow's first RUN_WINDOW runs, then an
+-- exponential moving average (``{P}:runs``: workflowId -> "<mean s> <count>")
+local RUN_WINDOW = 20
+local function record_run(workflow, run_s)
+  local before = redis.call('HGET', P .. ':runs', workflow)
+  local mean, count = 0, 0
+  if before then
+    local m, c = string.match(before, '^(%S+) (%S+)$')
+    mean, count = tonumber(m) or 0, tonumber(c) or 0
+  end
+  count = math.min(count + 1, RUN_WINDOW)
+  mean = mean + (math.max(run_s, 0) - mean) / count
+  redis.call('HSET', P .. ':runs', workflow, string.format('%.17g %d', mean, count))
+end
 local k = tkey(task_id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
 if not h[1] then return {-1, ''} end
@@ -42,9 +61,19 @@ if ended and from_attempt ~= '' and orphan_ended(task_id, from_attempt) == 1
 end
 if not allowed(FROM[move], h[1]) then
   if late ~= '' then keep_paid_result(task_id, result_json, late, from_attempt, now) end
+  if move == 'expire' then redis.call('ZREM', P .. ':startby', task_id) end  -- it started
   return {0, h[1]}
 end
 if fenced and (h[2] ~= from_attempt or h[1] == PENDING) then return {2, h[1]} end
+if move == 'expire' and tonumber(redis.call('HGET', k, 'charged') or 0) > 0 then
+  redis.call('ZREM', P .. ':startby', task_id)  -- it ran once: no start deadline any more
+  return {0, h[1]}
+end
+if to == SUCCESS and h[1] == RUNNING and not paid(paid_targets, h[5]) then
+  local run = redis.call('HMGET', k, 'started', 'workflowId')
+  if run[1] then record_run(run[2] or '', tonumber(now) - tonumber(run[1])) end
+end
+redis.call('ZREM', P .. ':startby', task_id)
 if replay then
   result_json = redis.call('HGET', k, 'paidResult')
   if not result_json then return {0, h[1]} end

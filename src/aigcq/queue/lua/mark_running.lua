@@ -48,7 +48,7 @@ if not adopt and (not allowed(FROM.mark_running, h[1]) or h[2] ~= attempt) then
   return 0
 end
 redis.call('HSET', k, 'status', running, 'remoteTaskId', remote_id, 'updated', now,
-  'deadline', deadline)
+  'deadline', deadline, 'started', now)
 if remote_id ~= '' then
   redis.call('SET', P .. ':callback:' .. remote_id, task_id, 'EX', callback_ttl)
   if kind == 'polling' then redis.call('HSET', pollkey(h[3], h[4]), remote_id, task_id) end
