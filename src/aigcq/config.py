@@ -388,7 +388,7 @@ class Settings(HttpLimits):
     share_weights: dict[str, float] = Field(
         default_factory=dict,
         validation_alias=_env("SHARE_WEIGHTS"),
-        description='fair: each project\'s weight in the share of our GPUs (JSON, e.g. '
+        description="fair: each project's weight in the share of our GPUs (JSON, e.g. "
         '{"studio": 2}; unlisted: 1).',
     )
     share_half_life_s: float = Field(
@@ -432,23 +432,16 @@ class Settings(HttpLimits):
         validation_alias=_env("SHARE_LOOKAHEAD"),
         description="fair: waiting tasks of each queue one round weighs (its head).",
     )
-    user_max_running: int = Field(
-        0,
-        ge=0,
-        validation_alias=_env("USER_MAX_RUNNING"),
-        description="fair: most tasks of one userId of a project on our GPUs at once (0 = no "
-        "limit).",
-    )
     priority_max_s: dict[str, float] = Field(
         default_factory=lambda: {"*": 300.0},
         validation_alias=_env("PRIORITY_MAX_S"),
-        description='Largest priority (seconds of credit) a task may carry, by project (JSON; '
+        description="Largest priority (seconds of credit) a task may carry, by project (JSON; "
         '"*": every other project; 0 or unlisted without "*": none allowed).',
     )
     max_wait_ms: dict[str, int] = Field(
         default_factory=dict,
         validation_alias=_env("MAX_WAIT_MS"),
-        description='Start deadline of a task that carries no maxWaitMs, by project (JSON, '
+        description="Start deadline of a task that carries no maxWaitMs, by project (JSON, "
         'e.g. {"*": 600000}; unlisted: none).',
     )
 

@@ -205,6 +205,10 @@ class Ordering:
         return out
 
 
+#: a task as before issue 27: no user, no credit, no start deadline
+AS_SUBMITTED = Ordering()
+
+
 @dataclass(slots=True)
 class Task:
     """A task as stored in its Redis hash ``{prefix}:task:{taskId}``."""

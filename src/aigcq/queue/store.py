@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from aigcq.domain import TRANSITIONS, Move, Ordering, Task, TaskState
+from aigcq.domain import AS_SUBMITTED, TRANSITIONS, Move, Ordering, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.plumbing.text import text
@@ -132,8 +132,37 @@ class Orphan:
         return self.create_at > 0
 
 
+@dataclass(frozen=True, slots=True)
+class Windowed:
+    """A waiting task of a look-ahead window, with what the fair policy weighs."""
+
+    aigc: str
+    platform: str
+    task_id: str
+    created: float
+    workflow_id: str
+    user: str
+    credit_s: float
+    start_by: float | None
+    keep_waiting: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What one round of the fair policy weighs (:meth:`TaskStore.window`)."""
+
+    tasks: list[Windowed]
+    #: the internal target's tasks in flight: (workflowId, started; None: not yet running)
+    busy: list[tuple[str, float | None]]
+    #: workflowId -> its recent mean run time (s)
+    runs: dict[str, float]
+    #: usage key -> (GPU-seconds, when recorded)
+    usage: dict[str, tuple[float, float]]
+
+
 SCRIPTS = (
     "submit",
+    "window",
     "claim",
     "begin_create",
     "mark_running",
@@ -214,7 +243,7 @@ class TaskStore:
         payload: dict[str, Any],
         deliver: bool = True,
         max_cost: float | None = None,
-        ordering: Ordering = Ordering(),
+        ordering: Ordering = AS_SUBMITTED,
     ) -> Submitted:
         """Create a task and queue it; an existing ``task_id`` is returned unchanged.
         ``max_cost``: the most it may cost on a paid platform (None: no limit);
@@ -694,6 +723,29 @@ class TaskStore:
 
     # ---- reads ----------------------------------------------------------------------
 
+    async def window(
+        self, queues: Sequence[tuple[str, str]], n: int, target: str, busy_max: int = 4096
+    ) -> Window:
+        """The first ``n`` waiting tasks of each of ``queues`` and what the fair policy
+        weighs with them (``window.lua``), in one step."""
+        raw = orjson.loads(
+            await self._run(
+                "window",
+                queues=orjson.dumps([list(q) for q in queues]),
+                n=n,
+                target=target,
+                busy_max=busy_max,
+            )
+        )
+        runs = raw.get("runs") or []
+        usage = raw.get("usage") or {}
+        return Window(
+            tasks=[_windowed(row) for row in raw.get("tasks") or []],
+            busy=[(w, float(s) if s else None) for w, s in raw.get("busy") or []],
+            runs={runs[i]: float(runs[i + 1].split()[0]) for i in range(0, len(runs), 2)},
+            usage={k: _pair(v) for k, v in usage.items()},
+        )
+
     async def max_cost(self, task_id: str) -> float | None:
         """The most the task may cost on a paid platform (its client's ``maxCost``)."""
         [raw] = await self.mux.commands(["HGET", self.keys.task(task_id), "maxCost"])
@@ -783,6 +835,27 @@ WORKFLOW_FIELDS = ("workflowId", "workflow_id", "req_key")
 def _decimal(value: float) -> str:
     """A figure as ``HINCRBYFLOAT`` reads it (shortest exact decimal)."""
     return repr(float(value))
+
+
+def _windowed(row: list[str]) -> Windowed:
+    aigc, platform, task_id, created, workflow, user, credit, start_by, keep = row
+    return Windowed(
+        aigc,
+        platform,
+        task_id,
+        float(created),
+        workflow,
+        user,
+        float(credit or 0),
+        float(start_by) if start_by else None,
+        keep == "1",
+    )
+
+
+def _pair(value: str) -> tuple[float, float]:
+    """A usage record, "<value> <at>"."""
+    first, _, second = value.partition(" ")
+    return float(first), float(second or 0)
 
 
 def _from_head(values: list[Any]) -> Task | None:

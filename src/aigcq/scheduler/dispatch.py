@@ -17,6 +17,18 @@ pipeline, and decides by it: a paused project's queues are left alone, a paused 
 account gets no task (nor one the internal target hands back: it waits), a paused
 workflow's tasks are passed over (the tasks behind them are claimed by id), and the
 paused bridges are the internal target's drains.
+
+With ``AIGCQ_SCHEDULER=fair`` (docs/scheduling.md), while the internal target is healthy
+and preferred, the queues it serves are planned together instead: each one's look-ahead
+window (``AIGCQ_SHARE_LOOKAHEAD`` tasks of its head, with the fields the planner needs, the
+tasks in flight, the workflows' recent run times and the projects' and users' decayed
+usage, in one read: :mod:`aigcq.scheduler.fair`) goes to
+:func:`aigcq.scheduler.policy.plan_round`, and the round claims by id what it decides: for
+the internal target (through its ``choose``, among the queue's tasks in the plan's order,
+so capabilities and look-ahead per instance still hold), for the paid platform (its cap
+checked inside the claim script, as ever), and ends ``TaskExpired`` the tasks past their
+start deadline. The GPU-seconds of each internal claim are charged to its project and user
+(:mod:`aigcq.scheduler.usage`). The other queues are split as above.
 """
 
 from __future__ import annotations
@@ -30,14 +42,17 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from aigcq.config import Scheduler
 from aigcq.plumbing.background import round_failed, round_ok
 from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.text import text
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
+from aigcq.scheduler import fair
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.pauses import Paused, parse
+from aigcq.scheduler.policy import Decision, Queue, Waiting, plan_round
 from aigcq.scheduler.routing import (
     Plan,
     capped,
@@ -47,6 +62,7 @@ from aigcq.scheduler.routing import (
     share_round_robin,
 )
 from aigcq.scheduler.targets import HandBack, InternalTarget, Target
+from aigcq.scheduler.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +108,12 @@ class DispatchLoop:
     #: handed-off work
     _claims: dict[asyncio.Task[None], list[Claimed]] = field(init=False, default_factory=dict)
     stopped: bool = field(init=False, default=False)  # graceful shutdown: claim nothing more
+    #: the projects' and users' recent GPU-seconds (the fair policy)
+    usage: Usage = field(init=False)
+
+    def __post_init__(self) -> None:
+        settings = self.rt.settings
+        self.usage = Usage(self.rt.redis, self.rt.store.keys, settings.share_half_life_s)
 
     def wake(self) -> None:
         self.wakeup.set()
@@ -128,6 +150,8 @@ class DispatchLoop:
         """Each queue's split, in turn; internal slots a queue's share left unused (its
         tasks none of the free instances can run) go to the queues after it."""
         loads = await self._loads()
+        if self._fair():
+            loads = await self._fair_round(loads)
         heads: list[list[str] | None] = [None] * len(loads)
         if self.paused.workflows:  # what may go: the tasks not paused, claimed by id
             heads = [await self._not_paused(q) if q.backlog else None for q in loads]
@@ -147,6 +171,93 @@ class DispatchLoop:
             used = await self._dispatch(load, split, heads[i])
             if served:
                 spare = share - used
+
+    def _fair(self) -> bool:
+        """Whether this round plans the internal target's queues by the fair policy."""
+        target = self.internal
+        return (
+            self.rt.settings.scheduler is Scheduler.FAIR
+            and target is not None
+            and target.preferred
+            and target.healthy
+        )
+
+    async def _fair_round(self, loads: list[QueueLoad]) -> list[QueueLoad]:
+        """Plan and claim the internal target's queues together (the fair policy); the
+        loads of the other queues, split as by fifo."""
+        target = self.internal
+        assert target is not None
+        rest = [q for q in loads if q.platform not in target.serves]
+        busy = {(q.aigc, q.platform): q for q in loads if q not in rest and q.backlog > 0}
+        if not busy:
+            return rest
+        settings = self.rt.settings
+        window = await self.rt.store.window(list(busy), settings.share_lookahead, target.name)
+        now = time.time()
+        given = fair.inputs(
+            window,
+            free=capped(target.free_slots(), settings.internal_capacity_max),
+            free_elsewhere=target.free_elsewhere(),
+            settings=settings,
+            usage=self.usage,
+            keys=self.rt.store.keys,
+            now=now,
+            paused=self.paused.workflows,
+        )
+        rooms = {key: self._paid_room(q) for key, q in busy.items()}
+        decision = plan_round(
+            given.tasks, given.pool, given.shares, rooms, now, fair.tuning(settings)
+        )
+        for task_id in decision.expired:
+            await self.lifecycle.start_missed(task_id)
+        if decision.recheck_at is not None:
+            self._wake_in(max(decision.recheck_at - now, 0.0))
+        await self._claim_planned(target, busy, decision, {t.task_id: t for t in given.tasks})
+        return rest
+
+    def _paid_room(self, load: QueueLoad) -> int:
+        """How many more tasks the queue's paid platform takes now (as :meth:`_split`)."""
+        if not load.paid or load.cap <= 0 or load.paid_paused:
+            return 0
+        return max(load.cap - load.paid_running, 0)
+
+    async def _claim_planned(
+        self,
+        target: InternalTarget,
+        loads: dict[Queue, QueueLoad],
+        decision: Decision,
+        tasks: dict[str, Waiting],
+    ) -> None:
+        """Claim what ``decision`` says, queue by queue: the internal grants through the
+        target's ``choose`` among the queue's tasks in the plan's order (slots a queue's
+        tasks could not use go to the next), then the paid ones; charge the GPU-seconds
+        of what the internal target took."""
+        order: dict[Queue, list[str]] = {key: [] for key in loads}
+        for task_id in decision.order:
+            order[tasks[task_id].queue].append(task_id)
+        projects: dict[str, float] = {}
+        users: dict[tuple[str, str], float] = {}
+        spare = 0
+        for key, load in loads.items():
+            paid = decision.paid.get(key, [])
+            n = len(decision.internal.get(key, [])) + spare
+            split = Plan(n, len(paid), 0)
+            taken = await self._claim_internal(target, load, split, order[key]) if n else []
+            spare = n - min(len(taken), n)
+            for c in taken:
+                task = tasks.get(c.task_id)
+                if task is not None:
+                    aigc = task.queue[0]
+                    projects[aigc] = projects.get(aigc, 0.0) + task.run_s
+                    who = (aigc, task.user)
+                    users[who] = users.get(who, 0.0) + task.run_s
+            if paid and load.paid:
+                claimed = await self.lifecycle.claim(
+                    load.aigc, load.platform, load.paid, cap=load.cap, n=len(paid), ids=paid
+                )
+                for c in claimed:
+                    self._spawn(self._hand_over(self.paid, load.aigc, load.platform, [c]), [c])
+        await self.usage.charge(projects, users)
 
     async def _loads(self) -> list[QueueLoad]:
         """Every configured queue's backlog and paid in-flight count, and the pauses, in

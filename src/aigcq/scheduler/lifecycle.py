@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from aigcq.delivery.custody import Custody
-from aigcq.domain import ErrorCode, Ordering, Task, TaskState
+from aigcq.domain import AS_SUBMITTED, ErrorCode, Ordering, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
@@ -131,7 +131,7 @@ class Lifecycle:
         *,
         deliver: bool,
         max_cost: float | None = None,
-        ordering: Ordering = Ordering(),
+        ordering: Ordering = AS_SUBMITTED,
     ) -> Submitted:
         """A client submitted a task: stored and queued (an existing id is left as it is).
         ``max_cost``: the most it may cost on a paid platform; ``ordering``: when it runs."""

@@ -1,0 +1,42 @@
+-- What a dispatch round of the fair policy weighs (issue 27, aigcq.scheduler.fair), read in
+-- one step: the first ``n`` waiting tasks of each queue (its look-ahead window) with the
+-- fields the planner needs, the tasks in flight on the internal target in those projects
+-- (their workflow and when they started, for the time left of each busy slot), every
+-- workflow's recent mean run time, and the decayed usage of the window's projects and
+-- users. Returns it as JSON: {tasks = {{aigc, platform, id, created, workflowId, userId,
+-- credit, startBy, keepWaiting}, ...}, busy = {{workflowId, started}, ...}, runs = {flat
+-- HGETALL}, usage = {key = "<value> <at>"}}.
+--! no move: it only reads
+--! arg queues          a JSON list of {aigc, platform}
+--! arg n:num           tasks of each queue's head
+--! arg target          the internal target's name (its running sets)
+--! arg busy_max:num    tasks in flight read per project, at most
+local out = {tasks = {}, busy = {}, usage = {}}
+local usage_keys, projects = {}, {}
+local function want(key) usage_keys[key] = true end
+for _, q in ipairs(cjson.decode(queues)) do
+  local aigc, platform = q[1], q[2]
+  if not projects[aigc] then
+    projects[aigc] = true
+    want(P .. ':usage:' .. aigc)
+    for _, id in ipairs(redis.call('ZRANGE', runkey(aigc, target), 0, busy_max - 1)) do
+      local b = redis.call('HMGET', tkey(id), 'workflowId', 'started')
+      out.busy[#out.busy + 1] = {b[1] or '', b[2] or ''}
+    end
+  end
+  for _, id in ipairs(redis.call('LRANGE', waitkey(aigc, platform), 0, n - 1)) do
+    local f = redis.call('HMGET', tkey(id), 'created', 'workflowId', 'userId', 'credit',
+      'startBy', 'keepWaiting')
+    if f[1] then
+      out.tasks[#out.tasks + 1] = {aigc, platform, id, f[1], f[2] or '', f[3] or '',
+        f[4] or '', f[5] or '', f[6] or ''}
+      if f[3] then want(P .. ':usage:' .. aigc .. ':user:' .. f[3]) end
+    end
+  end
+end
+out.runs = redis.call('HGETALL', P .. ':runs')
+for key in pairs(usage_keys) do
+  local v = redis.call('GET', key)
+  if v then out.usage[key] = v end
+end
+return cjson.encode(out)

@@ -1,0 +1,93 @@
+"""The fair policy's view of Redis (``AIGCQ_SCHEDULER=fair``, docs/scheduling.md): what a
+dispatch round reads (:meth:`aigcq.queue.store.TaskStore.window`) as the inputs of
+:func:`aigcq.scheduler.policy.plan_round`.
+
+* each waiting task of the window as a :class:`~aigcq.scheduler.policy.Waiting`: its
+  expected GPU-seconds the recent mean run time of its workflow (before that workflow's
+  first run, the mean of the others'; before any run, ``AIGCQ_SHARE_DEFAULT_RUN_S``);
+* the pool: this process's free slots, the slots free in other processes, and the
+  expected time left of every task in flight on the internal target
+  (:func:`~aigcq.scheduler.policy.time_left`, from when it started running);
+* the shares: ``AIGCQ_SHARE_WEIGHTS`` and the usage records decayed to now
+  (:mod:`aigcq.scheduler.usage`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from aigcq.config import Settings
+from aigcq.queue.keys import Keys
+from aigcq.queue.store import Window
+from aigcq.scheduler.policy import Pool, Shares, Tuning, Waiting, time_left
+from aigcq.scheduler.usage import Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What :func:`~aigcq.scheduler.policy.plan_round` is given, but the paid room."""
+
+    tasks: list[Waiting]
+    pool: Pool
+    shares: Shares
+
+
+def tuning(settings: Settings) -> Tuning:
+    """The round's knobs, from the ``AIGCQ_SHARE_*`` settings."""
+    return Tuning(
+        lend_s=settings.share_lend_s,
+        patience=settings.share_patience,
+        margin=settings.share_margin,
+        overflow_after_s=settings.overflow_after_ms / 1000,
+    )
+
+
+def mean_run(runs: Mapping[str, float], workflow: str, default_s: float) -> float:
+    """A workflow's expected run time on our GPUs (s)."""
+    if workflow in runs:
+        return runs[workflow]
+    return statistics.fmean(runs.values()) if runs else default_s
+
+
+def inputs(
+    window: Window,
+    *,
+    free: int,
+    free_elsewhere: int,
+    settings: Settings,
+    usage: Usage,
+    keys: Keys,
+    now: float,
+    paused: Collection[str] = (),
+) -> Inputs:
+    """The planner's inputs of ``window`` (the tasks of ``paused`` workflows left out)."""
+    default_s = settings.share_default_run_s
+    tasks = [
+        Waiting(
+            t.task_id,
+            (t.aigc, t.platform),
+            t.created,
+            mean_run(window.runs, t.workflow_id, default_s),
+            user=t.user,
+            start_by=t.start_by,
+            keep_waiting=t.keep_waiting,
+            credit_s=t.credit_s,
+        )
+        for t in window.tasks
+        if t.workflow_id not in paused
+    ]
+    busy = [
+        time_left(mean_run(window.runs, w, default_s), now - started if started else 0.0)
+        for w, started in window.busy
+    ]
+    projects = {t.queue[0] for t in tasks}
+    users = {(t.queue[0], t.user) for t in tasks if t.user}
+    record = window.usage.get
+    shares = Shares(
+        weights=settings.share_weights,
+        usage={p: usage.now_of(record(keys.usage(p)), now) for p in projects},
+        user_usage={(p, u): usage.now_of(record(keys.usage(p, u)), now) for p, u in users},
+    )
+    return Inputs(tasks, Pool(free, free_elsewhere, busy), shares)
