@@ -214,12 +214,19 @@ class Pair:
 
 @contextlib.asynccontextmanager
 async def serve_pair(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str, *, concurrency: int = 5, **settings: Any
+    tmp_path: Path,
+    redis: aioredis.Redis,
+    redis_url: str,
+    *,
+    concurrency: int = 5,
+    projects: tuple[str, ...] = ("proj",),
+    **settings: Any,
 ) -> AsyncIterator[Pair]:
     """Two serve processes as :func:`env`'s (its client and bridge tokens), each with its own
-    data dir, RunningHub at ``concurrency`` (long runs: a paid task stays paid), the default
-    health interval (10 s: no periodic pass recovers internal capacity during a test)."""
-    models = {"proj": {"comfyui": {"apikey": "k", "concurrency": concurrency}}}
+    data dir, RunningHub at ``concurrency`` (long runs: a paid task stays paid) for each AIGC
+    project of ``projects``, the default health interval (10 s: no periodic pass recovers
+    internal capacity during a test)."""
+    models = {p: {"comfyui": {"apikey": "k", "concurrency": concurrency}} for p in projects}
     (tmp_path / "model.json").write_text(json.dumps(models))
     emulator = RunningHubEmulatorConfig(duration_s=60, max_concurrent=max(concurrency, 1))
     async with contextlib.AsyncExitStack() as stack:
