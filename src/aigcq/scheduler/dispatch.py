@@ -229,9 +229,11 @@ class DispatchLoop:
         tasks: dict[str, Waiting],
     ) -> None:
         """Claim what ``decision`` says, queue by queue: the internal grants through the
-        target's ``choose`` among the queue's tasks in the plan's order (slots a queue's
-        tasks could not use go to the next), then the paid ones; charge the GPU-seconds
-        of what the internal target took."""
+        target's ``choose`` among the queue's tasks in the plan's order, then those it
+        sends to the paid platform (a granted task no free instance can run leaves its
+        slot to the next that one can, as the fifo split's look-ahead does; slots a
+        queue's tasks could not use go to the next queue), then the paid ones it did not
+        take; charge the GPU-seconds of what the internal target took."""
         order: dict[Queue, list[str]] = {key: [] for key in loads}
         for task_id in decision.order:
             order[tasks[task_id].queue].append(task_id)
@@ -242,8 +244,11 @@ class DispatchLoop:
             paid = decision.paid.get(key, [])
             n = len(decision.internal.get(key, [])) + spare
             split = Plan(n, len(paid), 0)
-            taken = await self._claim_internal(target, load, split, order[key]) if n else []
+            among = order[key] + paid  # a task it cannot run now leaves its slot to the next
+            taken = await self._claim_internal(target, load, split, among) if n else []
             spare = n - min(len(taken), n)
+            gone = {c.task_id for c in taken}
+            paid = [i for i in paid if i not in gone]
             for c in taken:
                 task = tasks.get(c.task_id)
                 if task is not None:
