@@ -1,0 +1,190 @@
+"""The fair policy's state in Redis (issue 27): what a submit stores, the start deadlines'
+index and the ``expire`` move, the window read, the workflows' run means recorded as a run
+succeeds, the decayed usage charged at grants, and Redis memory per waiting task."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aigcq.domain import AS_SUBMITTED, Ordering, TaskState
+from aigcq.queue.store import TaskStore
+from aigcq.scheduler.policy import decayed, next_mean
+from aigcq.scheduler.usage import Usage
+
+#: a payload of the size seed clients send (a RunningHub workflow and a few nodes)
+PAYLOAD = {
+    "workflowId": "1904136902449209346",
+    "nodeInfoList": [
+        {"nodeId": str(n), "fieldName": "text", "fieldValue": "a cat on a mat, " * 4}
+        for n in range(4)
+    ],
+}
+
+
+def make_store(redis: aioredis.Redis) -> TaskStore:
+    return TaskStore(redis, "t", retention_s=60, outbox_retention_s=3600)
+
+
+async def submit(store: TaskStore, task_id: str, ordering: Ordering = AS_SUBMITTED) -> None:
+    await store.submit(
+        task_id,
+        aigc="p",
+        platform="comfyui",
+        backend_id="b1",
+        payload=PAYLOAD,
+        ordering=ordering,
+    )
+
+
+async def test_a_task_without_the_fields_is_stored_as_before(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    await submit(store, "plain")
+    fields = await redis.hkeys("t:task:plain")
+    assert not {"userId", "credit", "startBy", "keepWaiting"} & set(fields)
+    assert await redis.zcard("t:startby") == 0
+
+
+async def test_the_ordering_is_stored_and_read_back_in_the_window(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    before = time.time()
+    await submit(store, "a", Ordering(user="u1", credit_s=30, max_wait_s=5))
+    await submit(store, "b", Ordering(max_wait_s=5, keep_waiting=True))
+    await submit(store, "c")
+    window = await store.window([("p", "comfyui")], 10, "bridge")
+    a, b, c = window.tasks
+    assert (a.task_id, a.user, a.credit_s, a.keep_waiting) == ("a", "u1", 30.0, False)
+    assert a.start_by is not None and before + 5 <= a.start_by <= time.time() + 5
+    assert (b.keep_waiting, b.start_by is not None) == (True, True)
+    assert (c.user, c.credit_s, c.start_by, c.keep_waiting) == ("", 0.0, None, False)
+    # only a expires (b waits on past its deadline)
+    assert await redis.zrange("t:startby", 0, -1) == ["a"]
+    assert window.busy == [] and window.runs == {} and window.usage == {}
+
+
+async def test_expire_ends_a_waiting_task_that_never_ran(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    await submit(store, "late", Ordering(max_wait_s=0))
+    assert await store.past_start_by() == ["late"]
+    done = await store.expire("late", error={"code": "TaskExpired"}, message={}, note="x")
+    assert done.applied and done.state == TaskState.FAILED
+    assert await redis.llen("t:p:comfyui:wait") == 0
+    assert await redis.zcard("t:startby") == 0
+    [entry] = await redis.xrange("t:outbox:b1")
+    assert entry[1]["status"] == "failed"
+
+
+async def test_expire_leaves_a_task_that_ran_once(redis: aioredis.Redis) -> None:
+    """A task claimed and put back after a charged attempt started once: no expiry."""
+    store = make_store(redis)
+    await submit(store, "ran", Ordering(max_wait_s=0))
+    [c] = await store.claim("p", "comfyui", "runninghub", cap=-1, n=1, deadline_s=60)
+    assert not (await store.expire("ran", error={}, message={}, note="x")).applied
+    assert await redis.zcard("t:startby") == 0  # it left the index
+    await store.requeue_for_retry("ran", c.attempt, "lost")
+    assert not (await store.expire("ran", error={}, message={}, note="x")).applied
+    assert (await store.get("ran")).state == TaskState.PENDING  # type: ignore[union-attr]
+
+
+async def test_a_success_on_our_gpus_records_its_workflows_mean(redis: aioredis.Redis) -> None:
+    store = make_store(redis)
+    store.paid_targets = "runninghub"
+    for i, target in enumerate(["bridge", "bridge", "runninghub"]):
+        await submit(store, f"t{i}")
+        [c] = await store.claim("p", "comfyui", target, cap=-1, n=1, deadline_s=60)
+        await store.mark_running(f"t{i}", c.attempt, f"r{i}", deadline_s=60, kind="callback")
+        await redis.hset(f"t:task:t{i}", "started", repr(time.time() - 10 * (i + 1)))
+        await store.finish(f"t{i}", TaskState.SUCCESS, result={}, from_attempt=c.attempt)
+    window = await store.window([("p", "comfyui")], 10, "bridge")
+    mean, count = next_mean(*next_mean(0.0, 0, 10.0), 20.0)  # the paid run is not counted
+    assert window.runs["1904136902449209346"] == pytest.approx(mean, abs=0.05)
+    raw = await redis.hget("t:runs", "1904136902449209346")
+    assert raw is not None and raw.endswith(f" {count}")
+
+
+async def test_the_window_sees_the_tasks_in_flight_on_the_internal_target(
+    redis: aioredis.Redis,
+) -> None:
+    store = make_store(redis)
+    for i in range(3):
+        await submit(store, f"t{i}")
+    [c] = await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60)
+    await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60)
+    await store.mark_running("t0", c.attempt, "r0", deadline_s=60, kind="callback")
+    window = await store.window([("p", "comfyui")], 10, "bridge")
+    assert [t.task_id for t in window.tasks] == ["t2"]
+    started = sorted(window.busy, key=lambda b: b[1] is None)
+    assert started[0][1] is not None and started[1][1] is None
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    charges=st.lists(
+        st.tuples(st.floats(0.01, 1e4), st.floats(0.0, 3600.0)), min_size=1, max_size=5
+    ),
+    half_life=st.floats(1.0, 3600.0),
+)
+async def test_usage_in_redis_decays_as_the_policy_does(
+    redis_url: str, charges: list[tuple[float, float]], half_life: float
+) -> None:
+    """Each charge decays the record to its time, then adds: :func:`decayed` exactly."""
+    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        await redis.delete("t:usage:p", "t:usage:p:user:u")
+        usage = Usage(redis, make_store(redis).keys, half_life)
+        expected, at = 0.0, 1_000_000.0
+        for add, later in charges:
+            now = at + later
+            expected = decayed(expected, now - at, half_life) + add
+            await usage.charge({"p": add}, {("p", "u"): add, ("p", ""): add}, now=now)
+            at = now
+        value, when = (float(v) for v in (await redis.get("t:usage:p") or "").split())
+        assert when == at and math.isclose(value, expected, rel_tol=1e-9)
+        assert await redis.get("t:usage:p:user:u") == await redis.get("t:usage:p")
+        assert await redis.get("t:usage:p:user:") is None  # no user: the project only
+        assert 0 < await redis.ttl("t:usage:p") <= int(half_life * 20)
+    finally:
+        await redis.aclose()
+
+
+async def test_redis_memory_per_waiting_task_stays_under_2_kib(redis: aioredis.Redis) -> None:
+    """A waiting task with every issue-27 field set and the seed's example payload: its
+    hash, its timeline, its place in the wait list and the start-deadline index, measured
+    over many tasks; and what the issue-27 fields add to a task with a larger payload."""
+    store = make_store(redis)
+    ordering = Ordering(user="user-0123456789", credit_s=120, max_wait_s=600)
+    small = {"workflowId": "1904136902449209346", "nodeInfoList": []}
+    figures = {
+        "per_waiting_task_bytes": await _per_task(store, "s", small, ordering),
+        "per_waiting_task_bytes_without_fields": await _per_task(store, "n", small, Ordering()),
+        "issue27_fields_bytes": await _per_task(store, "f", PAYLOAD, ordering)
+        - await _per_task(store, "g", PAYLOAD, Ordering()),
+    }
+    print(orjson.dumps(figures).decode())
+    assert figures["per_waiting_task_bytes"] < 2048, figures
+    assert figures["issue27_fields_bytes"] < 512, figures
+
+
+async def _per_task(
+    store: TaskStore, name: str, payload: dict[str, object], ordering: Ordering, n: int = 200
+) -> int:
+    redis = store.redis
+    before = int((await redis.info("memory"))["used_memory"])
+    for i in range(n):
+        await store.submit(
+            f"{name}-{i:06d}",
+            aigc="p",
+            platform="comfyui",
+            backend_id="b1",
+            payload=payload,
+            ordering=ordering,
+        )
+    return round((int((await redis.info("memory"))["used_memory"]) - before) / n)
