@@ -432,6 +432,13 @@ class Settings(HttpLimits):
         validation_alias=_env("SHARE_LOOKAHEAD"),
         description="fair: waiting tasks of each queue one round weighs (its head).",
     )
+    user_max_running: int = Field(
+        0,
+        ge=0,
+        validation_alias=_env("USER_MAX_RUNNING"),
+        description="fair: most tasks of one userId of a project on our GPUs at once, every "
+        "process together (0 = no limit).",
+    )
     priority_max_s: dict[str, float] = Field(
         default_factory=lambda: {"*": 300.0},
         validation_alias=_env("PRIORITY_MAX_S"),

@@ -158,6 +158,8 @@ class Window:
     runs: dict[str, float]
     #: usage key -> (GPU-seconds, when recorded)
     usage: dict[str, tuple[float, float]]
+    #: (project, userId) -> its tasks claimed for our GPUs (read with a user limit)
+    users: dict[tuple[str, str], int]
 
 
 SCRIPTS = (
@@ -277,9 +279,11 @@ class TaskStore:
         n: int,
         deadline_s: float,
         ids: Sequence[str] | None = None,
+        user_limit: int = 0,
     ) -> list[Claimed]:
         """Move up to ``n`` waiting tasks to ``target`` while its in-flight count < ``cap``:
-        from the head, or those of ``ids`` still waiting (in that order)."""
+        from the head, or those of ``ids`` still waiting (in that order; with
+        ``user_limit`` > 0, passing over those whose end user has that many claimed so)."""
         if n <= 0:
             return []
         rows = await self._run(
@@ -292,6 +296,7 @@ class TaskStore:
             n=n,
             deadline_s=deadline_s,
             ids="" if ids is None else orjson.dumps(list(ids)).decode(),
+            user_limit=user_limit if ids is not None else 0,
         )
         claimed = [
             Claimed(
@@ -724,7 +729,13 @@ class TaskStore:
     # ---- reads ----------------------------------------------------------------------
 
     async def window(
-        self, queues: Sequence[tuple[str, str]], n: int, target: str, busy_max: int = 4096
+        self,
+        queues: Sequence[tuple[str, str]],
+        n: int,
+        target: str,
+        *,
+        busy_max: int = 4096,
+        user_limit: int = 0,
     ) -> Window:
         """The first ``n`` waiting tasks of each of ``queues`` and what the fair policy
         weighs with them (``window.lua``), in one step."""
@@ -735,6 +746,7 @@ class TaskStore:
                 n=n,
                 target=target,
                 busy_max=busy_max,
+                user_limit=user_limit,
             )
         )
         runs = raw.get("runs") or []
@@ -744,6 +756,7 @@ class TaskStore:
             busy=[(w, float(s) if s else None) for w, s in raw.get("busy") or []],
             runs={runs[i]: float(runs[i + 1].split()[0]) for i in range(0, len(runs), 2)},
             usage={k: _pair(v) for k, v in usage.items()},
+            users={_who(k): int(v) for k, v in (raw.get("users") or {}).items()},
         )
 
     async def max_cost(self, task_id: str) -> float | None:
@@ -850,6 +863,12 @@ def _windowed(row: list[str]) -> Windowed:
         float(start_by) if start_by else None,
         keep == "1",
     )
+
+
+def _who(key: str) -> tuple[str, str]:
+    """(project, userId) of a window's ``"<aigc>\n<userId>"``."""
+    aigc, _, user = key.partition("\n")
+    return aigc, user
 
 
 def _pair(value: str) -> tuple[float, float]:

@@ -192,7 +192,12 @@ class DispatchLoop:
         if not busy:
             return rest
         settings = self.rt.settings
-        window = await self.rt.store.window(list(busy), settings.share_lookahead, target.name)
+        window = await self.rt.store.window(
+            list(busy),
+            settings.share_lookahead,
+            target.name,
+            user_limit=settings.user_max_running,
+        )
         now = time.time()
         given = fair.inputs(
             window,
@@ -245,7 +250,12 @@ class DispatchLoop:
             n = len(decision.internal.get(key, [])) + spare
             split = Plan(n, len(paid), 0)
             among = order[key] + paid  # a task it cannot run now leaves its slot to the next
-            taken = await self._claim_internal(target, load, split, among) if n else []
+            limit = self.rt.settings.user_max_running
+            taken = (
+                await self._claim_internal(target, load, split, among, user_limit=limit)
+                if n
+                else []
+            )
             spare = n - min(len(taken), n)
             gone = {c.task_id for c in taken}
             paid = [i for i in paid if i not in gone]
@@ -339,13 +349,20 @@ class DispatchLoop:
         return used
 
     async def _claim_internal(
-        self, target: InternalTarget, load: QueueLoad, split: Plan, ids: list[str] | None
+        self,
+        target: InternalTarget,
+        load: QueueLoad,
+        split: Plan,
+        ids: list[str] | None,
+        *,
+        user_limit: int = 0,
     ) -> list[Claimed]:
         """The tasks the internal target takes: ``split.internal`` from the head (or of
         ``ids``), or those it chooses (:meth:`InternalTarget.choose`, among ``ids`` if
         given; with room on the paid platform for what it hands back beyond the
         ``split.external`` claimed for it next). What was claimed (at most
-        ``split.internal`` slots taken)."""
+        ``split.internal`` slots taken). ``user_limit``: an end user's most tasks on it
+        (checked inside the claim, with ``ids``)."""
         aigc, platform = load.aigc, load.platform
         paid_free = None
         if load.paid and load.cap > 0:  # a paused account has no room: what needs it waits
@@ -354,13 +371,25 @@ class DispatchLoop:
         chosen = await target.choose(aigc, platform, split.internal, paid_free=paid_free, among=ids)
         if chosen is None:
             claimed = await self.lifecycle.claim(
-                aigc, platform, target.name, cap=-1, n=split.internal, ids=ids
+                aigc,
+                platform,
+                target.name,
+                cap=-1,
+                n=split.internal,
+                ids=ids,
+                user_limit=user_limit,
             )
         else:
             if chosen.wake_in_s is not None:
                 self._wake_in(chosen.wake_in_s)
             claimed = await self.lifecycle.claim(
-                aigc, platform, target.name, cap=-1, n=len(chosen.ids), ids=chosen.ids
+                aigc,
+                platform,
+                target.name,
+                cap=-1,
+                n=len(chosen.ids),
+                ids=chosen.ids,
+                user_limit=user_limit,
             )
         if claimed:
             self._spawn(self._hand_over(target, aigc, platform, claimed), claimed)

@@ -10,6 +10,10 @@ dispatch round reads (:meth:`aigcq.queue.store.TaskStore.window`) as the inputs 
   (:func:`~aigcq.scheduler.policy.time_left`, from when it started running);
 * the shares: ``AIGCQ_SHARE_WEIGHTS`` and the usage records decayed to now
   (:mod:`aigcq.scheduler.usage`).
+
+With ``AIGCQ_USER_MAX_RUNNING``, an end user's tasks beyond what the limit leaves it (its
+tasks on our GPUs counted in Redis) are not planned this round: they wait, by rank, for
+its running ones to end (the claim script enforces the limit too, across processes).
 """
 
 from __future__ import annotations
@@ -44,6 +48,24 @@ def tuning(settings: Settings) -> Tuning:
     )
 
 
+def _within_user_limits(
+    tasks: list[Waiting], running: Mapping[tuple[str, str], int], limit: int
+) -> list[Waiting]:
+    """``tasks`` but those of an end user beyond what ``limit`` (0: none) leaves it after
+    its ``running`` ones, by rank (list order on ties)."""
+    if limit <= 0:
+        return tasks
+    left = {who: limit - n for who, n in running.items()}
+    kept = set()
+    for position, task in sorted(enumerate(tasks), key=lambda pt: (pt[1].rank, pt[0])):
+        who = (task.queue[0], task.user)
+        if not task.user or left.get(who, limit) > 0:
+            kept.add(position)
+            if task.user:
+                left[who] = left.get(who, limit) - 1
+    return [task for position, task in enumerate(tasks) if position in kept]
+
+
 def mean_run(runs: Mapping[str, float], workflow: str, default_s: float) -> float:
     """A workflow's expected run time on our GPUs (s)."""
     if workflow in runs:
@@ -64,20 +86,24 @@ def inputs(
 ) -> Inputs:
     """The planner's inputs of ``window`` (the tasks of ``paused`` workflows left out)."""
     default_s = settings.share_default_run_s
-    tasks = [
-        Waiting(
-            t.task_id,
-            (t.aigc, t.platform),
-            t.created,
-            mean_run(window.runs, t.workflow_id, default_s),
-            user=t.user,
-            start_by=t.start_by,
-            keep_waiting=t.keep_waiting,
-            credit_s=t.credit_s,
-        )
-        for t in window.tasks
-        if t.workflow_id not in paused
-    ]
+    tasks = _within_user_limits(
+        [
+            Waiting(
+                t.task_id,
+                (t.aigc, t.platform),
+                t.created,
+                mean_run(window.runs, t.workflow_id, default_s),
+                user=t.user,
+                start_by=t.start_by,
+                keep_waiting=t.keep_waiting,
+                credit_s=t.credit_s,
+            )
+            for t in window.tasks
+            if t.workflow_id not in paused
+        ],
+        window.users,
+        settings.user_max_running,
+    )
     busy = [
         time_left(mean_run(window.runs, w, default_s), now - started if started else 0.0)
         for w, started in window.busy

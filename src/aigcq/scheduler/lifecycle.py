@@ -203,11 +203,20 @@ class Lifecycle:
         cap: int,
         n: int,
         ids: Sequence[str] | None = None,
+        user_limit: int = 0,
     ) -> list[Claimed]:
         """Up to ``n`` waiting tasks, for ``target``, while its in-flight count < ``cap``:
-        from the head, or those of ``ids`` still waiting."""
+        from the head, or those of ``ids`` still waiting (``user_limit``: passing over
+        those of an end user with that many claimed for our GPUs)."""
         return await self.rt.store.claim(
-            aigc, platform, target, cap=cap, n=n, deadline_s=self.rt.dispatch_deadline_s, ids=ids
+            aigc,
+            platform,
+            target,
+            cap=cap,
+            n=n,
+            deadline_s=self.rt.dispatch_deadline_s,
+            ids=ids,
+            user_limit=user_limit,
         )
 
     async def overflowed(

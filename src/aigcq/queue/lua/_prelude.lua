@@ -7,6 +7,8 @@ local function tlkey(id) return P .. ':timeline:' .. id end
 local function waitkey(aigc, platform) return P .. ':' .. aigc .. ':' .. platform .. ':wait' end
 local function runkey(aigc, target) return P .. ':running:' .. aigc .. ':' .. target end
 local function pollkey(aigc, platform) return P .. ':processPolling:' .. aigc .. ':' .. platform end
+-- a project's end user's tasks claimed for our GPUs (ZSET id -> deadline), for its limit
+local function userkey(aigc, user) return P .. ':userrun:' .. aigc .. ':' .. user end
 
 -- ``csv`` is a comma-separated list of states (a move's FROM, from domain.TRANSITIONS).
 local function allowed(csv, state)
@@ -112,6 +114,8 @@ end
 -- Take a task out of every in-flight index. ``h`` = {status, attempt, AIGC, platform, target, remoteTaskId}
 local function unlink_inflight(id, h)
   if h[5] and h[5] ~= '' then redis.call('ZREM', runkey(h[3], h[5]), id) end
+  local user = redis.call('HGET', tkey(id), 'userId')
+  if user then redis.call('ZREM', userkey(h[3], user), id) end
   redis.call('ZREM', P .. ':inflight', id)
   if h[6] and h[6] ~= '' then redis.call('HDEL', pollkey(h[3], h[4]), h[6]) end
 end

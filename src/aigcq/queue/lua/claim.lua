@@ -4,6 +4,9 @@
 -- one another process claimed meanwhile is skipped). Every claim is a new attempt number
 -- (its own signed webhook URL) and charges one attempt. Returns a row per task claimed:
 -- {taskId, attempt, payload, backendId, workflowId, created, charged, uncharged}.
+-- With ``user_limit`` > 0 (claimed by ids for our GPUs), a task whose end user
+-- (``userId``) has that many claimed for our GPUs already is passed over (it keeps its
+-- place); each one claimed counts until it ends, goes back to waiting or to a paid target.
 --! move claim
 --! arg now
 --! arg aigc
@@ -13,6 +16,7 @@
 --! arg n:num            how many to claim at most
 --! arg deadline_s:num   how long from now the target has to accept each one
 --! arg ids              '' (the head), or a JSON list of the task ids to claim
+--! arg user_limit:num   most tasks of one userId claimed at once (0: no limit; with ids)
 local wait, run = waitkey(aigc, platform), runkey(aigc, target)
 local following = function() return redis.call('LPOP', wait) end
 if ids ~= '' then
@@ -20,7 +24,9 @@ if ids ~= '' then
   following = function()
     while i < #listed do
       i = i + 1
-      if redis.call('LREM', wait, 1, listed[i]) == 1 then return listed[i] end
+      local user = user_limit > 0 and redis.call('HGET', tkey(listed[i]), 'userId')
+      local full = user and redis.call('ZCARD', userkey(aigc, user)) >= user_limit
+      if not full and redis.call('LREM', wait, 1, listed[i]) == 1 then return listed[i] end
     end
     return nil
   end
@@ -43,6 +49,10 @@ while take > 0 do
     redis.call('HDEL', k, 'createId', 'unknowns')
     redis.call('ZADD', run, deadline, id)
     redis.call('ZADD', P .. ':inflight', deadline, id)
+    if user_limit > 0 then
+      local user = redis.call('HGET', k, 'userId')
+      if user then redis.call('ZADD', userkey(aigc, user), deadline, id) end
+    end
     note(id, now, TO.claim, attempt, target, '')
     local f = redis.call('HMGET', k, 'payload', 'backendId', 'workflowId', 'created', 'uncharged')
     out[#out + 1] = {id, attempt, f[1], f[2], f[3], f[4], charged, f[5] or 0}

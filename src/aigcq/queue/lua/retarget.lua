@@ -19,6 +19,8 @@ if cap >= 0 and redis.call('ZCARD', run) + redis.call('ZCARD', orphkey(h[4], tar
 end
 local deadline = tonumber(now) + deadline_s
 redis.call('ZREM', runkey(h[4], source), task_id)
+local user = redis.call('HGET', k, 'userId')
+if user then redis.call('ZREM', userkey(h[4], user), task_id) end  -- off our GPUs
 redis.call('ZADD', run, deadline, task_id)
 redis.call('ZADD', P .. ':inflight', deadline, task_id)
 redis.call('HSET', k, 'target', target, 'updated', now, 'deadline', deadline)

@@ -5,13 +5,15 @@
 -- workflow's recent mean run time, and the decayed usage of the window's projects and
 -- users. Returns it as JSON: {tasks = {{aigc, platform, id, created, workflowId, userId,
 -- credit, startBy, keepWaiting}, ...}, busy = {{workflowId, started}, ...}, runs = {flat
--- HGETALL}, usage = {key = "<value> <at>"}}.
+-- HGETALL}, usage = {key = "<value> <at>"}, users = {"<aigc>\n<userId>" = tasks of that
+-- user claimed for our GPUs (with user_limit > 0)}}.
 --! no move: it only reads
 --! arg queues          a JSON list of {aigc, platform}
 --! arg n:num           tasks of each queue's head
 --! arg target          the internal target's name (its running sets)
 --! arg busy_max:num    tasks in flight read per project, at most
-local out = {tasks = {}, busy = {}, usage = {}}
+--! arg user_limit:num  the per-user limit (0: none, their counts are not read)
+local out = {tasks = {}, busy = {}, usage = {}, users = {}}
 local usage_keys, projects = {}, {}
 local function want(key) usage_keys[key] = true end
 for _, q in ipairs(cjson.decode(queues)) do
@@ -30,7 +32,12 @@ for _, q in ipairs(cjson.decode(queues)) do
     if f[1] then
       out.tasks[#out.tasks + 1] = {aigc, platform, id, f[1], f[2] or '', f[3] or '',
         f[4] or '', f[5] or '', f[6] or ''}
-      if f[3] then want(P .. ':usage:' .. aigc .. ':user:' .. f[3]) end
+      if f[3] then
+        want(P .. ':usage:' .. aigc .. ':user:' .. f[3])
+        if user_limit > 0 then
+          out.users[aigc .. '\n' .. f[3]] = redis.call('ZCARD', userkey(aigc, f[3]))
+        end
+      end
     end
   end
 end
