@@ -204,7 +204,6 @@ class DispatchLoop:
             free=capped(target.free_slots(), settings.internal_capacity_max),
             free_elsewhere=target.free_elsewhere(),
             settings=settings,
-            usage=self.usage,
             keys=self.rt.store.keys,
             now=now,
             paused=self.paused.workflows,

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from aigcq.config import Settings
 from aigcq.queue.keys import Keys
 from aigcq.queue.store import Window
-from aigcq.scheduler.policy import Pool, Shares, Tuning, Waiting, time_left
-from aigcq.scheduler.usage import Usage
+from aigcq.scheduler.policy import Pool, Shares, Tuning, Waiting, decayed, time_left
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +78,6 @@ def inputs(
     free: int,
     free_elsewhere: int,
     settings: Settings,
-    usage: Usage,
     keys: Keys,
     now: float,
     paused: Collection[str] = (),
@@ -110,10 +108,15 @@ def inputs(
     ]
     projects = {t.queue[0] for t in tasks}
     users = {(t.queue[0], t.user) for t in tasks if t.user}
-    record = window.usage.get
+    half_life_s = settings.share_half_life_s
+
+    def recent(key: str) -> float:
+        value, at = window.usage.get(key, (0.0, now))
+        return decayed(value, now - at, half_life_s)
+
     shares = Shares(
         weights=settings.share_weights,
-        usage={p: usage.now_of(record(keys.usage(p)), now) for p in projects},
-        user_usage={(p, u): usage.now_of(record(keys.usage(p, u)), now) for p, u in users},
+        usage={p: recent(keys.usage(p)) for p in projects},
+        user_usage={(p, u): recent(keys.usage(p, u)) for p, u in users},
     )
     return Inputs(tasks, Pool(free, free_elsewhere, busy), shares)

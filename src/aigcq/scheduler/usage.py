@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from redis.asyncio import Redis
 
 from aigcq.queue.keys import Keys
-from aigcq.scheduler.policy import decayed
 
 #: KEYS: usage records; ARGV: now, half-life (s), TTL (s), then what each key is charged
 _CHARGE = """
@@ -61,10 +60,3 @@ class Usage:
         await self._charge(
             keys=list(charges), args=[repr(now), repr(self.half_life_s), ttl, *charges.values()]
         )
-
-    def now_of(self, record: tuple[float, float] | None, now: float) -> float:
-        """A record's GPU-seconds decayed to ``now`` (0: none)."""
-        if record is None:
-            return 0.0
-        value, at = record
-        return decayed(value, now - at, self.half_life_s)

@@ -1,0 +1,220 @@
+"""The fair policy's inputs (issue 27): a submit's scheduling fields as validated and
+stored, and a Redis window as the planner's :class:`Waiting` / :class:`Pool` /
+:class:`Shares` (:mod:`aigcq.scheduler.fair`); by example and by property."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aigcq.config import Settings
+from aigcq.domain import Ordering
+from aigcq.gateway.errors import ClientError
+from aigcq.gateway.submission import parse_generate
+from aigcq.queue.keys import Keys
+from aigcq.queue.store import Window, Windowed
+from aigcq.scheduler import fair
+from aigcq.scheduler.policy import decayed, time_left
+
+NOW = 10_000.0
+KEYS = Keys("t")
+
+
+def message(**fields: Any) -> dict[str, Any]:
+    return {"taskId": "t1", "platform": "comfyui", "payload": {}} | fields
+
+
+def test_a_message_without_the_fields_parses_as_before() -> None:
+    req = parse_generate(message())
+    assert (req.priority, req.userId, req.maxWaitMs, req.keepWaiting) == (None,) * 4
+
+
+def test_the_fields_parse() -> None:
+    req = parse_generate(message(priority=30, userId="u-1", maxWaitMs=5000, keepWaiting=True))
+    assert (req.priority, req.userId, req.maxWaitMs, req.keepWaiting) == (30, "u-1", 5000, True)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("priority", -1),
+        ("priority", "10"),
+        ("priority", float("inf")),
+        ("userId", ""),
+        ("userId", "u" * 129),
+        ("userId", 7),
+        ("maxWaitMs", -1),
+        ("maxWaitMs", 1.5),
+        ("maxWaitMs", True),
+        ("maxWaitMs", 8 * 86400 * 1000),
+        ("keepWaiting", "yes"),
+        ("keepWaiting", 1),
+    ],
+)
+def test_a_wrong_field_is_a_json_error_naming_it(field: str, value: Any) -> None:
+    with pytest.raises(ClientError) as caught:
+        parse_generate(message(**{field: value}))
+    assert caught.value.code.value == "JSONError"
+    assert field in caught.value.detail
+
+
+def test_the_projects_bounds_and_defaults() -> None:
+    settings = Settings(
+        priority_max_s={"*": 60, "vip": 600, "none": 0}, max_wait_ms={"vip": 30_000}
+    )
+    assert (settings.priority_max("x"), settings.priority_max("vip")) == (60, 600)
+    assert settings.priority_max("none") == 0
+    assert settings.default_max_wait_s("vip") == 30.0
+    assert settings.default_max_wait_s("x") is None
+    assert Settings(priority_max_s={}).priority_max("x") == 0  # no "*": none allowed
+
+
+@given(
+    user=st.text(min_size=0, max_size=8),
+    credit=st.floats(0, 1e4),
+    wait=st.none() | st.floats(0, 1e6),
+    keep=st.booleans(),
+)
+def test_an_ordering_stores_only_what_differs_from_the_default(
+    user: str, credit: float, wait: float | None, keep: bool
+) -> None:
+    ordering = Ordering(user, credit, wait, keep)
+    fields = ordering.fields(NOW)
+    stored = dict(zip(fields[::2], fields[1::2], strict=True))
+    assert ("userId" in stored) == bool(user)
+    assert ("credit" in stored) == bool(credit)
+    assert ("keepWaiting" in stored) == keep
+    assert ("startBy" in stored) == (wait is not None)
+    if wait is not None:
+        assert float(stored["startBy"]) == NOW + wait == ordering.start_by(NOW)
+    assert Ordering().fields(NOW) == []
+
+
+def windowed(task_id: str, aigc: str = "p", user: str = "", **more: Any) -> Windowed:
+    fields: dict[str, Any] = {
+        "created": NOW - 10,
+        "workflow_id": "wf",
+        "credit_s": 0.0,
+        "start_by": None,
+        "keep_waiting": False,
+    } | more
+    return Windowed(aigc, "comfyui", task_id, user=user, **fields)
+
+
+def window(tasks: list[Windowed], **more: Any) -> Window:
+    fields: dict[str, Any] = {"busy": [], "runs": {}, "usage": {}, "users": {}} | more
+    return Window(tasks, **fields)
+
+
+def inputs(w: Window, free: int = 1, **settings: Any) -> fair.Inputs:
+    s = Settings(**settings)
+    return fair.inputs(
+        w,
+        free=free,
+        free_elsewhere=0,
+        settings=s,
+        keys=KEYS,
+        now=NOW,
+    )
+
+
+def test_a_windows_tasks_become_waiting_tasks() -> None:
+    w = window(
+        [
+            windowed("a", user="u", credit_s=5.0, start_by=NOW + 5, keep_waiting=True),
+            windowed("b", workflow_id="new"),
+        ],
+        runs={"wf": 4.0, "other": 8.0},
+    )
+    a, b = inputs(w).tasks
+    assert (a.task_id, a.user, a.credit_s, a.start_by, a.keep_waiting) == (
+        "a",
+        "u",
+        5.0,
+        NOW + 5,
+        True,
+    )
+    assert a.run_s == 4.0
+    assert b.run_s == 6.0  # a workflow never run: the mean of the others'
+
+
+def test_with_no_run_known_the_default_run_time_is_assumed() -> None:
+    [task] = inputs(window([windowed("a")]), share_default_run_s=42).tasks
+    assert task.run_s == 42
+
+
+def test_the_pool_counts_the_time_left_of_each_busy_slot() -> None:
+    w = window([windowed("a")], busy=[("wf", NOW - 3), ("wf", None)], runs={"wf": 10.0})
+    pool = inputs(w, free=2).pool
+    assert (pool.free, pool.free_elsewhere) == (2, 0)
+    assert list(pool.busy_s) == [time_left(10.0, 3), time_left(10.0, 0)]
+
+
+def test_the_shares_are_the_weights_and_the_usage_decayed_to_now() -> None:
+    w = window(
+        [windowed("a", aigc="p", user="u"), windowed("b", aigc="q")],
+        usage={"t:usage:p": (100.0, NOW - 300), "t:usage:p:user:u": (50.0, NOW - 600)},
+    )
+    given_ = fair.inputs(
+        w,
+        free=1,
+        free_elsewhere=0,
+        settings=Settings(share_weights={"p": 2}, share_half_life_s=300),
+        keys=KEYS,
+        now=NOW,
+    )
+    shares = given_.shares
+    assert shares.usage == {"p": decayed(100, 300, 300), "q": 0.0}
+    assert shares.user_usage == {("p", "u"): decayed(50, 600, 300)}
+    assert shares.norm("p") == pytest.approx(25.0)
+
+
+def test_a_paused_workflows_tasks_are_left_out() -> None:
+    w = window([windowed("a", workflow_id="held"), windowed("b")])
+    given_ = fair.inputs(
+        w,
+        free=1,
+        free_elsewhere=0,
+        settings=Settings(),
+        keys=KEYS,
+        now=NOW,
+        paused={"held"},
+    )
+    assert [t.task_id for t in given_.tasks] == ["b"]
+
+
+@given(
+    users=st.lists(st.sampled_from(["", "u", "v"]), min_size=1, max_size=12),
+    running=st.dictionaries(st.sampled_from(["u", "v"]), st.integers(0, 4)),
+    limit=st.integers(0, 3),
+)
+def test_a_users_tasks_beyond_its_limit_are_not_planned(
+    users: list[str], running: dict[str, int], limit: int
+) -> None:
+    """Each user keeps at most what the limit leaves it, its earliest; no user, no limit."""
+    tasks = [windowed(f"t{i}", user=u, created=NOW - 100 + i) for i, u in enumerate(users)]
+    w = window(tasks, users={("p", u): n for u, n in running.items()})
+    kept = inputs(w, user_max_running=limit).tasks
+    if limit == 0:
+        assert len(kept) == len(tasks)
+        return
+    for user in ("u", "v"):
+        mine = [t.task_id for t in tasks if t.user == user]
+        allowed = max(limit - running.get(user, 0), 0)
+        assert [t.task_id for t in kept if t.user == user] == mine[:allowed]
+    assert [t.task_id for t in kept if not t.user] == [t.task_id for t in tasks if not t.user]
+
+
+def test_the_tuning_comes_from_the_settings() -> None:
+    tuning = fair.tuning(
+        Settings(share_lend_s=-1, share_patience=0.5, share_margin=0.1, overflow_after_ms=2500)
+    )
+    assert (tuning.lend_s, tuning.patience, tuning.margin, tuning.overflow_after_s) == (
+        -1,
+        0.5,
+        0.1,
+        2.5,
+    )
