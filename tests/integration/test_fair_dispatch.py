@@ -197,3 +197,39 @@ async def test_the_paid_cap_holds_with_two_processes_planning(
         assert sum(t.target == "runninghub" for t in tasks) == 2
         assert sum(t.target == "bridge" for t in await store.heads(ids)) == 2
         assert await pair.paid_creates() == 2
+
+
+async def test_a_users_limit_holds_across_both_processes(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """``AIGCQ_USER_MAX_RUNNING=1``: with a free slot on each process, a user's second task
+    waits while its first runs; another user's task takes the other slot."""
+    async with serve_pair(
+        tmp_path,
+        redis,
+        redis_url,
+        concurrency=0,
+        projects=("calm",),
+        scheduler="fair",
+        user_max_running=1,
+    ) as pair:
+        a, b = pair.a, pair.b
+        on_a = await bridge_on(a, "br-a", seen_by=b)
+        on_b = await bridge_on(b, "br-b", seen_by=a)
+        client = await a.client()
+        await submitted(client, "u-0", "calm", userId="u")
+        await submitted(client, "u-1", "calm", userId="u")
+        await submitted(client, "v-0", "calm", userId="v")
+        ids = ["u-0", "u-1", "v-0"]
+        store = a.service.rt.store
+        tasks = await until(
+            lambda: store.heads(ids), lambda ts: sum(t.target == "bridge" for t in ts) == 2
+        )
+        assert {t.task_id for t in tasks if t.target == "bridge"} == {"u-0", "v-0"}
+        assert (await a.task("u-1")).state == "pending"
+        # u-0 ends (on whichever bridge has it): u-1 may run now
+        for bridge, env in ((on_a, a), (on_b, b)):
+            task_id, hook = await assigned(bridge)
+            if task_id == "u-0":
+                assert await task_end(env, hook) == 200
+        await until(lambda: a.task("u-1"), lambda t: t.target == "bridge", within=15)

@@ -90,6 +90,8 @@ async def test_expire_leaves_a_task_that_ran_once(redis: aioredis.Redis) -> None
     await store.requeue_for_retry("ran", c.attempt, "lost")
     assert not (await store.expire("ran", error={}, message={}, note="x")).applied
     assert (await store.get("ran")).state == TaskState.PENDING  # type: ignore[union-attr]
+    [seen] = (await store.window([("p", "comfyui")], 10, "bridge")).tasks
+    assert seen.start_by is None  # the planner does not expire it either
 
 
 async def test_a_success_on_our_gpus_records_its_workflows_mean(redis: aioredis.Redis) -> None:

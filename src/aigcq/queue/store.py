@@ -738,7 +738,8 @@ class TaskStore:
         user_limit: int = 0,
     ) -> Window:
         """The first ``n`` waiting tasks of each of ``queues`` and what the fair policy
-        weighs with them (``window.lua``), in one step."""
+        weighs with them (``window.lua``), in one step. ``busy_max``: the tasks in flight
+        read per project (0: only when a task of the window has a start deadline)."""
         raw = orjson.loads(
             await self._run(
                 "window",

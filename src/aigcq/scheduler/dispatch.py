@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from aigcq.config import Scheduler
+from aigcq.config import Scheduler, Settings
 from aigcq.plumbing.background import round_failed, round_ok
 from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.text import text
@@ -72,6 +72,20 @@ PASS_OVER = 1000
 #: a task the internal target hands back while its paid account is paused, and which no
 #: instance could run, is tried again this much later
 HELD_RECHECK_S = 5.0
+
+
+#: tasks in flight a fair round reads per project, at most (their time left)
+BUSY_MAX = 4096
+
+
+def _window_size(settings: Settings, free: int, *, paying: bool) -> int:
+    """How many waiting tasks of each queue's head a fair round reads: the look-ahead
+    window when a paid platform has room (which tasks would miss their start deadline is
+    a question about all of them), else enough for the free slots here and the internal
+    target's own look-ahead (who gets those slots)."""
+    if paying:
+        return settings.share_lookahead
+    return min(settings.share_lookahead, max(free, 0) + settings.bridge_lookahead + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,26 +203,29 @@ class DispatchLoop:
         assert target is not None
         rest = [q for q in loads if q.platform not in target.serves]
         busy = {(q.aigc, q.platform): q for q in loads if q not in rest and q.backlog > 0}
-        if not busy:
-            return rest
+        free = capped(target.free_slots(), self.rt.settings.internal_capacity_max)
+        rooms = {key: self._paid_room(q) for key, q in busy.items()}
+        if not busy or (free <= 0 and not any(rooms.values())):
+            return rest  # nothing can be claimed (the sweep expires what is past its start)
         settings = self.rt.settings
+        paying = any(rooms.values())
         window = await self.rt.store.window(
             list(busy),
-            settings.share_lookahead,
+            _window_size(settings, free, paying=paying),
             target.name,
+            busy_max=BUSY_MAX if paying else 0,
             user_limit=settings.user_max_running,
         )
         now = time.time()
         given = fair.inputs(
             window,
-            free=capped(target.free_slots(), settings.internal_capacity_max),
+            free=free,
             free_elsewhere=target.free_elsewhere(),
             settings=settings,
             keys=self.rt.store.keys,
             now=now,
             paused=self.paused.workflows,
         )
-        rooms = {key: self._paid_room(q) for key, q in busy.items()}
         decision = plan_round(
             given.tasks, given.pool, given.shares, rooms, now, fair.tuning(settings)
         )
