@@ -20,9 +20,9 @@ paused bridges are the internal target's drains.
 
 With ``AIGCQ_SCHEDULER=fair`` (docs/scheduling.md), while the internal target is healthy
 and preferred, the queues it serves are planned together instead: each one's look-ahead
-window (``AIGCQ_SHARE_LOOKAHEAD`` tasks of its head, with the fields the planner needs, the
-tasks in flight, the workflows' recent run times and the projects' and users' decayed
-usage, in one read: :mod:`aigcq.scheduler.fair`) goes to
+window (its head, with the fields the planner needs, the tasks in flight, the workflows'
+recent run times and the projects' and users' decayed usage, in one read:
+:mod:`aigcq.scheduler.fair`; its size: :func:`_window_size`) goes to
 :func:`aigcq.scheduler.policy.plan_round`, and the round claims by id what it decides: for
 the internal target (through its ``choose``, among the queue's tasks in the plan's order,
 so capabilities and look-ahead per instance still hold), for the paid platform (its cap
@@ -38,6 +38,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -220,7 +221,7 @@ class DispatchLoop:
         given = fair.inputs(
             window,
             free=free,
-            free_elsewhere=target.free_elsewhere(),
+            free_elsewhere=capped(target.free_elsewhere(), settings.internal_capacity_max),
             settings=settings,
             keys=self.rt.store.keys,
             now=now,
@@ -258,15 +259,15 @@ class DispatchLoop:
         order: dict[Queue, list[str]] = {key: [] for key in loads}
         for task_id in decision.order:
             order[tasks[task_id].queue].append(task_id)
-        projects: dict[str, float] = {}
-        users: dict[tuple[str, str], float] = {}
+        projects: defaultdict[str, float] = defaultdict(float)
+        users: defaultdict[tuple[str, str], float] = defaultdict(float)
+        limit = self.rt.settings.user_max_running
         spare = 0
         for key, load in loads.items():
             paid = decision.paid.get(key, [])
             n = len(decision.internal.get(key, [])) + spare
             split = Plan(n, len(paid), 0)
             among = order[key] + paid  # a task it cannot run now leaves its slot to the next
-            limit = self.rt.settings.user_max_running
             taken = (
                 await self._claim_internal(target, load, split, among, user_limit=limit)
                 if n
@@ -275,13 +276,9 @@ class DispatchLoop:
             spare = n - min(len(taken), n)
             gone = {c.task_id for c in taken}
             paid = [i for i in paid if i not in gone]
-            for c in taken:
-                task = tasks.get(c.task_id)
-                if task is not None:
-                    aigc = task.queue[0]
-                    projects[aigc] = projects.get(aigc, 0.0) + task.run_s
-                    who = (aigc, task.user)
-                    users[who] = users.get(who, 0.0) + task.run_s
+            for task in (tasks[c.task_id] for c in taken if c.task_id in tasks):
+                projects[task.queue[0]] += task.run_s
+                users[(task.queue[0], task.user)] += task.run_s
             if paid and load.paid:
                 claimed = await self.lifecycle.claim(
                     load.aigc, load.platform, load.paid, cap=load.cap, n=len(paid), ids=paid
