@@ -141,7 +141,8 @@ async def test_usage_in_redis_decays_as_the_policy_does(
     redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         await redis.delete("t:usage:p", "t:usage:p:user:u")
-        usage = Usage(redis, make_store(redis).keys, half_life)
+        store = make_store(redis)
+        usage = Usage(redis, store.mux, store.keys, half_life)
         expected, at = 0.0, 1_000_000.0
         for add, later in charges:
             now = at + later
@@ -154,6 +155,7 @@ async def test_usage_in_redis_decays_as_the_policy_does(
         assert await redis.get("t:usage:p:user:") is None  # no user: the project only
         assert 0 < await redis.ttl("t:usage:p") <= int(half_life * 20)
     finally:
+        await store.aclose()
         await redis.aclose()
 
 

@@ -128,7 +128,8 @@ class DispatchLoop:
 
     def __post_init__(self) -> None:
         settings = self.rt.settings
-        self.usage = Usage(self.rt.redis, self.rt.store.keys, settings.share_half_life_s)
+        store = self.rt.store
+        self.usage = Usage(self.rt.redis, store.mux, store.keys, settings.share_half_life_s)
 
     def wake(self) -> None:
         self.wakeup.set()

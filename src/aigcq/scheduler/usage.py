@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from redis.asyncio import Redis
 
+from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.queue.keys import Keys
 
 #: KEYS: usage records; ARGV: now, half-life (s), TTL (s), then what each key is charged
@@ -39,9 +40,11 @@ KEEP_HALF_LIVES = 20
 
 
 class Usage:
-    def __init__(self, redis: Redis, keys: Keys, half_life_s: float) -> None:
+    def __init__(self, redis: Redis, mux: RedisMux, keys: Keys, half_life_s: float) -> None:
+        """``mux``: the hot-path connection (a charge shares the write of the claims)."""
         self.keys = keys
         self.half_life_s = half_life_s
+        self.mux = mux
         self._charge = redis.register_script(_CHARGE)
 
     async def charge(
@@ -57,6 +60,5 @@ class Usage:
             return
         now = time.time() if now is None else now
         ttl = max(int(self.half_life_s * KEEP_HALF_LIVES), 1)
-        await self._charge(
-            keys=list(charges), args=[repr(now), repr(self.half_life_s), ttl, *charges.values()]
-        )
+        args = [repr(now), repr(self.half_life_s), ttl, *(repr(v) for v in charges.values())]
+        await self.mux.script(self._charge, list(charges), args)
