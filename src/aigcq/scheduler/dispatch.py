@@ -22,7 +22,7 @@ With ``AIGCQ_SCHEDULER=fair`` (docs/scheduling.md), while the internal target is
 and preferred, the queues it serves are planned together instead: each one's look-ahead
 window (its head, with the fields the planner needs, the tasks in flight, the workflows'
 recent run times and the projects' and users' decayed usage, in one read:
-:mod:`aigcq.scheduler.fair`; its size: :func:`_window_size`) goes to
+:mod:`aigcq.scheduler.fair`; its size: :func:`window_size`) goes to
 :func:`aigcq.scheduler.policy.plan_round`, and the round claims by id what it decides: for
 the internal target (through its ``choose``, among the queue's tasks in the plan's order,
 so capabilities and look-ahead per instance still hold), for the paid platform (its cap
@@ -79,14 +79,16 @@ HELD_RECHECK_S = 5.0
 BUSY_MAX = 4096
 
 
-def _window_size(settings: Settings, free: int, *, paying: bool) -> int:
-    """How many waiting tasks of each queue's head a fair round reads: the look-ahead
-    window when a paid platform has room (which tasks would miss their start deadline is
-    a question about all of them), else enough for the free slots here and the internal
-    target's own look-ahead (who gets those slots)."""
-    if paying:
+def window_size(settings: Settings, free: int, room: int, *, whole: bool) -> int:
+    """How many waiting tasks of each queue's head a fair round reads: the whole look-ahead
+    window (``whole``: which tasks would miss their start deadline is a question about all
+    of them; once a sweep interval while a paid platform has room), else enough for the
+    free slots here, the internal target's own look-ahead and the ``room`` on the paid
+    platforms (who gets those places now)."""
+    if whole:
         return settings.share_lookahead
-    return min(settings.share_lookahead, max(free, 0) + settings.bridge_lookahead + 1)
+    wanted = max(free, 0) + settings.bridge_lookahead + max(room, 0) + 1
+    return min(settings.share_lookahead, wanted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,8 @@ class DispatchLoop:
     stopped: bool = field(init=False, default=False)  # graceful shutdown: claim nothing more
     #: the projects' and users' recent GPU-seconds (the fair policy)
     usage: Usage = field(init=False)
+    #: when a fair round next reads the whole look-ahead window (monotonic s)
+    _whole_at: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         settings = self.rt.settings
@@ -211,9 +215,12 @@ class DispatchLoop:
             return rest  # nothing can be claimed (the sweep expires what is past its start)
         settings = self.rt.settings
         paying = any(rooms.values())
+        whole = paying and time.monotonic() >= self._whole_at
+        if whole:
+            self._whole_at = time.monotonic() + settings.sweep_interval_s
         window = await self.rt.store.window(
             list(busy),
-            _window_size(settings, free, paying=paying),
+            window_size(settings, free, sum(rooms.values()), whole=whole),
             target.name,
             busy_max=BUSY_MAX if paying else 0,
             user_limit=settings.user_max_running,
