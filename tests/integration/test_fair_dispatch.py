@@ -14,12 +14,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.bridge import Bridge, task_end
 from tests.fakes.client import Client, generate
-from tests.fakes.service import Env, Pair, serve_pair
+from tests.fakes.service import SECRET, Env, Pair, serve_pair
 from tests.fakes.waiting import until, wait_until
 
 
@@ -233,3 +235,27 @@ async def test_a_users_limit_holds_across_both_processes(
             if task_id == "u-0":
                 assert await task_end(env, hook) == 200
         await until(lambda: a.task("u-1"), lambda t: t.target == "bridge", within=15)
+
+
+async def test_the_http_submit_takes_the_fields_and_refuses_bad_ones(pair: Pair) -> None:
+    headers = {"Authorization": f"Bearer {issue_client_token(SECRET, 'b1')}"}
+    body = generate("h1", aigc="calm") | {
+        "priority": 5,
+        "userId": "u-7",
+        "maxWaitMs": 60_000,
+        "keepWaiting": True,
+    }
+    async with httpx.AsyncClient() as http:
+        ok = await http.post(f"{pair.a.base}/api/tasks", json=body, headers=headers)
+        bad = await http.post(
+            f"{pair.a.base}/api/tasks",
+            json=body | {"taskId": "h2", "maxWaitMs": -5},
+            headers=headers,
+        )
+    assert ok.status_code == 202, ok.text
+    stored = await pair.a.redis.hgetall("aigcq:task:h1")
+    assert (stored["userId"], float(stored["credit"]), stored["keepWaiting"]) == ("u-7", 5.0, "1")
+    assert float(stored["startBy"]) - float(stored["created"]) == pytest.approx(60.0)
+    assert bad.status_code == 400 and bad.json()["code"] == "JSONError", bad.text
+    assert "maxWaitMs" in bad.json()["detail"]
+    assert not await pair.a.redis.exists("aigcq:task:h2")
