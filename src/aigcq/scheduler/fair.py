@@ -19,7 +19,7 @@ its running ones to end (the claim script enforces the limit too, across process
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from aigcq.config import Settings
@@ -65,11 +65,11 @@ def _within_user_limits(
     return [task for position, task in enumerate(tasks) if position in kept]
 
 
-def mean_run(runs: Mapping[str, float], workflow: str, default_s: float) -> float:
-    """A workflow's expected run time on our GPUs (s)."""
-    if workflow in runs:
-        return runs[workflow]
-    return statistics.fmean(runs.values()) if runs else default_s
+def run_times(runs: Mapping[str, float], default_s: float) -> Callable[[str], float]:
+    """A workflow's expected run time on our GPUs (s): its recent mean, else the mean of
+    the others', else ``default_s``."""
+    unknown = statistics.fmean(runs.values()) if runs else default_s
+    return lambda workflow: runs.get(workflow, unknown)
 
 
 def inputs(
@@ -83,14 +83,14 @@ def inputs(
     paused: Collection[str] = (),
 ) -> Inputs:
     """The planner's inputs of ``window`` (the tasks of ``paused`` workflows left out)."""
-    default_s = settings.share_default_run_s
+    run_s = run_times(window.runs, settings.share_default_run_s)
     tasks = _within_user_limits(
         [
             Waiting(
                 t.task_id,
                 (t.aigc, t.platform),
                 t.created,
-                mean_run(window.runs, t.workflow_id, default_s),
+                run_s(t.workflow_id),
                 user=t.user,
                 start_by=t.start_by,
                 keep_waiting=t.keep_waiting,
@@ -102,10 +102,7 @@ def inputs(
         window.users,
         settings.user_max_running,
     )
-    busy = [
-        time_left(mean_run(window.runs, w, default_s), now - started if started else 0.0)
-        for w, started in window.busy
-    ]
+    busy = [time_left(run_s(w), now - started if started else 0.0) for w, started in window.busy]
     projects = {t.queue[0] for t in tasks}
     users = {(t.queue[0], t.user) for t in tasks if t.user}
     half_life_s = settings.share_half_life_s
