@@ -37,7 +37,7 @@ import random
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -50,7 +50,7 @@ from redis.exceptions import RedisError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.fleet import Fleet
-from bench.gpu_idle import Timeline, free_at_creates, gpu_idle_s, paid_while_free
+from bench.gpu_idle import Timeline, free_at_creates, gpu_idle_s, longest_idle, paid_while_free
 from bench.processes import CLIENT_TOKEN, Cluster, Proc
 
 from aigcq.cli.demo import GRAPH
@@ -69,7 +69,10 @@ SERVE_ENV = {
 
 #: seconds after a killed serve, bridge or Redis is back until its bridges take work again
 #: (the bridge's reconnect back-off while aigcq was away is at most 2 s)
-RECOVERY_S = 3.0
+#: after a restart, once the bridges are registered: capacity known everywhere
+SETTLE_S = 0.3
+#: what paid_while_free counts: an instance idle longer than this at a create
+FREE_FOR_S = 0.2
 #: the wait list of the chaos tasks
 WAIT_KEY = "aigcq:proj:comfyui:wait"
 
@@ -203,6 +206,10 @@ class Chaos:
         self.done: Counter[str] = Counter()
         #: when which instances could not be used: (from, to, instances)
         self.unusable: list[tuple[float, float, list[str]]] = []
+        #: per kill: seconds from the restart to every bridge registered again
+        self.back_s: dict[str, list[float]] = defaultdict(list)
+        #: (when, fault) for each fault struck
+        self.struck: list[tuple[float, str]] = []
 
     def start_serve(self, port: int | None = None) -> int:
         proc, port = self.cluster.server(port, AIGCQ_RUNNINGHUB_URL=self.rh, **SERVE_ENV)
@@ -213,20 +220,21 @@ class Chaos:
         action = self.rng.choice(self.faults)
         self.done[action] += 1
         struck = time.time()
+        self.struck.append((struck, action))
         if action == "kill_bridge":
             bridge = await self.fleet.kill_one(self.rng)
-            self._unusable(struck, bridge.comfyui)
+            await self._back(action, bridge.server_port, struck, bridge.comfyui)
         elif action == "kill_serve":
             port = self.rng.choice(sorted(self.serves))
             self.serves[port].kill()
             await asyncio.sleep(self.rng.uniform(0.5, 3.0))
             await asyncio.to_thread(self.start_serve, port)
-            self._unusable(struck, self.fleet.instances(port))
+            await self._back(action, port, struck, self.fleet.instances(port))
         elif action == "kill_redis":
             self.redis.kill()
             await asyncio.sleep(self.rng.uniform(0.5, 2.0))
             self.redis.start()
-            self._unusable(struck, self.fleet.instances())
+            await self._back(action, None, struck, self.fleet.instances())
         elif action == "lose":
             await self._faults(drop_create_replies=self.rng.randint(1, 3))
         elif action == "cancel":  # a client cancel; RunningHub takes a while to stop it
@@ -238,10 +246,16 @@ class Chaos:
             kinds = ["5xx", "non_json", "unknown_code"]
             await self._faults(status_faults=self.rng.choices(kinds, k=5))
 
-    def _unusable(self, since: float, instances: list[str]) -> None:
-        """``instances`` could not be used from ``since`` until what was killed is back
-        and its bridges have reconnected (``RECOVERY_S`` after the restart)."""
-        self.unusable.append((since, time.time() + RECOVERY_S, instances))
+    async def _back(
+        self, action: str, server_port: int | None, since: float, instances: list[str]
+    ) -> None:
+        """``instances`` could not be used from ``since`` (a kill) until what was killed is
+        back (just restarted) and their bridges are registered again (each serve's view),
+        and :data:`SETTLE_S` more; how long that took after the restart is ``back_s``."""
+        restarted = time.time()
+        await self.fleet.registered(server_port)
+        self.back_s[action].append(round(time.time() - restarted, 2))
+        self.unusable.append((since, time.time() + SETTLE_S, instances))
 
     def capable(self, task_id: str) -> frozenset[str]:
         """The instances that can run ``task_id``."""
@@ -325,10 +339,38 @@ async def gpu_figures(
     creates = [(c["at"], chaos.capable(c["task"])) for r in recs.values() for c in r["creates"]]
     free = sorted(f for f in free_at_creates(timeline, creates) if f > 0)
     return {
-        "paid_while_free": paid_while_free(timeline, creates),
+        "paid_while_free": paid_while_free(timeline, creates, FREE_FOR_S),
         "gpu_idle_s": gpu_idle_s(timeline),
         "free_at_paid_creates_ms": [round(f * 1000) for f in free],
+        "paid_while_free_detail": paid_while_free_detail(chaos, start, recs, timeline),
     }
+
+
+def paid_while_free_detail(
+    chaos: Chaos, start: float, recs: dict[str, Any], timeline: Timeline
+) -> list[dict[str, Any]]:
+    """Each create ``paid_while_free`` counts: its task, when (s from the start), the idle
+    instance (the index in ``--instances`` order), for how long, and the fault struck
+    last before it (with how long before)."""
+    creates = [(c["task"], c["at"]) for r in recs.values() for c in r["creates"]]
+    instances = chaos.fleet.instances()
+    found = longest_idle(timeline, [(at, chaos.capable(task)) for task, at in creates])
+    detail = []
+    for (task, at), free in zip(creates, found, strict=True):
+        if free is None or free[1] <= FREE_FOR_S:
+            continue
+        before = [(t, action) for t, action in chaos.struck if t <= at]
+        last = {"fault": before[-1][1], "s_before": round(at - before[-1][0], 2)} if before else {}
+        detail.append(
+            {
+                "task": task,
+                "at_s": round(at - start, 2),
+                "instance": instances.index(free[0]),
+                "idle_ms": round(free[1] * 1000),
+                **last,
+            }
+        )
+    return detail
 
 
 async def records(rh: str) -> dict[str, Any]:
@@ -380,7 +422,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         ports += [chaos.start_serve(), chaos.start_serve()]
         basic = {(0, 1): BASIC_NODES}  # the first bridge's second instance
         await asyncio.to_thread(chaos.fleet.start, ports, [2, 1], basic)
-        usable_from = time.time() + 1.0  # the bridges' REGISTER
+        await chaos.fleet.registered()
+        usable_from = time.time() + SETTLE_S
         waiting: list[tuple[float, list[str]]] = []
         sampler = asyncio.create_task(sample_waiting(cluster.redis_url, waiting))
         reader = asyncio.create_task(load.read())
@@ -411,6 +454,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "outcomes": dict(outcomes),
             "targets": dict(await targets(cluster.redis_url, load.submitted)),
             "faults": dict(chaos.done),
+            "back_s": dict(chaos.back_s),
             **await gpu_figures(chaos, usable_from, waiting, recs),
             "creates": sum(runs.values()),
             "cancels": sum(len(r["cancels"]) for r in recs.values()),
