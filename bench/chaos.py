@@ -3,8 +3,9 @@
 overflowing to a recording RunningHub emulator, while random faults strike: SIGKILL of
 either serve, of either bridge (each restarted a moment later), of Redis (restarted), lost
 create replies, faulty status answers and slow cancels from the platform, client cancels
-of running tasks. One instance lacks a node class (``ImageInvert``): every fifth task
-needs it, the others run anywhere. Prints JSON:
+of running tasks, tasks by a workflowId nobody registered (a bridge refuses them, 380:
+they fail ``WorkflowNotFound`` at once and must idle no GPU). One instance lacks a node
+class (``ImageInvert``): every fifth task needs it, the others run anywhere. Prints JSON:
 
     submitted, lost, duplicated_to_client, double_paid, paid_but_failed, peak_over_cap,
     leaked_slots
@@ -77,7 +78,7 @@ FREE_FOR_S = 0.2
 WAIT_KEY = "aigcq:proj:comfyui:wait"
 
 #: the faults :class:`Chaos` picks from
-FAULTS = ("kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel")
+FAULTS = ("kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel", "unknown")
 
 
 #: the graph of the tasks any instance can run (no ``ImageInvert``)
@@ -97,10 +98,13 @@ def special(task_id: str) -> bool:
     return int(task_id.rpartition("-")[2]) % 5 == 0
 
 
-def task(task_id: str) -> dict[str, Any]:
-    """A task RunningHub and a bridge can run (a special one: not every instance)."""
+def task(task_id: str, unknown: bool = False) -> dict[str, Any]:
+    """A task RunningHub and a bridge can run (a special one: not every instance), or
+    (``unknown``) one by a workflowId nobody registered: a bridge refuses it (380)."""
     payload: dict[str, Any] = {"workflowId": "chaos-basic", "workflow": BASIC_GRAPH}
-    if special(task_id):
+    if unknown:
+        payload = {"workflowId": "chaos-unknown"}
+    elif special(task_id):
         payload = {"workflowId": "chaos-special", "workflow": GRAPH}
     return {
         "type": "generate",
@@ -122,6 +126,9 @@ class Load:
         self.failures: dict[str, str] = {}  # taskId -> why it failed
         self.unacked: set[str] = set()  # submitted by us, no ``submitted`` reply yet
         self.submitted: list[str] = []
+        #: tasks by a workflow no bridge has; how many of the next ones are to be such
+        self.unknown: set[str] = set()
+        self.unknown_next = 0
         self.ws: Any = None
         self._turn = 0
 
@@ -132,8 +139,7 @@ class Load:
             query = urlencode({"token": CLIENT_TOKEN, "id": "chaos", "ack": "1"})
             try:
                 self.ws = await websockets.connect(f"ws://127.0.0.1:{port}/?{query}")
-                for task_id in sorted(self.unacked):
-                    await self._send(task(task_id))
+                await self.resend_unacked()
                 return
             except (OSError, websockets.WebSocketException, TimeoutError):
                 await asyncio.sleep(0.2)
@@ -166,24 +172,30 @@ class Load:
             await self._send({"type": "ack", "id": msg["id"]})
         elif msg["type"] == "error" and task_id in self.unacked:
             await asyncio.sleep(0.2)  # e.g. Redis down: try again
-            await self._send(task(task_id))
+            await self._send(self.message(task_id))
 
     async def submit(self, seconds: float) -> None:
         start, i = time.monotonic(), 0
         while time.monotonic() - start < seconds:
             task_id = f"chaos-{i}"
+            if self.unknown_next > 0:
+                self.unknown_next -= 1
+                self.unknown.add(task_id)
             self.submitted.append(task_id)
             self.unacked.add(task_id)
-            await self._send(task(task_id))
+            await self._send(self.message(task_id))
             i += 1
             await asyncio.sleep(1 / self.rate)
 
     async def cancel(self, task_id: str) -> None:
         await self._send({"type": "cancel", "taskId": task_id})
 
+    def message(self, task_id: str) -> dict[str, Any]:
+        return task(task_id, task_id in self.unknown)
+
     async def resend_unacked(self) -> None:
         for task_id in sorted(self.unacked):
-            await self._send(task(task_id))
+            await self._send(self.message(task_id))
 
 
 class Chaos:
@@ -242,6 +254,8 @@ class Chaos:
             live = [t for t in self.load.submitted[-40:] if t not in self.load.results]
             for task_id in self.rng.sample(live, min(2, len(live))):
                 await self.load.cancel(task_id)
+        elif action == "unknown":  # tasks a bridge refuses (380)
+            self.load.unknown_next += self.rng.randint(1, 3)
         else:
             kinds = ["5xx", "non_json", "unknown_code"]
             await self._faults(status_faults=self.rng.choices(kinds, k=5))
@@ -259,6 +273,8 @@ class Chaos:
 
     def capable(self, task_id: str) -> frozenset[str]:
         """The instances that can run ``task_id``."""
+        if task_id in self.load.unknown:
+            return frozenset()
         every = frozenset(self.fleet.instances())
         return every - self.fleet.basic if special(task_id) else every
 
@@ -452,6 +468,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "bridge_slots_taken": bridge_slots,
             "bridge_tasks_recorded": await held_records(cluster.redis_url),
             "outcomes": dict(outcomes),
+            "unknown_workflow": {
+                "tasks": len(load.unknown),
+                "failed_as_not_found": sum(
+                    "WorkflowNotFound" in load.failures.get(t, "") for t in load.unknown
+                ),
+            },
             "targets": dict(await targets(cluster.redis_url, load.submitted)),
             "faults": dict(chaos.done),
             "back_s": dict(chaos.back_s),
