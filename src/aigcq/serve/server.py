@@ -154,6 +154,7 @@ class ServeProcess:
             self.silent_tasks.run,
             self.master_watch.run,
             self.paid.replay_journals,
+            self.paid.budgets.run,
             self._redeliver,
             self._trim_outboxes,
             self.gateway.clients.keep_present,
