@@ -178,3 +178,26 @@ async def test_two_serve_processes_stay_within_the_bound(
         # the bound (aigcq.scheduler.budgets): below limit + the creates in flight
         assert limit <= created <= limit - 1 + 2 * cap, created
         assert waiting == n - created
+
+
+async def test_an_account_s_balance_floor_as_last_polled_stops_its_creates(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    # 15 coins, 10 a task: after one task the account has 5, below its floor of 10
+    projects = model(budget={"on_limit": "fail"})
+    projects["proj"]["comfyui"]["budget"] = {"balance_floor": 10}
+    emulator = rh(remain_coins=15, consume_coins=10)
+    async with paid_stack(
+        tmp_path, redis, redis_url, model=projects, rh=emulator, reconcile_interval_s=0.2
+    ) as env:
+        await spend_then(env, 1)
+        account = env.service.paid.budgets.account("proj", "comfyui", "runninghub")
+        key = env.service.rt.store.keys.paid_account("runninghub", account.account)
+        await until(partial(redis.hget, key, "remainCoins"), lambda c: c == "5.0", within=20)
+        await env.client.request(generate("poor"))
+        await env.client.collect(2, timeout=20)
+        [poor] = env.client.results["poor"]
+        assert poor["code"] == "BudgetExceeded"
+        assert "balance 5.0 at or below its floor 10" in poor["error"]["message"]
+        [row] = (await env.service.paid.budgets.view())["accounts"]
+        assert (row["remainCoins"], row["floorReached"]) == (5.0, True)

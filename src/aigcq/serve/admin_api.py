@@ -2,9 +2,11 @@
 
 ``GET /api/admin/events`` streams a snapshot every second as Server-Sent Events (bridges,
 queues, internal / external split, health, recent tasks, overflow spend (this process's
-counters), spend today and this month (fleet-wide, :mod:`aigcq.scheduler.spend`),
-model-asynch — see :mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry
-a failed or cancelled task; the incident controls (:mod:`aigcq.serve.admin_controls`).
+counters), spend today and this month (fleet-wide, :mod:`aigcq.scheduler.spend`), the paid
+accounts as the platform counts them and as we do (:mod:`aigcq.scheduler.accounts`), the
+budgets with what they spent (:mod:`aigcq.scheduler.budgets`), model-asynch — see
+:mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry a failed or cancelled
+task; the incident controls (:mod:`aigcq.serve.admin_controls`).
 Every data call needs the admin token as a Bearer token.
 """
 
@@ -128,6 +130,8 @@ class Monitor:
             "spend": await self._spend(),
             "asynch": await self.asynch.read(),
             "pauses": [p.view() for p in await self.pauses.all()],
+            "accounts": await self.service.reconciler.view(),
+            "budgets": await self.service.paid.budgets.view(),
         }
 
     async def _spend(self) -> dict[str, Any]:
