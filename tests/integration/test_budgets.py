@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 
 from aigcq.domain import TaskState
@@ -130,22 +131,23 @@ async def test_an_account_s_monthly_budget_fails_a_failing_project_s_tasks(
         assert "account runninghub/" in over["error"]["message"]
 
 
-async def test_a_new_day_lifts_the_hold_and_the_waiting_task_is_sent(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+@pytest.mark.parametrize(("period", "later_s"), [("day", 86400), ("month", 32 * 86400)])
+async def test_a_new_period_lifts_the_hold_and_the_waiting_task_is_sent(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, period: str, later_s: float
 ) -> None:
     async with paid_stack(
-        tmp_path, redis, redis_url, model=model(budget={"day": 1}), rh=rh()
+        tmp_path, redis, redis_url, model=model(budget={period: 1}), rh=rh()
     ) as env:
         await spend_then(env, 1)
-        await waits_held(env, "tomorrow")
-        env.service.rt.clock = lambda: time.time() + 86400  # the next day, in UTC
+        await waits_held(env, "later")
+        before = (await env.service.lifecycle.spend.view(period))["period"]  # type: ignore[arg-type]
+        env.service.rt.clock = lambda: time.time() + later_s  # the next day or month (UTC)
         await env.client.collect(2, timeout=30)
-        assert env.client.results["tomorrow"][0]["status"] == "success"
+        assert env.client.results["later"][0]["status"] == "success"
         assert HOLD not in await holds(env)
-        view = await env.service.paid.budgets.view()
-        assert view["projects"][0]["day"]["spent"] == 1.0  # tomorrow's spend
-        assert view["projects"][0]["day"]["period"] > (await env.service.lifecycle.spend.view(
-            "day", time.time()))["period"]  # fmt: skip
+        [project] = (await env.service.paid.budgets.view())["projects"]
+        assert project[period]["period"] > before
+        assert project[period]["spent"] == 1.0  # the new period's spend: the one task
 
 
 async def test_two_serve_processes_stay_within_the_bound(

@@ -433,6 +433,7 @@ function renderAccounts(accounts, budgets, pauses) {
   const spent = (f) => (f.limit === null ? String(f.spent) :
     `${f.spent} / ${f.limit}${f.reached ? " reached" : ""}`);
   const b = budgets || { projects: [], accounts: [] };
+  if (b.timezone) $("#spend-zone").textContent = b.timezone;
   fillTable("#budgets", [
     ...b.projects.map((p) => [`project ${p.AIGC} (${p.onLimit})`, spent(p.day), spent(p.month), "-"]),
     ...b.accounts.map((a) => [soft(`account ${a.target} ${a.account}`), spent(a.day), spent(a.month),
