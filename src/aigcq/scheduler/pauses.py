@@ -101,13 +101,14 @@ class Paused:
     def account(self, rt: Runtime, aigc: str, platform: str, target: str) -> bool:
         """Whether paid ``target`` takes no new create for queue ``aigc`` / ``platform``:
         the target is paused, the project's account on it, or another project's account
-        with the same key."""
+        with the same key; or an automatic hold keeps the project's target (that project
+        only)."""
         here = f"{aigc}/{target}"
         if any(h.partition(":")[2] == here for h in self.holds):
             return True
         if not self.accounts:
             return False
-        if target in self.accounts or f"{aigc}/{target}" in self.accounts:
+        if target in self.accounts or here in self.accounts:
             return True
         key = rt.apikey(aigc, platform)
         held = (a.partition("/") for a in self.accounts)
