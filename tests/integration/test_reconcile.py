@@ -8,11 +8,13 @@ per interval across two; a failing poll backs off."""
 from __future__ import annotations
 
 import itertools
+import logging
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import redis.asyncio as aioredis
 from rich.console import Console
 
@@ -45,8 +47,9 @@ async def holds(env: Paid) -> dict[str, Any]:
 
 
 async def test_the_platform_counting_more_holds_the_account_and_names_the_suspects(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="aigcq.scheduler.accounts")
     rh = RunningHubEmulatorConfig(duration_s=60)
     async with paid_stack(tmp_path, redis, redis_url, rh=rh, **FAST) as env:
         # a create the platform took whose reply was lost: ours, outcome unknown
@@ -57,6 +60,10 @@ async def test_the_platform_counting_more_holds_the_account_and_names_the_suspec
         assert [s["taskId"] for s in row["suspects"]] == ["lost-reply"]
         found = await until(partial(holds, env), lambda h: HOLD in h, within=20)
         assert "lost-reply" in found[HOLD] and "2 task(s) more" in found[HOLD]
+        logged = [
+            r.getMessage() for r in caplog.records if "suspects: lost-reply" in r.getMessage()
+        ]
+        assert any("past the grace" in m for m in logged), logged
         await env.client.request(generate("held"))  # no new create on the account
         await until(partial(env.task, "held"), lambda t: t.state is TaskState.PENDING)
         assert await env.creates("held") == []
