@@ -103,6 +103,11 @@ async def test_a_failing_poll_backs_off_and_the_status_table_shows_both_counts(
         row = await until(partial(account, env), lambda a: a["polledAt"] is not None
                           and a["failures"] == 0, within=30)  # fmt: skip
         assert (row["theirs"], row["ours"], row["remainCoins"]) == (0, 0, 177814.0)
+        async with httpx.AsyncClient(base_url=env.base) as http:
+            headers = {"Authorization": f"Bearer {ADMIN}"}
+            own = (await http.get("/api/admin/accounts", headers=headers)).json()
+            assert own["accounts"] == [row] and own["budgets"]["timezone"] == "UTC"
+            assert (await http.get("/api/admin/accounts")).status_code == 401
         snap = await snapshot(env)
         snap["recent"] = []
         console = Console(width=200, record=True)

@@ -251,6 +251,19 @@ def _dashboard_routes(router: APIRouter, gw: Gateway, monitor: Monitor) -> None:
         return await monitor.snapshot(sample=False)  # now, not the last second's sample
 
     @router.get(
+        "/api/admin/accounts",
+        summary="Paid accounts as their platform counts them and as we do; budgets",
+        responses=error_responses(ErrorCode.AUTH),
+    )
+    async def accounts(authorization: Authorization = None) -> dict[str, Any]:
+        require_admin(gw, authorization)
+        service = monitor.service
+        return {
+            "accounts": await service.reconciler.view(),
+            "budgets": await service.paid.budgets.view(),
+        }
+
+    @router.get(
         "/api/admin/live-tasks",
         summary="Tasks waiting and running now, where and for how long, a page at a time",
         responses=error_responses(ErrorCode.JSON, ErrorCode.AUTH),
