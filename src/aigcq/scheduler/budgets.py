@@ -181,9 +181,11 @@ class Budgets:
 
     # ---- the operator's view --------------------------------------------------------------
 
-    async def view(self) -> dict[str, Any]:
-        """Every configured limit with what its period spent so far, and whether reached."""
-        spent = {period: await self.spend.view(period) for period in PERIODS}
+    async def view(self, spent: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Every configured limit with what its period spent so far, and whether reached
+        (``spent``: the spend views of the day and month, when the caller has them)."""
+        if spent is None:
+            spent = {period: await self.spend.view(period) for period in PERIODS}
         projects = []
         for aigc, budget in sorted(self.rt.config.budgets.items()):
             row: dict[str, Any] = {"AIGC": aigc, "onLimit": budget.on_limit}

@@ -118,6 +118,7 @@ class Monitor:
         overflow = overflow_spend(rt.settings.overflow_price)
         if sample:
             await self.trends.sample(rt.store, queues, overflow)
+        spend = await self._spend()
         return {
             "time": time.time(),
             "bridges": await self._bridges(),
@@ -127,11 +128,11 @@ class Monitor:
             "health": self._health(),
             "recent": [task_row(t) for t in await rt.store.recent(RECENT_TASKS)],
             "overflow": overflow,
-            "spend": await self._spend(),
+            "spend": spend,
             "asynch": await self.asynch.read(),
             "pauses": [p.view() for p in await self.pauses.all()],
             "accounts": await self.service.reconciler.view(),
-            "budgets": await self.service.paid.budgets.view(),
+            "budgets": await self.service.paid.budgets.view(spend),
         }
 
     async def _spend(self) -> dict[str, Any]:
