@@ -125,7 +125,7 @@ class Reconciler:
 
     async def account(self, a: PaidAccount) -> int:
         """Poll one account (unless it backs off) and act on the drift; 1: it answered."""
-        key, now = self.rt.store.keys.paid_account(a.target, a.account), self.rt.clock()
+        key, now = self.rt.store.keys.paid_account(a.target, a.account), time.time()
         record = {text(k): text(v) for k, v in (await self.rt.redis.hgetall(key)).items()}
         if now < float(record.get("retryAt") or 0):
             return 0
@@ -136,8 +136,7 @@ class Reconciler:
             return 0
         ours, suspects, stale = await self._ours(a)
         drift = state.tasks - ours
-        since = float(record.get("driftSince") or 0) if drift > 0 else 0.0
-        since = since or (now if drift > 0 else 0.0)
+        since = (float(record.get("driftSince") or 0) or now) if drift > 0 else 0.0
         fields: dict[FieldT, EncodableT] = {
             "target": a.target,
             "account": a.account,
