@@ -160,6 +160,7 @@ class ErrorCode(enum.StrEnum):
     UNCERTAIN_SUBMIT = "UncertainSubmit"
     BRIDGE_NOT_FOUND = "BridgeNotFound"
     MAX_COST = "MaxCostExceeded"
+    BUDGET = "BudgetExceeded"  # a paid budget or balance floor reached (the project fails)
     CONTROL = "ControlError"  # an operator's control names nothing it can act on
     LINK_EXPIRED = "LinkExpired"
     FILE_NOT_FOUND = "FileNotFound"

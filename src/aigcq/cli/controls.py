@@ -22,6 +22,7 @@ class Kind(enum.StrEnum):
     account = "account"
     workflow = "workflow"
     bridge = "bridge"
+    hold = "hold"  # resume only: an automatic hold (budget:proj/runninghub, drift:…)
 
 
 KindArgument = Annotated[
@@ -58,7 +59,13 @@ def pause(
 
 
 def resume(
-    kind: Annotated[Kind, typer.Argument(help="project, account, workflow or bridge")],
+    kind: Annotated[
+        Kind,
+        typer.Argument(
+            help="project, account, workflow or bridge; or hold: an automatic hold "
+            "(budget:proj/runninghub, drift:proj/runninghub)"
+        ),
+    ],
     name: NameArgument,
     server: ServerOption = None,
     token: AdminTokenOption = "",

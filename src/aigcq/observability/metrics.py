@@ -88,6 +88,12 @@ SPEND_COINS = Counter(
     "Coins paid tasks consumed (RunningHub's consumeCoins), by project and account.",
     ["aigc", "target", "account"],
 )
+BUDGET_REFUSALS = Counter(
+    "aigcq_budget_refusals_total",
+    "Paid creates not sent because a budget or balance floor of the task's project or "
+    "account was reached, by project and target.",
+    ["aigc", "target"],
+)
 RESULT_FILES_COPIED = Counter(
     "aigcq_result_files_copied_total",
     "Paid results' files copied into aigcq's storage (result custody), by target: "
@@ -154,6 +160,10 @@ def spent(
     _child(SPEND, aigc, target, account, "estimate" if estimate else "reported").inc(amount)
     if coins:
         _child(SPEND_COINS, aigc, target, account).inc(coins)
+
+
+def budget_refused(aigc: str, target: str) -> None:
+    _child(BUDGET_REFUSALS, aigc, target).inc()
 
 
 def result_file_copied(target: str, *, ok: bool) -> None:

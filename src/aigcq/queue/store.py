@@ -145,7 +145,22 @@ SCRIPTS = (
     "retry",
     "release_orphan",
     "charge",
+    "budget",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """What :meth:`TaskStore.begin_create` did: ``recorded`` (send the create), else
+    ``reached`` says which budget stopped it ("": the task moved on) and ``held`` whether
+    that set its project's automatic hold."""
+
+    recorded: bool
+    reached: str = ""
+    held: bool = False
+
+    def __bool__(self) -> bool:
+        return self.recorded
 
 
 class NotReplicated(RedisError):
@@ -339,21 +354,30 @@ class TaskStore:
         )
 
     async def begin_create(
-        self, task_id: str, attempt: int, create_id: str, *, deadline_s: float
-    ) -> bool:
+        self, task_id: str, attempt: int, create_id: str, *, deadline_s: float, gate: str = ""
+    ) -> Begun:
         """Record that a create for ``attempt`` is about to be sent (a process that
-        restarts then knows one may be out); False: the task moved on, send nothing."""
+        restarts then knows one may be out), unless a budget ``gate`` names is reached
+        (``budget_reached`` in the scripts' prelude; :mod:`aigcq.scheduler.budgets`).
+        False (:class:`Begun`): the task moved on or a budget is reached, send nothing."""
         now = time.time()
-        return bool(
-            await self._run(
-                "begin_create",
-                task_id=task_id,
-                attempt=attempt,
-                create_id=create_id,
-                now=now,
-                deadline=now + deadline_s,
-            )
+        code, *rest = await self._run(
+            "begin_create",
+            task_id=task_id,
+            attempt=attempt,
+            create_id=create_id,
+            now=now,
+            deadline=now + deadline_s,
+            gate=gate,
         )
+        if int(code) >= 0:
+            return Begun(recorded=int(code) == 1)
+        return Begun(recorded=False, reached=text(rest[0]), held=bool(int(rest[1])))
+
+    async def budget_reached(self, gate: str) -> str:
+        """What of ``gate``'s budgets is reached now ("": none), as :meth:`begin_create`
+        checks it."""
+        return text(await self._run("budget", gate=gate))
 
     async def postpone(self, task_id: str, attempt: int, *, max_delay_s: float) -> float:
         """Ask about the task again later, with back-off; the delay (0: it moved on)."""

@@ -29,7 +29,15 @@ from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
 from aigcq.plumbing.events import progress_event, running_message
-from aigcq.queue.store import Claimed, MoveResult, NotReplicated, Orphan, Retried, Submitted
+from aigcq.queue.store import (
+    Begun,
+    Claimed,
+    MoveResult,
+    NotReplicated,
+    Orphan,
+    Retried,
+    Submitted,
+)
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import (
     INFRASTRUCTURE,
@@ -226,14 +234,17 @@ class Lifecycle:
         )
         return moved
 
-    async def creating(self, c: Claimed, create_id: str) -> bool:
-        """A paid create is about to be sent (from here on it may be out); False: send
-        nothing (the task moved on, or its intent is not on the replicas: a failover now
+    async def creating(self, c: Claimed, create_id: str, *, gate: str = "") -> Begun:
+        """A paid create is about to be sent (from here on it may be out), within the
+        budgets of ``gate`` (:mod:`aigcq.scheduler.budgets`); False: send nothing (the task
+        moved on, a budget is reached, or its intent is not on the replicas: a failover now
         would lose the record and pay it again; it waits and is tried again)."""
-        recorded = await self.rt.store.begin_create(
-            c.task_id, c.attempt, create_id, deadline_s=self.rt.dispatch_deadline_s
+        begun = await self.rt.store.begin_create(
+            c.task_id, c.attempt, create_id, deadline_s=self.rt.dispatch_deadline_s, gate=gate
         )
-        return recorded and await self._replicated(c.task_id, "its create intent")
+        if begun and not await self._replicated(c.task_id, "its create intent"):
+            return Begun(recorded=False)
+        return begun
 
     async def accepted(
         self,
@@ -367,6 +378,15 @@ class Lifecycle:
         had moved on."""
         error = {"code": ErrorCode.MAX_COST.value, "message": reason, "detail": None}
         done = await self.fail(c.task_id, c.attempt, ErrorCode.MAX_COST, error, reason, ended=True)
+        if done.applied:
+            _say(logging.WARNING, c.task_id, "not sent: %s", reason)
+        return done.applied
+
+    async def over_budget(self, c: Claimed, reason: str) -> bool:
+        """A budget of the task's project or account is reached and its project fails its
+        tasks then: it fails ``BudgetExceeded``, nothing sent. False: it had moved on."""
+        error = {"code": ErrorCode.BUDGET.value, "message": reason, "detail": None}
+        done = await self.fail(c.task_id, c.attempt, ErrorCode.BUDGET, error, reason, ended=True)
         if done.applied:
             _say(logging.WARNING, c.task_id, "not sent: %s", reason)
         return done.applied
