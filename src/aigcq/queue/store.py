@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from aigcq.domain import TRANSITIONS, Move, Task, TaskState
+from aigcq.domain import TRANSITIONS, ErrorCode, Move, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.plumbing.text import text
@@ -84,6 +84,9 @@ class MoveResult:
     #: applied: the remote task of the live attempt, still running on a paid target and
     #: now unwanted (kept in its account's cap as an orphan): cancel it
     orphan: str = ""
+    #: applied: a late success, after the task had failed ``UncertainSubmit`` (its client
+    #: is sent the success after the failure; see :meth:`TaskStore.release_orphan`)
+    late: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,18 @@ class Retried:
     #: not applied: a paid run of it may still be out (its orphan: a remote task id, or
     #: ``create:<createId>`` for a create whose outcome is unknown)
     paid_out: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """What :meth:`TaskStore.release_orphan` did; true when the orphan left the cap."""
+
+    released: bool
+    #: its success won over its task's ``UncertainSubmit`` failure (a late success)
+    moved: MoveResult | None = None
+
+    def __bool__(self) -> bool:
+        return self.released
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,8 +511,12 @@ class TaskStore:
             paid_targets=self.paid_targets,
             fenced=fenced,
             ended=ended,
+            late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
         )
         code = int(applied)
+        if code == 3:  # the success of the run a failure gave up on: it may win
+            released = await self.release_orphan(text(labels[0]), result)
+            return released.moved or MoveResult(False, TaskState(text(current)))
         if code != 1:
             current_state = TaskState(text(current)) if code >= 0 else None
             return MoveResult(False, current_state, superseded=code == 2)
@@ -526,6 +545,7 @@ class TaskStore:
             paid_targets=self.paid_targets,
             fenced=False,
             ended=False,
+            late_class="",
         )
         return int(applied) == 1
 
@@ -551,6 +571,7 @@ class TaskStore:
             paid_targets=self.paid_targets,
             fenced=False,
             ended=False,
+            late_class="",
         )
         code = int(applied)
         return MoveResult(code == 1, TaskState(text(current)) if code >= 0 else None)
@@ -577,19 +598,32 @@ class TaskStore:
         due or not (no ``wake`` is published: the caller dispatches it)."""
         return int(await self._run("promote", now=time.time(), limit=1, only=task_id)) == 1
 
-    async def release_orphan(self, remote_id: str, result: Any = None) -> bool:
+    async def release_orphan(self, remote_id: str, result: Any = None) -> Released:
         """The platform says this unwanted remote task ended: it leaves the cap. ``result``:
-        the success it reported, kept on its task if that ended failed or cancelled."""
-        kept = "" if result is None else orjson.dumps(result).decode()
-        done = await self._run(
-            "release_orphan", remote_id=remote_id, result_json=kept, now=time.time()
+        the success it reported. It wins when its task failed ``UncertainSubmit`` and this
+        orphan is the paid run of the attempt that failed (``Released.moved``): the task
+        ends a success, and its client is sent it, marked ``late``, after the failure.
+        Otherwise it is kept on its task if that ended failed or cancelled."""
+        now = time.time()
+        code, *labels = await self._run(
+            "release_orphan",
+            remote_id=remote_id,
+            result_json="" if result is None else orjson.dumps(result).decode(),
+            now=now,
+            late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
+            minid=outbox_minid(now, self.outbox_retention_s),
         )
-        return int(done) == 1
+        if int(code) != 2:
+            return Released(int(code) == 1)
+        aigc, platform, target = (text(v) for v in labels)
+        metrics.late_success(aigc, platform, target)
+        moved = MoveResult(True, TaskState.SUCCESS, target, aigc, platform, late=True)
+        return Released(True, moved)
 
     async def release_create(self, create_id: str) -> bool:
         """The platform answered the create ``create_id`` with a definite "not created":
         the slot its task's moving on left it as (``create:<createId>``) is free."""
-        return await self.release_orphan(f"create:{create_id}")
+        return bool(await self.release_orphan(f"create:{create_id}"))
 
     async def orphans_due(self, aigc: str, target: str, limit: int = 100) -> list[Orphan]:
         """Orphans of one account whose next check is due."""
