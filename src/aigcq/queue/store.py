@@ -121,6 +121,9 @@ class Marked:
     running: bool
     #: the task had moved on: its remote task is an orphan now, to be cancelled
     orphaned: bool = False
+    #: the task had failed ``UncertainSubmit`` for want of this reply: its remote task is
+    #: an orphan watched until it ends, its success still winning (not cancelled)
+    awaited: bool = False
 
     def __bool__(self) -> bool:
         return self.running
@@ -139,6 +142,9 @@ class Orphan:
     workflow_id: str
     #: when the create of a run with no remote id yet was recorded (0: the id is known)
     create_at: float = 0.0
+    #: the run of the attempt its task failed ``UncertainSubmit`` for want of its reply:
+    #: watched, never cancelled (its success still wins)
+    awaited: bool = False
 
     @property
     def awaiting_create(self) -> bool:
@@ -308,7 +314,9 @@ class TaskStore:
         connected with ``progress=1`` (no round trip, and no message every process decodes
         for nothing). ``where`` (AIGC, platform, paid target): a remote task accepted for
         an attempt that is no longer live becomes an orphan (``orphaned``), inside that
-        target's cap until it ends. ``holder``: the bridge that acknowledged the task,
+        target's cap until it ends; when its task failed ``UncertainSubmit`` for want of
+        this very reply, it is ``awaited`` instead (its success still wins: not cancelled).
+        ``holder``: the bridge that acknowledged the task,
         recorded as holding it (:meth:`Keys.bridge_tasks`, :meth:`Keys.bridges_of`, kept
         ``holder_ttl_s``) in the same step, whenever the task is running."""
         now = time.time()
@@ -331,8 +339,9 @@ class TaskStore:
             holder_tasks=self.keys.bridge_tasks(holder) if holder else "",
             holder_of=self.keys.bridges_of(task_id) if holder else "",
             holder_ttl=holder_ttl_s,
+            late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
         )
-        return Marked(int(code) == 1, int(code) == 2)
+        return Marked(int(code) == 1, int(code) == 2, awaited=int(code) == 3)
 
     async def retarget(
         self, task_id: str, attempt: int, source: str, target: str, *, cap: int, deadline_s: float
@@ -799,6 +808,7 @@ def _orphan(remote_id: str, raw: dict[Any, Any]) -> Orphan:
         h.get("target", ""),
         h.get("workflowId", ""),
         float(h.get("createAt") or 0),
+        h.get("awaited") == "1",
     )
 
 

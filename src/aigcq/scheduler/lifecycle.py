@@ -281,7 +281,15 @@ class Lifecycle:
                     logging.WARNING, task_id, "accepted as %s, not recorded yet: %s", remote_id, exc
                 )
                 await asyncio.sleep(wait_s)
-        if marked.orphaned:
+        if marked.awaited:
+            _say(
+                logging.WARNING,
+                task_id,
+                "its create's reply (%s) came after it failed UncertainSubmit: its result is "
+                "awaited and wins",
+                remote_id,
+            )
+        elif marked.orphaned:
             orphan = await self.rt.store.orphans_of(remote_id)
             if orphan is not None:
                 await self.orphans.cancel(orphan)
