@@ -70,3 +70,15 @@ def test_a_client_command_finds_the_default_server_without_the_settings(tmp_path
         (tmp_path / ".env").write_text(f"AIGCQ_WS_PORT={port}\n")
         modules = loaded(["status", "--token", "t"], tmp_path)
     assert not modules & SERVER_SIDE, modules & SERVER_SIDE
+
+
+def test_the_command_modules_evaluate_their_annotations_once() -> None:
+    """Typer reads every command's signature at each start: with ``from __future__ import
+    annotations`` each annotation is a string it evaluates (twice) every time."""
+    import importlib
+
+    from aigcq.cli.entry import LAZY
+
+    modules = {"aigcq.cli.app", "aigcq.cli.entry", *(module for module, _, _ in LAZY.values())}
+    for name in sorted(modules):
+        assert "annotations" not in vars(importlib.import_module(name)), name

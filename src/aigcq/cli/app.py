@@ -4,8 +4,6 @@ is registered (:mod:`aigcq.cli.entry` runs a client command without the others).
 Logging is configured by the command line entry points and nowhere else.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated, Any
 

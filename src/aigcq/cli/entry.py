@@ -6,9 +6,11 @@ that start is spent on commands that do not run. So a command of :data:`LAZY` ru
 root app that has that command alone (the same root: its options, its help); anything else
 (``aigcq --help``, a server command, a mistyped name, shell completion) runs the full app,
 :data:`aigcq.cli.app.app`, which registers the same table.
-"""
 
-from __future__ import annotations
+The command modules evaluate their annotations when they are defined (no ``from
+__future__ import annotations``): typer reads every command's signature at each start,
+and a string annotation costs it an evaluation each time.
+"""
 
 import os
 import sys
