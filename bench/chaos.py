@@ -12,11 +12,14 @@ class (``ImageInvert``): every fifth task needs it, the others run anywhere. Pri
 
 all of which must be 0, plus what happened (faults, outcomes, targets, seconds).
 ``paid_but_failed`` counts tasks RunningHub created (and so bills) whose client was told
-they failed.
+they failed, and never told otherwise.
+``paid_late_success`` counts tasks whose client was told they failed ``UncertainSubmit``
+and then got their paid result as a late success (a second entry, ``"late": true``):
+paid, the late success delivered; neither a duplicate nor a failure.
 ``duplicated_to_client`` counts tasks whose client got two different results (two outbox
-entries); the same entry sent again after a crash or a reconnect (the wire's promise is
-at least once, each result with a stable ``id``, which the SDK drops when it comes again)
-is ``redelivered``, reported, not a failure.
+entries, a late success after a failure aside); the same entry sent again after a crash
+or a reconnect (the wire's promise is at least once, each result with a stable ``id``,
+which the SDK drops when it comes again) is ``redelivered``, reported, not a failure.
 ``leaked_slots`` counts, once the load stopped and everything settled: tasks still in a
 paid account's cap or in flight in Redis (running sets, orphans, ``inflight``), tasks
 RunningHub still runs, and bridge slots not free as the hub or the bridge itself sees
@@ -124,6 +127,7 @@ class Load:
         self.results: dict[str, list[str]] = {}  # taskId -> statuses received
         self.entries: dict[str, set[str]] = {}  # taskId -> the outbox ids they came as
         self.failures: dict[str, str] = {}  # taskId -> why it failed
+        self.late: set[str] = set()  # a late success came after the failure
         self.unacked: set[str] = set()  # submitted by us, no ``submitted`` reply yet
         self.submitted: list[str] = []
         #: tasks by a workflow no bridge has; how many of the next ones are to be such
@@ -169,6 +173,8 @@ class Load:
             if msg["status"] == "failed":
                 self.failures[task_id] = f"{msg.get('code')}: {msg.get('error')}"
             self.entries.setdefault(task_id, set()).add(msg["id"])
+            if msg.get("late") is True and msg["status"] == "success":
+                self.late.add(task_id)
             await self._send({"type": "ack", "id": msg["id"]})
         elif msg["type"] == "error" and task_id in self.unacked:
             await asyncio.sleep(0.2)  # e.g. Redis down: try again
@@ -341,9 +347,17 @@ async def sample_waiting(redis_url: str, samples: list[tuple[float, list[str]]])
         await client.aclose()
 
 
-def paid_failed(runs: Counter[str], results: dict[str, list[str]]) -> list[str]:
-    """Tasks RunningHub created (and bills) whose client was told they failed."""
-    return sorted(t for t in runs if t in results and "failed" in results[t])
+def paid_failed(runs: Counter[str], load: Load) -> list[str]:
+    """Tasks RunningHub created (and bills) whose client was told they failed (and no late
+    success followed)."""
+    results = load.results
+    return sorted(t for t in runs if "failed" in results.get(t, ()) and t not in load.late)
+
+
+def duplicated(load: Load) -> int:
+    """Tasks whose client got two different results, a late success after its failure
+    not counted as one."""
+    return sum(1 for t, ids in load.entries.items() if len(ids) - (t in load.late) > 1)
 
 
 async def gpu_figures(
@@ -450,16 +464,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         recs = await records(rh)
         runs = paid_runs(recs)
         peak = max((r["peak"] for r in recs.values()), default=0)
-        outcomes = Counter(s[0] for s in load.results.values())
+        outcomes = Counter("success" if t in load.late else s[0] for t, s in load.results.items())
         bridge_slots = await chaos.fleet.slots_taken()
         return {
             "seconds": round(time.monotonic() - started, 1),
             "submitted": len(load.submitted),
             "lost": sum(1 for t in load.submitted if t not in load.results),
-            "duplicated_to_client": sum(1 for ids in load.entries.values() if len(ids) > 1),
+            "duplicated_to_client": duplicated(load),
             "redelivered": sum(len(s) - len(load.entries[t]) for t, s in load.results.items()),
             "double_paid": sum(1 for n in runs.values() if n > 1),
-            "paid_but_failed": len(paid_but_failed := paid_failed(runs, load.results)),
+            "paid_but_failed": len(paid_but_failed := paid_failed(runs, load)),
+            "paid_late_success": sum(1 for t in load.late if t in runs),
             "paid_but_failed_tasks": {t: load.failures.get(t, "") for t in paid_but_failed},
             "peak_over_cap": max(0, peak - CAP),
             "leaked_slots": await leaked_slots(cluster.redis_url)

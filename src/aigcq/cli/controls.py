@@ -6,8 +6,6 @@ retry`` with filters (:func:`by_filter`; with task ids they act on those, in
 refusal one line and exit 1.
 """
 
-from __future__ import annotations
-
 import enum
 from typing import Annotated, Any
 

@@ -1,7 +1,5 @@
 """``aigcq emulate ...``: real look-alike servers of the external services."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any

@@ -100,6 +100,13 @@ RESULT_FILES_COPIED = Counter(
     "kept, or failed (delivered with the vendor's link).",
     ["target", "outcome"],
 )
+LATE_SUCCESSES = Counter(
+    "aigcq_late_successes_total",
+    "Paid results that came after their task had failed UncertainSubmit (a create whose "
+    "outcome was unknown at the deadline) and won: the client was sent the success after "
+    "the failure.",
+    ["aigc", "platform", "target"],
+)
 CALLBACK_REJECTIONS = Counter(
     "aigcq_callback_rejections_total", "TASK_END callbacks refused, by error code.", ["code"]
 )
@@ -168,6 +175,10 @@ def budget_refused(aigc: str, target: str) -> None:
 
 def result_file_copied(target: str, *, ok: bool) -> None:
     _child(RESULT_FILES_COPIED, target, "kept" if ok else "failed").inc()
+
+
+def late_success(aigc: str, platform: str, target: str) -> None:
+    _child(LATE_SUCCESSES, aigc, platform, target).inc()
 
 
 def callback_rejected(code: str) -> None:

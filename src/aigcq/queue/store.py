@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from aigcq.domain import TRANSITIONS, Move, Task, TaskState
+from aigcq.domain import TRANSITIONS, ErrorCode, Move, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.plumbing.text import text
@@ -84,6 +84,9 @@ class MoveResult:
     #: applied: the remote task of the live attempt, still running on a paid target and
     #: now unwanted (kept in its account's cap as an orphan): cancel it
     orphan: str = ""
+    #: applied: a late success, after the task had failed ``UncertainSubmit`` (its client
+    #: is sent the success after the failure; see :meth:`TaskStore.release_orphan`)
+    late: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +103,27 @@ class Retried:
 
 
 @dataclass(frozen=True, slots=True)
+class Released:
+    """What :meth:`TaskStore.release_orphan` did; true when the orphan left the cap."""
+
+    released: bool
+    #: its success won over its task's ``UncertainSubmit`` failure (a late success)
+    moved: MoveResult | None = None
+
+    def __bool__(self) -> bool:
+        return self.released
+
+
+@dataclass(frozen=True, slots=True)
 class Marked:
     """What :meth:`TaskStore.mark_running` did; true when the task is running."""
 
     running: bool
     #: the task had moved on: its remote task is an orphan now, to be cancelled
     orphaned: bool = False
+    #: the task had failed ``UncertainSubmit`` for want of this reply: its remote task is
+    #: an orphan watched until it ends, its success still winning (not cancelled)
+    awaited: bool = False
 
     def __bool__(self) -> bool:
         return self.running
@@ -124,6 +142,9 @@ class Orphan:
     workflow_id: str
     #: when the create of a run with no remote id yet was recorded (0: the id is known)
     create_at: float = 0.0
+    #: the run of the attempt its task failed ``UncertainSubmit`` for want of its reply:
+    #: watched, never cancelled (its success still wins)
+    awaited: bool = False
 
     @property
     def awaiting_create(self) -> bool:
@@ -308,7 +329,9 @@ class TaskStore:
         connected with ``progress=1`` (no round trip, and no message every process decodes
         for nothing). ``where`` (AIGC, platform, paid target): a remote task accepted for
         an attempt that is no longer live becomes an orphan (``orphaned``), inside that
-        target's cap until it ends. ``holder``: the bridge that acknowledged the task,
+        target's cap until it ends; when its task failed ``UncertainSubmit`` for want of
+        this very reply, it is ``awaited`` instead (its success still wins: not cancelled).
+        ``holder``: the bridge that acknowledged the task,
         recorded as holding it (:meth:`Keys.bridge_tasks`, :meth:`Keys.bridges_of`, kept
         ``holder_ttl_s``) in the same step, whenever the task is running."""
         now = time.time()
@@ -331,8 +354,9 @@ class TaskStore:
             holder_tasks=self.keys.bridge_tasks(holder) if holder else "",
             holder_of=self.keys.bridges_of(task_id) if holder else "",
             holder_ttl=holder_ttl_s,
+            late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
         )
-        return Marked(int(code) == 1, int(code) == 2)
+        return Marked(int(code) == 1, int(code) == 2, awaited=int(code) == 3)
 
     async def retarget(
         self, task_id: str, attempt: int, source: str, target: str, *, cap: int, deadline_s: float
@@ -520,8 +544,12 @@ class TaskStore:
             paid_targets=self.paid_targets,
             fenced=fenced,
             ended=ended,
+            late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
         )
         code = int(applied)
+        if code == 3:  # the success of the run a failure gave up on: it may win
+            released = await self.release_orphan(text(labels[0]), result)
+            return released.moved or MoveResult(False, TaskState(text(current)))
         if code != 1:
             current_state = TaskState(text(current)) if code >= 0 else None
             return MoveResult(False, current_state, superseded=code == 2)
@@ -550,6 +578,7 @@ class TaskStore:
             paid_targets=self.paid_targets,
             fenced=False,
             ended=False,
+            late_class="",
         )
         return int(applied) == 1
 
@@ -575,6 +604,7 @@ class TaskStore:
             paid_targets=self.paid_targets,
             fenced=False,
             ended=False,
+            late_class="",
         )
         code = int(applied)
         return MoveResult(code == 1, TaskState(text(current)) if code >= 0 else None)
@@ -601,19 +631,32 @@ class TaskStore:
         due or not (no ``wake`` is published: the caller dispatches it)."""
         return int(await self._run("promote", now=time.time(), limit=1, only=task_id)) == 1
 
-    async def release_orphan(self, remote_id: str, result: Any = None) -> bool:
+    async def release_orphan(self, remote_id: str, result: Any = None) -> Released:
         """The platform says this unwanted remote task ended: it leaves the cap. ``result``:
-        the success it reported, kept on its task if that ended failed or cancelled."""
-        kept = "" if result is None else orjson.dumps(result).decode()
-        done = await self._run(
-            "release_orphan", remote_id=remote_id, result_json=kept, now=time.time()
+        the success it reported. It wins when its task failed ``UncertainSubmit`` and this
+        orphan is the paid run of the attempt that failed (``Released.moved``): the task
+        ends a success, and its client is sent it, marked ``late``, after the failure.
+        Otherwise it is kept on its task if that ended failed or cancelled."""
+        now = time.time()
+        code, *labels = await self._run(
+            "release_orphan",
+            remote_id=remote_id,
+            result_json="" if result is None else orjson.dumps(result).decode(),
+            now=now,
+            late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
+            minid=outbox_minid(now, self.outbox_retention_s),
         )
-        return int(done) == 1
+        if int(code) != 2:
+            return Released(int(code) == 1)
+        aigc, platform, target = (text(v) for v in labels)
+        metrics.late_success(aigc, platform, target)
+        moved = MoveResult(True, TaskState.SUCCESS, target, aigc, platform, late=True)
+        return Released(True, moved)
 
     async def release_create(self, create_id: str) -> bool:
         """The platform answered the create ``create_id`` with a definite "not created":
         the slot its task's moving on left it as (``create:<createId>``) is free."""
-        return await self.release_orphan(f"create:{create_id}")
+        return bool(await self.release_orphan(f"create:{create_id}"))
 
     async def orphans_due(self, aigc: str, target: str, limit: int = 100) -> list[Orphan]:
         """Orphans of one account whose next check is due."""
@@ -789,6 +832,7 @@ def _orphan(remote_id: str, raw: dict[Any, Any]) -> Orphan:
         h.get("target", ""),
         h.get("workflowId", ""),
         float(h.get("createAt") or 0),
+        h.get("awaited") == "1",
     )
 
 

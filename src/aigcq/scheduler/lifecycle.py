@@ -292,7 +292,15 @@ class Lifecycle:
                     logging.WARNING, task_id, "accepted as %s, not recorded yet: %s", remote_id, exc
                 )
                 await asyncio.sleep(wait_s)
-        if marked.orphaned:
+        if marked.awaited:
+            _say(
+                logging.WARNING,
+                task_id,
+                "its create's reply (%s) came after it failed UncertainSubmit: its result is "
+                "awaited and wins",
+                remote_id,
+            )
+        elif marked.orphaned:
             orphan = await self.rt.store.orphans_of(remote_id)
             if orphan is not None:
                 await self.orphans.cancel(orphan)
@@ -487,6 +495,8 @@ class Lifecycle:
             case _:
                 return None
         _say(logging.DEBUG, task_id, "%s via %s (applied=%s)", done.state, note, done.applied)
+        if done.late:
+            self.late(task_id, done.target or target, attempt)
         await self._cancel_orphan(task_id, done)
         if done.applied:
             await self.spend.ended(
@@ -672,8 +682,23 @@ class Lifecycle:
     async def orphan_ended(self, o: Orphan, result: Any = None) -> bool:
         """The platform says an unwanted remote task ended (or it cannot be asked): it
         leaves its account's cap. ``result``: the success it reported, kept for a replay
-        if its task ended failed or cancelled meanwhile."""
-        return await self.rt.store.release_orphan(o.remote_id, result)
+        if its task ended failed or cancelled meanwhile, or delivered at once when that
+        failure was ``UncertainSubmit`` and this is the run it gave up on (a late success)."""
+        released = await self.rt.store.release_orphan(o.remote_id, result)
+        if released.moved is not None:
+            self.late(o.task_id, o.target, o.attempt)
+        return released.released
+
+    def late(self, task_id: str, target: str, attempt: int | None) -> None:
+        """A success of ``attempt`` on ``target`` won over the task's ``UncertainSubmit``."""
+        _say(
+            logging.WARNING,
+            task_id,
+            "attempt %s's result on %s came after it failed UncertainSubmit: sent to its "
+            "client as a late success",
+            attempt,
+            target,
+        )
 
     async def orphan_unresolved(self, o: Orphan, delay_s: float) -> None:
         """An unwanted remote task still runs (or gave no answer): checked again later."""

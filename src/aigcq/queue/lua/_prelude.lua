@@ -87,6 +87,12 @@ local function keep_paid_result(id, result_json, target, attempt, now)
     'paidResultFrom', target .. ':' .. attempt, 'paidResultAt', now)
 end
 
+-- Whether the task at ``k`` failed with error code ``class`` (its ``error``'s ``code``).
+local function failed_as(k, class)
+  local ok, err = pcall(cjson.decode, redis.call('HGET', k, 'error') or 'null')
+  return ok and type(err) == 'table' and err.code == class
+end
+
 -- ``csv`` lists the paid targets: their unwanted remote tasks are kept as orphans.
 local function paid(csv, target)
   return target and target ~= '' and allowed(csv, target)

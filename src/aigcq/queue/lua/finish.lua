@@ -8,6 +8,9 @@
 -- an orphan) is kept on the task (keep_paid_result). ``replay_result`` ends such a task with
 -- that result (a replay that pays nothing), its client told as for any success. A failed
 -- or cancelled end is listed for replays (``{P}:replayable``, while retained).
+-- A success of the attempt a failure ``late_class`` gave up on (UncertainSubmit), while
+-- that attempt's paid run is still counted, is left untouched for release_orphan.lua to
+-- make it win (``late_success``): {3, state, orphan}.
 -- Returns {1, to, AIGC, platform, target, created, orphan},
 -- {0, state} (not allowed), {2, state} (fenced: a superseded attempt), {-1, ''} (unknown).
 --! move finish
@@ -28,6 +31,7 @@
 --! arg paid_targets     csv
 --! arg fenced:flag      a failure: applied only while from_attempt is the live one
 --! arg ended:flag       the run of from_attempt has ended
+--! arg late_class       with to = success: the failure a late success of the same attempt overrides
 local k = tkey(task_id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
 if not h[1] then return {-1, ''} end
@@ -35,6 +39,9 @@ local replay = move == 'replay_result'
 local late = ''  -- the paid target of a late success, kept below
 if to == SUCCESS and from_attempt ~= '' and (h[1] == FAILED or h[1] == CANCELLED) then
   late = orphan_target(task_id, from_attempt)
+end
+if late ~= '' and h[1] == FAILED and from_attempt == h[2] and failed_as(k, late_class) then
+  return {3, h[1], redis.call('HGET', k, 'orphan.' .. from_attempt)}
 end
 if ended and from_attempt ~= '' and orphan_ended(task_id, from_attempt) == 1
     and from_attempt == h[2] then
