@@ -77,7 +77,7 @@ def test_the_command_modules_evaluate_their_annotations_once() -> None:
     annotations`` each annotation is a string it evaluates (twice) every time."""
     import importlib
 
-    from aigcq.cli.entry import LAZY
+    from aigcq.cli.command_table import LAZY
 
     modules = {"aigcq.cli.app", "aigcq.cli.entry", *(module for module, _, _ in LAZY.values())}
     for name in sorted(modules):

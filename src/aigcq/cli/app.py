@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from aigcq.cli.command_table import LAZY, register, root
 from aigcq.cli.common import (
     LogLevelOption,
     console,
@@ -17,7 +18,6 @@ from aigcq.cli.common import (
     load_settings,
     require_free_ports,
 )
-from aigcq.cli.entry import LAZY, register, root
 from aigcq.observability.logconfig import configure_logging
 
 app = root()
