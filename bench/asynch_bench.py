@@ -56,7 +56,7 @@ def backing_cpu_seconds(pg: EmbeddedPostgres, redis: EmbeddedRedis) -> float:
 
 def start_model_service() -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    code = "from aigcq.cli.app import main; main()"
+    code = "from aigcq.cli.entry import main; main()"
     args = [sys.executable, "-c", code, "emulate", "model-service", "--port", str(port)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

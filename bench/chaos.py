@@ -3,19 +3,23 @@
 overflowing to a recording RunningHub emulator, while random faults strike: SIGKILL of
 either serve, of either bridge (each restarted a moment later), of Redis (restarted), lost
 create replies, faulty status answers and slow cancels from the platform, client cancels
-of running tasks. One instance lacks a node class (``ImageInvert``): every fifth task
-needs it, the others run anywhere. Prints JSON:
+of running tasks, tasks by a workflowId nobody registered (a bridge refuses them, 380:
+they fail ``WorkflowNotFound`` at once and must idle no GPU). One instance lacks a node
+class (``ImageInvert``): every fifth task needs it, the others run anywhere. Prints JSON:
 
     submitted, lost, duplicated_to_client, double_paid, paid_but_failed, peak_over_cap,
     leaked_slots
 
 all of which must be 0, plus what happened (faults, outcomes, targets, seconds).
 ``paid_but_failed`` counts tasks RunningHub created (and so bills) whose client was told
-they failed.
+they failed, and never told otherwise.
+``paid_late_success`` counts tasks whose client was told they failed ``UncertainSubmit``
+and then got their paid result as a late success (a second entry, ``"late": true``):
+paid, the late success delivered; neither a duplicate nor a failure.
 ``duplicated_to_client`` counts tasks whose client got two different results (two outbox
-entries); the same entry sent again after a crash or a reconnect (the wire's promise is
-at least once, each result with a stable ``id``, which the SDK drops when it comes again)
-is ``redelivered``, reported, not a failure.
+entries, a late success after a failure aside); the same entry sent again after a crash
+or a reconnect (the wire's promise is at least once, each result with a stable ``id``,
+which the SDK drops when it comes again) is ``redelivered``, reported, not a failure.
 ``leaked_slots`` counts, once the load stopped and everything settled: tasks still in a
 paid account's cap or in flight in Redis (running sets, orphans, ``inflight``), tasks
 RunningHub still runs, and bridge slots not free as the hub or the bridge itself sees
@@ -37,7 +41,7 @@ import random
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -50,7 +54,7 @@ from redis.exceptions import RedisError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.fleet import Fleet
-from bench.gpu_idle import Timeline, free_at_creates, gpu_idle_s, paid_while_free
+from bench.gpu_idle import Timeline, free_at_creates, gpu_idle_s, longest_idle, paid_while_free
 from bench.processes import CLIENT_TOKEN, Cluster, Proc
 
 from aigcq.cli.demo import GRAPH
@@ -69,12 +73,15 @@ SERVE_ENV = {
 
 #: seconds after a killed serve, bridge or Redis is back until its bridges take work again
 #: (the bridge's reconnect back-off while aigcq was away is at most 2 s)
-RECOVERY_S = 3.0
+#: after a restart, once the bridges are registered: capacity known everywhere
+SETTLE_S = 0.3
+#: what paid_while_free counts: an instance idle longer than this at a create
+FREE_FOR_S = 0.2
 #: the wait list of the chaos tasks
 WAIT_KEY = "aigcq:proj:comfyui:wait"
 
 #: the faults :class:`Chaos` picks from
-FAULTS = ("kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel")
+FAULTS = ("kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel", "unknown")
 
 
 #: the graph of the tasks any instance can run (no ``ImageInvert``)
@@ -94,10 +101,13 @@ def special(task_id: str) -> bool:
     return int(task_id.rpartition("-")[2]) % 5 == 0
 
 
-def task(task_id: str) -> dict[str, Any]:
-    """A task RunningHub and a bridge can run (a special one: not every instance)."""
+def task(task_id: str, unknown: bool = False) -> dict[str, Any]:
+    """A task RunningHub and a bridge can run (a special one: not every instance), or
+    (``unknown``) one by a workflowId nobody registered: a bridge refuses it (380)."""
     payload: dict[str, Any] = {"workflowId": "chaos-basic", "workflow": BASIC_GRAPH}
-    if special(task_id):
+    if unknown:
+        payload = {"workflowId": "chaos-unknown"}
+    elif special(task_id):
         payload = {"workflowId": "chaos-special", "workflow": GRAPH}
     return {
         "type": "generate",
@@ -117,8 +127,12 @@ class Load:
         self.results: dict[str, list[str]] = {}  # taskId -> statuses received
         self.entries: dict[str, set[str]] = {}  # taskId -> the outbox ids they came as
         self.failures: dict[str, str] = {}  # taskId -> why it failed
+        self.late: set[str] = set()  # a late success came after the failure
         self.unacked: set[str] = set()  # submitted by us, no ``submitted`` reply yet
         self.submitted: list[str] = []
+        #: tasks by a workflow no bridge has; how many of the next ones are to be such
+        self.unknown: set[str] = set()
+        self.unknown_next = 0
         self.ws: Any = None
         self._turn = 0
 
@@ -129,8 +143,7 @@ class Load:
             query = urlencode({"token": CLIENT_TOKEN, "id": "chaos", "ack": "1"})
             try:
                 self.ws = await websockets.connect(f"ws://127.0.0.1:{port}/?{query}")
-                for task_id in sorted(self.unacked):
-                    await self._send(task(task_id))
+                await self.resend_unacked()
                 return
             except (OSError, websockets.WebSocketException, TimeoutError):
                 await asyncio.sleep(0.2)
@@ -160,27 +173,35 @@ class Load:
             if msg["status"] == "failed":
                 self.failures[task_id] = f"{msg.get('code')}: {msg.get('error')}"
             self.entries.setdefault(task_id, set()).add(msg["id"])
+            if msg.get("late") is True and msg["status"] == "success":
+                self.late.add(task_id)
             await self._send({"type": "ack", "id": msg["id"]})
         elif msg["type"] == "error" and task_id in self.unacked:
             await asyncio.sleep(0.2)  # e.g. Redis down: try again
-            await self._send(task(task_id))
+            await self._send(self.message(task_id))
 
     async def submit(self, seconds: float) -> None:
         start, i = time.monotonic(), 0
         while time.monotonic() - start < seconds:
             task_id = f"chaos-{i}"
+            if self.unknown_next > 0:
+                self.unknown_next -= 1
+                self.unknown.add(task_id)
             self.submitted.append(task_id)
             self.unacked.add(task_id)
-            await self._send(task(task_id))
+            await self._send(self.message(task_id))
             i += 1
             await asyncio.sleep(1 / self.rate)
 
     async def cancel(self, task_id: str) -> None:
         await self._send({"type": "cancel", "taskId": task_id})
 
+    def message(self, task_id: str) -> dict[str, Any]:
+        return task(task_id, task_id in self.unknown)
+
     async def resend_unacked(self) -> None:
         for task_id in sorted(self.unacked):
-            await self._send(task(task_id))
+            await self._send(self.message(task_id))
 
 
 class Chaos:
@@ -203,6 +224,10 @@ class Chaos:
         self.done: Counter[str] = Counter()
         #: when which instances could not be used: (from, to, instances)
         self.unusable: list[tuple[float, float, list[str]]] = []
+        #: per kill: seconds from the restart to every bridge registered again
+        self.back_s: dict[str, list[float]] = defaultdict(list)
+        #: (when, fault) for each fault struck
+        self.struck: list[tuple[float, str]] = []
 
     def start_serve(self, port: int | None = None) -> int:
         proc, port = self.cluster.server(port, AIGCQ_RUNNINGHUB_URL=self.rh, **SERVE_ENV)
@@ -213,20 +238,21 @@ class Chaos:
         action = self.rng.choice(self.faults)
         self.done[action] += 1
         struck = time.time()
+        self.struck.append((struck, action))
         if action == "kill_bridge":
             bridge = await self.fleet.kill_one(self.rng)
-            self._unusable(struck, bridge.comfyui)
+            await self._back(action, bridge.server_port, struck, bridge.comfyui)
         elif action == "kill_serve":
             port = self.rng.choice(sorted(self.serves))
             self.serves[port].kill()
             await asyncio.sleep(self.rng.uniform(0.5, 3.0))
             await asyncio.to_thread(self.start_serve, port)
-            self._unusable(struck, self.fleet.instances(port))
+            await self._back(action, port, struck, self.fleet.instances(port))
         elif action == "kill_redis":
             self.redis.kill()
             await asyncio.sleep(self.rng.uniform(0.5, 2.0))
             self.redis.start()
-            self._unusable(struck, self.fleet.instances())
+            await self._back(action, None, struck, self.fleet.instances())
         elif action == "lose":
             await self._faults(drop_create_replies=self.rng.randint(1, 3))
         elif action == "cancel":  # a client cancel; RunningHub takes a while to stop it
@@ -234,17 +260,27 @@ class Chaos:
             live = [t for t in self.load.submitted[-40:] if t not in self.load.results]
             for task_id in self.rng.sample(live, min(2, len(live))):
                 await self.load.cancel(task_id)
+        elif action == "unknown":  # tasks a bridge refuses (380)
+            self.load.unknown_next += self.rng.randint(1, 3)
         else:
             kinds = ["5xx", "non_json", "unknown_code"]
             await self._faults(status_faults=self.rng.choices(kinds, k=5))
 
-    def _unusable(self, since: float, instances: list[str]) -> None:
-        """``instances`` could not be used from ``since`` until what was killed is back
-        and its bridges have reconnected (``RECOVERY_S`` after the restart)."""
-        self.unusable.append((since, time.time() + RECOVERY_S, instances))
+    async def _back(
+        self, action: str, server_port: int | None, since: float, instances: list[str]
+    ) -> None:
+        """``instances`` could not be used from ``since`` (a kill) until what was killed is
+        back (just restarted) and their bridges are registered again (each serve's view),
+        and :data:`SETTLE_S` more; how long that took after the restart is ``back_s``."""
+        restarted = time.time()
+        await self.fleet.registered(server_port)
+        self.back_s[action].append(round(time.time() - restarted, 2))
+        self.unusable.append((since, time.time() + SETTLE_S, instances))
 
     def capable(self, task_id: str) -> frozenset[str]:
         """The instances that can run ``task_id``."""
+        if task_id in self.load.unknown:
+            return frozenset()
         every = frozenset(self.fleet.instances())
         return every - self.fleet.basic if special(task_id) else every
 
@@ -311,9 +347,17 @@ async def sample_waiting(redis_url: str, samples: list[tuple[float, list[str]]])
         await client.aclose()
 
 
-def paid_failed(runs: Counter[str], results: dict[str, list[str]]) -> list[str]:
-    """Tasks RunningHub created (and bills) whose client was told they failed."""
-    return sorted(t for t in runs if t in results and "failed" in results[t])
+def paid_failed(runs: Counter[str], load: Load) -> list[str]:
+    """Tasks RunningHub created (and bills) whose client was told they failed (and no late
+    success followed)."""
+    results = load.results
+    return sorted(t for t in runs if "failed" in results.get(t, ()) and t not in load.late)
+
+
+def duplicated(load: Load) -> int:
+    """Tasks whose client got two different results, a late success after its failure
+    not counted as one."""
+    return sum(1 for t, ids in load.entries.items() if len(ids) - (t in load.late) > 1)
 
 
 async def gpu_figures(
@@ -325,10 +369,38 @@ async def gpu_figures(
     creates = [(c["at"], chaos.capable(c["task"])) for r in recs.values() for c in r["creates"]]
     free = sorted(f for f in free_at_creates(timeline, creates) if f > 0)
     return {
-        "paid_while_free": paid_while_free(timeline, creates),
+        "paid_while_free": paid_while_free(timeline, creates, FREE_FOR_S),
         "gpu_idle_s": gpu_idle_s(timeline),
         "free_at_paid_creates_ms": [round(f * 1000) for f in free],
+        "paid_while_free_detail": paid_while_free_detail(chaos, start, recs, timeline),
     }
+
+
+def paid_while_free_detail(
+    chaos: Chaos, start: float, recs: dict[str, Any], timeline: Timeline
+) -> list[dict[str, Any]]:
+    """Each create ``paid_while_free`` counts: its task, when (s from the start), the idle
+    instance (the index in ``--instances`` order), for how long, and the fault struck
+    last before it (with how long before)."""
+    creates = [(c["task"], c["at"]) for r in recs.values() for c in r["creates"]]
+    instances = chaos.fleet.instances()
+    found = longest_idle(timeline, [(at, chaos.capable(task)) for task, at in creates])
+    detail = []
+    for (task, at), free in zip(creates, found, strict=True):
+        if free is None or free[1] <= FREE_FOR_S:
+            continue
+        before = [(t, action) for t, action in chaos.struck if t <= at]
+        last = {"fault": before[-1][1], "s_before": round(at - before[-1][0], 2)} if before else {}
+        detail.append(
+            {
+                "task": task,
+                "at_s": round(at - start, 2),
+                "instance": instances.index(free[0]),
+                "idle_ms": round(free[1] * 1000),
+                **last,
+            }
+        )
+    return detail
 
 
 async def records(rh: str) -> dict[str, Any]:
@@ -380,7 +452,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         ports += [chaos.start_serve(), chaos.start_serve()]
         basic = {(0, 1): BASIC_NODES}  # the first bridge's second instance
         await asyncio.to_thread(chaos.fleet.start, ports, [2, 1], basic)
-        usable_from = time.time() + 1.0  # the bridges' REGISTER
+        await chaos.fleet.registered()
+        usable_from = time.time() + SETTLE_S
         waiting: list[tuple[float, list[str]]] = []
         sampler = asyncio.create_task(sample_waiting(cluster.redis_url, waiting))
         reader = asyncio.create_task(load.read())
@@ -391,16 +464,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         recs = await records(rh)
         runs = paid_runs(recs)
         peak = max((r["peak"] for r in recs.values()), default=0)
-        outcomes = Counter(s[0] for s in load.results.values())
+        outcomes = Counter("success" if t in load.late else s[0] for t, s in load.results.items())
         bridge_slots = await chaos.fleet.slots_taken()
         return {
             "seconds": round(time.monotonic() - started, 1),
             "submitted": len(load.submitted),
             "lost": sum(1 for t in load.submitted if t not in load.results),
-            "duplicated_to_client": sum(1 for ids in load.entries.values() if len(ids) > 1),
+            "duplicated_to_client": duplicated(load),
             "redelivered": sum(len(s) - len(load.entries[t]) for t, s in load.results.items()),
             "double_paid": sum(1 for n in runs.values() if n > 1),
-            "paid_but_failed": len(paid_but_failed := paid_failed(runs, load.results)),
+            "paid_but_failed": len(paid_but_failed := paid_failed(runs, load)),
+            "paid_late_success": sum(1 for t in load.late if t in runs),
             "paid_but_failed_tasks": {t: load.failures.get(t, "") for t in paid_but_failed},
             "peak_over_cap": max(0, peak - CAP),
             "leaked_slots": await leaked_slots(cluster.redis_url)
@@ -409,8 +483,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "bridge_slots_taken": bridge_slots,
             "bridge_tasks_recorded": await held_records(cluster.redis_url),
             "outcomes": dict(outcomes),
+            "unknown_workflow": {
+                "tasks": len(load.unknown),
+                "failed_as_not_found": sum(
+                    "WorkflowNotFound" in load.failures.get(t, "") for t in load.unknown
+                ),
+            },
             "targets": dict(await targets(cluster.redis_url, load.submitted)),
             "faults": dict(chaos.done),
+            "back_s": dict(chaos.back_s),
             **await gpu_figures(chaos, usable_from, waiting, recs),
             "creates": sum(runs.values()),
             "cancels": sum(len(r["cancels"]) for r in recs.values()),

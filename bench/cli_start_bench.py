@@ -6,8 +6,10 @@ system), which a busy host disturbs much less than the wall time. The client com
 pointed at
 a port that refuses connections, so their run is the start, one refused connection and the
 one-line error: what an operator waits for before the server is even asked. ``import_ms`` is
-the cumulative import time of ``aigcq.cli.app`` and ``heavy`` the server-side libraries that
-``--help`` and a client command load (none is the goal), both read with ``-X importtime``.
+the import time of everything the command imports (``top_imports_ms``: its largest
+top-level imports) and ``heavy`` the server-side libraries that ``--help`` and a client
+command load (none is the goal), all read with ``-X importtime``; ``python_ms`` is the
+bare interpreter's start (``python -c pass``), which no command can beat.
 
     python bench/cli_start_bench.py [--runs 10]
 
@@ -25,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ def commands(port: int) -> dict[str, list[str]]:
     server = ["--server", f"127.0.0.1:{port}", "--token", "t"]
     return {
         "help": ["--help"],
+        "status_help": ["status", "--help"],
         "tasks_show": ["tasks", "show", "t1", *server],
         "tasks_list": ["tasks", "list", *server],
         "status": ["status", *server],
@@ -48,11 +52,14 @@ def commands(port: int) -> dict[str, list[str]]:
 
 def run_ms(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall and CPU milliseconds of one ``python -m aigcq ARGS``."""
+    return run_ms_of([sys.executable, "-m", "aigcq", *args], env)
+
+
+def run_ms_of(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU milliseconds of one process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "aigcq", *args], env=env, capture_output=True, check=False
-    )
+    subprocess.run(argv, env=env, capture_output=True, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -60,7 +67,9 @@ def run_ms(args: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def imports(args: list[str], env: dict[str, str]) -> dict[str, Any]:
-    """Cumulative import time of ``aigcq.cli.app`` and which heavy libraries were loaded."""
+    """Import time of the command (every module imported once ``runpy`` started it, the
+    lazily imported ones included), its largest top-level imports, and which heavy
+    libraries were loaded."""
     run = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "aigcq", *args],
         env=env,
@@ -68,16 +77,21 @@ def imports(args: list[str], env: dict[str, str]) -> dict[str, Any]:
         text=True,
         check=False,
     )
-    total_us, loaded = 0, set()
+    started, top, loaded = False, Counter[str](), set()
     for line in run.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:
             continue
         _, cumulative, name = line.split("|")
         module = name.strip()
-        if module == "aigcq.cli.app":
-            total_us = int(cumulative)
+        started = started or module == "runpy"
+        if started and module != "runpy" and not name[1:2].isspace():
+            top[module] += int(cumulative)  # imported by nothing else: the command's own
         loaded |= {h for h in HEAVY if module == h or module.startswith(h + ".")}
-    return {"import_ms": round(total_us / 1000, 1), "heavy": sorted(loaded)}
+    return {
+        "import_ms": round(sum(top.values()) / 1000, 1),
+        "top_imports_ms": {m: round(us / 1000, 1) for m, us in top.most_common(5)},
+        "heavy": sorted(loaded),
+    }
 
 
 def main() -> None:
@@ -90,6 +104,8 @@ def main() -> None:
         env = {**os.environ, "AIGCQ_WS_PORT": str(port), "COLUMNS": "100"}
         env.pop("AIGCQ_CLIENT_TOKEN", None)
         report: dict[str, Any] = {"host_python_ms_before": python_speed_ms(), "commands": {}}
+        bare = [run_ms_of([sys.executable, "-c", "pass"], env)[0] for _ in range(opts.runs)]
+        report["python_ms"] = round(min(bare), 1)
         for name, args in commands(port).items():
             walls, cpus = zip(*(run_ms(args, env) for _ in range(opts.runs)), strict=True)
             report["commands"][name] = {

@@ -94,6 +94,19 @@ class Fleet:
             url for b in self.bridges if server_port in (None, b.server_port) for url in b.comfyui
         ]
 
+    async def registered(self, server_port: int | None = None, within: float = 30.0) -> None:
+        """Once every bridge (or those of one serve) is registered with the serve holding
+        its socket, as that serve's snapshot says; gives up after ``within`` s."""
+        bridges = [b for b in self.bridges if server_port in (None, b.server_port)]
+        ports = sorted({b.server_port for b in bridges})
+        deadline = time.monotonic() + within
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            while time.monotonic() < deadline:
+                rows = await _hub_rows(http, ports)
+                if all(b.bridge_id in rows for b in bridges):
+                    return
+                await asyncio.sleep(0.05)
+
     async def busy_spans(self) -> dict[str, list[tuple[float, float]]]:
         """Per instance, when it ran prompts (the emulator's record; a prompt still running
         counts up to now)."""

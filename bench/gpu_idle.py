@@ -101,22 +101,33 @@ def gpu_idle_s(timeline: Timeline, grace: float = 1.0) -> float:
 Create = tuple[float, frozenset[str]]
 
 
-def free_at_creates(timeline: Timeline, creates: list[Create]) -> list[float]:
-    """For each create, how long the longest-idle usable instance that could run its task
-    had been idle then (0.0: none was)."""
+#: the longest-idle usable instance that could run a create's task then: (instance, idle s)
+Free = tuple[str, float]
+
+
+def longest_idle(timeline: Timeline, creates: list[Create]) -> list[Free | None]:
+    """For each create, the usable instance that could run its task and had been idle
+    longest then, and for how long (None: none was idle)."""
     idle = {instance: timeline.idle(instance) for instance in timeline.busy}
     return [
         max(
             (
-                at - start
+                (instance, at - start)
                 for instance in capable
                 for start, end in idle.get(instance, [])
                 if start < at <= end
             ),
-            default=0.0,
+            key=lambda free: free[1],
+            default=None,
         )
         for at, capable in creates
     ]
+
+
+def free_at_creates(timeline: Timeline, creates: list[Create]) -> list[float]:
+    """For each create, how long the longest-idle usable instance that could run its task
+    had been idle then (0.0: none was)."""
+    return [free[1] if free else 0.0 for free in longest_idle(timeline, creates)]
 
 
 def paid_while_free(timeline: Timeline, creates: list[Create], free_for: float = 0.2) -> int:

@@ -1,3 +1,3 @@
-from aigcq.cli.app import main
+from aigcq.cli.entry import main
 
 main()

@@ -19,9 +19,10 @@ from __future__ import annotations
 import difflib
 import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -298,6 +299,32 @@ class Settings(HttpLimits):
         '{"runninghub": 1800}; unlisted: 3600 s): a create whose outcome stayed unknown '
         "is counted in its account's cap until the platform answers or this long after it.",
     )
+    spend_timezone: str = Field(
+        "UTC",
+        validation_alias=_env("SPEND_TIMEZONE"),
+        description="The time zone (IANA name, e.g. Asia/Shanghai) whose days and months "
+        "spend is counted in, and so when daily and monthly budgets reset.",
+    )
+    reconcile_interval_s: float = Field(
+        30.0,
+        ge=0,
+        validation_alias=_env("RECONCILE_INTERVAL_S"),
+        description="How often one process of the fleet asks each RunningHub account how "
+        "many tasks it runs (accountStatus) and compares it with our count (0: never).",
+    )
+    reconcile_grace_s: float = Field(
+        120.0,
+        ge=0,
+        validation_alias=_env("RECONCILE_GRACE_S"),
+        description="How long the platform may count more tasks on an account than we do "
+        "before the account takes no new create (with AIGCQ_RECONCILE_STOP).",
+    )
+    reconcile_stop: bool = Field(
+        True,
+        validation_alias=_env("RECONCILE_STOP"),
+        description="Hold new creates on an account the platform counts more tasks on than "
+        "we do for longer than AIGCQ_RECONCILE_GRACE_S (false: only log and show it).",
+    )
     full_backoff_s: float = Field(
         2.0, validation_alias=_env("FULL_BACKOFF_S"), description="Back-off after 421/415/1520."
     )
@@ -470,6 +497,15 @@ class Settings(HttpLimits):
         return self.platform_urls.get(name) or defaults.get(name, "")
 
     @model_validator(mode="after")
+    def _spend_zone(self) -> Settings:
+        """AIGCQ_SPEND_TIMEZONE names a zone this host knows."""
+        try:
+            ZoneInfo(self.spend_timezone)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"AIGCQ_SPEND_TIMEZONE: no time zone {self.spend_timezone!r}") from exc
+        return self
+
+    @model_validator(mode="after")
     def _redis_address(self) -> Settings:
         """The Sentinel settings as ``redis_url``; a Sentinel URL checked now, not at the
         first command."""
@@ -546,6 +582,34 @@ class ConfigError(Exception):
     """A configuration file is unreadable or invalid; the message names file and field."""
 
 
+class AccountBudget(BaseModel):
+    """An account's ``budget`` in model.json: daily and monthly spend limits (in the
+    spend's amount: the platform's money, else the configured price) and a balance floor
+    (RunningHub's ``remainCoins``, as last polled). Unset: no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    day: float | None = Field(None, ge=0)
+    month: float | None = Field(None, ge=0)
+    balance_floor: float | None = Field(None, ge=0)
+
+
+class ProjectBudget(BaseModel):
+    """A project's ``budget`` in model.json (beside its platforms): daily and monthly
+    spend limits over all its paid platforms, and what its tasks do at a limit: ``wait``
+    for internal capacity, or ``fail`` with ``BudgetExceeded``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    day: float | None = Field(None, ge=0)
+    month: float | None = Field(None, ge=0)
+    on_limit: Literal["wait", "fail"] = "wait"
+
+
+#: the key of a project's budget in model.json, beside its platforms
+BUDGET_KEY = "budget"
+
+
 class PlatformAccount(BaseModel):
     """One entry of model.json: the credentials and limits of a platform for one AIGC.
     An unknown key is refused (the seed's entries carry only ``apikey`` and
@@ -560,6 +624,8 @@ class PlatformAccount(BaseModel):
     #: a create whose outcome stayed unknown until the deadline is sent again (it may be
     #: paid twice) instead of failing the task with ``UncertainSubmit``
     retry_uncertain: bool = False
+    #: the account's spend limits and balance floor (:mod:`aigcq.scheduler.budgets`)
+    budget: AccountBudget | None = None
 
 
 class JimuAIAccount(PlatformAccount):
@@ -628,6 +694,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "TaskNotRetryable": "只有失败或已取消的任务可以重试。",
         "UncertainSubmit": "任务提交结果未知，为避免重复扣费未再提交，请稍后查询或重试。",
         "MaxCostExceeded": "任务的预计费用超过了 maxCost 上限，未提交到付费平台。",
+        "BudgetExceeded": "付费平台的预算已用完，任务未提交。",
         "NoCapableInstance": "暂无可运行该任务的计算节点，请稍后再试。",
         "SignatureError": "签名校验失败。",
         "BridgeNotFound": "桥接节点不存在。",
@@ -659,6 +726,8 @@ class PlatformConfig:
     accounts: dict[str, dict[str, PlatformAccount]]
     kinds: PlatformKinds
     messages: Messages
+    #: each project's ``budget`` (projects without one are not listed)
+    budgets: dict[str, ProjectBudget] = field(default_factory=dict)
 
     def account(self, aigc: str, platform: str) -> PlatformAccount | None:
         return self.accounts.get(aigc, {}).get(platform)
@@ -675,9 +744,17 @@ class PlatformConfig:
         if not isinstance(raw_models, dict):
             raise ConfigError(f"{config_dir / 'model.json'}: top level must be an object")
         accounts: dict[str, dict[str, PlatformAccount]] = {}
+        budgets: dict[str, ProjectBudget] = {}
         for aigc, platforms in raw_models.items():
             if not isinstance(platforms, dict):
                 raise ConfigError(f"{config_dir / 'model.json'}: field {aigc!r} must be an object")
+            platforms = dict(platforms)
+            if BUDGET_KEY in platforms:
+                where = f"{aigc}.{BUDGET_KEY}"
+                raw_budget = platforms.pop(BUDGET_KEY)
+                budgets[aigc] = _validate(
+                    ProjectBudget, raw_budget, config_dir / "model.json", where
+                )
             accounts[aigc] = {
                 name: _validate(
                     ACCOUNT_MODELS.get(name, PlatformAccount),
@@ -695,7 +772,7 @@ class PlatformConfig:
         )
         code_raw = _read_json(config_dir / "code.json", {})
         _check_messages(code_raw, config_dir / "code.json")
-        return cls(accounts, kinds, Messages(code_raw))
+        return cls(accounts, kinds, Messages(code_raw), budgets)
 
 
 def _check_messages(raw: Any, path: Path) -> None:

@@ -75,6 +75,9 @@ class Move(enum.StrEnum):
     #: an operator's replay of a failed or cancelled task whose paid run brought a result
     #: after it ended: it ends with that result, nothing is paid again
     REPLAY_RESULT = "replay_result"
+    #: a paid run's success that came after its task failed ``UncertainSubmit`` (its
+    #: create's outcome unknown at the deadline), from that same attempt: it wins
+    LATE_SUCCESS = "late_success"
 
 
 _BACK_TO_WAITING = (
@@ -114,6 +117,7 @@ TRANSITIONS: dict[Move, tuple[frozenset[TaskState], frozenset[TaskState]]] = {
         frozenset({TaskState.FAILED, TaskState.CANCELLED}),
         frozenset({TaskState.SUCCESS}),
     ),
+    Move.LATE_SUCCESS: (frozenset({TaskState.FAILED}), frozenset({TaskState.SUCCESS})),
 }
 
 #: Moves that write a task but leave its state as it was (its create, its deadline, its
@@ -166,6 +170,7 @@ class ErrorCode(enum.StrEnum):
     UNCERTAIN_SUBMIT = "UncertainSubmit"
     BRIDGE_NOT_FOUND = "BridgeNotFound"
     MAX_COST = "MaxCostExceeded"
+    BUDGET = "BudgetExceeded"  # a paid budget or balance floor reached (the project fails)
     CONTROL = "ControlError"  # an operator's control names nothing it can act on
     LINK_EXPIRED = "LinkExpired"
     FILE_NOT_FOUND = "FileNotFound"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
@@ -22,6 +24,8 @@ class Runtime:
     redis: Redis
     store: TaskStore
     platforms: PlatformClient
+    #: the wall clock spend periods and budgets are read by (a test moves it to a new day)
+    clock: Callable[[], float] = field(default=time.time)
 
     def deadline_s(self, account: PlatformAccount | None) -> float:
         if account is not None and account.deadline_s is not None:

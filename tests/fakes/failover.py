@@ -1,7 +1,9 @@
 """A steady load client for failover runs: it submits tasks at a fixed rate over one socket
 per serve process, submits again (same taskId) whatever was not acknowledged, and counts
 what came back, so a run can report what a failover cost: tasks acknowledged then lost,
-results delivered twice, and how long dispatch stopped. :func:`failover_run` is the whole
+results delivered twice (two different outbox entries for one task; the same entry sent
+again after a reconnect is the wire's at-least-once, counted as ``redelivered``), and how
+long dispatch stopped. :func:`failover_run` is the whole
 run (the e2e test asserts on it, bench/failover_bench.py prints it)."""
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ class Load:
     prefix: str = "fo"
     clients: list[Client] = field(default_factory=list)
     acked: dict[str, float] = field(default_factory=dict)  # task id -> when acknowledged
-    results: Counter[str] = field(default_factory=Counter)
+    #: task id -> the outbox entry ids its results came as
+    results: dict[str, set[str]] = field(default_factory=dict)
+    redelivered: int = 0  # results whose entry had come before
     result_at: dict[str, float] = field(default_factory=dict)  # first result's time
     refused: int = 0  # submits answered with an error (then sent again)
     _replies: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
@@ -54,7 +58,9 @@ class Load:
             task_id = msg.get("taskId", "")
             kind = msg.get("type")
             if kind == "result":
-                self.results[task_id] += 1
+                entries = self.results.setdefault(task_id, set())
+                self.redelivered += msg.get("id") in entries
+                entries.add(msg.get("id", ""))
                 self.result_at.setdefault(task_id, time.monotonic())
             elif kind in ("submitted", "error"):
                 fut = self._replies.get(task_id)
@@ -93,8 +99,11 @@ class Load:
         resumed = min((self.result_at[t] for t in after), default=None)
         return {
             "acknowledged": len(self.acked),
-            "acknowledged_then_lost": sorted(t for t in self.acked if not self.results[t]),
-            "duplicates_delivered": {t: n for t, n in self.results.items() if n > 1},
+            "acknowledged_then_lost": sorted(t for t in self.acked if not self.results.get(t)),
+            "duplicates_delivered": {
+                t: len(ids) for t, ids in self.results.items() if len(ids) > 1
+            },
+            "redelivered": self.redelivered,
             "double_paid": {t: n for t, n in paid.items() if n > 1},
             "paid": sum(paid.values()),
             "refused_then_resubmitted": self.refused,
@@ -151,7 +160,7 @@ async def failover_run(
             await running  # every task of the run acknowledged (resubmitted until it was)
             with contextlib.suppress(AssertionError):  # a lost task never gets one
                 await wait_until(
-                    lambda: all(load.results[t] for t in load.acked), 40, 0.1, what="results"
+                    lambda: all(load.results.get(t) for t in load.acked), 40, 0.1, what="results"
                 )
             await asyncio.sleep(1.0)  # time: a duplicate would arrive within this
             async with httpx.AsyncClient() as http:

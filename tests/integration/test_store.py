@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 import redis.asyncio as aioredis
 
@@ -351,3 +352,72 @@ async def test_a_requeue_an_operators_pause_made_gives_its_attempt_back_always(
         [c] = await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60)
         assert c.charged == 1
         assert await store.requeue_unrun("a", c.attempt, "its account is paused", held=True)
+
+
+async def uncertain_then_failed(store: TaskStore, task_id: str, code: str) -> int:
+    """A paid create whose outcome stayed unknown, then its task failed with ``code`` at
+    its deadline; the attempt (its run is kept counted as ``create:c-<task_id>``)."""
+    store.paid_targets = "runninghub"
+    await submit(store, task_id)
+    (c,) = await store.claim("p", "comfyui", "runninghub", cap=-1, n=1, deadline_s=60)
+    assert await store.begin_create(task_id, c.attempt, f"c-{task_id}", deadline_s=60)
+    await store.mark_running(task_id, c.attempt, "", deadline_s=60, kind="callback")
+    error = {"code": code, "message": "deadline", "detail": None}
+    done = await store.finish(
+        task_id, TaskState.FAILED, error=error, message={"error": error},
+        from_attempt=c.attempt, fenced=True,
+    )  # fmt: skip
+    assert done.applied and done.orphan == f"create:c-{task_id}"
+    return c.attempt
+
+
+async def test_a_late_success_of_the_same_attempt_wins_over_uncertain_submit_only(
+    redis: aioredis.Redis,
+) -> None:
+    """Issue 25 item 2: the success of the run an ``UncertainSubmit`` gave up on moves the
+    task to success and queues a second message (``late``) for its client; of any other
+    attempt, or after any other failure, it changes nothing but keeping it for a replay."""
+    store = make_store(redis)
+    attempt = await uncertain_then_failed(store, "l1", "UncertainSubmit")
+    stale = await store.finish("l1", TaskState.SUCCESS, result=[1], from_attempt=attempt + 1)
+    assert not stale.applied and stale.state is TaskState.FAILED
+    done = await store.finish(
+        "l1", TaskState.SUCCESS, result=[{"fileUrl": "u"}], message={"result": []},
+        from_attempt=attempt, ended=True,
+    )  # fmt: skip
+    assert done.applied and done.late and done.state is TaskState.SUCCESS
+    task = await store.get("l1")
+    assert task is not None and task.state is TaskState.SUCCESS and task.error is None
+    assert task.result == [{"fileUrl": "u"}]
+    entries = await redis.xrange("t:outbox:b1")
+    assert [e[1]["status"] for e in entries] == ["failed", "success"]
+    assert orjson.loads(entries[1][1]["body"]) == {"result": [{"fileUrl": "u"}], "late": True}
+    assert not await redis.zrange("t:orphans:p:runninghub", 0, -1)
+    again = await store.finish("l1", TaskState.SUCCESS, result=[2], from_attempt=attempt)
+    assert not again.applied and len(await redis.xrange("t:outbox:b1")) == 2
+
+    other = await uncertain_then_failed(store, "l2", "TaskTimeout")
+    kept = await store.finish("l2", TaskState.SUCCESS, result=[3], from_attempt=other, ended=True)
+    assert not kept.applied and kept.state is TaskState.FAILED
+    assert await redis.hget("t:task:l2", "paidResult") == "[3]"
+    assert [e[1]["taskId"] for e in await redis.xrange("t:outbox:b1")].count("l2") == 1
+
+
+async def test_a_late_create_reply_after_uncertain_submit_is_awaited_and_its_poll_wins(
+    redis: aioredis.Redis,
+) -> None:
+    """The reply (or a journal's record) of the create an ``UncertainSubmit`` gave up on:
+    its remote task is watched (``awaited``, never cancelled) and a poll's success wins."""
+    store = make_store(redis)
+    attempt = await uncertain_then_failed(store, "l3", "UncertainSubmit")
+    where = ("p", "comfyui", "runninghub")
+    marked = await store.mark_running(
+        "l3", attempt, "r3", deadline_s=60, kind="polling", where=where
+    )
+    assert not marked and marked.awaited and not marked.orphaned
+    orphan = await store.orphans_of("r3")
+    assert orphan is not None and orphan.awaited
+    assert await redis.zrange("t:orphans:p:runninghub", 0, -1) == ["r3"]
+    released = await store.release_orphan("r3", {"outputs": 1})
+    assert released and released.moved is not None and released.moved.late
+    assert (await store.get("l3")).state is TaskState.SUCCESS  # type: ignore[union-attr]

@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import orjson
 import pytest
 
@@ -77,6 +78,28 @@ async def test_runninghub_sdk_against_the_runninghub_emulator() -> None:
             [output] = await asyncio.to_thread(client.get_outputs, created.task_id)
             assert (output.consume_coins, output.consume_money) == ("12", "0.35")
             assert output.third_party_consume_money is None and output.task_cost_time == "0"
+        finally:
+            client.close()
+
+
+async def test_runninghub_sdk_reads_account_and_queue_status_with_ghost_tasks() -> None:
+    """Issue 28 item 1: the account-status and v2 queue-status calls as the SDK makes them,
+    with tasks the platform counts that no create made (the emulator's ghosts)."""
+    config = RunningHubEmulatorConfig(duration_s=0.1, api_keys={"sdk-key"}, remain_coins=500)
+    async with serve_app(create_app(config)) as base:
+        async with httpx.AsyncClient() as http:
+            await http.post(f"{base}/_emulator/faults", json={"ghost_tasks": 2})
+        client = runninghub_sdk.RunningHubClient(api_key="sdk-key", base_url=base, timeout=10)
+        try:
+            account = await asyncio.to_thread(client.get_account_status)
+            assert (account.current_task_counts, account.remain_coins) == ("2", "500")
+            assert account.api_type == "NORMAL"
+            queue = await asyncio.to_thread(client.get_queue_status)
+            assert (queue.concurrent_limit, queue.running_count, queue.queued_count) == (
+                config.max_concurrent,
+                "2",
+                "0",
+            )
         finally:
             client.close()
 

@@ -1,6 +1,7 @@
 """``aigcq --help`` and the client commands start without the server's libraries: no
-FastAPI, uvicorn, Redis or pydantic-settings is imported (each cost tens of milliseconds
-of every start; bench/cli_start_bench.py measures the start itself). Issue 29 item 6."""
+FastAPI, uvicorn, Redis or pydantic (nor pydantic-settings) is imported (each cost tens
+of milliseconds of every start; bench/cli_start_bench.py measures the start itself).
+Issue 29 item 6."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from tests.fakes.servers import closed_port
 
-SERVER_SIDE = {"fastapi", "starlette", "uvicorn", "redis", "pydantic_settings", "aigcq.serve"}
+SERVER_SIDE = {"fastapi", "starlette", "uvicorn", "redis", "pydantic", "aigcq.serve"}
 
 #: run ``aigcq ARGS`` in this interpreter, then print the top-level modules it loaded
 PROBE = """
@@ -60,3 +61,24 @@ def test_client_commands_load_no_server_library(command: list[str], tmp_path: Pa
     assert "httpx" not in modules  # the standard library's urllib is much lighter
     if command[0] != "submit":  # the SDK's WebSocket client is submit's alone
         assert "websockets" not in modules
+
+
+def test_a_client_command_finds_the_default_server_without_the_settings(tmp_path: Path) -> None:
+    """No ``--server``: where ``aigcq up`` listens is read from the environment and
+    ``./.env`` by the tiny reader (aigcq.cli.client_env), not by pydantic-settings."""
+    with closed_port() as port:
+        (tmp_path / ".env").write_text(f"AIGCQ_WS_PORT={port}\n")
+        modules = loaded(["status", "--token", "t"], tmp_path)
+    assert not modules & SERVER_SIDE, modules & SERVER_SIDE
+
+
+def test_the_command_modules_evaluate_their_annotations_once() -> None:
+    """Typer reads every command's signature at each start: with ``from __future__ import
+    annotations`` each annotation is a string it evaluates (twice) every time."""
+    import importlib
+
+    from aigcq.cli.command_table import LAZY
+
+    modules = {"aigcq.cli.app", "aigcq.cli.entry", *(module for module, _, _ in LAZY.values())}
+    for name in sorted(modules):
+        assert "annotations" not in vars(importlib.import_module(name)), name

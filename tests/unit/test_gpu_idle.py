@@ -8,6 +8,7 @@ from bench.gpu_idle import (
     complement,
     gpu_idle_s,
     intersect,
+    longest_idle,
     merged,
     paid_while_free,
     waiting_spans,
@@ -76,3 +77,10 @@ def test_a_create_counts_only_when_an_instance_had_been_free_over_200ms() -> Non
 def test_a_create_while_the_free_instance_is_unusable_is_not_counted() -> None:
     timeline = run(busy={"a": [(0.0, 5.0), (9.0, 20.0)]}, out={"a": [(5.0, 9.0)]})
     assert paid_while_free(timeline, [(7.0, frozenset({"a"}))]) == 0
+
+
+def test_each_create_names_the_instance_idle_longest_then() -> None:
+    timeline = run(busy={"a": [(0.0, 5.0), (9.0, 20.0)], "b": [(0.0, 4.0), (8.0, 20.0)]})
+    both = frozenset({"a", "b"})
+    found = longest_idle(timeline, [(3.0, both), (6.0, both), (6.0, frozenset({"a"}))])
+    assert found == [None, ("b", 2.0), ("a", 1.0)]

@@ -75,14 +75,17 @@ def test_argv_is_in_declared_order_with_flags_as_numbers() -> None:
 
 def test_a_missing_or_unknown_name_is_refused_at_call_time() -> None:
     script = scripts.load("release_orphan")
-    given = {"remote_id": "r", "result_json": "", "now": 1}
-    assert script.argv("p", given) == ["p", "r", "", 1]
-    with pytest.raises(TypeError, match=r"missing \['remote_id', 'result_json', 'now'\]"):
+    late = {"late_class": "UncertainSubmit", "minid": 0}
+    given = {"remote_id": "r", "result_json": "", "now": 1, **late}
+    assert script.argv("p", given) == ["p", "r", "", 1, "UncertainSubmit", 0]
+    with pytest.raises(
+        TypeError, match=r"missing \['remote_id', 'result_json', 'now', 'late_class', 'minid'\]"
+    ):
         script.argv("p", {})
     with pytest.raises(TypeError, match=r"unknown \['extra'\]"):
         script.argv("p", {**given, "extra": 1})
     with pytest.raises(TypeError, match=r"missing \['remote_id'\], unknown \['remote'\]"):
-        script.argv("p", {"remote": "r", "result_json": "", "now": 1})
+        script.argv("p", {"remote": "r", "result_json": "", "now": 1, **late})
 
 
 def test_a_declaration_reads_kinds_moves_and_the_reason_for_none() -> None:

@@ -1,20 +1,15 @@
-"""The ``aigcq`` command: the server processes, and where every sub-command is registered.
+"""The ``aigcq`` command: the server processes, and the full app, where every sub-command
+is registered (:mod:`aigcq.cli.entry` runs a client command without the others).
 
 Logging is configured by the command line entry points and nowhere else.
 """
 
-from __future__ import annotations
-
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from aigcq.cli import help_style
-from aigcq.cli.asynch import asynch_app
-from aigcq.cli.bridges import bridges_app
-from aigcq.cli.client import status, submit
+from aigcq.cli.command_table import LAZY, register, root
 from aigcq.cli.common import (
     LogLevelOption,
     console,
@@ -23,31 +18,11 @@ from aigcq.cli.common import (
     load_settings,
     require_free_ports,
 )
-from aigcq.cli.controls import pause, resume
-from aigcq.cli.emulate import emulate_app
-from aigcq.cli.tasks import tasks_app
-from aigcq.observability.logconfig import LOG_FORMAT_ENV, LogFormat, configure_logging
+from aigcq.observability.logconfig import configure_logging
 
-help_style.apply()
-app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal GPUs first.")
-app.command()(submit)
-app.command()(status)
-app.add_typer(tasks_app, name="tasks")
-app.add_typer(bridges_app, name="bridges")
-app.command()(pause)
-app.command()(resume)
-app.add_typer(emulate_app, name="emulate")
-app.add_typer(asynch_app, name="asynch")
-
-
-@app.callback()
-def _global_options(
-    log_format: Annotated[
-        LogFormat, typer.Option(envvar=LOG_FORMAT_ENV, help="Log lines as text or JSON objects.")
-    ] = LogFormat.TEXT,
-) -> None:
-    # Through the environment, so child processes (``up --demo``) log the same way.
-    os.environ[LOG_FORMAT_ENV] = log_format.value
+app = root()
+for _name in LAZY:
+    register(app, _name)
 
 
 WorkersOption = Annotated[
@@ -217,7 +192,3 @@ def read_token_file(path: Path | None) -> str | None:
         return path.read_text().strip()
     except OSError as exc:
         fail(f"cannot read the token file {path}: {exc.strerror}", 2, exc)
-
-
-def main() -> None:
-    app()

@@ -4,8 +4,6 @@ model-asynch's modules are imported when one of these commands runs, not when th
 ``aigcq`` command line is built: its FastAPI app alone took most of every command's start.
 """
 
-from __future__ import annotations
-
 import logging
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -73,7 +71,7 @@ def serve(
         log.info("stopped by signal")
 
 
-def admin_token(settings: AsynchSettings, base: Settings) -> None:
+def admin_token(settings: "AsynchSettings", base: "Settings") -> None:
     """The management routes' token: ``AIGCQ_ASYNCH_ADMIN_TOKEN``, else the one kept in
     ``AIGCQ_DATA_DIR/secrets.json`` (generated the first time, as ``aigcq up`` does its
     secrets, and printed once); say where it is. ``AIGCQ_ASYNCH_ADMIN_OPEN`` needs none."""
@@ -96,7 +94,7 @@ def admin_token(settings: AsynchSettings, base: Settings) -> None:
 
 
 async def _serve(
-    settings: AsynchSettings, database_url: str, redis_url: str, base: Settings
+    settings: "AsynchSettings", database_url: str, redis_url: str, base: "Settings"
 ) -> None:
     import uvicorn
 

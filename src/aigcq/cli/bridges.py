@@ -7,8 +7,6 @@ each shows its view). A bridge id that never connected is refused, changing noth
 ``--ahead`` (drain it before it first connects).
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 from urllib.parse import quote
 

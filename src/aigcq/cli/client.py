@@ -1,8 +1,6 @@
 """Client commands: submit and status (``aigcq tasks`` and ``aigcq bridges`` are in their
 own modules). How they reach the server and fail: :mod:`aigcq.cli.remote`."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -153,7 +151,7 @@ def status(
     console.print(view)
 
 
-def _watch(server_api: Api, view: Group, limit: int, interval: float) -> None:
+def _watch(server_api: "Api", view: "Group", limit: int, interval: float) -> None:
     """Redraw the status tables every ``interval`` seconds until Ctrl-C; when the output is
     not a terminal (piped, redirected), append each round, under its time, instead."""
     import time

@@ -6,8 +6,6 @@ retry`` with filters (:func:`by_filter`; with task ids they act on those, in
 refusal one line and exit 1.
 """
 
-from __future__ import annotations
-
 import enum
 from typing import Annotated, Any
 
@@ -22,6 +20,7 @@ class Kind(enum.StrEnum):
     account = "account"
     workflow = "workflow"
     bridge = "bridge"
+    hold = "hold"  # resume only: an automatic hold (budget:proj/runninghub, drift:…)
 
 
 KindArgument = Annotated[
@@ -58,7 +57,13 @@ def pause(
 
 
 def resume(
-    kind: Annotated[Kind, typer.Argument(help="project, account, workflow or bridge")],
+    kind: Annotated[
+        Kind,
+        typer.Argument(
+            help="project, account, workflow or bridge; or hold: an automatic hold "
+            "(budget:proj/runninghub, drift:proj/runninghub)"
+        ),
+    ],
     name: NameArgument,
     server: ServerOption = None,
     token: AdminTokenOption = "",

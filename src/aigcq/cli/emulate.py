@@ -1,7 +1,5 @@
 """``aigcq emulate ...``: real look-alike servers of the external services."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -152,6 +150,9 @@ def emulate_runninghub(
     consume_money: Annotated[
         float | None, typer.Option(min=0, help="consumeMoney each reports (default: null)")
     ] = None,
+    remain_coins: Annotated[
+        int, typer.Option(help="the account's remainCoins before any task (accountStatus)")
+    ] = 177814,
     file_ttl: _FileTtl = 86400.0,
     log_level: LogLevelOption = "INFO",
 ) -> None:
@@ -170,6 +171,7 @@ def emulate_runninghub(
         api_keys=_key_set(api_key),
         consume_coins=consume_coins,
         consume_money=consume_money,
+        remain_coins=remain_coins,
         file_ttl_s=file_ttl,
     )
 

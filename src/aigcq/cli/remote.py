@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from aigcq.cli.common import fail, load_settings, local_host
+from aigcq.cli.common import fail, local_host
 
 if TYPE_CHECKING:
+    from aigcq.cli.client_env import ClientEnv
     from aigcq.cli.http_api import Api
     from aigcq.client.types import AigcqError
 
@@ -83,13 +84,24 @@ def server_url(server: str | None, scheme: str) -> str:
     (``http://`` and ``ws://`` both work) or, by default, where ``aigcq up`` with the same
     settings (``AIGCQ_HOST``, ``AIGCQ_WS_PORT``, environment or ``.env``) listens."""
     if server is None:
-        settings = load_settings()
+        settings = local_settings()
         return f"{scheme}://{local_host(settings.host)}:{settings.ws_port}/"
     given, sep, rest = server.partition("://")
     if not sep:
         return f"{scheme}://{server}"
     secure = _SECURE.get(given.lower())
     return server if secure is None else f"{scheme}{secure}://{rest}"
+
+
+def local_settings() -> ClientEnv:
+    """The settings of the server run here that a client command uses (environment, then
+    ``./.env``), or exit 2 naming the malformed one, as a server command would."""
+    from aigcq.cli.client_env import ClientEnvError, read
+
+    try:
+        return read()
+    except ClientEnvError as exc:
+        fail(f"configuration error: {exc}", 2, exc)
 
 
 def require_token(token: str, *, admin: bool = False) -> str:
@@ -100,7 +112,7 @@ def require_token(token: str, *, admin: bool = False) -> str:
         return token
     if not admin:
         raise InputError(f"no token: pass --token or set {TOKEN_ENV} (`aigcq token ID` prints one)")
-    settings = load_settings()
+    settings = local_settings()
     found = settings.admin_token or settings.stored_secrets().get("admin_token", "")
     found = found or os.environ.get(TOKEN_ENV, "")
     if not found:

@@ -38,6 +38,11 @@ def render(snap: dict[str, Any]) -> Group:
     if "bridges" in snap:
         parts.append(_bridges(snap["bridges"]))
     parts.append(_queues(snap["queues"]))
+    if snap.get("accounts"):
+        parts.append(_accounts(snap["accounts"]))
+    budgets = snap.get("budgets") or {}
+    if budgets.get("projects") or budgets.get("accounts"):
+        parts.append(_budgets(budgets))
     parts.append(_recent(snap["recent"]))
     failed = [t for t in snap["recent"] if t.get("failure")]
     if failed:
@@ -100,6 +105,56 @@ def _queues(rows: list[dict[str, Any]]) -> Table:
             _per_target(q.get("capacity", {})), oldest,
         )  # fmt: skip
     return table
+
+
+def _accounts(rows: list[dict[str, Any]]) -> Table:
+    """The paid accounts as the platform counts their tasks and as we do."""
+    columns = ("account", "projects", "theirs", "ours", "drift", "coins", "polled", "suspects")
+    table = Table(*columns, title="paid accounts (reconciled)")
+    now = time.time()
+    for a in rows:
+        polled = f"{now - a['polledAt']:.0f} s ago" if a.get("polledAt") else "-"
+        if a.get("error"):
+            polled = f"{polled}; {a['error']} ({a.get('failures', 0)}x)"
+        table.add_row(
+            f"{a['target']}/{a['account']}", ", ".join(a["projects"]), _num(a["theirs"]),
+            _num(a["ours"]), _num(a["drift"]), _num(a.get("remainCoins")), polled,
+            ", ".join(s["taskId"] for s in a.get("suspects", [])) or "-",
+        )  # fmt: skip
+    return table
+
+
+def _budgets(view: dict[str, Any]) -> Table:
+    """Each spend limit with what its period spent, and whether it is reached."""
+    table = Table("scope", "name", "today", "this month", "floor", title="budgets")
+    for p in view.get("projects", []):
+        table.add_row(
+            "project", f"{p['AIGC']} ({p['onLimit']})", _spent(p["day"]), _spent(p["month"]), "-"
+        )
+    for a in view.get("accounts", []):
+        floor = (
+            "-"
+            if a["balanceFloor"] is None
+            else f"{_num(a['remainCoins'])} / {a['balanceFloor']:g}"
+        )
+        if a.get("floorReached"):
+            floor += " REACHED"
+        table.add_row(
+            "account", f"{a['target']}/{a['account']}", _spent(a["day"]), _spent(a["month"]), floor
+        )
+    return table
+
+
+def _spent(figure: dict[str, Any]) -> str:
+    """``1.5 / 10`` (``REACHED`` at the limit); ``1.5`` without a limit."""
+    if figure["limit"] is None:
+        return f"{figure['spent']:g}"
+    text = f"{figure['spent']:g} / {figure['limit']:g}"
+    return f"{text} REACHED" if figure["reached"] else text
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def _per_target(counts: dict[str, int]) -> str:

@@ -6,8 +6,6 @@ reaches every task); ``list`` and ``retry`` the admin token. A task the server r
 the others are still done, and the exit code is 1.
 """
 
-from __future__ import annotations
-
 import os
 import re
 from collections.abc import Callable
@@ -328,7 +326,7 @@ def said(done: str) -> Callable[[dict[str, Any]], str]:
 
 
 def each_task(
-    server: Api, task_ids: list[str], path: Callable[[str], str], line: Callable[..., str]
+    server: "Api", task_ids: list[str], path: Callable[[str], str], line: Callable[..., str]
 ) -> bool:
     """POST ``path(id)`` for each task, printing its ``line``; a refusal about one task is
     a line on stderr and the next is tried (any other refusal stops them). True: all done."""

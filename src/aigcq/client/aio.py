@@ -4,7 +4,10 @@ It connects with ``ack=1``: the server keeps a result until it is acknowledged, 
 client acknowledges it as it hands it to the caller (:meth:`AsyncClient.result` or
 :meth:`AsyncClient.events`). After a dropped socket the server sends every unacknowledged
 result again; copies of results the client already has (same taskId) are dropped, so each
-reaches the caller once. Unanswered ``generate``/``cancel`` requests are re-sent on
+reaches the caller once. The one exception is a late success (``late``: a paid run's
+result that came after its task was reported failed ``UncertainSubmit``): it replaces the
+failure, and reaches the caller after it (:meth:`AsyncClient.result` answers it from then
+on). Unanswered ``generate``/``cancel`` requests are re-sent on
 reconnect (``generate`` is idempotent by taskId).
 """
 
@@ -264,7 +267,9 @@ class AsyncClient:
     def _on_result(self, msg: dict[str, Any]) -> None:
         task_id, entry_id = msg["taskId"], msg.get("id", "")
         held = self._fresh.get(task_id) or self._handed.get(task_id)
-        if held is not None:  # a copy: acknowledge it unless it is the one still to hand over
+        if held is not None and held.corrected_by(msg):
+            self._replace(held)
+        elif held is not None:  # a copy: acknowledge it unless it is the one still to hand over
             if task_id in self._handed or held.id != entry_id:
                 self._acknowledge(entry_id)
             log.debug(
@@ -280,6 +285,19 @@ class AsyncClient:
             if not waiter.done():
                 waiter.set_result(result)
         self._publish(result)
+
+    def _replace(self, failure: Result) -> None:
+        """A late success replaces ``failure``: it is over (acknowledged, if it was not
+        handed over yet), and the success is handed over as a new result."""
+        log.info(
+            "client %s: %s failed, then its late success came",
+            self.backend_id,
+            failure.task_id,
+            extra=ctx(task=failure.task_id),
+        )
+        if self._fresh.pop(failure.task_id, None) is not None:
+            self._acknowledge(failure.id)
+        self._handed.pop(failure.task_id, None)
 
     def _publish(self, event: Event) -> None:
         for queue, wanted in self._subscribers.items():
@@ -297,8 +315,9 @@ class AsyncClient:
 
     def _hand(self, result: Result) -> None:
         """``result`` reaches the caller: remember it and acknowledge it (once)."""
-        if self._fresh.pop(result.task_id, None) is None:
+        if self._fresh.get(result.task_id) is not result:  # handed, or replaced since
             return
+        del self._fresh[result.task_id]
         self._handed[result.task_id] = result
         if len(self._handed) > KEEP_HANDED:
             self._handed.popitem(last=False)

@@ -37,10 +37,19 @@ class Result:
     msg: str | None = None
     error: dict[str, Any] | None = None
     id: str = ""  # the outbox entry, acknowledged once the result is handed over
+    #: a paid run's success that came after this task was reported failed
+    #: (``UncertainSubmit``): it replaces that failure
+    late: bool = False
 
     @property
     def ok(self) -> bool:
         return self.status == "success"
+
+    def corrected_by(self, msg: dict[str, Any]) -> bool:
+        """Whether the ``result`` message ``msg`` is a late success that replaces this
+        failure (another outbox entry for the same task), rather than a copy of it."""
+        late = msg.get("late") is True and msg.get("status") == "success"
+        return late and not self.ok and msg.get("id", "") != self.id
 
     @classmethod
     def from_message(cls, msg: dict[str, Any]) -> Result:
@@ -52,6 +61,7 @@ class Result:
             msg=msg.get("msg"),
             error=msg.get("error"),
             id=msg.get("id", ""),
+            late=msg.get("late") is True,
         )
 
 

@@ -11,7 +11,11 @@
 * ``status_faults``: the next status / outputs / run-history answers, in order, are one of
   ``5xx`` (HTTP 502, an HTML body), ``non_json`` (HTTP 200, not JSON), ``unknown_code``
   (HTTP 200, a code the API does not document);
-* ``cancel_delay_s``: a cancel is acknowledged at once, the task ends this much later.
+* ``cancel_delay_s``: a cancel is acknowledged at once, the task ends this much later;
+* ``ghost_tasks``: tasks the platform counts as running on every key that no create of
+  this API made (another client of the key, a create lost long ago): in RunningHub's
+  ``accountStatus`` and queue status, not against its ``max_concurrent``;
+* ``account_status_faults``: the next N account / queue status answers are HTTP 502.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class Faults:
     delay_create_reply_s: float = 0.0
     full_create_replies: int = 0  # refused as full, after delay_create_reply_s
     cancel_delay_s: float = 0.0
+    ghost_tasks: int = 0
+    account_status_faults: int = 0
 
     def update(self, body: Any) -> dict[str, Any]:
         """Apply a ``/_emulator/faults`` body; the faults now in force."""
@@ -64,6 +70,13 @@ class Faults:
             self.gateway_create_replies -= 1
             return Response(GATEWAY_PAGE, 502, media_type="text/html")
         return None
+
+    def account_fault(self) -> Response | None:
+        """A gateway's 502 instead of the next account status, if one is due."""
+        if self.account_status_faults <= 0:
+            return None
+        self.account_status_faults -= 1
+        return Response(GATEWAY_PAGE, 502, media_type="text/html")
 
     def status_fault(self) -> Response | None:
         """The faulty answer to send instead of the next status query, if any."""

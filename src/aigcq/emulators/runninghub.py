@@ -13,6 +13,12 @@ A success's output entries carry what the task consumed, as runninghub-sdk's
 money) and ``thirdPartyConsumeMoney`` (null), all as strings, the task's figures on each
 entry.
 
+``accountStatus`` (its key spelt ``apikey``, as the vendor documents it) answers the key's
+``currentTaskCounts`` and the account's ``remainCoins`` (``remain_coins``, less each
+success's ``consume_coins``); ``GET /openapi/v2/queue/status`` (runninghub-sdk's queue
+status: the key as a Bearer token) its ``concurrentLimit``, ``runningCount`` and
+``queuedCount``. Both count the ``ghost_tasks`` fault: tasks no create of ours made.
+
 A result file's link is a plain CDN path that answers 404 ``file_ttl_s`` after it was first
 handed out, or once expired on demand (``POST /_emulator/files``).
 """
@@ -49,7 +55,6 @@ PROMPT_TIPS = orjson.dumps(
 FAILURE_MESSAGE = "emulated failure"
 CANCEL_MESSAGE = "task cancelled by user"
 INSTANCE_TYPES = frozenset({"default", "plus", "ultra"})
-REMAIN_COINS = "177814"
 #: concurrent webhook senders, each with its own kept-alive connection per origin.
 WEBHOOK_SENDERS = 16
 
@@ -81,6 +86,8 @@ class RunningHubEmulatorConfig(EmulatorConfig):
     #: billed in coins)
     consume_coins: int = 10
     consume_money: float | None = None
+    #: the account's coins (every key's) before any task; each success consumes its coins
+    remain_coins: int = 177814
 
 
 class _Task:
@@ -131,9 +138,12 @@ class _RunningHub(EmulatorCore):
     def __init__(self, config: RunningHubEmulatorConfig) -> None:
         super().__init__(config)
         self.tasks: dict[str, _Task] = {}
+        self.remain_coins = config.remain_coins
         self.per_workflow: Counter[str] = Counter()
         #: wall-clock times (epoch s) of the last accepted creates, for benchmarks
         self.create_times: deque[float] = deque(maxlen=CREATE_TIMES_KEPT)
+        #: wall-clock times of the last accountStatus queries
+        self.account_times: deque[float] = deque(maxlen=CREATE_TIMES_KEPT)
         self._webhook_urls: set[str] = set()
         self._outbox = WebhookOutbox(
             self.counts,
@@ -217,20 +227,52 @@ class _RunningHub(EmulatorCore):
         return _ok(None)
 
     async def account_status(self, request: Request) -> Response:
+        """``POST /uc/openapi/accountStatus``, its key as ``apikey`` (the vendor's
+        documentation; runninghub-sdk sends ``apiKey``, also read): the figures as strings."""
+        self.account_times.append(time.time())
+        if (fault := self.faults.account_fault()) is not None:
+            return fault
         body = await read_json(request)
-        # RunningHub reads either spelling; its clients (runninghub-sdk) send apiKey
         api_key = (body.get("apikey") or body.get("apiKey")) if isinstance(body, dict) else None
         refused = self._refuse_key(api_key)
         if refused is not None:
             return refused
         data = {
-            "remainCoins": REMAIN_COINS,
-            "currentTaskCounts": str(self.records.current(str(api_key))),
+            "remainCoins": str(self.remain_coins),
+            "currentTaskCounts": str(self._counted(str(api_key))),
             "remainMoney": None,
             "currency": None,
             "apiType": "NORMAL",
         }
         return _ok(data)
+
+    async def queue_status(self, request: Request) -> Response:
+        """``GET /openapi/v2/queue/status`` (runninghub-sdk's ``get_queue_status``), the key
+        as a Bearer token: its concurrency limit and its tasks running and queued."""
+        if (fault := self.faults.account_fault()) is not None:
+            return fault
+        auth = request.headers.get("authorization", "")
+        api_key = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
+        refused = self._refuse_key(api_key)
+        if refused is not None:
+            return refused
+        now = time.monotonic()
+        live = [t for t in self.tasks.values() if t.api_key == api_key and t.state is None]
+        queued = sum(1 for t in live if t.status(now) == QUEUED)
+        running = len(live) - queued + self.faults.ghost_tasks
+        return _ok(
+            {
+                "apiKeyType": "NORMAL",
+                "concurrentLimit": self.config.max_concurrent,
+                "runningCount": str(running),
+                "queuedCount": str(queued),
+                "totalCurrentTasks": str(running + queued),
+            }
+        )
+
+    def _counted(self, api_key: str) -> int:
+        """The key's tasks running or queued, as the platform counts them (ghosts too)."""
+        return self.records.current(api_key) + self.faults.ghost_tasks
 
     # ---- introspection ----------------------------------------------------------------
 
@@ -252,6 +294,8 @@ class _RunningHub(EmulatorCore):
             "peak_concurrent": self.records.peaks(),
             "creates_per_workflow": dict(self.per_workflow),
             "create_times": list(self.create_times),
+            "account_status_times": list(self.account_times),
+            "remain_coins": self.remain_coins,
         }
 
     # ---- internals --------------------------------------------------------------------
@@ -368,6 +412,8 @@ class _RunningHub(EmulatorCore):
         task.handle = None
         task.state = FAILED if task.failure else SUCCESS
         self.records.ended(task.api_key)
+        if not task.failure:
+            self.remain_coins -= self.config.consume_coins
         self.counts["failed" if task.failure else "succeeded"] += 1
         if task.webhook_url:
             event = {
@@ -401,6 +447,7 @@ def create_app(config: RunningHubEmulatorConfig) -> FastAPI:
     }
     for path, handler in routes.items():
         app.add_route(path, handler, methods=["POST"])
+    app.add_route("/openapi/v2/queue/status", emulator.queue_status, methods=["GET"])
     add_common_routes(app, emulator)
     return app
 

@@ -94,11 +94,24 @@ SPEND_COINS = Counter(
     "Coins paid tasks consumed (RunningHub's consumeCoins), by project and account.",
     ["aigc", "target", "account"],
 )
+BUDGET_REFUSALS = Counter(
+    "aigcq_budget_refusals_total",
+    "Paid creates not sent because a budget or balance floor of the task's project or "
+    "account was reached, by project and target.",
+    ["aigc", "target"],
+)
 RESULT_FILES_COPIED = Counter(
     "aigcq_result_files_copied_total",
     "Paid results' files copied into aigcq's storage (result custody), by target: "
     "kept, or failed (delivered with the vendor's link).",
     ["target", "outcome"],
+)
+LATE_SUCCESSES = Counter(
+    "aigcq_late_successes_total",
+    "Paid results that came after their task had failed UncertainSubmit (a create whose "
+    "outcome was unknown at the deadline) and won: the client was sent the success after "
+    "the failure.",
+    ["aigc", "platform", "target"],
 )
 CALLBACK_REJECTIONS = Counter(
     "aigcq_callback_rejections_total", "TASK_END callbacks refused, by error code.", ["code"]
@@ -166,8 +179,16 @@ def spent(
         _child(SPEND_COINS, aigc, target, account).inc(coins)
 
 
+def budget_refused(aigc: str, target: str) -> None:
+    _child(BUDGET_REFUSALS, aigc, target).inc()
+
+
 def result_file_copied(target: str, *, ok: bool) -> None:
     _child(RESULT_FILES_COPIED, target, "kept" if ok else "failed").inc()
+
+
+def late_success(aigc: str, platform: str, target: str) -> None:
+    _child(LATE_SUCCESSES, aigc, platform, target).inc()
 
 
 def callback_rejected(code: str) -> None:

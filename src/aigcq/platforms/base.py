@@ -158,6 +158,16 @@ class Unknown:
 
 ResultOutcome = Pending | Succeeded | Failed | NotFound | Unknown
 
+
+@dataclass(frozen=True, slots=True)
+class AccountState:
+    """What a platform says of an account now: its ``tasks`` running or queued, and its
+    balance where it tells one (RunningHub's ``remainCoins``)."""
+
+    tasks: int
+    remain_coins: float | None = None
+
+
 Kind = Literal["callback", "polling"]
 
 
@@ -218,6 +228,12 @@ class PlatformAdapter(ABC):
     def parse_running(self, status: int, body: Any) -> int | None:
         """The answer to :meth:`running_request`; None: no usable answer."""
         return None
+
+    def parse_account(self, status: int, body: Any) -> AccountState | None:
+        """The answer to :meth:`running_request` as the account's state; None: no usable
+        answer."""
+        tasks = self.parse_running(status, body)
+        return None if tasks is None else AccountState(tasks)
 
 
 _REGISTRY: dict[str, type[PlatformAdapter]] = {}

@@ -26,6 +26,7 @@ import orjson
 from aigcq.domain import Task
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import (
+    AccountState,
     HttpRequest,
     NotFound,
     NotSent,
@@ -198,6 +199,12 @@ class PlatformClient:
     async def running(self, adapter: PlatformAdapter, apikey: str) -> int | None:
         """How many tasks the account runs on the platform now; None: it cannot say (no
         such query, unreachable, no usable answer)."""
+        state = await self.account(adapter, apikey)
+        return None if state is None else state.tasks
+
+    async def account(self, adapter: PlatformAdapter, apikey: str) -> AccountState | None:
+        """What the platform says of the account now (its tasks, its balance); None: it
+        cannot say (no such query, unreachable, no usable answer; logged)."""
         req = adapter.running_request(apikey)
         if req is None:
             return None
@@ -207,7 +214,10 @@ class PlatformClient:
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("%s: account status query failed: %r", adapter.name, exc)
             return None
-        return adapter.parse_running(status, body)
+        state = adapter.parse_account(status, body)
+        if state is None:
+            log.warning("%s: account status answer not usable (HTTP %s)", adapter.name, status)
+        return state
 
     @staticmethod
     def _warn(task: Task, adapter: PlatformAdapter, what: str, exc: BaseException) -> None:

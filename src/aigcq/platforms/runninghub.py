@@ -174,8 +174,21 @@ class RunningHubAdapter(base.PlatformAdapter):
 
     def parse_running(self, status: int, body: Any) -> int | None:
         """``currentTaskCounts``: the key's tasks running or queued (a string)."""
+        state = self.parse_account(status, body)
+        return None if state is None else state.tasks
+
+    def parse_account(self, status: int, body: Any) -> base.AccountState | None:
+        """``currentTaskCounts`` and ``remainCoins`` (strings in the vendor's example)."""
         if status >= 500 or not isinstance(body, dict):
             return None
-        if as_int(body.get("code")) not in SUCCESS_CODES or not isinstance(body.get("data"), dict):
+        data = body.get("data")
+        if as_int(body.get("code")) not in SUCCESS_CODES or not isinstance(data, dict):
             return None
-        return as_int(body["data"].get("currentTaskCounts"))
+        tasks = as_int(data.get("currentTaskCounts"))
+        if tasks is None:
+            return None
+        try:
+            coins = float(str(data["remainCoins"])) if data.get("remainCoins") is not None else None
+        except ValueError:
+            coins = None
+        return base.AccountState(tasks, coins)

@@ -148,6 +148,16 @@ class Keys:
         (:mod:`aigcq.scheduler.spend`)."""
         return f"{self.prefix}:spend:{period}:{name}"
 
+    def paid_account(self, target: str, account: str) -> str:
+        """HASH: what the last reconciliation learnt of one paid account (``account``: its
+        key's digest): the platform's count and ours, the drift and since when, its
+        ``remainCoins`` (what a balance floor reads), the suspect tasks
+        (:mod:`aigcq.scheduler.accounts`)."""
+        return f"{self.prefix}:account:{target}:{account}"
+
+    #: Held for one interval by the process that reconciles the paid accounts then.
+    reconcile_lease = _Fixed("lock:reconcile")
+
     #: Pub/sub channel: ``wake`` (work to dispatch) and ``outbox:<backendId>``.
     events = _Fixed("events")
 

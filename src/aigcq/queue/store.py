@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from aigcq.domain import AS_SUBMITTED, TRANSITIONS, Move, Ordering, Task, TaskState
+from aigcq.domain import AS_SUBMITTED, TRANSITIONS, ErrorCode, Move, Ordering, Task, TaskState
 from aigcq.observability import metrics
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.plumbing.text import text
@@ -84,6 +84,9 @@ class MoveResult:
     #: applied: the remote task of the live attempt, still running on a paid target and
     #: now unwanted (kept in its account's cap as an orphan): cancel it
     orphan: str = ""
+    #: applied: a late success, after the task had failed ``UncertainSubmit`` (its client
+    #: is sent the success after the failure; see :meth:`TaskStore.release_orphan`)
+    late: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +103,27 @@ class Retried:
 
 
 @dataclass(frozen=True, slots=True)
+class Released:
+    """What :meth:`TaskStore.release_orphan` did; true when the orphan left the cap."""
+
+    released: bool
+    #: its success won over its task's ``UncertainSubmit`` failure (a late success)
+    moved: MoveResult | None = None
+
+    def __bool__(self) -> bool:
+        return self.released
+
+
+@dataclass(frozen=True, slots=True)
 class Marked:
     """What :meth:`TaskStore.mark_running` did; true when the task is running."""
 
     running: bool
     #: the task had moved on: its remote task is an orphan now, to be cancelled
     orphaned: bool = False
+    #: the task had failed ``UncertainSubmit`` for want of this reply: its remote task is
+    #: an orphan watched until it ends, its success still winning (not cancelled)
+    awaited: bool = False
 
     def __bool__(self) -> bool:
         return self.running
@@ -124,6 +142,9 @@ class Orphan:
     workflow_id: str
     #: when the create of a run with no remote id yet was recorded (0: the id is known)
     create_at: float = 0.0
+    #: the run of the attempt its task failed ``UncertainSubmit`` for want of its reply:
+    #: watched, never cancelled (its success still wins)
+    awaited: bool = False
 
     @property
     def awaiting_create(self) -> bool:
@@ -176,7 +197,22 @@ SCRIPTS = (
     "retry",
     "release_orphan",
     "charge",
+    "budget",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """What :meth:`TaskStore.begin_create` did: ``recorded`` (send the create), else
+    ``reached`` says which budget stopped it ("": the task moved on) and ``held`` whether
+    that set its project's automatic hold."""
+
+    recorded: bool
+    reached: str = ""
+    held: bool = False
+
+    def __bool__(self) -> bool:
+        return self.recorded
 
 
 class NotReplicated(RedisError):
@@ -334,7 +370,9 @@ class TaskStore:
         connected with ``progress=1`` (no round trip, and no message every process decodes
         for nothing). ``where`` (AIGC, platform, paid target): a remote task accepted for
         an attempt that is no longer live becomes an orphan (``orphaned``), inside that
-        target's cap until it ends. ``holder``: the bridge that acknowledged the task,
+        target's cap until it ends; when its task failed ``UncertainSubmit`` for want of
+        this very reply, it is ``awaited`` instead (its success still wins: not cancelled).
+        ``holder``: the bridge that acknowledged the task,
         recorded as holding it (:meth:`Keys.bridge_tasks`, :meth:`Keys.bridges_of`, kept
         ``holder_ttl_s``) in the same step, whenever the task is running."""
         now = time.time()
@@ -357,8 +395,9 @@ class TaskStore:
             holder_tasks=self.keys.bridge_tasks(holder) if holder else "",
             holder_of=self.keys.bridges_of(task_id) if holder else "",
             holder_ttl=holder_ttl_s,
+            late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
         )
-        return Marked(int(code) == 1, int(code) == 2)
+        return Marked(int(code) == 1, int(code) == 2, awaited=int(code) == 3)
 
     async def retarget(
         self, task_id: str, attempt: int, source: str, target: str, *, cap: int, deadline_s: float
@@ -380,21 +419,30 @@ class TaskStore:
         )
 
     async def begin_create(
-        self, task_id: str, attempt: int, create_id: str, *, deadline_s: float
-    ) -> bool:
+        self, task_id: str, attempt: int, create_id: str, *, deadline_s: float, gate: str = ""
+    ) -> Begun:
         """Record that a create for ``attempt`` is about to be sent (a process that
-        restarts then knows one may be out); False: the task moved on, send nothing."""
+        restarts then knows one may be out), unless a budget ``gate`` names is reached
+        (``budget_reached`` in the scripts' prelude; :mod:`aigcq.scheduler.budgets`).
+        False (:class:`Begun`): the task moved on or a budget is reached, send nothing."""
         now = time.time()
-        return bool(
-            await self._run(
-                "begin_create",
-                task_id=task_id,
-                attempt=attempt,
-                create_id=create_id,
-                now=now,
-                deadline=now + deadline_s,
-            )
+        code, *rest = await self._run(
+            "begin_create",
+            task_id=task_id,
+            attempt=attempt,
+            create_id=create_id,
+            now=now,
+            deadline=now + deadline_s,
+            gate=gate,
         )
+        if int(code) >= 0:
+            return Begun(recorded=int(code) == 1)
+        return Begun(recorded=False, reached=text(rest[0]), held=bool(int(rest[1])))
+
+    async def budget_reached(self, gate: str) -> str:
+        """What of ``gate``'s budgets is reached now ("": none), as :meth:`begin_create`
+        checks it."""
+        return text(await self._run("budget", gate=gate))
 
     async def postpone(self, task_id: str, attempt: int, *, max_delay_s: float) -> float:
         """Ask about the task again later, with back-off; the delay (0: it moved on)."""
@@ -537,8 +585,12 @@ class TaskStore:
             paid_targets=self.paid_targets,
             fenced=fenced,
             ended=ended,
+            late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
         )
         code = int(applied)
+        if code == 3:  # the success of the run a failure gave up on: it may win
+            released = await self.release_orphan(text(labels[0]), result)
+            return released.moved or MoveResult(False, TaskState(text(current)))
         if code != 1:
             current_state = TaskState(text(current)) if code >= 0 else None
             return MoveResult(False, current_state, superseded=code == 2)
@@ -567,6 +619,7 @@ class TaskStore:
             paid_targets=self.paid_targets,
             fenced=False,
             ended=False,
+            late_class="",
         )
         return int(applied) == 1
 
@@ -594,6 +647,7 @@ class TaskStore:
             paid_targets=self.paid_targets,
             fenced=False,
             ended=False,
+            late_class="",
         )
         code = int(applied)
         if code != 1:
@@ -629,6 +683,7 @@ class TaskStore:
             paid_targets=self.paid_targets,
             fenced=False,
             ended=False,
+            late_class="",
         )
         code = int(applied)
         return MoveResult(code == 1, TaskState(text(current)) if code >= 0 else None)
@@ -655,19 +710,32 @@ class TaskStore:
         due or not (no ``wake`` is published: the caller dispatches it)."""
         return int(await self._run("promote", now=time.time(), limit=1, only=task_id)) == 1
 
-    async def release_orphan(self, remote_id: str, result: Any = None) -> bool:
+    async def release_orphan(self, remote_id: str, result: Any = None) -> Released:
         """The platform says this unwanted remote task ended: it leaves the cap. ``result``:
-        the success it reported, kept on its task if that ended failed or cancelled."""
-        kept = "" if result is None else orjson.dumps(result).decode()
-        done = await self._run(
-            "release_orphan", remote_id=remote_id, result_json=kept, now=time.time()
+        the success it reported. It wins when its task failed ``UncertainSubmit`` and this
+        orphan is the paid run of the attempt that failed (``Released.moved``): the task
+        ends a success, and its client is sent it, marked ``late``, after the failure.
+        Otherwise it is kept on its task if that ended failed or cancelled."""
+        now = time.time()
+        code, *labels = await self._run(
+            "release_orphan",
+            remote_id=remote_id,
+            result_json="" if result is None else orjson.dumps(result).decode(),
+            now=now,
+            late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
+            minid=outbox_minid(now, self.outbox_retention_s),
         )
-        return int(done) == 1
+        if int(code) != 2:
+            return Released(int(code) == 1)
+        aigc, platform, target = (text(v) for v in labels)
+        metrics.late_success(aigc, platform, target)
+        moved = MoveResult(True, TaskState.SUCCESS, target, aigc, platform, late=True)
+        return Released(True, moved)
 
     async def release_create(self, create_id: str) -> bool:
         """The platform answered the create ``create_id`` with a definite "not created":
         the slot its task's moving on left it as (``create:<createId>``) is free."""
-        return await self.release_orphan(f"create:{create_id}")
+        return bool(await self.release_orphan(f"create:{create_id}"))
 
     async def orphans_due(self, aigc: str, target: str, limit: int = 100) -> list[Orphan]:
         """Orphans of one account whose next check is due."""
@@ -902,6 +970,7 @@ def _orphan(remote_id: str, raw: dict[Any, Any]) -> Orphan:
         h.get("target", ""),
         h.get("workflowId", ""),
         float(h.get("createAt") or 0),
+        h.get("awaited") == "1",
     )
 
 

@@ -29,7 +29,15 @@ from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
 from aigcq.plumbing.events import progress_event, running_message
-from aigcq.queue.store import Claimed, MoveResult, NotReplicated, Orphan, Retried, Submitted
+from aigcq.queue.store import (
+    Begun,
+    Claimed,
+    MoveResult,
+    NotReplicated,
+    Orphan,
+    Retried,
+    Submitted,
+)
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import (
     INFRASTRUCTURE,
@@ -237,14 +245,17 @@ class Lifecycle:
         )
         return moved
 
-    async def creating(self, c: Claimed, create_id: str) -> bool:
-        """A paid create is about to be sent (from here on it may be out); False: send
-        nothing (the task moved on, or its intent is not on the replicas: a failover now
+    async def creating(self, c: Claimed, create_id: str, *, gate: str = "") -> Begun:
+        """A paid create is about to be sent (from here on it may be out), within the
+        budgets of ``gate`` (:mod:`aigcq.scheduler.budgets`); False: send nothing (the task
+        moved on, a budget is reached, or its intent is not on the replicas: a failover now
         would lose the record and pay it again; it waits and is tried again)."""
-        recorded = await self.rt.store.begin_create(
-            c.task_id, c.attempt, create_id, deadline_s=self.rt.dispatch_deadline_s
+        begun = await self.rt.store.begin_create(
+            c.task_id, c.attempt, create_id, deadline_s=self.rt.dispatch_deadline_s, gate=gate
         )
-        return recorded and await self._replicated(c.task_id, "its create intent")
+        if begun and not await self._replicated(c.task_id, "its create intent"):
+            return Begun(recorded=False)
+        return begun
 
     async def accepted(
         self,
@@ -292,7 +303,15 @@ class Lifecycle:
                     logging.WARNING, task_id, "accepted as %s, not recorded yet: %s", remote_id, exc
                 )
                 await asyncio.sleep(wait_s)
-        if marked.orphaned:
+        if marked.awaited:
+            _say(
+                logging.WARNING,
+                task_id,
+                "its create's reply (%s) came after it failed UncertainSubmit: its result is "
+                "awaited and wins",
+                remote_id,
+            )
+        elif marked.orphaned:
             orphan = await self.rt.store.orphans_of(remote_id)
             if orphan is not None:
                 await self.orphans.cancel(orphan)
@@ -378,6 +397,15 @@ class Lifecycle:
         had moved on."""
         error = {"code": ErrorCode.MAX_COST.value, "message": reason, "detail": None}
         done = await self.fail(c.task_id, c.attempt, ErrorCode.MAX_COST, error, reason, ended=True)
+        if done.applied:
+            _say(logging.WARNING, c.task_id, "not sent: %s", reason)
+        return done.applied
+
+    async def over_budget(self, c: Claimed, reason: str) -> bool:
+        """A budget of the task's project or account is reached and its project fails its
+        tasks then: it fails ``BudgetExceeded``, nothing sent. False: it had moved on."""
+        error = {"code": ErrorCode.BUDGET.value, "message": reason, "detail": None}
+        done = await self.fail(c.task_id, c.attempt, ErrorCode.BUDGET, error, reason, ended=True)
         if done.applied:
             _say(logging.WARNING, c.task_id, "not sent: %s", reason)
         return done.applied
@@ -478,6 +506,8 @@ class Lifecycle:
             case _:
                 return None
         _say(logging.DEBUG, task_id, "%s via %s (applied=%s)", done.state, note, done.applied)
+        if done.late:
+            self.late(task_id, done.target or target, attempt)
         await self._cancel_orphan(task_id, done)
         if done.applied:
             await self.spend.ended(
@@ -680,8 +710,23 @@ class Lifecycle:
     async def orphan_ended(self, o: Orphan, result: Any = None) -> bool:
         """The platform says an unwanted remote task ended (or it cannot be asked): it
         leaves its account's cap. ``result``: the success it reported, kept for a replay
-        if its task ended failed or cancelled meanwhile."""
-        return await self.rt.store.release_orphan(o.remote_id, result)
+        if its task ended failed or cancelled meanwhile, or delivered at once when that
+        failure was ``UncertainSubmit`` and this is the run it gave up on (a late success)."""
+        released = await self.rt.store.release_orphan(o.remote_id, result)
+        if released.moved is not None:
+            self.late(o.task_id, o.target, o.attempt)
+        return released.released
+
+    def late(self, task_id: str, target: str, attempt: int | None) -> None:
+        """A success of ``attempt`` on ``target`` won over the task's ``UncertainSubmit``."""
+        _say(
+            logging.WARNING,
+            task_id,
+            "attempt %s's result on %s came after it failed UncertainSubmit: sent to its "
+            "client as a late success",
+            attempt,
+            target,
+        )
 
     async def orphan_unresolved(self, o: Orphan, delay_s: float) -> None:
         """An unwanted remote task still runs (or gave no answer): checked again later."""

@@ -1,11 +1,12 @@
 """Watching unwanted remote tasks until their platform says they ended (see :mod:`.orphans`).
 
 Each check asks the platform; a result, a failure or "not found" frees the account's slot,
-anything else cancels again and asks later. A run that ended with a result or a failure
-was billed all the same: it is charged (:mod:`.spend`) by the check that frees its slot.
-A create with no remote id cannot be asked: it is counted until its reply, its webhook,
-the platform's word that the account runs nothing (RunningHub's ``accountStatus``), or the
-platform's maximum run time.
+anything else cancels again and asks later (except the run of an attempt whose task failed
+``UncertainSubmit`` for want of its create's reply: ``awaited``, its success still wins).
+A run that ended with a result or a failure was billed all the same: it is charged
+(:mod:`.spend`) by the check that frees its slot. A create with no remote id cannot be
+asked: it is counted until its reply, its webhook, the platform's word that the account
+runs nothing (RunningHub's ``accountStatus``), or the platform's maximum run time.
 
 The checks run in a loop of their own (a slow platform must not hold up the sweeper's
 back-offs and deadlines), a bounded batch at a time; a check that fails (the platform
@@ -108,7 +109,8 @@ class OrphanChecks:
                 queue = (o.aigc, o.platform)
                 await self.lifecycle.spend.ended(o.task_id, o.target, outcome, queue, run=True)
             return int(released)
-        await self.lifecycle.orphans.cancel(o)  # still running (or no answer): ask again
+        if not o.awaited:  # (an awaited one's success still wins: let it run)
+            await self.lifecycle.orphans.cancel(o)  # still running (or no answer): ask again
         await self.lifecycle.orphan_unresolved(o, RECHECK_S)
         return 0
 

@@ -14,6 +14,10 @@ Before a create, a task's ``maxCost`` is checked where its platform's price is k
 may make, after the project's ``max_outputs``): one expected to cost more is not sent. It
 waits for internal capacity when an internal target runs its platform, else fails
 ``MaxCostExceeded``.
+
+A create is sent only within its project's and account's budgets, checked in the step that
+records its intent (:mod:`aigcq.scheduler.budgets`): at a limit the task waits for internal
+capacity (its project's paid target held) or fails ``BudgetExceeded``.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from aigcq.domain import Task
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Accepted, Full, NotSent, PlatformAdapter, Rejected, Uncertain
 from aigcq.plumbing.background import every, one_round
-from aigcq.queue.store import Claimed
+from aigcq.queue.store import Begun, Claimed
 from aigcq.runtime import Runtime
+from aigcq.scheduler.budgets import Budgets
 from aigcq.scheduler.ends import TaskEnd
 from aigcq.scheduler.journal import SCAN_S, AcceptedJournal, Entry, forget
 from aigcq.scheduler.lifecycle import Lifecycle
@@ -48,6 +53,7 @@ class PaidPlatforms:
         self.rt = rt
         self.lifecycle = lifecycle
         self.journal = AcceptedJournal(rt.settings.data_dir / "accepted")
+        self.budgets = Budgets(rt)
         #: task platforms an internal target runs too: a task priced out of its paid
         #: platform waits for that one, rather than fail
         self.internal_serves = internal_serves
@@ -128,9 +134,13 @@ class PaidPlatforms:
     async def _create(self, adapter: PlatformAdapter, aigc: str, platform: str, c: Claimed) -> None:
         lifecycle, name = self.lifecycle, adapter.name
         create_id = uuid.uuid4().hex
+        gate, refused = self.budgets.gate(aigc, platform, name), []
 
         async def begin() -> bool:  # the create may be out from here on
-            return await lifecycle.creating(c, create_id)
+            begun = await lifecycle.creating(c, create_id, gate=gate)
+            if begun.reached:
+                refused.append(begun)
+            return bool(begun)
 
         task = c.as_task(aigc, platform, name)
         apikey = self.rt.apikey(aigc, platform)
@@ -139,6 +149,9 @@ class PaidPlatforms:
             return
         hook = self.rt.webhook_url(c.task_id, c.attempt, name)
         outcome = await self.rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
+        if refused:
+            await self._over_budget(aigc, name, c, refused[0])
+            return
         match outcome:
             case Accepted(remote_id=remote_id):
                 entry = Entry(c.task_id, c.attempt, c.backend_id, remote_id, *queue, name, kind)
@@ -184,6 +197,15 @@ class PaidPlatforms:
         else:
             await self.lifecycle.priced_out(c, reason)
         return True
+
+    async def _over_budget(self, aigc: str, target: str, c: Claimed, begun: Begun) -> None:
+        """A budget stopped the create: the task fails, or waits at the head of its queue
+        (its attempt given back) while its project's hold keeps the paid target from it."""
+        self.budgets.refused(aigc, target, begun)
+        if self.budgets.fails(aigc):
+            await self.lifecycle.over_budget(c, begun.reached)
+        else:
+            await self.lifecycle.held(c, f"{begun.reached}: waits", delay_s=0.0)
 
     async def _journal(self, entry: Entry) -> None:
         """On disk before anything else; a disk that fails is logged (Redis still gets it)."""

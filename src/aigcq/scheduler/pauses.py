@@ -12,6 +12,12 @@ failed, and they run once it is resumed.
 * ``workflow`` (the ``workflowId`` a payload names, or Coze's ``workflow_id``, JimuAI's
   ``req_key``): its tasks are passed over; the tasks behind them in the same queue run.
 * ``bridge``: no new task is assigned to it (a drain); the ones it runs finish.
+* ``hold`` (automatic, never an operator's): one project's paid target takes no new create,
+  as a paused account but for that project only (no other project with the same key).
+  Its name is ``<cause>:<AIGC>/<target>``: ``budget`` (a budget or balance floor is reached,
+  :mod:`aigcq.scheduler.budgets`) or ``drift`` (the platform counts more tasks on the
+  account than we do, :mod:`aigcq.scheduler.accounts`); whoever set it lifts it once its
+  cause is gone.
 
 One Redis hash holds them all (``{prefix}:pauses``, field ``kind:name`` -> when and why), so
 they hold on every serve process and across restarts. Each dispatch round reads it in the
@@ -46,6 +52,16 @@ class PauseKind(enum.StrEnum):
     ACCOUNT = "account"
     WORKFLOW = "workflow"
     BRIDGE = "bridge"
+    HOLD = "hold"
+
+
+#: the causes of automatic holds (the first part of a hold's name)
+HOLD_BUDGET = "budget"
+HOLD_DRIFT = "drift"
+
+
+def hold_name(cause: str, aigc: str, target: str) -> str:
+    return f"{cause}:{aigc}/{target}"
 
 
 class PauseError(ValueError):
@@ -72,6 +88,8 @@ class Paused:
     accounts: frozenset[str] = frozenset()
     workflows: frozenset[str] = frozenset()
     bridges: frozenset[str] = frozenset()
+    #: automatic holds, ``<cause>:<AIGC>/<target>``
+    holds: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, pauses: Iterable[Pause]) -> Paused:
@@ -83,10 +101,14 @@ class Paused:
     def account(self, rt: Runtime, aigc: str, platform: str, target: str) -> bool:
         """Whether paid ``target`` takes no new create for queue ``aigc`` / ``platform``:
         the target is paused, the project's account on it, or another project's account
-        with the same key."""
+        with the same key; or an automatic hold keeps the project's target (that project
+        only)."""
+        here = f"{aigc}/{target}"
+        if any(h.partition(":")[2] == here for h in self.holds):
+            return True
         if not self.accounts:
             return False
-        if target in self.accounts or f"{aigc}/{target}" in self.accounts:
+        if target in self.accounts or here in self.accounts:
             return True
         key = rt.apikey(aigc, platform)
         held = (a.partition("/") for a in self.accounts)

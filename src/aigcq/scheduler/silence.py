@@ -65,7 +65,8 @@ class SilentTasks:
         settled, start = 0, 0
         while page := await self.rt.redis.zrangebyscore(key, "-inf", cutoff, start, PAGE):
             mine = await self._claim([str(t) for t in page], silence_s)
-            settled += sum(await asyncio.gather(*(self._ask(t, adapter) for t in mine)))
+            why = f"no webhook after {silence_s:.0f} s"
+            settled += sum(await asyncio.gather(*(self.ask(t, adapter, why) for t in mine)))
             if len(page) < PAGE:
                 break
             start += PAGE
@@ -81,7 +82,9 @@ class SilentTasks:
         claimed = await pipe.execute()
         return [t for t, ok in zip(task_ids, claimed, strict=True) if ok]
 
-    async def _ask(self, task_id: str, adapter: PlatformAdapter) -> int:
+    async def ask(self, task_id: str, adapter: PlatformAdapter, why: str) -> int:
+        """Ask ``adapter`` about a running paid task (``why``: for the log); a result or
+        failure it reports settles the task as its webhook would have. 1: it settled."""
         task = await self.rt.store.get(task_id)
         if task is None or task.state is not TaskState.RUNNING or not task.remote_id:
             return 0
@@ -90,14 +93,14 @@ class SilentTasks:
         if not isinstance(outcome, Succeeded | Failed):
             return 0
         log.warning(
-            "task %s: no webhook after %.0f s; %s answers %s",
+            "task %s: %s; %s answers %s",
             task_id,
-            self.rt.settings.paid_silence_s,
+            why,
             adapter.name,
             type(outcome).__name__,
             extra=ctx(task=task_id),
         )
-        note = f"asked {adapter.name} after its webhook's silence"
+        note = f"asked {adapter.name}: {why}"
         done = await self.lifecycle.settle(
             task_id, outcome, note, attempt=task.attempt, target=task.target
         )

@@ -8,7 +8,8 @@ billed in coins, a failure) the configured price, ``AIGCQ_OVERFLOW_PRICE`` per b
 (a task; JimuAI's output images), marked as an estimate (0 without a price).
 
 The charge is added, in one step (``queue/lua/charge.lua``, through
-:meth:`aigcq.queue.store.TaskStore.record_cost`), to the hash of its UTC day and of its month
+:meth:`aigcq.queue.store.TaskStore.record_cost`), to the hash of its day and of its month
+(in ``AIGCQ_SPEND_TIMEZONE``, UTC by default)
 (``Keys.spend``), per project, account and workflow (fields ``["w", AIGC, target, account,
 workflow, figure]``), with the project's (``["p", AIGC, figure]``) and the account's
 (``["a", target, account, figure]``) totals beside (what a budget reads), and kept on the
@@ -24,9 +25,10 @@ between the two loses that one charge.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
+from zoneinfo import ZoneInfo
 
 import orjson
 from redis.exceptions import RedisError
@@ -67,9 +69,9 @@ def charge(cost: Cost, price: float | None) -> Charge:
     return Charge(round((price or 0.0) * cost.units, 6), True, coins, seconds)
 
 
-def period_names(now: float) -> dict[str, str]:
-    """The UTC day and month ``now`` falls in."""
-    day = time.strftime("%Y-%m-%d", time.gmtime(now))
+def period_names(now: float, zone: str = "UTC") -> dict[str, str]:
+    """The day and month ``now`` falls in, in time zone ``zone`` (``AIGCQ_SPEND_TIMEZONE``)."""
+    day = datetime.fromtimestamp(now, ZoneInfo(zone)).strftime("%Y-%m-%d")
     return {"day": day, "month": day[:7]}
 
 
@@ -120,7 +122,7 @@ class SpendLedger:
         adapter, apikey = rt.platforms.adapters[target], rt.apikey(*queue)
         account = adapter.account_id(apikey)
         c = charge(cost, rt.settings.overflow_price.get(target))
-        names = period_names(time.time())
+        names = period_names(rt.clock(), rt.settings.spend_timezone)
         record = {"amount": c.amount, "estimate": c.estimate, "account": account}
         record |= {"coins": cost.coins, "seconds": cost.seconds, "tokens": cost.tokens}
         record["units"] = cost.units
@@ -151,7 +153,8 @@ class SpendLedger:
     async def view(self, period: Period, now: float | None = None) -> dict[str, Any]:
         """A period's figures: its total, and per project, account and workflow (the
         largest :data:`VIEW_ROWS` of each, by amount)."""
-        name = period_names(time.time() if now is None else now)[period]
+        rt = self.rt
+        name = period_names(rt.clock() if now is None else now, rt.settings.spend_timezone)[period]
         raw = await self.rt.redis.hgetall(self.rt.store.keys.spend(period, name))
         grouped: dict[str, dict[tuple[str, ...], dict[str, float]]] = {"w": {}, "p": {}, "a": {}}
         for field, value in raw.items():

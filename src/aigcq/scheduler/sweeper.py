@@ -16,7 +16,10 @@ A task past its deadline is not blindly re-sent. On a paid platform:
   platform cannot be asked without one, so the task fails with ``UncertainSubmit``, unless
   the account opts into ``retry_uncertain`` (then the unresolved create stays counted in
   the cap as ``create:<createId>`` while the task is sent again, until its webhook or the
-  platform's maximum run time: :mod:`.orphan_checks`). A create the platform accepted is
+  platform's maximum run time: :mod:`.orphan_checks`). A result that still comes for that
+  create (its webhook, or a poll once its remote id is known) wins over the failure: the
+  task becomes a success and its client is told (``release_orphan.lua``'s
+  ``late_success``). A create the platform accepted is
   never in this case for want of Redis: its acceptance is held and journaled
   (:mod:`.journal`);
 * running with a remote id: the platform is asked (RunningHub ``/outputs``). A result

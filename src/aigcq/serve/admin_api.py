@@ -2,9 +2,11 @@
 
 ``GET /api/admin/events`` streams a snapshot every second as Server-Sent Events (bridges,
 queues, internal / external split, health, recent tasks, overflow spend (this process's
-counters), spend today and this month (fleet-wide, :mod:`aigcq.scheduler.spend`),
-model-asynch — see :mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry
-a failed or cancelled task; the incident controls (:mod:`aigcq.serve.admin_controls`).
+counters), spend today and this month (fleet-wide, :mod:`aigcq.scheduler.spend`), the paid
+accounts as the platform counts them and as we do (:mod:`aigcq.scheduler.accounts`), the
+budgets with what they spent (:mod:`aigcq.scheduler.budgets`), model-asynch — see
+:mod:`aigcq.serve.admin_panels`); drain / undrain a bridge and retry a failed or cancelled
+task; the incident controls (:mod:`aigcq.serve.admin_controls`).
 Every data call needs the admin token as a Bearer token.
 """
 
@@ -116,6 +118,7 @@ class Monitor:
         overflow = overflow_spend(rt.settings.overflow_price)
         if sample:
             await self.trends.sample(rt.store, queues, overflow)
+        spend = await self._spend()
         return {
             "time": time.time(),
             "bridges": await self._bridges(),
@@ -125,9 +128,11 @@ class Monitor:
             "health": self._health(),
             "recent": [task_row(t) for t in await rt.store.recent(RECENT_TASKS)],
             "overflow": overflow,
-            "spend": await self._spend(),
+            "spend": spend,
             "asynch": await self.asynch.read(),
             "pauses": [p.view() for p in await self.pauses.all()],
+            "accounts": await self.service.reconciler.view(),
+            "budgets": await self.service.paid.budgets.view(spend),
         }
 
     async def _spend(self) -> dict[str, Any]:
@@ -245,6 +250,19 @@ def _dashboard_routes(router: APIRouter, gw: Gateway, monitor: Monitor) -> None:
     async def snapshot(authorization: Authorization = None) -> dict[str, Any]:
         require_admin(gw, authorization)
         return await monitor.snapshot(sample=False)  # now, not the last second's sample
+
+    @router.get(
+        "/api/admin/accounts",
+        summary="Paid accounts as their platform counts them and as we do; budgets",
+        responses=error_responses(ErrorCode.AUTH),
+    )
+    async def accounts(authorization: Authorization = None) -> dict[str, Any]:
+        require_admin(gw, authorization)
+        service = monitor.service
+        return {
+            "accounts": await service.reconciler.view(),
+            "budgets": await service.paid.budgets.view(),
+        }
 
     @router.get(
         "/api/admin/live-tasks",

@@ -39,8 +39,11 @@ _Body = TypeVar("_Body", bound=BaseModel)
 class PauseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["project", "account", "workflow", "bridge"]
-    name: str = Field(description="project, runninghub or proj/runninghub, workflowId, bridgeId")
+    kind: Literal["project", "account", "workflow", "bridge", "hold"]
+    name: str = Field(
+        description="project, runninghub or proj/runninghub, workflowId, bridgeId; hold "
+        "(resume only): budget:proj/runninghub or drift:proj/runninghub"
+    )
     note: str = Field("", max_length=500, description="why (shown with the pause)")
 
 
@@ -152,6 +155,9 @@ def _pause_route(service: ServeParts, pauses: Pauses, *, paused: bool) -> Any:
         require_admin(service.gateway, authorization)
         body = await control_body(request, PauseBody)
         kind = PauseKind(body.kind)
+        if kind is PauseKind.HOLD and paused:
+            message = "holds are automatic (budgets, drift): pause the account instead"
+            raise ClientError(ErrorCode.CONTROL, message)
         name = checked(pauses, kind, body.name)
         changed = await pauses.set(kind, name, paused, body.note)
         if kind is PauseKind.BRIDGE and service.hub is not None:

@@ -30,7 +30,72 @@ class ServeState:
         self.service = service
 
     async def __call__(self) -> list[Metric]:
-        return [*await self._redis_state(), *self._internal()]
+        return [
+            *await self._redis_state(),
+            *await self._paid_accounts(),
+            *await self._budgets(),
+            *self._internal(),
+        ]
+
+    async def _paid_accounts(self) -> list[Metric]:
+        """Each polled paid account as the last reconciliation found it (every process
+        exports the same figures, from Redis)."""
+        labels = ["target", "account"]
+        tasks = _gauge(
+            "aigcq_paid_account_tasks",
+            "A paid account's live tasks, as its platform counts them (side=theirs) and as "
+            "we do (side=ours: running, orphans, creates whose outcome is unknown).",
+            [*labels, "side"],
+        )
+        drift = _gauge(
+            "aigcq_paid_account_drift",
+            "The platform's count of an account's live tasks minus ours (> 0: tasks we do "
+            "not know of; < 0: a record of ours may be stale).",
+            labels,
+        )
+        coins = _gauge("aigcq_paid_account_coins", "An account's remainCoins as polled.", labels)
+        for row in await self.service.reconciler.view():
+            names = [row["target"], row["account"]]
+            if row["theirs"] is None:
+                continue
+            tasks.add_metric([*names, "theirs"], row["theirs"])
+            tasks.add_metric([*names, "ours"], row["ours"])
+            drift.add_metric(names, row["drift"])
+            if row["remainCoins"] is not None:
+                coins.add_metric(names, row["remainCoins"])
+        return [tasks, drift, coins]
+
+    async def _budgets(self) -> list[Metric]:
+        """Every configured spend limit with its period's spend so far, and the automatic
+        holds in force."""
+        labels = ["scope", "name", "period"]
+        limit = _gauge("aigcq_budget_limit", "A configured spend limit.", labels)
+        spent = _gauge("aigcq_budget_spent", "What a limit's period spent so far.", labels)
+        reached = _gauge("aigcq_budget_reached", "1 while a limit is reached.", labels)
+        view = await self.service.paid.budgets.view()
+        rows = [("project", p["AIGC"], p) for p in view["projects"]]
+        rows += [("account", f"{a['target']}/{a['account']}", a) for a in view["accounts"]]
+        for scope, name, row in rows:
+            for period in ("day", "month"):
+                figure = row[period]
+                if figure["limit"] is None:
+                    continue
+                limit.add_metric([scope, name, period], figure["limit"])
+                spent.add_metric([scope, name, period], figure["spent"])
+                reached.add_metric([scope, name, period], int(figure["reached"]))
+        holds = _gauge(
+            "aigcq_paid_holds",
+            "1 while a project's paid target is held automatically (cause: budget, drift).",
+            ["aigc", "target", "cause"],
+        )
+        paused = await self.service.rt.redis.hkeys(self.service.rt.store.keys.pauses)
+        for field in paused:
+            kind, _, name = str(field).partition(":")
+            cause, _, where = name.partition(":")
+            aigc, _, target = where.rpartition("/")
+            if kind == "hold" and aigc:
+                holds.add_metric([aigc, target, cause], 1)
+        return [limit, spent, reached, holds]
 
     def _targets(self) -> list[tuple[str, str]]:
         """(AIGC, target) pairs that may have tasks in flight."""

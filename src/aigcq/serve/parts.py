@@ -18,8 +18,10 @@ from starlette.routing import BaseRoute
 from aigcq.bridges.hub import BridgeHub
 from aigcq.gateway.gateway import Gateway
 from aigcq.runtime import Runtime
+from aigcq.scheduler.accounts import Reconciler
 from aigcq.scheduler.dispatch import DispatchLoop
 from aigcq.scheduler.lifecycle import Lifecycle
+from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.targets import InternalTarget
 
 #: a loop run while the app is up
@@ -33,6 +35,8 @@ class ServeParts(Protocol):
     hub: BridgeHub | None
     internal: InternalTarget | None
     dispatch: DispatchLoop
+    paid: PaidPlatforms
+    reconciler: Reconciler
 
 
 @dataclass

@@ -36,6 +36,7 @@ from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.events import EventBus
 from aigcq.queue.store import TaskStore
 from aigcq.runtime import Runtime
+from aigcq.scheduler.accounts import Reconciler
 from aigcq.scheduler.dispatch import DispatchLoop
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.orphan_checks import OrphanChecks
@@ -131,6 +132,7 @@ class ServeProcess:
         self.sweeper = Sweeper(self.rt, self.lifecycle)
         self.orphan_checks = OrphanChecks(self.rt, self.lifecycle)
         self.silent_tasks = SilentTasks(self.lifecycle)
+        self.reconciler = Reconciler(self.silent_tasks)
         self.master_watch = MasterWatch(self.rt, [self.hub.after_master_change] if self.hub else [])
         self.gateway = Gateway(self.rt, self.lifecycle)
         self.pollers = [Poller(self.rt, self.lifecycle, a) for a in polling_adapters(self.rt)]
@@ -154,6 +156,8 @@ class ServeProcess:
             self.silent_tasks.run,
             self.master_watch.run,
             self.paid.replay_journals,
+            self.paid.budgets.run,
+            self.reconciler.run,
             self._redeliver,
             self._trim_outboxes,
             self.gateway.clients.keep_present,

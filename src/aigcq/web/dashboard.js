@@ -421,6 +421,31 @@ function renderSpend(sp, prices) {
     `${day.total.tasks} tasks · this month (${month.period}) ${cost(month.total, anyPriced)}`;
 }
 
+// The paid accounts as the platform counts their tasks and as we do; the budgets and holds.
+function renderAccounts(accounts, budgets, pauses) {
+  const num = (v) => (v === null || v === undefined ? "-" : String(v));
+  fillTable("#paid-accounts", (accounts || []).map((a) => [
+    soft(`${a.target} ${a.account}`), a.projects.join(", "), num(a.theirs), num(a.ours),
+    a.drift ? (a.drift > 0 ? `+${a.drift}` : String(a.drift)) : num(a.drift), num(a.remainCoins),
+    a.polledAt ? clock(a.polledAt) + (a.error ? ` · ${a.error} (${a.failures}×)` : "") : a.error || "-",
+    (a.suspects || []).map((x) => x.taskId).join(", ") || "-",
+  ]));
+  const spent = (f) => (f.limit === null ? String(f.spent) :
+    `${f.spent} / ${f.limit}${f.reached ? " reached" : ""}`);
+  const b = budgets || { projects: [], accounts: [] };
+  if (b.timezone) $("#spend-zone").textContent = b.timezone;
+  fillTable("#budgets", [
+    ...b.projects.map((p) => [`project ${p.AIGC} (${p.onLimit})`, spent(p.day), spent(p.month), "-"]),
+    ...b.accounts.map((a) => [soft(`account ${a.target} ${a.account}`), spent(a.day), spent(a.month),
+      a.balanceFloor === null ? "-" :
+        `${num(a.remainCoins)} / ${a.balanceFloor}${a.floorReached ? " reached" : ""}`]),
+  ]);
+  const holds = (pauses || []).filter((p) => p.kind === "hold");
+  const alerts = $("#budget-alerts");
+  alerts.textContent = holds.map((h) => `held ${h.name}: ${h.note}`).join(" · ");
+  alerts.className = holds.length ? "legend error" : "legend";
+}
+
 function renderAsynch(a) {
   const panel = $("#asynch-panel");
   panel.hidden = !a;
@@ -460,6 +485,7 @@ function render(s) {
   renderOverflow(s.overflow, s.trends, s.time);
   renderSpend(s.spend, (s.overflow && s.overflow.prices) || {});
   renderAsynch(s.asynch);
+  renderAccounts(s.accounts, s.budgets, s.pauses);
   renderPauses(s.pauses);
   document.body.dataset.snapshots = String(++snapshots);
 }

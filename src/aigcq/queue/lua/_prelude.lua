@@ -89,6 +89,12 @@ local function keep_paid_result(id, result_json, target, attempt, now)
     'paidResultFrom', target .. ':' .. attempt, 'paidResultAt', now)
 end
 
+-- Whether the task at ``k`` failed with error code ``class`` (its ``error``'s ``code``).
+local function failed_as(k, class)
+  local ok, err = pcall(cjson.decode, redis.call('HGET', k, 'error') or 'null')
+  return ok and type(err) == 'table' and err.code == class
+end
+
 -- ``csv`` lists the paid targets: their unwanted remote tasks are kept as orphans.
 local function paid(csv, target)
   return target and target ~= '' and allowed(csv, target)
@@ -122,3 +128,35 @@ end
 
 local FIELDS = {'status', 'attempt', 'AIGC', 'platform', 'target', 'remoteTaskId', 'backendId', 'deliver',
   'createId'}
+
+-- The paid budgets a create must fit (aigcq.scheduler.budgets writes ``gate``, JSON):
+-- ``limits`` lists {scope, period, limit} (scope ``p``: the project's spend, ``a``: the
+-- account's, in the spend hashes charge.lua keeps, named by ``day`` / ``month``), and
+-- ``floor`` the account's balance floor (its ``remainCoins`` as last polled, in
+-- ``{P}:account:{target}:{account}``). Returns '' (within them all, or no gate) or what
+-- is reached.
+local function budget_reached(gate)
+  if gate == '' then return '' end
+  local b = cjson.decode(gate)
+  for _, l in ipairs(b.limits or {}) do
+    local scope, period, limit = l[1], l[2], tonumber(l[3])
+    local field, who = {'p', b.project, 'amount'}, 'project ' .. b.project
+    if scope == 'a' then
+      field, who = {'a', b.target, b.account, 'amount'}, 'account ' .. b.target .. '/' .. b.account
+    end
+    local key = P .. ':spend:' .. period .. ':' .. b[period]
+    local spent = tonumber(redis.call('HGET', key, cjson.encode(field)) or '0')
+    if spent >= limit then
+      return who .. ': ' .. period .. ' budget ' .. tostring(limit) .. ' reached (' ..
+        tostring(spent) .. ' spent in ' .. b[period] .. ')'
+    end
+  end
+  if b.floor then
+    local coins = redis.call('HGET', P .. ':account:' .. b.target .. ':' .. b.account, 'remainCoins')
+    if coins and tonumber(coins) <= tonumber(b.floor) then
+      return 'account ' .. b.target .. '/' .. b.account .. ': balance ' .. coins ..
+        ' at or below its floor ' .. tostring(b.floor)
+    end
+  end
+  return ''
+end

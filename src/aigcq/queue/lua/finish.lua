@@ -12,6 +12,9 @@
 -- passed; any end takes the task out of the start deadlines' index (``{P}:startby``). A
 -- successful run on a target that is not paid records its run time in its workflow's
 -- recent mean (``{P}:runs``, issue 27: the fair policy's estimates).
+-- A success of the attempt a failure ``late_class`` gave up on (UncertainSubmit), while
+-- that attempt's paid run is still counted, is left untouched for release_orphan.lua to
+-- make it win (``late_success``): {3, state, orphan}.
 -- Returns {1, to, AIGC, platform, target, created, orphan},
 -- {0, state} (not allowed), {2, state} (fenced: a superseded attempt), {-1, ''} (unknown).
 --! move finish
@@ -33,6 +36,7 @@
 --! arg paid_targets     csv
 --! arg fenced:flag      a failure: applied only while from_attempt is the live one
 --! arg ended:flag       the run of from_attempt has ended
+--! arg late_class       with to = success: the failure a late success of the same attempt overrides
 -- policy.next_mean: the plain mean of a workflow's first RUN_WINDOW runs, then an
 -- exponential moving average (``{P}:runs``: workflowId -> "<mean s> <count>")
 local RUN_WINDOW = 20
@@ -54,6 +58,9 @@ local replay = move == 'replay_result'
 local late = ''  -- the paid target of a late success, kept below
 if to == SUCCESS and from_attempt ~= '' and (h[1] == FAILED or h[1] == CANCELLED) then
   late = orphan_target(task_id, from_attempt)
+end
+if late ~= '' and h[1] == FAILED and from_attempt == h[2] and failed_as(k, late_class) then
+  return {3, h[1], redis.call('HGET', k, 'orphan.' .. from_attempt)}
 end
 if ended and from_attempt ~= '' and orphan_ended(task_id, from_attempt) == 1
     and from_attempt == h[2] then

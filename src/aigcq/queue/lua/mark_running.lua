@@ -4,7 +4,9 @@
 -- the bridges holding it (bridgeId -> attempt), both kept ``holder_ttl`` s. ``progress``: a
 -- ``progress:`` event published only when the task's client is connected with
 -- ``progress=1``. Returns 1 (running), 0 (moved on), 2 (moved on; the remote task is now
--- an orphan).
+-- an orphan), 3 (the reply of a create whose task failed ``late_class`` (UncertainSubmit)
+-- for want of it: the remote task is an orphan, ``awaited``: not cancelled, since its
+-- success still wins, see release_orphan.lua).
 --! move mark_running
 --! arg task_id
 --! arg attempt
@@ -22,6 +24,7 @@
 --! arg holder_tasks    its tasks hash (keys.bridge_tasks)
 --! arg holder_of       the task's bridges hash (keys.bridges_of)
 --! arg holder_ttl
+--! arg late_class      the failure whose attempt's remote task is awaited, not cancelled
 local function hold()
   if holder == '' then return end
   redis.call('HSET', holder_tasks, task_id, attempt)
@@ -43,6 +46,10 @@ if not adopt and (not allowed(FROM.mark_running, h[1]) or h[2] ~= attempt) then
   local ended = h[2] == attempt and redis.call('HGET', k, 'endedAttempt') == attempt
   if remote_id ~= '' and on_paid and not ended and h[1] then  -- (a task long gone: none)
     orphan(remote_id, task_id, attempt, aigc, platform, target, now)
+    if h[1] == FAILED and h[2] == attempt and failed_as(k, late_class) then
+      redis.call('HSET', P .. ':orphan:' .. remote_id, 'awaited', 1)
+      return 3
+    end
     return 2
   end
   return 0

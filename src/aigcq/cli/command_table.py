@@ -1,0 +1,57 @@
+"""The table of the commands :mod:`aigcq.cli.entry` may build alone, and the root app
+they are built in; :mod:`aigcq.cli.app` registers the same table in the full app.
+
+The command modules evaluate their annotations when they are defined (no ``from
+__future__ import annotations``): typer reads every command's signature at each start,
+and a string annotation costs it an evaluation each time.
+"""
+
+import os
+from importlib import import_module
+from typing import Annotated
+
+import typer
+
+from aigcq.cli import help_style, plain_params
+from aigcq.observability.logconfig import LOG_FORMAT_ENV, LogFormat
+
+#: command -> (its module, the name there, a group of commands?): commands that need
+#: nothing of the others
+LAZY: dict[str, tuple[str, str, bool]] = {
+    "submit": ("aigcq.cli.client", "submit", False),
+    "status": ("aigcq.cli.client", "status", False),
+    "tasks": ("aigcq.cli.tasks", "tasks_app", True),
+    "bridges": ("aigcq.cli.bridges", "bridges_app", True),
+    "pause": ("aigcq.cli.controls", "pause", False),
+    "resume": ("aigcq.cli.controls", "resume", False),
+    "emulate": ("aigcq.cli.emulate", "emulate_app", True),
+    "asynch": ("aigcq.cli.asynch", "asynch_app", True),
+}
+
+
+def _global_options(
+    log_format: Annotated[
+        LogFormat, typer.Option(envvar=LOG_FORMAT_ENV, help="Log lines as text or JSON objects.")
+    ] = LogFormat.TEXT,
+) -> None:
+    # Through the environment, so child processes (``up --demo``) log the same way.
+    os.environ[LOG_FORMAT_ENV] = log_format.value
+
+
+def root() -> typer.Typer:
+    """The ``aigcq`` app with its options and no command yet."""
+    help_style.apply()
+    plain_params.apply()
+    app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal GPUs first.")
+    app.callback()(_global_options)
+    return app
+
+
+def register(app: typer.Typer, name: str) -> None:
+    """Add the command ``name`` of :data:`LAZY` to ``app`` (importing its module)."""
+    module, attribute, group = LAZY[name]
+    found = getattr(import_module(module), attribute)
+    if group:
+        app.add_typer(found, name=name)
+    else:
+        app.command(name)(found)
