@@ -54,6 +54,7 @@ from redis.exceptions import RedisError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.fleet import Fleet
+from bench.front import Front
 from bench.gpu_idle import Timeline, free_at_creates, gpu_idle_s, longest_idle, paid_while_free
 from bench.processes import CLIENT_TOKEN, Cluster, Proc
 
@@ -221,6 +222,8 @@ class Chaos:
         self.rng = random.Random(seed)
         self.faults = faults
         self.serves: dict[int, Proc] = {}
+        #: where RunningHub's webhooks go: a front for every serve (:mod:`bench.front`)
+        self.callback_url = ""
         self.done: Counter[str] = Counter()
         #: when which instances could not be used: (from, to, instances)
         self.unusable: list[tuple[float, float, list[str]]] = []
@@ -230,7 +233,8 @@ class Chaos:
         self.struck: list[tuple[float, str]] = []
 
     def start_serve(self, port: int | None = None) -> int:
-        proc, port = self.cluster.server(port, AIGCQ_RUNNINGHUB_URL=self.rh, **SERVE_ENV)
+        env = {"AIGCQ_RUNNINGHUB_URL": self.rh, "AIGCQ_CALLBACK_URL": self.callback_url}
+        proc, port = self.cluster.server(port, **env, **SERVE_ENV)
         self.serves[port] = proc
         return port
 
@@ -443,13 +447,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     redis = EmbeddedRedis(tmp / "redis", persist=True)
     cluster = Cluster(tmp, redis.start())
     started = time.monotonic()
+    front = Front()
     try:
         rh = cluster.emulator("runninghub", "--max-concurrent", str(CAP), "--duration", "0.5")
         cluster.write_models({"proj": {"comfyui": {"apikey": KEY, "concurrency": CAP}}})
         ports: list[int] = []
         load = Load(ports, args.rate)
         chaos = Chaos(cluster, redis, rh, load, args.seed, tuple(args.faults.split(",")))
+        chaos.callback_url = f"http://127.0.0.1:{await front.start()}"
         ports += [chaos.start_serve(), chaos.start_serve()]
+        front.backends = ports
         basic = {(0, 1): BASIC_NODES}  # the first bridge's second instance
         await asyncio.to_thread(chaos.fleet.start, ports, [2, 1], basic)
         await chaos.fleet.registered()
@@ -497,6 +504,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "cancels": sum(len(r["cancels"]) for r in recs.values()),
         }
     finally:
+        await front.close()
         cluster.close()
         redis.stop()
 
