@@ -361,6 +361,32 @@ class Settings(HttpLimits):
         validation_alias=_env("OVERFLOW_AFTER_MS"),
         description="Wait this long for healthy internal capacity before paying (0 = seed).",
     )
+    eta_interval_s: float = Field(
+        1.0,
+        gt=0,
+        validation_alias=_env("ETA_INTERVAL_S"),
+        description="How often each process estimates the waiting tasks' position and ETA "
+        "(and sends QUEUE_UPDATE messages).",
+    )
+    eta_window: int = Field(
+        1000,
+        ge=1,
+        validation_alias=_env("ETA_WINDOW"),
+        description="Waiting tasks per queue the estimate lays out; tasks further back get "
+        "no position or ETA (null).",
+    )
+    eta_default_run_s: float = Field(
+        30.0,
+        gt=0,
+        validation_alias=_env("ETA_DEFAULT_RUN_S"),
+        description="Run time assumed for a workflow our GPUs have not run yet.",
+    )
+    queue_update_interval_s: float = Field(
+        2.0,
+        ge=0,
+        validation_alias=_env("QUEUE_UPDATE_INTERVAL_S"),
+        description="Least time between two QUEUE_UPDATE messages about one task.",
+    )
     overflow_price: dict[str, float] = Field(
         default_factory=dict,
         validation_alias=_env("OVERFLOW_PRICE"),

@@ -196,9 +196,22 @@ def timeline(server: Api, task_id: str) -> Group:
     for e in task["timeline"]:
         stamp = _clock(e["t"]) + f".{int(e['t'] % 1 * 1000):03d}"
         table.add_row(stamp, e["state"], e["target"] or "-", str(e["attempt"]), e["note"] or "")
-    if not task.get("failure"):
-        return Group(table)
-    return Group(table, Text(f"failure: {failure_text(task['failure'])}", style="red"))
+    lines: list[Table | Text] = [table]
+    if task["state"] == "pending":
+        lines.append(Text(standing_text(task, time.time())))
+    if task.get("failure"):
+        lines.append(Text(f"failure: {failure_text(task['failure'])}", style="red"))
+    return Group(*lines)
+
+
+def standing_text(task: dict[str, Any], now: float) -> str:
+    """Where a waiting task stands: its ``position`` and ``etaStartMs`` (null: unknown)."""
+    position, eta_ms = task.get("position"), task.get("etaStartMs")
+    ahead = "unknown" if position is None else f"{position} ahead"
+    if eta_ms is None:
+        return f"position: {ahead}; expected start on our GPUs: unknown"
+    eta = eta_ms / 1000
+    return f"position: {ahead}; expected start {_clock(eta)} (in {max(eta - now, 0):.0f} s)"
 
 
 def task_list(page: dict[str, Any], now: float) -> Table:

@@ -44,6 +44,7 @@ class ClientConnection:
         *,
         auto_ack: bool,
         progress: bool = False,
+        queue_updates: bool = True,
         send_timeout_s: float = 10.0,
     ) -> None:
         """``send_timeout_s``: how long one send (or the close) may wait on the peer."""
@@ -51,6 +52,7 @@ class ClientConnection:
         self.backend_id = backend_id
         self.auto_ack = auto_ack
         self.progress = progress  # opted in to ``progress`` messages
+        self.queue_updates = queue_updates  # not opted out of ``QUEUE_UPDATE`` messages
         self.send_timeout_s = send_timeout_s
         self.conn_id = uuid.uuid4().hex
         self.cursor = DrainCursor()
@@ -146,9 +148,14 @@ class ClientHub:
         """Send a ``progress`` message if ``backend_id`` is connected here and opted in."""
         conn = self.conns.get(backend_id)
         if conn is not None and conn.progress:
-            task = asyncio.create_task(_send_quietly(conn, message))
-            self._sends.add(task)
-            task.add_done_callback(self._sends.discard)
+            self.send_news(conn, message)
+
+    def send_news(self, conn: ClientConnection, message: dict[str, Any]) -> None:
+        """Send live news (never stored: a socket that does not take it misses it) in the
+        background."""
+        task = asyncio.create_task(_send_quietly(conn, message))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
 
     def notify_all(self) -> None:
         for backend_id in list(self.conns):
@@ -175,5 +182,5 @@ async def _quietly(aw: Awaitable[Any]) -> None:
 
 
 async def _send_quietly(conn: ClientConnection, message: dict[str, Any]) -> None:
-    with contextlib.suppress(Exception):  # a closed socket: progress is not worth more
+    with contextlib.suppress(Exception):  # a closed socket: news is not worth more
         await conn.send(message)

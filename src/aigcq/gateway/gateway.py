@@ -1,6 +1,10 @@
-"""The gateway's shared state: auth, submission, connected clients, cancel."""
+"""The gateway's shared state: auth, submission, connected clients, cancel, estimates."""
 
 from __future__ import annotations
+
+import logging
+import time
+from typing import Any
 
 from aigcq.config import Settings
 from aigcq.delivery.outbox import Outbox
@@ -8,14 +12,23 @@ from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.gateway.admission import Admission
 from aigcq.gateway.clients import ClientHub
 from aigcq.gateway.errors import ClientError
-from aigcq.gateway.submission import Submission
+from aigcq.gateway.queue_updates import QueueUpdates
+from aigcq.gateway.submission import GenerateRequest, Submission
 from aigcq.plumbing.auth import Auth
+from aigcq.plumbing.background import REDIS_OUTAGE
 from aigcq.runtime import Runtime
+from aigcq.scheduler.estimates import UNKNOWN
 from aigcq.scheduler.lifecycle import Lifecycle
+from aigcq.scheduler.targets import InternalTarget
+
+log = logging.getLogger(__name__)
 
 
 class Gateway:
-    def __init__(self, rt: Runtime, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self, rt: Runtime, lifecycle: Lifecycle, internal: InternalTarget | None = None
+    ) -> None:
+        """``internal``: our GPUs, whose queues' positions and ETAs the estimates give."""
         self.rt = rt
         self.lifecycle = lifecycle
         self.settings: Settings = rt.settings
@@ -27,6 +40,19 @@ class Gateway:
             rt.store.mux, rt.store.keys, retention_s=rt.settings.outbox_retention_s
         )
         self.clients = ClientHub(rt.redis, rt.store.keys, self.outbox)
+        self.queue_updates = QueueUpdates(rt, self.clients, internal)
+
+    async def estimate(self, req: GenerateRequest, created: bool) -> dict[str, Any]:
+        """``position`` and ``etaStartMs`` of a task just submitted (a duplicate: as the
+        last estimate saw it; unknown while Redis does not answer)."""
+        queue = (req.AIGC or self.settings.project_prefix, req.platform)
+        if not created:
+            return self.queue_updates.estimator.of(req.taskId, queue, None).wire(time.time())
+        try:
+            return await self.queue_updates.submitted(req.taskId, queue)
+        except REDIS_OUTAGE as exc:  # stored all the same: its estimate comes later
+            log.info("task %s: no estimate for its reply (%r)", req.taskId, exc)
+            return UNKNOWN.wire(time.time())
 
     async def owned_task(self, task_id: str, backend_id: str | None) -> Task:
         """The task, if ``backend_id`` owns it (None: any task). Someone else's task is

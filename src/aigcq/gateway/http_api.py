@@ -11,13 +11,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from aigcq.domain import ErrorCode
+from aigcq.domain import ErrorCode, TaskState
 from aigcq.gateway.errors import ClientError, as_client_error, error_responses
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.queue_view import InternalCapacity, queue_rows
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
 from aigcq.plumbing.auth import ADMIN_TOKEN_HINT, BRIDGE_TOKEN_HINT, bearer, token_owner
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
+from aigcq.scheduler.estimates import UNKNOWN
 
 Authorization = Annotated[str | None, Header()]
 
@@ -120,6 +121,7 @@ def _task_routes(
             "duplicate": not created,
             "code": "AssessmentSuccess",
             "msg": gw.messages.get("AssessmentSuccess"),
+            **await gw.estimate(req, created),
         }
 
     @router.get(
@@ -154,6 +156,8 @@ def _task_routes(
         # Any client may read any task: one backend's token serves several connection ids.
         client_of(authorization)
         task = await gw.owned_task(task_id, None)
+        waiting = task.state is TaskState.PENDING
+        queue = (task.aigc, task.platform)
         return {
             "taskId": task.task_id,
             "state": task.state.value,
@@ -167,6 +171,8 @@ def _task_routes(
             "error": task.error,
             "failure": task.failure,  # the error's class, code and message, as shown
             "timeline": await gw.rt.store.timeline(task_id),
+            # where it stands while it waits (both null otherwise): docs/client-protocol.md
+            **(await gw.queue_updates.waiting(task_id, queue) if waiting else UNKNOWN.wire(0)),
         }
 
     @router.post(

@@ -2,7 +2,9 @@
 
 Client -> server: ``generate`` (submit), ``ack`` (with ``id`` or ``ids`` of results, when
 connected with ``ack=1``), ``cancel`` (``taskId``), ``ping``.
-Server -> client: ``submitted``, ``result`` (from the outbox), ``error``, ``pong``, and with
+Server -> client: ``submitted`` (with the task's ``position`` and ``etaStartMs``),
+``result`` (from the outbox), ``error``, ``pong``, ``QUEUE_UPDATE`` (a waiting task's
+estimate moved: :mod:`aigcq.gateway.queue_updates`; not with ``queue=0``), and with
 ``progress=1`` live ``progress`` messages.
 Bad input gets an ``error`` message with its code; the connection stays up. Binary frames
 are read like text frames (UTF-8 JSON); any other bytes are ``JSONError``.
@@ -58,6 +60,7 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
         backend_id,
         auto_ack=query.get("ack") != "1",
         progress=query.get("progress") == "1",
+        queue_updates=query.get("queue") != "0",
         send_timeout_s=gw.settings.client_send_timeout_s,
     )
     try:
@@ -130,6 +133,7 @@ async def _dispatch(
             "msg": gw.messages.get("AssessmentSuccess"),
             "taskId": req.taskId,
             "duplicate": not created,
+            **await gw.estimate(req, created),
         }
     if kind == "ack":
         ids = _ack_ids(data)

@@ -43,6 +43,7 @@ from aigcq.scheduler.orphan_checks import OrphanChecks
 from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.poller import Poller, polling_adapters
 from aigcq.scheduler.reconcile import MasterWatch
+from aigcq.scheduler.run_means import RunTimes
 from aigcq.scheduler.silence import SilentTasks
 from aigcq.scheduler.sweeper import Sweeper
 from aigcq.scheduler.targets import InternalTarget, InternalTargetBuilder
@@ -134,7 +135,10 @@ class ServeProcess:
         self.silent_tasks = SilentTasks(self.lifecycle)
         self.reconciler = Reconciler(self.silent_tasks)
         self.master_watch = MasterWatch(self.rt, [self.hub.after_master_change] if self.hub else [])
-        self.gateway = Gateway(self.rt, self.lifecycle)
+        self.gateway = Gateway(self.rt, self.lifecycle, self.internal)
+        if self.internal is not None:  # what the estimates charge a task of each workflow
+            run_times = RunTimes(redis, self.rt.store.keys, self.internal.name)
+            self.lifecycle.subscribe(run_times.ended)
         self.pollers = [Poller(self.rt, self.lifecycle, a) for a in polling_adapters(self.rt)]
         self.events = EventBus(
             redis,
@@ -161,6 +165,7 @@ class ServeProcess:
             self._redeliver,
             self._trim_outboxes,
             self.gateway.clients.keep_present,
+            self.gateway.queue_updates.run,
             self._sweep_custody,
             *(p.run for p in self.pollers),
             *([self.internal.run] if self.internal else []),

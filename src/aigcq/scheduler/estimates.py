@@ -1,0 +1,166 @@
+"""Position and ETA of waiting tasks (issue 27 item 4): pure functions, no I/O.
+
+The estimate is the planner's own: the heads of the queues our GPUs serve (up to a
+window of each) are laid out by :func:`aigcq.scheduler.policy.plan_round` over the whole
+internal pool (every process's free slots, and the expected time left of each busy one),
+and each task's place in that order is its **position** (0-based: how many waiting tasks
+are expected to start on our GPUs before it; 0 = it starts next) and its start there its
+**ETA** (epoch seconds; None = unknown: nothing of ours can run it, or it is further back
+than the window). A queue our GPUs do not serve (Coze, JimuAI) has positions by its list
+alone (the tasks ahead of it in its queue) and no ETA.
+
+A task submitted after the last layout is placed by :func:`place_new`: each fully read
+queue gets a probe at its tail in the layout (a task of the queue's project submitted
+then, with no run time of its own, so it moves nobody), and a new task takes that place,
+one more for each task queued ahead of it since; one further back than the layout
+starts when the pool frees after it (a last probe, after every task: a lower bound).
+:func:`material` says when an estimate moved enough to tell the client again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from aigcq.scheduler.policy import Pool, Queue, Shares, Waiting, plan_round, time_left
+
+#: a probe's run time: it holds its slot for no time worth counting
+PROBE_RUN_S = 1e-6
+#: the probe of a project whose usage is infinite: it comes after every task (no task id
+#: and no project holds a NUL)
+_LAST = "\0last"
+_LAST_QUEUE = (_LAST, "")
+#: an ETA moved by less than this (seconds) is not news
+MIN_SHIFT_S = 2.0
+#: ... nor by less than this share of the wait that was left
+SHIFT_SHARE = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Where a waiting task stands: ``position`` (0-based, None: unknown) and ``eta``
+    (estimated internal start, epoch seconds; None: unknown)."""
+
+    position: int | None = None
+    eta: float | None = None
+
+    def wire(self, now: float) -> dict[str, int | None]:
+        """As clients read it: ``position`` and ``etaStartMs`` (epoch milliseconds, never
+        before ``now``)."""
+        eta = None if self.eta is None else int(max(self.eta, now) * 1000)
+        return {"position": self.position, "etaStartMs": eta}
+
+
+UNKNOWN = Estimate()
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One queue's head as the estimator read it."""
+
+    queue: Queue
+    #: the first waiting tasks, in list order, with when each was submitted (epoch s) and
+    #: its expected run time (its workflow's recent mean)
+    ids: Sequence[str]
+    created: Sequence[float]
+    run_s: Sequence[float]
+    #: how many wait in all (LLEN)
+    length: int
+    #: our GPUs run its platform
+    served: bool
+
+    @property
+    def whole(self) -> bool:
+        """Every waiting task of the queue was read."""
+        return self.length <= len(self.ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The estimates of one layout, made at ``at``."""
+
+    at: float
+    #: every task read: its estimate
+    tasks: Mapping[str, Estimate] = field(default_factory=dict)
+    #: each fully read queue: where a task queued at its tail then would stand
+    tails: Mapping[Queue, Estimate] = field(default_factory=dict)
+    #: each queue's length then
+    lengths: Mapping[Queue, int] = field(default_factory=dict)
+    #: the estimated start of each place of the pool's order (non-decreasing; inf: never)
+    starts: Sequence[float] = ()
+    #: when the pool next frees after every task read has started (inf: never)
+    after: float = math.inf
+
+
+def busy_left(
+    running: Sequence[tuple[str, float]], means: Mapping[str, float], default_s: float, now: float
+) -> list[float]:
+    """The expected seconds until each busy slot frees: ``running`` holds (workflow, when
+    it started) of each task our GPUs run (:func:`policy.time_left`)."""
+    return [time_left(means.get(w, default_s), now - started) for w, started in running]
+
+
+def snapshot(lines: Sequence[Line], pool: Pool, shares: Shares, now: float) -> Snapshot:
+    """Every read task's estimate, and each fully read queue's tail (see the module's
+    docstring). ``pool``: our GPUs, every slot counted whichever process holds it."""
+    tasks: dict[str, Estimate] = {}
+    tails: dict[Queue, Estimate] = {}
+    waiting: list[Waiting] = []
+    probes: dict[str, Queue] = {}
+    for line in lines:
+        if not line.served:
+            tasks.update((task_id, Estimate(i)) for i, task_id in enumerate(line.ids))
+            if line.whole:
+                tails[line.queue] = Estimate(line.length)
+            continue
+        waiting += map(Waiting, line.ids, [line.queue] * len(line.ids), line.created, line.run_s)
+        if line.whole:
+            probe = "\0tail " + " ".join(line.queue)  # no task id has a NUL
+            probes[probe] = line.queue
+            waiting.append(Waiting(probe, line.queue, now, PROBE_RUN_S))
+    waiting.append(Waiting(_LAST, _LAST_QUEUE, now, PROBE_RUN_S))
+    last = replace(shares, usage={**shares.usage, _LAST: math.inf})
+    whole = Pool(0, max(pool.free, 0) + max(pool.free_elsewhere, 0), pool.busy_s)
+    decision = plan_round(waiting, whole, last, {}, now)
+    starts: list[float] = []
+    for task_id in decision.order:
+        start = decision.eta.get(task_id, math.inf)
+        estimate = Estimate(len(starts), None if math.isinf(start) else start)
+        if task_id in probes:
+            tails[probes[task_id]] = estimate
+        elif task_id != _LAST:
+            tasks[task_id] = estimate
+            starts.append(start)
+    lengths = {line.queue: line.length for line in lines}
+    after = decision.eta.get(_LAST, math.inf)
+    return Snapshot(now, tasks, tails, lengths, starts, after)
+
+
+def place_new(snap: Snapshot, queue: Queue, index: int) -> Estimate:
+    """The estimate of a task now at ``index`` (0-based) of ``queue``'s list that
+    ``snap`` did not see: the queue's tail then, moved by the tasks queued ahead of it
+    since (or that left the queue since); unknown for a queue not fully read."""
+    tail = snap.tails.get(queue)
+    if tail is None or tail.position is None:
+        return UNKNOWN
+    position = max(tail.position + index - snap.lengths.get(queue, 0), 0)
+    if tail.eta is None:
+        return Estimate(position)
+    start = snap.starts[position] if position < len(snap.starts) else snap.after
+    return Estimate(position, None if math.isinf(start) else start)
+
+
+def material(old: Estimate, new: Estimate, now: float) -> bool:
+    """Whether ``new`` is worth telling a client who was told ``old``: the ETA became
+    known or unknown; or the position changed and the ETA moved by more than
+    :data:`MIN_SHIFT_S` and :data:`SHIFT_SHARE` of the wait ``old`` left (with no ETA
+    either way: the position changed)."""
+    if (old.eta is None) != (new.eta is None):
+        return True
+    if old.position == new.position:
+        return False
+    if old.eta is None or new.eta is None:
+        return True
+    left = max(old.eta - now, 0.0)
+    return abs(new.eta - old.eta) > max(MIN_SHIFT_S, SHIFT_SHARE * left)

@@ -1,0 +1,147 @@
+"""The Redis side of the position and ETA estimates (:mod:`aigcq.scheduler.estimates`).
+
+:meth:`Estimator.refresh` reads, in two pipelines, the head of every configured queue
+(``AIGCQ_ETA_WINDOW`` ids and its length), the tasks in flight on the internal target
+(every process's: ``running:{AIGC}:{target}``), each workflow's recent mean run time
+(:mod:`aigcq.scheduler.run_means`), and the small fields of the tasks it has not seen
+before (kept in memory while they stay in view); the internal pool's free slots are the
+internal target's, here and in the other processes. The snapshot it makes serves every
+estimate until the next refresh; a task it did not see is placed by its index in its
+queue. Bounded work per refresh: at most the window per queue, and :data:`MAX_RUNNING`
+tasks in flight per project.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from aigcq.plumbing.text import text
+from aigcq.runtime import Runtime
+from aigcq.scheduler.estimates import (
+    UNKNOWN,
+    Estimate,
+    Line,
+    Snapshot,
+    busy_left,
+    place_new,
+    snapshot,
+)
+from aigcq.scheduler.policy import Pool, Queue, Shares
+from aigcq.scheduler.run_means import read_means
+from aigcq.scheduler.targets import InternalTarget
+
+#: tasks in flight read per project and refresh, at most
+MAX_RUNNING = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What an estimate needs of a task, read once."""
+
+    workflow: str
+    #: when it was submitted (waiting), or last dispatched or started (in flight), epoch s
+    since: float
+    backend_id: str
+
+
+class Estimator:
+    def __init__(self, rt: Runtime, internal: InternalTarget | None) -> None:
+        self.rt, self.internal = rt, internal
+        self.snapshot: Snapshot | None = None
+        #: the waiting tasks and the tasks in flight the last refresh saw
+        self.waiting: dict[str, Seen] = {}
+        self.running: dict[str, Seen] = {}
+
+    async def refresh(self) -> Snapshot:
+        """A new snapshot, from Redis and the internal target's capacity now."""
+        keys, settings = self.rt.store.keys, self.rt.settings
+        queues = self.rt.config.queues()
+        serves = set(self.internal.serves) if self.internal else set()
+        projects = sorted({aigc for aigc, platform in queues if platform in serves})
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for aigc, platform in queues:
+            pipe.lrange(keys.wait(aigc, platform), 0, settings.eta_window - 1)
+            pipe.llen(keys.wait(aigc, platform))
+        for aigc in projects:
+            assert self.internal is not None
+            pipe.zrange(keys.running(aigc, self.internal.name), 0, MAX_RUNNING - 1)
+        replies = await pipe.execute()
+        means = await read_means(self.rt.redis, keys)
+        heads = [[text(i) for i in ids] for ids in replies[0 : 2 * len(queues) : 2]]
+        running = [text(i) for ids in replies[2 * len(queues) :] for i in ids]
+        await self._read([i for ids in heads for i in ids], running)
+        seen, now = self.waiting, time.time()
+        default = settings.eta_default_run_s
+        lines = [
+            Line(
+                queue,
+                ids,
+                [seen[i].since if i in seen else now for i in ids],
+                [means.get(seen[i].workflow, default) if i in seen else default for i in ids],
+                int(replies[2 * n + 1]),
+                queue[1] in serves,
+            )
+            for n, (queue, ids) in enumerate(zip(queues, heads, strict=True))
+        ]
+        busy = busy_left(
+            [(r.workflow, r.since) for r in self.running.values()], means, default, now
+        )
+        free = self.internal.free_slots() + self.internal.free_elsewhere() if self.internal else 0
+        self.snapshot = snapshot(lines, Pool(free, 0, busy), Shares(), now)
+        return self.snapshot
+
+    async def _read(self, waiting: list[str], running: list[str]) -> None:
+        """:class:`Seen` of each task in view (those that still exist), read once while it
+        stays waiting, and once while it stays in flight."""
+        fresh = [i for i in waiting if i not in self.waiting]
+        fresh_running = [i for i in running if i not in self.running]
+        found = await self._fields(fresh, since="created")
+        found_running = await self._fields(fresh_running, since="updated")
+        self.waiting = {i: s for i in waiting if (s := self.waiting.get(i) or found.get(i))}
+        self.running = {i: s for i in running if (s := self.running.get(i) or found_running.get(i))}
+
+    async def _fields(self, task_ids: list[str], *, since: str) -> dict[str, Seen]:
+        if not task_ids:
+            return {}
+        keys = self.rt.store.keys
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hmget(keys.task(task_id), "workflowId", since, "backendId")
+        return {
+            task_id: Seen(text(workflow or ""), float(text(at) or 0), text(backend or ""))
+            for task_id, (workflow, at, backend) in zip(task_ids, await pipe.execute(), strict=True)
+            if at is not None
+        }
+
+    def client_of(self, task_id: str) -> str:
+        """The backendId of a task the last refresh saw waiting ('': not seen)."""
+        seen = self.waiting.get(task_id)
+        return seen.backend_id if seen else ""
+
+    def of(self, task_id: str, queue: Queue, index: int | None) -> Estimate:
+        """The estimate of a waiting task of ``queue``: the snapshot's, else by its
+        ``index`` in the queue's list (None: not in the list, e.g. backing off)."""
+        snap = self.snapshot
+        if snap is None:
+            return UNKNOWN
+        known = snap.tasks.get(task_id)
+        if known is not None:
+            return known
+        return UNKNOWN if index is None else place_new(snap, queue, index)
+
+    async def of_submitted(self, task_id: str, queue: Queue) -> Estimate:
+        """The estimate of a task just queued at the tail of ``queue`` (one LLEN on the
+        hot-path connection)."""
+        if self.snapshot is None:
+            return UNKNOWN
+        length = await self.rt.store.mux.command("LLEN", self.rt.store.keys.wait(*queue))
+        return self.of(task_id, queue, int(length) - 1)
+
+    async def of_waiting(self, task_id: str, queue: Queue) -> Estimate:
+        """The estimate of a waiting task (its index read with LPOS within the window)."""
+        if self.snapshot is None or task_id in self.snapshot.tasks:
+            return self.of(task_id, queue, None)
+        wait = self.rt.store.keys.wait(*queue)
+        index = await self.rt.redis.lpos(wait, task_id, maxlen=self.rt.settings.eta_window)
+        return self.of(task_id, queue, index if isinstance(index, int) else None)
