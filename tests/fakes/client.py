@@ -26,6 +26,8 @@ class Client:
         self.url = f"ws://127.0.0.1:{port}/?{query}"
         self.results: dict[str, list[dict[str, Any]]] = {}
         self.replies: list[dict[str, Any]] = []
+        #: QUEUE_UPDATE messages read and not yet asked for (:meth:`update`)
+        self.updates: list[dict[str, Any]] = []
         self.ws: Any = None
 
     async def connect(self) -> Client:
@@ -63,8 +65,30 @@ class Client:
                 return msg
 
     async def next(self, timeout: float = 10.0) -> dict[str, Any]:
-        msg: dict[str, Any] = orjson.loads(await asyncio.wait_for(self.ws.recv(), timeout))
-        if msg["type"] == "result":
+        """The next message, but for ``QUEUE_UPDATE`` news (kept in :attr:`updates`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = await self._receive(deadline)
+            if msg["type"] != "QUEUE_UPDATE":
+                return msg
+
+    async def update(self, task_id: str, timeout: float = 10.0) -> dict[str, Any]:
+        """The next ``QUEUE_UPDATE`` about ``task_id`` (other messages are kept as by
+        :meth:`next`)."""
+        deadline = time.monotonic() + timeout
+        while not any(u["taskId"] == task_id for u in self.updates):
+            await self._receive(deadline)
+        found = next(u for u in self.updates if u["taskId"] == task_id)
+        self.updates.remove(found)
+        return found
+
+    async def _receive(self, deadline: float) -> dict[str, Any]:
+        """One message, kept with the results, the replies or the updates."""
+        left = max(deadline - time.monotonic(), 0.0)
+        msg: dict[str, Any] = orjson.loads(await asyncio.wait_for(self.ws.recv(), left))
+        if msg["type"] == "QUEUE_UPDATE":
+            self.updates.append(msg)
+        elif msg["type"] == "result":
             self.results.setdefault(msg["taskId"], []).append(msg)
         else:
             self.replies.append(msg)

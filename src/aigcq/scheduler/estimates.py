@@ -12,8 +12,9 @@ alone (the tasks ahead of it in its queue) and no ETA.
 A task submitted after the last layout is placed by :func:`place_new`: each fully read
 queue gets a probe at its tail in the layout (a task of the queue's project submitted
 then, with no run time of its own, so it moves nobody), and a new task takes that place,
-one more for each task queued ahead of it since; one further back than the layout
-starts when the pool frees after it (a last probe, after every task: a lower bound).
+one more for each task queued ahead of it since. Places further back than the layout are
+laid out too, after every task read (a project of infinite usage, tasks of the read ones'
+mean run time): :data:`BEYOND` of them, and beyond those the last one's start.
 :func:`material` says when an estimate moved enough to tell the client again.
 """
 
@@ -27,10 +28,12 @@ from aigcq.scheduler.policy import Pool, Queue, Shares, Waiting, plan_round, tim
 
 #: a probe's run time: it holds its slot for no time worth counting
 PROBE_RUN_S = 1e-6
-#: the probe of a project whose usage is infinite: it comes after every task (no task id
-#: and no project holds a NUL)
+#: the project of the places beyond the layout: its usage is infinite, so its tasks come
+#: after every task read (no task id and no project holds a NUL)
 _LAST = "\0last"
 _LAST_QUEUE = (_LAST, "")
+#: places beyond the layout estimated (further back: the last one's start, a lower bound)
+BEYOND = 64
 #: an ETA moved by less than this (seconds) is not news
 MIN_SHIFT_S = 2.0
 #: ... nor by less than this share of the wait that was left
@@ -89,8 +92,8 @@ class Snapshot:
     lengths: Mapping[Queue, int] = field(default_factory=dict)
     #: the estimated start of each place of the pool's order (non-decreasing; inf: never)
     starts: Sequence[float] = ()
-    #: when the pool next frees after every task read has started (inf: never)
-    after: float = math.inf
+    #: the estimated start of each place after every task read (:data:`BEYOND` of them)
+    after: Sequence[float] = ()
 
 
 def busy_left(
@@ -101,9 +104,12 @@ def busy_left(
     return [time_left(means.get(w, default_s), now - started) for w, started in running]
 
 
-def snapshot(lines: Sequence[Line], pool: Pool, shares: Shares, now: float) -> Snapshot:
+def snapshot(
+    lines: Sequence[Line], pool: Pool, shares: Shares, now: float, beyond_run_s: float
+) -> Snapshot:
     """Every read task's estimate, and each fully read queue's tail (see the module's
-    docstring). ``pool``: our GPUs, every slot counted whichever process holds it."""
+    docstring). ``pool``: our GPUs, every slot counted whichever process holds it;
+    ``beyond_run_s``: the run time of each place beyond the layout."""
     tasks: dict[str, Estimate] = {}
     tails: dict[Queue, Estimate] = {}
     waiting: list[Waiting] = []
@@ -119,7 +125,8 @@ def snapshot(lines: Sequence[Line], pool: Pool, shares: Shares, now: float) -> S
             probe = "\0tail " + " ".join(line.queue)  # no task id has a NUL
             probes[probe] = line.queue
             waiting.append(Waiting(probe, line.queue, now, PROBE_RUN_S))
-    waiting.append(Waiting(_LAST, _LAST_QUEUE, now, PROBE_RUN_S))
+    beyond = [f"{_LAST} {i}" for i in range(BEYOND)]
+    waiting += [Waiting(b, _LAST_QUEUE, now, beyond_run_s) for b in beyond]
     last = replace(shares, usage={**shares.usage, _LAST: math.inf})
     whole = Pool(0, max(pool.free, 0) + max(pool.free_elsewhere, 0), pool.busy_s)
     decision = plan_round(waiting, whole, last, {}, now)
@@ -129,11 +136,11 @@ def snapshot(lines: Sequence[Line], pool: Pool, shares: Shares, now: float) -> S
         estimate = Estimate(len(starts), None if math.isinf(start) else start)
         if task_id in probes:
             tails[probes[task_id]] = estimate
-        elif task_id != _LAST:
+        elif not task_id.startswith(_LAST):
             tasks[task_id] = estimate
             starts.append(start)
     lengths = {line.queue: line.length for line in lines}
-    after = decision.eta.get(_LAST, math.inf)
+    after = [decision.eta.get(b, math.inf) for b in beyond]
     return Snapshot(now, tasks, tails, lengths, starts, after)
 
 
@@ -147,8 +154,16 @@ def place_new(snap: Snapshot, queue: Queue, index: int) -> Estimate:
     position = max(tail.position + index - snap.lengths.get(queue, 0), 0)
     if tail.eta is None:
         return Estimate(position)
-    start = snap.starts[position] if position < len(snap.starts) else snap.after
+    start = _start_at(snap, position)
     return Estimate(position, None if math.isinf(start) else start)
+
+
+def _start_at(snap: Snapshot, place: int) -> float:
+    """The estimated start of ``place`` of the pool's order (inf: unknown)."""
+    if place < len(snap.starts):
+        return snap.starts[place]
+    beyond = place - len(snap.starts)
+    return snap.after[min(beyond, len(snap.after) - 1)] if snap.after else math.inf
 
 
 def material(old: Estimate, new: Estimate, now: float) -> bool:

@@ -13,6 +13,7 @@ tasks in flight per project.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -88,7 +89,9 @@ class Estimator:
             [(r.workflow, r.since) for r in self.running.values()], means, default, now
         )
         free = self.internal.free_slots() + self.internal.free_elsewhere() if self.internal else 0
-        self.snapshot = snapshot(lines, Pool(free, 0, busy), Shares(), now)
+        runs = [r for line in lines if line.served for r in line.run_s]
+        beyond = statistics.fmean(runs) if runs else default
+        self.snapshot = snapshot(lines, Pool(free, 0, busy), Shares(), now, beyond)
         return self.snapshot
 
     async def _read(self, waiting: list[str], running: list[str]) -> None:

@@ -1,0 +1,192 @@
+"""Position and ETA for every submitter (issue 27 item 4), through a real serve process,
+a real Redis and fake bridges: the submit replies, QUEUE_UPDATE when a task ahead
+finishes, the HTTP task view and ``aigcq tasks show``; a seed-format client unharmed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import redis.asyncio as aioredis
+import websockets
+from typer.testing import CliRunner
+
+from aigcq.bridges.hub import HubConfig
+from aigcq.cli.app import app
+from aigcq.config import PlatformConfig, Settings
+from aigcq.plumbing.auth import issue_client_token
+from aigcq.scheduler.run_means import read_means
+from aigcq.serve.server import ServeProcess
+from tests.fakes.bridge import BRIDGE_TOKEN, task_end
+from tests.fakes.client import Client, generate
+from tests.fakes.servers import serve_app
+from tests.fakes.service import NO_PAID, SECRET, Env
+from tests.fakes.waiting import until, wait_until
+
+TOKEN = issue_client_token(SECRET, "b1")
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@contextlib.asynccontextmanager
+async def served(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
+    """Serve with the bridge hub, no paid capacity, and estimates every 0.1 s."""
+    (tmp_path / "model.json").write_text(NO_PAID)
+    settings = Settings(
+        redis_url=redis_url,
+        token_secret=SECRET,
+        config_dir=tmp_path,
+        bridge_token=BRIDGE_TOKEN,
+        eta_interval_s=0.1,
+        queue_update_interval_s=0.0,
+    )
+    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
+    assert service.hub is not None
+    service.hub.config = HubConfig(ack_timeout_s=5.0)
+    async with serve_app(service.app) as base:
+        env = Env(int(base.rsplit(":", 1)[1]), redis, service)
+        await wait_until(lambda: service.gateway.queue_updates.estimator.snapshot is not None)
+        yield env
+        for ws in env.sockets:
+            await ws.close()
+
+
+@pytest.fixture
+async def eta_env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
+    async with served(tmp_path, redis, redis_url) as env:
+        yield env
+
+
+async def task_view(env: Env, task_id: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=env.base) as http:
+        r = await http.get(f"/api/tasks/{task_id}", headers=AUTH)
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+async def refreshed(env: Env) -> None:
+    """Wait for an estimate made from now on."""
+    estimator = env.service.gateway.queue_updates.estimator
+    since = time.time()
+    await wait_until(lambda: estimator.snapshot is not None and estimator.snapshot.at > since)
+
+
+async def test_replies_updates_and_the_task_view_tell_where_a_task_stands(eta_env: Env) -> None:
+    env = eta_env
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    client = await env.client()
+    first = await client.request(generate("e0"))
+    assign = await bridge.next()
+    await bridge.ack("e0")
+    await until(lambda: env.task("e0"), lambda t: t.state == "running")
+    await refreshed(env)  # e0 is seen running: the one slot is busy for ~30 s (no mean yet)
+    replies = [await client.request(generate(f"e{i}")) for i in (1, 2)]
+    assert first["type"] == "submitted" and first["position"] is not None
+    now_ms = time.time() * 1000
+    assert [r["position"] for r in replies] == [0, 1]
+    eta1, eta2 = (r["etaStartMs"] for r in replies)
+    assert now_ms < eta1 < eta2, replies  # after e0's run, and one more run
+    assert eta2 - eta1 > 20_000  # the default run time assumed (30 s) apart
+    view = await task_view(env, "e2")
+    assert view["state"] == "pending" and view["position"] == 1
+    assert abs(view["etaStartMs"] - eta2) < 5_000
+
+    assert await task_end(env, assign["data"]["webhookUrl"]) == 200  # e0 ends: e1 runs next
+    await bridge.next()  # e1's TASK_ASSIGN
+    await bridge.ack("e1")
+    update = await client.update("e2", timeout=30)
+    assert update["type"] == "QUEUE_UPDATE" and update["position"] == 0
+    assert update["etaStartMs"] < eta2 - 20_000  # e0's real run time is now e1's mean
+    assert sorted(update) == ["etaStartMs", "position", "taskId", "type"]
+    assert "e0" not in [u["taskId"] for u in client.updates]  # nothing about tasks that left
+    means = await read_means(env.redis, env.service.rt.store.keys)
+    assert list(means) == ["1904136902449209346"] and 0 <= means["1904136902449209346"] < 30
+
+    shown = await asyncio.to_thread(
+        partial(CliRunner().invoke, app, ["tasks", "show", "e2", "--server", env.base,
+                "--token", TOKEN], env={"COLUMNS": "200"})
+    )  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    assert "position: 0 ahead; expected start " in shown.stdout, shown.stdout
+    done = await task_view(env, "e0")
+    assert (done["position"], done["etaStartMs"]) == (None, None)  # not waiting: no estimate
+
+
+async def test_the_http_submit_reply_carries_them_and_no_capacity_means_no_eta(
+    eta_env: Env,
+) -> None:
+    body = {"taskId": "h1", "platform": "comfyui", "AIGC": "proj", "backendId": "b1",
+            "payload": {"workflowId": "w", "nodeInfoList": []}}  # fmt: skip
+    async with httpx.AsyncClient(base_url=eta_env.base) as http:
+        replies = []
+        for task_id in ("h1", "h2"):
+            r = await http.post("/api/tasks", json={**body, "taskId": task_id}, headers=AUTH)
+            assert r.status_code == 202, r.text
+            replies.append(r.json())
+        again = (await http.post("/api/tasks", json=body, headers=AUTH)).json()
+    assert [(r["position"], r["etaStartMs"]) for r in replies] == [(0, None), (1, None)]
+    assert again["duplicate"] is True and again["etaStartMs"] is None
+    await refreshed(eta_env)
+    view = await task_view(eta_env, "h2")
+    assert (view["position"], view["etaStartMs"]) == (1, None)  # no bridge: no GPU of ours
+
+
+async def test_a_seed_format_client_reads_its_replies_and_results_as_before(
+    eta_env: Env,
+) -> None:
+    """The seed's client: ``token`` and ``id`` only, a generate as seed 001 writes it; the
+    reply keeps its fields, the QUEUE_UPDATE it may get has no ``result`` or ``error`` (the
+    fields a seed client reads a result by) and a ``type`` it does not know."""
+    env = eta_env
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    url = f"ws://127.0.0.1:{env.port}/?token={TOKEN}&id=b1"
+    async with websockets.connect(url) as ws:
+        frames: list[dict[str, Any]] = []
+
+        async def frame() -> dict[str, Any]:
+            msg: dict[str, Any] = orjson.loads(await asyncio.wait_for(ws.recv(), 30))
+            frames.append(msg)
+            return msg
+
+        for task_id in ("s1", "s2"):
+            await ws.send(orjson.dumps(generate(task_id)).decode())
+            reply = await frame()
+            assert reply["code"] == "AssessmentSuccess" and reply["taskId"] == task_id
+            assert reply["msg"] == env.service.rt.config.messages.get("AssessmentSuccess")
+        assign = await bridge.next()
+        await bridge.ack("s1")
+        await until(lambda: env.task("s1"), lambda t: t.state == "running")
+        assert await task_end(env, assign["data"]["webhookUrl"]) == 200
+        while not any(f.get("result") for f in frames):
+            await frame()
+    result = next(f for f in frames if f.get("result"))
+    assert result["taskId"] == "s1" and result["result"]["code"] == 0
+    for update in (f for f in frames if f["type"] == "QUEUE_UPDATE"):
+        assert "result" not in update and "error" not in update
+
+
+async def test_queue_0_turns_the_updates_off(eta_env: Env) -> None:
+    env = eta_env
+    quiet = Client(env.port, "b1", TOKEN)
+    quiet.url += "&queue=0"
+    env.sockets.append((await quiet.connect()).ws)
+    await quiet.request(generate("q1"))
+    await quiet.request(generate("q2"))
+    bridge = await env.bridge()
+    await bridge.register(count=1)  # the ETA becomes known: news, for those who want it
+    await bridge.next()
+    await refreshed(env)
+    await refreshed(env)
+    assert not quiet.updates
+    with pytest.raises(TimeoutError):
+        await quiet.update("q2", timeout=1.0)  # nothing comes: time itself is the subject
