@@ -113,8 +113,8 @@ def test_material_means_position_changed_and_eta_moved_enough() -> None:
     assert not material(near, Estimate(0, NOW + 3 - MIN_SHIFT_S), NOW)
     assert material(near, Estimate(0, NOW), NOW)
     assert material(old, Estimate(5), NOW) and material(Estimate(5), old, NOW)
-    assert material(Estimate(5), Estimate(4), NOW)
-    assert not material(UNKNOWN, UNKNOWN, NOW)
+    assert not material(Estimate(5), Estimate(4), NOW)  # no ETA either way: no news
+    assert not material(UNKNOWN, Estimate(3), NOW)
 
 
 lines_st = st.lists(

@@ -169,13 +169,12 @@ def _start_at(snap: Snapshot, place: int) -> float:
 def material(old: Estimate, new: Estimate, now: float) -> bool:
     """Whether ``new`` is worth telling a client who was told ``old``: the ETA became
     known or unknown; or the position changed and the ETA moved by more than
-    :data:`MIN_SHIFT_S` and :data:`SHIFT_SHARE` of the wait ``old`` left (with no ETA
-    either way: the position changed)."""
+    :data:`MIN_SHIFT_S` and :data:`SHIFT_SHARE` of the wait ``old`` left. With no ETA
+    either way nothing is: every task behind a paid platform's cap moves up at each start,
+    and its client would hear of each."""
     if (old.eta is None) != (new.eta is None):
         return True
-    if old.position == new.position:
+    if old.eta is None or new.eta is None or old.position == new.position:
         return False
-    if old.eta is None or new.eta is None:
-        return True
     left = max(old.eta - now, 0.0)
     return abs(new.eta - old.eta) > max(MIN_SHIFT_S, SHIFT_SHARE * left)

@@ -17,6 +17,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from redis.commands.core import AsyncScript
+
 from aigcq.plumbing.text import text
 from aigcq.runtime import Runtime
 from aigcq.scheduler.estimates import (
@@ -29,11 +31,24 @@ from aigcq.scheduler.estimates import (
     snapshot,
 )
 from aigcq.scheduler.policy import Pool, Queue, Shares
-from aigcq.scheduler.run_means import read_means
+from aigcq.scheduler.run_means import parse_means
 from aigcq.scheduler.targets import InternalTarget
 
 #: tasks in flight read per project and refresh, at most
 MAX_RUNNING = 4096
+
+# ARGV: the key prefix, the field of the task's time, then task ids. Returns, flat, each
+# task's workflowId, that time and backendId ('' each: no such task). Read only.
+_FIELDS = """
+local out = {}
+for i = 3, #ARGV do
+  local f = redis.call('HMGET', ARGV[1] .. ':task:' .. ARGV[i], 'workflowId', ARGV[2], 'backendId')
+  out[#out + 1] = f[1] or ''
+  out[#out + 1] = f[2] or ''
+  out[#out + 1] = f[3] or ''
+end
+return out
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +68,7 @@ class Estimator:
         #: the waiting tasks and the tasks in flight the last refresh saw
         self.waiting: dict[str, Seen] = {}
         self.running: dict[str, Seen] = {}
+        self._fields_script: AsyncScript | None = None
 
     async def refresh(self) -> Snapshot:
         """A new snapshot, from Redis and the internal target's capacity now."""
@@ -60,15 +76,20 @@ class Estimator:
         queues = self.rt.config.queues()
         serves = set(self.internal.serves) if self.internal else set()
         projects = sorted({aigc for aigc, platform in queues if platform in serves})
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for aigc, platform in queues:
-            pipe.lrange(keys.wait(aigc, platform), 0, settings.eta_window - 1)
-            pipe.llen(keys.wait(aigc, platform))
-        for aigc in projects:
-            assert self.internal is not None
-            pipe.zrange(keys.running(aigc, self.internal.name), 0, MAX_RUNNING - 1)
-        replies = await pipe.execute()
-        means = await read_means(self.rt.redis, keys)
+        target = self.internal.name if self.internal else ""
+        replies = await self.rt.store.mux.commands(
+            *(
+                cmd
+                for aigc, platform in queues
+                for cmd in (
+                    ["LRANGE", keys.wait(aigc, platform), 0, settings.eta_window - 1],
+                    ["LLEN", keys.wait(aigc, platform)],
+                )
+            ),
+            *(["ZRANGE", keys.running(aigc, target), 0, MAX_RUNNING - 1] for aigc in projects),
+            ["HGETALL", keys.run_means],
+        )
+        means = parse_means(replies.pop())
         heads = [[text(i) for i in ids] for ids in replies[0 : 2 * len(queues) : 2]]
         running = [text(i) for ids in replies[2 * len(queues) :] for i in ids]
         await self._read([i for ids in heads for i in ids], running)
@@ -105,16 +126,19 @@ class Estimator:
         self.running = {i: s for i in running if (s := self.running.get(i) or found_running.get(i))}
 
     async def _fields(self, task_ids: list[str], *, since: str) -> dict[str, Seen]:
+        """The fields of :class:`Seen`, ``since`` for its time, of each task that exists
+        (one script call: no reply per task to parse in Python)."""
         if not task_ids:
             return {}
-        keys = self.rt.store.keys
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for task_id in task_ids:
-            pipe.hmget(keys.task(task_id), "workflowId", since, "backendId")
+        if self._fields_script is None:
+            self._fields_script = self.rt.redis.register_script(_FIELDS)
+        prefix = self.rt.store.keys.prefix
+        flat = await self.rt.store.mux.script(self._fields_script, [], [prefix, since, *task_ids])
+        rows = zip(task_ids, flat[0::3], flat[1::3], flat[2::3], strict=True)
         return {
-            task_id: Seen(text(workflow or ""), float(text(at) or 0), text(backend or ""))
-            for task_id, (workflow, at, backend) in zip(task_ids, await pipe.execute(), strict=True)
-            if at is not None
+            task_id: Seen(text(workflow), float(text(at)), text(backend))
+            for task_id, workflow, at, backend in rows
+            if text(at)
         }
 
     def client_of(self, task_id: str) -> str:

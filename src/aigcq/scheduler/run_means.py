@@ -6,7 +6,8 @@ the runs of each workflow that ended successfully on the internal target: from t
 task's last ``running`` moment on its timeline to its end. One read and one write per
 run, not atomic: two processes ending runs of one workflow at the same instant may keep
 one sample of the two, which an estimate can afford. Only :func:`record_run` writes it and
-only :func:`read_means` reads it, so a scheduler keeping its own figures replaces these two.
+only :func:`read_means` (or :func:`parse_means`) reads it, so a scheduler keeping its own
+figures replaces these two.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
@@ -45,8 +48,15 @@ async def record_run(redis: Redis, keys: Keys, workflow_id: str, run_s: float) -
 
 async def read_means(redis: Redis, keys: Keys) -> dict[str, float]:
     """Every workflow's recent mean run time (seconds) on our GPUs."""
-    raw = await redis.hgetall(keys.run_means)
-    return {text(w): _parse(v)[0] for w, v in raw.items() if _parse(v)[1] > 0}
+    return parse_means(await redis.hgetall(keys.run_means))
+
+
+def parse_means(raw: Mapping[Any, Any] | Sequence[Any]) -> dict[str, float]:
+    """The means of ``{prefix}:runmeans`` as an HGETALL gave it (a dict, or RESP's flat
+    list); a field with no run yet is left out."""
+    pairs = raw.items() if isinstance(raw, Mapping) else zip(raw[::2], raw[1::2], strict=True)
+    means = {text(w): _parse(v) for w, v in pairs}
+    return {w: mean for w, (mean, count) in means.items() if count > 0}
 
 
 class RunTimes:
