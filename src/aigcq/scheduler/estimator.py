@@ -71,8 +71,9 @@ class Estimator:
         self._fields_script: AsyncScript | None = None
 
     async def refresh(self) -> Snapshot:
-        """A new snapshot, from Redis and the internal target's capacity now."""
-        keys, settings = self.rt.store.keys, self.rt.settings
+        """A new snapshot, from Redis and the internal target's capacity now; made ``at``
+        the time its reads began (a task told of after that is not in it)."""
+        keys, settings, now = self.rt.store.keys, self.rt.settings, time.time()
         queues = self.rt.config.queues()
         serves = set(self.internal.serves) if self.internal else set()
         projects = sorted({aigc for aigc, platform in queues if platform in serves})
@@ -93,7 +94,7 @@ class Estimator:
         heads = [[text(i) for i in ids] for ids in replies[0 : 2 * len(queues) : 2]]
         running = [text(i) for ids in replies[2 * len(queues) :] for i in ids]
         await self._read([i for ids in heads for i in ids], running)
-        seen, now = self.waiting, time.time()
+        seen = self.waiting
         default = settings.eta_default_run_s
         lines = [
             Line(
