@@ -190,3 +190,28 @@ async def test_queue_0_turns_the_updates_off(eta_env: Env) -> None:
     assert not quiet.updates
     with pytest.raises(TimeoutError):
         await quiet.update("q2", timeout=1.0)  # nothing comes: time itself is the subject
+
+
+async def test_a_process_with_no_bridge_counts_the_slots_another_process_holds(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Two serve processes on one Redis: the bridge on one, the client on the other. The
+    client's process sees the busy slot (in flight on ``bridge``, in Redis) and tells its
+    client when the task ahead finishes there."""
+    async with served(tmp_path, redis, redis_url) as a, served(tmp_path, redis, redis_url) as b:
+        bridge = await a.bridge()
+        await bridge.register(count=1)
+        client = await b.client()
+        await client.request(generate("x0"))
+        assign = await bridge.next()
+        await bridge.ack("x0")
+        await until(lambda: b.task("x0"), lambda t: t.state == "running")
+        await refreshed(b)
+        replies = [await client.request(generate(f"x{i}")) for i in (1, 2)]
+        assert [r["position"] for r in replies] == [0, 1]
+        assert all(r["etaStartMs"] is not None for r in replies), replies
+        assert await task_end(b, assign["data"]["webhookUrl"]) == 200  # to b: any process
+        await bridge.next()  # x1's TASK_ASSIGN, from a
+        await bridge.ack("x1")
+        update = await client.update("x2", timeout=30)
+        assert update["position"] == 0 and update["etaStartMs"] < replies[1]["etaStartMs"]

@@ -20,6 +20,7 @@ from aigcq.scheduler.estimates import (
     snapshot,
 )
 from aigcq.scheduler.policy import Pool, Shares
+from aigcq.scheduler.run_means import parse_means
 
 NOW = 1_000_000.0
 
@@ -161,3 +162,8 @@ def test_the_tail_probes_move_nobody(spec: list[tuple[int, float, bool]], pool: 
     assert not without.tails
     for task_id, e in without.tasks.items():
         assert near(with_probes.tasks[task_id], e)
+
+
+def test_run_means_read_both_forms_of_an_hgetall_and_skip_unrun_workflows() -> None:
+    assert parse_means({"w1": "12.500 3", "w2": "0 0", "w3": "junk"}) == {"w1": 12.5}
+    assert parse_means(["w1", "12.500 3", "w2", "4.000 1"]) == {"w1": 12.5, "w2": 4.0}

@@ -112,13 +112,14 @@ _CLIENT_SOCKET = {
     "summary": "WebSocket: business backends (the original system's client protocol)",
     "description": "Open with a WebSocket client: ws://HOST:PORT/?token=<client token>"
     "&id=<backendId>. Messages are JSON objects: generate, ack, cancel, ping from the "
-    "client; submitted, result, progress, cancelled, error, pong from the server. A bad "
-    "token closes with 4401. See docs/client-protocol.md, WebSocket.",
+    "client; submitted, result, progress, QUEUE_UPDATE, cancelled, error, pong from the "
+    "server. A bad token closes with 4401. See docs/client-protocol.md, WebSocket.",
     "parameters": [
         _query("token", "a client token (or Authorization: Bearer)", required=True),
         _query("id", "the backendId results are delivered to", required=True),
         _query("ack", "1: results are kept until acknowledged"),
         _query("progress", "1: also send live progress messages"),
+        _query("queue", "0: send no QUEUE_UPDATE messages (a waiting task's position and ETA)"),
     ],
 }
 _BRIDGE_SOCKET = {
