@@ -29,22 +29,26 @@ from tests.fakes.bridge import BRIDGE_TOKEN, task_end
 from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
 from tests.fakes.service import NO_PAID, SECRET, Env
-from tests.fakes.waiting import until, wait_until
+from tests.fakes.waiting import until
 
 TOKEN = issue_client_token(SECRET, "b1")
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @contextlib.asynccontextmanager
-async def served(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
-    """Serve with the bridge hub, no paid capacity, and estimates every 0.1 s."""
+async def served(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, every_s: float = 3600
+) -> AsyncIterator[Env]:
+    """Serve with the bridge hub and no paid capacity; the estimates are refreshed by the
+    test (:func:`refresh`), so none comes between two steps it checks (or every
+    ``every_s``)."""
     (tmp_path / "model.json").write_text(NO_PAID)
     settings = Settings(
         redis_url=redis_url,
         token_secret=SECRET,
         config_dir=tmp_path,
         bridge_token=BRIDGE_TOKEN,
-        eta_interval_s=0.1,
+        eta_interval_s=every_s,
         queue_update_interval_s=0.0,
     )
     service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
@@ -52,7 +56,7 @@ async def served(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> Async
     service.hub.config = HubConfig(ack_timeout_s=5.0)
     async with serve_app(service.app) as base:
         env = Env(int(base.rsplit(":", 1)[1]), redis, service)
-        await wait_until(lambda: service.gateway.queue_updates.estimator.snapshot is not None)
+        await refresh(env)
         yield env
         for ws in env.sockets:
             await ws.close()
@@ -72,11 +76,25 @@ async def task_view(env: Env, task_id: str) -> dict[str, Any]:
     return body
 
 
-async def refreshed(env: Env) -> None:
-    """Wait for an estimate made from now on."""
-    estimator = env.service.gateway.queue_updates.estimator
-    since = time.time()
-    await wait_until(lambda: estimator.snapshot is not None and estimator.snapshot.at > since)
+async def refresh(env: Env) -> int:
+    """One round of the estimates (what the loop does every ``AIGCQ_ETA_INTERVAL_S``): how
+    many QUEUE_UPDATE messages it sent."""
+    return await env.service.gateway.queue_updates.round()
+
+
+async def update_of(env: Env, client: Client, task_id: str) -> dict[str, Any]:
+    """The QUEUE_UPDATE about ``task_id`` that a round sends once the change has happened
+    (rounds until then)."""
+
+    async def probe() -> dict[str, Any] | None:
+        await refresh(env)
+        with contextlib.suppress(TimeoutError):
+            return await client.update(task_id, timeout=0.5)
+        return None
+
+    update = await until(probe, lambda u: u is not None, within=30)
+    assert update is not None
+    return update
 
 
 async def test_replies_updates_and_the_task_view_tell_where_a_task_stands(eta_env: Env) -> None:
@@ -88,7 +106,7 @@ async def test_replies_updates_and_the_task_view_tell_where_a_task_stands(eta_en
     assign = await bridge.next()
     await bridge.ack("e0")
     await until(lambda: env.task("e0"), lambda t: t.state == "running")
-    await refreshed(env)  # e0 is seen running: the one slot is busy for ~30 s (no mean yet)
+    await refresh(env)  # e0 is seen running: the one slot is busy for ~30 s (no mean yet)
     replies = [await client.request(generate(f"e{i}")) for i in (1, 2)]
     assert first["type"] == "submitted" and first["position"] is not None
     now_ms = time.time() * 1000
@@ -103,7 +121,8 @@ async def test_replies_updates_and_the_task_view_tell_where_a_task_stands(eta_en
     assert await task_end(env, assign["data"]["webhookUrl"]) == 200  # e0 ends: e1 runs next
     await bridge.next()  # e1's TASK_ASSIGN
     await bridge.ack("e1")
-    update = await client.update("e2", timeout=30)
+    await until(lambda: env.task("e1"), lambda t: t.state == "running")
+    update = await update_of(env, client, "e2")
     assert update["type"] == "QUEUE_UPDATE" and update["position"] == 0
     assert update["etaStartMs"] < eta2 - 20_000  # e0's real run time is now e1's mean
     assert sorted(update) == ["etaStartMs", "position", "taskId", "type"]
@@ -128,14 +147,15 @@ async def test_the_http_submit_reply_carries_them_and_no_capacity_means_no_eta(
             "payload": {"workflowId": "w", "nodeInfoList": []}}  # fmt: skip
     async with httpx.AsyncClient(base_url=eta_env.base) as http:
         replies = []
-        for task_id in ("h1", "h2"):
+        for task_id in ("h1", "h2", "h3"):
+            if task_id == "h3":  # h1 and h2 seen waiting: h3 is placed behind them
+                await refresh(eta_env)
             r = await http.post("/api/tasks", json={**body, "taskId": task_id}, headers=AUTH)
             assert r.status_code == 202, r.text
             replies.append(r.json())
         again = (await http.post("/api/tasks", json=body, headers=AUTH)).json()
-    assert [(r["position"], r["etaStartMs"]) for r in replies] == [(0, None), (1, None)]
-    assert again["duplicate"] is True and again["etaStartMs"] is None
-    await refreshed(eta_env)
+    assert [(r["position"], r["etaStartMs"]) for r in replies] == [(0, None), (1, None), (2, None)]
+    assert again["duplicate"] is True and (again["position"], again["etaStartMs"]) == (0, None)
     view = await task_view(eta_env, "h2")
     assert (view["position"], view["etaStartMs"]) == (1, None)  # no bridge: no GPU of ours
 
@@ -166,13 +186,15 @@ async def test_a_seed_format_client_reads_its_replies_and_results_as_before(
         assign = await bridge.next()
         await bridge.ack("s1")
         await until(lambda: env.task("s1"), lambda t: t.state == "running")
+        assert await refresh(env) == 1  # s2's ETA is known now (a bridge came): news
         assert await task_end(env, assign["data"]["webhookUrl"]) == 200
-        while not any(f.get("result") for f in frames):
+        kinds = lambda: {"result" if f.get("result") else f["type"] for f in frames}  # noqa: E731
+        while not {"result", "QUEUE_UPDATE"} <= kinds():
             await frame()
     result = next(f for f in frames if f.get("result"))
     assert result["taskId"] == "s1" and result["result"]["code"] == 0
-    for update in (f for f in frames if f["type"] == "QUEUE_UPDATE"):
-        assert "result" not in update and "error" not in update
+    [update] = [f for f in frames if f["type"] == "QUEUE_UPDATE"]
+    assert update["taskId"] == "s2" and "result" not in update and "error" not in update
 
 
 async def test_queue_0_turns_the_updates_off(eta_env: Env) -> None:
@@ -185,9 +207,8 @@ async def test_queue_0_turns_the_updates_off(eta_env: Env) -> None:
     bridge = await env.bridge()
     await bridge.register(count=1)  # the ETA becomes known: news, for those who want it
     await bridge.next()
-    await refreshed(env)
-    await refreshed(env)
-    assert not quiet.updates
+    await until(lambda: env.task("q1"), lambda t: t.state == "dispatching")
+    assert await refresh(env) == 0  # q2's ETA is known now: news, but not for this client
     with pytest.raises(TimeoutError):
         await quiet.update("q2", timeout=1.0)  # nothing comes: time itself is the subject
 
@@ -206,12 +227,28 @@ async def test_a_process_with_no_bridge_counts_the_slots_another_process_holds(
         assign = await bridge.next()
         await bridge.ack("x0")
         await until(lambda: b.task("x0"), lambda t: t.state == "running")
-        await refreshed(b)
+        await refresh(b)
         replies = [await client.request(generate(f"x{i}")) for i in (1, 2)]
         assert [r["position"] for r in replies] == [0, 1]
         assert all(r["etaStartMs"] is not None for r in replies), replies
         assert await task_end(b, assign["data"]["webhookUrl"]) == 200  # to b: any process
         await bridge.next()  # x1's TASK_ASSIGN, from a
         await bridge.ack("x1")
-        update = await client.update("x2", timeout=30)
+        await until(lambda: b.task("x1"), lambda t: t.state == "running")
+        update = await update_of(b, client, "x2")
         assert update["position"] == 0 and update["etaStartMs"] < replies[1]["etaStartMs"]
+
+
+async def test_the_loop_sends_the_updates_by_itself(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    async with served(tmp_path, redis, redis_url, every_s=0.1) as env:
+        client = await env.client()
+        await client.request(generate("l0"))
+        reply = await client.request(generate("l1"))
+        assert reply["etaStartMs"] is None  # no bridge yet
+        bridge = await env.bridge()
+        await bridge.register(count=1)
+        await bridge.next()  # l0 goes; l1 is next, when l0's run is over
+        update = await client.update("l1", timeout=30)
+        assert update["position"] == 0 and update["etaStartMs"] is not None

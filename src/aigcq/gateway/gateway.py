@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -15,13 +14,9 @@ from aigcq.gateway.errors import ClientError
 from aigcq.gateway.queue_updates import QueueUpdates
 from aigcq.gateway.submission import GenerateRequest, Submission
 from aigcq.plumbing.auth import Auth
-from aigcq.plumbing.background import REDIS_OUTAGE
 from aigcq.runtime import Runtime
-from aigcq.scheduler.estimates import UNKNOWN
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.targets import InternalTarget
-
-log = logging.getLogger(__name__)
 
 
 class Gateway:
@@ -42,17 +37,13 @@ class Gateway:
         self.clients = ClientHub(rt.redis, rt.store.keys, self.outbox)
         self.queue_updates = QueueUpdates(rt, self.clients, internal)
 
-    async def estimate(self, req: GenerateRequest, created: bool) -> dict[str, Any]:
+    def estimate(self, req: GenerateRequest, created: bool) -> dict[str, Any]:
         """``position`` and ``etaStartMs`` of a task just submitted (a duplicate: as the
-        last estimate saw it; unknown while Redis does not answer)."""
+        last estimate saw it), from the last estimate: no I/O on the submit path."""
         queue = (req.AIGC or self.settings.project_prefix, req.platform)
         if not created:
             return self.queue_updates.estimator.of(req.taskId, queue, None).wire(time.time())
-        try:
-            return await self.queue_updates.submitted(req.taskId, queue)
-        except REDIS_OUTAGE as exc:  # stored all the same: its estimate comes later
-            log.info("task %s: no estimate for its reply (%r)", req.taskId, exc)
-            return UNKNOWN.wire(time.time())
+        return self.queue_updates.submitted(req.taskId, queue)
 
     async def owned_task(self, task_id: str, backend_id: str | None) -> Task:
         """The task, if ``backend_id`` owns it (None: any task). Someone else's task is

@@ -121,7 +121,7 @@ def _task_routes(
             "duplicate": not created,
             "code": "AssessmentSuccess",
             "msg": gw.messages.get("AssessmentSuccess"),
-            **await gw.estimate(req, created),
+            **gw.estimate(req, created),
         }
 
     @router.get(

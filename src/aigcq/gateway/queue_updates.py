@@ -10,7 +10,7 @@ is ``AIGCQ_QUEUE_UPDATE_INTERVAL_S`` old, it sends
 ``{"type":"QUEUE_UPDATE","taskId","position","etaStartMs"}``. At most
 :data:`MAX_UPDATES` messages a round; none about a task that left the queue (its next news
 is its ``progress`` or its result). The loop runs beside the hot path: the submit reply
-only reads the last snapshot, plus one LLEN.
+only reads the last snapshot (no I/O).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ class QueueUpdates:
         #: task -> the estimate its client was last told, and when
         self.told: dict[str, tuple[Estimate, float]] = {}
 
-    async def submitted(self, task_id: str, queue: Queue) -> dict[str, Any]:
+    def submitted(self, task_id: str, queue: Queue) -> dict[str, Any]:
         """``position`` and ``etaStartMs`` of a task just queued, for its submit reply."""
-        estimate = await self.estimator.of_submitted(task_id, queue)
+        estimate = self.estimator.of_submitted(task_id, queue)
         now = time.time()
         self.told[task_id] = (estimate, now)
         return estimate.wire(now)

@@ -133,7 +133,7 @@ async def _dispatch(
             "msg": gw.messages.get("AssessmentSuccess"),
             "taskId": req.taskId,
             "duplicate": not created,
-            **await gw.estimate(req, created),
+            **gw.estimate(req, created),
         }
     if kind == "ack":
         ids = _ack_ids(data)

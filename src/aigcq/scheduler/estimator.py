@@ -1,20 +1,22 @@
 """The Redis side of the position and ETA estimates (:mod:`aigcq.scheduler.estimates`).
 
-:meth:`Estimator.refresh` reads, in two pipelines, the head of every configured queue
-(``AIGCQ_ETA_WINDOW`` ids and its length), the tasks in flight on the internal target
-(every process's: ``running:{AIGC}:{target}``), each workflow's recent mean run time
-(:mod:`aigcq.scheduler.run_means`), and the small fields of the tasks it has not seen
-before (kept in memory while they stay in view); the internal pool's free slots are the
-internal target's, here and in the other processes. The snapshot it makes serves every
-estimate until the next refresh; a task it did not see is placed by its index in its
-queue. Bounded work per refresh: at most the window per queue, and :data:`MAX_RUNNING`
-tasks in flight per project.
+:meth:`Estimator.refresh` reads, in two round trips on the hot-path connection, the head
+of every configured queue (``AIGCQ_ETA_WINDOW`` ids and its length), the tasks in flight
+on the internal target (every process's: ``running:{AIGC}:{target}``), each workflow's
+recent mean run time (:mod:`aigcq.scheduler.run_means`), and the small fields of the tasks
+it has not seen before (one read-only script; kept in memory while they stay in view);
+the internal pool's free slots are the internal target's, here and in the other
+processes. The snapshot it makes serves every estimate until the next refresh; a task it
+did not see is placed by its index in its queue (one just submitted here: the queue's
+length then plus the submits here since). Bounded work per refresh: at most the window per
+queue, and :data:`MAX_RUNNING` tasks in flight per project.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from redis.commands.core import AsyncScript
@@ -69,6 +71,8 @@ class Estimator:
         self.waiting: dict[str, Seen] = {}
         self.running: dict[str, Seen] = {}
         self._fields_script: AsyncScript | None = None
+        #: tasks queued through this process since the last snapshot, per queue
+        self.queued_since: Counter[Queue] = Counter()
 
     async def refresh(self) -> Snapshot:
         """A new snapshot, from Redis and the internal target's capacity now; made ``at``
@@ -114,6 +118,7 @@ class Estimator:
         runs = [r for line in lines if line.served for r in line.run_s]
         beyond = statistics.fmean(runs) if runs else default
         self.snapshot = snapshot(lines, Pool(free, 0, busy), Shares(), now, beyond)
+        self.queued_since = Counter()  # those queued while it read: in it, or a few missed
         return self.snapshot
 
     async def _read(self, waiting: list[str], running: list[str]) -> None:
@@ -158,13 +163,16 @@ class Estimator:
             return known
         return UNKNOWN if index is None else place_new(snap, queue, index)
 
-    async def of_submitted(self, task_id: str, queue: Queue) -> Estimate:
-        """The estimate of a task just queued at the tail of ``queue`` (one LLEN on the
-        hot-path connection)."""
+    def of_submitted(self, task_id: str, queue: Queue) -> Estimate:
+        """The estimate of a task just queued at the tail of ``queue``, with no I/O (a
+        round trip more would hold every submit reply): its index is the queue's length
+        at the snapshot plus the tasks queued here since (those queued by other processes
+        meanwhile are not counted, nor those that left; the next refresh sees them)."""
         if self.snapshot is None:
             return UNKNOWN
-        length = await self.rt.store.mux.command("LLEN", self.rt.store.keys.wait(*queue))
-        return self.of(task_id, queue, int(length) - 1)
+        index = self.snapshot.lengths.get(queue, 0) + self.queued_since[queue]
+        self.queued_since[queue] += 1
+        return self.of(task_id, queue, index)
 
     async def of_waiting(self, task_id: str, queue: Queue) -> Estimate:
         """The estimate of a waiting task (its index read with LPOS within the window)."""
