@@ -375,12 +375,6 @@ class Settings(HttpLimits):
         description="Waiting tasks per queue the estimate lays out; tasks further back get "
         "no position or ETA (null).",
     )
-    eta_default_run_s: float = Field(
-        30.0,
-        gt=0,
-        validation_alias=_env("ETA_DEFAULT_RUN_S"),
-        description="Run time assumed for a workflow our GPUs have not run yet.",
-    )
     queue_update_interval_s: float = Field(
         2.0,
         ge=0,

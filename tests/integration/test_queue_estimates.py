@@ -23,7 +23,6 @@ from aigcq.bridges.hub import HubConfig
 from aigcq.cli.app import app
 from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.auth import issue_client_token
-from aigcq.scheduler.run_means import read_means
 from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN, task_end
 from tests.fakes.client import Client, generate
@@ -37,7 +36,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @contextlib.asynccontextmanager
 async def served(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str, every_s: float = 3600
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, every_s: float = 3600, **more: Any
 ) -> AsyncIterator[Env]:
     """Serve with the bridge hub and no paid capacity; the estimates are refreshed by the
     test (:func:`refresh`), so none comes between two steps it checks (or every
@@ -50,6 +49,7 @@ async def served(
         bridge_token=BRIDGE_TOKEN,
         eta_interval_s=every_s,
         queue_update_interval_s=0.0,
+        **more,
     )
     service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
     assert service.hub is not None
@@ -106,14 +106,14 @@ async def test_replies_updates_and_the_task_view_tell_where_a_task_stands(eta_en
     assign = await bridge.next()
     await bridge.ack("e0")
     await until(lambda: env.task("e0"), lambda t: t.state == "running")
-    await refresh(env)  # e0 is seen running: the one slot is busy for ~30 s (no mean yet)
+    await refresh(env)  # e0 is seen running: the one slot is busy for ~10 s (no mean yet)
     replies = [await client.request(generate(f"e{i}")) for i in (1, 2)]
     assert first["type"] == "submitted" and first["position"] is not None
     now_ms = time.time() * 1000
     assert [r["position"] for r in replies] == [0, 1]
     eta1, eta2 = (r["etaStartMs"] for r in replies)
     assert now_ms < eta1 < eta2, replies  # after e0's run, and one more run
-    assert eta2 - eta1 > 20_000  # the default run time assumed (30 s) apart
+    assert eta2 - eta1 > 5_000  # the default run time assumed (AIGCQ_SHARE_DEFAULT_RUN_S) apart
     view = await task_view(env, "e2")
     assert view["state"] == "pending" and view["position"] == 1
     assert abs(view["etaStartMs"] - eta2) < 5_000
@@ -124,11 +124,11 @@ async def test_replies_updates_and_the_task_view_tell_where_a_task_stands(eta_en
     await until(lambda: env.task("e1"), lambda t: t.state == "running")
     update = await update_of(env, client, "e2")
     assert update["type"] == "QUEUE_UPDATE" and update["position"] == 0
-    assert update["etaStartMs"] < eta2 - 20_000  # e0's real run time is now e1's mean
+    assert update["etaStartMs"] < eta2 - 5_000  # e0's real run time is now e1's mean
     assert sorted(update) == ["etaStartMs", "position", "taskId", "type"]
     assert "e0" not in [u["taskId"] for u in client.updates]  # nothing about tasks that left
-    means = await read_means(env.redis, env.service.rt.store.keys)
-    assert list(means) == ["1904136902449209346"] and 0 <= means["1904136902449209346"] < 30
+    runs = await env.redis.hgetall(env.service.rt.store.keys.runs)  # the scheduler's means
+    assert list(runs) == ["1904136902449209346"]
 
     shown = await asyncio.to_thread(
         partial(CliRunner().invoke, app, ["tasks", "show", "e2", "--server", env.base,
@@ -252,3 +252,19 @@ async def test_the_loop_sends_the_updates_by_itself(
         await bridge.next()  # l0 goes; l1 is next, when l0's run is over
         update = await client.update("l1", timeout=30)
         assert update["position"] == 0 and update["etaStartMs"] is not None
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "fair"])
+async def test_the_estimate_follows_the_policy_in_force(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, scheduler: str
+) -> None:
+    """A task with priority credit is laid out ahead of its project's older tasks by the
+    fair policy, which gives it its place; fifo ignores the credit, and so does its estimate."""
+    async with served(tmp_path, redis, redis_url, scheduler=scheduler) as env:
+        client = await env.client()
+        for task_id in ("p0", "p1"):
+            await client.request(generate(task_id))
+        await client.request({**generate("p2"), "priority": 120})
+        await refresh(env)
+        positions = [(await task_view(env, t))["position"] for t in ("p0", "p1", "p2")]
+        assert positions == ([1, 2, 0] if scheduler == "fair" else [0, 1, 2])

@@ -14,21 +14,19 @@ from aigcq.scheduler.estimates import (
     UNKNOWN,
     Estimate,
     Line,
-    busy_left,
     material,
     place_new,
     snapshot,
 )
-from aigcq.scheduler.policy import Pool, Shares
-from aigcq.scheduler.run_means import parse_means
+from aigcq.scheduler.policy import Pool, Shares, Waiting
 
 NOW = 1_000_000.0
 
 
 def line(project: str, n: int, run_s: float = 10.0, *, extra: int = 0, served: bool = True) -> Line:
-    ids = [f"{project}-{i}" for i in range(n)]
-    created = [NOW - 100 + i for i in range(n)]
-    return Line((project, "comfyui"), ids, created, [run_s] * n, n + extra, served)
+    queue = (project, "comfyui")
+    tasks = [Waiting(f"{project}-{i}", queue, NOW - 100 + i, run_s) for i in range(n)]
+    return Line(queue, tasks, n + extra, served, whole=extra == 0)
 
 
 def near(got: Estimate, want: Estimate) -> bool:
@@ -100,11 +98,6 @@ def test_wire_form_is_epoch_ms_never_in_the_past() -> None:
     assert UNKNOWN.wire(NOW) == {"position": None, "etaStartMs": None}
 
 
-def test_busy_left_uses_each_workflow_s_mean() -> None:
-    left = busy_left([("w1", NOW - 4), ("w2", NOW - 50)], {"w1": 10.0}, 30.0, NOW)
-    assert left == [6.0, 3.0]  # w2 (default 30 s) is overdue: a tenth of its mean
-
-
 def test_material_means_position_changed_and_eta_moved_enough() -> None:
     old = Estimate(5, NOW + 100)
     assert not material(old, Estimate(5, NOW + 10), NOW)  # same place
@@ -162,8 +155,3 @@ def test_the_tail_probes_move_nobody(spec: list[tuple[int, float, bool]], pool: 
     assert not without.tails
     for task_id, e in without.tasks.items():
         assert near(with_probes.tasks[task_id], e)
-
-
-def test_run_means_read_both_forms_of_an_hgetall_and_skip_unrun_workflows() -> None:
-    assert parse_means({"w1": "12.500 3", "w2": "0 0", "w3": "junk"}) == {"w1": 12.5}
-    assert parse_means(["w1", "12.500 3", "w2", "4.000 1"]) == {"w1": 12.5, "w2": 4.0}

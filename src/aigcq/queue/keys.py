@@ -71,9 +71,6 @@ class Keys:
     finished = _Fixed("finished")
     #: Free bridge slots per aigcq process (HASH process id -> "<free> <bridges> <ms>").
     internal_free = _Fixed("internal:free")
-    #: Recent run time of each workflow on our GPUs (HASH workflowId -> "<mean s> <runs>",
-    #: :mod:`aigcq.scheduler.run_means`): what position and ETA estimates charge a task.
-    run_means = _Fixed("runmeans")
     #: Set of ``AIGC:platform`` pairs that have ever had a wait queue.
     queues = _Fixed("queues")
     #: What an operator paused (HASH ``kind:name`` -> JSON since / note; see

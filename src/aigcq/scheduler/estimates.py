@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from aigcq.scheduler.policy import Pool, Queue, Shares, Waiting, plan_round, time_left
+from aigcq.scheduler.policy import Pool, Queue, Shares, Tuning, Waiting, plan_round
 
 #: a probe's run time: it holds its slot for no time worth counting
 PROBE_RUN_S = 1e-6
@@ -34,6 +34,8 @@ _LAST = "\0last"
 _LAST_QUEUE = (_LAST, "")
 #: places beyond the layout estimated (further back: the last one's start, a lower bound)
 BEYOND = 64
+#: the planner's knobs by default
+PLAIN = Tuning()
 #: an ETA moved by less than this (seconds) is not news
 MIN_SHIFT_S = 2.0
 #: ... nor by less than this share of the wait that was left
@@ -63,20 +65,15 @@ class Line:
     """One queue's head as the estimator read it."""
 
     queue: Queue
-    #: the first waiting tasks, in list order, with when each was submitted (epoch s) and
-    #: its expected run time (its workflow's recent mean)
-    ids: Sequence[str]
-    created: Sequence[float]
-    run_s: Sequence[float]
+    #: its first waiting tasks, in list order, as the planner sees them (a queue our GPUs
+    #: do not serve: only their ids count)
+    tasks: Sequence[Waiting]
     #: how many wait in all (LLEN)
     length: int
     #: our GPUs run its platform
     served: bool
-
-    @property
-    def whole(self) -> bool:
-        """Every waiting task of the queue was read."""
-        return self.length <= len(self.ids)
+    #: every waiting task of the queue was read
+    whole: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,31 +93,30 @@ class Snapshot:
     after: Sequence[float] = ()
 
 
-def busy_left(
-    running: Sequence[tuple[str, float]], means: Mapping[str, float], default_s: float, now: float
-) -> list[float]:
-    """The expected seconds until each busy slot frees: ``running`` holds (workflow, when
-    it started) of each task our GPUs run (:func:`policy.time_left`)."""
-    return [time_left(means.get(w, default_s), now - started) for w, started in running]
-
-
 def snapshot(
-    lines: Sequence[Line], pool: Pool, shares: Shares, now: float, beyond_run_s: float
+    lines: Sequence[Line],
+    pool: Pool,
+    shares: Shares,
+    now: float,
+    beyond_run_s: float,
+    tuning: Tuning = PLAIN,
 ) -> Snapshot:
     """Every read task's estimate, and each fully read queue's tail (see the module's
     docstring). ``pool``: our GPUs, every slot counted whichever process holds it;
-    ``beyond_run_s``: the run time of each place beyond the layout."""
+    ``beyond_run_s``: the run time of each place beyond the layout; ``shares`` and
+    ``tuning``: the policy's (the paid platforms are left out: the estimate is of a start
+    on our GPUs)."""
     tasks: dict[str, Estimate] = {}
     tails: dict[Queue, Estimate] = {}
     waiting: list[Waiting] = []
     probes: dict[str, Queue] = {}
     for line in lines:
         if not line.served:
-            tasks.update((task_id, Estimate(i)) for i, task_id in enumerate(line.ids))
+            tasks.update((t.task_id, Estimate(i)) for i, t in enumerate(line.tasks))
             if line.whole:
                 tails[line.queue] = Estimate(line.length)
             continue
-        waiting += map(Waiting, line.ids, [line.queue] * len(line.ids), line.created, line.run_s)
+        waiting += line.tasks
         if line.whole:
             probe = "\0tail " + " ".join(line.queue)  # no task id has a NUL
             probes[probe] = line.queue
@@ -129,7 +125,7 @@ def snapshot(
     waiting += [Waiting(b, _LAST_QUEUE, now, beyond_run_s) for b in beyond]
     last = replace(shares, usage={**shares.usage, _LAST: math.inf})
     whole = Pool(0, max(pool.free, 0) + max(pool.free_elsewhere, 0), pool.busy_s)
-    decision = plan_round(waiting, whole, last, {}, now)
+    decision = plan_round(waiting, whole, last, {}, now, tuning)
     starts: list[float] = []
     for task_id in decision.order:
         start = decision.eta.get(task_id, math.inf)

@@ -1,15 +1,19 @@
 """The Redis side of the position and ETA estimates (:mod:`aigcq.scheduler.estimates`).
 
-:meth:`Estimator.refresh` reads, in two round trips on the hot-path connection, the head
-of every configured queue (``AIGCQ_ETA_WINDOW`` ids and its length), the tasks in flight
-on the internal target (every process's: ``running:{AIGC}:{target}``), each workflow's
-recent mean run time (:mod:`aigcq.scheduler.run_means`), and the small fields of the tasks
-it has not seen before (one read-only script; kept in memory while they stay in view);
-the internal pool's free slots are the internal target's, here and in the other
-processes. The snapshot it makes serves every estimate until the next refresh; a task it
-did not see is placed by its index in its queue (one just submitted here: the queue's
-length then plus the submits here since). Bounded work per refresh: at most the window per
-queue, and :data:`MAX_RUNNING` tasks in flight per project.
+:meth:`Estimator.refresh` reads what a fair dispatch round reads (``window.lua``:
+:meth:`aigcq.queue.store.TaskStore.window`, made the planner's inputs by
+:func:`aigcq.scheduler.fair.inputs`: each waiting task's workflow mean run time, priority
+credit, userId and start deadline, the tasks in flight on the internal target of every
+process, the decayed usage) for the head of every queue our GPUs serve, up to
+``AIGCQ_ETA_WINDOW`` tasks each, and the head of the others and every queue's length in
+one more round trip; the pool's free slots are the internal target's, here and in the
+other processes. Under ``AIGCQ_SCHEDULER=fifo`` the same tasks are laid out as that policy
+takes them: first come, first served in each queue, projects in turn (no usage, credit nor
+start deadline). The snapshot it makes serves every estimate until the next refresh; a
+task it did not see is placed by its index in its queue (one just submitted here: the
+queue's length then plus the submits here since). Bounded work per refresh: the window per
+queue, :data:`MAX_RUNNING` tasks in flight per project, and one read of the backendId of
+each task in view it has not seen before (for its client's updates).
 """
 
 from __future__ import annotations
@@ -17,140 +21,111 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass
 
 from redis.commands.core import AsyncScript
 
+from aigcq.config import Scheduler
 from aigcq.plumbing.text import text
+from aigcq.queue.store import Window
 from aigcq.runtime import Runtime
-from aigcq.scheduler.estimates import (
-    UNKNOWN,
-    Estimate,
-    Line,
-    Snapshot,
-    busy_left,
-    place_new,
-    snapshot,
-)
-from aigcq.scheduler.policy import Pool, Queue, Shares
-from aigcq.scheduler.run_means import parse_means
+from aigcq.scheduler import fair
+from aigcq.scheduler.estimates import UNKNOWN, Estimate, Line, Snapshot, place_new, snapshot
+from aigcq.scheduler.policy import Pool, Queue, Shares, Tuning, Waiting
 from aigcq.scheduler.targets import InternalTarget
 
 #: tasks in flight read per project and refresh, at most
 MAX_RUNNING = 4096
 
-# ARGV: the key prefix, the field of the task's time, then task ids. Returns, flat, each
-# task's workflowId, that time and backendId ('' each: no such task). Read only.
-_FIELDS = """
+# ARGV: the key prefix, then task ids. Returns each task's backendId ('': no such task).
+_OWNERS = """
 local out = {}
-for i = 3, #ARGV do
-  local f = redis.call('HMGET', ARGV[1] .. ':task:' .. ARGV[i], 'workflowId', ARGV[2], 'backendId')
-  out[#out + 1] = f[1] or ''
-  out[#out + 1] = f[2] or ''
-  out[#out + 1] = f[3] or ''
+for i = 2, #ARGV do
+  out[#out + 1] = redis.call('HGET', ARGV[1] .. ':task:' .. ARGV[i], 'backendId') or ''
 end
 return out
 """
-
-
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """What an estimate needs of a task, read once."""
-
-    workflow: str
-    #: when it was submitted (waiting), or last dispatched or started (in flight), epoch s
-    since: float
-    backend_id: str
 
 
 class Estimator:
     def __init__(self, rt: Runtime, internal: InternalTarget | None) -> None:
         self.rt, self.internal = rt, internal
         self.snapshot: Snapshot | None = None
-        #: the waiting tasks and the tasks in flight the last refresh saw
-        self.waiting: dict[str, Seen] = {}
-        self.running: dict[str, Seen] = {}
-        self._fields_script: AsyncScript | None = None
+        #: the backendId of each waiting task the last refresh saw
+        self.owners: dict[str, str] = {}
+        self._owners_script: AsyncScript | None = None
         #: tasks queued through this process since the last snapshot, per queue
         self.queued_since: Counter[Queue] = Counter()
 
     async def refresh(self) -> Snapshot:
         """A new snapshot, from Redis and the internal target's capacity now; made ``at``
         the time its reads began (a task told of after that is not in it)."""
-        keys, settings, now = self.rt.store.keys, self.rt.settings, time.time()
+        settings, store, now = self.rt.settings, self.rt.store, time.time()
         queues = self.rt.config.queues()
         serves = set(self.internal.serves) if self.internal else set()
-        projects = sorted({aigc for aigc, platform in queues if platform in serves})
-        target = self.internal.name if self.internal else ""
-        replies = await self.rt.store.mux.commands(
-            *(
-                cmd
-                for aigc, platform in queues
-                for cmd in (
-                    ["LRANGE", keys.wait(aigc, platform), 0, settings.eta_window - 1],
-                    ["LLEN", keys.wait(aigc, platform)],
-                )
-            ),
-            *(["ZRANGE", keys.running(aigc, target), 0, MAX_RUNNING - 1] for aigc in projects),
-            ["HGETALL", keys.run_means],
+        served = [q for q in queues if q[1] in serves]
+        others = [q for q in queues if q[1] not in serves]
+        n = settings.eta_window
+        heads = await store.mux.commands(
+            *(["LLEN", store.keys.wait(*q)] for q in queues),
+            *(["LRANGE", store.keys.wait(*q), 0, n - 1] for q in others),
         )
-        means = parse_means(replies.pop())
-        heads = [[text(i) for i in ids] for ids in replies[0 : 2 * len(queues) : 2]]
-        running = [text(i) for ids in replies[2 * len(queues) :] for i in ids]
-        await self._read([i for ids in heads for i in ids], running)
-        seen = self.waiting
-        default = settings.eta_default_run_s
+        lengths = dict(zip(queues, map(int, heads[: len(queues)]), strict=True))
         lines = [
             Line(
-                queue,
-                ids,
-                [seen[i].since if i in seen else now for i in ids],
-                [means.get(seen[i].workflow, default) if i in seen else default for i in ids],
-                int(replies[2 * n + 1]),
-                queue[1] in serves,
+                q, [Waiting(text(i), q, now, 0.0) for i in ids], lengths[q], False, lengths[q] <= n
             )
-            for n, (queue, ids) in enumerate(zip(queues, heads, strict=True))
+            for q, ids in zip(others, heads[len(queues) :], strict=True)
         ]
-        busy = busy_left(
-            [(r.workflow, r.since) for r in self.running.values()], means, default, now
-        )
-        free = self.internal.free_slots() + self.internal.free_elsewhere() if self.internal else 0
-        runs = [r for line in lines if line.served for r in line.run_s]
-        beyond = statistics.fmean(runs) if runs else default
-        self.snapshot = snapshot(lines, Pool(free, 0, busy), Shares(), now, beyond)
+        beyond, shares, tuning = settings.share_default_run_s, Shares(), Tuning(lend_s=-1)
+        if served and self.internal is not None:
+            window = await store.window(
+                served, n, self.internal.name, busy_max=MAX_RUNNING,
+                user_limit=settings.user_max_running,
+            )  # fmt: skip
+            tasks, pool, shares, tuning = self._inputs(window, now)
+            runs = [t.run_s for t in tasks]
+            beyond = statistics.fmean(runs) if runs else beyond
+            lines += [
+                Line(q, [t for t in tasks if t.queue == q], lengths[q], True, lengths[q] <= n)
+                for q in served
+            ]
+        else:
+            pool = Pool(0)
+        await self._read_owners([t.task_id for line in lines for t in line.tasks])
+        self.snapshot = snapshot(lines, pool, shares, now, beyond, tuning)
         self.queued_since = Counter()  # those queued while it read: in it, or a few missed
         return self.snapshot
 
-    async def _read(self, waiting: list[str], running: list[str]) -> None:
-        """:class:`Seen` of each task in view (those that still exist), read once while it
-        stays waiting, and once while it stays in flight."""
-        fresh = [i for i in waiting if i not in self.waiting]
-        fresh_running = [i for i in running if i not in self.running]
-        found = await self._fields(fresh, since="created")
-        found_running = await self._fields(fresh_running, since="updated")
-        self.waiting = {i: s for i in waiting if (s := self.waiting.get(i) or found.get(i))}
-        self.running = {i: s for i in running if (s := self.running.get(i) or found_running.get(i))}
+    def _inputs(self, window: Window, now: float) -> tuple[list[Waiting], Pool, Shares, Tuning]:
+        """The planner's inputs of ``window``, as the policy in force weighs them."""
+        assert self.internal is not None
+        settings = self.rt.settings
+        free = self.internal.free_slots() + self.internal.free_elsewhere()
+        got = fair.inputs(
+            window, free=free, free_elsewhere=0, settings=settings, keys=self.rt.store.keys,
+            now=now,
+        )  # fmt: skip
+        if settings.scheduler is Scheduler.FAIR:
+            return got.tasks, got.pool, got.shares, fair.tuning(settings)
+        plain = [Waiting(t.task_id, t.queue, t.created, t.run_s) for t in got.tasks]
+        return plain, got.pool, Shares(), Tuning(lend_s=-1)
 
-    async def _fields(self, task_ids: list[str], *, since: str) -> dict[str, Seen]:
-        """The fields of :class:`Seen`, ``since`` for its time, of each task that exists
-        (one script call: no reply per task to parse in Python)."""
-        if not task_ids:
-            return {}
-        if self._fields_script is None:
-            self._fields_script = self.rt.redis.register_script(_FIELDS)
-        prefix = self.rt.store.keys.prefix
-        flat = await self.rt.store.mux.script(self._fields_script, [], [prefix, since, *task_ids])
-        rows = zip(task_ids, flat[0::3], flat[1::3], flat[2::3], strict=True)
-        return {
-            task_id: Seen(text(workflow), float(text(at)), text(backend))
-            for task_id, workflow, at, backend in rows
-            if text(at)
-        }
+    async def _read_owners(self, task_ids: list[str]) -> None:
+        """The backendId of each task in view, read once while it stays in view (one
+        script call: no reply per task to parse)."""
+        fresh = [i for i in task_ids if i not in self.owners]
+        found: dict[str, str] = {}
+        if fresh:
+            if self._owners_script is None:
+                self._owners_script = self.rt.redis.register_script(_OWNERS)
+            prefix = self.rt.store.keys.prefix
+            owners = await self.rt.store.mux.script(self._owners_script, [], [prefix, *fresh])
+            found = {i: text(o) for i, o in zip(fresh, owners, strict=True)}
+        self.owners = {i: o for i in task_ids if (o := self.owners.get(i) or found.get(i))}
 
     def client_of(self, task_id: str) -> str:
         """The backendId of a task the last refresh saw waiting ('': not seen)."""
-        seen = self.waiting.get(task_id)
-        return seen.backend_id if seen else ""
+        return self.owners.get(task_id, "")
 
     def of(self, task_id: str, queue: Queue, index: int | None) -> Estimate:
         """The estimate of a waiting task of ``queue``: the snapshot's, else by its

@@ -43,7 +43,6 @@ from aigcq.scheduler.orphan_checks import OrphanChecks
 from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.poller import Poller, polling_adapters
 from aigcq.scheduler.reconcile import MasterWatch
-from aigcq.scheduler.run_means import RunTimes
 from aigcq.scheduler.silence import SilentTasks
 from aigcq.scheduler.sweeper import Sweeper
 from aigcq.scheduler.targets import InternalTarget, InternalTargetBuilder
@@ -136,9 +135,6 @@ class ServeProcess:
         self.reconciler = Reconciler(self.silent_tasks)
         self.master_watch = MasterWatch(self.rt, [self.hub.after_master_change] if self.hub else [])
         self.gateway = Gateway(self.rt, self.lifecycle, self.internal)
-        if self.internal is not None:  # what the estimates charge a task of each workflow
-            run_times = RunTimes(redis, self.rt.store.keys, self.internal.name)
-            self.lifecycle.subscribe(run_times.ended)
         self.pollers = [Poller(self.rt, self.lifecycle, a) for a in polling_adapters(self.rt)]
         self.events = EventBus(
             redis,
