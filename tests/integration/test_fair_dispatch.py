@@ -158,7 +158,8 @@ async def test_a_deadline_goes_paid_only_when_its_start_would_miss_it(
         _, hook = await assigned(bridge)
         await until(lambda: a.task("busy"), lambda t: t.state == "running")
         await submitted(client, "patient", "calm", maxWaitMs=120_000)  # starts in ~5 s
-        await submitted(client, "urgent", "calm", maxWaitMs=1_500)  # would start too late
+        # would start too late (~5 s); 4 s leaves a loaded host time to send it paid first
+        await submitted(client, "urgent", "calm", maxWaitMs=4_000)
         await until(lambda: a.task("urgent"), lambda t: t.target == "runninghub", within=15)
         assert (await a.task("patient")).state == "pending"
         assert await task_end(a, hook) == 200

@@ -42,7 +42,7 @@ class Feed:
     async def send(self, kind: str, **data: Any) -> None:
         await self.ws.send(orjson.dumps({"type": kind, "data": data}).decode())
 
-    async def until(self, kind: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+    async def until(self, kind: str, timeout: float = 15.0) -> list[dict[str, Any]]:
         """Frames up to and including the next ``kind``."""
         seen: list[dict[str, Any]] = []
         async with asyncio.timeout(timeout):

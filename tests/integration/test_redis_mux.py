@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.redis_mux import RedisMux
 from tests.fakes.processes import free_port
 from tests.fakes.servers import closed_port
-from tests.fakes.waiting import wait_until
+from tests.fakes.waiting import until, wait_until
 
 
 async def run(mux: RedisMux, *commands: list[Any]) -> list[Any]:
@@ -86,11 +87,12 @@ async def test_commands_fail_while_redis_is_down_and_work_once_it_is_back(
         assert await run(mux, ["SET", "k", "1"]) == ["OK"]
         private_redis.kill()
 
-        await wait_until(lambda: not mux.connected)  # the close is noticed at once, not on use
+        await wait_until(lambda: not mux.connected, 15)  # noticed without a command sent
         (error,) = await run(mux, ["GET", "k"])
         assert isinstance(error, ConnectionError)
         private_redis.start()
-        assert await run(mux, ["GET", "k"]) == ["1"]  # reconnected, the data kept
+        got = await until(partial(run, mux, ["GET", "k"]), lambda r: r == ["1"], within=15)
+        assert got == ["1"]  # reconnected, the data kept
     finally:
         await mux.aclose()
         await client.aclose()
