@@ -568,21 +568,16 @@ class TaskStore:
         if state not in TRANSITIONS[Move.FINISH][1]:
             raise ValueError(f"finish does not lead to {state}")
         now = time.time()
-        applied, current, *labels = await self._run(
-            "finish",
-            task_id=task_id,
-            to=state.value,
-            now=now,
-            ttl=self.retention_s,
+        applied, current, *labels = await self._finish_script(
+            task_id,
+            Move.FINISH,
+            state,
+            now,
             result_json=orjson.dumps(result),
             error_json=orjson.dumps(error),
             body=orjson.dumps(message or {}),
-            minid=outbox_minid(now, self.outbox_retention_s),
             info=note,
-            move=Move.FINISH.value,
-            quiet=False,
             from_attempt="" if from_attempt is None else from_attempt,
-            paid_targets=self.paid_targets,
             fenced=fenced,
             ended=ended,
             late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
@@ -598,28 +593,58 @@ class TaskStore:
         aigc, platform, target = (text(v) for v in labels[:3])
         return MoveResult(True, state, target, orphan=text(labels[4]), aigc=aigc, platform=platform)
 
+    async def _finish_script(
+        self,
+        task_id: str,
+        move: Move,
+        to: TaskState,
+        now: float,
+        *,
+        result_json: bytes | str,
+        error_json: bytes,
+        body: bytes | str,
+        info: str,
+        quiet: bool = False,
+        from_attempt: int | str = "",
+        fenced: bool = False,
+        ended: bool = False,
+        late_class: str = "",
+    ) -> list[Any]:
+        """One run of ``finish.lua`` as ``move`` (its other arguments are the store's)."""
+        reply: list[Any] = await self._run(
+            "finish",
+            task_id=task_id,
+            to=to.value,
+            now=now,
+            ttl=self.retention_s,
+            result_json=result_json,
+            error_json=error_json,
+            body=body,
+            minid=outbox_minid(now, self.outbox_retention_s),
+            info=info,
+            move=move.value,
+            quiet=quiet,
+            from_attempt=from_attempt,
+            paid_targets=self.paid_targets,
+            fenced=fenced,
+            ended=ended,
+            late_class=late_class,
+        )
+        return reply
+
     async def withdraw(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
         """Cancel a task that is still waiting (never one dispatched or running), with no
         message for its client: its submitter has taken it back. False: not waiting."""
-        now = time.time()
-        applied, *_ = await self._run(
-            "finish",
-            task_id=task_id,
-            to=TaskState.CANCELLED.value,
-            now=now,
-            ttl=self.retention_s,
+        applied, *_ = await self._finish_script(
+            task_id,
+            Move.WITHDRAW,
+            TaskState.CANCELLED,
+            time.time(),
             result_json=orjson.dumps(None),
             error_json=orjson.dumps(error),
             body=orjson.dumps({}),
-            minid=outbox_minid(now, self.outbox_retention_s),
             info=note,
-            move=Move.WITHDRAW.value,
             quiet=True,
-            from_attempt="",
-            paid_targets=self.paid_targets,
-            fenced=False,
-            ended=False,
-            late_class="",
         )
         return int(applied) == 1
 
@@ -630,24 +655,15 @@ class TaskStore:
         it fails with ``message`` for its client, nothing was paid. ``applied`` False: it
         is not waiting, or it ran once (then it has no start deadline any more)."""
         now = time.time()
-        applied, current, *labels = await self._run(
-            "finish",
-            task_id=task_id,
-            to=TaskState.FAILED.value,
-            now=now,
-            ttl=self.retention_s,
+        applied, current, *labels = await self._finish_script(
+            task_id,
+            Move.EXPIRE,
+            TaskState.FAILED,
+            now,
             result_json=orjson.dumps(None),
             error_json=orjson.dumps(error),
             body=orjson.dumps(message),
-            minid=outbox_minid(now, self.outbox_retention_s),
             info=note,
-            move=Move.EXPIRE.value,
-            quiet=False,
-            from_attempt="",
-            paid_targets=self.paid_targets,
-            fenced=False,
-            ended=False,
-            late_class="",
         )
         code = int(applied)
         if code != 1:
@@ -665,25 +681,15 @@ class TaskStore:
         """End a failed or cancelled task with the result its paid run brought after it
         ended (kept by the finishing script): its client gets it as any success, nothing
         runs again. ``applied`` False: no such result, or the task is in another state."""
-        now = time.time()
-        applied, current, *_ = await self._run(
-            "finish",
-            task_id=task_id,
-            to=TaskState.SUCCESS.value,
-            now=now,
-            ttl=self.retention_s,
+        applied, current, *_ = await self._finish_script(
+            task_id,
+            Move.REPLAY_RESULT,
+            TaskState.SUCCESS,
+            time.time(),
             result_json="",  # the script takes the kept one, and makes its message
             error_json=orjson.dumps(None),
             body="",
-            minid=outbox_minid(now, self.outbox_retention_s),
             info=note,
-            move=Move.REPLAY_RESULT.value,
-            quiet=False,
-            from_attempt="",
-            paid_targets=self.paid_targets,
-            fenced=False,
-            ended=False,
-            late_class="",
         )
         code = int(applied)
         return MoveResult(code == 1, TaskState(text(current)) if code >= 0 else None)
