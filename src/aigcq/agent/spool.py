@@ -4,10 +4,13 @@ A finished result is written to ``<data dir>/spool/<taskId>.json`` *before* the 
 and removed only once the hub answered: 2xx (taken), 404 or 410 (no longer wanted), or
 another 4xx but 408 and 429 (refused for good: a body or a signature the hub will never
 take; sending it again would loop forever). 5xx, 408, 429 and no answer are tried again
-with back-off. On start-up every spooled result is sent again; when the bridge (re)connects
-to the hub every undelivered one is tried again at once (:meth:`WebhookSender.wake`). A
-newer attempt of the task may take an undelivered result over (:meth:`WebhookSender.readdress`:
-its own webhook URL from then on).
+with back-off, but a 503 every :data:`STORE_OUTAGE_RETRY_S` at most: the hub answered, only
+its Redis is out for a moment, and the slot the TASK_END frees stays taken until it lands
+(a GPU idles, and another process may pay for what it could run). On start-up every
+spooled result is sent again; when the bridge (re)connects to the hub every undelivered one
+is tried again at once (:meth:`WebhookSender.wake`). A newer attempt of the task may take
+an undelivered result over (:meth:`WebhookSender.readdress`: its own webhook URL from then
+on).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ log = logging.getLogger(__name__)
 DROP_STATUSES = frozenset({404, 410})
 #: 4xx answers that may change if asked again later
 RETRY_STATUSES = frozenset({408, 429})
+#: the hub is up, its store is not (Redis restarting, a failover): try again this soon
+STORE_OUTAGE = 503
+STORE_OUTAGE_RETRY_S = 0.5
 T = TypeVar("T")
 
 
@@ -184,7 +190,7 @@ class WebhookSender:
                 )
                 self.spool.remove(item.task_id)
                 return
-            delay = backoff_delay(attempt - 1, self.max_delay)  # 1, 2, 4 … s, jittered
+            delay = retry_delay(attempt, status, self.max_delay)
             log.warning(
                 "task %s: TASK_END try %d failed (%s); retry in %.1fs",
                 item.task_id,
@@ -206,6 +212,14 @@ class WebhookSender:
         except httpx.HTTPError as e:
             return None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         return resp.status_code, f"HTTP {resp.status_code}"
+
+
+def retry_delay(attempt: int, status: int | None, cap: float) -> float:
+    """Seconds before try ``attempt`` + 1 after try ``attempt`` (1-based) got ``status``
+    (None: no answer): 1, 2, 4 … jittered up to ``cap``; after a 503 at most
+    :data:`STORE_OUTAGE_RETRY_S`."""
+    delay = backoff_delay(attempt - 1, cap)
+    return min(delay, STORE_OUTAGE_RETRY_S) if status == STORE_OUTAGE else delay
 
 
 def _refused_for_good(status: int) -> bool:
