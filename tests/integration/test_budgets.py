@@ -47,6 +47,9 @@ async def spend_then(env: Paid, n: int) -> None:
         await env.client.request(generate(f"spent-{i}"))
     await env.client.collect(n, timeout=30)
     assert all(r[0]["status"] == "success" for r in env.client.results.values())
+    # each charged just after its end is applied: the next create must see all of them
+    day = partial(env.service.lifecycle.spend.view, "day")
+    await until(day, lambda v: v["total"]["tasks"] >= n, within=15)
 
 
 async def waits_held(env: Paid, task_id: str) -> None:
@@ -145,9 +148,14 @@ async def test_a_new_period_lifts_the_hold_and_the_waiting_task_is_sent(
         await env.client.collect(2, timeout=30)
         assert env.client.results["later"][0]["status"] == "success"
         assert HOLD not in await holds(env)
-        [project] = (await env.service.paid.budgets.view())["projects"]
-        assert project[period]["period"] > before
-        assert project[period]["spent"] == 1.0  # the new period's spend: the one task
+
+        async def project() -> dict[str, Any]:
+            [row] = (await env.service.paid.budgets.view())["projects"]
+            return dict(row[period])
+
+        # the new period's spend, the one task: charged just after its end is applied
+        spent = await until(project, lambda p: p["spent"] == 1.0, within=15)
+        assert spent["period"] > before
 
 
 async def test_two_serve_processes_stay_within_the_bound(
