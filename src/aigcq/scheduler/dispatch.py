@@ -238,15 +238,16 @@ class DispatchLoop:
         decision = plan_round(
             given.tasks, given.pool, given.shares, rooms, now, fair.tuning(settings)
         )
-        for task_id in decision.expired:
-            await self.lifecycle.start_missed(task_id)
+        # one pipelined write for all of them (the mux batches a turn's calls)
+        await asyncio.gather(*(self.lifecycle.start_missed(t) for t in decision.expired))
         if decision.recheck_at is not None:
             self._wake_in(max(decision.recheck_at - now, 0.0))
         await self._claim_planned(target, busy, decision, {t.task_id: t for t in given.tasks})
         return rest
 
     def _paid_room(self, load: QueueLoad) -> int:
-        """How many more tasks the queue's paid platform takes now (as :meth:`_split`)."""
+        """How many more tasks the queue's paid platform takes now (none while its account
+        is paused)."""
         if not load.paid or load.cap <= 0 or load.paid_paused:
             return 0
         return max(load.cap - load.paid_running, 0)
@@ -339,7 +340,7 @@ class DispatchLoop:
 
     def _split(self, load: QueueLoad, internal: int, elsewhere: int) -> Plan:
         """How many of the queue's waiting tasks go internal and to its paid platform."""
-        paid_free = load.cap - load.paid_running if load.cap > 0 and not load.paid_paused else 0
+        paid_free = self._paid_room(load)
         backlog = min(load.backlog, BATCH)
         if self._internal_preferred(load.platform):
             return plan(backlog, internal, paid_free, elsewhere)

@@ -69,8 +69,11 @@ class Sweeper:
 
     async def sweep_once(self) -> None:
         await self.lifecycle.back_offs_over()
-        for task_id in await self.rt.store.past_start_by():
-            await self.lifecycle.start_missed(task_id)
+        missed = await self.rt.store.past_start_by()
+        for start in range(0, len(missed), BATCH):  # a batch: one pipelined write
+            await asyncio.gather(
+                *(self.lifecycle.start_missed(t) for t in missed[start : start + BATCH])
+            )
         expired = await self.rt.store.expired()
         for start in range(0, len(expired), BATCH):
             batch = expired[start : start + BATCH]
