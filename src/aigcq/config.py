@@ -452,14 +452,14 @@ class Settings(HttpLimits):
         "seconds of the whole pool ahead of the lender's (< 0: never borrows).",
     )
     share_patience: float = Field(
-        0.25,
+        0.3,
         ge=0,
         validation_alias=_env("SHARE_PATIENCE"),
         description="fair: a lender waits for a borrower at most this fraction of its own "
         "maximum wait.",
     )
     share_margin: float = Field(
-        0.35,
+        0.6,
         ge=0,
         validation_alias=_env("SHARE_MARGIN"),
         description="fair: an estimated start within this fraction of a task's maximum wait "

@@ -142,6 +142,39 @@ def test_a_lender_that_cannot_wait_goes_to_its_paid_platform_to_free_its_place()
     assert d.paid == {B: ["b-hurried"]} and d.internal == {A: ["urgent"]}
 
 
+def test_the_place_free_now_goes_to_the_task_with_the_least_time_left() -> None:
+    # b's two tasks can wait; a's two would miss: the one due first takes the place free
+    # now, the other the place that frees in 2 s (an estimate: it could slip)
+    relaxed = [Waiting(f"relaxed{i}", B, NOW, 10.0, start_by=NOW + 100) for i in range(2)]
+    soon = Waiting("soon", A, NOW - 1, 10.0, start_by=NOW + 3)
+    later = Waiting("later", A, NOW - 2, 10.0, start_by=NOW + 4)
+    pool, used = Pool(free=1, busy_s=[2.0]), Shares(usage={"a": 10.0, "b": 0.0})
+    tuning = Tuning(lend_s=20, patience=0.5, margin=0.0)
+    d = plan_round([*relaxed, later, soon], pool, used, {}, NOW, tuning)
+    assert d.internal == {A: ["soon"]} and d.eta["later"] == NOW + 2 and not d.paid
+
+
+def test_a_task_at_risk_takes_its_paid_room_before_it_borrows() -> None:
+    relaxed = Waiting("relaxed", B, NOW, 10.0, start_by=NOW + 100)
+    urgent = Waiting("urgent", A, NOW - 1, 10.0, start_by=NOW + 5)
+    pool, used = Pool(free=1), Shares(usage={"a": 10.0, "b": 0.0})
+    tuning = Tuning(lend_s=20, patience=0.5)
+    d = plan_round([relaxed, urgent], pool, used, {A: 1}, NOW, tuning)
+    assert d.paid == {A: ["urgent"]} and d.internal == {B: ["relaxed"]}
+
+
+def test_a_place_inside_the_borrowers_margin_is_no_loan() -> None:
+    # the only place before a's deadline frees in 4 s of its last 5: inside its margin,
+    # it is not lent (the estimate may slip); with a small margin it is
+    relaxed = Waiting("relaxed", B, NOW, 10.0, start_by=NOW + 100)
+    urgent = Waiting("urgent", A, NOW - 5, 10.0, start_by=NOW + 5)
+    pool, used = Pool(free=0, busy_s=[4.0]), Shares(usage={"a": 10.0, "b": 0.0})
+    strict = plan_round([relaxed, urgent], pool, used, {}, NOW, Tuning(lend_s=20, margin=0.6))
+    assert strict.eta == {"relaxed": NOW + 4, "urgent": NOW + 14}
+    lax = plan_round([relaxed, urgent], pool, used, {}, NOW, Tuning(lend_s=20, margin=0.1))
+    assert lax.eta == {"urgent": NOW + 4, "relaxed": NOW + 14}
+
+
 def test_a_tenant_far_ahead_in_usage_borrows_from_nobody() -> None:
     relaxed = Waiting("relaxed", B, NOW, 10.0, start_by=NOW + 100)
     flood = Waiting("flood", A, NOW - 1, 10.0, start_by=NOW + 5)

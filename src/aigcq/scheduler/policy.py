@@ -25,11 +25,12 @@ list schedule: each takes the slot that frees first and holds it for its expecte
 time); where a task lands is its estimated start (its ETA). A task with a start deadline
 (``start_by``) that would miss it, or come within a margin of it (the estimate cannot
 see the lighter tenants' tasks still to come, which go ahead), is rescued, earliest
-deadline first (:class:`_Rescue`): it borrows the place of another tenant's task that can
-wait that long within its own deadline, else it goes to its paid platform if that has
-room, else another tenant's task goes to *its* paid platform to free a place for it
-(overflow-when-full's effect, only where it saves a deadline). Only a tenant whose recent
-usage is not far ahead of the lender's borrows so: a flood borrows from nobody. A task
+deadline first (:class:`_Rescue`): it goes to its paid platform if that has room, else
+it borrows the earliest safe place of another tenant's task that can wait that long
+within its own deadline, else another tenant's task goes to *its* paid platform to free
+a place for it (overflow-when-full's effect, only where it saves a deadline). Only a
+tenant whose recent usage is not far ahead of the lender's borrows so: a flood borrows
+from nobody. A task
 past its deadline is expired (never paid), unless it ``keep_waiting``: then it runs
 wherever a place comes first. A task with no deadline overflows as before issue 27:
 when it cannot start on our GPUs now and has waited ``overflow_after_s``. Slots free in
@@ -145,9 +146,9 @@ class Tuning:
     #: estimate misses)
     lend_s: float = 40.0
     #: a lender waits for a borrower at most this fraction of its own maximum wait
-    patience: float = 0.25
+    patience: float = 0.3
     #: a start within this fraction of its maximum wait before the deadline is at risk
-    margin: float = 0.35
+    margin: float = 0.6
     #: a task with no deadline overflows once it has waited this long
     overflow_after_s: float = 0.0
 
@@ -309,16 +310,20 @@ class _Rescue:
     """Before the tasks are laid out, each task that would start after its deadline (or
     within :attr:`Tuning.margin` of it) in the fair order, earliest deadline first, takes
 
-    1. the latest earlier place that still meets it, of another tenant's task that may
-       wait until the borrower's place (:func:`_may_wait`): nobody is made to miss a
-       deadline, and nothing is paid;
-    2. else a place on its own paid platform, if that has room;
-    3. else the latest such place of another tenant's task that goes to *its* paid
+    1. a place on its own paid platform, if that has room: the platform's room is spent
+       on the tasks at risk as soon as they are seen, never left idle while one waits;
+    2. else the earliest place that meets it safely (now, or outside its margin), of
+       another tenant's task that may wait until the borrower's place (:func:`_may_wait`):
+       nobody is made to miss a deadline, and nothing is paid;
+    3. else the earliest such place of another tenant's task that goes to *its* paid
        platform now, if that has room (what overflow-when-full does to every task that
        finds no free slot, here only where it saves a deadline).
 
-    A tenant borrows only from one it is at most ``gap`` GPU-seconds per weight ahead of
-    in recent usage (:func:`_behind`): a flood borrows from nobody."""
+    Earliest deadline first takes the earliest places, so the places free now go to the
+    tasks with the least time left: a place further off is an estimate (a busy slot
+    overdue is expected to end any moment, and may not), which a task with seconds left
+    cannot afford. A tenant borrows only from one it is at most ``gap`` GPU-seconds per
+    weight ahead of in recent usage (:func:`_behind`): a flood borrows from nobody."""
 
     shares: Shares
     room: dict[Queue, int]
@@ -351,20 +356,31 @@ class _Rescue:
         for i in late[:RESCUE_MAX]:
             borrower = order[i]
             assert borrower.start_by is not None
-            last = bisect.bisect_right(starts, borrower.start_by, 0, i) - 1
-            lenders = [j for j in range(last, -1, -1) if j not in gone and self._lends(i, j, order)]
-            patient = (j for j in lenders if _may_wait(order[j], starts[i], self.tuning.patience))
-            payers = (j for j in lenders if self.room.get(order[j].queue, 0) > 0)
-            if (free := next(patient, None)) is not None:
-                order[i], order[free] = order[free], borrower
-            elif self.room.get(borrower.queue, 0) > 0:
-                self._pay(order[i])
+            if self.room.get(borrower.queue, 0) > 0:
+                self._pay(borrower)
                 gone.add(i)
-            elif (payer := next(payers, None)) is not None:
-                self._pay(order[payer])
-                order[i], order[payer] = order[payer], borrower
-                gone.add(i)
+                continue
+            safe = max(now, _safe_start(borrower, self.tuning.margin))
+            self._borrow(i, bisect.bisect_right(starts, safe, 0, i), order, starts, gone)
         return [task for k, task in enumerate(order) if k not in gone]
+
+    def _borrow(
+        self, i: int, end: int, order: list[Waiting], starts: list[float], gone: set[int]
+    ) -> None:
+        """Give ``order[i]`` the earliest of the places before ``end`` that a patient
+        lender leaves it, else one a lender vacates by going to its paid platform. A place
+        inside the borrower's margin is no loan: a task with seconds left cannot afford
+        an estimate that slips (the simulator misses more deadlines with such loans)."""
+        borrower = order[i]
+        lenders = [j for j in range(end) if j not in gone and self._lends(i, j, order)]
+        patient = (j for j in lenders if _may_wait(order[j], starts[i], self.tuning.patience))
+        payers = (j for j in lenders if self.room.get(order[j].queue, 0) > 0)
+        if (free := next(patient, None)) is not None:
+            order[i], order[free] = order[free], borrower
+        elif (payer := next(payers, None)) is not None:
+            self._pay(order[payer])
+            order[i], order[payer] = order[payer], borrower
+            gone.add(i)
 
     def _lends(self, borrower: int, lender: int, order: list[Waiting]) -> bool:
         b, a = order[borrower], order[lender]
@@ -402,6 +418,12 @@ def _may_pay(task: Waiting, start: float, now: float, tuning: Tuning) -> bool:
     if task.start_by is None:
         return now - task.created >= tuning.overflow_after_s
     return _misses(task, start, tuning.margin)
+
+
+def _safe_start(task: Waiting, margin: float) -> float:
+    """The latest start that does not put ``task``'s deadline at risk (:func:`_misses`)."""
+    assert task.start_by is not None
+    return task.start_by - margin * max(task.start_by - task.created, 0.0)
 
 
 def _misses(task: Waiting, start: float, margin: float) -> bool:
