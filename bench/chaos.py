@@ -26,9 +26,14 @@ RunningHub still runs, and bridge slots not free as the hub or the bridge itself
 them (``bridge_slots_taken`` per bridge).
 ``paid_while_free`` and ``gpu_idle_s`` (see :mod:`bench.gpu_idle`) say whether our GPUs
 stayed busy before anything was paid; they are timing figures, reported, not asserted.
+``--scheduler fair`` runs the serves with the fair policy (issue 27), ``--users N`` sends
+the tasks from N end users in turn, and ``--user-limit K`` bounds each user's tasks on our
+GPUs (``AIGCQ_USER_MAX_RUNNING``): its counts must be back to none at the end
+(``leaked_slots``).
 
     python bench/chaos.py [--seconds 20] [--minutes N] [--rate 10] [--seed 1]
                           [--faults kill_serve,kill_bridge,...]
+                          [--scheduler fifo|fair] [--users N] [--user-limit K]
 """
 
 from __future__ import annotations
@@ -102,29 +107,33 @@ def special(task_id: str) -> bool:
     return int(task_id.rpartition("-")[2]) % 5 == 0
 
 
-def task(task_id: str, unknown: bool = False) -> dict[str, Any]:
+def task(task_id: str, unknown: bool = False, users: int = 0) -> dict[str, Any]:
     """A task RunningHub and a bridge can run (a special one: not every instance), or
-    (``unknown``) one by a workflowId nobody registered: a bridge refuses it (380)."""
+    (``unknown``) one by a workflowId nobody registered: a bridge refuses it (380); with
+    ``users``, by one of that many end users (``userId``), in turn."""
     payload: dict[str, Any] = {"workflowId": "chaos-basic", "workflow": BASIC_GRAPH}
     if unknown:
         payload = {"workflowId": "chaos-unknown"}
     elif special(task_id):
         payload = {"workflowId": "chaos-special", "workflow": GRAPH}
-    return {
+    message = {
         "type": "generate",
         "taskId": task_id,
         "platform": "comfyui",
         "AIGC": "proj",
         "payload": payload,
     }
+    if users:
+        message["userId"] = f"u{int(task_id.rpartition('-')[2]) % users}"
+    return message
 
 
 class Load:
     """One business backend submitting at a steady rate over whichever serve is up,
     resending what was not acknowledged, acknowledging every result (``ack=1``)."""
 
-    def __init__(self, ports: list[int], rate: float) -> None:
-        self.ports, self.rate = ports, rate
+    def __init__(self, ports: list[int], rate: float, users: int = 0) -> None:
+        self.ports, self.rate, self.users = ports, rate, users
         self.results: dict[str, list[str]] = {}  # taskId -> statuses received
         self.entries: dict[str, set[str]] = {}  # taskId -> the outbox ids they came as
         self.failures: dict[str, str] = {}  # taskId -> why it failed
@@ -198,7 +207,7 @@ class Load:
         await self._send({"type": "cancel", "taskId": task_id})
 
     def message(self, task_id: str) -> dict[str, Any]:
-        return task(task_id, task_id in self.unknown)
+        return task(task_id, task_id in self.unknown, self.users)
 
     async def resend_unacked(self) -> None:
         for task_id in sorted(self.unacked):
@@ -216,8 +225,11 @@ class Chaos:
         load: Load,
         seed: int,
         faults: tuple[str, ...] = FAULTS,
+        serve_env: dict[str, str] | None = None,
     ) -> None:
         self.cluster, self.redis, self.rh, self.load = cluster, redis, rh, load
+        #: settings every serve starts with, beside :data:`SERVE_ENV`
+        self.serve_env = {**SERVE_ENV, **(serve_env or {})}
         self.fleet = Fleet(cluster)
         self.rng = random.Random(seed)
         self.faults = faults
@@ -234,7 +246,7 @@ class Chaos:
 
     def start_serve(self, port: int | None = None) -> int:
         env = {"AIGCQ_RUNNINGHUB_URL": self.rh, "AIGCQ_CALLBACK_URL": self.callback_url}
-        proc, port = self.cluster.server(port, **env, **SERVE_ENV)
+        proc, port = self.cluster.server(port, **env, **self.serve_env)
         self.serves[port] = proc
         return port
 
@@ -314,11 +326,13 @@ class Chaos:
 
 async def leaked_slots(redis_url: str) -> int:
     """Tasks still counted against a cap (in flight or orphaned) once all have ended:
-    running sets (paid accounts' and the bridges'), orphans, the in-flight index."""
+    running sets (paid accounts' and the bridges'), orphans, the in-flight index, the
+    per-user running counts (``AIGCQ_USER_MAX_RUNNING``)."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         keys = [k async for k in client.scan_iter("aigcq:running:*")]
         keys += [k async for k in client.scan_iter("aigcq:orphans:*")]
+        keys += [k async for k in client.scan_iter("aigcq:userrun:*")]
         keys.append("aigcq:inflight")
         return sum([await client.zcard(k) for k in keys])
     finally:
@@ -452,8 +466,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         rh = cluster.emulator("runninghub", "--max-concurrent", str(CAP), "--duration", "0.5")
         cluster.write_models({"proj": {"comfyui": {"apikey": KEY, "concurrency": CAP}}})
         ports: list[int] = []
-        load = Load(ports, args.rate)
-        chaos = Chaos(cluster, redis, rh, load, args.seed, tuple(args.faults.split(",")))
+        load = Load(ports, args.rate, args.users)
+        policy = {"AIGCQ_SCHEDULER": args.scheduler}
+        if args.user_limit:
+            policy["AIGCQ_USER_MAX_RUNNING"] = str(args.user_limit)
+        faults = tuple(args.faults.split(","))
+        chaos = Chaos(cluster, redis, rh, load, args.seed, faults, policy)
         chaos.callback_url = f"http://127.0.0.1:{await front.start()}"
         ports += [chaos.start_serve(), chaos.start_serve()]
         front.backends = ports
@@ -535,6 +553,11 @@ def parse(
     parser.add_argument("--rate", type=float, default=10.0, help="tasks submitted a second")
     parser.add_argument("--drain", type=float, default=90.0, help="most seconds to settle")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--scheduler", choices=("fifo", "fair"), default="fifo")
+    parser.add_argument("--users", type=int, default=0, help="end users the tasks come from")
+    parser.add_argument(
+        "--user-limit", type=int, default=0, help="AIGCQ_USER_MAX_RUNNING (0: none)"
+    )
     parser.add_argument(
         "--faults",
         default=",".join(faults),
