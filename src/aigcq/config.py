@@ -459,7 +459,7 @@ class Settings(HttpLimits):
         "maximum wait.",
     )
     share_margin: float = Field(
-        0.6,
+        0.8,
         ge=0,
         validation_alias=_env("SHARE_MARGIN"),
         description="fair: an estimated start within this fraction of a task's maximum wait "

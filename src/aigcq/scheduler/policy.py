@@ -148,7 +148,7 @@ class Tuning:
     #: a lender waits for a borrower at most this fraction of its own maximum wait
     patience: float = 0.3
     #: a start within this fraction of its maximum wait before the deadline is at risk
-    margin: float = 0.6
+    margin: float = 0.8
     #: a task with no deadline overflows once it has waited this long
     overflow_after_s: float = 0.0
 
