@@ -80,7 +80,7 @@ async def test_each_paid_task_s_cost_is_recorded_per_project_account_and_workflo
         ledger = SpendLedger(env.service.rt)  # any process reads the same figures
         rh_account = env.service.rt.platforms.adapters["runninghub"].account_id(RH_KEY)
         coze_account = env.service.rt.platforms.adapters["coze"].account_id(COZE_KEY)
-        day = await ledger.view("day")
+        day = await until(lambda: ledger.view("day"), lambda d: d["total"]["tasks"] == 3)
         workflows = day["workflows"]
         rh_row = row(workflows, target="runninghub", workflow="1904136902449209346")
         assert rh_row == {
@@ -147,7 +147,8 @@ async def test_a_failed_paid_task_is_charged_the_price_as_an_estimate(
         await env.client.request(generate("bad"))
         await env.client.collect(1, timeout=20)
         assert env.client.results["bad"][0]["status"] == "failed"
-        day = await SpendLedger(env.service.rt).view("day")
+        ledger = SpendLedger(env.service.rt)  # the charge lands just after the end
+        day = await until(lambda: ledger.view("day"), lambda d: d["total"]["tasks"] == 1)
         assert day["total"] == {
             "amount": pytest.approx(0.1),
             "estimated": pytest.approx(0.1),
