@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from aigcq.agent.app import Bridge
 from tests.fakes.agent_hub import Env, assign_three_to_two, env
 from tests.fakes.comfyui import GRAPH
@@ -32,14 +34,16 @@ async def test_every_refusal_carries_the_bridges_counts(env: Env) -> None:
         assert (await env.end_for("b"))["code"] == 0
 
 
-async def test_an_instance_takes_the_next_task_while_the_last_ones_files_are_fetched(
-    env: Env,
+@pytest.mark.parametrize("slow", ["view_latency", "history_latency"])
+async def test_an_instance_takes_the_next_task_while_the_last_ones_result_is_read(
+    env: Env, slow: str
 ) -> None:
-    """ComfyUI is free once a prompt ended; fetching its outputs (slow over a slow link)
-    must not keep the GPU idle: CAPACITY says the instance is free before the files are
-    fetched, and the next task runs there before the last one's TASK_END."""
+    """ComfyUI is free once a prompt ended (its WebSocket says so); reading its history
+    entry (slow on a loaded ComfyUI) or fetching its outputs (slow over a slow link) must
+    not keep the GPU idle: CAPACITY says the instance is free before, and the next task
+    runs there before the last one's TASK_END."""
     for emulator in env.emulators:
-        emulator.config.view_latency = VIEW_S
+        setattr(emulator.config, slow, VIEW_S)
 
     async def upto(type_: str, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         async with asyncio.timeout(10):
@@ -58,7 +62,7 @@ async def test_an_instance_takes_the_next_task_while_the_last_ones_files_are_fet
         assert ack["code"] == 0
         for task_id in ("a", "b", "c"):
             assert (await env.end_for(task_id))["code"] == 0
-    # c ran on the instance that ran a or b: it started before that one's files could
-    # have been fetched (/view answers VIEW_S after the prompt ended)
+    # c ran on the instance that ran a or b: it started before that one's result could
+    # have been read (/view or /history answers VIEW_S after the prompt ended)
     (before, after), _ = sorted((list(e.config.gpu.spans) for e in env.emulators), key=len)[::-1]
     assert after[0] - before[1] < VIEW_S

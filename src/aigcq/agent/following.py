@@ -93,6 +93,9 @@ class Follower:
     files_dir: Path
     public_url: Callable[[], str]
     settings: RunnerSettings
+    #: called when ComfyUI says the prompt ended (its instance takes the next one while
+    #: the history entry is read)
+    ended: Callable[[RunningTask], None] = lambda task: None
 
     async def follow(
         self, task: RunningTask, events: asyncio.Queue[Event], *, look_first: bool = False
@@ -110,6 +113,8 @@ class Follower:
                 continue
             if not instance.healthy:
                 raise InstanceDown("lost while running the prompt")
+            if event is not None:
+                self.ended(task)
             entry = await self._reconcile(task)
             if entry is not None:
                 error = history_error(entry)

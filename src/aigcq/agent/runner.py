@@ -90,7 +90,9 @@ class TaskRunner:
     on_free: Callable[[], None] = field(init=False, default=lambda: None)
 
     def __post_init__(self) -> None:
-        self.follow = Follower(self.send, self.files_dir, self.public_url, self.settings)
+        self.follow = Follower(
+            self.send, self.files_dir, self.public_url, self.settings, ended=self._let_go
+        )
         self.prompts = HeldPrompts(self.files_dir.parent / "held")
 
     def held(self) -> list[str]:
@@ -419,7 +421,7 @@ class TaskRunner:
                     raise machine_failure(
                         "InstanceLost", f"no ComfyUI instance free ({e})"
                     ) from None
-                task.instance = other
+                task.instance, task.let_go = other, False  # the new one is held
 
     async def _run_on(self, task: RunningTask, workflow: Workflow) -> dict[str, Any]:
         instance = task.instance

@@ -11,6 +11,8 @@ acts as a ComfyUI process that restarted: its queue, history and running prompt 
 forgotten. ``POST /queue {"delete": [...]}`` deletes pending prompts, as ComfyUI's UI does.
 ``POST /interrupt`` stops the running prompt after ``interrupt_latency`` seconds (real
 ComfyUI takes about one on a GPU; default 0, at the next step), in ``/queue`` until then.
+``view_latency`` and ``history_latency`` delay ``GET /view`` and ``GET /history/{id}`` (a
+slow link, a loaded ComfyUI) while the worker goes on with the next prompt.
 
 Events go to the socket whose ``clientId`` is the prompt's ``client_id``; ``status`` is
 broadcast. As in ComfyUI, a prompt without ``client_id`` has its ``executing``/``progress``/

@@ -49,6 +49,9 @@ class ComfyUIConfig:
     #: seconds ``GET /view`` takes before it sends the file (a large output over a slow
     #: link: the GPU is free meanwhile)
     view_latency: float = 0.0
+    #: seconds ``GET /history/{prompt_id}`` takes (a loaded ComfyUI with a long history:
+    #: the prompt has ended, the GPU is free meanwhile)
+    history_latency: float = 0.0
     #: the torch device ``/system_stats`` names, and its VRAM in bytes (0: a CPU device)
     device: str = "cpu"
     vram_total: int = 0

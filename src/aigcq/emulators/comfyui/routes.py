@@ -128,6 +128,8 @@ def _history_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
 
     @r.get("/history/{prompt_id}")
     async def get_history_item(prompt_id: str) -> dict[str, Any]:
+        if emu.config.history_latency > 0:
+            await asyncio.sleep(emu.config.history_latency)
         entry = emu.history.get(prompt_id)
         return {prompt_id: entry} if entry is not None else {}
 
