@@ -52,6 +52,8 @@ class Claimed:
     charged: int = 1
     #: requeues so far that gave their attempt back (bounded by ``free_requeues``)
     uncharged: int = 0
+    #: its end user (``userId``; "": none)
+    user: str = ""
 
     def as_task(self, aigc: str, platform: str, target: str) -> Task:
         """The task as a target sees it while it is being dispatched."""
@@ -344,6 +346,7 @@ class TaskStore:
                 float(r[5]),
                 int(r[6]),
                 int(r[7]),
+                text(r[8]),
             )
             for r in rows
         ]
@@ -829,7 +832,7 @@ class TaskStore:
         return Window(
             tasks=[_windowed(row) for row in raw.get("tasks") or []],
             busy=[(w, float(s) if s else None) for w, s in raw.get("busy") or []],
-            runs={runs[i]: float(runs[i + 1].split()[0]) for i in range(0, len(runs), 2)},
+            runs=run_means(runs),
             usage={k: _pair(v) for k, v in usage.items()},
             users={_who(k): int(v) for k, v in (raw.get("users") or {}).items()},
         )
@@ -923,6 +926,13 @@ WORKFLOW_FIELDS = ("workflowId", "workflow_id", "req_key")
 def _decimal(value: float) -> str:
     """A figure as ``HINCRBYFLOAT`` reads it (shortest exact decimal)."""
     return repr(float(value))
+
+
+def run_means(raw: Mapping[Any, Any] | Sequence[Any]) -> dict[str, float]:
+    """workflowId -> recent mean run time (s) of an HGETALL of ``{P}:runs`` (a dict, or
+    a flat list of field, value; each value "<mean s> <count>")."""
+    pairs = raw.items() if isinstance(raw, Mapping) else zip(raw[::2], raw[1::2], strict=True)
+    return {text(w): float(text(v).split()[0]) for w, v in pairs}
 
 
 def _windowed(row: list[str]) -> Windowed:
