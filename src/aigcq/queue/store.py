@@ -155,6 +155,11 @@ class Orphan:
         return self.create_at > 0
 
 
+#: waiting tasks of each queue one script of a read in pages takes (``window_in_pages``):
+#: a thousand in one script held Redis ~14 ms, ten pages of a hundred ~1 ms each
+WINDOW_PAGE = 100
+
+
 @dataclass(frozen=True, slots=True)
 class Windowed:
     """A waiting task of a look-ahead window, with what the fair policy weighs."""
@@ -844,17 +849,21 @@ class TaskStore:
         n: int,
         target: str,
         *,
-        page: int,
+        page: int = WINDOW_PAGE,
         busy_max: int = 4096,
         user_limit: int = 0,
     ) -> Window:
         """:meth:`window` of the first ``n`` tasks of each queue of ``lengths`` (queue ->
-        its length, LLEN), read ``page`` tasks of each at a time, each page its own
+        its length, LLEN; the tasks queue by queue, as there), read ``page`` tasks of each
+        at a time, each page its own
         script call and round trip: Redis serves its other clients between two pages
         instead of waiting for the whole read (milliseconds at a thousand tasks). Not one
-        step: a task that moves meanwhile may be read twice (the first kept) or missed;
-        for estimates, not decisions. The tasks in flight are read with the first page."""
-        tasks: dict[str, Windowed] = {}
+        step: a task that moves meanwhile may be read twice (the first kept) or missed
+        (planned next round). A decision from it is as safe as from one step: a round's
+        claims check each task again (by id, the caps inside the claim script), as they
+        must anyway for what other processes claimed since any read. The tasks in flight
+        are read with the first page."""
+        tasks: dict[tuple[str, str], dict[str, Windowed]] = {q: {} for q in lengths}
         got: Window | None = None
         for begin in range(0, max(n, 1), page):
             # the first page names every queue: its projects' tasks in flight hold slots
@@ -871,14 +880,14 @@ class TaskStore:
                 user_limit=user_limit,
             )
             for t in part.tasks:
-                tasks.setdefault(t.task_id, t)
+                tasks[(t.aigc, t.platform)].setdefault(t.task_id, t)
             if got is None:
                 got = part
             else:
                 got.usage.update(part.usage)
                 got.users.update(part.users)
         assert got is not None
-        return replace(got, tasks=list(tasks.values()))
+        return replace(got, tasks=[t for queue in tasks.values() for t in queue.values()])
 
     async def max_cost(self, task_id: str) -> float | None:
         """The most the task may cost on a paid platform (its client's ``maxCost``)."""

@@ -51,7 +51,7 @@ from aigcq.config import Scheduler, Settings
 from aigcq.plumbing.background import round_failed, round_ok
 from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.text import text
-from aigcq.queue.store import Claimed, run_means
+from aigcq.queue.store import WINDOW_PAGE, Claimed, run_means
 from aigcq.runtime import Runtime
 from aigcq.scheduler import fair
 from aigcq.scheduler.lifecycle import Lifecycle
@@ -261,13 +261,18 @@ class DispatchLoop:
         whole = paying and time.monotonic() >= self._whole_at
         if whole:
             self._whole_at = time.monotonic() + settings.sweep_interval_s
-        window = await self.rt.store.window(
-            list(busy),
-            window_size(settings, free, sum(rooms.values()), whole=whole),
-            target.name,
-            busy_max=BUSY_MAX if paying else 0,
-            user_limit=settings.user_max_running,
-        )
+        size = window_size(settings, free, sum(rooms.values()), whole=whole)
+        busy_max = BUSY_MAX if paying else 0
+        if size > WINDOW_PAGE:  # the whole window: in pages, not one long script
+            lengths = {key: q.backlog for key, q in busy.items()}
+            window = await self.rt.store.window_in_pages(
+                lengths, size, target.name, busy_max=busy_max, user_limit=settings.user_max_running
+            )
+        else:
+            window = await self.rt.store.window(
+                list(busy), size, target.name, busy_max=busy_max,
+                user_limit=settings.user_max_running,
+            )  # fmt: skip
         now = time.time()
         given = fair.inputs(
             window,
