@@ -7,7 +7,8 @@ usage, one step), the planner's inputs (:func:`aigcq.scheduler.fair.inputs`), th
 windows as the dispatch loop reads them (a third of the tasks with a start deadline, 160 in
 flight, 8 free slots): without paid room (the free slots plus the bridge look-ahead), with
 paid room (plus the room, the tasks in flight read), and the whole look-ahead window a
-round with paid room reads once a sweep interval. ``host_python_ms`` says how loaded the host was.
+round with paid room reads once a sweep interval (in pages, as the round reads it).
+``host_python_ms`` says how loaded the host was.
 
 ``eta_read``: the estimates' read of ``AIGCQ_ETA_WINDOW`` (1,000) tasks of each queue, as
 one script (before) and in pages (:data:`aigcq.queue.store.WINDOW_PAGE` tasks per queue,
@@ -40,7 +41,7 @@ from aigcq.domain import Ordering
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.queue.store import WINDOW_PAGE, TaskStore
 from aigcq.scheduler import fair
-from aigcq.scheduler.dispatch import BUSY_MAX, window_size
+from aigcq.scheduler.dispatch import BUSY_MAX, read_window, window_size
 from aigcq.scheduler.estimator import MAX_RUNNING
 from aigcq.scheduler.policy import plan_round
 from aigcq.scheduler.usage import Usage
@@ -89,10 +90,12 @@ async def rounds(
     free = FREE
     rooms = dict.fromkeys(queues, ROOM if paying else 0)
     size = window_size(settings, free, sum(rooms.values()), whole=whole)
+    lengths = {q: int(await store.redis.llen(store.keys.wait(*q))) for q in queues}
     read, planned, charged = [], [], []
     for _ in range(args.rounds):
         t0 = time.perf_counter()
-        window = await store.window(queues, size, "bridge", busy_max=BUSY_MAX if paying else 0)
+        busy_max = BUSY_MAX if paying else 0
+        window = await read_window(store, lengths, size, "bridge", busy_max=busy_max, user_limit=0)
         t1 = time.perf_counter()
         now = time.time()
         given = fair.inputs(

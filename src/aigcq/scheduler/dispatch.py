@@ -51,7 +51,7 @@ from aigcq.config import Scheduler, Settings
 from aigcq.plumbing.background import round_failed, round_ok
 from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.text import text
-from aigcq.queue.store import WINDOW_PAGE, Claimed, run_means
+from aigcq.queue.store import WINDOW_PAGE, Claimed, TaskStore, Window, run_means
 from aigcq.runtime import Runtime
 from aigcq.scheduler import fair
 from aigcq.scheduler.lifecycle import Lifecycle
@@ -93,6 +93,25 @@ def window_size(settings: Settings, free: int, room: int, *, whole: bool) -> int
         return settings.share_lookahead
     wanted = max(free, 0) + settings.bridge_lookahead + max(room, 0) + 1
     return min(settings.share_lookahead, wanted)
+
+
+async def read_window(
+    store: TaskStore,
+    lengths: dict[Queue, int],
+    size: int,
+    target: str,
+    *,
+    busy_max: int,
+    user_limit: int,
+) -> Window:
+    """A fair round's window of the queues of ``lengths`` (queue -> backlog): in one
+    script, or in pages when it is more than :data:`~aigcq.queue.store.WINDOW_PAGE` tasks
+    a queue (the whole look-ahead window), so that no read holds Redis for long."""
+    if size > WINDOW_PAGE:
+        return await store.window_in_pages(
+            lengths, size, target, busy_max=busy_max, user_limit=user_limit
+        )
+    return await store.window(list(lengths), size, target, busy_max=busy_max, user_limit=user_limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,18 +280,14 @@ class DispatchLoop:
         whole = paying and time.monotonic() >= self._whole_at
         if whole:
             self._whole_at = time.monotonic() + settings.sweep_interval_s
-        size = window_size(settings, free, sum(rooms.values()), whole=whole)
-        busy_max = BUSY_MAX if paying else 0
-        if size > WINDOW_PAGE:  # the whole window: in pages, not one long script
-            lengths = {key: q.backlog for key, q in busy.items()}
-            window = await self.rt.store.window_in_pages(
-                lengths, size, target.name, busy_max=busy_max, user_limit=settings.user_max_running
-            )
-        else:
-            window = await self.rt.store.window(
-                list(busy), size, target.name, busy_max=busy_max,
-                user_limit=settings.user_max_running,
-            )  # fmt: skip
+        window = await read_window(
+            self.rt.store,
+            {key: q.backlog for key, q in busy.items()},
+            window_size(settings, free, sum(rooms.values()), whole=whole),
+            target.name,
+            busy_max=BUSY_MAX if paying else 0,
+            user_limit=settings.user_max_running,
+        )
         now = time.time()
         given = fair.inputs(
             window,
