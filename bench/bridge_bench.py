@@ -39,6 +39,11 @@ the server runs with it lifted (``--flood-limit 100`` keeps it).
     python bench/bridge_bench.py --routing-only
     python bench/bridge_bench.py --mixed-only [--mixed-rounds 3]
     python bench/bridge_bench.py --new-bridge-only [--loss-trials 5]
+    python bench/bridge_bench.py --lifecycle-only [--scheduler fair]
+
+``--lifecycle-only`` runs just ``dispatch`` and ``lifecycle`` (the hot path's figures: its
+server CPU per task is what a change to the dispatch path is judged by); ``--scheduler``
+sets the serve's ``AIGCQ_SCHEDULER`` (``fifo``, the default, or ``fair``).
 """
 
 from __future__ import annotations
@@ -267,7 +272,7 @@ async def dispatch_and_lifecycle(
     cluster: Cluster, args: argparse.Namespace, http: aiohttp.ClientSession
 ) -> dict[str, Any]:
     cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}}})
-    server, port = start_server(cluster, args.flood_limit)
+    server, port = start_server(cluster, args.flood_limit, AIGCQ_SCHEDULER=args.scheduler)
     bridges = await bridges_up(port, args.bridges, http, "life", args.heartbeat_s)
     try:
         await Load(port).run(500, None, "warm")
@@ -758,7 +763,7 @@ def capable_pick(registry: BridgeRegistry, rounds: int) -> dict[str, float]:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
-    if not (args.mixed_only or args.new_bridge_only):
+    if not (args.mixed_only or args.new_bridge_only or args.lifecycle_only):
         report["routing"] = routing_decision()
         print("routing", report["routing"], file=sys.stderr)
     if args.routing_only:
@@ -770,6 +775,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     try:
         only = args.mixed_only or args.new_bridge_only
         async with aiohttp.ClientSession(connector=connector) as http:
+            if args.lifecycle_only:
+                report.update(await dispatch_and_lifecycle(cluster, args, http))
+                report["host_python_ms"].append(python_speed_ms())
+                return report
             if not args.mixed_only:
                 report["new_bridge"] = await new_bridge(cluster, args, http)
                 print("new_bridge", report["new_bridge"], file=sys.stderr)
@@ -808,5 +817,11 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--new-bridge-only", action="store_true", help="only the new and moved bridge trials"
+    )
+    parser.add_argument(
+        "--lifecycle-only", action="store_true", help="only the dispatch and lifecycle figures"
+    )
+    parser.add_argument(
+        "--scheduler", choices=("fifo", "fair"), default="fifo", help="the serve's AIGCQ_SCHEDULER"
     )
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

@@ -7,7 +7,14 @@ usage, one step), the planner's inputs (:func:`aigcq.scheduler.fair.inputs`), th
 windows as the dispatch loop reads them (a third of the tasks with a start deadline, 160 in
 flight, 8 free slots): without paid room (the free slots plus the bridge look-ahead), with
 paid room (plus the room, the tasks in flight read), and the whole look-ahead window a
-round with paid room reads once a sweep interval. ``host_python_ms`` says how loaded the host was.
+round with paid room reads once a sweep interval (in pages, as the round reads it).
+``host_python_ms`` says how loaded the host was.
+
+``eta_read``: the estimates' read of ``AIGCQ_ETA_WINDOW`` (1,000) tasks of each queue, as
+one script (before) and in pages (:data:`aigcq.queue.store.WINDOW_PAGE` tasks per queue,
+one script each, as :class:`~aigcq.scheduler.estimator.Estimator` reads them now): Redis's
+own time for the whole read and for its longest single command (from ``SLOWLOG``: how long
+every other client waited behind it), at ``--eta-waiting`` tasks in one queue.
 
     python bench/fair_round_bench.py [--rounds 300] [--projects 4] [--waiting 2000]
 """
@@ -32,9 +39,10 @@ from bench.host import python_speed_ms
 from aigcq.config import Settings
 from aigcq.domain import Ordering
 from aigcq.embedded.redis import EmbeddedRedis
-from aigcq.queue.store import TaskStore
+from aigcq.queue.store import WINDOW_PAGE, TaskStore
 from aigcq.scheduler import fair
-from aigcq.scheduler.dispatch import BUSY_MAX, window_size
+from aigcq.scheduler.dispatch import BUSY_MAX, read_window, window_size
+from aigcq.scheduler.estimator import MAX_RUNNING
 from aigcq.scheduler.policy import plan_round
 from aigcq.scheduler.usage import Usage
 
@@ -82,10 +90,12 @@ async def rounds(
     free = FREE
     rooms = dict.fromkeys(queues, ROOM if paying else 0)
     size = window_size(settings, free, sum(rooms.values()), whole=whole)
+    lengths = {q: int(await store.redis.llen(store.keys.wait(*q))) for q in queues}
     read, planned, charged = [], [], []
     for _ in range(args.rounds):
         t0 = time.perf_counter()
-        window = await store.window(queues, size, "bridge", busy_max=BUSY_MAX if paying else 0)
+        busy_max = BUSY_MAX if paying else 0
+        window = await read_window(store, lengths, size, "bridge", busy_max=busy_max, user_limit=0)
         t1 = time.perf_counter()
         now = time.time()
         given = fair.inputs(
@@ -111,6 +121,47 @@ async def rounds(
     }
 
 
+async def redis_time(redis: aioredis.Redis, read: Any) -> tuple[float, float]:
+    """Redis's time (ms) for the commands ``read()`` sends: in all, and the longest one."""
+    await redis.config_set("slowlog-log-slower-than", 0)
+    await redis.slowlog_reset()
+    await read()
+    entries = await redis.slowlog_get(10_000)
+    await redis.config_set("slowlog-log-slower-than", 10_000)
+    times = [e["duration"] / 1000 for e in entries if "slowlog" not in str(e["command"]).lower()]
+    return round(sum(times), 3), round(max(times, default=0.0), 3)
+
+
+async def eta_read(store: TaskStore, redis: aioredis.Redis, n: int, trials: int) -> dict[str, Any]:
+    """The estimates' window read of one queue of ``n`` tasks: one script, then pages."""
+    queue = ("eta", "comfyui")
+    for i in range(n):
+        await store.submit(
+            f"e{i}", aigc=queue[0], platform=queue[1], backend_id="b1", payload=PAYLOAD,
+            ordering=Ordering(user=f"u{i % 7}", max_wait_s=600.0 if i % 3 == 0 else None),
+        )  # fmt: skip
+    window = 1000
+
+    read: dict[str, int] = {}
+
+    async def one_script() -> None:
+        got = await store.window([queue], window, "bridge", busy_max=MAX_RUNNING)
+        read["one_script"] = len(got.tasks)
+
+    async def pages() -> None:
+        got = await store.window_in_pages(
+            {queue: n}, window, "bridge", page=WINDOW_PAGE, busy_max=MAX_RUNNING
+        )
+        read["pages"] = len(got.tasks)
+
+    out: dict[str, Any] = {"waiting": n, "page": WINDOW_PAGE, "tasks_read": read}
+    for name, how in (("one_script", one_script), ("pages", pages)):
+        runs = [await redis_time(redis, how) for _ in range(trials)]
+        out[f"{name}_redis_ms"] = round(statistics.median(r[0] for r in runs), 3)
+        out[f"{name}_longest_command_ms"] = round(statistics.median(r[1] for r in runs), 3)
+    return out
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="aigcq-fair-round-"))
     server = EmbeddedRedis(tmp / "redis", persist=False)
@@ -127,6 +178,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         report["paid_room_whole_window"] = await rounds(
             store, settings, usage, args, paying=True, whole=True
         )
+        report["eta_read"] = await eta_read(store, redis, args.eta_waiting, trials=20)
         report["host_python_ms"].append(python_speed_ms())
         return report
     finally:
@@ -141,4 +193,5 @@ if __name__ == "__main__":
     parser.add_argument("--projects", type=int, default=4)
     parser.add_argument("--waiting", type=int, default=2000)
     parser.add_argument("--in-flight", type=int, default=160)
+    parser.add_argument("--eta-waiting", type=int, default=1000)
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

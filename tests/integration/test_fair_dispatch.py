@@ -90,6 +90,26 @@ async def test_a_flooding_project_does_not_take_every_slot(pair: Pair) -> None:
     assert await pair.paid_creates() == 0
 
 
+async def test_tasks_that_all_start_at_once_are_charged_as_the_plan_charges(pair: Pair) -> None:
+    """A round whose waiting tasks all fit in the free slots claims them with no window
+    (nothing to weigh); each grant still charges its project and user its workflow's
+    recent mean, as a planned grant does."""
+    a, b = pair.a, pair.b
+    redis, keys = a.service.rt.redis, a.service.rt.store.keys
+    await redis.hset(keys.runs, "wf-7", "12.5 3")
+    bridge = await bridge_on(a, "br1", count=2, seen_by=b)
+    client = await b.client()
+    for task_id in ("c-0", "c-1"):
+        task = generate(task_id, aigc="calm", workflowId="wf-7", nodeInfoList=[])
+        reply = await client.request({**task, "userId": "u"})
+        assert reply["type"] == "submitted", reply
+        await assigned(bridge)
+    for key in (keys.usage("calm"), keys.usage("calm", "u")):
+        value = float((await redis.get(key) or "0 0").split()[0])
+        assert value == pytest.approx(25.0, rel=1e-3)  # decayed by a few ms at most
+    assert await redis.get(keys.usage("flood")) is None
+
+
 async def test_a_priority_credit_runs_first_within_its_tenant(pair: Pair) -> None:
     a, b = pair.a, pair.b
     bridge = await bridge_on(a, "br1", seen_by=b)

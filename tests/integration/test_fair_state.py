@@ -68,6 +68,31 @@ async def test_the_ordering_is_stored_and_read_back_in_the_window(redis: aioredi
     assert window.busy == [] and window.runs == {} and window.usage == {}
 
 
+async def test_a_window_read_in_pages_is_the_window_read_in_one_step(
+    redis: aioredis.Redis,
+) -> None:
+    """Queues of different lengths, pages shorter than them: the same tasks in the same
+    order, the same tasks in flight (read once, with the first page), usage and users."""
+    store = make_store(redis)
+    queues = {("p", "comfyui"): 7, ("q", "comfyui"): 3, ("r", "comfyui"): 0}
+    for (aigc, platform), n in queues.items():
+        for i in range(n):
+            ordering = Ordering(user=f"u{i % 3}", max_wait_s=60 if i % 2 else None)
+            await store.submit(
+                f"{aigc}{i}", aigc=aigc, platform=platform, backend_id="b1", payload=PAYLOAD,
+                ordering=ordering,
+            )  # fmt: skip
+    [busy] = await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60)
+    await redis.set("t:usage:q:user:u1", "3.5 1000")
+    lengths = {q: int(await redis.llen(store.keys.wait(*q))) for q in queues}
+    for n in (2, 6, 10):
+        whole = await store.window(list(queues), n, "bridge", busy_max=10, user_limit=2)
+        paged = await store.window_in_pages(lengths, n, "bridge", page=2, busy_max=10, user_limit=2)
+        assert paged == whole
+        assert len(paged.busy) == 1  # p0's slot, once
+    assert busy.task_id == "p0"
+
+
 async def test_expire_ends_a_waiting_task_that_never_ran(redis: aioredis.Redis) -> None:
     store = make_store(redis)
     await submit(store, "late", Ordering(max_wait_s=0))
@@ -166,6 +191,9 @@ async def test_redis_memory_per_waiting_task_stays_under_2_kib(redis: aioredis.R
     store = make_store(redis)
     ordering = Ordering(user="user-0123456789", credit_s=120, max_wait_s=600)
     small = {"workflowId": "1904136902449209346", "nodeInfoList": []}
+    # what the first tasks create once (the queue, the deadlines' index, Redis's own
+    # tables growing): alone in a fresh Redis, 200 tasks measured ~1.5 KiB more each
+    await _per_task(store, "w", small, ordering)
     figures = {
         "per_waiting_task_bytes": await _per_task(store, "s", small, ordering),
         "per_waiting_task_bytes_without_fields": await _per_task(store, "n", small, Ordering()),

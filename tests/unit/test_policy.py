@@ -15,6 +15,7 @@ from aigcq.scheduler.policy import (
     Shares,
     Tuning,
     Waiting,
+    all_start_now,
     decayed,
     fair_order,
     plan_round,
@@ -368,3 +369,29 @@ def test_with_a_slot_for_everyone_every_task_runs_now(tasks: list[Waiting], sh: 
     d = plan_round(tasks, Pool(free=len(tasks)), sh, {q: 10 for q in QUEUES}, NOW)
     assert not d.paid and not d.eta
     assert len(d.expired) + sum(len(q) for q in d.internal.values()) == len(tasks)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(windows(), pools, shares, rooms)
+def test_when_all_start_now_the_plan_grants_every_task_and_charges_its_run_time(
+    tasks: list[Waiting], pool: Pool, sh: Shares, room: dict[Queue, int]
+) -> None:
+    """What lets a dispatch round skip its window (claim from the heads, charge each
+    task's run time): whenever ``all_start_now`` holds, the plan does just that."""
+    overdue = sum(1 for t in tasks if t.start_by is not None and t.start_by <= NOW)
+    if not all_start_now(len(tasks), pool.free, overdue):
+        return
+    d = plan_round(tasks, pool, sh, room, NOW)
+    assert sorted(t for q in d.internal.values() for t in q) == sorted(ids(tasks))
+    assert not any(d.paid.values()) and not d.expired and not d.eta
+    spent: defaultdict[str, float] = defaultdict(float)
+    for t in tasks:
+        spent[t.queue[0]] += t.run_s
+    assert d.charged == pytest.approx(spent)
+
+
+def test_all_start_now_needs_work_room_for_it_and_nobody_overdue() -> None:
+    assert all_start_now(3, 3, 0)
+    assert not all_start_now(0, 3, 0)  # nothing to claim: the full round has nothing either
+    assert not all_start_now(4, 3, 0)  # who goes first is a question
+    assert not all_start_now(1, 3, 1)  # a task past its deadline expires, it does not run

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -52,6 +52,8 @@ class Claimed:
     charged: int = 1
     #: requeues so far that gave their attempt back (bounded by ``free_requeues``)
     uncharged: int = 0
+    #: its end user (``userId``; "": none)
+    user: str = ""
 
     def as_task(self, aigc: str, platform: str, target: str) -> Task:
         """The task as a target sees it while it is being dispatched."""
@@ -151,6 +153,11 @@ class Orphan:
         """A create whose outcome is unknown: nothing to ask or cancel until its remote
         id, its webhook or its deadline resolves it."""
         return self.create_at > 0
+
+
+#: waiting tasks of each queue one script of a read in pages takes (``window_in_pages``):
+#: a thousand in one script held Redis ~14 ms, ten pages of a hundred ~1 ms each
+WINDOW_PAGE = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +351,7 @@ class TaskStore:
                 float(r[5]),
                 int(r[6]),
                 int(r[7]),
+                text(r[8]),
             )
             for r in rows
         ]
@@ -808,31 +816,78 @@ class TaskStore:
         n: int,
         target: str,
         *,
+        start: int = 0,
         busy_max: int = 4096,
         user_limit: int = 0,
     ) -> Window:
-        """The first ``n`` waiting tasks of each of ``queues`` and what the fair policy
-        weighs with them (``window.lua``), in one step. ``busy_max``: the tasks in flight
-        read per project (0: only when a task of the window has a start deadline)."""
+        """The first ``n`` waiting tasks of each of ``queues`` (from index ``start``) and
+        what the fair policy weighs with them (``window.lua``), in one step.
+        ``busy_max``: the tasks in flight read per project (0: only when a task of the
+        window has a start deadline; < 0: none)."""
         raw = orjson.loads(
             await self._run(
                 "window",
                 queues=orjson.dumps([list(q) for q in queues]),
                 n=n,
+                start=start,
                 target=target,
                 busy_max=busy_max,
                 user_limit=user_limit,
             )
         )
-        runs = raw.get("runs") or []
-        usage = raw.get("usage") or {}
         return Window(
             tasks=[_windowed(row) for row in raw.get("tasks") or []],
             busy=[(w, float(s) if s else None) for w, s in raw.get("busy") or []],
-            runs={runs[i]: float(runs[i + 1].split()[0]) for i in range(0, len(runs), 2)},
-            usage={k: _pair(v) for k, v in usage.items()},
+            runs=run_means(raw.get("runs") or []),
+            usage={k: _pair(v) for k, v in (raw.get("usage") or {}).items()},
             users={_who(k): int(v) for k, v in (raw.get("users") or {}).items()},
         )
+
+    async def window_in_pages(
+        self,
+        lengths: Mapping[tuple[str, str], int],
+        n: int,
+        target: str,
+        *,
+        page: int = WINDOW_PAGE,
+        busy_max: int = 4096,
+        user_limit: int = 0,
+    ) -> Window:
+        """:meth:`window` of the first ``n`` tasks of each queue of ``lengths`` (queue ->
+        its length, LLEN; the tasks queue by queue, as there), read ``page`` tasks of each
+        at a time, each page its own
+        script call and round trip: Redis serves its other clients between two pages
+        instead of waiting for the whole read (milliseconds at a thousand tasks). Not one
+        step: a task that moves meanwhile may be read twice (the first kept) or missed
+        (planned next round). A decision from it is as safe as from one step: a round's
+        claims check each task again (by id, the caps inside the claim script), as they
+        must anyway for what other processes claimed since any read. The tasks in flight
+        are read with the first page."""
+        tasks: dict[tuple[str, str], dict[str, Windowed]] = {q: {} for q in lengths}
+        got: Window | None = None
+        for begin in range(0, max(n, 1), page):
+            # the first page names every queue: its projects' tasks in flight hold slots
+            queues = [q for q, length in lengths.items() if length > begin or not begin]
+            if not queues:
+                break
+            size = min(page, n - begin)
+            part = await self.window(
+                queues,
+                size,
+                target,
+                start=begin,
+                busy_max=busy_max if got is None else -1,
+                user_limit=user_limit,
+            )
+            for t in part.tasks:
+                tasks[(t.aigc, t.platform)].setdefault(t.task_id, t)
+            if got is None:
+                got = part
+            else:
+                got.usage.update(part.usage)
+                got.users.update(part.users)
+        assert got is not None
+        return replace(got, tasks=[t for queue in tasks.values() for t in queue.values()])
 
     async def max_cost(self, task_id: str) -> float | None:
         """The most the task may cost on a paid platform (its client's ``maxCost``)."""
@@ -923,6 +978,13 @@ WORKFLOW_FIELDS = ("workflowId", "workflow_id", "req_key")
 def _decimal(value: float) -> str:
     """A figure as ``HINCRBYFLOAT`` reads it (shortest exact decimal)."""
     return repr(float(value))
+
+
+def run_means(raw: Mapping[Any, Any] | Sequence[Any]) -> dict[str, float]:
+    """workflowId -> recent mean run time (s) of an HGETALL of ``{P}:runs`` (a dict, or
+    a flat list of field, value; each value "<mean s> <count>")."""
+    pairs = raw.items() if isinstance(raw, Mapping) else zip(raw[::2], raw[1::2], strict=True)
+    return {text(w): float(text(v).split()[0]) for w, v in pairs}
 
 
 def _windowed(row: list[str]) -> Windowed:

@@ -28,7 +28,11 @@ the internal target (through its ``choose``, among the queue's tasks in the plan
 so capabilities and look-ahead per instance still hold), for the paid platform (its cap
 checked inside the claim script, as ever), and ends ``TaskExpired`` the tasks past their
 start deadline. The GPU-seconds of each internal claim are charged to its project and user
-(:mod:`aigcq.scheduler.usage`). The other queues are split as above.
+(:mod:`aigcq.scheduler.usage`). The other queues are split as above. A round whose waiting
+tasks in those queues all fit in the slots free here, none past its start deadline (read
+with the loads: :func:`aigcq.scheduler.policy.all_start_now`, where the plan would start
+every one now), reads no window: it claims them as fifo does and charges the same
+GPU-seconds; the hot path pays for the fair policy only when there is something to weigh.
 """
 
 from __future__ import annotations
@@ -47,13 +51,13 @@ from aigcq.config import Scheduler, Settings
 from aigcq.plumbing.background import round_failed, round_ok
 from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.text import text
-from aigcq.queue.store import Claimed
+from aigcq.queue.store import WINDOW_PAGE, Claimed, TaskStore, Window, run_means
 from aigcq.runtime import Runtime
 from aigcq.scheduler import fair
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.pauses import Paused, parse
-from aigcq.scheduler.policy import Decision, Queue, Waiting, plan_round
+from aigcq.scheduler.policy import Decision, Queue, Waiting, all_start_now, plan_round
 from aigcq.scheduler.routing import (
     Plan,
     capped,
@@ -91,6 +95,25 @@ def window_size(settings: Settings, free: int, room: int, *, whole: bool) -> int
     return min(settings.share_lookahead, wanted)
 
 
+async def read_window(
+    store: TaskStore,
+    lengths: dict[Queue, int],
+    size: int,
+    target: str,
+    *,
+    busy_max: int,
+    user_limit: int,
+) -> Window:
+    """A fair round's window of the queues of ``lengths`` (queue -> backlog): in one
+    script, or in pages when it is more than :data:`~aigcq.queue.store.WINDOW_PAGE` tasks
+    a queue (the whole look-ahead window), so that no read holds Redis for long."""
+    if size > WINDOW_PAGE:
+        return await store.window_in_pages(
+            lengths, size, target, busy_max=busy_max, user_limit=user_limit
+        )
+    return await store.window(list(lengths), size, target, busy_max=busy_max, user_limit=user_limit)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueLoad:
     """One queue as a round sees it."""
@@ -105,6 +128,15 @@ class QueueLoad:
     paid_running: int
     #: an operator paused the queue's paid account: no new create on it
     paid_paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Glance:
+    """What a fair round reads with the loads: the tasks past their start deadline (any
+    queue's) and the workflows' recent mean run times."""
+
+    overdue: int = 0
+    runs: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -169,8 +201,13 @@ class DispatchLoop:
     async def dispatch_round(self) -> None:
         """Each queue's split, in turn; internal slots a queue's share left unused (its
         tasks none of the free instances can run) go to the queues after it."""
-        loads = await self._loads()
-        if self._fair():
+        fair_now = self._fair()
+        loads, glance = await self._loads(glance=fair_now)
+        #: (project, userId, workflowId) of each internal claim to charge as a fair plan would
+        charging: list[tuple[str, str, str]] | None = None
+        if fair_now and self._all_start_now(loads, glance):
+            charging = []
+        elif fair_now:
             loads = await self._fair_round(loads)
         heads: list[list[str] | None] = [None] * len(loads)
         if self.paused.workflows:  # what may go: the tasks not paused, claimed by id
@@ -188,9 +225,13 @@ class DispatchLoop:
             served = self.internal is not None and load.platform in self.internal.serves
             share = internal[i] + (spare if served else 0)
             split = self._split(load, share, elsewhere[i])
-            used = await self._dispatch(load, split, heads[i])
+            taken = await self._dispatch(load, split, heads[i])
             if served:
-                spare = share - used
+                spare = share - min(len(taken), split.internal)
+            if charging is not None and served:
+                charging += [(load.aigc, c.user, c.workflow_id) for c in taken]
+        if charging:
+            await self._charge(charging, glance)
 
     def _fair(self) -> bool:
         """Whether this round plans the internal target's queues by the fair policy."""
@@ -201,6 +242,27 @@ class DispatchLoop:
             and target.preferred
             and target.healthy
         )
+
+    def _all_start_now(self, loads: list[QueueLoad], glance: Glance) -> bool:
+        """Whether the fair plan would start every task waiting in the internal target's
+        queues on the slots free here (:func:`~aigcq.scheduler.policy.all_start_now`):
+        then the round claims them as fifo does, reading no window. Not with a per-user
+        limit (a claim from the head does not check it)."""
+        target = self.internal
+        assert target is not None
+        if self.rt.settings.user_max_running > 0:
+            return False
+        waiting = sum(q.backlog for q in loads if q.platform in target.serves)
+        free = capped(target.free_slots(), self.rt.settings.internal_capacity_max)
+        return all_start_now(waiting, free, glance.overdue)
+
+    async def _charge(self, claimed: list[tuple[str, str, str]], glance: Glance) -> None:
+        """Charge the GPU-seconds of the (project, userId, workflowId) tasks the internal
+        target took outside a fair plan (:meth:`_all_start_now`), as the plan charges its
+        grants (the run means read with the round's loads)."""
+        settings = self.rt.settings
+        projects, users = fair.charges(claimed, glance.runs, settings.share_default_run_s)
+        await self.usage.charge(projects, users)
 
     async def _fair_round(self, loads: list[QueueLoad]) -> list[QueueLoad]:
         """Plan and claim the internal target's queues together (the fair policy); the
@@ -218,8 +280,9 @@ class DispatchLoop:
         whole = paying and time.monotonic() >= self._whole_at
         if whole:
             self._whole_at = time.monotonic() + settings.sweep_interval_s
-        window = await self.rt.store.window(
-            list(busy),
+        window = await read_window(
+            self.rt.store,
+            {key: q.backlog for key, q in busy.items()},
             window_size(settings, free, sum(rooms.values()), whole=whole),
             target.name,
             busy_max=BUSY_MAX if paying else 0,
@@ -296,13 +359,15 @@ class DispatchLoop:
                     self._spawn(self._hand_over(self.paid, load.aigc, load.platform, [c]), [c])
         await self.usage.charge(projects, users)
 
-    async def _loads(self) -> list[QueueLoad]:
+    async def _loads(self, *, glance: bool = False) -> tuple[list[QueueLoad], Glance]:
         """Every configured queue's backlog and paid in-flight count, and the pauses, in
-        one pipeline; the queues of paused projects are left out."""
+        one pipeline; the queues of paused projects are left out. With ``glance`` (a fair
+        round), what decides whether it needs its window too (:meth:`_all_start_now`)."""
         queues = self.rt.config.queues()
         keys = self.rt.store.keys
         paid = [self.paid.adapter_for(platform) for _, platform in queues]
         names = [adapter.name if adapter else "" for adapter in paid]
+        extra = 2 if glance else 0
         counts = await self.rt.store.mux.commands(
             *(
                 cmd
@@ -314,9 +379,15 @@ class DispatchLoop:
                 )
             ),
             ["HGETALL", keys.pauses],
+            *(
+                [["ZCOUNT", keys.startby, "-inf", repr(time.time())], ["HGETALL", keys.runs]]
+                if glance
+                else []
+            ),
         )
-        await self._pauses(Paused.of(parse(counts[-1])))
-        return [
+        seen = Glance(int(counts[-2]), run_means(counts[-1])) if glance else Glance()
+        await self._pauses(Paused.of(parse(counts[-1 - extra])))
+        loads = [
             QueueLoad(
                 aigc,
                 platform,
@@ -330,6 +401,7 @@ class DispatchLoop:
             for i, (aigc, platform) in enumerate(queues)
             if aigc not in self.paused.projects
         ]
+        return loads, seen
 
     async def _pauses(self, paused: Paused) -> None:
         """The pauses this round decides by; the internal target hears of new drains."""
@@ -348,14 +420,14 @@ class DispatchLoop:
         swapped = plan(backlog, max(paid_free, 0), internal)
         return Plan(swapped.external, swapped.internal, swapped.waiting)
 
-    async def _dispatch(self, load: QueueLoad, split: Plan, ids: list[str] | None) -> int:
+    async def _dispatch(self, load: QueueLoad, split: Plan, ids: list[str] | None) -> list[Claimed]:
         """Claim and hand over what ``split`` says: from the head, or of ``ids`` (in order:
-        the tasks not paused); how many internal slots that took."""
+        the tasks not paused); what the internal target took (it may take more than
+        ``split.internal`` slots' worth: those it chose for the paid platform's room)."""
         aigc, platform = load.aigc, load.platform
-        used = 0
+        taken: list[Claimed] = []
         if self.internal is not None and platform in self.internal.serves:
             taken = await self._claim_internal(self.internal, load, split, ids)
-            used = min(len(taken), split.internal)
             if ids is not None:
                 gone = {c.task_id for c in taken}
                 ids = [i for i in ids if i not in gone]
@@ -368,7 +440,7 @@ class DispatchLoop:
             )
             for c in claimed:
                 self._spawn(self._hand_over(self.paid, aigc, platform, [c]), [c])
-        return used
+        return taken
 
     async def _claim_internal(
         self,

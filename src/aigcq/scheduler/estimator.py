@@ -2,16 +2,20 @@
 
 :meth:`Estimator.refresh` reads what a fair dispatch round reads (``window.lua``:
 :meth:`aigcq.queue.store.TaskStore.window`, made the planner's inputs by
-:func:`aigcq.scheduler.fair.inputs`: each waiting task's workflow mean run time, priority
-credit, userId and start deadline, the tasks in flight on the internal target of every
-process, the decayed usage) for the head of every queue our GPUs serve, up to
-``AIGCQ_ETA_WINDOW`` tasks each, and the head of the others and every queue's length in
-one more round trip; the pool's free slots are the internal target's, here and in the
-other processes. Under ``AIGCQ_SCHEDULER=fifo`` the same tasks are laid out as that policy
-takes them: first come, first served in each queue, projects in turn (no usage, credit nor
-start deadline). The snapshot it makes serves every estimate until the next refresh; a
-task it did not see is placed by its index in its queue (one just submitted here: the
-queue's length then plus the submits here since). Bounded work per refresh: the window per
+:func:`aigcq.scheduler.fair.inputs`: each waiting task's workflow mean run time,
+priority credit, userId and start deadline, the tasks in flight on the internal target
+of every process, the decayed usage) for the head of every queue our GPUs serve, up to
+``AIGCQ_ETA_WINDOW`` tasks each, in pages (:data:`~aigcq.queue.store.WINDOW_PAGE` tasks
+per queue), one script call and round trip each
+(:meth:`~aigcq.queue.store.TaskStore.window_in_pages`: Redis serves its other clients
+between two pages, where a thousand tasks in one script held it ~14 ms); and in one
+round trip before, the head of the other queues and every queue's length. The pool's
+free slots are the internal target's, here and in the other processes. Under
+``AIGCQ_SCHEDULER=fifo`` the same tasks are laid out as that policy takes them: first
+come, first served in each queue, projects in turn (no usage, credit nor start
+deadline). The snapshot it makes serves every estimate until the next refresh; a task it
+did not see is placed by its index in its queue (one just submitted here: the queue's
+length then plus the submits here since). Bounded work per refresh: the window per
 queue, :data:`MAX_RUNNING` tasks in flight per project, and one read of the backendId of
 each task in view it has not seen before (for its client's updates).
 """
@@ -78,9 +82,9 @@ class Estimator:
         ]
         beyond, shares, tuning = settings.share_default_run_s, Shares(), Tuning(lend_s=-1)
         if served and self.internal is not None:
-            window = await store.window(
-                served, n, self.internal.name, busy_max=MAX_RUNNING,
-                user_limit=settings.user_max_running,
+            window = await store.window_in_pages(
+                {q: lengths[q] for q in served}, n, self.internal.name,
+                busy_max=MAX_RUNNING, user_limit=settings.user_max_running,
             )  # fmt: skip
             tasks, pool, shares, tuning = self._inputs(window, now)
             runs = [t.run_s for t in tasks]

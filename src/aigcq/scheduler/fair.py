@@ -19,7 +19,8 @@ its running ones to end (the claim script enforces the limit too, across process
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Collection, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from aigcq.config import Settings
@@ -70,6 +71,21 @@ def run_times(runs: Mapping[str, float], default_s: float) -> Callable[[str], fl
     the others', else ``default_s``."""
     unknown = statistics.fmean(runs.values()) if runs else default_s
     return lambda workflow: runs.get(workflow, unknown)
+
+
+def charges(
+    claimed: Iterable[tuple[str, str, str]], runs: Mapping[str, float], default_s: float
+) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    """The GPU-seconds grants of our GPUs charge, by project and by (project, user), for
+    ``claimed`` (project, userId, workflowId) tasks: each its workflow's expected run
+    time (:func:`run_times`), as :func:`~aigcq.scheduler.policy.plan_round` charges."""
+    run_s = run_times(runs, default_s)
+    projects: defaultdict[str, float] = defaultdict(float)
+    users: defaultdict[tuple[str, str], float] = defaultdict(float)
+    for project, user, workflow in claimed:
+        projects[project] += run_s(workflow)
+        users[(project, user)] += run_s(workflow)
+    return projects, users
 
 
 def inputs(

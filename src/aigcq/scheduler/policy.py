@@ -290,6 +290,17 @@ def plan_round(
     return decision
 
 
+def all_start_now(waiting: int, free: int, overdue: int) -> bool:
+    """Whether :func:`plan_round` would grant every one of ``waiting`` tasks a slot free
+    here: they fit in the ``free`` slots and none is past its start deadline (``overdue``:
+    how many are). Each then starts now, so there is nothing to weigh: no order, no
+    overflow (a task is paid only when its place starts later), no rescue (nobody starts
+    late), and each grant charges its task's expected run time as the plan would. A round
+    may then claim them from the heads as fifo does and charge the same GPU-seconds,
+    without reading the look-ahead window."""
+    return overdue == 0 and 0 < waiting <= free
+
+
 def _slots(pool: Pool, now: float) -> list[tuple[float, int]]:
     """The pool's slots as a heap of (when it frees, its kind); one that never frees when
     the pool is empty (nothing of ours can run the tasks)."""

@@ -3,7 +3,7 @@
 -- head, or those of ``ids`` still in the list (each taken out with LREM, in that order;
 -- one another process claimed meanwhile is skipped). Every claim is a new attempt number
 -- (its own signed webhook URL) and charges one attempt. Returns a row per task claimed:
--- {taskId, attempt, payload, backendId, workflowId, created, charged, uncharged}.
+-- {taskId, attempt, payload, backendId, workflowId, created, charged, uncharged, userId}.
 -- With ``user_limit`` > 0 (claimed by ids for our GPUs), a task whose end user
 -- (``userId``) has that many claimed for our GPUs already is passed over (it keeps its
 -- place); each one claimed counts until it ends, goes back to waiting or to a paid target.
@@ -54,8 +54,9 @@ while take > 0 do
       if user then redis.call('ZADD', userkey(aigc, user), deadline, id) end
     end
     note(id, now, TO.claim, attempt, target, '')
-    local f = redis.call('HMGET', k, 'payload', 'backendId', 'workflowId', 'created', 'uncharged')
-    out[#out + 1] = {id, attempt, f[1], f[2], f[3], f[4], charged, f[5] or 0}
+    local f = redis.call('HMGET', k, 'payload', 'backendId', 'workflowId', 'created', 'uncharged',
+      'userId')
+    out[#out + 1] = {id, attempt, f[1], f[2], f[3], f[4], charged, f[5] or 0, f[6] or ''}
     take = take - 1
   end
 end

@@ -11,8 +11,9 @@
 --! no move: it only reads
 --! arg queues          a JSON list of {aigc, platform}
 --! arg n:num           tasks of each queue's head
+--! arg start:num       from this index of each queue's list (a page further back: 0, the head)
 --! arg target          the internal target's name (its running sets)
---! arg busy_max:num    tasks in flight read per project, at most (0: 4096 if the window dates)
+--! arg busy_max:num    tasks in flight read per project, at most (0: 4096 if dated; < 0: never)
 --! arg user_limit:num  the per-user limit (0: none, their counts are not read)
 local out = {tasks = {}, busy = {}, usage = {}, users = {}}
 local usage_keys, projects, dated = {}, {}, false
@@ -23,7 +24,7 @@ for _, q in ipairs(cjson.decode(queues)) do
     projects[aigc] = true
     want(P .. ':usage:' .. aigc)
   end
-  for _, id in ipairs(redis.call('LRANGE', waitkey(aigc, platform), 0, n - 1)) do
+  for _, id in ipairs(redis.call('LRANGE', waitkey(aigc, platform), start, start + n - 1)) do
     local f = redis.call('HMGET', tkey(id), 'created', 'workflowId', 'userId', 'credit',
       'startBy', 'keepWaiting', 'charged')
     if tonumber(f[7] or 0) > 0 then f[5] = false end  -- it started once: no start deadline
@@ -42,7 +43,7 @@ for _, q in ipairs(cjson.decode(queues)) do
 end
 -- the busy slots' time left matters to a task's estimated start: read when a paid
 -- platform has room (busy_max > 0) or a task of the window has a start deadline
-if busy_max > 0 or dated then
+if busy_max > 0 or (dated and busy_max == 0) then
   local limit = math.max(busy_max, 4096)
   for aigc in pairs(projects) do
     for _, id in ipairs(redis.call('ZRANGE', runkey(aigc, target), 0, limit - 1)) do
