@@ -56,6 +56,8 @@ class PeerCapacity:
         self.process_id = uuid.uuid4().hex
         self.elsewhere = 0  # free slots on other processes' bridges
         self.bridges_elsewhere = 0  # bridges connected to other processes
+        #: the other processes holding bridges now (their offers: :mod:`.peer_offers`)
+        self.holding: frozenset[str] = frozenset()
         self._written = -1  # our free slots as last written (none yet)
         self._nudged = asyncio.Event()
         self._reads = 0  # syncs done
@@ -89,7 +91,7 @@ class PeerCapacity:
             pipe.publish(self.channel, "capacity")
         entries = (await pipe.execute())[1]
         self._written = free
-        total, connected, stale = 0, 0, []
+        total, connected, stale, holding = 0, 0, [], set()
         for process_id, value in entries.items():
             if process_id == self.process_id:
                 continue
@@ -102,9 +104,12 @@ class PeerCapacity:
             else:
                 total += their_free
                 connected += their_bridges
+                if their_bridges:
+                    holding.add(str(process_id))
         if stale:
             await self.redis.hdel(self.key, *stale)
         self.bridges_elsewhere = connected
+        self.holding = frozenset(holding)
         before = self.free
         self._reads += 1
         self._expected = [until for until in self._expected if until > self._reads]
