@@ -20,7 +20,7 @@ from aigcq.agent.app import Bridge
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from tests.fakes.agent import same_port
 from tests.fakes.agent_hub import Env, Hub, env
-from tests.fakes.comfyui import kill
+from tests.fakes.comfyui import GRAPH, kill
 from tests.fakes.servers import Served, serve_killable
 from tests.fakes.waiting import until, wait_until
 
@@ -246,3 +246,32 @@ async def test_a_reconnect_sends_undelivered_task_ends_at_once(
         await env.hub.sockets[-1].close()  # the hub restarted: the bridge reconnects
         await env.hub.next("REGISTER")
         assert (await env.end_for("waiting"))["code"] == 0
+
+
+async def test_a_cancel_of_a_waiting_prompt_interrupts_no_one_else(
+    env: Env, tmp_path: Path
+) -> None:
+    """ComfyUI before 0.3.56 ignores ``/interrupt``'s ``prompt_id`` and stops whatever
+    runs: a task cancelled while its prompt waits behind someone else's must not stop that
+    one; it is only deleted from the queue."""
+    async with comfy_fleet(tmp_path, 1) as [(served, emulator)]:
+        emulator.config.global_interrupt = True
+        settings = env.settings.model_copy(update={"comfyui": [served.url]})
+        async with Bridge(settings):
+            await env.hub.next("REGISTER")
+            theirs = {"prompt": GRAPH, "client_id": "someone", "prompt_id": "theirs"}
+            await env.http.post(f"{served.url}/prompt", json=theirs)
+            await until(lambda: _running(emulator), lambda p: p == "theirs")
+            await env.hub.send("TASK_ASSIGN", env.assign("waits", workflow=GRAPH))
+            await env.hub.next("TASK_ACK")
+            await wait_until(lambda: any(i.prompt_id == "waits" for i in emulator.pending))
+            await env.hub.send("TASK_CANCEL", {"taskId": "waits", "attempt": 1})
+            await wait_until(lambda: not emulator.pending)
+            await until(lambda: _history_status(emulator, "theirs"), bool, within=10)
+        assert await _history_status(emulator, "theirs") == "success"
+        assert "waits" not in emulator.history
+
+
+async def _history_status(emulator: ComfyUIEmulator, prompt_id: str) -> str:
+    entry = emulator.history.get(prompt_id)
+    return str(entry["status"]["status_str"]) if entry else ""

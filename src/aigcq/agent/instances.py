@@ -286,14 +286,14 @@ class ComfyInstance:
             return None
         return entry if isinstance(entry, dict) else None
 
-    async def queued(self, prompt_id: str) -> bool:
-        """Whether ``prompt_id`` is running or waiting in ``/queue``; raises
-        :class:`InstanceDown` when the instance does not answer."""
+    async def queued(self, prompt_id: str, *, waiting: bool = True) -> bool:
+        """Whether ``prompt_id`` is running (or, with ``waiting``, waiting) in ``/queue``;
+        raises :class:`InstanceDown` when the instance does not answer."""
         try:
             resp = await self.http.get(f"{self.url}/queue", timeout=5.0)
             resp.raise_for_status()
             q = resp.json()
-            items = [*q.get("queue_running", []), *q.get("queue_pending", [])]
+            items = [*q.get("queue_running", []), *(q.get("queue_pending", []) if waiting else [])]
         except (httpx.HTTPError, ValueError, AttributeError) as e:
             raise InstanceDown(f"{self.instance_id}: /queue: {e}") from None
         return any(isinstance(i, list) and len(i) > 1 and i[1] == prompt_id for i in items)
@@ -310,10 +310,14 @@ class ComfyInstance:
         tmp.replace(dest)
 
     async def cancel(self, prompt_id: str) -> None:
-        """Remove the prompt from the queue and interrupt it if running (best effort)."""
-        with contextlib.suppress(httpx.HTTPError):
+        """Remove the prompt from the queue and interrupt it if it is the one running (best
+        effort). The interrupt names it, and ComfyUI 0.3.56 and newer stop only that one;
+        older versions stop whatever runs, so it is sent only when ``/queue`` shows it
+        running (not for a prompt waiting behind someone else's)."""
+        with contextlib.suppress(httpx.HTTPError, InstanceDown):
             await self.http.post(f"{self.url}/queue", json={"delete": [prompt_id]})
-            await self.http.post(f"{self.url}/interrupt", json={"prompt_id": prompt_id})
+            if await self.queued(prompt_id, waiting=False):
+                await self.http.post(f"{self.url}/interrupt", json={"prompt_id": prompt_id})
 
 
 class InstancePool:

@@ -10,7 +10,8 @@ run time with ``POST /emulator/fail {"next": n, "rate": r}``). ``POST /emulator/
 acts as a ComfyUI process that restarted: its queue, history and running prompt are
 forgotten. ``POST /queue {"delete": [...]}`` deletes pending prompts, as ComfyUI's UI does.
 ``POST /interrupt`` stops the running prompt after ``interrupt_latency`` seconds (real
-ComfyUI takes about one on a GPU; default 0, at the next step), in ``/queue`` until then.
+ComfyUI takes about one on a GPU; default 0, at the next step), in ``/queue`` until then;
+with ``global_interrupt`` it ignores the body's ``prompt_id``, as ComfyUI before 0.3.56.
 ``view_latency`` and ``history_latency`` delay ``GET /view`` and ``GET /history/{id}`` (a
 slow link, a loaded ComfyUI) while the worker goes on with the next prompt.
 

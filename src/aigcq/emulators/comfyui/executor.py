@@ -119,8 +119,11 @@ class ComfyUIEmulator:
 
     def interrupt(self, prompt_id: str | None) -> None:
         """Stop the running prompt (if it is ``prompt_id``): at its next step, after
-        ``interrupt_latency`` seconds; meanwhile it still runs and is still in ``/queue``."""
+        ``interrupt_latency`` seconds; meanwhile it still runs and is still in ``/queue``.
+        With ``global_interrupt``, whatever runs, as older ComfyUI versions do."""
         item = self.running
+        if self.config.global_interrupt:
+            prompt_id = None
         if item is None or prompt_id not in (None, item.prompt_id):
             return
         latency = self.config.interrupt_latency
