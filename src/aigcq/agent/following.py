@@ -78,6 +78,11 @@ class RunningTask:
     sending: bool = False  # its POST /prompt is out: ComfyUI may queue it yet
     let_go: bool = False  # its instance is free again (its files may still be fetched)
 
+    @property
+    def started_at(self) -> float:
+        """When it started (epoch s), as its held prompt keeps it across restarts."""
+        return time.time() - (time.monotonic() - self.started)
+
 
 @dataclass(frozen=True)
 class RunnerSettings:
