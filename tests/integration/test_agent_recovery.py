@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from websockets.asyncio.client import connect
 
 from aigcq.agent.app import Bridge
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
@@ -278,3 +279,26 @@ async def test_a_cancel_of_a_waiting_prompt_interrupts_no_one_else(
 async def _history_status(emulator: ComfyUIEmulator, prompt_id: str) -> str:
     entry = emulator.history.get(prompt_id)
     return str(entry["status"]["status_str"]) if entry else ""
+
+
+async def test_a_websocket_comfyui_forgot_is_reopened_and_progress_flows_again(
+    env: Env, tmp_path: Path
+) -> None:
+    """ComfyUI forgets a ``clientId`` when any socket of it closes, also an older one
+    closing after the bridge's connected (seen on real ComfyUI 0.3.64): the bridge's
+    socket then hears nothing, not even ``status``, while its prompts run. Silent since
+    the prompt was queued, it is reopened, and the prompt's progress reaches the hub."""
+    async with comfy_fleet(tmp_path, 1) as [(served, emulator)]:
+        emulator.config.forget_client_on_close = True
+        settings = env.settings.model_copy(update={"comfyui": [served.url]})
+        async with Bridge(settings) as bridge:
+            await env.hub.next("REGISTER")
+            await wait_until(lambda: bridge.bridge_id in emulator.sockets)
+            ws_url = served.url.replace("http", "ws", 1) + f"/ws?clientId={bridge.bridge_id}"
+            async with connect(ws_url):  # closes when done: ComfyUI forgets the clientId
+                pass
+            await wait_until(lambda: bridge.bridge_id not in emulator.sockets)
+            await env.hub.send("TASK_ASSIGN", env.assign("deaf", workflow=GRAPH))
+            assert (await env.hub.next("TASK_ACK"))["code"] == 0
+            assert (await env.hub.next("TASK_PROGRESS"))["taskId"] == "deaf"
+            assert (await env.end_for("deaf"))["code"] == 0

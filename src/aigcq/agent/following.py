@@ -77,6 +77,7 @@ class RunningTask:
     cancelled: bool = False  # by the hub (TASK_CANCEL): no TASK_END
     sending: bool = False  # its POST /prompt is out: ComfyUI may queue it yet
     let_go: bool = False  # its instance is free again (its files may still be fetched)
+    reopened: bool = False  # its instance's WebSocket, found deaf while it ran
 
     @property
     def started_at(self) -> float:
@@ -111,7 +112,7 @@ class Follower:
         deadline = time.monotonic() + self.settings.task_timeout
         while time.monotonic() < deadline:
             event = None if look_first else await self._next(events)
-            look_first = False
+            silent, look_first = event is None and not look_first, False
             if event is not None and event.get("type") == "progress":
                 await self._progress(task, event["data"])
             if event is not None and not _is_final(event):
@@ -126,6 +127,9 @@ class Follower:
                 if error:
                     raise TaskFailed(error.failure_class, error.code, error.message)
                 return entry
+            if silent and not task.reopened and instance.deaf_since(task.started):
+                task.reopened = True  # once: a long node may send nothing
+                await instance.reopen()  # its events go to no one: be counted again
         await instance.cancel(task.prompt_id)
         timeout = self.settings.task_timeout
         raise machine_failure("Timeout", f"ComfyUI did not finish within {timeout:.0f}s")
