@@ -21,7 +21,7 @@ from aigcq.agent.app import Bridge
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from tests.fakes.agent import same_port
 from tests.fakes.agent_hub import Env, Hub, env
-from tests.fakes.comfyui import GRAPH, kill
+from tests.fakes.comfyui import GRAPH, invert_graph, kill
 from tests.fakes.servers import Served, serve_killable
 from tests.fakes.waiting import until, wait_until
 
@@ -302,3 +302,25 @@ async def test_a_websocket_comfyui_forgot_is_reopened_and_progress_flows_again(
             assert (await env.hub.next("TASK_ACK"))["code"] == 0
             assert (await env.hub.next("TASK_PROGRESS"))["taskId"] == "deaf"
             assert (await env.end_for("deaf"))["code"] == 0
+
+
+async def test_a_task_id_comfyui_ran_before_gets_its_own_result(env: Env, tmp_path: Path) -> None:
+    """The prompt id is the task id, and ComfyUI keeps the history of an earlier prompt of
+    that id (a task id used again, on a ComfyUI that outlived the first): while the new
+    prompt waits behind someone else's, the silence poll found that old entry and
+    delivered its files as this task's result. The old entry is deleted before the prompt
+    is sent."""
+    async with comfy_fleet(tmp_path, 1) as [(served, emulator)]:
+        settings = env.settings.model_copy(update={"comfyui": [served.url]})
+        async with Bridge(settings):
+            await env.hub.next("REGISTER")
+            old = {"prompt": invert_graph("old"), "client_id": "earlier", "prompt_id": "again"}
+            await env.http.post(f"{served.url}/prompt", json=old)
+            await until(lambda: _history_status(emulator, "again"), bool, within=10)
+            theirs = {"prompt": GRAPH, "client_id": "someone", "prompt_id": "theirs"}
+            await env.http.post(f"{served.url}/prompt", json=theirs)
+            await until(lambda: _running(emulator), lambda p: p == "theirs")
+            await env.hub.send("TASK_ASSIGN", env.assign("again", workflow=GRAPH))
+            result = await env.end_for("again")
+        [file] = result["data"]
+        assert file["fileUrl"].rsplit("/", 1)[1].startswith("bt_"), file  # not old_*

@@ -283,11 +283,14 @@ class ComfyInstance:
 
     # -- prompts --
     async def submit(self, prompt: dict[str, Any], prompt_id: str) -> None:
-        """``POST /prompt``; raises :class:`PromptRejected` or :class:`InstanceDown`."""
+        """``POST /prompt`` (after deleting any history entry of ``prompt_id``); raises
+        :class:`PromptRejected` or :class:`InstanceDown`."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.ws_connected.wait(), 2.0)
         body = {"prompt": prompt, "client_id": self.client_id, "prompt_id": prompt_id}
         try:
+            # an earlier prompt of this id (a task id used again) must not pass for this one
+            await self.http.post(f"{self.url}/history", json={"delete": [prompt_id]})
             resp = await self.http.post(f"{self.url}/prompt", json=body, timeout=30.0)
         except httpx.HTTPError as e:
             raise InstanceDown(f"{self.instance_id}: {e}") from None
