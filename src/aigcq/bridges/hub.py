@@ -103,6 +103,7 @@ class BridgeHub:
             lambda: self.peers.holding,
         )
         self.registry.on_offers = self.offers.changed
+        self.peers.on_holding = self.offers.changed
         self.health = HealthMonitor(
             rt.redis,
             self.registry.live,

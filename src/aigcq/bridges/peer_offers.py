@@ -6,14 +6,17 @@ run was left to the other processes whenever any held a bridge, so a task that n
 of the cluster can run (a node class nobody has) waited for ever, never failing
 ``NoCapableInstance`` (seen against real ComfyUI behind two processes). So every process
 writes what its bridges offer to ``{prefix}:internal:offers`` (field: a process id, value:
-JSON ``{"at": ms, "online": [[classes, models], ...] | null, "offline": [...]}``;
-``online`` null: a bridge here does not describe its instances, it may run anything),
-at once when that changes and every ``refresh_s``, and reads the others' every
-``refresh_s``. :meth:`PeerOffers.reach` then says whether another process's bridge can
-run a task, could once an offline instance is back, or none can.
+JSON ``{"at": ms, "bridges": n, "online": [[classes, models], ...] | null, "offline":
+[...]}``; ``online`` null: a bridge here does not describe its instances, it may run
+anything), at once when that changes and every ``refresh_s``, and reads the others' every
+``refresh_s`` and at once when the count of another process's bridges changed.
+:meth:`PeerOffers.reach` then says whether another process's bridge can run a task,
+could once an offline instance is back, or none can.
 
-A process holding bridges (:attr:`PeerCapacity.holding`) whose entry is missing or older
-than ``stale_s`` (not read yet, or an aigcq that does not write one) may run anything; an
+A process holding bridges (:attr:`PeerCapacity.holding`, read every 0.1 s) whose entry is
+missing, older than ``stale_s`` or written for another count of bridges (not read since a
+bridge came or went, or an aigcq that does not write one) may run anything: a task only a
+bridge that just connected there can run is never failed for want of its offers. An
 entry of a process holding no bridge counts for nothing and a stale one is removed.
 """
 
@@ -44,6 +47,7 @@ class Offered:
 
     online: tuple[Needs, ...] | None
     offline: tuple[Needs, ...] = ()
+    bridges: int = 0  # how many bridges offer them
 
 
 NOTHING = Offered(())
@@ -55,7 +59,8 @@ def _pairs(offers: Iterable[Needs]) -> list[list[list[str]]]:
 
 def encode(offered: Offered, at_ms: int) -> str:
     online = None if offered.online is None else _pairs(offered.online)
-    body = {"at": at_ms, "online": online, "offline": _pairs(offered.offline)}
+    offline = _pairs(offered.offline)
+    body = {"at": at_ms, "bridges": offered.bridges, "online": online, "offline": offline}
     return orjson.dumps(body).decode()
 
 
@@ -67,6 +72,7 @@ def decode(raw: Any) -> tuple[Offered, int] | None:
         offered = Offered(
             None if online is None else tuple(_needs(p) for p in online),
             tuple(_needs(p) for p in body["offline"]),
+            int(body["bridges"]),
         )
         return offered, int(body["at"])
     except (orjson.JSONDecodeError, LookupError, TypeError, ValueError):
@@ -87,7 +93,7 @@ class PeerOffers:
         key: str,
         process_id: str,
         mine: Callable[[], Offered],
-        holding: Callable[[], frozenset[str]],
+        holding: Callable[[], dict[str, int]],
         *,
         refresh_s: float = 1.0,
         stale_s: float = 5.0,
@@ -97,7 +103,7 @@ class PeerOffers:
         self.refresh_s, self.stale_ms = refresh_s, int(stale_s * 1000)
         self._theirs: dict[str, Offered] = {}  # process id -> its fresh offers
         #: (needs, the processes holding bridges) -> :meth:`reach`; cleared at each read
-        self._reach: dict[tuple[Needs, frozenset[str]], Reach] = {}
+        self._reach: dict[tuple[Needs, frozenset[tuple[str, int]]], Reach] = {}
         self._nudged = asyncio.Event()
 
     def changed(self) -> None:
@@ -142,18 +148,18 @@ class PeerOffers:
     def reach(self, needs: Needs) -> Reach:
         """Whether a bridge of another process can run ``needs`` (``ELSEWHERE``), could
         once an offline instance of it is back (``OFFLINE``), or none can (``NOWHERE``)."""
-        holding = self.holding()
+        holding = frozenset(self.holding().items())
         found = self._reach.get((needs, holding))
         if found is None:
             found = self._reach[needs, holding] = self._ask(needs, holding)
         return found
 
-    def _ask(self, needs: Needs, holding: frozenset[str]) -> Reach:
+    def _ask(self, needs: Needs, holding: frozenset[tuple[str, int]]) -> Reach:
         offline = False
-        for process_id in holding:
+        for process_id, bridges in holding:
             offered = self._theirs.get(process_id)
-            if offered is None or offered.online is None:
-                return Reach.ELSEWHERE  # not known: not ruled out
+            if offered is None or offered.online is None or offered.bridges != bridges:
+                return Reach.ELSEWHERE  # not known (or not since a bridge came): not ruled out
             if any(o.covers(needs) for o in offered.online):
                 return Reach.ELSEWHERE
             offline = offline or any(o.covers(needs) for o in offered.offline)

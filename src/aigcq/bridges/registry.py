@@ -422,12 +422,13 @@ class BridgeRegistry:
         """What the bridges here offer, for the other processes (:mod:`.peer_offers`)."""
         online: list[Needs] = []
         offline: list[Needs] = []
-        for conn in self._conns.values():
+        live = self.live()  # the bridges this process counts in {prefix}:internal:free
+        for conn in live:
             offline += conn.withdrawn
             if conn.offers is None:
-                return Offered(None, tuple(offline))
+                return Offered(None, tuple(offline), len(live))
             online += conn.offers
-        return Offered(tuple(online), tuple(offline))
+        return Offered(tuple(online), tuple(offline), len(live))
 
     async def save(self, conn: BridgeConn, *, failures: int | None = None) -> int:
         """Publish the bridge's capacity, last-seen time and standing, held by this process
