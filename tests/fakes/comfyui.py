@@ -11,7 +11,7 @@ from aigcq.emulators.comfyui import ComfyUIEmulator
 from tests.fakes.servers import Served
 
 
-def _invert_graph(prefix: str) -> dict[str, Any]:
+def invert_graph(prefix: str) -> dict[str, Any]:
     """EmptyImage (64×48, red) → ImageInvert → SaveImage with ``prefix``."""
     return {
         "1": {
@@ -24,9 +24,9 @@ def _invert_graph(prefix: str) -> dict[str, Any]:
 
 
 #: the in-process tests' graph (files named ``bt_*``)
-GRAPH: dict[str, Any] = _invert_graph("bt")
+GRAPH: dict[str, Any] = invert_graph("bt")
 #: the same graph as the e2e tests send it (files named ``e2e_*``)
-E2E_GRAPH: dict[str, Any] = _invert_graph("e2e")
+E2E_GRAPH: dict[str, Any] = invert_graph("e2e")
 
 
 def model_graph(ckpt: str) -> dict[str, Any]:

@@ -15,12 +15,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from websockets.asyncio.client import connect
 
 from aigcq.agent.app import Bridge
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from tests.fakes.agent import same_port
 from tests.fakes.agent_hub import Env, Hub, env
-from tests.fakes.comfyui import kill
+from tests.fakes.comfyui import GRAPH, invert_graph, kill
 from tests.fakes.servers import Served, serve_killable
 from tests.fakes.waiting import until, wait_until
 
@@ -105,7 +106,10 @@ async def test_a_prompt_that_finished_while_the_bridge_was_down_is_reported_on_s
         await wait_until(lambda: "done-meanwhile" in emulator.history, 15)
         async with Bridge(same_port(settings, first)):
             assert (await env.hub.next("REGISTER"))["tasks"] == ["done-meanwhile"]
-            assert (await env.end_for("done-meanwhile"))["code"] == 0
+            result = await env.end_for("done-meanwhile")
+            assert result["code"] == 0
+        # from its submission (its prompt ran 3 s), not from its re-adoption (it said 0)
+        assert result["data"][0]["taskCostTime"] >= 1
 
 
 def _second(env: Env, task_id: str) -> dict[str, object]:
@@ -246,3 +250,77 @@ async def test_a_reconnect_sends_undelivered_task_ends_at_once(
         await env.hub.sockets[-1].close()  # the hub restarted: the bridge reconnects
         await env.hub.next("REGISTER")
         assert (await env.end_for("waiting"))["code"] == 0
+
+
+async def test_a_cancel_of_a_waiting_prompt_interrupts_no_one_else(
+    env: Env, tmp_path: Path
+) -> None:
+    """ComfyUI before 0.3.56 ignores ``/interrupt``'s ``prompt_id`` and stops whatever
+    runs: a task cancelled while its prompt waits behind someone else's must not stop that
+    one; it is only deleted from the queue."""
+    async with comfy_fleet(tmp_path, 1) as [(served, emulator)]:
+        emulator.config.global_interrupt = True
+        settings = env.settings.model_copy(update={"comfyui": [served.url]})
+        async with Bridge(settings):
+            await env.hub.next("REGISTER")
+            theirs = {"prompt": GRAPH, "client_id": "someone", "prompt_id": "theirs"}
+            await env.http.post(f"{served.url}/prompt", json=theirs)
+            await until(lambda: _running(emulator), lambda p: p == "theirs")
+            await env.hub.send("TASK_ASSIGN", env.assign("waits", workflow=GRAPH))
+            await env.hub.next("TASK_ACK")
+            await wait_until(lambda: any(i.prompt_id == "waits" for i in emulator.pending))
+            await env.hub.send("TASK_CANCEL", {"taskId": "waits", "attempt": 1})
+            await wait_until(lambda: not emulator.pending)
+            await until(lambda: _history_status(emulator, "theirs"), bool, within=10)
+        assert await _history_status(emulator, "theirs") == "success"
+        assert "waits" not in emulator.history
+
+
+async def _history_status(emulator: ComfyUIEmulator, prompt_id: str) -> str:
+    entry = emulator.history.get(prompt_id)
+    return str(entry["status"]["status_str"]) if entry else ""
+
+
+async def test_a_websocket_comfyui_forgot_is_reopened_and_progress_flows_again(
+    env: Env, tmp_path: Path
+) -> None:
+    """ComfyUI forgets a ``clientId`` when any socket of it closes, also an older one
+    closing after the bridge's connected (seen on real ComfyUI 0.3.64): the bridge's
+    socket then hears nothing, not even ``status``, while its prompts run. Silent since
+    the prompt was queued, it is reopened, and the prompt's progress reaches the hub."""
+    async with comfy_fleet(tmp_path, 1) as [(served, emulator)]:
+        emulator.config.forget_client_on_close = True
+        settings = env.settings.model_copy(update={"comfyui": [served.url]})
+        async with Bridge(settings) as bridge:
+            await env.hub.next("REGISTER")
+            await wait_until(lambda: bridge.bridge_id in emulator.sockets)
+            ws_url = served.url.replace("http", "ws", 1) + f"/ws?clientId={bridge.bridge_id}"
+            async with connect(ws_url):  # closes when done: ComfyUI forgets the clientId
+                pass
+            await wait_until(lambda: bridge.bridge_id not in emulator.sockets)
+            await env.hub.send("TASK_ASSIGN", env.assign("deaf", workflow=GRAPH))
+            assert (await env.hub.next("TASK_ACK"))["code"] == 0
+            assert (await env.hub.next("TASK_PROGRESS"))["taskId"] == "deaf"
+            assert (await env.end_for("deaf"))["code"] == 0
+
+
+async def test_a_task_id_comfyui_ran_before_gets_its_own_result(env: Env, tmp_path: Path) -> None:
+    """The prompt id is the task id, and ComfyUI keeps the history of an earlier prompt of
+    that id (a task id used again, on a ComfyUI that outlived the first): while the new
+    prompt waits behind someone else's, the silence poll found that old entry and
+    delivered its files as this task's result. The old entry is deleted before the prompt
+    is sent."""
+    async with comfy_fleet(tmp_path, 1) as [(served, emulator)]:
+        settings = env.settings.model_copy(update={"comfyui": [served.url]})
+        async with Bridge(settings):
+            await env.hub.next("REGISTER")
+            old = {"prompt": invert_graph("old"), "client_id": "earlier", "prompt_id": "again"}
+            await env.http.post(f"{served.url}/prompt", json=old)
+            await until(lambda: _history_status(emulator, "again"), bool, within=10)
+            theirs = {"prompt": GRAPH, "client_id": "someone", "prompt_id": "theirs"}
+            await env.http.post(f"{served.url}/prompt", json=theirs)
+            await until(lambda: _running(emulator), lambda p: p == "theirs")
+            await env.hub.send("TASK_ASSIGN", env.assign("again", workflow=GRAPH))
+            result = await env.end_for("again")
+        [file] = result["data"]
+        assert file["fileUrl"].rsplit("/", 1)[1].startswith("bt_"), file  # not old_*

@@ -12,14 +12,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 
 from aigcq.bridges.hub import BridgeHub
+from aigcq.plumbing.auth import issue_client_token
 from aigcq.scheduler import lifecycle
 from tests.fakes.bridge import INSTANCE_LOST, Bridge, task_end
 from tests.fakes.client import Client, generate
-from tests.fakes.service import Env, Pair, serve_pair
+from tests.fakes.service import SECRET, Env, Pair, serve_pair
 from tests.fakes.waiting import until, wait_until
 
 
@@ -197,3 +199,16 @@ async def result_of(client: Client, task_id: str) -> dict[str, Any]:
         msg = await client.next()
         if msg.get("type") == "result" and msg.get("taskId") == task_id:
             return msg
+
+
+async def test_a_queue_s_capacity_counts_the_bridges_of_every_process(pair: Pair) -> None:
+    """Two idle one-slot bridges, one per process: ``GET /api/queues`` (and so ``aigcq
+    status``) on either says capacity ``bridge: 2`` (it said 1, its own bridge's slot,
+    while the same view counted both once they were busy)."""
+    a, b = pair.a, pair.b
+    await registered(a, "on-a", seen_by=b)
+    await registered(b, "on-b", seen_by=a)
+    headers = {"Authorization": f"Bearer {issue_client_token(SECRET, 'ops')}"}
+    async with httpx.AsyncClient(base_url=a.base) as http:
+        row = (await http.get("/api/queues", headers=headers)).json()[0]
+    assert row["capacity"]["bridge"] == 2

@@ -54,7 +54,7 @@ async def events_until_done(ws: ClientConnection, prompt_id: str) -> list[dict[s
 
 
 def kinds(events: list[dict[str, Any]]) -> list[str]:
-    return [e["type"] for e in events if e["type"] not in ("status", "progress")]
+    return [e["type"] for e in events if e["type"] not in ("status", "progress", "progress_state")]
 
 
 async def test_minimal_graph_makes_a_png_with_faithful_events(comfy: Comfy) -> None:
@@ -87,6 +87,12 @@ async def test_minimal_graph_makes_a_png_with_faithful_events(comfy: Comfy) -> N
         {"value": 1, "max": 2, "prompt_id": "task-1", "node": "1"},
         {"value": 2, "max": 2, "prompt_id": "task-1", "node": "1"},
     ]
+    # progress_state (ComfyUI 0.3.4x+): every node seen so far, finished at the end
+    last_state = [e["data"] for e in events if e["type"] == "progress_state"][-1]
+    assert last_state["prompt_id"] == "task-1"
+    assert {n: (v["state"], v["value"]) for n, v in last_state["nodes"].items()} == {
+        n: ("finished", 2.0) for n in ("1", "2", "3")
+    }
     entry = history["task-1"]
     image = {"filename": "bt_00001_.png", "subfolder": "", "type": "output"}
     assert entry["outputs"] == {"3": {"images": [image]}}

@@ -110,7 +110,6 @@ def _rules(**changes: Any) -> Rules:
         "paid_free": None,
         "overflow_after_s": 0.0,
         "no_capable_wait_s": 60.0,
-        "elsewhere": False,
     }
     return Rules(**(values | changes))
 
@@ -155,13 +154,17 @@ def test_a_task_only_an_offline_instance_could_run_waits_then_fails_or_goes_paid
     assert choose(young[:1], _slots(BASIC), _rules(paid_free=1)).ids == ["special"]
 
 
-def test_a_task_no_instance_here_could_run_is_handed_back_at_once() -> None:
+def test_a_task_no_instance_of_the_cluster_could_run_is_handed_back_at_once() -> None:
     nowhere = _queue(Reach.NOWHERE)
     assert choose(nowhere, _slots(BASIC), _rules()).ids == ["special", "b0"]
-    # other processes' bridges may run it: to the paid platform after ELSEWHERE_WAIT_S
-    elsewhere = choose(nowhere[:1], _slots(BASIC), _rules(paid_free=1, elsewhere=True))
-    assert elsewhere == ([], 4.0)
-    assert choose(nowhere[:1], _slots(BASIC), _rules(elsewhere=True)) == ([], None)
+    assert choose(nowhere[:1], _slots(BASIC), _rules(paid_free=1)).ids == ["special"]
+
+
+def test_a_task_only_another_process_bridge_can_run_is_left_to_it() -> None:
+    """That process claims it; to the paid platform after ELSEWHERE_WAIT_S, never failed."""
+    elsewhere = _queue(Reach.ELSEWHERE)[:1]
+    assert choose(elsewhere, _slots(BASIC), _rules(paid_free=1)) == ([], 4.0)
+    assert choose(elsewhere, _slots(BASIC), _rules()) == ([], None)
 
 
 # ---- a bridge's free instances ------------------------------------------------------

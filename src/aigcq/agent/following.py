@@ -39,6 +39,9 @@ from aigcq.bridges.protocol import (
 )
 
 _FINAL_EVENTS = frozenset({"execution_success", "execution_error", "execution_interrupted"})
+#: the longest wait for a prompt's first event before its socket is checked: ComfyUI
+#: broadcasts ``status`` at once when a prompt is queued, so one that heard nothing is deaf
+FIRST_EVENT_S = 1.0
 
 
 class TaskFailed(Exception):
@@ -77,6 +80,12 @@ class RunningTask:
     cancelled: bool = False  # by the hub (TASK_CANCEL): no TASK_END
     sending: bool = False  # its POST /prompt is out: ComfyUI may queue it yet
     let_go: bool = False  # its instance is free again (its files may still be fetched)
+    reopened: bool = False  # its instance's WebSocket, found deaf while it ran
+
+    @property
+    def started_at(self) -> float:
+        """When it started (epoch s), as its held prompt keeps it across restarts."""
+        return time.time() - (time.monotonic() - self.started)
 
 
 @dataclass(frozen=True)
@@ -104,9 +113,14 @@ class Follower:
         or the instance is found down (and at once with ``look_first``)."""
         instance = task.instance
         deadline = time.monotonic() + self.settings.task_timeout
+        wait = min(self.settings.ws_silence, FIRST_EVENT_S)
         while time.monotonic() < deadline:
-            event = None if look_first else await self._next(events)
-            look_first = False
+            event = None if look_first else await self._next(events, wait)
+            silent, look_first, wait = (
+                event is None and not look_first,
+                False,
+                self.settings.ws_silence,
+            )
             if event is not None and event.get("type") == "progress":
                 await self._progress(task, event["data"])
             if event is not None and not _is_final(event):
@@ -115,6 +129,9 @@ class Follower:
                 raise InstanceDown("lost while running the prompt")
             if event is not None:
                 self.ended(task)
+            if silent and not task.reopened and instance.deaf_since(task.started):
+                task.reopened = True  # once: a long node may send nothing
+                await instance.reopen()  # its events go to no one: be counted again
             entry = await self._reconcile(task)
             if entry is not None:
                 error = history_error(entry)
@@ -125,11 +142,12 @@ class Follower:
         timeout = self.settings.task_timeout
         raise machine_failure("Timeout", f"ComfyUI did not finish within {timeout:.0f}s")
 
-    async def _next(self, events: asyncio.Queue[Event]) -> Event | None:
-        """The next event; None after ``ws_silence`` without one, or when the instance was
-        found down (reconcile now)."""
+    @staticmethod
+    async def _next(events: asyncio.Queue[Event], wait: float) -> Event | None:
+        """The next event; None after ``wait`` seconds without one, or when the instance
+        was found down (reconcile now)."""
         try:
-            event = await asyncio.wait_for(events.get(), self.settings.ws_silence)
+            event = await asyncio.wait_for(events.get(), wait)
         except TimeoutError:
             return None
         return None if event.get("type") == INSTANCE_DOWN else event

@@ -9,7 +9,8 @@ elsewhere); REGISTER lists them, so aigcq keeps them on this bridge.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from aigcq.agent.spool import JsonFiles
@@ -21,6 +22,8 @@ class HeldPrompt:
     assign: TaskAssignData
     prompt_id: str
     instance_url: str
+    #: when the task started here (epoch s): a re-adopted task's taskCostTime counts from it
+    started_at: float = field(default_factory=time.time)
 
     @property
     def task_id(self) -> str:
@@ -33,6 +36,7 @@ class HeldPrompts(JsonFiles):
             "assign": held.assign.model_dump(mode="json"),
             "promptId": held.prompt_id,
             "instanceUrl": held.instance_url,
+            "startedAt": held.started_at,
         }
         self.write(held.task_id, data)
 
@@ -42,5 +46,6 @@ class HeldPrompts(JsonFiles):
                 TaskAssignData.model_validate(data["assign"]),
                 str(data["promptId"]),
                 str(data["instanceUrl"]),
+                float(data.get("startedAt") or time.time()),  # older files: from now
             )
         )

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
 import httpx
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
 
 from aigcq.bridges.capabilities import Needs, offered_by
@@ -151,6 +152,10 @@ class ComfyInstance:
         self.loaded: frozenset[str] = frozenset()  # model files its last prompt of ours used
         self.device: Device | None = None  # from /system_stats, at each health check
         self.ws_connected = asyncio.Event()
+        #: when its WebSocket last brought a message but the greeting (monotonic; see
+        #: :meth:`deaf_since`)
+        self.last_heard = 0.0
+        self._ws: ClientConnection | None = None
         #: called when the instance comes back or goes away (the bridge tells aigcq now)
         self.on_change: Callable[[], None] = lambda: None
         self._watchers: dict[str, asyncio.Queue[Event]] = {}
@@ -237,32 +242,55 @@ class ComfyInstance:
         while True:
             try:
                 async with connect(ws_url, max_size=None, open_timeout=5) as ws:
+                    self._ws = ws
                     self.ws_connected.set()
                     await self.check()
                     async for raw in ws:
                         if isinstance(raw, str):
                             self._route(raw)
+                        else:  # a preview image, sent to our clientId
+                            self.last_heard = time.monotonic()
             except (OSError, WebSocketException, TimeoutError) as e:
                 log.debug("instance %s: websocket: %s", self.instance_id, e)
             finally:
+                self._ws = None
                 self.ws_connected.clear()
             await self.check()
             await asyncio.sleep(RECONNECT_S)
 
+    def deaf_since(self, since: float) -> bool:
+        """Whether its WebSocket has brought nothing since ``since`` (monotonic), though
+        ComfyUI broadcasts ``status`` at every prompt queued: it no longer counts our
+        ``clientId`` (ComfyUI forgets a clientId when any socket of it closes, also an
+        older one closing after ours connected) and sends our prompts' events to no one."""
+        return self._ws is not None and self.last_heard < since
+
+    async def reopen(self) -> None:
+        """Close the WebSocket: :meth:`listen` opens it again at once, counted again."""
+        ws = self._ws
+        if ws is not None:
+            log.warning("instance %s: websocket hears nothing; reopening it", self.instance_id)
+            await ws.close()
+
     def _route(self, raw: str) -> None:
         with contextlib.suppress(ValueError, LookupError, TypeError):
             event = json.loads(raw)
+            if not (event["type"] == "status" and "sid" in event["data"]):
+                self.last_heard = time.monotonic()  # the greeting tells nothing of later
             queue = self._watchers.get(event["data"]["prompt_id"])
             if queue is not None:
                 queue.put_nowait(event)
 
     # -- prompts --
     async def submit(self, prompt: dict[str, Any], prompt_id: str) -> None:
-        """``POST /prompt``; raises :class:`PromptRejected` or :class:`InstanceDown`."""
+        """``POST /prompt`` (after deleting any history entry of ``prompt_id``); raises
+        :class:`PromptRejected` or :class:`InstanceDown`."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.ws_connected.wait(), 2.0)
         body = {"prompt": prompt, "client_id": self.client_id, "prompt_id": prompt_id}
         try:
+            # an earlier prompt of this id (a task id used again) must not pass for this one
+            await self.http.post(f"{self.url}/history", json={"delete": [prompt_id]})
             resp = await self.http.post(f"{self.url}/prompt", json=body, timeout=30.0)
         except httpx.HTTPError as e:
             raise InstanceDown(f"{self.instance_id}: {e}") from None
@@ -286,14 +314,14 @@ class ComfyInstance:
             return None
         return entry if isinstance(entry, dict) else None
 
-    async def queued(self, prompt_id: str) -> bool:
-        """Whether ``prompt_id`` is running or waiting in ``/queue``; raises
-        :class:`InstanceDown` when the instance does not answer."""
+    async def queued(self, prompt_id: str, *, waiting: bool = True) -> bool:
+        """Whether ``prompt_id`` is running (or, with ``waiting``, waiting) in ``/queue``;
+        raises :class:`InstanceDown` when the instance does not answer."""
         try:
             resp = await self.http.get(f"{self.url}/queue", timeout=5.0)
             resp.raise_for_status()
             q = resp.json()
-            items = [*q.get("queue_running", []), *q.get("queue_pending", [])]
+            items = [*q.get("queue_running", []), *(q.get("queue_pending", []) if waiting else [])]
         except (httpx.HTTPError, ValueError, AttributeError) as e:
             raise InstanceDown(f"{self.instance_id}: /queue: {e}") from None
         return any(isinstance(i, list) and len(i) > 1 and i[1] == prompt_id for i in items)
@@ -310,10 +338,14 @@ class ComfyInstance:
         tmp.replace(dest)
 
     async def cancel(self, prompt_id: str) -> None:
-        """Remove the prompt from the queue and interrupt it if running (best effort)."""
-        with contextlib.suppress(httpx.HTTPError):
+        """Remove the prompt from the queue and interrupt it if it is the one running (best
+        effort). The interrupt names it, and ComfyUI 0.3.56 and newer stop only that one;
+        older versions stop whatever runs, so it is sent only when ``/queue`` shows it
+        running (not for a prompt waiting behind someone else's)."""
+        with contextlib.suppress(httpx.HTTPError, InstanceDown):
             await self.http.post(f"{self.url}/queue", json={"delete": [prompt_id]})
-            await self.http.post(f"{self.url}/interrupt", json={"prompt_id": prompt_id})
+            if await self.queued(prompt_id, waiting=False):
+                await self.http.post(f"{self.url}/interrupt", json={"prompt_id": prompt_id})
 
 
 class InstancePool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -166,7 +167,8 @@ class TaskRunner:
         if running is not None:
             running.attempt = assign.attempt
             if task_id in self.prompts:  # a restart re-adopts it as this attempt
-                self.prompts.put(HeldPrompt(assign, running.prompt_id, running.instance.url))
+                url, started_at = running.instance.url, running.started_at
+                self.prompts.put(HeldPrompt(assign, running.prompt_id, url, started_at))
         if task_id in self.answered:
             await self._ack(task_id, assign.attempt)
 
@@ -193,6 +195,7 @@ class TaskRunner:
             else:
                 instance.running.add(task_id)
                 task = RunningTask(task_id, held.prompt_id, instance, held.assign.attempt)
+                task.started -= max(time.time() - held.started_at, 0.0)  # its cost goes on
                 log.info(
                     "task %s: re-adopted prompt %s on %s",
                     task_id,
@@ -430,7 +433,8 @@ class TaskRunner:
             # Held before it is sent: a restart between ComfyUI's accept and a later write
             # would run the prompt twice; one ComfyUI never got is found lost on re-adoption.
             assign = self.claimed[task.task_id]
-            self.prompts.put(HeldPrompt(assign, task.prompt_id, instance.url))
+            held = HeldPrompt(assign, task.prompt_id, instance.url, task.started_at)
+            self.prompts.put(held)
             await self._send(task, workflow)
             log.info(
                 "task %s: submitted to %s as %s",

@@ -65,7 +65,8 @@ class Assigner:
     config: Callable[[], HubConfig]
     wake: Callable[[], None]
     lost: Callable[[BridgeConn, str], Awaitable[None]]
-    bridges_elsewhere: Callable[[], int] = lambda: 0
+    #: whether another process's bridge can run what none here can (:mod:`.peer_offers`)
+    elsewhere: Callable[[Needs], Reach] = lambda needs: Reach.NOWHERE
     needs: WorkflowNeeds = field(init=False)
     window: Window = field(init=False)
     _spawn: Spawner = field(init=False, default_factory=Spawner)
@@ -102,7 +103,6 @@ class Assigner:
             paid_free,
             settings.overflow_after_ms / 1000,
             settings.no_capable_wait_s,
-            elsewhere=self.bridges_elsewhere() > 0,
         )
         chosen = choose(candidates, self.registry.free_spots(len(candidates)), rules)
         for task_id in chosen.ids:
@@ -117,7 +117,7 @@ class Assigner:
         elif self.registry.anyone_could_run(needs):
             reach = Reach.OFFLINE
         else:
-            reach = Reach.NOWHERE
+            reach = self.elsewhere(needs)
         if reach is not Reach.OFFLINE:
             self._offline_since.pop(task_id, None)
             return reach, 0.0
@@ -180,9 +180,9 @@ class Assigner:
         are busy, it overflows as when every slot is busy (after ``overflow_after_ms``), or
         waits a moment for them; only offline ones could, it overflows as if busy, and once
         it has waited ``no_capable_wait_s`` for one to come back, at once or it fails; none
-        here can, it waits for other processes' bridges, and once it has waited
-        ``ELSEWHERE_WAIT_S`` it overflows (this process cannot tell whether any bridge can
-        run it, so it never fails for that)."""
+        here can but another process's bridge can (:mod:`.peer_offers`), it waits for that
+        one, and once it has waited ``ELSEWHERE_WAIT_S`` it overflows; none in the cluster
+        can, it overflows or fails at once."""
         if needs is None:  # not known: it waits for a free slot
             await self.lifecycle.not_run(c.task_id, c.attempt, "no bridge has a free slot")
             return None
@@ -197,9 +197,9 @@ class Assigner:
                 return HandBack(c, reason, after_s, max(left_s, BUSY_WAIT_S))
             detail = f"{reason}, none came back within {self.rt.settings.no_capable_wait_s:g} s"
             return HandBack(c, reason, 0.0, unrunnable=self._nobody(aigc, platform, detail))
-        if self.bridges_elsewhere() > 0:
+        if reach is Reach.ELSEWHERE:
             return HandBack(c, "no bridge here can run it", ELSEWHERE_WAIT_S, BUSY_WAIT_S)
-        reason = f"no connected ComfyUI instance has {_listed(needs)}"
+        reason = f"no ComfyUI instance of the cluster has {_listed(needs)}"
         return HandBack(c, reason, 0.0, unrunnable=self._nobody(aigc, platform, reason))
 
     def _nobody(self, aigc: str, platform: str, why: str) -> Unrunnable:

@@ -20,6 +20,7 @@ from aigcq.bridges.assigner import Assigner
 from aigcq.bridges.endings import TaskEnds
 from aigcq.bridges.health_monitor import HealthMonitor
 from aigcq.bridges.known import CLOSED, SILENT, Standing
+from aigcq.bridges.peer_offers import PeerOffers
 from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
@@ -94,6 +95,15 @@ class BridgeHub:
         )
         self._wake_dispatch = wake
         self.registry.process_id = self.peers.process_id  # its records name this process
+        self.offers = PeerOffers(
+            rt.redis,
+            keys.internal_offers,
+            self.peers.process_id,
+            self.registry.offered,
+            lambda: self.peers.holding,
+        )
+        self.registry.on_offers = self.offers.changed
+        self.peers.on_holding = self.offers.changed
         self.health = HealthMonitor(
             rt.redis,
             self.registry.live,
@@ -121,7 +131,7 @@ class BridgeHub:
             config=lambda: self.config,
             wake=self.wake,
             lost=self._lost,
-            bridges_elsewhere=lambda: self.peers.bridges_elsewhere,
+            elsewhere=self.offers.reach,
         )
         self.progress = ProgressRelay(rt)
 
@@ -162,7 +172,7 @@ class BridgeHub:
         return await self.registry.held_elsewhere(task_id, attempt)
 
     async def run(self) -> None:
-        await asyncio.gather(self.health.run(), self.peers.run())
+        await asyncio.gather(self.health.run(), self.peers.run(), self.offers.run())
 
     async def choose(
         self,

@@ -17,9 +17,10 @@ it is free, or:
   withdrawn): it goes to the paid platform as above, and once it has waited
   ``AIGCQ_NO_CAPABLE_WAIT_S`` for the instance to come back, to the paid platform at once
   or, when none serves its queue, it fails ``NoCapableInstance``;
-* no instance here could run it: to the paid platform, or failing, at once (as before);
-  unless other processes hold bridges (they claim what theirs can run; it goes to the
-  paid platform after :data:`ELSEWHERE_WAIT_S`).
+* no instance here could run it, but a bridge of another process can (see
+  :mod:`.peer_offers`): that process claims it; it goes to the paid platform after
+  :data:`ELSEWHERE_WAIT_S`; only an offline instance elsewhere could: as one here;
+* no instance of the cluster could run it: to the paid platform, or failing, at once.
 
 :class:`Window` reads the candidates (id, needs, submit time; each task read once while
 it waits).
@@ -50,8 +51,9 @@ class Reach(enum.Enum):
     """Where the instances that can run a task are, when no free one can."""
 
     BUSY = "busy"  # an online instance here can (or its needs are not known)
-    OFFLINE = "offline"  # only an offline instance here could
-    NOWHERE = "nowhere"  # no instance here could
+    OFFLINE = "offline"  # only an offline instance (here, else elsewhere) could
+    ELSEWHERE = "elsewhere"  # none here could, a bridge of another process can
+    NOWHERE = "nowhere"  # no instance of the cluster could
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,6 @@ class Rules:
     paid_free: int | None
     overflow_after_s: float
     no_capable_wait_s: float
-    elsewhere: bool  # other processes hold bridges
 
 
 def choose(candidates: Sequence[Candidate], slots: Sequence[Slot], rules: Rules) -> Chosen:
@@ -108,9 +109,9 @@ Back = Literal["paid", "fail"] | None
 def _unplaced(c: Candidate, rules: Rules, room: bool) -> tuple[Back, float | None]:
     """A candidate no free slot takes: hand it back now (to the paid platform, or to
     fail), or (None, in how many seconds it is due; None: at a change of capacity)."""
+    if c.reach is Reach.ELSEWHERE:
+        return _to_paid(ELSEWHERE_WAIT_S - c.waited_s, room)
     if c.reach is Reach.NOWHERE:
-        if rules.elsewhere:
-            return _to_paid(ELSEWHERE_WAIT_S - c.waited_s, room)
         return ("fail", None) if rules.paid_free is None else _to_paid(0.0, room)
     paid_now, paid_in = _to_paid(rules.overflow_after_s - c.waited_s, room)
     if paid_now is not None or c.reach is Reach.BUSY:

@@ -56,6 +56,11 @@ class PeerCapacity:
         self.process_id = uuid.uuid4().hex
         self.elsewhere = 0  # free slots on other processes' bridges
         self.bridges_elsewhere = 0  # bridges connected to other processes
+        #: the other processes holding bridges now, with how many (their offers:
+        #: :mod:`.peer_offers`)
+        self.holding: dict[str, int] = {}
+        #: called when :attr:`holding` changed (read the others' offers again now)
+        self.on_holding: Callable[[], None] = lambda: None
         self._written = -1  # our free slots as last written (none yet)
         self._nudged = asyncio.Event()
         self._reads = 0  # syncs done
@@ -89,7 +94,7 @@ class PeerCapacity:
             pipe.publish(self.channel, "capacity")
         entries = (await pipe.execute())[1]
         self._written = free
-        total, connected, stale = 0, 0, []
+        total, connected, stale, holding = 0, 0, [], {}
         for process_id, value in entries.items():
             if process_id == self.process_id:
                 continue
@@ -102,9 +107,14 @@ class PeerCapacity:
             else:
                 total += their_free
                 connected += their_bridges
+                if their_bridges:
+                    holding[str(process_id)] = their_bridges
         if stale:
             await self.redis.hdel(self.key, *stale)
         self.bridges_elsewhere = connected
+        if holding != self.holding:
+            self.holding = holding
+            self.on_holding()
         before = self.free
         self._reads += 1
         self._expected = [until for until in self._expected if until > self._reads]

@@ -29,6 +29,7 @@ import itertools
 import random
 import time
 from collections.abc import (
+    Callable,
     Collection,
     Iterable,
     Iterator,
@@ -44,6 +45,7 @@ from redis.commands.core import AsyncScript
 from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.conn import BridgeConn
 from aigcq.bridges.known import KNOWN_FOR_S, Standing
+from aigcq.bridges.peer_offers import Offered
 from aigcq.bridges.placing import Slot
 from aigcq.bridges.slots import Assignment
 from aigcq.plumbing.text import text
@@ -229,6 +231,8 @@ class BridgeRegistry:
         self._can_run: dict[tuple[Needs, bool], bool] = {}
         #: whether a bridge here describes what its instances offer (None: not known)
         self._describing: bool | None = None
+        #: called when the bridges here or what they offer change (the hub tells the others)
+        self.on_offers: Callable[[], None] = lambda: None
 
     # ---- the pick index -------------------------------------------------------------------
 
@@ -412,6 +416,19 @@ class BridgeRegistry:
         instance went offline or came back."""
         self._can_run.clear()
         self._describing = None
+        self.on_offers()
+
+    def offered(self) -> Offered:
+        """What the bridges here offer, for the other processes (:mod:`.peer_offers`)."""
+        online: list[Needs] = []
+        offline: list[Needs] = []
+        live = self.live()  # the bridges this process counts in {prefix}:internal:free
+        for conn in live:
+            offline += conn.withdrawn
+            if conn.offers is None:
+                return Offered(None, tuple(offline), len(live))
+            online += conn.offers
+        return Offered(tuple(online), tuple(offline), len(live))
 
     async def save(self, conn: BridgeConn, *, failures: int | None = None) -> int:
         """Publish the bridge's capacity, last-seen time and standing, held by this process

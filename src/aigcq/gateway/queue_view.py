@@ -14,7 +14,8 @@ from aigcq.scheduler.targets import InternalTarget
 @dataclass(frozen=True, slots=True)
 class InternalCapacity:
     """The internal target as the queue view sees it: its name, the platforms it serves and
-    its free slots now (on bridges in rotation, this process)."""
+    its free slots now, on bridges in rotation of every process (a slot stopping a
+    cancelled prompt included: free within about a second)."""
 
     name: str
     serves: tuple[str, ...]
@@ -23,7 +24,9 @@ class InternalCapacity:
 
 def internal_capacity(hub: InternalTarget | None) -> InternalCapacity | None:
     """The bridge hub's capacity now; None when this process has no hub."""
-    return InternalCapacity(hub.name, hub.serves, hub.free_slots()) if hub else None
+    if hub is None:
+        return None
+    return InternalCapacity(hub.name, hub.serves, hub.free_slots() + hub.free_elsewhere())
 
 
 async def queue_rows(rt: Runtime, internal: InternalCapacity | None) -> list[dict[str, Any]]:

@@ -71,6 +71,9 @@ class Keys:
     finished = _Fixed("finished")
     #: Free bridge slots per aigcq process (HASH process id -> "<free> <bridges> <ms>").
     internal_free = _Fixed("internal:free")
+    #: What each aigcq process's bridges can run (HASH process id -> JSON, see
+    #: :mod:`aigcq.bridges.peer_offers`).
+    internal_offers = _Fixed("internal:offers")
     #: Set of ``AIGC:platform`` pairs that have ever had a wait queue.
     queues = _Fixed("queues")
     #: What an operator paused (HASH ``kind:name`` -> JSON since / note; see

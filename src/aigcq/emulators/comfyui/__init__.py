@@ -4,13 +4,15 @@ Implements ``/prompt`` (with ComfyUI's validation errors), ``/history``, ``/view
 ``/queue``, ``/interrupt``, ``/system_stats``, ``/object_info`` and ``/ws`` — each also under
 ``/api/`` — for the weight-free nodes ``EmptyImage``, ``ImageInvert``, ``SaveImage`` and
 ``PreviewImage``. Prompts run one at a time; every executed node takes ``steps`` steps of
-``step_time`` seconds (one ``progress`` event each). Images are real PNG files written
+``step_time`` seconds (one ``progress`` event each, and a ``progress_state`` at each
+node's start, step and end, as ComfyUI 0.3.4x and newer send). Images are real PNG files written
 without Pillow. Failures are injected by ``fail_rate`` or ``fail_next`` (also settable at
 run time with ``POST /emulator/fail {"next": n, "rate": r}``). ``POST /emulator/restart``
 acts as a ComfyUI process that restarted: its queue, history and running prompt are
 forgotten. ``POST /queue {"delete": [...]}`` deletes pending prompts, as ComfyUI's UI does.
 ``POST /interrupt`` stops the running prompt after ``interrupt_latency`` seconds (real
-ComfyUI takes about one on a GPU; default 0, at the next step), in ``/queue`` until then.
+ComfyUI takes about one on a GPU; default 0, at the next step), in ``/queue`` until then;
+with ``global_interrupt`` it ignores the body's ``prompt_id``, as ComfyUI before 0.3.56.
 ``view_latency`` and ``history_latency`` delay ``GET /view`` and ``GET /history/{id}`` (a
 slow link, a loaded ComfyUI) while the worker goes on with the next prompt.
 
@@ -19,7 +21,8 @@ broadcast. As in ComfyUI, a prompt without ``client_id`` has its ``executing``/`
 ``executed`` broadcast and its ``execution_*`` events sent to no one, except
 ``execution_interrupted`` (broadcast).
 
-Simplification: output nodes are never served from the cache, so every run writes files.
+Output nodes are never served from the cache, so every run writes files (real ComfyUI 0.3.64
+wrote ``x_00002_.png`` for an identical prompt too).
 
 Modules: :mod:`.config`, :mod:`.png` (images), :mod:`.nodes`, :mod:`.graph` (validation,
 dependencies), :mod:`.executor` (queue, history, worker), :mod:`.routes` (HTTP + WebSocket).

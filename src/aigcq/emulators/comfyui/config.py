@@ -46,6 +46,13 @@ class ComfyUIConfig:
     #: seconds a running prompt goes on after ``POST /interrupt`` (real ComfyUI stops at
     #: the sampler's next step check, about a second on a GPU); 0: at the next step
     interrupt_latency: float = 0.0
+    #: ``POST /interrupt`` stops whatever runs, its ``prompt_id`` ignored, as ComfyUI did
+    #: before 0.3.56 (a prompt of someone else's, when the one named only waits)
+    global_interrupt: bool = False
+    #: a socket of a ``clientId`` that has one replaces it without closing it, and any
+    #: socket of it closing forgets the ``clientId``, as in ComfyUI's ``server.py``: an
+    #: older socket closing after a newer one connected leaves that one hearing nothing
+    forget_client_on_close: bool = False
     #: seconds ``GET /view`` takes before it sends the file (a large output over a slow
     #: link: the GPU is free meanwhile)
     view_latency: float = 0.0

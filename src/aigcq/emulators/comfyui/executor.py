@@ -43,6 +43,8 @@ class QueueItem:
     valid: ValidPrompt = field(compare=False)
     interrupted: bool = field(default=False, compare=False)
     forgotten: bool = field(default=False, compare=False)  # its server "restarted"
+    #: node id -> its ``progress_state`` entry (see :meth:`ComfyUIEmulator._node_state`)
+    progress: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False)
 
     @property
     def client_id(self) -> str | None:
@@ -119,8 +121,11 @@ class ComfyUIEmulator:
 
     def interrupt(self, prompt_id: str | None) -> None:
         """Stop the running prompt (if it is ``prompt_id``): at its next step, after
-        ``interrupt_latency`` seconds; meanwhile it still runs and is still in ``/queue``."""
+        ``interrupt_latency`` seconds; meanwhile it still runs and is still in ``/queue``.
+        With ``global_interrupt``, whatever runs, as older ComfyUI versions do."""
         item = self.running
+        if self.config.global_interrupt:
+            prompt_id = None
         if item is None or prompt_id not in (None, item.prompt_id):
             return
         latency = self.config.interrupt_latency
@@ -215,6 +220,7 @@ class ComfyUIEmulator:
         fail: bool,
     ) -> tuple[Any, ...]:
         pid, sid = item.prompt_id, item.client_id
+        await self._node_state(item, node_id, 0, 1, "running")
         await self.send(
             "executing", {"node": node_id, "display_node": node_id, "prompt_id": pid}, sid
         )
@@ -225,6 +231,7 @@ class ComfyUIEmulator:
                 raise Interrupted
             progress = {"value": value, "max": steps, "prompt_id": pid, "node": node_id}
             await self.send("progress", progress, sid)
+            await self._node_state(item, node_id, value, steps, "running")
         if fail:
             raise NodeFailure("Injected failure (comfyui emulator)")
         inputs = {
@@ -243,7 +250,27 @@ class ComfyUIEmulator:
                 "prompt_id": pid,
             }
             await self.send("executed", executed, sid)
+        await self._node_state(item, node_id, steps, steps, "finished")
         return outputs
+
+    async def _node_state(
+        self, item: QueueItem, node_id: str, value: int, steps: int, state: str
+    ) -> None:
+        """``progress_state``, as ComfyUI 0.3.4x and newer send it at each node's start,
+        progress and end: every node of the prompt seen so far, with its state."""
+        pid = item.prompt_id
+        item.progress[node_id] = {
+            "value": float(value),
+            "max": float(steps),
+            "state": state,
+            "node_id": node_id,
+            "prompt_id": pid,
+            "display_node_id": node_id,
+            "parent_node_id": None,
+            "real_node_id": node_id,
+        }
+        nodes = {n: dict(entry) for n, entry in item.progress.items()}
+        await self.send("progress_state", {"prompt_id": pid, "nodes": nodes}, item.client_id)
 
     @staticmethod
     def _error_data(

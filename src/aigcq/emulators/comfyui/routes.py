@@ -223,7 +223,8 @@ def _control_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
 
 
 def _socket_route(r: APIRouter, emu: ComfyUIEmulator) -> None:
-    """``/ws``: one socket per ``clientId`` (a new one replaces the old), sent a status."""
+    """``/ws``: one socket per ``clientId`` (a new one replaces the old; see
+    ``forget_client_on_close``), sent a status."""
 
     @r.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
@@ -231,7 +232,7 @@ def _socket_route(r: APIRouter, emu: ComfyUIEmulator) -> None:
         await websocket.accept()
         old = emu.sockets.get(sid)
         emu.sockets[sid] = websocket
-        if old is not None:
+        if old is not None and not emu.config.forget_client_on_close:
             with contextlib.suppress(Exception):
                 await old.close()
         await websocket.send_json({"type": "status", "data": {**emu.status(), "sid": sid}})
@@ -241,8 +242,8 @@ def _socket_route(r: APIRouter, emu: ComfyUIEmulator) -> None:
         except WebSocketDisconnect:
             pass
         finally:
-            if emu.sockets.get(sid) is websocket:
-                del emu.sockets[sid]
+            if emu.sockets.get(sid) is websocket or emu.config.forget_client_on_close:
+                emu.sockets.pop(sid, None)
 
 
 def create_app(config: ComfyUIConfig | None = None) -> FastAPI:
