@@ -165,9 +165,8 @@ async def cancel_next(fleet: Fleet, trials: int) -> dict[str, Any]:
             waiting = f"next-{trial}"
             assert (await client.request(bridge_task(waiting)))["type"] == "submitted"
             cancelled = time.time()
-            assert (await client.request({"type": "cancel", "taskId": busy[0]}))["type"] == (
-                "cancelled"
-            )
+            reply = await client.request({"type": "cancel", "taskId": busy[0]})
+            assert reply["type"] == "cancelled", reply
 
             async def started(task_id: str = waiting) -> bool:
                 queued = [p for i in range(2) for p in await fleet.queued(i)]
