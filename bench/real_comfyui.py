@@ -245,11 +245,17 @@ async def invalid(run: Run) -> dict[str, Any]:
     return found
 
 
+async def long_task(run: Run, name: str, chain: int) -> tuple[Client, str, Where | None]:
+    """A client, and a task of ``chain`` slow nodes it sent: where its prompt runs (None:
+    it did not start within 30 s)."""
+    client = await run.client(f"rc-{name}")
+    task_id = f"{RUN}-{name}"
+    await client.send(run.task(task_id, chain=chain))
+    return client, task_id, await until(lambda: run.where(task_id), 30)
+
+
 async def bridge_restart(run: Run) -> dict[str, Any]:
-    client = await run.client("rc-restart")
-    task_id = f"{RUN}-restart"
-    await client.send(run.task(task_id, chain=14))
-    at = await until(lambda: run.where(task_id), 30)
+    client, task_id, at = await long_task(run, "restart", 14)
     if at is None:
         return {"error": "the prompt did not start"}
     i = run.comfy.index(at[0])
@@ -275,10 +281,7 @@ async def bridge_restart(run: Run) -> dict[str, Any]:
 
 
 async def kill(run: Run, kill_cmd: str, start_cmd: str) -> dict[str, Any]:
-    client = await run.client("rc-kill")
-    task_id = f"{RUN}-kill"
-    await client.send(run.task(task_id, chain=16))
-    at = await until(lambda: run.where(task_id), 30)
+    client, task_id, at = await long_task(run, "kill", 16)
     if at is None:
         return {"error": "the prompt did not start"}
     await asyncio.sleep(1.0)

@@ -35,7 +35,7 @@ from redis.asyncio import Redis
 
 from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.lookahead import Reach
-from aigcq.plumbing.background import REDIS_OUTAGE, one_round
+from aigcq.plumbing.background import REDIS_OUTAGE, nudged
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +113,7 @@ class PeerOffers:
     async def run(self) -> None:
         what = "offers of other processes not read"
         try:
-            while True:
-                self._nudged.clear()
-                with one_round(log, what):  # failed: keep the last view, try again
-                    await self.sync()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._nudged.wait(), self.refresh_s)
+            await nudged(self.refresh_s, self._nudged, self.sync, log, what)
         finally:
             with contextlib.suppress(*REDIS_OUTAGE):
                 await self.redis.hdel(self.key, self.process_id)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis
 
-from aigcq.plumbing.background import REDIS_OUTAGE, one_round
+from aigcq.plumbing.background import REDIS_OUTAGE, nudged
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +73,7 @@ class PeerCapacity:
     async def run(self) -> None:
         what = "internal capacity of other processes not read"
         try:
-            while True:
-                self._nudged.clear()
-                with one_round(log, what):  # failed: keep the last view, try again
-                    await self.sync()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._nudged.wait(), self.interval_s)
+            await nudged(self.interval_s, self._nudged, self.sync, log, what)
         finally:
             with contextlib.suppress(*REDIS_OUTAGE):  # left behind, the others drop it as stale
                 await self.redis.hdel(self.key, self.process_id)

@@ -62,6 +62,23 @@ def one_round(logger: logging.Logger, what: str) -> Iterator[None]:
         round_ok(logger, what)
 
 
+async def nudged(
+    seconds: float,
+    nudge: asyncio.Event,
+    run_once: Callable[[], Awaitable[object]],
+    logger: logging.Logger,
+    what: str,
+) -> None:
+    """Run ``run_once`` now, then again once ``nudge`` is set or ``seconds`` passed, until
+    cancelled; a round that fails is logged (:func:`one_round`, as ``what``)."""
+    while True:
+        nudge.clear()
+        with one_round(logger, what):  # failed: keep the last view, try again
+            await run_once()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(nudge.wait(), seconds)
+
+
 async def every(
     seconds: float, run_once: Callable[[], Awaitable[object]], logger: logging.Logger, what: str
 ) -> None:
