@@ -9,9 +9,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 #: keys background loops rewrite on their own schedule (health state, free bridge slots
-#: per process, the loops' leases, which expire, the connected clients' presence): not part
-#: of what a refused request must leave unchanged
-BACKGROUND_KEYS = re.compile(r"^md:state:|:internal:free$|:lock:|:online:")
+#: and what the bridges offer per process, the loops' leases, which expire, the connected
+#: clients' presence): not part of what a refused request must leave unchanged
+BACKGROUND_KEYS = re.compile(r"^md:state:|:internal:(free|offers)$|:lock:|:online:")
 
 
 async def redis_snapshot(redis: aioredis.Redis) -> dict[str, tuple[str, Any]]:
