@@ -32,7 +32,8 @@ SENTINEL_DEFAULTS = {"decode_responses": True, "socket_timeout": 1.0, "socket_co
 
 
 class _HiredisPacking:
-    _packer = HiredisRespSerializer()
+    # untyped in redis-py 8.2, typed in 8.1: either passes mypy
+    _packer = HiredisRespSerializer()  # type: ignore[no-untyped-call, unused-ignore]
 
     def pack_command(self, *args: Any) -> list[bytes]:
         return self._packer.pack(*args)  # type: ignore[no-any-return]
@@ -71,7 +72,7 @@ def redis_client(url: str) -> aioredis.Redis:
 def _sentinel_pool(url: str) -> BlockingSentinelPool:
     address = parse_sentinel_url(url)
     sentinel_options = {**SENTINEL_DEFAULTS, **address.sentinel_options}
-    sentinels = Sentinel(  # type: ignore[no-untyped-call]
+    sentinels = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(address.sentinels), sentinel_kwargs=sentinel_options
     )
     return BlockingSentinelPool(  # type: ignore[no-untyped-call]
