@@ -42,7 +42,6 @@ import contextlib
 import itertools
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -260,9 +259,9 @@ class DispatchLoop:
         """Charge the GPU-seconds of the (project, userId, workflowId) tasks the internal
         target took outside a fair plan (:meth:`_all_start_now`), as the plan charges its
         grants (the run means read with the round's loads)."""
-        settings = self.rt.settings
-        projects, users = fair.charges(claimed, glance.runs, settings.share_default_run_s)
-        await self.usage.charge(projects, users)
+        run_s = fair.run_times(glance.runs, self.rt.settings.share_default_run_s)
+        grants = ((project, user, run_s(workflow)) for project, user, workflow in claimed)
+        await self.usage.charge(*fair.charges(grants))
 
     async def _fair_round(self, loads: list[QueueLoad]) -> list[QueueLoad]:
         """Plan and claim the internal target's queues together (the fair policy); the
@@ -331,8 +330,7 @@ class DispatchLoop:
         order: dict[Queue, list[str]] = {key: [] for key in loads}
         for task_id in decision.order:
             order[tasks[task_id].queue].append(task_id)
-        projects: defaultdict[str, float] = defaultdict(float)
-        users: defaultdict[tuple[str, str], float] = defaultdict(float)
+        granted: list[Waiting] = []
         limit = self.rt.settings.user_max_running
         spare = 0
         for key, load in loads.items():
@@ -348,16 +346,14 @@ class DispatchLoop:
             spare = n - min(len(taken), n)
             gone = {c.task_id for c in taken}
             paid = [i for i in paid if i not in gone]
-            for task in (tasks[c.task_id] for c in taken if c.task_id in tasks):
-                projects[task.queue[0]] += task.run_s
-                users[(task.queue[0], task.user)] += task.run_s
+            granted += (tasks[c.task_id] for c in taken if c.task_id in tasks)
             if paid and load.paid:
                 claimed = await self.lifecycle.claim(
                     load.aigc, load.platform, load.paid, cap=load.cap, n=len(paid), ids=paid
                 )
                 for c in claimed:
                     self._spawn(self._hand_over(self.paid, load.aigc, load.platform, [c]), [c])
-        await self.usage.charge(projects, users)
+        await self.usage.charge(*fair.charges((t.queue[0], t.user, t.run_s) for t in granted))
 
     async def _loads(self, *, glance: bool = False) -> tuple[list[QueueLoad], Glance]:
         """Every configured queue's backlog and paid in-flight count, and the pauses, in

@@ -74,17 +74,16 @@ def run_times(runs: Mapping[str, float], default_s: float) -> Callable[[str], fl
 
 
 def charges(
-    claimed: Iterable[tuple[str, str, str]], runs: Mapping[str, float], default_s: float
+    grants: Iterable[tuple[str, str, float]],
 ) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
-    """The GPU-seconds grants of our GPUs charge, by project and by (project, user), for
-    ``claimed`` (project, userId, workflowId) tasks: each its workflow's expected run
-    time (:func:`run_times`), as :func:`~aigcq.scheduler.policy.plan_round` charges."""
-    run_s = run_times(runs, default_s)
+    """The GPU-seconds ``grants`` (project, userId, expected run time) of our GPUs charge,
+    by project and by (project, user), as :func:`~aigcq.scheduler.policy.plan_round`
+    charges its grants."""
     projects: defaultdict[str, float] = defaultdict(float)
     users: defaultdict[tuple[str, str], float] = defaultdict(float)
-    for project, user, workflow in claimed:
-        projects[project] += run_s(workflow)
-        users[(project, user)] += run_s(workflow)
+    for project, user, run_s in grants:
+        projects[project] += run_s
+        users[(project, user)] += run_s
     return projects, users
 
 

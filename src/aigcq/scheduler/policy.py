@@ -440,5 +440,4 @@ def _safe_start(task: Waiting, margin: float) -> float:
 def _misses(task: Waiting, start: float, margin: float) -> bool:
     """Whether a start at ``start`` misses ``task``'s deadline, or comes within
     ``margin`` (a fraction of its maximum wait) of it."""
-    assert task.start_by is not None
-    return start > task.start_by - margin * max(task.start_by - task.created, 0.0)
+    return start > _safe_start(task, margin)
