@@ -359,7 +359,7 @@ async def sample_waiting(redis_url: str, samples: list[tuple[float, list[str]]])
     try:
         while True:
             with contextlib.suppress(RedisError, OSError):
-                samples.append((time.time(), await client.lrange(WAIT_KEY, 0, -1)))
+                samples.append((time.time(), await client.zrange(WAIT_KEY, 0, -1)))
             await asyncio.sleep(0.05)
     finally:
         await client.aclose()

@@ -1,4 +1,4 @@
-"""The fair policy in the live dispatch path (issue 27, ``AIGCQ_SCHEDULER=fair``): two serve
+"""The scheduler in the live dispatch path (issues 27 and 37, fair by default): two serve
 processes on one Redis, fake bridges whose runs end when the test says, RunningHub's
 emulator as the paid platform.
 
@@ -29,7 +29,7 @@ from tests.fakes.waiting import until, wait_until
 async def pair(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Pair]:
     """No paid room (concurrency 0): whatever finds no GPU waits for one."""
     async with serve_pair(
-        tmp_path, redis, redis_url, concurrency=0, projects=("calm", "flood"), scheduler="fair"
+        tmp_path, redis, redis_url, concurrency=0, projects=("calm", "flood")
     ) as p:
         yield p
 
@@ -145,7 +145,6 @@ async def test_a_task_past_its_start_deadline_ends_task_expired_unpaid(
         redis_url,
         concurrency=0,  # no paid room: a task that would miss its start cannot be rescued
         projects=("calm",),
-        scheduler="fair",
         share_default_run_s=600,
     ) as pair:
         a, b = pair.a, pair.b
@@ -169,7 +168,7 @@ async def test_a_deadline_goes_paid_only_when_its_start_would_miss_it(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
     async with serve_pair(
-        tmp_path, redis, redis_url, projects=("calm",), scheduler="fair", share_default_run_s=5
+        tmp_path, redis, redis_url, projects=("calm",), share_default_run_s=5
     ) as pair:
         a, b = pair.a, pair.b
         bridge = await bridge_on(a, "br1", seen_by=b)
@@ -197,7 +196,6 @@ async def test_the_paid_cap_holds_with_two_processes_planning(
         redis_url,
         concurrency=2,
         projects=("calm",),
-        scheduler="fair",
         share_default_run_s=600,
     ) as pair:
         a, b = pair.a, pair.b
@@ -233,7 +231,6 @@ async def test_a_users_limit_holds_across_both_processes(
         redis_url,
         concurrency=0,
         projects=("calm",),
-        scheduler="fair",
         user_max_running=1,
     ) as pair:
         a, b = pair.a, pair.b

@@ -172,20 +172,6 @@ def test_the_shares_are_the_weights_and_the_usage_decayed_to_now() -> None:
     assert shares.norm("p") == pytest.approx(25.0)
 
 
-def test_a_paused_workflows_tasks_are_left_out() -> None:
-    w = window([windowed("a", workflow_id="held"), windowed("b")])
-    given_ = fair.inputs(
-        w,
-        free=1,
-        free_elsewhere=0,
-        settings=Settings(),
-        keys=KEYS,
-        now=NOW,
-        paused={"held"},
-    )
-    assert [t.task_id for t in given_.tasks] == ["b"]
-
-
 @given(
     users=st.lists(st.sampled_from(["", "u", "v"]), min_size=1, max_size=12),
     running=st.dictionaries(st.sampled_from(["u", "v"]), st.integers(0, 4)),

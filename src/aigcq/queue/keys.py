@@ -43,7 +43,10 @@ class Keys:
         return f"{self.prefix}:timeline:{task_id}"
 
     def wait(self, aigc: str, platform: str) -> str:
-        """Seed 001 §5.1: ``{prefix}:{AIGC}:{platform}:wait``, a list of task ids."""
+        """Seed 001 §5.1: ``{prefix}:{AIGC}:{platform}:wait``, the queue's waiting task ids,
+        a ZSET by rank (submitted less its priority credit; WQtasks is its ZCARD). Its keys
+        (one end user's tasks of one workflow) and the ready ones are kept beside it by the
+        Lua scripts (``_prelude.lua``: ``bykey``, ``keysof``, ``readyof``)."""
         return f"{self.prefix}:{aigc}:{platform}:wait"
 
     def running(self, aigc: str, target: str) -> str:

@@ -1,5 +1,5 @@
-"""The fair policy's view of Redis (``AIGCQ_SCHEDULER=fair``, docs/scheduling.md): what a
-dispatch round reads (:meth:`aigcq.queue.store.TaskStore.window`) as the inputs of
+"""The scheduler's view of Redis (docs/scheduling.md): what a dispatch round reads
+(:meth:`aigcq.queue.store.TaskStore.window`) as the inputs of
 :func:`aigcq.scheduler.policy.plan_round`.
 
 * each waiting task of the window as a :class:`~aigcq.scheduler.policy.Waiting`: its
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from aigcq.config import Settings
@@ -45,6 +45,7 @@ def tuning(settings: Settings) -> Tuning:
         patience=settings.share_patience,
         margin=settings.share_margin,
         overflow_after_s=settings.overflow_after_ms / 1000,
+        shares=settings.shares,
     )
 
 
@@ -95,9 +96,8 @@ def inputs(
     settings: Settings,
     keys: Keys,
     now: float,
-    paused: Collection[str] = (),
 ) -> Inputs:
-    """The planner's inputs of ``window`` (the tasks of ``paused`` workflows left out)."""
+    """The planner's inputs of ``window``."""
     run_s = run_times(window.runs, settings.share_default_run_s)
     tasks = _within_user_limits(
         [
@@ -112,7 +112,6 @@ def inputs(
                 credit_s=t.credit_s,
             )
             for t in window.tasks
-            if t.workflow_id not in paused
         ],
         window.users,
         settings.user_max_running,

@@ -17,8 +17,9 @@ waits behind a flood, and a tenant with work waiting always gets a slot once its
 usage is the least (never starved).
 
 *Priority as a time credit.* A task's ``credit_s`` puts it that far ahead of its own
-tenant's later submissions (it is ordered as if submitted that much earlier); it never
-moves it ahead of another tenant's share, so low-priority work is delayed, not starved.
+tenant's later submissions (it is ordered as if submitted that much earlier); between
+tenants (projects, and end users inside a project) it counts for nothing: least recent
+usage per weight, then the oldest task. Low-priority work is delayed, not starved.
 
 *Deadline-aware overflow.* The tasks are laid out in that fair order over the pool (a
 list schedule: each takes the slot that frees first and holds it for its expected run
@@ -151,6 +152,8 @@ class Tuning:
     margin: float = 0.8
     #: a task with no deadline overflows once it has waited this long
     overflow_after_s: float = 0.0
+    #: fair shares between tenants (False: strict first come, first served by rank)
+    shares: bool = True
 
 
 @dataclass(slots=True)
@@ -186,9 +189,10 @@ class _Tenant:
         self.tasks: list[tuple[float, int, Waiting]] = []  # a heap by (rank, list position)
 
     def key(self) -> tuple[float, float, int]:
-        """Its place among its peers: usage per weight, then its next task's age."""
-        rank, position, _ = self.tasks[0]
-        return (self.norm, rank, position)
+        """Its place among its peers: usage per weight, then when its next task was
+        submitted (a priority credit orders a tenant's own tasks, never the tenants)."""
+        _, position, task = self.tasks[0]
+        return (self.norm, task.created, position)
 
 
 class _Project(_Tenant):
@@ -264,7 +268,8 @@ def plan_round(
             live.append(task)
     room = dict(paid_room)
     rescue = _Rescue(shares, room, now, tuning, tuning.lend_s * pool.size)
-    order = rescue.run(fair_order(live, shares), _slots(pool, now))
+    fair = fair_order(live, shares) if tuning.shares else sorted(live, key=lambda t: t.rank)
+    order = rescue.run(fair, _slots(pool, now))
     for task in rescue.paid:
         decision.paid[task.queue].append(task.task_id)
     slots = _slots(pool, now)
@@ -288,17 +293,6 @@ def plan_round(
         else:
             decision.eta[task.task_id] = at
     return decision
-
-
-def all_start_now(waiting: int, free: int, overdue: int) -> bool:
-    """Whether :func:`plan_round` would grant every one of ``waiting`` tasks a slot free
-    here: they fit in the ``free`` slots and none is past its start deadline (``overdue``:
-    how many are). Each then starts now, so there is nothing to weigh: no order, no
-    overflow (a task is paid only when its place starts later), no rescue (nobody starts
-    late), and each grant charges its task's expected run time as the plan would. A round
-    may then claim them from the heads as fifo does and charge the same GPU-seconds,
-    without reading the look-ahead window."""
-    return overdue == 0 and 0 < waiting <= free
 
 
 def _slots(pool: Pool, now: float) -> list[tuple[float, int]]:

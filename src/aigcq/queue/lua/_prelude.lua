@@ -10,6 +10,64 @@ local function pollkey(aigc, platform) return P .. ':processPolling:' .. aigc ..
 -- a project's end user's tasks claimed for our GPUs (ZSET id -> deadline), for its limit
 local function userkey(aigc, user) return P .. ':userrun:' .. aigc .. ':' .. user end
 
+-- Waiting work kept by key (issue 37). A queue's waiting tasks are the ZSET ``waitkey``
+-- (id -> rank: submitted minus its priority credit; the seed's WQtasks is its ZCARD), and
+-- each of its keys, one (end user, workflow) pair, is a ZSET of its own (``bykey``). The
+-- queue's keys with waiting work are ``keysof`` (key -> its head's rank); those not held by
+-- a workflow pause are also ``readyof``: a round reads the ready keys' heads, never the
+-- depth of a held key.
+local function keysof(aigc, platform) return P .. ':wkeys:' .. aigc .. ':' .. platform end
+local function readyof(aigc, platform) return P .. ':ready:' .. aigc .. ':' .. platform end
+local function bykey(aigc, platform, key) return P .. ':wq:' .. aigc .. ':' .. platform .. ':' .. key end
+-- a task's key: JSON {userId, workflowId}
+local function key_of(id)
+  local f = redis.call('HMGET', tkey(id), 'userId', 'workflowId')
+  return cjson.encode({f[1] or '', f[2] or ''}), f[2] or ''
+end
+-- whether an operator paused ``workflow`` (aigcq.scheduler.pauses)
+local function workflow_paused(workflow)
+  return redis.call('HEXISTS', P .. ':pauses', 'workflow:' .. workflow) == 1
+end
+-- Index ``key`` of a queue again from its head: in ``keysof`` while it holds tasks, and in
+-- ``readyof`` too unless its workflow is paused.
+local function reindex(aigc, platform, key, workflow)
+  local head = redis.call('ZRANGE', bykey(aigc, platform, key), 0, 0, 'WITHSCORES')
+  if #head == 0 then
+    redis.call('ZREM', keysof(aigc, platform), key)
+    redis.call('ZREM', readyof(aigc, platform), key)
+    return
+  end
+  redis.call('ZADD', keysof(aigc, platform), head[2], key)
+  if workflow_paused(workflow) then
+    redis.call('ZREM', readyof(aigc, platform), key)
+  else
+    redis.call('ZADD', readyof(aigc, platform), head[2], key)
+  end
+end
+-- Queue task ``id`` (waiting) in its queue and its key, at its rank (its ``rank`` field,
+-- else ``rank``).
+local function enqueue(id, aigc, platform, rank)
+  rank = rank or redis.call('HGET', tkey(id), 'rank') or redis.call('HGET', tkey(id), 'created')
+  local key, workflow = key_of(id)
+  redis.call('ZADD', waitkey(aigc, platform), rank, id)
+  redis.call('ZADD', bykey(aigc, platform, key), rank, id)
+  reindex(aigc, platform, key, workflow)
+end
+-- Take task ``id`` out of its queue and its key; whether it was waiting there.
+local function dequeue(id, aigc, platform)
+  if redis.call('ZREM', waitkey(aigc, platform), id) == 0 then return false end
+  local key, workflow = key_of(id)
+  redis.call('ZREM', bykey(aigc, platform, key), id)
+  reindex(aigc, platform, key, workflow)
+  return true
+end
+-- The waiting task of lowest rank among a queue's ready keys (nil: none).
+local function first_ready(aigc, platform)
+  local key = redis.call('ZRANGE', readyof(aigc, platform), 0, 0)[1]
+  if not key then return nil end
+  return redis.call('ZRANGE', bykey(aigc, platform, key), 0, 0)[1]
+end
+
 -- ``csv`` is a comma-separated list of states (a move's FROM, from domain.TRANSITIONS).
 local function allowed(csv, state)
   if not state then return false end
