@@ -452,8 +452,7 @@ class Settings(HttpLimits):
         0.3,
         ge=0,
         validation_alias=_env("SHARE_PATIENCE"),
-        description="a lender waits for a borrower at most this fraction of its own "
-        "maximum wait.",
+        description="a lender waits for a borrower at most this fraction of its own maximum wait.",
     )
     share_margin: float = Field(
         0.8,
@@ -635,6 +634,29 @@ class ProjectBudget(BaseModel):
 BUDGET_KEY = "budget"
 
 
+class ProjectShare(BaseModel):
+    """A project's ``share`` of our GPUs in model.json (beside its platforms and
+    ``budget``; docs/scheduling.md): ``min`` GPUs it gets whenever it has work that can
+    run, ``max`` it never exceeds (None: no ceiling), and its ``weight`` in the rest (it
+    overrides ``AIGCQ_SHARE_WEIGHTS``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min: int = Field(0, ge=0)
+    max: int | None = Field(None, ge=1)
+    weight: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _burst_above_min(self) -> ProjectShare:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
+#: the key of a project's share of our GPUs in model.json, beside its platforms
+SHARE_KEY = "share"
+
+
 class PlatformAccount(BaseModel):
     """One entry of model.json: the credentials and limits of a platform for one AIGC.
     An unknown key is refused (the seed's entries carry only ``apikey`` and
@@ -753,6 +775,8 @@ class PlatformConfig:
     messages: Messages
     #: each project's ``budget`` (projects without one are not listed)
     budgets: dict[str, ProjectBudget] = field(default_factory=dict)
+    #: each project's ``share`` of our GPUs (projects without one are not listed)
+    shares: dict[str, ProjectShare] = field(default_factory=dict)
 
     def account(self, aigc: str, platform: str) -> PlatformAccount | None:
         return self.accounts.get(aigc, {}).get(platform)
@@ -770,16 +794,18 @@ class PlatformConfig:
             raise ConfigError(f"{config_dir / 'model.json'}: top level must be an object")
         accounts: dict[str, dict[str, PlatformAccount]] = {}
         budgets: dict[str, ProjectBudget] = {}
+        shares: dict[str, ProjectShare] = {}
+        models = config_dir / "model.json"
         for aigc, platforms in raw_models.items():
             if not isinstance(platforms, dict):
-                raise ConfigError(f"{config_dir / 'model.json'}: field {aigc!r} must be an object")
+                raise ConfigError(f"{models}: field {aigc!r} must be an object")
             platforms = dict(platforms)
             if BUDGET_KEY in platforms:
-                where = f"{aigc}.{BUDGET_KEY}"
                 raw_budget = platforms.pop(BUDGET_KEY)
-                budgets[aigc] = _validate(
-                    ProjectBudget, raw_budget, config_dir / "model.json", where
-                )
+                budgets[aigc] = _validate(ProjectBudget, raw_budget, models, f"{aigc}.{BUDGET_KEY}")
+            if SHARE_KEY in platforms:
+                raw_share = platforms.pop(SHARE_KEY)
+                shares[aigc] = _validate(ProjectShare, raw_share, models, f"{aigc}.{SHARE_KEY}")
             accounts[aigc] = {
                 name: _validate(
                     ACCOUNT_MODELS.get(name, PlatformAccount),
@@ -797,7 +823,7 @@ class PlatformConfig:
         )
         code_raw = _read_json(config_dir / "code.json", {})
         _check_messages(code_raw, config_dir / "code.json")
-        return cls(accounts, kinds, Messages(code_raw), budgets)
+        return cls(accounts, kinds, Messages(code_raw), budgets, shares)
 
 
 def _check_messages(raw: Any, path: Path) -> None:

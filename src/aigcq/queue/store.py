@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -185,6 +185,8 @@ class Window:
     usage: dict[str, tuple[float, float]]
     #: (project, userId) -> its tasks claimed for our GPUs (read with a user limit)
     users: dict[tuple[str, str], int]
+    #: project -> its tasks in flight on the internal target
+    running: dict[str, int] = field(default_factory=dict)
 
 
 SCRIPTS = (
@@ -844,6 +846,7 @@ class TaskStore:
             runs=run_means(raw.get("runs") or []),
             usage={k: _pair(v) for k, v in (raw.get("usage") or {}).items()},
             users={_who(k): int(v) for k, v in (raw.get("users") or {}).items()},
+            running={k: int(v) for k, v in (raw.get("running") or {}).items()},
         )
 
     async def max_cost(self, task_id: str) -> float | None:

@@ -191,6 +191,7 @@ class DispatchLoop:
             settings=settings,
             keys=self.rt.store.keys,
             now=now,
+            projects=self.rt.config.shares,
         )
         decision = plan_round(
             given.tasks, given.pool, given.shares, rooms, now, fair.tuning(settings)

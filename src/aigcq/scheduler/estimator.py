@@ -104,7 +104,7 @@ class Estimator:
         free = self.internal.free_slots() + self.internal.free_elsewhere()
         got = fair.inputs(
             window, free=free, free_elsewhere=0, settings=settings, keys=self.rt.store.keys,
-            now=now,
+            now=now, projects=self.rt.config.shares,
         )  # fmt: skip
         return got.tasks, got.pool, got.shares, fair.tuning(settings)
 

@@ -13,7 +13,9 @@
 
 With ``AIGCQ_USER_MAX_RUNNING``, an end user's tasks beyond what the limit leaves it (its
 tasks on our GPUs counted in Redis) are not planned this round: they wait, by rank, for
-its running ones to end (the claim script enforces the limit too, across processes).
+its running ones to end (the claim script enforces the limit too, across processes). A
+project's ``share`` in model.json does the same with its ``max`` GPUs, and its ``min``
+puts it first while fewer than that run.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from aigcq.config import Settings
+from aigcq.config import ProjectShare, Settings
 from aigcq.queue.keys import Keys
 from aigcq.queue.store import Window
 from aigcq.scheduler.policy import Pool, Shares, Tuning, Waiting, decayed, time_left
@@ -67,6 +69,24 @@ def _within_user_limits(
     return [task for position, task in enumerate(tasks) if position in kept]
 
 
+def _within_ceilings(
+    tasks: list[Waiting], running: Mapping[str, int], ceilings: Mapping[str, int]
+) -> list[Waiting]:
+    """``tasks`` but those of a project beyond what its ``max`` GPUs leave it after its
+    ``running`` ones, by rank (list order on ties): they wait for its runs to end."""
+    if not ceilings:
+        return tasks
+    left = {p: cap - running.get(p, 0) for p, cap in ceilings.items()}
+    kept = set()
+    for position, task in sorted(enumerate(tasks), key=lambda pt: (pt[1].rank, pt[0])):
+        project = task.queue[0]
+        if project not in left or left[project] > 0:
+            kept.add(position)
+            if project in left:
+                left[project] -= 1
+    return [task for position, task in enumerate(tasks) if position in kept]
+
+
 def run_times(runs: Mapping[str, float], default_s: float) -> Callable[[str], float]:
     """A workflow's expected run time on our GPUs (s): its recent mean, else the mean of
     the others', else ``default_s``."""
@@ -96,8 +116,11 @@ def inputs(
     settings: Settings,
     keys: Keys,
     now: float,
+    projects: Mapping[str, ProjectShare] | None = None,
 ) -> Inputs:
-    """The planner's inputs of ``window``."""
+    """The planner's inputs of ``window``; ``projects``: the projects' shares of our GPUs
+    (model.json ``share``: a minimum, a ceiling, a weight)."""
+    projects = projects or {}
     run_s = run_times(window.runs, settings.share_default_run_s)
     tasks = _within_user_limits(
         [
@@ -116,8 +139,10 @@ def inputs(
         window.users,
         settings.user_max_running,
     )
+    ceilings = {p: share.max for p, share in projects.items() if share.max is not None}
+    tasks = _within_ceilings(tasks, window.running, ceilings)
     busy = [time_left(run_s(w), now - started if started else 0.0) for w, started in window.busy]
-    projects = {t.queue[0] for t in tasks}
+    named = {t.queue[0] for t in tasks}
     users = {(t.queue[0], t.user) for t in tasks if t.user}
     half_life_s = settings.share_half_life_s
 
@@ -125,9 +150,11 @@ def inputs(
         value, at = window.usage.get(key, (0.0, now))
         return decayed(value, now - at, half_life_s)
 
+    weights = {p: share.weight for p, share in projects.items() if share.weight is not None}
     shares = Shares(
-        weights=settings.share_weights,
-        usage={p: recent(keys.usage(p)) for p in projects},
+        weights={**settings.share_weights, **weights},
+        usage={p: recent(keys.usage(p)) for p in named},
         user_usage={(p, u): recent(keys.usage(p, u)) for p, u in users},
+        owed={p: share.min - window.running.get(p, 0) for p, share in projects.items()},
     )
     return Inputs(tasks, Pool(free, free_elsewhere, busy), shares)

@@ -129,6 +129,8 @@ class Shares:
     usage: Mapping[str, float] = field(default_factory=dict)
     #: (project, user) -> recent GPU-seconds
     user_usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    #: project -> GPUs its guaranteed minimum still owes it (its ``min`` less what runs)
+    owed: Mapping[str, int] = field(default_factory=dict)
 
     def weight(self, project: str) -> float:
         return max(self.weights.get(project, 1.0), 1e-6)
@@ -198,29 +200,33 @@ class _Tenant:
 class _Project(_Tenant):
     """A project: its users, in a heap by their :meth:`_Tenant.key`."""
 
-    __slots__ = ("users",)
+    __slots__ = ("owed", "users")
 
-    def __init__(self, usage: float, weight: float) -> None:
+    def __init__(self, usage: float, weight: float, owed: int) -> None:
         super().__init__(usage, weight)
+        self.owed = owed
         self.users: list[tuple[tuple[float, float, int], str, _Tenant]] = []
 
-    def key(self) -> tuple[float, float, int]:
-        """Usage per weight, then the age of the task it gives next."""
-        _, rank, position = self.users[0][0]
-        return (self.norm, rank, position)
+    def key(self) -> tuple[int, float, float, int]:  # type: ignore[override]
+        """Whether its guaranteed minimum is met, usage per weight, then the age of the
+        task it gives next."""
+        _, created, position = self.users[0][0]
+        return (0 if self.owed > 0 else 1, self.norm, created, position)
 
 
 def fair_order(tasks: Sequence[Waiting], shares: Shares) -> list[Waiting]:
-    """``tasks`` in the order fair shares give them slots: the project with the least
-    usage per weight, its user with the least usage, that user's task of lowest rank (ties:
-    the oldest, then list order); each task charges its project and its user its run
-    time as it is given its place."""
+    """``tasks`` in the order fair shares give them slots: a project its guaranteed
+    minimum still owes GPUs first, then the project with the least usage per weight; its
+    user with the least usage; that user's task of lowest rank (between tenants of equal
+    usage, the oldest task first, then list order); each task charges its project and its
+    user its run time as it is given its place."""
     projects: dict[str, _Project] = {}
     users: dict[tuple[str, str], _Tenant] = {}
     for position, task in enumerate(tasks):
         name = task.queue[0]
         if name not in projects:
-            projects[name] = _Project(shares.usage.get(name, 0.0), shares.weight(name))
+            usage, weight = shares.usage.get(name, 0.0), shares.weight(name)
+            projects[name] = _Project(usage, weight, shares.owed.get(name, 0))
         who = (name, task.user)
         if who not in users:
             users[who] = _Tenant(shares.user_usage.get(who, 0.0), 1.0)
@@ -240,6 +246,7 @@ def fair_order(tasks: Sequence[Waiting], shares: Shares) -> list[Waiting]:
         _, _, task = heapq.heappop(tenant.tasks)
         out.append(task)
         project.norm += task.run_s / project.weight
+        project.owed -= 1
         tenant.norm += task.run_s
         if tenant.tasks:
             heapq.heappush(project.users, (tenant.key(), user, tenant))

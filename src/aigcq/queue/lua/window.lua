@@ -10,7 +10,8 @@
 -- Returns it as JSON: {tasks = {{aigc, platform, id, created, workflowId, userId,
 -- credit, startBy, keepWaiting}, ...}, busy = {{workflowId, started}, ...}, runs = {flat
 -- HGETALL}, usage = {key = "<value> <at>"}, users = {"<aigc>\n<userId>" = tasks of that
--- user claimed for our GPUs (with user_limit > 0)}}.
+-- user claimed for our GPUs (with user_limit > 0)}, running = {aigc = its tasks in flight
+-- on the internal target}}.
 --! no move: it only reads
 --! arg queues          a JSON list of {aigc, platform}
 --! arg n:num           tasks of each ready key's head
@@ -18,7 +19,7 @@
 --! arg target          the internal target's name (its running sets)
 --! arg busy_max:num    tasks in flight read per project, at most (0: 4096 if dated; < 0: never)
 --! arg user_limit:num  the per-user limit (0: none, their counts are not read)
-local out = {tasks = {}, busy = {}, usage = {}, users = {}}
+local out = {tasks = {}, busy = {}, usage = {}, users = {}, running = {}}
 local usage_keys, projects, served, seen, dated_any = {}, {}, {}, {}, false
 local function want(key) usage_keys[key] = true end
 local function limited(aigc, user)
@@ -45,6 +46,7 @@ for _, q in ipairs(cjson.decode(queues)) do
   if not projects[aigc] then
     projects[aigc] = true
     want(P .. ':usage:' .. aigc)
+    out.running[aigc] = redis.call('ZCARD', runkey(aigc, target))
   end
   for _, key in ipairs(redis.call('ZRANGE', readyof(aigc, platform), 0, -1)) do
     if not limited(aigc, cjson.decode(key)[1]) then
