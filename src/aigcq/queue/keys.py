@@ -99,7 +99,7 @@ class Keys:
 
     def usage(self, aigc: str, user: str | None = None) -> str:
         """A project's (or one of its users') recent GPU-seconds, "<value> <at>" (decayed
-        from ``at``, epoch s; :mod:`aigcq.scheduler.usage`), expiring when long unused."""
+        from ``at``, epoch s; ``_prelude.lua`` ``use_gpu``), expiring when long unused."""
         if user is None:
             return f"{self.prefix}:usage:{aigc}"
         return f"{self.prefix}:usage:{aigc}:user:{user}"

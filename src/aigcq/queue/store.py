@@ -247,6 +247,9 @@ class TaskStore:
         self.free_requeues = free_requeues
         #: the paid targets (comma-separated): their unwanted remote tasks become orphans
         self.paid_targets = ""
+        #: "<half-life s> <default run s>" of the GPU-seconds a run on our GPUs charges
+        #: its project and user (``_prelude.lua`` ``gpu_started``; '': none charged)
+        self.usage_terms = ""
         self._scripts: dict[str, tuple[AsyncScript, scripts.Script]] = {}
         for name in SCRIPTS:
             script = scripts.load(name)
@@ -404,6 +407,7 @@ class TaskStore:
             holder_of=self.keys.bridges_of(task_id) if holder else "",
             holder_ttl=holder_ttl_s,
             late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
+            usage_terms=self.usage_terms if where is None else "",
         )
         return Marked(int(code) == 1, int(code) == 2, awaited=int(code) == 3)
 

@@ -46,7 +46,6 @@ from aigcq.scheduler.pauses import Paused, parse
 from aigcq.scheduler.policy import RESCUE_MAX, Decision, Queue, Waiting, plan_round
 from aigcq.scheduler.routing import Plan, capped, may_overflow, plan, share_round_robin
 from aigcq.scheduler.targets import HandBack, InternalTarget, Target
-from aigcq.scheduler.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +101,6 @@ class DispatchLoop:
     #: handed-off work
     _claims: dict[asyncio.Task[None], list[Claimed]] = field(init=False, default_factory=dict)
     stopped: bool = field(init=False, default=False)  # graceful shutdown: claim nothing more
-    #: the projects' and users' recent GPU-seconds (fair shares)
-    usage: Usage = field(init=False)
-
-    def __post_init__(self) -> None:
-        settings = self.rt.settings
-        store = self.rt.store
-        self.usage = Usage(self.rt.redis, store.mux, store.keys, settings.share_half_life_s)
 
     def wake(self) -> None:
         self.wakeup.set()
@@ -220,13 +212,13 @@ class DispatchLoop:
         """Claim what ``decision`` says, queue by queue: the internal grants through the
         target's ``choose`` among the queue's tasks in the plan's order, then those it
         sends to the paid platform (a granted task no free instance can run leaves its
-        slot to the next that one can, as the fifo split's look-ahead does; slots a
-        queue's tasks could not use go to the next queue), then the paid ones it did not
-        take; charge the GPU-seconds of what the internal target took."""
+        slot to the next that one can; slots a queue's tasks could not use go to the next
+        queue), then the paid ones it did not take. Nothing is charged here: a run on our
+        GPUs charges its project and user when it starts (``mark_running.lua``), corrected
+        to its real run time when it ends."""
         order: dict[Queue, list[str]] = {key: [] for key in loads}
         for task_id in decision.order:
             order[tasks[task_id].queue].append(task_id)
-        granted: list[Waiting] = []
         limit = self.rt.settings.user_max_running
         spare = 0
         for key, load in loads.items():
@@ -242,14 +234,12 @@ class DispatchLoop:
             spare = n - min(len(taken), n)
             gone = {c.task_id for c in taken}
             paid = [i for i in paid if i not in gone]
-            granted += (tasks[c.task_id] for c in taken if c.task_id in tasks)
             if paid and load.paid:
                 claimed = await self.lifecycle.claim(
                     load.aigc, load.platform, load.paid, cap=load.cap, n=len(paid), ids=paid
                 )
                 for c in claimed:
                     self._spawn(self._hand_over(self.paid, load.aigc, load.platform, [c]), [c])
-        await self.usage.charge(*fair.charges((t.queue[0], t.user, t.run_s) for t in granted))
 
     async def _loads(self) -> list[QueueLoad]:
         """Every configured queue's backlog and paid in-flight count, and the pauses, in

@@ -9,7 +9,7 @@
   expected time left of every task in flight on the internal target
   (:func:`~aigcq.scheduler.policy.time_left`, from when it started running);
 * the shares: ``AIGCQ_SHARE_WEIGHTS`` and the usage records decayed to now
-  (:mod:`aigcq.scheduler.usage`).
+  (charged as runs start and end on our GPUs, ``_prelude.lua``).
 
 With ``AIGCQ_USER_MAX_RUNNING``, an end user's tasks beyond what the limit leaves it (its
 tasks on our GPUs counted in Redis) are not planned this round: they wait, by rank, for
@@ -21,8 +21,7 @@ puts it first while fewer than that run.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aigcq.config import ProjectShare, Settings
@@ -92,20 +91,6 @@ def run_times(runs: Mapping[str, float], default_s: float) -> Callable[[str], fl
     the others', else ``default_s``."""
     unknown = statistics.fmean(runs.values()) if runs else default_s
     return lambda workflow: runs.get(workflow, unknown)
-
-
-def charges(
-    grants: Iterable[tuple[str, str, float]],
-) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
-    """The GPU-seconds ``grants`` (project, userId, expected run time) of our GPUs charge,
-    by project and by (project, user), as :func:`~aigcq.scheduler.policy.plan_round`
-    charges its grants."""
-    projects: defaultdict[str, float] = defaultdict(float)
-    users: defaultdict[tuple[str, str], float] = defaultdict(float)
-    for project, user, run_s in grants:
-        projects[project] += run_s
-        users[(project, user)] += run_s
-    return projects, users
 
 
 def inputs(

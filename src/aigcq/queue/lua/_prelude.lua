@@ -175,8 +175,51 @@ local function orphan_live(id, h, csv, now)
   return orphaned
 end
 
+-- GPU-seconds a project and its end user ran on our GPUs (each
+-- record "<GPU-seconds> <when>", decayed with half-life ``half`` to ``now`` before
+-- ``seconds`` are added; never below 0; kept 20 half-lives after its last change).
+local function use_gpu(aigc, user, seconds, now, half)
+  local keys = {P .. ':usage:' .. aigc}
+  if user and user ~= '' then keys[2] = P .. ':usage:' .. aigc .. ':user:' .. user end
+  for _, key in ipairs(keys) do
+    local value, at = 0, now
+    local before = redis.call('GET', key)
+    if before then
+      local v, t = string.match(before, '^(%S+) (%S+)$')
+      value, at = tonumber(v) or 0, tonumber(t) or now
+    end
+    value = math.max(value * math.pow(0.5, math.max(now - at, 0) / half) + seconds, 0)
+    redis.call('SET', key, string.format('%.17g %.17g', value, now), 'EX',
+      math.max(math.floor(half * 20), 1))
+  end
+end
+-- A run on our GPUs starts: its project and user are charged its workflow's recent mean
+-- run time (``terms``: "<half-life s> <default run s>", the default before any run of
+-- it), kept on the task (``gpu``: "<charged> <half-life>") to be corrected at its end.
+local function gpu_started(id, aigc, now, terms)
+  local half, default = string.match(terms, '^(%S+) (%S+)$')
+  local k = tkey(id)
+  local f = redis.call('HMGET', k, 'workflowId', 'userId')
+  local mean = redis.call('HGET', P .. ':runs', f[1] or '')
+  local expected = tonumber(mean and string.match(mean, '^(%S+)') or default) or 0
+  use_gpu(aigc, f[2], expected, tonumber(now), tonumber(half))
+  redis.call('HSET', k, 'gpu', string.format('%.17g %s', expected, half))
+end
+-- A run on our GPUs ended (or its task left it): the charge at its start is corrected to
+-- the time it really ran. A task that never started was never charged.
+local function gpu_ended(id, aigc, now)
+  local k = tkey(id)
+  local f = redis.call('HMGET', k, 'gpu', 'started', 'userId')
+  if not f[1] then return end
+  local charged, half = string.match(f[1], '^(%S+) (%S+)$')
+  local ran = math.max(tonumber(now) - (tonumber(f[2]) or tonumber(now)), 0)
+  use_gpu(aigc, f[3], ran - tonumber(charged), tonumber(now), tonumber(half))
+  redis.call('HDEL', k, 'gpu')
+end
+
 -- Take a task out of every in-flight index. ``h`` = {status, attempt, AIGC, platform, target, remoteTaskId}
-local function unlink_inflight(id, h)
+local function unlink_inflight(id, h, now)
+  gpu_ended(id, h[3], now)
   if h[5] and h[5] ~= '' then redis.call('ZREM', runkey(h[3], h[5]), id) end
   local user = redis.call('HGET', tkey(id), 'userId')
   if user then redis.call('ZREM', userkey(h[3], user), id) end

@@ -93,7 +93,7 @@ if h[1] == PENDING then
   dequeue(task_id, h[3], h[4])
   redis.call('ZREM', P .. ':delayed', task_id)
 end
-unlink_inflight(task_id, h)
+unlink_inflight(task_id, h, now)
 redis.call('HSET', k, 'status', to, 'updated', now, 'resultData', result_json, 'error', error_json)
 if over then redis.call('HSET', k, 'endedAttempt', h[2]) end
 note(task_id, now, to, h[2], h[5], info)

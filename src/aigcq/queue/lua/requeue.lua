@@ -25,7 +25,7 @@ if not h[1] then return -1 end
 if not allowed(FROM[move], h[1]) or h[2] ~= attempt then return 0 end
 if remote_id ~= '' and h[6] ~= remote_id then return 0 end
 if unsent_only and h[9] then return 0 end
-unlink_inflight(task_id, h)
+unlink_inflight(task_id, h, now)
 if not ended then orphan_live(task_id, h, paid_targets, now) end
 if uncharge then
   local free = redis.call('HINCRBY', k, 'uncharged', 1)
