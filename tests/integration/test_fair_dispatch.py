@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.plumbing.auth import issue_client_token
+from aigcq.scheduler.pauses import PauseKind, Pauses
 from tests.fakes.bridge import Bridge, task_end
 from tests.fakes.client import Client, generate
 from tests.fakes.service import SECRET, Env, Pair, serve_pair
@@ -281,3 +282,47 @@ async def test_the_http_submit_takes_the_fields_and_refuses_bad_ones(pair: Pair)
     assert bad.status_code == 400 and bad.json()["code"] == "JSONError", bad.text
     assert "maxWaitMs" in bad.json()["detail"]
     assert not await pair.a.redis.exists("aigcq:task:h2")
+
+
+async def test_a_ready_task_behind_a_deep_paused_workflow_runs_at_once(pair: Pair) -> None:
+    """Issue 37 items 2 and 8, with default settings and two serves: 1,500 tasks of a
+    paused workflow at the head of the queue hide nothing; the next task of another
+    workflow is assigned to the free GPU at once, and the paused ones run on resume."""
+    a, b = pair.a, pair.b
+    pauses = Pauses(a.service.rt)
+    await pauses.set(PauseKind.WORKFLOW, "held", True)
+    client = await b.client()
+    for i in range(1500):
+        await client.send(generate(f"held-{i}", aigc="calm", workflowId="held", nodeInfoList=[]))
+    for _ in range(1500):
+        assert (await client.next(timeout=60))["type"] == "submitted"
+    bridge = await bridge_on(a, "br1", seen_by=b)
+    await submitted(client, "ready", "calm")
+    task_id, hook = await assigned(bridge)
+    assert task_id == "ready"
+    await pauses.set(PauseKind.WORKFLOW, "held", False)
+    assert await task_end(a, hook) == 200
+    task_id, _ = await assigned(bridge)
+    assert task_id == "held-0"
+
+
+async def test_a_limited_users_deep_batch_leaves_the_other_gpu_to_another_user(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Issue 37 items 1 and 8, two serves, AIGCQ_USER_MAX_RUNNING=1: one user's 1,500 tasks
+    at the head run one at a time; another user's single task takes the second GPU."""
+    async with serve_pair(
+        tmp_path, redis, redis_url, concurrency=0, projects=("calm",), user_max_running=1
+    ) as pair:
+        a, b = pair.a, pair.b
+        client = await b.client()
+        for i in range(1500):
+            await client.send({**generate(f"batch-{i}", aigc="calm"), "userId": "heavy"})
+        for _ in range(1500):
+            assert (await client.next(timeout=60))["type"] == "submitted"
+        await submitted(client, "single", "calm", userId="light")
+        bridge = await bridge_on(a, "br1", count=2, seen_by=b)
+        got = {(await assigned(bridge))[0], (await assigned(bridge))[0]}
+        assert got == {"batch-0", "single"}
+        with pytest.raises(TimeoutError):
+            await bridge.next(timeout=1.0)  # the heavy user's second task waits
