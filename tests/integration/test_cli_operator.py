@@ -179,6 +179,29 @@ async def test_where_aigcq_up_runs_the_servers_admin_token_comes_before_a_client
     assert "tasks 0–0 of 0" in result.stdout
 
 
+async def test_every_operator_verb_finds_the_servers_admin_token_the_same_way(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where `aigcq up` runs, with a client JWT in AIGCQ_CLIENT_TOKEN (the quick tour):
+    status, tasks show and tasks cancel act as the operator, as tasks list does."""
+    await (await client_b2(env)).request(generate("theirs"))  # no capacity: it waits
+    (tmp_path / ".aigcq").mkdir()
+    (tmp_path / ".aigcq" / "secrets.json").write_text(json.dumps({"admin_token": ADMIN}))
+    monkeypatch.chdir(tmp_path)
+
+    async def run(*args: str) -> Result:
+        argv = [*args, "--server", env.base]
+        invoke = partial(CliRunner().invoke, app, argv, env={"AIGCQ_CLIENT_TOKEN": CLIENT})
+        result = await asyncio.to_thread(invoke)
+        assert result.exit_code == 0, result.output
+        return result
+
+    assert "bridges" in (await run("status")).stdout  # a table of the admin snapshot
+    assert "task theirs: pending" in (await run("tasks", "show", "theirs")).stdout
+    assert (await run("tasks", "cancel", "theirs")).stdout.strip() == "theirs: cancelled"
+    assert await state(env, "theirs") == "cancelled"
+
+
 async def test_tasks_cancel_cancels_and_names_each_refusal(env: Env) -> None:
     b1 = await env.client()
     for task_id in ("k1", "k2", "k3"):
