@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime
 from functools import partial
@@ -118,10 +119,32 @@ async def test_tasks_list_shows_where_since_when_and_why(env: Env) -> None:
     result = await cli(env, "tasks", "list")
     assert result.exit_code == 0, result.output
     assert "tasks 1–5 of 5" in result.stdout
-    row = next(line for line in result.stdout.splitlines() if " f1 " in line)
+    row = next(line for line in result.stdout.splitlines() if line.startswith("f1 "))
     assert "failed" in row and "bridge" in row and "b1" in row
     assert f"PromptValidation (task): {PROMPT_INVALID['message']}" in row
     assert "more:" not in result.stdout
+
+
+@pytest.mark.parametrize("columns", ["120", "140"])
+async def test_tasks_list_never_cuts_a_task_id(env: Env, columns: str) -> None:
+    """32-character ids (a UUID's hex), the failure column shown: each id whole, on one
+    line, to paste into `tasks show`."""
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    b1 = await env.client()
+    ids = [uuid.uuid4().hex for _ in range(3)]
+    for task_id in ids:
+        await b1.request(generate(task_id))
+        assign = await bridge.next()
+        await bridge.ack(task_id)
+        assert await task_end(env, assign["data"]["webhookUrl"], failure=PROMPT_INVALID) == 200
+        await until(partial(state, env, task_id), lambda s: s == "failed")
+    argv = ["tasks", "list", "--server", env.base, "--token", ADMIN]
+    invoke = partial(CliRunner().invoke, app, argv, env={"COLUMNS": columns})
+    result = await asyncio.to_thread(invoke)
+    assert result.exit_code == 0, result.output
+    assert "(task):" in result.stdout  # the failure column is shown (PromptValidation)
+    assert all(task_id in result.stdout for task_id in ids), result.stdout
 
 
 async def test_tasks_list_pages(env: Env) -> None:
