@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from aigcq.cli.common import fail, local_host
+from aigcq.cli.common import fail
+from aigcq.plumbing.ports import local_host
 
 if TYPE_CHECKING:
     from aigcq.cli.client_env import ClientEnv
