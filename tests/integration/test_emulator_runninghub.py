@@ -410,6 +410,7 @@ def created_code(base: str, workflow_id: str) -> int:
     [
         ((), ["1"], ["1904", "no-such-workflow"]),  # the README's workflow id
         (("--workflow-id", "1904", "--workflow-id", "demo"), ["1904", "demo"], ["1"]),
+        (("--any-workflow",), ["1", "1904", "no-such-workflow"], []),
     ],
 )
 def test_the_command_knows_the_workflows_it_was_given_and_refuses_the_others(

@@ -167,6 +167,12 @@ def emulate_runninghub(
             show_default=False,
         ),
     ] = DEFAULT_WORKFLOW_IDS,
+    any_workflow: Annotated[
+        bool,
+        typer.Option(
+            "--any-workflow", help="Accept any workflow id (load tests; not as RunningHub does)"
+        ),
+    ] = False,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats,
@@ -186,7 +192,7 @@ def emulate_runninghub(
         consume_money=consume_money,
         remain_coins=remain_coins,
         file_ttl_s=file_ttl,
-        workflow_ids=frozenset(workflow_id),
+        workflow_ids=None if any_workflow else frozenset(workflow_id),
     )
 
 
