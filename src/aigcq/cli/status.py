@@ -96,15 +96,20 @@ def _gib(n: int) -> str:
 
 
 def _queues(rows: list[dict[str, Any]]) -> Table:
-    table = Table(
-        "AIGC", "platform", "waiting", "in flight", "capacity", "oldest wait", title="queues"
-    )
+    """Each queue; with the admin token, what holds its work (``heldBy``: pauses, holds,
+    drains), next to it."""
+    columns = ["AIGC", "platform", "waiting", "in flight", "capacity", "oldest wait"]
+    held = any("heldBy" in q for q in rows)
+    table = Table(*columns, *(["held by"] if held else []), title="queues")
     for q in rows:
         oldest = f"{q['oldestWaitS']:g} s" if q["waiting"] and "oldestWaitS" in q else "-"
-        table.add_row(
+        cells = [
             q["AIGC"], q["platform"], str(q["waiting"]), _per_target(q["inFlight"]),
             _per_target(q.get("capacity", {})), oldest,
-        )  # fmt: skip
+        ]  # fmt: skip
+        if held:
+            cells.append(Text("; ".join(q.get("heldBy") or []) or "-", style="yellow"))
+        table.add_row(*cells)
     return table
 
 

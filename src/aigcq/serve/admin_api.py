@@ -36,6 +36,7 @@ from aigcq.serve.admin_controls import checked, control_routes
 from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
 from aigcq.serve.admin_trends import Split, Trends
 from aigcq.serve.by_filter import not_retried
+from aigcq.serve.holding import add_holds
 from aigcq.serve.live_tasks import PAGE_MAX, LiveFilter, live_page
 
 if TYPE_CHECKING:
@@ -114,11 +115,14 @@ class Monitor:
         """The state now; ``sample``: also take it as the trends' sample (the loop's, once a
         second; a request's snapshot reads them without adding one)."""
         rt = self.service.rt
-        queues = await queue_rows(rt, internal_capacity(self.service.hub))
+        internal = internal_capacity(self.service.hub)
+        queues = await queue_rows(rt, internal)
         overflow = overflow_spend(rt.settings.overflow_price)
         if sample:
             await self.trends.sample(rt.store, queues, overflow)
         spend = await self._spend()
+        pauses = await self.pauses.all()
+        add_holds(rt, queues, pauses, internal.serves if internal else ())
         return {
             "time": time.time(),
             "bridges": await self._bridges(),
@@ -130,7 +134,7 @@ class Monitor:
             "overflow": overflow,
             "spend": spend,
             "asynch": await self.asynch.read(),
-            "pauses": [p.view() for p in await self.pauses.all()],
+            "pauses": [p.view() for p in pauses],
             "accounts": await self.service.reconciler.view(),
             "budgets": await self.service.paid.budgets.view(spend),
         }
