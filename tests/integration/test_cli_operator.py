@@ -308,3 +308,32 @@ async def test_an_unknown_bridge_is_refused_unless_ahead(env: Env) -> None:
     assert row is not None and row["drained"]
     line = one_error_line(await cli(env, "bridges", "undrain", "br1", token=CLIENT), 1)
     assert line.startswith("error: AuthError: ")
+
+
+def instances(*ids: str) -> list[dict[str, Any]]:
+    return [{"instanceId": i, "url": f"http://{i}", "state": "idle"} for i in ids]
+
+
+async def test_a_replaced_bridge_leaves_the_picture_and_one_gone_is_offline(env: Env) -> None:
+    """A bridge restarted under a new id on the same machine (its ComfyUI instances now the
+    new one's) is not listed as an offline bridge in rotation beside it; a bridge that left
+    and was not replaced is listed offline, out of rotation, until its record expires
+    (issue 41 §2)."""
+    old = await env.bridge()
+    await old.register("br-old", count=2, instances=instances("gpu:8188", "gpu:8189"))
+    gone = await env.bridge()
+    await gone.register("br-gone", count=1, instances=instances("other:8188"))
+    await until(partial(bridge_row, env, "br-gone"), lambda b: b is not None)
+    await old.ws.close()
+    await gone.ws.close()
+    await until(partial(bridge_row, env, "br-old"), lambda b: b is not None and not b["online"])
+    new = await env.bridge()
+    await new.register("br-new", count=2, instances=instances("gpu:8188", "gpu:8189"))
+    await until(partial(bridge_row, env, "br-new"), lambda b: b is not None and b["online"])
+    assert await bridge_row(env, "br-old") is None  # replaced by br-new
+    left = await bridge_row(env, "br-gone")
+    assert left is not None and not left["online"] and not left["inRotation"]
+    ttl = await env.redis.ttl(env.service.rt.store.keys.bridge("br-gone"))
+    assert 0 < ttl <= 600  # it leaves the picture with its record
+    status = await cli(env, "status")
+    assert "br-old" not in status.stdout and "br-new" in status.stdout, status.stdout

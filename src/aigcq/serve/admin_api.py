@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -166,12 +166,12 @@ class Monitor:
                 "pending": sorted(conn.pending),
                 "lastHeartbeat": now - (now_mono - conn.last_seen),
                 "failures": conn.failures,
-                "inRotation": conn.quarantined_at is None,
+                "inRotation": conn.online and conn.quarantined_at is None,
                 "drained": conn.drained,
                 "instanceStates": conn.instance_states,
                 "local": True,
             }
-        return sorted(rows.values(), key=lambda r: str(r["bridgeId"]))
+        return sorted(without_replaced(rows.values()), key=lambda r: str(r["bridgeId"]))
 
     def _health(self) -> dict[str, Any] | None:
         hub = self.service.hub
@@ -205,11 +205,25 @@ def bridge_row_from_hash(h: dict[str, str]) -> dict[str, Any]:
         "pending": [],
         "lastHeartbeat": float(h.get("lastSeen") or 0),
         "failures": 0,
-        "inRotation": h.get("inRotation", "1") == "1",
+        "inRotation": h.get("online") == "1" and h.get("inRotation", "1") == "1",
         "drained": h.get("drained") == "1",
         "instanceStates": record_instances(h.get("instances")),
         "local": False,
     }
+
+
+def without_replaced(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The bridges but those replaced: an offline one whose instances an online one now
+    describes (the bridge restarted under a new id on the same machine). One that left
+    and was not replaced stays, offline, until its record expires (``KNOWN_FOR_S``)."""
+    rows = list(rows)
+    live = {i.get("instanceId") for r in rows if r["online"] for i in r["instanceStates"]}
+
+    def replaced(row: dict[str, Any]) -> bool:
+        ids = {i.get("instanceId") for i in row["instanceStates"]}
+        return not row["online"] and bool(ids) and ids <= live
+
+    return [r for r in rows if not replaced(r)]
 
 
 def task_row(t: Task) -> dict[str, Any]:
