@@ -145,7 +145,7 @@ def status(
     """
     from aigcq.cli.status import fetch_snapshot, render
 
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         view = render(fetch_snapshot(server_api, limit))
         if watch:
             _watch(server_api, view, limit, interval)

@@ -1,7 +1,7 @@
 """``aigcq tasks``: show one task, list tasks by filter, cancel and retry tasks.
 
 Each finds the admin token as every operator verb does
-(:func:`aigcq.cli.remote.require_token`); ``show`` and ``cancel`` also take a client token
+(:func:`aigcq.cli.remote.operator_token`); ``show`` and ``cancel`` also take a client token
 as ``--token`` (its own tasks). A task the server refuses (unknown, already finished, not
 retryable) is one line naming it and the refusal's code; the others are still done, and
 the exit code is 1.
@@ -73,7 +73,7 @@ def tasks_show(
     for a failed task, why: the failure's class, code and message."""
     from aigcq.cli.status import timeline
 
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         view = timeline(server_api, task_id)
     console.print(view)
 
@@ -109,7 +109,7 @@ def tasks_list(
     from aigcq.cli.status import task_list
 
     now = time.time()
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         params = list_params(state, since, limit, page, now)
         filters = {"aigc": project, "platform": platform, "client": client, "target": target}
         answer = server_api.get("/api/admin/tasks", **params, **filters)
@@ -196,7 +196,7 @@ def tasks_cancel(
     if not task_ids:
         _by_filter("cancel", filters, dry_run, limit, as_json, server, token)
         return
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         _only_ids(filters, dry_run, limit, as_json, FLAGS)
         ok = each_task(server_api, task_ids, lambda t: task_path(t, "cancel"), said("cancelled"))
     if not ok:
@@ -240,7 +240,7 @@ def tasks_retry(
     def path(task_id: str) -> str:
         return f"/api/admin/tasks/{quote(task_id, safe='')}/retry"
 
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         _only_ids(filters, dry_run, limit, as_json, RETRY_FLAGS)
         ok = each_task(server_api, task_ids, path, said("queued again, as a new attempt"))
     if not ok:
