@@ -11,6 +11,8 @@ from bench.fleet_sim import (
     WORKLOADS,
     Fleet,
     Policy,
+    Scenario,
+    Share,
     aigcq,
     figures,
     jain,
@@ -62,6 +64,15 @@ def test_a_short_run_accounts_for_every_task(
     assert all(n == 0 for n in fleet.user_running.values())
     if make is not today:  # the limit holds at every moment (the old fifo did not check it)
         assert out["user_limit_excess"] == 0
+
+
+def test_a_project_max_holds_at_every_moment_and_its_min_is_served() -> None:
+    shares = {"poster": Share(min=2, max=3, weight=2.0), "avatar": Share(max=1)}
+    fleet = simulate(Scenario("shares", 6, 0.05, shares=shares), 2, aigcq(Tuning()), True)
+    out = figures(fleet, None)
+    assert out["project_max_excess"] == 0 and out["never_started"] == 0
+    assert fleet.most_running["poster"] <= 3 and fleet.most_running["avatar"] <= 1
+    assert fleet.most_running["shop"] > 3  # the others are not held
 
 
 def test_the_smoke_run_tables_every_workload_and_checks_the_targets() -> None:
