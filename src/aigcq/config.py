@@ -781,6 +781,20 @@ class PlatformConfig:
     def account(self, aigc: str, platform: str) -> PlatformAccount | None:
         return self.accounts.get(aigc, {}).get(platform)
 
+    def minimums_beyond(self, fleet: int) -> str:
+        """What guarantees more GPUs than ``fleet`` (``AIGCQ_INTERNAL_CAPACITY_MAX``; 0:
+        unknown, nothing is) in the projects' ``share.min`` ("": nothing does)."""
+        total = sum(share.min for share in self.shares.values())
+        if fleet <= 0 or total <= fleet:
+            return ""
+        mins = ", ".join(
+            f"'{p}.share.min' {s.min}" for p, s in sorted(self.shares.items()) if s.min
+        )
+        return (
+            f"the projects' guaranteed minimums ({mins}) add up to {total} GPUs, more than "
+            f"AIGCQ_INTERNAL_CAPACITY_MAX={fleet}"
+        )
+
     def kind_of(self, platform: str) -> str:
         return "polling" if platform in self.kinds.polling else "callback"
 

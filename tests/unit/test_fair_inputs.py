@@ -264,3 +264,12 @@ def test_a_limited_users_task_with_a_deadline_is_held_for_its_paid_platform() ->
     assert [(t.task_id, t.held) for t in given_.tasks] == [("urgent", True)]
     d = plan_round(given_.tasks, given_.pool, given_.shares, {("p", "comfyui"): 1}, NOW)
     assert d.paid == {("p", "comfyui"): ["urgent"]} and not d.internal
+
+
+def test_minimums_above_the_fleet_are_named(tmp_path: Path) -> None:
+    models = {"a": {"share": {"min": 3}, "comfyui": {}}, "b": {"share": {"min": 2}, "comfyui": {}}}
+    (tmp_path / "model.json").write_text(json.dumps(models))
+    config = PlatformConfig.load(tmp_path)
+    assert config.minimums_beyond(0) == ""  # the fleet's size unknown: nothing to check
+    assert config.minimums_beyond(5) == ""
+    assert "'a.share.min' 3, 'b.share.min' 2" in config.minimums_beyond(4)

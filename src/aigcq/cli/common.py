@@ -80,6 +80,9 @@ def load_config(workers: int = 0) -> tuple[Settings, PlatformConfig]:
     unknown = unknown_platform(config)
     if unknown:
         fail(f"configuration error: {settings.config_dir / 'model.json'}: {unknown}", 2)
+    beyond = config.minimums_beyond(settings.internal_capacity_max)
+    if beyond:
+        fail(f"configuration error: {settings.config_dir / 'model.json'}: {beyond}", 2)
     return settings, config
 
 
