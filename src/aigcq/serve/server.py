@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI, WebSocket
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +21,7 @@ from aigcq.delivery.custody import SWEEP_S as CUSTODY_SWEEP_S
 from aigcq.delivery.custody import Custody
 from aigcq.delivery.retention import RETENTION_SWEEP_S, OutboxRetention
 from aigcq.gateway.callbacks import callback_routes
+from aigcq.gateway.comfy_v2 import ComfyV2, V2Error, v2_error_handler
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.hot_paths import HotPaths
@@ -136,6 +138,8 @@ class ServeProcess:
         self.reconciler = Reconciler(self.silent_tasks)
         self.master_watch = MasterWatch(self.rt, [self.hub.after_master_change] if self.hub else [])
         self.gateway = Gateway(self.rt, self.lifecycle, self.internal)
+        self.comfy_v2 = ComfyV2(self.gateway)  # the Comfy API v2 door (/api/v2)
+        self.lifecycle.subscribe(lambda task_id, *_: self.comfy_v2.task_ended(task_id))
         self.pollers = [Poller(self.rt, self.lifecycle, a) for a in polling_adapters(self.rt)]
         self.events = EventBus(
             redis,
@@ -143,7 +147,7 @@ class ServeProcess:
             on_wake=wakeup.set,
             on_outbox=self.gateway.clients.notify,
             on_client=self.gateway.clients.replaced,
-            on_progress=self.gateway.clients.progress,
+            on_progress=self._progress,
             on_bridge_end=self.hub.remote_task_end if self.hub else lambda end: None,
             on_capacity=self.hub.peers.changed if self.hub else lambda: None,
         )
@@ -207,10 +211,16 @@ class ServeProcess:
             # Bounded: a loop stuck in a client library's cleanup must not hang shutdown.
             await cancel_and_wait(self._running, timeout=5.0)
             await self.gateway.aclose()
+            await self.comfy_v2.aclose()
             await self.rt.platforms.aclose()
             await self.custody.aclose()
             await self.rt.store.aclose()
             log.info("aigcq stopped")
+
+    def _progress(self, backend_id: str, message: dict[str, Any]) -> None:
+        """Live news of a task: to its client's sockets and to its v2 event streams."""
+        self.gateway.clients.progress(backend_id, message)
+        self.comfy_v2.progress(backend_id, message)
 
     async def client_ws(self, ws: WebSocket) -> None:
         await client_endpoint(ws, self.gateway)
@@ -240,6 +250,8 @@ class ServeProcess:
         refuse = client_error_handler(self.gateway)
         app.add_exception_handler(ClientError, refuse)
         app.add_exception_handler(RequestValidationError, refuse)
+        app.add_exception_handler(V2Error, v2_error_handler)
+        app.include_router(self.comfy_v2.router())
         app.include_router(api_router(self.gateway, lambda: internal_capacity(self.hub)))
         app.include_router(admin_router(self, self.monitor))
         app.include_router(admin_tasks_router(self.gateway))

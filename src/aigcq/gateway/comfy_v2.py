@@ -1,0 +1,755 @@
+"""Comfy API v2 (``/api/v2/...``): the official ComfyUI job API as a door onto aigcq's queue.
+
+Code written for ``comfy-sdk`` (``COMFY_BASE_URL`` set to aigcq, a client token as the API
+key) runs on the fleet unchanged. A v2 job IS an aigcq task: its id is the task id, its
+API-format graph the task's inline ``workflow`` (run on a bridge like any task of the
+``comfyui`` queue of the server's default project), its labels the task payload's
+``metadata``. The door translates; what it keeps beside the task hash is an index: each
+``Idempotency-Key`` -> the job it created (single-use, as the shipped contract says: any
+reuse is ``422 idempotency_key_reuse`` naming that job), and the v2 jobs by creation time
+(the list route), both with the result retention as their lifetime.
+docs/comfy-api-v2.md has the surface; ../shared/reference/comfy-api-v2.md what the SDK sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import mimetypes
+import posixpath
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from aigcq.domain import ErrorCode, Task, TaskState
+from aigcq.gateway.errors import ClientError
+from aigcq.gateway.gateway import Gateway
+from aigcq.gateway.http_api import bounded_body
+from aigcq.gateway.submission import GenerateRequest
+from aigcq.plumbing.auth import bearer, token_owner
+from aigcq.plumbing.text import text
+from aigcq.queue.store import task_from_hash
+
+log = logging.getLogger(__name__)
+
+#: the queue (of the default project) v2 jobs join: the one our bridges serve
+PLATFORM = "comfyui"
+#: the task owner of jobs submitted with a token that names no client (static, admin)
+ANONYMOUS = "comfy-v2"
+#: an SSE stream's comment line after this long without an event (the SDK reads 45 s)
+KEEPALIVE_S = 15.0
+#: how often an event stream re-reads its task when no event woke it
+POLL_S = 0.5
+MAX_LIST_LIMIT = 100
+DEFAULT_LIST_LIMIT = 50
+MAX_METADATA_PAIRS = 32
+
+Authorization = Annotated[str | None, Header()]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
+
+STATUS = {
+    TaskState.PENDING: "queued",
+    TaskState.DISPATCHING: "queued",
+    TaskState.RUNNING: "running",
+    TaskState.SUCCESS: "succeeded",
+    TaskState.FAILED: "failed",
+    TaskState.CANCELLED: "canceled",
+}
+TERMINAL = frozenset({"succeeded", "failed", "canceled", "expired"})
+
+_KINDS = {
+    "image": {"png", "jpg", "jpeg", "webp", "gif", "bmp", "tiff", "avif"},
+    "video": {"mp4", "webm", "mov", "mkv", "avi"},
+    "audio": {"wav", "mp3", "flac", "ogg", "m4a", "opus"},
+    "text": {"txt", "json", "md"},
+    "latent": {"latent"},
+}
+
+
+class V2Error(Exception):
+    """An answer in the v2 error envelope: ``{"error": {"code", "message", "details"}}``."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+        self.headers = dict(headers or {})
+
+    def response(self) -> JSONResponse:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            error["details"] = self.details
+        return JSONResponse({"error": error}, self.status, headers=self.headers)
+
+
+async def v2_error_handler(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, V2Error)
+    return exc.response()
+
+
+def _not_found(job_id: str) -> V2Error:
+    return V2Error(404, "not_found", f"no job {job_id!r}", {"job_id": job_id})
+
+
+#: aigcq's refusals of a submit as v2 errors (status, code)
+_REFUSALS: dict[str, tuple[int, str]] = {
+    ErrorCode.BALANCE: (402, "insufficient_credits"),
+    ErrorCode.AUTH: (403, "forbidden"),
+    ErrorCode.PLATFORM: (503, "service_unavailable"),
+    ErrorCode.ASSESSMENT: (503, "service_unavailable"),
+    ErrorCode.CONFLICT: (409, "conflict"),
+    ErrorCode.JSON: (422, "invalid_request"),
+    ErrorCode.PAYLOAD_TOO_LARGE: (413, "payload_too_large"),
+}
+
+
+def _from_client_error(exc: ClientError) -> V2Error:
+    status, code = _REFUSALS.get(exc.code, (exc.status, "invalid_request"))
+    return V2Error(status, code, exc.detail or str(exc.code))
+
+
+# -- the graph --------------------------------------------------------------------------
+
+
+def is_ui_format(graph: Any) -> bool:
+    """A graph saved by ComfyUI's editor (``nodes``, ``links``, ``last_node_id``), not the
+    API format ``POST /prompt`` runs."""
+    return isinstance(graph, dict) and {"nodes", "links", "last_node_id"} <= graph.keys()
+
+
+def node_errors(graph: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
+    """What is wrong with each node of an API-format graph (empty: nothing this door can
+    tell; ComfyUI's own validation on the bridge fails the job ``PromptValidation``)."""
+    errors: dict[str, list[dict[str, str]]] = {}
+    for node_id, node in graph.items():
+        found: list[dict[str, str]] = []
+        if not isinstance(node, dict):
+            found.append({"field": "", "reason": "not_an_object"})
+        else:
+            if not isinstance(node.get("class_type"), str) or not node.get("class_type"):
+                found.append({"field": "class_type", "reason": "missing_class_type"})
+            inputs = node.get("inputs", {})
+            if not isinstance(inputs, dict):
+                found.append({"field": "inputs", "reason": "not_an_object"})
+            else:
+                for name, value in inputs.items():
+                    if _is_link(value) and value[0] not in graph:
+                        found.append({"field": name, "reason": "link_to_missing_node"})
+        if found:
+            errors[str(node_id)] = found
+    return errors
+
+
+def _is_link(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+    )
+
+
+def _checked_graph(body: dict[str, Any]) -> dict[str, Any]:
+    graph = body.get("workflow")
+    if is_ui_format(graph):
+        raise V2Error(
+            422,
+            "workflow_format_ui",
+            "this is a UI-format workflow (nodes/links); export it in API format",
+        )
+    if not isinstance(graph, dict) or not graph:
+        raise V2Error(422, "invalid_workflow", "workflow: an API-format graph (a JSON object)")
+    errors = node_errors(graph)
+    if errors:
+        first = next(iter(errors))
+        why = errors[first][0]
+        raise V2Error(
+            422,
+            "invalid_workflow",
+            f"node {first}: {why['reason']} {why['field']}".strip(),
+            {"node_errors": errors},
+        )
+    return graph
+
+
+def _checked_metadata(body: dict[str, Any]) -> dict[str, str]:
+    metadata = body.get("metadata")
+    if metadata is None:
+        return {}
+    if (
+        not isinstance(metadata, dict)
+        or len(metadata) > MAX_METADATA_PAIRS
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise V2Error(
+            422,
+            "invalid_metadata",
+            f"metadata: an object of at most {MAX_METADATA_PAIRS} string labels",
+        )
+    return dict(metadata)
+
+
+def _checked_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 255 or not all(" " <= c <= "~" for c in key):
+        raise V2Error(400, "invalid_request", "Idempotency-Key: 1-255 printable ASCII characters")
+    return key
+
+
+# -- a task as a Job ----------------------------------------------------------------------
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat()
+
+
+def _kind(name: str) -> str:
+    ext = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    return next((kind for kind, exts in _KINDS.items() if ext in exts), "file")
+
+
+def result_files(task: Task) -> list[dict[str, Any]]:
+    """A succeeded task's files as its result lists them (``fileUrl``, ``nodeId``…)."""
+    result = task.result
+    data = result.get("data") if isinstance(result, dict) else result
+    if not isinstance(data, list):
+        return []
+    return [f for f in data if isinstance(f, dict) and isinstance(f.get("fileUrl"), str)]
+
+
+def asset_id(task_id: str, index: int) -> str:
+    return f"{task_id}~{index}"
+
+
+def parse_asset_id(value: str) -> tuple[str, int] | None:
+    task_id, sep, index = value.rpartition("~")
+    if not sep or not task_id or not index.isdigit():
+        return None
+    return task_id, int(index)
+
+
+@dataclass
+class Live:
+    """What this process heard of a running job (progress is live news, never stored)."""
+
+    nodes: list[str] = field(default_factory=list)  # the nodes reported, in order
+    step: int | None = None
+    steps: int | None = None
+    node: str | None = None
+    at: float = field(default_factory=time.monotonic)
+
+
+class ComfyV2:
+    """The door: routes, and the live progress each job's event streams follow."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        self.rt = gw.rt
+        self.watchers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
+        self.live: dict[str, Live] = {}
+        self._http: httpx.AsyncClient | None = None
+
+    # keys beside the task hashes (an index, no state of the job's own)
+    def _idem_key(self, owner: str, key: str) -> str:
+        return f"{self.rt.store.keys.prefix}:v2:idem:{owner}:{key}"
+
+    @property
+    def _index(self) -> str:
+        return f"{self.rt.store.keys.prefix}:v2:jobs"
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    # -- live news from the event bus -------------------------------------------------
+    def progress(self, _backend_id: str, message: dict[str, Any]) -> None:
+        """A TASK_PROGRESS relayed on the event bus (every process hears it): kept for the
+        job's progress and handed to its event streams. Never waits."""
+        task_id = message.get("taskId")
+        if not isinstance(task_id, str):
+            return
+        if _is_step(message):
+            live = self.live.get(task_id)
+            if live is None:
+                if len(self.live) >= 4096:  # the oldest go: progress is best effort
+                    for old in sorted(self.live, key=lambda t: self.live[t].at)[:1024]:
+                        del self.live[old]
+                live = self.live[task_id] = Live()
+            node = message.get("node")
+            if isinstance(node, str) and node not in live.nodes:
+                live.nodes.append(node)
+            live.node = node if isinstance(node, str) else live.node
+            live.step = _int(message.get("value"))
+            live.steps = _int(message.get("max"))
+            live.at = time.monotonic()
+        for queue in self.watchers.get(task_id, ()):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(message)
+
+    def task_ended(self, task_id: str) -> None:
+        """Wakes the streams of a task that ended on this process."""
+        self.live.pop(task_id, None)
+        for queue in self.watchers.get(task_id, ()):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait({"taskId": task_id, "state": "ended"})
+
+    # -- auth and ownership --------------------------------------------------------------
+    def _owner(self, authorization: str | None) -> str | None:
+        """Whose jobs the caller sees: a client JWT's ``sub`` (or :data:`ANONYMOUS` for a
+        JWT without one), ``None`` for every job (static client tokens, the admin token)."""
+        claims = self.gw.auth.client(bearer(authorization))
+        if claims is None:
+            raise V2Error(401, "unauthorized", "a client token is the API key (Bearer)")
+        owner = token_owner(claims)
+        return None if owner is None else owner or ANONYMOUS
+
+    async def _task(self, job_id: str, owner: str | None) -> Task:
+        task = await self.rt.store.get(job_id)
+        if task is None or (owner is not None and task.backend_id != owner):
+            raise _not_found(job_id)
+        return task
+
+    # -- the Job ---------------------------------------------------------------------------
+    async def job(self, task: Task, base: str) -> dict[str, Any]:
+        status = STATUS[task.state]
+        failure = task.failure
+        if status == "failed" and failure and failure["code"] == ErrorCode.TASK_EXPIRED:
+            status = "expired"
+        timeline = await self.rt.store.timeline(task.task_id)
+        started = next(
+            (e["t"] for e in reversed(timeline) if e.get("state") == TaskState.RUNNING), None
+        )
+        completed = task.updated_at if task.state.terminal else None
+        expires = (completed or time.time()) + self.rt.settings.result_retention_s
+        position = None
+        if task.state is TaskState.PENDING:
+            queue = (task.aigc, task.platform)
+            position = (await self.gw.queue_updates.waiting(task.task_id, queue))["position"]
+            position = None if position is None else position + 1
+        self_url = f"{base}/api/v2/jobs/{task.task_id}"
+        job: dict[str, Any] = {
+            "id": task.task_id,
+            "status": status,
+            "created_at": _iso(task.created_at),
+            "started_at": _iso(started),
+            "completed_at": _iso(completed),
+            "expires_at": _iso(expires),
+            "queue_position": position,
+            "progress": self._progress(task, status),
+            "outputs": self._outputs(task, base, expires) if status == "succeeded" else [],
+            "error": _job_error(task) if status in ("failed", "expired") else None,
+            "metrics": {
+                "queue_ms": None if started is None else int((started - task.created_at) * 1000),
+                "execution_ms": (
+                    None
+                    if started is None or completed is None
+                    else int((completed - started) * 1000)
+                ),
+            },
+            "metadata": _metadata(task),
+            "urls": {
+                "self": self_url,
+                "events": f"{self_url}/events",
+                "cancel": f"{self_url}/cancel",
+            },
+        }
+        return job
+
+    def _progress(self, task: Task, status: str) -> dict[str, Any] | None:
+        total = len(_graph(task) or {}) or 1
+        if status == "succeeded":
+            return {"value": 1.0, "nodes_done": total, "nodes_total": total}
+        if status != "running":
+            return None
+        live = self.live.get(task.task_id)
+        if live is None:
+            return {"value": 0.0, "nodes_done": 0, "nodes_total": total}
+        done = max(len(live.nodes) - 1, 0)
+        part = (live.step or 0) / live.steps if live.steps else 0.0
+        value = min((done + min(part, 1.0)) / total, 1.0)
+        progress: dict[str, Any] = {
+            "value": value,
+            "nodes_done": min(done, total),
+            "nodes_total": total,
+            "step": live.step,
+            "steps": live.steps,
+        }
+        if live.node is not None:
+            progress["current_node"] = live.node
+            node = (_graph(task) or {}).get(live.node)
+            if isinstance(node, dict) and isinstance(node.get("class_type"), str):
+                progress["current_node_class"] = node["class_type"]
+        return progress
+
+    def _outputs(self, task: Task, base: str, expires: float) -> list[dict[str, Any]]:
+        outputs = []
+        for index, file in enumerate(result_files(task)):
+            name = posixpath.basename(urlsplit(file["fileUrl"]).path) or f"output_{index}"
+            aid = asset_id(task.task_id, index)
+            content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+            size = file.get("fileSize", file.get("size"))
+            outputs.append(
+                {
+                    "node_id": str(file.get("nodeId") or ""),
+                    "name": name,
+                    "type": _kind(name),
+                    "content_type": content_type,
+                    "size_bytes": size if isinstance(size, int) else 0,
+                    "id": aid,
+                    "hash": None,
+                    "url": f"{base}/api/v2/assets/{aid}/content",
+                    "url_expires_at": _iso(expires),
+                    "job_id": task.task_id,
+                }
+            )
+        return outputs
+
+    # -- submit ------------------------------------------------------------------------------
+    async def submit(self, request: Request, owner: str | None, key: str | None) -> Task:
+        raw = await _body(request, self.rt.settings.max_payload_bytes)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise V2Error(400, "invalid_request", f"malformed JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise V2Error(400, "invalid_request", "the body must be a JSON object")
+        graph = _checked_graph(body)
+        metadata = _checked_metadata(body)
+        backend_id = owner or ANONYMOUS
+        task_id = str(uuid.uuid4())
+        idem = None if key is None else self._idem_key(backend_id, key)
+        ttl = max(self.rt.settings.result_retention_s, 86400)
+        if idem is not None and not await self.rt.redis.set(idem, task_id, nx=True, ex=ttl):
+            existing = text(await self.rt.redis.get(idem))
+            raise V2Error(
+                422,
+                "idempotency_key_reuse",
+                "this Idempotency-Key was used already (keys are single-use)",
+                {"job_id": existing, "existing_job_id": existing},
+            )
+        payload: dict[str, Any] = {"workflow": graph}
+        if metadata:
+            payload["metadata"] = metadata
+        req = GenerateRequest.model_validate(
+            {"taskId": task_id, "platform": PLATFORM, "payload": payload}
+        )
+        try:
+            await self.gw.submission.submit(req, backend_id, deliver=False)
+        except ClientError as exc:
+            if idem is not None and exc.code != ErrorCode.ASSESSMENT:  # refused: key free
+                await self.rt.redis.delete(idem)
+            raise _from_client_error(exc) from exc
+        now = time.time()
+        pipe = self.rt.redis.pipeline(transaction=False)
+        pipe.zadd(self._index, {task_id: now})
+        pipe.zremrangebyscore(self._index, "-inf", now - self.rt.settings.result_retention_s)
+        await pipe.execute()
+        return await self._task(task_id, owner)
+
+    # -- list ----------------------------------------------------------------------------
+    async def list_jobs(
+        self, owner: str | None, filters: dict[str, str], limit: int, cursor: int
+    ) -> dict[str, Any]:
+        jobs: list[dict[str, Any]] = []
+        position = cursor
+        chunk = 200
+        while len(jobs) < limit:
+            ids = await self.rt.redis.zrevrange(self._index, position, position + chunk - 1)
+            if not ids:
+                return {"jobs": jobs}
+            pipe = self.rt.redis.pipeline(transaction=False)
+            for raw_id in ids:
+                pipe.hgetall(self.rt.store.keys.task(text(raw_id)))
+            found = {t.task_id: t for t in (task_from_hash(r) for r in await pipe.execute() if r)}
+            for raw_id in ids:
+                position += 1
+                task = found.get(text(raw_id))
+                if task is None or (owner is not None and task.backend_id != owner):
+                    continue
+                labels = _metadata(task)
+                if any(labels.get(k) != v for k, v in filters.items()):
+                    continue
+                jobs.append(_summary(task, labels))
+                if len(jobs) >= limit:
+                    break
+        more = await self.rt.redis.zcard(self._index) > position
+        return {"jobs": jobs, **({"next_cursor": str(position)} if more else {})}
+
+    # -- events ------------------------------------------------------------------------------
+    async def events(self, job_id: str, owner: str | None, base: str) -> AsyncIterator[bytes]:
+        """The job's SSE stream: ``status`` at each change (with ``queue_position``),
+        ``progress`` as the bridge reports it, each ``output``, then the terminal
+        ``status`` (which ends the stream, as the SDK expects). Woken by the job's news on
+        the event bus and its end on this process; it re-reads the task every
+        :data:`POLL_S` besides (an end applied on another process)."""
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=256)
+        self.watchers.setdefault(job_id, set()).add(queue)
+        try:
+            said: tuple[str, int | None] | None = None
+            last_event = time.monotonic()
+            while True:
+                task = await self.rt.store.get(job_id)
+                if task is None:
+                    return
+                job = await self.job(task, base)
+                status = (job["status"], job["queue_position"])
+                if status != said:
+                    for frame in _status_frames(job):
+                        yield frame
+                    said, last_event = status, time.monotonic()
+                    if job["status"] in TERMINAL:
+                        return
+                try:
+                    message = await asyncio.wait_for(queue.get(), POLL_S)
+                except TimeoutError:
+                    if time.monotonic() - last_event >= KEEPALIVE_S:
+                        yield b": keepalive\n\n"
+                        last_event = time.monotonic()
+                    continue
+                progress = self._progress(task, "running") if _is_step(message) else None
+                if progress is not None and said is not None and said[0] == "running":
+                    yield _sse("progress", progress)
+                    last_event = time.monotonic()
+        finally:
+            watchers = self.watchers.get(job_id)
+            if watchers is not None:
+                watchers.discard(queue)
+                if not watchers:
+                    del self.watchers[job_id]
+
+    # -- asset content ------------------------------------------------------------------------
+    async def content(self, value: str, owner: str | None, range_header: str | None) -> Response:
+        parsed = parse_asset_id(value)
+        if parsed is None:
+            raise V2Error(404, "asset_not_found", f"no asset {value!r}")
+        task_id, index = parsed
+        task = await self.rt.store.get(task_id)
+        if task is None or (owner is not None and task.backend_id != owner):
+            raise V2Error(404, "asset_not_found", f"no asset {value!r}")
+        files = result_files(task) if task.state is TaskState.SUCCESS else []
+        if index >= len(files):
+            raise V2Error(404, "asset_not_found", f"no asset {value!r}")
+        url = files[index]["fileUrl"]
+        headers = {"Range": range_header} if range_header else {}
+        try:
+            upstream = await self.http.send(
+                self.http.build_request("GET", url, headers=headers), stream=True
+            )
+        except httpx.HTTPError as exc:
+            raise V2Error(502, "output_unavailable", f"its file is unreachable: {exc!r}") from exc
+        if upstream.status_code == 404:
+            await upstream.aclose()
+            raise V2Error(404, "output_unavailable", "its file is gone")
+        if upstream.status_code == 416:
+            await upstream.aclose()
+            raise V2Error(416, "range_not_satisfiable", "the range is outside the file")
+        if upstream.status_code not in (200, 206):
+            await upstream.aclose()
+            raise V2Error(502, "output_unavailable", f"its file answered {upstream.status_code}")
+        name = posixpath.basename(urlsplit(url).path)
+        out_headers = {"Accept-Ranges": "bytes"}
+        for h in ("Content-Length", "Content-Range", "ETag", "Last-Modified"):
+            if h in upstream.headers:
+                out_headers[h] = upstream.headers[h]
+        media = upstream.headers.get("Content-Type") or mimetypes.guess_type(name)[0]
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in upstream.aiter_raw():
+                    yield chunk
+            finally:
+                await upstream.aclose()
+
+        return StreamingResponse(
+            body(), upstream.status_code, headers=out_headers, media_type=media
+        )
+
+    # -- routes -----------------------------------------------------------------------------
+    def router(self) -> APIRouter:
+        router = APIRouter(prefix="/api/v2", tags=["comfy-api-v2"])
+
+        @router.get("/health", summary="Comfy API v2: health")
+        async def health() -> dict[str, str]:
+            return {"status": "ok"}
+
+        @router.post("/jobs", status_code=201, summary="Comfy API v2: submit a job")
+        async def submit(
+            request: Request,
+            authorization: Authorization = None,
+            idempotency_key: IdempotencyKey = None,
+        ) -> JSONResponse:
+            owner = self._owner(authorization)
+            task = await self.submit(request, owner, _checked_key(idempotency_key))
+            job = await self.job(task, _base(request))
+            return JSONResponse(job, 201, headers={"Location": job["urls"]["self"]})
+
+        @router.get("/jobs", summary="Comfy API v2: list jobs, newest first")
+        async def list_jobs(request: Request, authorization: Authorization = None) -> Any:
+            owner = self._owner(authorization)
+            filters, limit, cursor = _list_query(request)
+            return await self.list_jobs(owner, filters, limit, cursor)
+
+        @router.get("/jobs/{job_id}", summary="Comfy API v2: a job")
+        async def get_job(
+            job_id: str, request: Request, authorization: Authorization = None
+        ) -> Any:
+            owner = self._owner(authorization)
+            return await self.job(await self._task(job_id, owner), _base(request))
+
+        @router.post("/jobs/{job_id}/cancel", summary="Comfy API v2: cancel a job")
+        async def cancel(job_id: str, request: Request, authorization: Authorization = None) -> Any:
+            owner = self._owner(authorization)
+            task = await self._task(job_id, owner)
+            if not task.state.terminal:
+                await self.gw.lifecycle.cancelled(task, by_client=owner is not None)
+                task = await self._task(job_id, owner)
+            return await self.job(task, _base(request))
+
+        @router.get("/jobs/{job_id}/workflow", summary="Comfy API v2: a job's graph")
+        async def workflow(job_id: str, authorization: Authorization = None) -> Any:
+            owner = self._owner(authorization)
+            graph = _graph(await self._task(job_id, owner))
+            if graph is None:
+                raise V2Error(404, "not_found", f"job {job_id!r} has no inline workflow")
+            return {"workflow": graph, "format": "api"}
+
+        @router.get("/jobs/{job_id}/events", summary="Comfy API v2: a job's events (SSE)")
+        async def events(
+            job_id: str, request: Request, authorization: Authorization = None
+        ) -> StreamingResponse:
+            owner = self._owner(authorization)
+            await self._task(job_id, owner)
+            return StreamingResponse(
+                self.events(job_id, owner, _base(request)),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+
+        @router.get("/assets/{asset}/content", summary="Comfy API v2: an output's bytes")
+        async def content(
+            asset: str,
+            authorization: Authorization = None,
+            range: Annotated[str | None, Header()] = None,
+        ) -> Response:
+            owner = self._owner(authorization)
+            return await self.content(asset, owner, range)
+
+        return router
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _graph(task: Task) -> dict[str, Any] | None:
+    graph = task.payload.get("workflow")
+    if isinstance(graph, str):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            graph = orjson.loads(graph)
+    return graph if isinstance(graph, dict) else None
+
+
+def _metadata(task: Task) -> dict[str, str]:
+    labels = task.payload.get("metadata")
+    if not isinstance(labels, dict):
+        return {}
+    return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _job_error(task: Task) -> dict[str, Any]:
+    failure = task.failure or {"code": "", "message": ""}
+    code = failure.get("code") or "failed"
+    return {"code": code, "message": failure.get("message") or code}
+
+
+def _summary(task: Task, labels: dict[str, str]) -> dict[str, Any]:
+    status = STATUS[task.state]
+    return {
+        "id": task.task_id,
+        "status": status,
+        "create_time": _iso(task.created_at),
+        "update_time": _iso(task.updated_at),
+        "created_at": _iso(task.created_at),
+        "metadata": labels,
+    }
+
+
+def _is_step(message: dict[str, Any]) -> bool:
+    """A bridge's TASK_PROGRESS (not the ``running`` notice nor an end)."""
+    return "value" in message and message.get("state") is None
+
+
+def _status_frames(job: dict[str, Any]) -> list[bytes]:
+    """The frames of a status change: a terminal one after the job's outputs."""
+    frames = []
+    if job["status"] in TERMINAL:
+        frames += [_sse("output", output) for output in job["outputs"]]
+    if job["progress"] is not None and job["status"] in ("running", "succeeded"):
+        frames.append(_sse("progress", job["progress"]))
+    status = {"status": job["status"], "queue_position": job["queue_position"]}
+    return [*frames, _sse("status", status)]
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def _base(request: Request) -> str:
+    """This server's origin as the caller reached it (outputs' ``url`` must be absolute)."""
+    return str(request.base_url).rstrip("/")
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    try:
+        return await bounded_body(request, limit)
+    except ClientError as exc:
+        raise _from_client_error(exc) from exc
+
+
+def _list_query(request: Request) -> tuple[dict[str, str], int, int]:
+    filters: dict[str, str] = {}
+    limit, cursor = DEFAULT_LIST_LIMIT, 0
+    for name, value in request.query_params.multi_items():
+        if name.startswith("metadata[") and name.endswith("]"):
+            filters[name[len("metadata[") : -1]] = value
+        elif name == "limit":
+            if not value.isdigit() or not 1 <= int(value) <= MAX_LIST_LIMIT:
+                raise V2Error(422, "invalid_request", f"limit: 1 to {MAX_LIST_LIMIT}")
+            limit = int(value)
+        elif name == "cursor":
+            if not value.isdigit():
+                raise V2Error(422, "invalid_cursor", "cursor: a value this server handed out")
+            cursor = int(value)
+    if len(filters) > MAX_METADATA_PAIRS:
+        raise V2Error(422, "invalid_metadata_filter", f"at most {MAX_METADATA_PAIRS} filters")
+    return filters, limit, cursor
