@@ -352,7 +352,9 @@ class ComfyV2:
         if task.state is TaskState.PENDING:
             queue = (task.aigc, task.platform)
             position = (await self.gw.queue_updates.waiting(task.task_id, queue))["position"]
-            position = None if position is None else position + 1
+            if position is None:  # not laid out yet (the estimate is periodic): its rank
+                position = await self.rt.redis.zrank(self.rt.store.keys.wait(*queue), task.task_id)
+            position = None if position is None else int(position) + 1
         self_url = f"{base}/api/v2/jobs/{task.task_id}"
         job: dict[str, Any] = {
             "id": task.task_id,
