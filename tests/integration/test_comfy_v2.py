@@ -12,23 +12,16 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from comfy_sdk import AsyncComfy
+from comfy_sdk.events import StatusChange
+from comfy_sdk.exceptions import IdempotencyKeyReuse, InvalidWorkflow, NotFound, WorkflowFormatUi
+from comfy_sdk.workflows import Workflow
 
 from aigcq.emulators.comfyui import ComfyUIEmulator
 from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.comfyui import invert_graph, read_png
 from tests.fakes.fleet import SECRET, Fleet, fleet
 from tests.fakes.waiting import until
-
-comfy_sdk = pytest.importorskip("comfy_sdk")
-from comfy_sdk import AsyncComfy  # noqa: E402
-from comfy_sdk.events import StatusChange  # noqa: E402
-from comfy_sdk.workflows import Workflow  # noqa: E402
-from comfy_sdk.exceptions import (  # noqa: E402
-    IdempotencyKeyReuse,
-    InvalidWorkflow,
-    NotFound,
-    WorkflowFormatUi,
-)
 
 GRAPH = invert_graph("v2")
 UI_GRAPH: dict[str, Any] = {"last_node_id": 3, "last_link_id": 1, "nodes": [], "links": []}
@@ -122,9 +115,7 @@ async def _history(emulator: ComfyUIEmulator, prompt_id: str) -> dict[str, Any]:
     return emulator.history.get(prompt_id) or {}
 
 
-async def test_a_key_is_single_use_and_its_reuse_names_the_job(
-    gpu: Fleet, sdk: AsyncComfy
-) -> None:
+async def test_a_key_is_single_use_and_its_reuse_names_the_job(gpu: Fleet, sdk: AsyncComfy) -> None:
     key = f"key-{uuid.uuid4()}"
     job = await sdk.submit(Workflow(GRAPH), idempotency_key=key)
     with pytest.raises(IdempotencyKeyReuse) as reuse:
@@ -148,9 +139,8 @@ async def test_unknown_job_bad_graphs_and_auth(gpu: Fleet, sdk: AsyncComfy) -> N
     }
     token = issue_client_token(SECRET, "v2-user")
     async with httpx.AsyncClient(base_url=_base(gpu)) as http:
-        ui = await http.post(
-            "/api/v2/jobs", json={"workflow": UI_GRAPH}, headers={"Authorization": f"Bearer {token}"}
-        )
+        auth = {"Authorization": f"Bearer {token}"}
+        ui = await http.post("/api/v2/jobs", json={"workflow": UI_GRAPH}, headers=auth)
         assert ui.status_code == 422 and ui.json()["error"]["code"] == "workflow_format_ui"
         anonymous = await http.post("/api/v2/jobs", json={"workflow": GRAPH})
         assert anonymous.status_code == 401

@@ -353,8 +353,9 @@ class ComfyV2:
             queue = (task.aigc, task.platform)
             position = (await self.gw.queue_updates.waiting(task.task_id, queue))["position"]
             if position is None:  # not laid out yet (the estimate is periodic): its rank
-                position = await self.rt.redis.zrank(self.rt.store.keys.wait(*queue), task.task_id)
-            position = None if position is None else int(position) + 1
+                rank = await self.rt.redis.zrank(self.rt.store.keys.wait(*queue), task.task_id)
+                position = rank if isinstance(rank, int) else None
+            position = None if position is None else position + 1
         self_url = f"{base}/api/v2/jobs/{task.task_id}"
         job: dict[str, Any] = {
             "id": task.task_id,
