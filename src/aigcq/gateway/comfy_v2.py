@@ -598,7 +598,9 @@ class ComfyV2:
     def router(self) -> APIRouter:
         router = APIRouter(prefix="/api/v2", tags=["comfy-api-v2"])
 
-        @router.get("/health", summary="Comfy API v2: health")
+        @router.get(
+            "/health", summary="Comfy API v2: health", openapi_extra={"security": [{}]}
+        )  # open, as the proxy's
         async def health() -> dict[str, str]:
             return {"status": "ok"}
 
