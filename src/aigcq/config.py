@@ -214,6 +214,19 @@ class Settings(HttpLimits):
         "one is refused (PayloadTooLarge, 413) as soon as it passes the limit.",
     )
     result_retention_s: int = Field(86400, validation_alias=_env("RESULT_RETENTION_S"))
+    comfy_v2_project: str = Field(
+        "",
+        validation_alias=_env("COMFY_V2_PROJECT"),
+        description="The AIGC project whose `comfyui` queue Comfy API v2 jobs "
+        "(`POST /api/v2/jobs`) join; empty: the default project (`AIGCQ_PROJECT_PREFIX`).",
+    )
+    comfy_v2_max_waiting: int = Field(
+        0,
+        ge=0,
+        validation_alias=_env("COMFY_V2_MAX_WAITING"),
+        description="Waiting tasks that queue may hold before `POST /api/v2/jobs` is refused "
+        "`429 queue_full` with `Retry-After` (0: no limit).",
+    )
     outbox_retention_s: int = Field(2 * 86400, validation_alias=_env("OUTBOX_RETENTION_S"))
     result_custody: ResultCustody = Field(
         ResultCustody.OFFLINE,

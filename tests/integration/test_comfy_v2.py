@@ -4,6 +4,7 @@ aigcq task run as an inline workflow on a bridge."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -155,3 +156,50 @@ async def test_unknown_job_bad_graphs_and_auth(gpu: Fleet, sdk: AsyncComfy) -> N
         )
         assert theirs.status_code == 404 and theirs.json()["error"]["code"] == "not_found"
     await job.wait(timeout=15)
+
+
+async def test_a_full_queue_is_429_and_the_sdk_retries_at_its_pace(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = {"step_time": 0.3, "steps": 5}
+    async with fleet(
+        tmp_path,
+        redis,
+        redis_url,
+        [1],
+        paid=0,
+        projects=("studio",),
+        comfy=lambda _i: steps,
+        comfy_v2_project="studio",
+        comfy_v2_max_waiting=1,
+    ) as f:
+        monkeypatch.setenv("COMFY_BASE_URL", _base(f))
+        token = issue_client_token(SECRET, "v2-user")
+        async with AsyncComfy(api_key=token, timeout=15.0) as sdk:
+            running = await sdk.submit(Workflow(GRAPH))
+            await until(lambda: _running(f.comfy[0]), lambda p: p == running.id, within=10)
+            waiting = await sdk.submit(Workflow(invert_graph("w")))
+            assert (await f.task(waiting.id)).aigc == "studio"
+            async with httpx.AsyncClient(base_url=_base(f)) as http:
+                full = await http.post(
+                    "/api/v2/jobs",
+                    json={"workflow": GRAPH},
+                    headers={"Authorization": f"Bearer {token}", "Idempotency-Key": "k-full"},
+                )
+            assert full.status_code == 429 and full.headers["Retry-After"] == "2"
+            assert full.json()["error"]["code"] == "queue_full"
+            later = asyncio.create_task(sdk.submit(Workflow(invert_graph("later"))))
+            await asyncio.sleep(0.5)
+            assert not later.done()  # waiting out Retry-After
+            await waiting.cancel()
+            job = await asyncio.wait_for(later, 10)
+            assert job.status == "queued"
+            async with httpx.AsyncClient(base_url=_base(f)) as http:
+                again = await http.post(  # a refused key is free again, as the proxy's
+                    "/api/v2/jobs",
+                    json={"workflow": GRAPH},
+                    headers={"Authorization": f"Bearer {token}", "Idempotency-Key": "k-full"},
+                )
+            assert again.status_code in (201, 429), again.text
+            await running.cancel()
+            await job.wait(timeout=15)

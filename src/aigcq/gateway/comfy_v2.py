@@ -50,6 +50,8 @@ ANONYMOUS = "comfy-v2"
 KEEPALIVE_S = 15.0
 #: how often an event stream re-reads its task when no event woke it
 POLL_S = 0.5
+#: a ``queue_full`` refusal's ``Retry-After`` (seconds)
+RETRY_AFTER_S = 2
 MAX_LIST_LIMIT = 100
 DEFAULT_LIST_LIMIT = 50
 MAX_METADATA_PAIRS = 32
@@ -446,6 +448,7 @@ class ComfyV2:
         graph = _checked_graph(body)
         metadata = _checked_metadata(body)
         backend_id = owner or ANONYMOUS
+        project = self.rt.settings.comfy_v2_project or self.rt.settings.project_prefix
         task_id = str(uuid.uuid4())
         idem = None if key is None else self._idem_key(backend_id, key)
         ttl = max(self.rt.settings.result_retention_s, 86400)
@@ -457,11 +460,17 @@ class ComfyV2:
                 "this Idempotency-Key was used already (keys are single-use)",
                 {"job_id": existing, "existing_job_id": existing},
             )
+        try:
+            await self._room(project)
+        except V2Error:
+            if idem is not None:
+                await self.rt.redis.delete(idem)
+            raise
         payload: dict[str, Any] = {"workflow": graph}
         if metadata:
             payload["metadata"] = metadata
         req = GenerateRequest.model_validate(
-            {"taskId": task_id, "platform": PLATFORM, "payload": payload}
+            {"taskId": task_id, "platform": PLATFORM, "payload": payload, "AIGC": project}
         )
         try:
             await self.gw.submission.submit(req, backend_id, deliver=False)
@@ -475,6 +484,17 @@ class ComfyV2:
         pipe.zremrangebyscore(self._index, "-inf", now - self.rt.settings.result_retention_s)
         await pipe.execute()
         return await self._task(task_id, owner)
+
+    async def _room(self, project: str) -> None:
+        """``429 queue_full`` when the queue holds ``AIGCQ_COMFY_V2_MAX_WAITING`` waiting."""
+        limit = self.rt.settings.comfy_v2_max_waiting
+        if limit and await self.rt.redis.zcard(self.rt.store.keys.wait(project, PLATFORM)) >= limit:
+            raise V2Error(
+                429,
+                "queue_full",
+                f"the queue holds {limit} waiting jobs (AIGCQ_COMFY_V2_MAX_WAITING)",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
 
     # -- list ----------------------------------------------------------------------------
     async def list_jobs(
