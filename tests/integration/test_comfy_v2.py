@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import blake3
 import httpx
 import pytest
 import redis.asyncio as aioredis
@@ -72,6 +73,8 @@ async def test_submit_wait_download_events_and_list(gpu: Fleet, sdk: AsyncComfy)
     data = await out.to_bytes()
     assert read_png(data) == (64, 48, bytes([0, 255, 255]))  # red, inverted
     assert await out.to_bytes(range=(0, 7)) == data[:8]
+    assert out.size_bytes == len(data)  # measured by aigcq (the proxy says 0, null)
+    assert job._model.outputs[0].hash == f"blake3:{blake3.blake3(data).hexdigest()}"
     model = job._model
     assert model.started_at is not None and model.completed_at is not None
     assert model.started_at <= model.completed_at

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import mimetypes
 import posixpath
@@ -26,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+import blake3
 import httpx
 import orjson
 from fastapi import APIRouter, Header, Request
@@ -50,6 +52,9 @@ ANONYMOUS = "comfy-v2"
 KEEPALIVE_S = 15.0
 #: how often an event stream re-reads its task when no event woke it
 POLL_S = 0.5
+#: how long a job's view waits for its outputs' sizes and hashes, measured once (then
+#: kept as long as the task): a slower measure goes on, the view says ``0`` / ``null``
+MEASURE_WAIT_S = 3.0
 #: a ``queue_full`` refusal's ``Retry-After`` (seconds)
 RETRY_AFTER_S = 2
 MAX_LIST_LIMIT = 100
@@ -270,6 +275,7 @@ class ComfyV2:
         self.watchers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self.live: dict[str, Live] = {}
         self._http: httpx.AsyncClient | None = None
+        self._measuring: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
 
     # keys beside the task hashes (an index, no state of the job's own)
     def _idem_key(self, owner: str, key: str) -> str:
@@ -368,7 +374,11 @@ class ComfyV2:
             "expires_at": _iso(expires),
             "queue_position": position,
             "progress": self._progress(task, status),
-            "outputs": self._outputs(task, base, expires) if status == "succeeded" else [],
+            "outputs": (
+                self._outputs(task, base, expires, await self._measured(task))
+                if status == "succeeded"
+                else []
+            ),
             "error": _job_error(task) if status in ("failed", "expired") else None,
             "metrics": {
                 "queue_ms": None if started is None else int((started - task.created_at) * 1000),
@@ -413,9 +423,12 @@ class ComfyV2:
                 progress["current_node_class"] = node["class_type"]
         return progress
 
-    def _outputs(self, task: Task, base: str, expires: float) -> list[dict[str, Any]]:
+    def _outputs(
+        self, task: Task, base: str, expires: float, facts: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         outputs = []
         for index, file in enumerate(result_files(task)):
+            fact = facts[index] if index < len(facts) else {}
             name = posixpath.basename(urlsplit(file["fileUrl"]).path) or f"output_{index}"
             aid = asset_id(task.task_id, index)
             content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
@@ -426,15 +439,55 @@ class ComfyV2:
                     "name": name,
                     "type": _kind(name),
                     "content_type": content_type,
-                    "size_bytes": size if isinstance(size, int) else 0,
+                    "size_bytes": fact.get("size", size if isinstance(size, int) else 0),
                     "id": aid,
-                    "hash": None,
+                    "hash": fact.get("hash"),
                     "url": f"{base}/api/v2/assets/{aid}/content",
                     "url_expires_at": _iso(expires),
                     "job_id": task.task_id,
                 }
             )
         return outputs
+
+    async def _measured(self, task: Task) -> list[dict[str, Any]]:
+        """Each output's ``size`` and ``hash`` (``blake3:<hex>``), measured once by reading
+        its file and kept beside the task for as long as the task; ``[]`` while unknown."""
+        key = f"{self.rt.store.keys.prefix}:v2:files:{task.task_id}"
+        raw = await self.rt.redis.get(key)
+        if raw is not None:
+            facts: list[dict[str, Any]] = orjson.loads(raw)
+            return facts
+        pending = self._measuring.get(task.task_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._measure(task, key))
+            self._measuring[task.task_id] = pending
+            pending.add_done_callback(functools.partial(self._measure_done, task.task_id))
+        try:
+            return await asyncio.wait_for(asyncio.shield(pending), MEASURE_WAIT_S)
+        except Exception:  # slow or unreachable: measured later
+            return []
+
+    def _measure_done(self, task_id: str, done: asyncio.Future[list[dict[str, Any]]]) -> None:
+        self._measuring.pop(task_id, None)
+        if not done.cancelled() and done.exception() is not None:
+            log.info("job %s: outputs not measured: %r", task_id, done.exception())
+
+    async def _measure(self, task: Task, key: str) -> list[dict[str, Any]]:
+        facts = []
+        limit = self.rt.settings.result_custody_max_bytes
+        for file in result_files(task):
+            hasher, size = blake3.blake3(), 0
+            async with self.http.stream("GET", file["fileUrl"]) as resp:
+                resp.raise_for_status()
+                async for chunk in resp.aiter_bytes():
+                    size += len(chunk)
+                    if size <= limit:
+                        hasher.update(chunk)
+            digest = f"blake3:{hasher.hexdigest()}" if size <= limit else None
+            facts.append({"size": size, "hash": digest})
+        ttl = self.rt.settings.result_retention_s + 3600
+        await self.rt.redis.set(key, orjson.dumps(facts), ex=ttl)
+        return facts
 
     # -- submit ------------------------------------------------------------------------------
     async def submit(self, request: Request, owner: str | None, key: str | None) -> Task:
