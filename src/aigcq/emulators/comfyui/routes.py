@@ -167,6 +167,19 @@ def _queue_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
         emu.interrupt(str(body["prompt_id"]) if body.get("prompt_id") else None)
         return Response(status_code=200)
 
+    @r.post("/jobs/{prompt_id}/cancel")
+    async def cancel_job(prompt_id: str) -> Response:
+        """ComfyUI core's per-id cancel (newer than v0.8, which answers 405; served at
+        ``/api/jobs/{id}/cancel``, what comfy-api-proxy calls): interrupt the prompt if it
+        runs, take it off the queue if it waits; 404 for a prompt neither holds."""
+        if emu.running is not None and emu.running.prompt_id == prompt_id:
+            emu.interrupt(prompt_id)
+            return JSONResponse({"id": prompt_id, "status": "interrupting"})
+        if any(i.prompt_id == prompt_id for i in emu.pending):
+            await emu.delete_pending([prompt_id])
+            return JSONResponse({"id": prompt_id, "status": "cancelled"})
+        return JSONResponse({"error": f"no running or pending job {prompt_id}"}, 404)
+
 
 def _info_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
     """``/system_stats``, ``/object_info`` and ``/view``: the machine, its nodes, its files."""
