@@ -181,6 +181,9 @@ class PlatformAdapter(ABC):
     #: each task costs money: an unanswered status query is asked again rather than the
     #: task run a second time elsewhere (False: our own GPUs behind the target)
     paid: ClassVar[bool] = True
+    #: built only where its base URL is configured (``AIGCQ_PLATFORM_URLS``); then it is
+    #: the target of the task platforms it serves, before the built-in one (comfy_v2)
+    opt_in: ClassVar[bool] = False
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url.rstrip("/")

@@ -65,7 +65,14 @@ assert platforms  # the package import registers every adapter
 
 
 def build_adapters(settings: Settings) -> dict[str, PlatformAdapter]:
-    return {name: cls(settings.platform_url(name)) for name, cls in registered().items()}
+    """Every registered adapter, but an opt-in one (``comfy_v2``) only where its URL is
+    configured, and then first: it takes the task platforms it serves (``comfyui``)."""
+    built = {
+        name: cls(settings.platform_url(name))
+        for name, cls in registered().items()
+        if not cls.opt_in or settings.platform_url(name)
+    }
+    return dict(sorted(built.items(), key=lambda item: not item[1].opt_in))
 
 
 def runtime(settings: Settings, config: PlatformConfig, redis: Redis) -> Runtime:
