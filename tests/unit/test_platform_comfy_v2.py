@@ -18,7 +18,7 @@ GRAPH = {"1": {"class_type": "EmptyImage", "inputs": {}}}
 
 @pytest.fixture
 def v2() -> ComfyV2Adapter:
-    return ComfyV2Adapter("http://cloud/")
+    return ComfyV2Adapter("https://cloud.comfy.org/")
 
 
 def _task(**kw: object) -> Task:
@@ -27,14 +27,15 @@ def _task(**kw: object) -> Task:
 
 def test_a_create_carries_the_graph_a_key_per_attempt_and_labels(v2: ComfyV2Adapter) -> None:
     req = v2.submit_request(_task(), "sk-1", "http://ignored")
-    assert (req.method, req.url) == ("POST", "http://cloud/api/v2/jobs")
+    assert (req.method, req.url) == ("POST", "https://cloud.comfy.org/api/v2/jobs")
     assert req.headers["Authorization"] == "Bearer sk-1"
     assert req.headers["Idempotency-Key"] == "aigcq-t1-2"
     assert req.json == {"workflow": GRAPH, "metadata": {"aigcq_task": "t1", "aigcq_attempt": "2"}}
     again = v2.submit_request(_task(), "sk-1", "")
     assert again.headers["Idempotency-Key"] == "aigcq-t1-2"  # the same attempt: the same key
-    open_proxy = v2.submit_request(_task(), "", "")
+    open_proxy = ComfyV2Adapter("http://127.0.0.1:8189").submit_request(_task(), "", "")
     assert "Authorization" not in open_proxy.headers
+    assert open_proxy.json["metadata"] == "aigcq_task=t1&aigcq_attempt=2"  # the proxy's form
 
 
 def test_submit_answers(v2: ComfyV2Adapter) -> None:
@@ -61,12 +62,12 @@ def test_submit_answers(v2: ComfyV2Adapter) -> None:
 
 def test_query_answers(v2: ComfyV2Adapter) -> None:
     task = _task(remote_id="j1")
-    assert v2.query_request(task, "k").url == "http://cloud/api/v2/jobs/j1"
+    assert v2.query_request(task, "k").url == "https://cloud.comfy.org/api/v2/jobs/j1"
     assert v2.parse_query(200, {"status": "running"}) == base.Pending("running")
     assert v2.parse_query(200, {"status": "canceling"}) == base.Pending("canceling")
     out = {
         "node_id": "9", "name": "a.png", "type": "image", "content_type": "image/png",
-        "size_bytes": 5, "id": "as1", "hash": None, "url": "http://cloud/api/v2/assets/as1/content",
+        "size_bytes": 5, "id": "as1", "hash": None, "url": "https://cloud.comfy.org/api/v2/assets/as1/content",
         "url_expires_at": "2026-12-08T00:00:00+00:00",
     }  # fmt: skip
     done = v2.parse_query(200, {"status": "succeeded", "outputs": [out]})
@@ -79,7 +80,7 @@ def test_query_answers(v2: ComfyV2Adapter) -> None:
     assert isinstance(v2.parse_query(404, {"error": {"code": "not_found"}}), base.NotFound)
     assert isinstance(v2.parse_query(502, None), base.Unknown)
     cancel = v2.cancel_request(task, "k")
-    assert cancel is not None and cancel.url == "http://cloud/api/v2/jobs/j1/cancel"
+    assert cancel is not None and cancel.url == "https://cloud.comfy.org/api/v2/jobs/j1/cancel"
     assert v2.cancel_request(_task(), "k") is None
 
 

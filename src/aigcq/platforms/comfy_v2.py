@@ -8,7 +8,8 @@ its base URL is configured (``AIGCQ_PLATFORM_URLS='{"comfy_v2": "https://…"}'`
 account's ``apikey`` in model.json is sent as ``Authorization: Bearer``.
 
 Paid at most once: every create carries an ``Idempotency-Key`` derived from the task and
-its attempt, and ``metadata`` naming both. The v2 key is single-use, so a create sent
+its attempt, and ``metadata`` naming both (an object of labels for Comfy's hosted API, one
+string for a ``comfy-api-proxy``, which takes no other). The v2 key is single-use, so a create sent
 again for the same attempt can never make a second job: it is refused
 ``422 idempotency_key_reuse``, which is read as the attempt's job (its id from the error's
 ``details`` where the server gives it, as aigcq's own v2 door does; else the outcome stays
@@ -45,6 +46,19 @@ def idempotency_key(task: Task) -> str:
 def labels(task: Task) -> dict[str, str]:
     """The ``metadata`` a create carries: which task and attempt the job is."""
     return {"aigcq_task": task.task_id, "aigcq_attempt": str(task.attempt)}
+
+
+def label_text(task: Task) -> str:
+    """The same as one opaque string: ``comfy-api-proxy`` 0.1.6 takes ``metadata`` only as
+    a string (an object is ``422 invalid_request``), where Comfy's hosted API (and
+    ``comfy-sdk``) send an object of string labels."""
+    return "&".join(f"{k}={v}" for k, v in labels(task).items())
+
+
+def hosted(base_url: str) -> bool:
+    """Comfy's hosted API (Comfy Cloud, serverless deployments under ``comfy.org``)."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    return host == "comfy.org" or host.endswith(".comfy.org")
 
 
 def _graph(task: Task) -> Any:
@@ -102,7 +116,8 @@ class ComfyV2Adapter(base.PlatformAdapter):
 
     def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
         headers = self._headers(apikey) | {"Idempotency-Key": idempotency_key(task)}
-        body = {"workflow": _graph(task), "metadata": labels(task)}
+        metadata = labels(task) if hosted(self.base_url) else label_text(task)
+        body = {"workflow": _graph(task), "metadata": metadata}
         return base.HttpRequest("POST", self._url("/jobs"), headers, body)
 
     def parse_submit(self, status: int, body: Any) -> base.SubmitOutcome:
