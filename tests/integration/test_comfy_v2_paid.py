@@ -9,6 +9,7 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
@@ -78,3 +79,44 @@ async def test_a_comfyui_task_overflows_to_comfy_v2_with_its_graph_and_is_cancel
 
 async def _history(emulator: ComfyUIEmulator, prompt_id: str) -> dict[str, object]:
     return emulator.history.get(prompt_id) or {}
+
+
+async def test_a_create_whose_answer_is_lost_is_never_sent_twice(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """The proxy creates the job, then its connection dies before the answer: the create's
+    outcome is unknown, so it is not sent again (the task fails ``UncertainSubmit`` at its
+    deadline) and ComfyUI saw exactly one prompt."""
+    creates: list[str] = []
+
+    @web.middleware
+    async def lose_the_first_answer(request: web.Request, handler: Any) -> web.StreamResponse:
+        response = await handler(request)
+        if request.method == "POST" and request.path == "/api/v2/jobs":
+            creates.append(request.headers.get("Idempotency-Key", ""))
+            if len(creates) == 1 and request.transport is not None:
+                request.transport.close()  # created, but the answer never leaves
+        return response
+
+    app = create_app(ComfyUIConfig(output_dir=tmp_path / "lost", step_time=0.05, steps=2))
+    async with serve_app(app) as comfy:
+        runner = web.AppRunner(make_app(comfy, middlewares=[lose_the_first_answer]))
+        await runner.setup()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(runner, sock).start()
+        proxy = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        try:
+            async with fleet(
+                tmp_path, redis, redis_url, [], paid=2,
+                platform_urls={"comfy_v2": proxy}, poll_interval_s=0.2, task_deadline_s=2.0,
+            ) as f:  # fmt: skip
+                await f.client.request(task_of("lost-1", workflow=invert_graph("lost")))
+                result = await f.result("lost-1")
+                assert result["status"] == "failed", result
+                assert result["error"]["code"] == "UncertainSubmit", result
+        finally:
+            await runner.cleanup()
+    assert creates == ["aigcq-lost-1-1"]  # one create for the attempt, never a second
+    emulator: ComfyUIEmulator = app.state.emulator
+    assert len(emulator.history) == 1  # the one job the lost answer was about
