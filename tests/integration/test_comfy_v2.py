@@ -149,6 +149,10 @@ async def test_unknown_job_bad_graphs_and_auth(gpu: Fleet, sdk: AsyncComfy) -> N
         anonymous = await http.post("/api/v2/jobs", json={"workflow": GRAPH})
         assert anonymous.status_code == 401
         assert anonymous.json()["error"]["code"] == "unauthorized"
+        text = await http.post(  # comfy-api-proxy's form of labels: one string
+            "/api/v2/jobs", json={"workflow": GRAPH, "metadata": "a=1&b=2"}, headers=auth
+        )
+        assert text.status_code == 201 and text.json()["metadata"] == "a=1&b=2"
         health = await http.get("/api/v2/health")
         assert health.status_code == 200
     other = issue_client_token(SECRET, "someone-else")

@@ -60,6 +60,7 @@ RETRY_AFTER_S = 2
 MAX_LIST_LIMIT = 100
 DEFAULT_LIST_LIMIT = 50
 MAX_METADATA_PAIRS = 32
+MAX_METADATA_TEXT = 1024
 
 Authorization = Annotated[str | None, Header()]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
@@ -198,10 +199,16 @@ def _checked_graph(body: dict[str, Any]) -> dict[str, Any]:
     return graph
 
 
-def _checked_metadata(body: dict[str, Any]) -> dict[str, str]:
+def _checked_metadata(body: dict[str, Any]) -> dict[str, str] | str:
+    """String labels (``comfy-sdk``, Comfy's hosted API), or one opaque string as
+    ``comfy-api-proxy`` takes it (kept and shown as given; list filters never match it)."""
     metadata = body.get("metadata")
     if metadata is None:
         return {}
+    if isinstance(metadata, str):
+        if len(metadata.encode()) > MAX_METADATA_TEXT:
+            raise V2Error(422, "invalid_metadata", f"metadata: at most {MAX_METADATA_TEXT} bytes")
+        return metadata
     if (
         not isinstance(metadata, dict)
         or len(metadata) > MAX_METADATA_PAIRS
@@ -388,7 +395,11 @@ class ComfyV2:
                     else int((completed - started) * 1000)
                 ),
             },
-            "metadata": _metadata(task),
+            "metadata": (
+                task.payload["metadata"]
+                if isinstance(task.payload.get("metadata"), str)
+                else _metadata(task)
+            ),
             "urls": {
                 "self": self_url,
                 "events": f"{self_url}/events",
