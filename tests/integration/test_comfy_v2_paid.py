@@ -5,6 +5,7 @@ cancels it there when its client cancels."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from comfy_api_proxy.app import make_app
@@ -81,21 +83,34 @@ async def _history(emulator: ComfyUIEmulator, prompt_id: str) -> dict[str, objec
     return emulator.history.get(prompt_id) or {}
 
 
-async def test_a_create_whose_answer_is_lost_is_never_sent_twice(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+@pytest.mark.parametrize("names_the_job", [False, True])
+async def test_a_create_whose_answer_is_lost_never_makes_a_second_job(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, names_the_job: bool
 ) -> None:
-    """The proxy creates the job, then its connection dies before the answer: the create's
-    outcome is unknown, so it is not sent again (the task fails ``UncertainSubmit`` at its
-    deadline) and ComfyUI saw exactly one prompt."""
+    """The proxy creates the job, then its connection dies before the answer. The create is
+    sent once more with the attempt's key, which the proxy refuses (single-use):
+    ComfyUI sees one prompt. comfy-api-proxy 0.1.6 does not name the job in that refusal,
+    so the outcome stays unknown and the task fails ``UncertainSubmit`` at its deadline;
+    a server that names it (aigcq's own door does, ``names_the_job``: added here in front
+    of the proxy) has the task run as that job."""
     creates: list[str] = []
+    first_job: list[str] = []
 
     @web.middleware
     async def lose_the_first_answer(request: web.Request, handler: Any) -> web.StreamResponse:
         response = await handler(request)
-        if request.method == "POST" and request.path == "/api/v2/jobs":
-            creates.append(request.headers.get("Idempotency-Key", ""))
-            if len(creates) == 1 and request.transport is not None:
-                request.transport.close()  # created, but the answer never leaves
+        if request.method != "POST" or request.path != "/api/v2/jobs":
+            return response
+        creates.append(request.headers.get("Idempotency-Key", ""))
+        if len(creates) == 1:
+            assert isinstance(response, web.Response) and response.text is not None
+            first_job.append(json.loads(response.text)["id"])
+            assert request.transport is not None
+            request.transport.close()  # created, but the answer never leaves
+        elif names_the_job and response.status == 422:
+            body = {"error": {"code": "idempotency_key_reuse", "message": "used"}}
+            body["error"]["details"] = {"job_id": first_job[0]}  # type: ignore[index]
+            return web.json_response(body, status=422)
         return response
 
     app = create_app(ComfyUIConfig(output_dir=tmp_path / "lost", step_time=0.05, steps=2))
@@ -113,10 +128,15 @@ async def test_a_create_whose_answer_is_lost_is_never_sent_twice(
             ) as f:  # fmt: skip
                 await f.client.request(task_of("lost-1", workflow=invert_graph("lost")))
                 result = await f.result("lost-1")
-                assert result["status"] == "failed", result
-                assert result["error"]["code"] == "UncertainSubmit", result
+                task = await f.task("lost-1")
         finally:
             await runner.cleanup()
-    assert creates == ["aigcq-lost-1-1"]  # one create for the attempt, never a second
+    assert creates == ["aigcq-lost-1-1", "aigcq-lost-1-1"]  # the attempt's key, both times
     emulator: ComfyUIEmulator = app.state.emulator
-    assert len(emulator.history) == 1  # the one job the lost answer was about
+    assert list(emulator.history) == first_job  # one job, the first create's
+    if names_the_job:
+        assert result["status"] == "success", result
+        assert (task.remote_id, task.attempt) == (first_job[0], 1)
+    else:
+        assert result["status"] == "failed", result
+        assert result["error"]["code"] == "UncertainSubmit", result

@@ -184,6 +184,10 @@ class PlatformAdapter(ABC):
     #: built only where its base URL is configured (``AIGCQ_PLATFORM_URLS``); then it is
     #: the target of the task platforms it serves, before the built-in one (comfy_v2)
     opt_in: ClassVar[bool] = False
+    #: a create sent again for the same attempt can never make a second remote task (a
+    #: single-use idempotency key per attempt): one whose answer was lost is sent once
+    #: more at once, and only an acceptance is believed (comfy_v2)
+    resend_same_attempt: ClassVar[bool] = False
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url.rstrip("/")

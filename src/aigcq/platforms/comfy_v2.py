@@ -10,13 +10,13 @@ account's ``apikey`` in model.json is sent as ``Authorization: Bearer``.
 Paid at most once: every create carries an ``Idempotency-Key`` derived from the task and
 its attempt, and ``metadata`` naming both (an object of labels for Comfy's hosted API, one
 string for a ``comfy-api-proxy``, which takes no other). The v2 key is single-use, so a create sent
-again for the same attempt can never make a second job: it is refused
-``422 idempotency_key_reuse``, which is read as the attempt's job (its id from the error's
-``details`` where the server gives it, as aigcq's own v2 door does; else the outcome stays
-unknown and the task is never created twice). ``429`` (``queue_full``) and ``402``
-(``insufficient_credits``) are the account's backpressure and balance: nothing was made,
-it waits. Results are the job's outputs (``url``, absolute, valid until
-``url_expires_at``) in RunningHub's result shape.
+again for the same attempt can never make a second job: one whose answer was lost is sent
+once more at once (``resend_same_attempt``); a ``422 idempotency_key_reuse`` is read as the
+attempt's job (its id from the error's ``details`` where the server gives it, as aigcq's
+own v2 door does; else the outcome stays unknown and the task is never created twice).
+``429`` (``queue_full``) and ``402`` (``insufficient_credits``) are the account's
+backpressure and balance: nothing was made, it waits. Results are the job's outputs
+(``url``, absolute, valid until ``url_expires_at``) in RunningHub's result shape.
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ class ComfyV2Adapter(base.PlatformAdapter):
     kind = "polling"
     serves: ClassVar[tuple[str, ...]] = ("comfyui",)
     opt_in = True
+    resend_same_attempt = True
 
     def _url(self, path: str) -> str:
         return f"{self.base_url}/api/v2{path}"

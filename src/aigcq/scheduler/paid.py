@@ -28,7 +28,15 @@ import uuid
 
 from aigcq.domain import Task
 from aigcq.observability.jsonlog import ctx
-from aigcq.platforms.base import Accepted, Full, NotSent, PlatformAdapter, Rejected, Uncertain
+from aigcq.platforms.base import (
+    Accepted,
+    Full,
+    NotSent,
+    PlatformAdapter,
+    Rejected,
+    SubmitOutcome,
+    Uncertain,
+)
 from aigcq.plumbing.background import every, one_round
 from aigcq.queue.store import Begun, Claimed
 from aigcq.runtime import Runtime
@@ -152,6 +160,7 @@ class PaidPlatforms:
         if refused:
             await self._over_budget(aigc, name, c, refused[0])
             return
+        outcome = await self._resent(adapter, task, apikey, hook, outcome)
         match outcome:
             case Accepted(remote_id=remote_id):
                 entry = Entry(c.task_id, c.attempt, c.backend_id, remote_id, *queue, name, kind)
@@ -174,6 +183,26 @@ class PaidPlatforms:
                 moved = await lifecycle.rejected(c, name, error)
         if not moved:  # it moved on while the create was out: free what that kept
             await lifecycle.never_created(c, create_id)
+
+    async def _resent(
+        self, adapter: PlatformAdapter, task: Task, apikey: str, hook: str, lost: SubmitOutcome
+    ) -> SubmitOutcome:
+        """A create whose answer was lost (else ``lost`` as it is), sent once more for the
+        same attempt, to a platform that cannot create a second task for it (its
+        single-use key). Only an acceptance (its task, or the first create's, named)
+        settles the doubt."""
+        if not isinstance(lost, Uncertain) or not adapter.resend_same_attempt:
+            return lost
+        again = await self.rt.platforms.submit(adapter, task, apikey, hook)
+        if not isinstance(again, Accepted):
+            return lost
+        log.warning(
+            "task %s: a create's answer was lost; sent again with its key: %s",
+            task.task_id,
+            again.remote_id,
+            extra=ctx(task=task.task_id),
+        )
+        return again
 
     async def _priced_out(
         self, adapter: PlatformAdapter, queue: tuple[str, str], c: Claimed, task: Task, apikey: str
