@@ -19,10 +19,13 @@ from comfy_sdk.events import StatusChange
 from comfy_sdk.exceptions import IdempotencyKeyReuse, InvalidWorkflow, NotFound, WorkflowFormatUi
 from comfy_sdk.workflows import Workflow
 
+from aigcq.config import PlatformConfig
 from aigcq.emulators.comfyui import ComfyUIEmulator
 from aigcq.plumbing.auth import issue_client_token
+from aigcq.serve.server import ServeProcess
 from tests.fakes.comfyui import invert_graph, read_png
 from tests.fakes.fleet import SECRET, Fleet, fleet
+from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
 
 GRAPH = invert_graph("v2")
@@ -210,3 +213,29 @@ async def test_a_full_queue_is_429_and_the_sdk_retries_at_its_pace(
             assert again.status_code in (201, 429), again.text
             await running.cancel()
             await job.wait(timeout=15)
+
+
+async def test_any_serve_process_of_the_fleet_answers_for_a_job(
+    gpu: Fleet, redis: aioredis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second serve process on the same Redis, no bridge of its own: a job submitted
+    there runs on the first one's bridge, its events (progress too) and its cancel work
+    from there."""
+    other = ServeProcess(gpu.service.rt.settings, PlatformConfig.load(tmp_path), redis)
+    async with serve_app(other.app) as base:
+        monkeypatch.setenv("COMFY_BASE_URL", base)
+        token = issue_client_token(SECRET, "v2-user")
+        async with AsyncComfy(api_key=token, timeout=15.0) as sdk:
+            job = await sdk.submit(Workflow(invert_graph("two")))
+            seen = [event async for event in job.events()]
+            assert isinstance(seen[-1], StatusChange) and seen[-1].status == "succeeded"
+            assert any(type(e).__name__ == "Progress" for e in seen[:-1])
+            await job.refresh()
+            [out] = job.outputs
+            assert read_png(await out.to_bytes())[:2] == (64, 48)
+            running = await sdk.submit(Workflow(invert_graph("two-b")))
+            await until(lambda: _running(gpu.comfy[0]), lambda p: p == running.id, within=10)
+            await running.cancel()
+            assert running.status == "canceled"
+            entry = await until(lambda: _history(gpu.comfy[0], running.id), bool, within=10)
+            assert entry["status"]["messages"][-1][0] == "execution_interrupted"
