@@ -273,13 +273,31 @@ class Live:
     at: float = field(default_factory=time.monotonic)
 
 
+@dataclass(eq=False)
+class Feed:
+    """One job as its event streams on this process follow it (one per base URL)."""
+
+    subscribers: set[asyncio.Queue[tuple[str, Any]]] = field(default_factory=set)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the last status change sent, for a stream that joins later
+    last: dict[str, Any] | None = None
+    stepped: bool = False  # a step was reported since the last read
+    runner: asyncio.Future[None] | None = None
+
+    def send(self, kind: str, data: Any) -> None:
+        for queue in self.subscribers:
+            if kind != "progress" or queue.qsize() < 32:  # a slow reader skips progress
+                queue.put_nowait((kind, data))
+
+
 class ComfyV2:
     """The door: routes, and the live progress each job's event streams follow."""
 
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
         self.rt = gw.rt
-        self.watchers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
+        #: each watched job's feeds (one per job and base URL), whatever their streams
+        self.feeds: dict[str, dict[str, Feed]] = {}
         self.live: dict[str, Live] = {}
         self._http: httpx.AsyncClient | None = None
         self._measuring: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
@@ -299,6 +317,10 @@ class ComfyV2:
         return self._http
 
     async def aclose(self) -> None:
+        for feeds in list(self.feeds.values()):
+            for feed in list(feeds.values()):
+                if feed.runner is not None:
+                    feed.runner.cancel()
         if self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -324,16 +346,15 @@ class ComfyV2:
             live.step = _int(message.get("value"))
             live.steps = _int(message.get("max"))
             live.at = time.monotonic()
-        for queue in self.watchers.get(task_id, ()):
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(message)
+        for feed in self.feeds.get(task_id, {}).values():
+            feed.stepped = feed.stepped or _is_step(message)
+            feed.wake.set()
 
     def task_ended(self, task_id: str) -> None:
         """Wakes the streams of a task that ended on this process."""
         self.live.pop(task_id, None)
-        for queue in self.watchers.get(task_id, ()):
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait({"taskId": task_id, "state": "ended"})
+        for feed in self.feeds.get(task_id, {}).values():
+            feed.wake.set()
 
     # -- auth and ownership --------------------------------------------------------------
     def _owner(self, authorization: str | None) -> str | None:
@@ -590,46 +611,67 @@ class ComfyV2:
         return {"jobs": jobs, **({"next_cursor": str(position)} if more else {})}
 
     # -- events ------------------------------------------------------------------------------
-    async def events(self, job_id: str, owner: str | None, base: str) -> AsyncIterator[bytes]:
+    async def events(self, job_id: str, base: str) -> AsyncIterator[bytes]:
         """The job's SSE stream: ``status`` at each change (with ``queue_position``),
         ``progress`` as the bridge reports it, each ``output``, then the terminal
-        ``status`` (which ends the stream, as the SDK expects). Woken by the job's news on
-        the event bus and its end on this process; it re-reads the task every
-        :data:`POLL_S` besides (an end applied on another process)."""
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=256)
-        self.watchers.setdefault(job_id, set()).add(queue)
+        ``status`` (which ends the stream, as the SDK expects). Every stream of a job reads
+        one :class:`Feed` (one read of the task per change, however many watch)."""
+        feed = self.feeds.get(job_id, {}).get(base)
+        if feed is None:
+            feed = self.feeds.setdefault(job_id, {})[base] = Feed()
+            feed.runner = asyncio.ensure_future(self._follow(feed, job_id, base))
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        feed.subscribers.add(queue)
+        if feed.last is not None:
+            queue.put_nowait(("status", feed.last))
         try:
-            said: tuple[str, int | None] | None = None
-            last_event = time.monotonic()
             while True:
+                try:
+                    kind, data = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                except TimeoutError:
+                    yield b": keepalive\n\n"
+                    continue
+                if kind == "end":
+                    return
+                if kind == "progress":
+                    yield _sse("progress", data)
+                    continue
+                for frame in _status_frames(data):
+                    yield frame
+                if data["status"] in TERMINAL:
+                    return
+        finally:
+            feed.subscribers.discard(queue)
+
+    async def _follow(self, feed: Feed, job_id: str, base: str) -> None:
+        """Reads the job for its streams: at once, when woken (its progress, its end on
+        this process), and every :data:`POLL_S` (an end applied on another process)."""
+        said: tuple[str, int | None] | None = None
+        try:
+            while feed.subscribers or said is None:
+                feed.wake.clear()
                 task = await self.rt.store.get(job_id)
                 if task is None:
                     return
                 job = await self.job(task, base)
                 status = (job["status"], job["queue_position"])
                 if status != said:
-                    for frame in _status_frames(job):
-                        yield frame
-                    said, last_event = status, time.monotonic()
+                    feed.last, said = job, status
+                    feed.send("status", job)
                     if job["status"] in TERMINAL:
                         return
-                try:
-                    message = await asyncio.wait_for(queue.get(), POLL_S)
-                except TimeoutError:
-                    if time.monotonic() - last_event >= KEEPALIVE_S:
-                        yield b": keepalive\n\n"
-                        last_event = time.monotonic()
-                    continue
-                progress = self._progress(task, "running") if _is_step(message) else None
-                if progress is not None and said is not None and said[0] == "running":
-                    yield _sse("progress", progress)
-                    last_event = time.monotonic()
+                elif feed.stepped and status[0] == "running":
+                    feed.send("progress", self._progress(task, "running"))
+                feed.stepped = False
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(feed.wake.wait(), POLL_S)
         finally:
-            watchers = self.watchers.get(job_id)
-            if watchers is not None:
-                watchers.discard(queue)
-                if not watchers:
-                    del self.watchers[job_id]
+            feeds = self.feeds.get(job_id, {})
+            if feeds.get(base) is feed:
+                del feeds[base]
+                if not feeds:
+                    self.feeds.pop(job_id, None)
+            feed.send("end", None)
 
     # -- asset content ------------------------------------------------------------------------
     async def content(self, value: str, owner: str | None, range_header: str | None) -> Response:
@@ -736,7 +778,7 @@ class ComfyV2:
             owner = self._owner(authorization)
             await self._task(job_id, owner)
             return StreamingResponse(
-                self.events(job_id, owner, _base(request)),
+                self.events(job_id, _base(request)),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
