@@ -68,6 +68,15 @@ async def test_a_comfyui_task_overflows_to_comfy_v2_with_its_graph_and_is_cancel
             image = await http.get(file["fileUrl"])
         assert image.status_code == 200 and read_png(image.content)[:2] == (64, 48)
 
+        await f.client.request(task_of("by-id"))  # a registry workflowId, no graph
+        await until(
+            lambda: f.service.rt.store.timeline("by-id"),
+            lambda notes: any("waits for internal" in e["note"] for e in notes),
+            within=10,
+        )
+        held = await f.task("by-id")
+        assert held.state == "pending" and not held.remote_id  # nothing sent to comfy_v2
+
         await f.client.request(task_of("paid-2", workflow=invert_graph("pd2")))
         running = await f.until_task("paid-2", lambda t: bool(t.remote_id))
         await until(lambda: _running(emulator), lambda p: p == running.remote_id, within=10)

@@ -95,3 +95,11 @@ def test_opt_in_only_where_configured_and_then_comfyuis_target(tmp_path: Path) -
     assert target is not None and target.name == "comfy_v2"
     runninghub = PlatformClient(configured, timeout_s=1).adapter_for("runninghub")
     assert runninghub is not None and runninghub.name == "runninghub"
+
+
+def test_a_task_without_an_inline_graph_is_not_sent(v2: ComfyV2Adapter) -> None:
+    assert v2.unsendable(_task()) is None
+    by_id = Task("t2", "comfyui", "proj", "b1", {"workflowId": "wf-1", "nodeInfoList": []})
+    assert v2.unsendable(by_id) is not None
+    as_text = Task("t3", "comfyui", "proj", "b1", {"workflow": '{"1": {"class_type": "X"}}'})
+    assert v2.unsendable(as_text) is None

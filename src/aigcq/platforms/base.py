@@ -211,6 +211,11 @@ class PlatformAdapter(ABC):
     def cancel_request(self, task: Task, apikey: str) -> HttpRequest | None:
         return None
 
+    def unsendable(self, task: Task) -> str | None:
+        """Why ``task`` cannot be sent here at all (None: it can): nothing is sent, it waits
+        for our GPUs or fails (comfy_v2: a task with no inline graph)."""
+        return None
+
     def account_id(self, apikey: str) -> str:
         """The account ``apikey`` is, as spend records name it, without its secret: a
         digest (several AIGC projects may share one key)."""

@@ -115,6 +115,11 @@ class ComfyV2Adapter(base.PlatformAdapter):
             headers["Authorization"] = f"Bearer {apikey}"
         return headers
 
+    def unsendable(self, task: Task) -> str | None:
+        if isinstance(_graph(task), dict):
+            return None
+        return "comfy_v2 takes an inline API-format workflow; this task names a workflowId"
+
     def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
         headers = self._headers(apikey) | {"Idempotency-Key": idempotency_key(task)}
         metadata = labels(task) if hosted(self.base_url) else label_text(task)

@@ -209,7 +209,20 @@ class PaidPlatforms:
     ) -> bool:
         """Whether the task's expected cost on ``adapter`` is above its ``maxCost`` (then
         nothing is sent: it waits for internal capacity, or fails). False: no price known
-        for the platform, no ``maxCost``, or within it."""
+        for the platform, no ``maxCost``, or within it. A task the adapter cannot send at
+        all (``unsendable``: comfy_v2 and a task with no inline graph) is held the same way,
+        or fails as the platform's refusal would."""
+        why = adapter.unsendable(task)
+        if why is not None:
+            if queue[1] in self.internal_serves:
+                delay_s = self.rt.settings.full_backoff_s
+                await self.lifecycle.not_run(
+                    c.task_id, c.attempt, f"{why}: waits for internal capacity", delay_s=delay_s
+                )
+            else:
+                error = {"code": f"{adapter.name.upper()}_unsendable", "message": why}
+                await self.lifecycle.rejected(c, adapter.name, {**error, "detail": None})
+            return True
         price = self.rt.settings.overflow_price.get(adapter.name)
         if price is None:
             return False
