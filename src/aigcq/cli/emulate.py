@@ -42,6 +42,14 @@ def emulate_comfyui(
     vram_mb: Annotated[
         int, typer.Option(help="Its VRAM in MiB (default: none, a CPU device)", show_default=False)
     ] = 0,
+    v2_port: Annotated[
+        int,
+        typer.Option(
+            help="Also serve Comfy API v2 in front of it on this port: the real "
+            "comfy-api-proxy (pip install comfy-api-proxy), as the comfy_v2 target's emulator",
+            show_default=False,
+        ),
+    ] = 0,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a ComfyUI emulator (EmptyImage, ImageInvert, SaveImage, PreviewImage,
@@ -49,6 +57,14 @@ def emulate_comfyui(
     from aigcq.emulators.comfyui import ComfyUIConfig, run
 
     _prepare(host, port, log_level)
+    if v2_port:
+        require_free_ports(host, [(v2_port, "--v2-port")])
+        try:
+            import comfy_api_proxy  # noqa: F401 - only whether it is installed
+        except ImportError:
+            raise typer.BadParameter(
+                "needs comfy-api-proxy: pip install comfy-api-proxy", param_hint="--v2-port"
+            ) from None
     config = ComfyUIConfig(
         output_dir=output_dir,
         step_time=step_time,
@@ -62,7 +78,7 @@ def emulate_comfyui(
         vram_total=vram_mb * 2**20,
         vram_free=vram_mb * 2**20,
     )
-    run(host, port, config)
+    run(host, port, config, v2_port)
 
 
 @emulate_app.command("model-service")

@@ -13,6 +13,8 @@ forgotten. ``POST /queue {"delete": [...]}`` deletes pending prompts, as ComfyUI
 ``POST /interrupt`` stops the running prompt after ``interrupt_latency`` seconds (real
 ComfyUI takes about one on a GPU; default 0, at the next step), in ``/queue`` until then;
 with ``global_interrupt`` it ignores the body's ``prompt_id``, as ComfyUI before 0.3.56.
+``POST /api/jobs/{id}/cancel`` interrupts that prompt if it runs and takes it off the queue
+if it waits, as newer ComfyUI core does (what ``comfy-api-proxy`` calls for a cancel).
 ``view_latency`` and ``history_latency`` delay ``GET /view`` and ``GET /history/{id}`` (a
 slow link, a loaded ComfyUI) while the worker goes on with the next prompt.
 
@@ -44,13 +46,31 @@ __all__ = ["ComfyUIConfig", "ComfyUIEmulator", "create_app", "run", "serve"]
 log = logging.getLogger(__name__)
 
 
-async def serve(host: str, port: int, config: ComfyUIConfig | None = None) -> None:
-    """Serve the emulator until cancelled."""
+async def serve(
+    host: str, port: int, config: ComfyUIConfig | None = None, v2_port: int = 0
+) -> None:
+    """Serve the emulator until cancelled; with ``v2_port``, Comfy API v2 in front of it
+    too: the real ``comfy-api-proxy`` (a package of its own) on that port."""
     server_config = uvicorn.Config(create_app(config), host=host, port=port, log_config=None)
     log.info("comfyui emulator listening on http://%s:%s", host, port)
-    await uvicorn.Server(server_config).serve()
+    if not v2_port:
+        await uvicorn.Server(server_config).serve()
+        return
+    from aiohttp import web
+    from comfy_api_proxy.app import make_app
+
+    runner = web.AppRunner(make_app(f"http://{host}:{port}"))
+    await runner.setup()
+    await web.TCPSite(runner, host, v2_port).start()
+    log.info("comfy-api-proxy (Comfy API v2) listening on http://%s:%s", host, v2_port)
+    try:
+        await uvicorn.Server(server_config).serve()
+    finally:
+        await runner.cleanup()
 
 
-def run(host: str = "127.0.0.1", port: int = 8188, config: ComfyUIConfig | None = None) -> None:
+def run(
+    host: str = "127.0.0.1", port: int = 8188, config: ComfyUIConfig | None = None, v2_port: int = 0
+) -> None:
     """Blocking entry point for ``aigcq emulate comfyui``."""
-    asyncio.run(serve(host, port, config))
+    asyncio.run(serve(host, port, config, v2_port))
