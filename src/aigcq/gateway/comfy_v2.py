@@ -505,7 +505,7 @@ class ComfyV2:
             log.info("job %s: outputs not measured: %r", task_id, done.exception())
 
     async def _measure(self, task: Task, key: str) -> list[dict[str, Any]]:
-        facts = []
+        facts: list[dict[str, Any]] = []
         limit = self.rt.settings.result_custody_max_bytes
         for file in result_files(task):
             hasher, size = blake3.blake3(), 0
