@@ -103,3 +103,20 @@ def test_a_task_without_an_inline_graph_is_not_sent(v2: ComfyV2Adapter) -> None:
     assert v2.unsendable(by_id) is not None
     as_text = Task("t3", "comfyui", "proj", "b1", {"workflow": '{"1": {"class_type": "X"}}'})
     assert v2.unsendable(as_text) is None
+
+
+def test_a_lost_create_is_looked_up_by_its_labels_where_they_are_kept(
+    v2: ComfyV2Adapter,
+) -> None:
+    req = v2.lookup_request(_task(), "sk-1")
+    assert req is not None and req.method == "GET"
+    assert req.url == (
+        "https://cloud.comfy.org/api/v2/jobs?metadata%5Baigcq_task%5D=t1"
+        "&metadata%5Baigcq_attempt%5D=2&limit=10"
+    )
+    assert v2.parse_lookup(200, {"jobs": [{"id": "j7", "status": "running"}]}) == "j7"
+    assert v2.parse_lookup(200, {"jobs": []}) is None
+    assert v2.parse_lookup(200, {"jobs": [{"id": "a"}, {"id": "b"}]}) is None  # not one
+    assert v2.parse_lookup(501, {"error": {"code": "not_implemented"}}) is None
+    proxy = ComfyV2Adapter("http://127.0.0.1:8189")
+    assert proxy.lookup_request(_task(), "") is None  # a proxy keeps no labels

@@ -211,6 +211,15 @@ class PlatformAdapter(ABC):
     def cancel_request(self, task: Task, apikey: str) -> HttpRequest | None:
         return None
 
+    def lookup_request(self, task: Task, apikey: str) -> HttpRequest | None:
+        """A search for the remote task a create of ``task``'s attempt made, by what the
+        create labelled it with (None: the platform has none)."""
+        return None
+
+    def parse_lookup(self, status: int, body: Any) -> str | None:
+        """The answer to :meth:`lookup_request`: the one remote task found, else None."""
+        return None
+
     def unsendable(self, task: Task) -> str | None:
         """Why ``task`` cannot be sent here at all (None: it can): nothing is sent, it waits
         for our GPUs or fails (comfy_v2: a task with no inline graph)."""

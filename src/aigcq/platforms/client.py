@@ -134,6 +134,20 @@ class PlatformClient:
                 return Uncertain(str(exc) or type(exc).__name__)
         return adapter.parse_submit(status, body)
 
+    async def lookup(self, adapter: PlatformAdapter, task: Task, apikey: str) -> str | None:
+        """The remote task a create of ``task``'s attempt made, found by its labels where
+        the platform can search (None: not found, not searchable, no answer)."""
+        req = adapter.lookup_request(task, apikey)
+        if req is None:
+            return None
+        try:
+            async with self._slots:
+                status, body = await self._send(req)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self._warn(task, adapter, "look-up failed", exc)
+            return None
+        return adapter.parse_lookup(status, body)
+
     async def query(self, adapter: PlatformAdapter, task: Task, apikey: str) -> ResultOutcome:
         """The remote task's state, a success ready to deliver (inline result files stored,
         their URLs in its data); :class:`Unknown` when the platform gave no answer."""

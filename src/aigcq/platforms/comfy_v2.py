@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import posixpath
 from typing import Any, ClassVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 
@@ -140,6 +140,23 @@ class ComfyV2Adapter(base.PlatformAdapter):
         if code in _INVALID or (code and 400 <= status < 500 and status not in (408, 409)):
             return base.Rejected(f"COMFY_V2_{code}", message or code, detail=details or None)
         return unreadable_create(status)
+
+    def lookup_request(self, task: Task, apikey: str) -> base.HttpRequest | None:
+        """``GET /jobs?metadata[aigcq_task]=…&metadata[aigcq_attempt]=…`` on Comfy's hosted
+        API, which keeps labels (a proxy keeps none: nothing to ask)."""
+        if not hosted(self.base_url):
+            return None
+        query = urlencode(
+            [*((f"metadata[{k}]", v) for k, v in labels(task).items()), ("limit", "10")]
+        )
+        return base.HttpRequest("GET", self._url(f"/jobs?{query}"), self._headers(apikey))
+
+    def parse_lookup(self, status: int, body: Any) -> str | None:
+        jobs = body.get("jobs") if status == 200 and isinstance(body, dict) else None
+        found = [
+            j["id"] for j in jobs or [] if isinstance(j, dict) and isinstance(j.get("id"), str)
+        ]
+        return found[0] if len(found) == 1 else None
 
     def query_request(self, task: Task, apikey: str) -> base.HttpRequest:
         return base.HttpRequest(

@@ -194,8 +194,11 @@ class PaidPlatforms:
         if not isinstance(lost, Uncertain) or not adapter.resend_same_attempt:
             return lost
         again = await self.rt.platforms.submit(adapter, task, apikey, hook)
-        if not isinstance(again, Accepted):
-            return lost
+        if not isinstance(again, Accepted):  # not named: looked up by its labels, if it can
+            found = await self.rt.platforms.lookup(adapter, task, apikey)
+            if found is None:
+                return lost
+            again = Accepted(found)
         log.warning(
             "task %s: a create's answer was lost; sent again with its key: %s",
             task.task_id,
