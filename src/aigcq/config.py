@@ -237,7 +237,7 @@ class Settings(HttpLimits):
         "and the vendor's as sourceUrl (their links expire in about a day).",
     )
     result_custody_targets: list[str] = Field(
-        default_factory=lambda: ["runninghub", "jimuai"],
+        default_factory=lambda: ["runninghub", "jimuai", "comfy_v2"],
         validation_alias=_env("RESULT_CUSTODY_TARGETS"),
         description="Paid targets whose result links expire (JSON list).",
     )

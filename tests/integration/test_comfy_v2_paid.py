@@ -17,10 +17,13 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from comfy_api_proxy.app import make_app
+from comfy_sdk import AsyncComfy
+from comfy_sdk.workflows import Workflow
 
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
+from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.comfyui import invert_graph, read_png
-from tests.fakes.fleet import fleet, task_of
+from tests.fakes.fleet import SECRET, fleet, task_of
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
 
@@ -149,3 +152,33 @@ async def test_a_create_whose_answer_is_lost_never_makes_a_second_job(
     else:
         assert result["status"] == "failed", result
         assert result["error"]["code"] == "UncertainSubmit", result
+
+
+async def test_a_v2_job_overflows_to_comfy_v2_and_its_output_is_kept_by_aigcq(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both sides at once: ``comfy-sdk`` → aigcq's v2 door → no GPU free → ``comfy_v2`` →
+    the real proxy → ComfyUI. The output is copied into aigcq's storage (result custody)
+    and downloaded from aigcq, not from the platform."""
+    async with (
+        proxy_in_front_of_comfy(tmp_path, 0.05) as (proxy, emulator),
+        fleet(
+            tmp_path, redis, redis_url, [], paid=2, projects=("aigcq",),
+            platform_urls={"comfy_v2": proxy}, poll_interval_s=0.2, data_dir=tmp_path / "data",
+            result_custody="always",  # a v2 job is delivered to no socket: "offline" skips it
+        ) as f,
+    ):  # fmt: skip
+        base = "http" + f.client.url.split("/?", 1)[0][2:]
+        monkeypatch.setenv("COMFY_BASE_URL", base)
+        async with AsyncComfy(api_key=issue_client_token(SECRET, "v2-user"), timeout=15) as sdk:
+            job = await sdk.submit(Workflow(invert_graph("both")))
+            await job.wait(timeout=20)
+            assert job.status == "succeeded", job.error
+            task = await f.task(job.id)
+            assert task.target == "comfy_v2" and task.remote_id in emulator.history
+            [entry] = task.result["data"]
+            assert entry["sourceUrl"].startswith(proxy)  # the platform's link, kept aside
+            assert not entry["fileUrl"].startswith(proxy)  # aigcq's copy
+            [out] = job.outputs
+            data = await out.to_bytes()
+            assert read_png(data)[:2] == (64, 48) and out.size_bytes == len(data)
