@@ -78,6 +78,7 @@ def test_query_answers(v2: ComfyV2Adapter) -> None:
     assert isinstance(failed, base.Failed) and failed.code == "COMFY_V2_oom"
     assert isinstance(v2.parse_query(200, {"status": "canceled"}), base.Failed)
     assert isinstance(v2.parse_query(404, {"error": {"code": "not_found"}}), base.NotFound)
+    assert isinstance(v2.parse_query(200, {"status": "expired"}), base.Unknown)  # never "gone"
     assert isinstance(v2.parse_query(502, None), base.Unknown)
     cancel = v2.cancel_request(task, "k")
     assert cancel is not None and cancel.url == "https://cloud.comfy.org/api/v2/jobs/j1/cancel"

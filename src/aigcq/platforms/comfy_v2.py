@@ -186,8 +186,9 @@ class ComfyV2Adapter(base.PlatformAdapter):
             return base.Failed(f"COMFY_V2_{code}", str(error.get("message") or code), error)
         if state == "canceled":
             return base.Failed("COMFY_V2_canceled", "the job was canceled on the platform")
-        if state == "expired":
-            return base.NotFound("the job expired there")
+        if state == "expired":  # made (and billed); or comfy-api-proxy's race between its
+            # /history and /queue reads on a job ending then: never "gone", ask again
+            return base.Unknown("COMFY_V2: the job reads expired")
         return base.Unknown(f"COMFY_V2: unknown status {state!r}")
 
     def cancel_request(self, task: Task, apikey: str) -> base.HttpRequest | None:
