@@ -2,9 +2,9 @@
 
 A round sees the waiting tasks our GPUs could take of each queue they serve (the heads of
 its ready keys and the earliest start deadlines, :mod:`aigcq.scheduler.fair`; a task
-``held`` off our GPUs by a limit may only go paid), the internal pool (slots free here, slots free in other
-processes, the expected time left of each busy slot), the projects' weights and recent
-usage, and the room on each queue's paid platform. It answers which tasks to claim for
+``held`` off our GPUs by a limit may only go paid), the internal pool (slots free here,
+slots free in other processes, the expected time left of each busy slot), the projects'
+weights and recent usage, and the room on each queue's paid platform. It answers which tasks to claim for
 the internal target now, which to send to the paid platform now, which have missed their
 start deadline, and an estimated internal start (ETA) for every task that keeps waiting.
 
