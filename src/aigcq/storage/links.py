@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from aigcq.plumbing.signing import same_digest
+
 #: the route that serves signed links, and the folder of the files they name
 ROUTE = "/results"
 FOLDER = "custody"
@@ -40,6 +42,6 @@ def refusal(key: bytes, token: str, name: str, now: float) -> str | None:
     expires, _, given = token.partition("-")
     if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
         return FORGED
-    if not hmac.compare_digest(_signature(key, name, int(expires)), given):
+    if not same_digest(_signature(key, name, int(expires)), given):
         return FORGED
     return EXPIRED if int(expires) < now else None
