@@ -14,6 +14,7 @@ from aigcq.cli.common import (
     LogLevelOption,
     console,
     fail,
+    generated_line,
     load_config,
     load_settings,
     require_free_ports,
@@ -99,7 +100,7 @@ def dispatcher(log_level: LogLevelOption = "INFO") -> None:
     console.print(f"  bridges    ws://{settings.host}:{md.port}/ws?token=<bridge token>")
     console.print(f"  login      POST /api/auth/login as {md.username!r}")
     for name, value in fresh.items():
-        console.print(f"  generated {name}: [bold]{value}[/bold] (kept in {settings.data_dir})")
+        console.print(generated_line(name, value, str(settings.data_dir)))
     run(md, settings)
 
 
