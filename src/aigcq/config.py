@@ -101,8 +101,8 @@ class Settings(HttpLimits):
         IdBinding.SUB,
         validation_alias=_env("BIND_CLIENT_IDS"),
         description=(
-            "sub: a client JWT with a sub may only use backendId = its sub or sub-<anything>;"
-            " all: every JWT (none without sub); off: any id (the original system)."
+            "sub: a client JWT naming ids (its sub, its ids claim) may only use those;"
+            " all: every JWT (none naming no id); off: any id (the original system)."
         ),
     )
     admin_token: str = Field("", validation_alias=_env("ADMIN_TOKEN"))
@@ -503,7 +503,9 @@ class Settings(HttpLimits):
         "none", validation_alias=_env("ADMISSION"), description="none | quota | billing"
     )
     admission_quota: int = Field(
-        0, validation_alias=_env("ADMISSION_QUOTA"), description="Default per-client task quota."
+        0,
+        validation_alias=_env("ADMISSION_QUOTA"),
+        description="Starting task quota of each principal (a token's sub).",
     )
     billing_url: str = Field("", validation_alias=_env("BILLING_URL"))
 

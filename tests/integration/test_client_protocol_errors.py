@@ -17,6 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.config import PlatformConfig, Settings
+from aigcq.plumbing.auth import issue_client_token
 from aigcq.plumbing.signing import webhook_url
 from aigcq.serve.server import ServeProcess
 from tests.fakes.client import Client, generate
@@ -160,8 +161,9 @@ async def test_bound_ids_refuse_another_backends_id(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
     async with serve(tmp_path, redis, redis_url, bind_client_ids="all") as server:
-        for backend_id, jwt_for in (("b1", "b1"), ("b1-2", "b1")):
-            client = await Client(server.port, backend_id, token(jwt_for)).connect()
+        both = issue_client_token(SECRET, "b1", ids=["b1-2"])  # names each id it uses
+        for backend_id, credential in (("b1", token("b1")), ("b1-2", both)):
+            client = await Client(server.port, backend_id, credential).connect()
             assert (await client.request({"type": "ping"}))["type"] == "pong"
             await client.close()
         no_sub = jwt.encode({"exp": time.time() + 60}, SECRET)
@@ -172,7 +174,7 @@ async def test_bound_ids_refuse_another_backends_id(
         await static.close()
 
         before = await redis_snapshot(server.redis)
-        for backend_id in ("b2", "b10"):
+        for backend_id in ("b2", "b10", "b1-2"):  # b1-2: another client's id
             stranger = await Client(server.port, backend_id, token("b1")).connect()
             refusal = await stranger.next()
             assert (refusal["type"], refusal["code"]) == ("error", "AuthError")

@@ -63,7 +63,7 @@ def test_the_demo_banner_links_the_dashboard_and_names_the_secrets_file(
     ensure_secrets(settings)  # as the demo does: generated into <data dir>/secrets.json
     monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
     out = io.StringIO()
-    Demo.plan(settings, DemoOptions()).banner(Console(file=out, width=300), "client-token")
+    Demo.plan(settings, DemoOptions()).banner(Console(file=out, width=300))
     banner = out.getvalue()
     link = "http://127.0.0.1:18087/dashboard"
     shown = f"{link}#token={settings.admin_token}\n" if terminal else f"{link} (its admin token"
