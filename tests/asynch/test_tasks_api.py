@@ -117,6 +117,12 @@ OK = {"modelName": "m", "requestPayload": {}, "bizName": "b"}
     ("body", "code"),
     [
         ({"modelName": "nope", "requestPayload": {}, "bizName": "b"}, "MODEL_NOT_FOUND"),
+        ({"modelName": "M", "requestPayload": {}, "bizName": "b"}, "MODEL_NOT_FOUND"),
+        ({**OK, "bizName": 7}, "INVALID_ARGUMENT"),
+        ({**OK, "bizName": ["b"]}, "INVALID_ARGUMENT"),
+        ({**OK, "bizName": {"b": 1}}, "INVALID_ARGUMENT"),
+        ({**OK, "bizName": True}, "INVALID_ARGUMENT"),
+        ({**OK, "bizName": None}, "INVALID_ARGUMENT"),
         ({"modelName": "off", "requestPayload": {}, "bizName": "b"}, "MODEL_DISABLED"),
         ({"modelName": "m", "bizName": "b"}, "INVALID_ARGUMENT"),
         ({"modelName": "m", "requestPayload": {}}, "INVALID_ARGUMENT"),
@@ -129,12 +135,14 @@ OK = {"modelName": "m", "requestPayload": {}, "bizName": "b"}
 async def test_bad_task_input_changes_nothing(
     asynch: Asynch, model_emu: Served, body: dict[str, object], code: str
 ) -> None:
+    """Nothing: no row of any table (a task, a day's model count), nothing in Redis (the
+    queue-limit gate, a semaphore), with a task of the model done before (issue 42 item 8)."""
     await asynch.create_model("m", model_emu.url)
     await asynch.create_model("off", model_emu.url, enabled=0)
+    await asynch.wait_state(await asynch.create_task("m"), 2)
+    before = await asynch.snapshot()
     await asynch.error("POST", "/task/createTask", code, json=body)
-    cur = await asynch.db.execute("SELECT count(*) FROM asynch_task")
-    assert (await cur.fetchone()) == (0,)
-    assert await asynch.redis.keys("asynch:gate:*") == []
+    assert await asynch.snapshot() == before
 
 
 async def test_unknown_task_ids(asynch: Asynch) -> None:
