@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.fakes.asynch import USER, Asynch, Served
+from aigcq.asynch.settings import AsynchSettings
+from aigcq.storage import StorageSettings
+from tests.fakes.asynch import USER, Asynch, Served, open_asynch
 
 
 async def test_json_result_head_msg_and_model_key(asynch: Asynch, model_emu: Served) -> None:
@@ -160,3 +163,28 @@ async def test_unknown_endpoints_and_methods_answer_in_the_envelope(asynch: Asyn
     await asynch.error("GET", "/task/createTask", "METHOD_NOT_ALLOWED")
     for path in ("/healthz", "/health"):
         assert await asynch.ok("GET", path) == {"status": "ok"}
+
+
+async def test_a_model_deleted_on_another_process_is_refused_there_and_leaves_nothing(
+    asynch: Asynch,
+    model_emu: Served,
+    pg_url: str,
+    redis_url: str,
+    tmp_path: Path,
+    asynch_settings: AsynchSettings,
+    storage_settings: StorageSettings,
+) -> None:
+    """Two processes on one database: the other still holds the model's config in its
+    cache (AIGCQ_ASYNCH_MODEL_CACHE_SECONDS) when this one deletes the model. A createTask
+    there is refused MODEL_NOT_FOUND and leaves no row (issue 42 item 8): the insert is
+    decided against the model's row, not the cache."""
+    await asynch.create_model("m", model_emu.url)
+    cached = asynch_settings.model_copy(update={"model_cache_seconds": 3600.0})
+    async with open_asynch(
+        pg_url, redis_url, asynch.db, tmp_path / "other", cached, storage_settings
+    ) as other:
+        await other.wait_state(await other.create_task("m"), 2)  # its config now cached there
+        await asynch.ok("POST", "/model/deleteModel", json={"modelName": "m"})
+        before = await asynch.snapshot()
+        await other.error("POST", "/task/createTask", "MODEL_NOT_FOUND", json=OK)
+        assert await asynch.snapshot() == before

@@ -43,7 +43,9 @@ async def create_task(svc: AsynchProcess, body: TaskCreate, who: Identity) -> st
         attempt=1 if running else 0,
     )
     try:
-        await svc.tasks.insert(task, running=running)
+        if not await svc.tasks.insert(task, running=running):  # its config was cached
+            gone = f"model {model.model_name!r} was deleted or disabled meanwhile"
+            raise AsynchError(Code.MODEL_NOT_FOUND, gone)
     except BaseException:
         await svc.admission.release(
             model.model_name, who.tenant_id, task_id, lease if running else None, gate=True
