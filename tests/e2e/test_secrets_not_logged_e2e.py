@@ -16,7 +16,9 @@ from pathlib import Path
 
 import httpx
 import orjson
+from websockets.sync.client import connect
 
+from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.processes import Proc, free_port, wait_http
 
 
@@ -40,14 +42,20 @@ def test_up_logs_no_secret_and_metrics_show_none(tmp_path: Path) -> None:
         up = Proc(["up"], env, log).start()
         try:
             wait_http(f"http://127.0.0.1:{port}/healthz")
+            secret = orjson.loads((tmp_path / "data" / "secrets.json").read_bytes())
+            client = issue_client_token(secret["token_secret"], "c1")
+            with connect(f"ws://127.0.0.1:{port}/?token={client}&id=c1") as ws:
+                ws.send('{"type": "ping"}')  # a client in: uvicorn logs its URL
+                assert "pong" in str(ws.recv(timeout=10))
             metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
         finally:
             up.stop()
         text = log.read_text()
         assert "dashboard  http://" in text and "secrets.json" in text, text
-        for secret in _secrets(tmp_path):
-            assert secret not in text, (start, text)
-            assert secret not in metrics, start
+        assert '"WebSocket /?token=***&id=c1" [accepted]' in text, text
+        for value in [*_secrets(tmp_path), client]:
+            assert value not in text, (start, text)
+            assert value not in metrics, start
     assert "generated admin_token (kept in" in (tmp_path / "up-1.log").read_text()
 
 
