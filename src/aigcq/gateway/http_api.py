@@ -88,8 +88,7 @@ def _client(gw: Gateway, authorization: str | None) -> Principal:
 def _backend_id(gw: Gateway, principal: Principal, data: dict[str, Any]) -> str:
     """Whom a submitted task's results go to: the body's ``backendId``, else the token's
     (its ``sub``, the name it is known by)."""
-    own = principal.name if principal.ids and principal.name in principal.ids else ""
-    backend_id = data.get("backendId") or own
+    backend_id = data.get("backendId") or principal.sub
     if not isinstance(backend_id, str) or len(backend_id) > MAX_BACKEND_ID:
         raise ClientError(
             ErrorCode.JSON, f"backendId: a string of at most {MAX_BACKEND_ID} characters"

@@ -72,6 +72,11 @@ class Principal:
     ids: frozenset[str] | None
     unbound: bool = False
 
+    @property
+    def sub(self) -> str:
+        """The one id it is named by (a JWT's ``sub``), else ``""``."""
+        return self.name if self.ids and self.name in self.ids else ""
+
     def may_use(self, backend_id: str) -> bool:
         """Whether the token may connect as, or submit for, ``backend_id``."""
         return self.unbound or self.reads(backend_id)
@@ -153,7 +158,7 @@ class Auth:
         """Why this token may not use ``backend_id``, and how to get one that may."""
         return (
             f"this token may not use {field} {backend_id!r}: it may use {principal.allowed()}; "
-            f"a token names each id it uses (`aigcq token {principal.name or 'ID'} --id "
+            f"a token names each id it uses (`aigcq token {principal.sub or 'ID'} --id "
             f"{backend_id}`); AIGCQ_BIND_CLIENT_IDS=off lets any valid token use any id "
             "(the original system)"
         )
