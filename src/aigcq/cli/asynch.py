@@ -88,8 +88,8 @@ def admin_token(settings: "AsynchSettings", base: "Settings") -> None:
     fresh = ensure_secrets(base, settings, ("admin_token",), key_prefix="asynch_")
     kept = base.secrets_file.resolve()
     where = "AIGCQ_ASYNCH_ADMIN_TOKEN" if given else f"asynch_admin_token in {kept}"
-    lines = [f"  management routes (/model/*, runWork, cleanWork) need the admin token: {where}"]
-    lines = [escape(line) for line in lines]
+    need = f"  management routes (/model/*, runWork, cleanWork) need the admin token: {where}"
+    lines = [escape(need)]
     lines += [generated_line(name, value, str(kept)) for name, value in fresh.items()]
     for line in lines:
         console.print(line, soft_wrap=True, highlight=False)
