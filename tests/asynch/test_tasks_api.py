@@ -165,7 +165,14 @@ async def test_unknown_endpoints_and_methods_answer_in_the_envelope(asynch: Asyn
         assert await asynch.ok("GET", path) == {"status": "ok"}
 
 
-async def test_a_model_deleted_on_another_process_is_refused_there_and_leaves_nothing(
+@pytest.mark.parametrize(
+    ("route", "change", "code"),
+    [
+        ("/model/deleteModel", {}, "MODEL_NOT_FOUND"),
+        ("/model/updateModel", {"enabled": 0}, "MODEL_DISABLED"),
+    ],
+)
+async def test_a_model_changed_on_another_process_is_refused_there_and_leaves_nothing(
     asynch: Asynch,
     model_emu: Served,
     pg_url: str,
@@ -173,10 +180,13 @@ async def test_a_model_deleted_on_another_process_is_refused_there_and_leaves_no
     tmp_path: Path,
     asynch_settings: AsynchSettings,
     storage_settings: StorageSettings,
+    route: str,
+    change: dict[str, object],
+    code: str,
 ) -> None:
     """Two processes on one database: the other still holds the model's config in its
-    cache (AIGCQ_ASYNCH_MODEL_CACHE_SECONDS) when this one deletes the model. A createTask
-    there is refused MODEL_NOT_FOUND and leaves no row (issue 42 item 8): the insert is
+    cache (AIGCQ_ASYNCH_MODEL_CACHE_SECONDS) when this one deletes or disables the model. A
+    createTask there is refused as here and leaves no row (issue 42 item 8): the insert is
     decided against the model's row, not the cache."""
     await asynch.create_model("m", model_emu.url)
     cached = asynch_settings.model_copy(update={"model_cache_seconds": 3600.0})
@@ -184,7 +194,7 @@ async def test_a_model_deleted_on_another_process_is_refused_there_and_leaves_no
         pg_url, redis_url, asynch.db, tmp_path / "other", cached, storage_settings
     ) as other:
         await other.wait_state(await other.create_task("m"), 2)  # its config now cached there
-        await asynch.ok("POST", "/model/deleteModel", json={"modelName": "m"})
+        await asynch.ok("POST", route, json={"modelName": "m", **change})
         before = await asynch.snapshot()
-        await other.error("POST", "/task/createTask", "MODEL_NOT_FOUND", json=OK)
+        await other.error("POST", "/task/createTask", code, json=OK)
         assert await asynch.snapshot() == before
