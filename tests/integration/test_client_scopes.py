@@ -5,47 +5,21 @@ nor list them; one minted for both ids may; fresh ids do not bypass a quota."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
 
-from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.auth import issue_client_token
-from aigcq.serve.server import ServeProcess
 from tests.fakes.client import Client, generate
-from tests.fakes.gateway import SECRET, token
-from tests.fakes.servers import serve_app
+from tests.fakes.gateway import SECRET, STATIC, Server, serve, token
 from tests.fakes.snapshot import redis_snapshot
 
-STATIC = "static-client-token"
 BOTH = issue_client_token(SECRET, "acme", ids=["acme-cn"])  # `aigcq token acme --id acme-cn`
 
 
-@dataclass
-class Server:
-    port: int
-    redis: aioredis.Redis
-    http: httpx.AsyncClient
-
-
-@contextlib.asynccontextmanager
-async def serve(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str, **overrides: Any
-) -> AsyncIterator[Server]:
-    """Tasks wait: the platform's concurrency is 0."""
-    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
-    settings = Settings(
-        redis_url=redis_url, token_secret=SECRET, config_dir=tmp_path, admin_token="admin",
-        client_tokens=[STATIC], **overrides,
-    )  # fmt: skip
-    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
-    async with serve_app(service.app) as base, httpx.AsyncClient(base_url=base) as http:
-        yield Server(int(base.rsplit(":", 1)[1]), redis, http)
+def client_of(server: Server) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=server.base)
 
 
 def bearer(jwt: str) -> dict[str, str]:
@@ -55,7 +29,7 @@ def bearer(jwt: str) -> dict[str, str]:
 async def test_a_token_for_one_client_cannot_act_as_another(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    async with serve(tmp_path, redis, redis_url) as server:
+    async with serve(tmp_path, redis, redis_url) as server, client_of(server) as http:
         owner = await Client(server.port, "acme-cn", token("acme-cn")).connect()
         assert (await owner.request(generate("cn-1", aigc="proj")))["type"] == "submitted"
         await owner.close()
@@ -69,11 +43,11 @@ async def test_a_token_for_one_client_cannot_act_as_another(
         assert stranger.ws.close_code == 4401
         acme = bearer(token("acme"))
         body = {**generate("cn-2", aigc="proj"), "backendId": "acme-cn"}
-        submitted = await server.http.post("/api/tasks", json=body, headers=acme)
+        submitted = await http.post("/api/tasks", json=body, headers=acme)
         assert (submitted.status_code, submitted.json()["code"]) == (401, "AuthError")
         for answer in (
-            await server.http.post("/api/tasks/cn-1/cancel", headers=acme),
-            await server.http.get("/api/tasks/cn-1", headers=acme),
+            await http.post("/api/tasks/cn-1/cancel", headers=acme),
+            await http.get("/api/tasks/cn-1", headers=acme),
         ):
             assert (answer.status_code, answer.json()["code"]) == (404, "TaskNotFound")
         assert await redis_snapshot(server.redis) == before
@@ -81,15 +55,15 @@ async def test_a_token_for_one_client_cannot_act_as_another(
         both = await Client(server.port, "acme-cn", BOTH).connect()
         assert (await both.request({"type": "ping"}))["type"] == "pong"
         await both.close()
-        assert (await server.http.get("/api/tasks/cn-1", headers=bearer(BOTH))).status_code == 200
-        done = await server.http.post("/api/tasks/cn-1/cancel", headers=bearer(BOTH))
+        assert (await http.get("/api/tasks/cn-1", headers=bearer(BOTH))).status_code == 200
+        done = await http.post("/api/tasks/cn-1/cancel", headers=bearer(BOTH))
         assert done.json() == {"taskId": "cn-1", "state": "cancelled"}, done.text
 
 
 async def test_a_client_lists_only_the_tasks_of_its_ids(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    async with serve(tmp_path, redis, redis_url) as server:
+    async with serve(tmp_path, redis, redis_url) as server, client_of(server) as http:
         for backend_id in ("acme", "acme-cn", "other"):
             client = await Client(server.port, backend_id, token(backend_id)).connect()
             await client.request(generate(f"{backend_id}-t", aigc="proj"))
@@ -97,7 +71,7 @@ async def test_a_client_lists_only_the_tasks_of_its_ids(
             await client.close()
 
         async def listed(headers: dict[str, str]) -> set[str]:
-            resp = await server.http.get("/api/tasks", headers=headers)
+            resp = await http.get("/api/tasks", headers=headers)
             assert resp.status_code == 200, resp.text
             return {t["taskId"] for t in resp.json()}
 
@@ -105,7 +79,7 @@ async def test_a_client_lists_only_the_tasks_of_its_ids(
         assert await listed(bearer(BOTH)) == {"acme-t", "acme-cn-t"}
         assert await listed(bearer("admin")) == {"acme-t", "acme-cn-t", "other-t"}
         assert await listed(bearer(STATIC)) == {"acme-t", "acme-cn-t", "other-t"}
-        one = await server.http.get("/api/tasks", params={"limit": 1}, headers=bearer(BOTH))
+        one = await http.get("/api/tasks", params={"limit": 1}, headers=bearer(BOTH))
         assert len(one.json()) == 1
 
 
@@ -113,7 +87,7 @@ async def test_a_quota_is_the_principals_whichever_ids_it_uses(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
     overrides = {"admission": "quota", "admission_quota": 2, "bind_client_ids": "off"}
-    async with serve(tmp_path, redis, redis_url, **overrides) as server:
+    async with serve(tmp_path, redis, redis_url, **overrides) as server, client_of(server) as http:
         for credential in (token("acme"), STATIC):  # unbound: any id, one quota
             queued = []
             for i in range(4):
@@ -124,7 +98,7 @@ async def test_a_quota_is_the_principals_whichever_ids_it_uses(
                 await client.close()
             before = await redis_snapshot(server.redis)
             body = {**generate("http-t", aigc="proj"), "backendId": "fresh-http"}
-            refused = await server.http.post("/api/tasks", json=body, headers=bearer(credential))
+            refused = await http.post("/api/tasks", json=body, headers=bearer(credential))
             assert (refused.status_code, refused.json()["code"]) == (402, "BalanceError")
             assert await redis_snapshot(server.redis) == before
             assert queued == [True, True, False, False], (credential, queued)
