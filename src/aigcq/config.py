@@ -47,8 +47,8 @@ _M = TypeVar("_M", bound=BaseModel)
 class IdBinding(enum.StrEnum):
     """Which backendIds a client JWT may use (``AIGCQ_BIND_CLIENT_IDS``)."""
 
-    SUB = "sub"  # a JWT naming its client (sub) is bound to it; one without sub is not
-    ALL = "all"  # every JWT is bound; one without sub may use no id
+    SUB = "sub"  # a JWT naming ids (sub, ids claim) is bound to them; one naming none is not
+    ALL = "all"  # every JWT is bound; one naming no id may use none
     OFF = "off"  # any valid token, any id (the original system's behaviour)
 
     @classmethod

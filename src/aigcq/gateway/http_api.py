@@ -132,7 +132,7 @@ def _task_routes(
 
     @router.get(
         "/tasks",
-        summary="Recently finished tasks, newest first",
+        summary="Recently finished tasks of the token's ids, newest first",
         responses=error_responses(ErrorCode.JSON, ErrorCode.AUTH),
     )
     async def recent_tasks(
