@@ -142,7 +142,7 @@ async def test_bad_task_input_changes_nothing(
     queue-limit gate, a semaphore), with a task of the model done before (issue 42 item 8)."""
     await asynch.create_model("m", model_emu.url)
     await asynch.create_model("off", model_emu.url, enabled=0)
-    await asynch.wait_state(await asynch.create_task("m"), 2)
+    await asynch.run_one("m")
     before = await asynch.snapshot()
     await asynch.error("POST", "/task/createTask", code, json=body)
     assert await asynch.snapshot() == before
@@ -193,7 +193,7 @@ async def test_a_model_changed_on_another_process_is_refused_there_and_leaves_no
     async with open_asynch(
         pg_url, redis_url, asynch.db, tmp_path / "other", cached, storage_settings
     ) as other:
-        await other.wait_state(await other.create_task("m"), 2)  # its config now cached there
+        await other.run_one("m")  # its config now cached there
         await asynch.ok("POST", route, json={"modelName": "m", **change})
         before = await asynch.snapshot()
         await other.error("POST", "/task/createTask", code, json=OK)

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from aigcq.asynch.app import create_app
 from aigcq.asynch.errors import NUMBER, OK, STATUS, Code
 from aigcq.asynch.process import AsynchProcess, open_process
+from aigcq.asynch.runtime import gate_key
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.storage import StorageSettings
 from tests.fakes.servers import serve_app
@@ -124,6 +125,12 @@ class Asynch:
         keys = ["state", "retry_count", "attempt", "error", "oss_file", "file_type", "text",
                 "priority"]  # fmt: skip
         return dict(zip(keys, found, strict=True))
+
+    async def run_one(self, model: str) -> None:
+        """A task of ``model`` run to its end and its slots freed (the gate and the semaphore
+        are released together, just after the row is finished)."""
+        await self.wait_state(await self.create_task(model), 2)
+        await until(lambda: self.redis.zcard(gate_key(model)), lambda n: n == 0)
 
     async def snapshot(self) -> dict[str, Any]:
         """Every row of every table of the service's schema, and Redis whole: what "a
