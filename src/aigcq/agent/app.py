@@ -234,10 +234,11 @@ class Bridge:
         self._spawn(self.pool.health_loop(self.settings.health_interval), "health")
         for instance in self.pool.instances:
             self._spawn(instance.listen(), f"comfyui-ws-{instance.instance_id}")
+            self._spawn(instance.forget_loop(), f"comfyui-history-{instance.instance_id}")
         for held in self.runner.held_prompts():  # claimed before REGISTER lists them
             self._spawn(self.runner.readopt(held), f"readopt-{held.task_id}")
         self._spawn(self.link.run(), "hub-link")
-        resent = self.sender.resend_spooled()
+        resent = await self.sender.resend_spooled()
         log.info(
             "bridge %s: started, %d instance(s), %d spooled result(s) to re-send, files at %s",
             self.bridge_id,

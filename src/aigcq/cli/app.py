@@ -61,8 +61,12 @@ def up(
     settings, config = load_config(workers)
     require_free_ports(settings.host, listen_settings(settings))
     fresh = ensure_secrets(settings)
-    print_banner(settings, config, fresh)
-    run_with_redis(settings, config, embedded_dir=settings.data_dir / "redis")
+    run_with_redis(
+        settings,
+        config,
+        embedded_dir=settings.data_dir / "redis",
+        on_listening=lambda: print_banner(settings, config, fresh),  # once it does
+    )
 
 
 @app.command()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from aigcq.cli.common import console, generated_line, local_host, on_terminal
+from aigcq.cli.common import console, generated_line, on_terminal
 from aigcq.config import PlatformConfig, Settings
+from aigcq.plumbing.ports import local_host
 from aigcq.plumbing.redis_address import redacted
 from aigcq.serve.launch import listen_ports
 

@@ -54,13 +54,6 @@ def generated_line(name: str, value: str, kept: str) -> str:
     return f"  generated {name}{shown} (kept in {escape(kept)})"
 
 
-def local_host(host: str) -> str:
-    """An address this machine reaches ``host`` at (the loopback for a wildcard), bracketed
-    when IPv6, ready for a URL."""
-    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host) or host
-    return f"[{host}]" if ":" in host else host
-
-
 def require_free_ports(
     host: str, ports: Iterable[tuple[int, str]], *, reuse_port: bool = False
 ) -> None:

@@ -212,6 +212,7 @@ class Demo:
                     *("emulate", "runninghub", "--host", self.host, "--port", port),
                     *("--max-concurrent", str(o.runninghub_cap)),
                     *("--duration", str(o.runninghub_duration), "--api-key", DEMO_APIKEY),
+                    *("--workflow-id", WORKFLOW_ID),
                 ],
                 logs / "runninghub.log",
             ),

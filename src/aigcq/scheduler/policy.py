@@ -97,6 +97,9 @@ class Waiting:
     keep_waiting: bool = False
     #: priority: ordered among its tenant's tasks as if submitted this much earlier
     credit_s: float = 0.0
+    #: our GPUs may not take it now (its user at its limit, its project at its ``max``):
+    #: only its paid platform may, to keep its start deadline
+    held: bool = False
 
     @property
     def rank(self) -> float:
@@ -267,13 +270,16 @@ def plan_round(
     in list order; ``paid_room``: how many more each queue's paid platform takes now (a
     queue no paid platform serves: 0)."""
     decision = Decision()
-    live = []
+    live: list[Waiting] = []
+    held: list[Waiting] = []
     for task in tasks:
         if task.start_by is not None and task.start_by <= now and not task.keep_waiting:
             decision.expired.append(task.task_id)
         else:
-            live.append(task)
+            (held if task.held else live).append(task)
     room = dict(paid_room)
+    for task in _rescued_held(held, room, now, tuning.margin):
+        decision.paid[task.queue].append(task.task_id)
     rescue = _Rescue(shares, room, now, tuning, tuning.lend_s * pool.size)
     fair = fair_order(live, shares) if tuning.shares else sorted(live, key=lambda t: t.rank)
     order = rescue.run(fair, _slots(pool, now))
@@ -300,6 +306,22 @@ def plan_round(
         else:
             decision.eta[task.task_id] = at
     return decision
+
+
+def _rescued_held(
+    held: Sequence[Waiting], room: dict[Queue, int], now: float, margin: float
+) -> list[Waiting]:
+    """The held tasks (our GPUs may not take them now) that go to their paid platform to
+    keep their start deadline: those with one whose safe start (:func:`_safe_start`) has
+    passed, earliest deadline first, while their platform has room. A held task with no
+    deadline, or time left, waits for its limit to free."""
+    due = [t for t in held if t.start_by is not None and now >= _safe_start(t, margin)]
+    out = []
+    for task in sorted(due, key=lambda t: t.start_by or 0.0):
+        if room.get(task.queue, 0) > 0:
+            room[task.queue] -= 1
+            out.append(task)
+    return out
 
 
 def _slots(pool: Pool, now: float) -> list[tuple[float, int]]:
