@@ -26,9 +26,10 @@ imported, never copied:
   reads: of each queue, the first ``free + paid room + 1`` (at most ``KEY_HEAD_MAX``) tasks
   of every ready key (one end user's tasks of one workflow; a paused workflow's keys are
   not ready; a key whose user is at the limit is passed over), and the ``RESCUE_MAX`` (64)
-  waiting tasks with the earliest start deadlines wherever they sit (the paused or limited
-  among them left out); :func:`aigcq.scheduler.fair._within_user_limits` and
-  ``_within_ceilings`` trim them as :func:`aigcq.scheduler.fair.inputs` does, and
+  waiting tasks with the earliest start deadlines wherever they sit (the paused among them
+  left out); :func:`aigcq.scheduler.fair.held_beyond` holds those beyond a user's limit or a
+  project's ``max`` as :func:`aigcq.scheduler.fair.inputs` does (off our GPUs; one with a
+  start deadline may go to its paid platform), and
   :func:`aigcq.scheduler.policy.plan_round` decides; the round claims what it says (a
   claim passes over a user at the limit, as ``claim.lua`` does) and expires what is past
   its start deadline, as the sweep does anywhere in a queue. Usage (GPU-seconds) is
@@ -90,7 +91,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from aigcq.scheduler.dispatch import BATCH, KEY_HEAD_MAX
-from aigcq.scheduler.fair import _within_ceilings, _within_user_limits
+from aigcq.scheduler.fair import held_beyond
 from aigcq.scheduler.policy import (
     RESCUE_MAX,
     Pool,
@@ -573,8 +574,10 @@ def aigcq(tuning: Tuning) -> Callable[[Fleet], Policy]:
                         start_by=t.start_by)
                 for t in read.values()
             ]  # fmt: skip
-            tasks = _within_user_limits(tasks, f.user_running, scenario.user_limit)
-            tasks = _within_ceilings(tasks, f.running, ceilings)
+            limit = scenario.user_limit
+            limits = {(t.queue[0], t.user): limit for t in tasks if t.user} if limit > 0 else {}
+            tasks = held_beyond(tasks, f.user_running, limits, lambda t: (t.queue[0], t.user))
+            tasks = held_beyond(tasks, f.running, ceilings, lambda t: t.queue[0])
             if not tasks:
                 return
             busy = [
@@ -600,8 +603,8 @@ def aigcq(tuning: Tuning) -> Callable[[Fleet], Policy]:
 def window_read(f: Fleet, queues: list[Queue], n: int) -> dict[str, Task]:
     """What ``window.lua`` reads: of each queue, the first ``n`` tasks of every ready key
     whose user is below the limit (the keys in the order of their heads), then the
-    :data:`RESCUE_MAX` earliest start deadlines of every waiting task, those paused or
-    limited left out."""
+    :data:`RESCUE_MAX` earliest start deadlines of every waiting task, those paused left
+    out (a limited user's are read: ``fair.held_beyond`` keeps them for their paid platform)."""
     read: dict[str, Task] = {}
     for q in queues:
         heads = []
@@ -612,7 +615,7 @@ def window_read(f: Fleet, queues: list[Queue], n: int) -> dict[str, Task]:
         heads.sort(key=lambda t: t.created)
         read.update((t.id, t) for t in heads)
     for t in f.earliest_deadlines(RESCUE_MAX):
-        if (t.project, t.workflow) not in f.paused and not f.limited(t.project, t.user):
+        if (t.project, t.workflow) not in f.paused:  # a limited user's too: held for paid
             read.setdefault(t.id, t)
     return read
 

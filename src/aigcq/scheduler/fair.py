@@ -51,7 +51,7 @@ def tuning(settings: Settings) -> Tuning:
     )
 
 
-def _held(
+def held_beyond(
     tasks: list[Waiting],
     running: Mapping[Any, int],
     limits: Mapping[Any, int],
@@ -114,9 +114,9 @@ def inputs(
     limit = settings.user_max_running
     users_read = {(t.queue[0], t.user) for t in tasks if t.user}
     user_limits = dict.fromkeys(users_read, limit) if limit > 0 else {}
-    tasks = _held(tasks, window.users, user_limits, lambda t: (t.queue[0], t.user))
+    tasks = held_beyond(tasks, window.users, user_limits, lambda t: (t.queue[0], t.user))
     ceilings = {p: share.max for p, share in projects.items() if share.max is not None}
-    tasks = _held(tasks, window.running, ceilings, lambda t: t.queue[0])
+    tasks = held_beyond(tasks, window.running, ceilings, lambda t: t.queue[0])
     busy = [time_left(run_s(w), now - started if started else 0.0) for w, started in window.busy]
     named = {t.queue[0] for t in tasks}
     users = {(t.queue[0], t.user) for t in tasks if t.user}
