@@ -47,8 +47,8 @@ _M = TypeVar("_M", bound=BaseModel)
 class IdBinding(enum.StrEnum):
     """Which backendIds a client JWT may use (``AIGCQ_BIND_CLIENT_IDS``)."""
 
-    SUB = "sub"  # a JWT naming its client (sub) is bound to it; one without sub is not
-    ALL = "all"  # every JWT is bound; one without sub may use no id
+    SUB = "sub"  # a JWT naming ids (sub, ids claim) is bound to them; one naming none is not
+    ALL = "all"  # every JWT is bound; one naming no id may use none
     OFF = "off"  # any valid token, any id (the original system's behaviour)
 
     @classmethod
@@ -94,8 +94,8 @@ class Settings(HttpLimits):
         IdBinding.SUB,
         validation_alias=_env("BIND_CLIENT_IDS"),
         description=(
-            "sub: a client JWT with a sub may only use backendId = its sub or sub-<anything>;"
-            " all: every JWT (none without sub); off: any id (the original system)."
+            "sub: a client JWT naming ids (its sub, its ids claim) may only use those;"
+            " all: every JWT (none naming no id); off: any id (the original system)."
         ),
     )
     admin_token: str = Field("", validation_alias=_env("ADMIN_TOKEN"))
@@ -492,7 +492,9 @@ class Settings(HttpLimits):
         "none", validation_alias=_env("ADMISSION"), description="none | quota | billing"
     )
     admission_quota: int = Field(
-        0, validation_alias=_env("ADMISSION_QUOTA"), description="Default per-client task quota."
+        0,
+        validation_alias=_env("ADMISSION_QUOTA"),
+        description="Starting task quota of each principal (a token's sub).",
     )
     billing_url: str = Field("", validation_alias=_env("BILLING_URL"))
 
