@@ -509,12 +509,13 @@ class Lifecycle:
         if done.late:
             self.late(task_id, done.target or target, attempt)
         await self._cancel_orphan(task_id, done)
+        ran_on = done.released or done.target or target  # an orphan's run: where it ran
         if done.applied:
-            await self.spend.ended(
-                task_id, done.target or target, outcome, (done.aigc, done.platform)
-            )
+            await self.spend.ended(task_id, ran_on, outcome, (done.aigc, done.platform))
             self.announce(task_id, done.target or target, end_of(outcome), attempt)
         elif done.state is not None:
+            if done.released:  # a run the task no longer wanted, billed all the same
+                await self.spend.ended(task_id, ran_on, outcome, run=True)
             self.announce(task_id, target, TaskEnd.GONE, attempt)
         return done
 
