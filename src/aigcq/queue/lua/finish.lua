@@ -7,7 +7,8 @@
 -- (``released``: that run was billed, and this is its one release, so the caller charges it).
 -- A success of a paid run that comes after its task ended failed or cancelled (the run was
 -- an orphan) is kept on the task (keep_paid_result). ``replay_result`` ends such a task with
--- that result (a replay that pays nothing), its client told as for any success. A failed
+-- that result (a replay that pays nothing, as a new attempt), its client told as for any
+-- success. Each message for the client names the attempt it ends (``attempt``). A failed
 -- or cancelled end is listed for replays (``{P}:replayable``, while retained).
 -- ``expire`` ends a waiting task that never ran (no attempt charged) whose start deadline
 -- passed; any end takes the task out of the start deadlines' index (``{P}:startby``). A
@@ -87,6 +88,8 @@ if replay then
   result_json = redis.call('HGET', k, 'paidResult')
   if not result_json then return {0, h[1]} end
   body = '{"result":' .. result_json .. '}'
+  -- an operator's retry, answered from the kept result: the end of a new attempt
+  h[2] = tostring(redis.call('HINCRBY', k, 'attempt', 1))
 end
 local orphaned = ''
 local over = ended and from_attempt == h[2]
@@ -115,7 +118,7 @@ if to == FAILED or to == CANCELLED then
 end
 if h[8] == '1' and not quiet then
   redis.call('XADD', P .. ':outbox:' .. h[7], 'MINID', '~', minid, '*',
-    'taskId', task_id, 'status', to, 'body', body)
+    'taskId', task_id, 'status', to, 'body', body, 'attempt', h[2])
   redis.call('ZADD', P .. ':outboxes', now, h[7])  -- for the retention sweep (outbox.py)
   redis.call('PUBLISH', P .. ':events', 'outbox:' .. h[7])
 end
