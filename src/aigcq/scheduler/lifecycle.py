@@ -598,6 +598,25 @@ class Lifecycle:
             _say(logging.ERROR, task_id, "failed after %s attempts: %s", charged, reason)
         return done.applied
 
+    async def timed_out(self, task: Task, *, ended: bool = False) -> bool:
+        """The live attempt is past its deadline: another attempt, or the task fails
+        (:meth:`retry_or_fail`; ``ended``: its remote task is known to be over); the
+        attempt is stopped on its target (a bridge interrupts its prompt, and frees the
+        instance when it says so; a paid one's remote task is an orphan). True when the
+        task moved."""
+        moved = await self.retry_or_fail(
+            task.task_id,
+            aigc=task.aigc,
+            platform=task.platform,
+            attempt=task.attempt,
+            charged=task.charged,
+            reason=f"deadline passed on {task.target or 'dispatch'} ({task.state})",
+            ended=ended,
+        )
+        if moved:
+            self.announce(task.task_id, task.target, TaskEnd.TIMED_OUT, task.attempt)
+        return moved
+
     async def fail(
         self,
         task_id: str,
