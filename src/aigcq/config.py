@@ -424,6 +424,14 @@ class Settings(HttpLimits):
         description="A task only offline instances can run waits this long for one to come "
         "back (or its queue's paid platform) before it fails NoCapableInstance.",
     )
+    bridge_grace_s: float = Field(
+        30.0,
+        ge=0,
+        validation_alias=_env("BRIDGE_GRACE_S"),
+        description="A bridge that leaves (a restart) keeps what it offered, and its slots, "
+        "this long on every serve process: a task only it can run waits for it rather than "
+        "failing NoCapableInstance or going to a paid platform (0: not kept).",
+    )
 
     scheduler: Scheduler = Field(
         Scheduler.FIFO,

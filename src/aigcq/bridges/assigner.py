@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,7 +27,15 @@ from pydantic import ValidationError
 
 from aigcq.bridges.capabilities import Needs, needs_of, with_overrides
 from aigcq.bridges.endings import TaskEnds
-from aigcq.bridges.lookahead import ELSEWHERE_WAIT_S, Candidate, Reach, Rules, Window, choose
+from aigcq.bridges.lookahead import (
+    ELSEWHERE_WAIT_S,
+    LEFT_RECHECK_S,
+    Candidate,
+    Reach,
+    Rules,
+    Window,
+    choose,
+)
 from aigcq.bridges.placing import Matching, Slot
 from aigcq.bridges.protocol import (
     ACK_OK,
@@ -181,8 +190,9 @@ class Assigner:
         waits a moment for them; only offline ones could, it overflows as if busy, and once
         it has waited ``no_capable_wait_s`` for one to come back, at once or it fails; none
         here can but another process's bridge can (:mod:`.peer_offers`), it waits for that
-        one, and once it has waited ``ELSEWHERE_WAIT_S`` it overflows; none in the cluster
-        can, it overflows or fails at once."""
+        one, and once it has waited ``ELSEWHERE_WAIT_S`` it overflows; only a bridge that
+        left within its grace can, it waits for that one; none in the cluster can, it
+        overflows or fails at once."""
         if needs is None:  # not known: it waits for a free slot
             await self.lifecycle.not_run(c.task_id, c.attempt, "no bridge has a free slot")
             return None
@@ -199,6 +209,9 @@ class Assigner:
             return HandBack(c, reason, 0.0, unrunnable=self._nobody(aigc, platform, detail))
         if reach is Reach.ELSEWHERE:
             return HandBack(c, "no bridge here can run it", ELSEWHERE_WAIT_S, BUSY_WAIT_S)
+        if reach is Reach.LEFT:
+            reason = "only a bridge that left within its grace can run it"
+            return HandBack(c, reason, math.inf, LEFT_RECHECK_S)
         reason = f"no ComfyUI instance of the cluster has {_listed(needs)}"
         return HandBack(c, reason, 0.0, unrunnable=self._nobody(aigc, platform, reason))
 
