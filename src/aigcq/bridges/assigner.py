@@ -76,6 +76,8 @@ class Assigner:
     lost: Callable[[BridgeConn, str], Awaitable[None]]
     #: whether another process's bridge can run what none here can (:mod:`.peer_offers`)
     elsewhere: Callable[[Needs], Reach] = lambda needs: Reach.NOWHERE
+    #: the node classes of ``needs`` no bridge of the cluster offers (:mod:`.peer_offers`)
+    unknown: Callable[[Needs], frozenset[str]] = lambda needs: frozenset()
     needs: WorkflowNeeds = field(init=False)
     window: Window = field(init=False)
     _spawn: Spawner = field(init=False, default_factory=Spawner)
@@ -213,7 +215,19 @@ class Assigner:
             reason = "only a bridge that left within its grace can run it"
             return HandBack(c, reason, math.inf, LEFT_RECHECK_S)
         reason = f"no ComfyUI instance of the cluster has {_listed(needs)}"
+        unknown = self.unknown(needs)
+        if unknown:
+            return HandBack(c, reason, 0.0, unrunnable=self._mistaken(unknown))
         return HandBack(c, reason, 0.0, unrunnable=self._nobody(aigc, platform, reason))
+
+    def _mistaken(self, unknown: frozenset[str]) -> Unrunnable:
+        """``UnknownNodeClass``: node classes no bridge of the cluster offers are the
+        client's mistake (class ``task``), not a want of capacity; they are named."""
+        code = ErrorCode.UNKNOWN_NODE_CLASS.value
+        classes = sorted(unknown)
+        reason = "no bridge of the cluster offers node classes: " + ", ".join(classes)
+        detail = {"class": "task", "nodeClasses": classes, "reason": reason}
+        return Unrunnable(code, self.rt.config.messages.get(code), detail)
 
     def _nobody(self, aigc: str, platform: str, why: str) -> Unrunnable:
         """``NoCapableInstance``: the message code.json has for it, ``why`` and that no paid

@@ -136,6 +136,7 @@ class BridgeHub:
             wake=self.wake,
             lost=self._lost,
             elsewhere=self.offers.reach,
+            unknown=lambda needs: self.offers.unknown_classes(needs, self.registry.offered()),
         )
         self.progress = ProgressRelay(rt)
 

@@ -233,6 +233,16 @@ class PeerOffers:
             return Reach.LEFT
         return Reach.OFFLINE if offline else Reach.NOWHERE
 
+    def unknown_classes(self, needs: Needs, here: Offered) -> frozenset[str]:
+        """The node classes of ``needs`` that no bridge of the cluster offers: not
+        ``here`` (this process's bridges), another process's, nor one that left within its
+        grace, on an instance up or offline (none when one does not describe its own)."""
+        everyone = [here, *self._theirs.values(), *(o for o, _ in self._left.values())]
+        if any(o.online is None for o in everyone):
+            return frozenset()
+        offers = (n for o in everyone for n in (*(o.online or ()), *o.offline))
+        return needs.node_classes - frozenset().union(*(n.node_classes for n in offers))
+
 
 def _covers(offered: Offered, needs: Needs) -> bool:
     """Whether an instance of ``offered`` (up or offline) runs ``needs`` (not described:

@@ -410,7 +410,7 @@ class Lifecycle:
             _say(logging.WARNING, c.task_id, "not sent: %s", reason)
         return done.applied
 
-    async def unrunnable(self, task_id: str, code: str, message: str, detail: str) -> None:
+    async def unrunnable(self, task_id: str, code: str, message: str, detail: Any) -> None:
         """No target can run the task (an invalid payload, a workflow nobody knows): it
         fails for its client at once, and no target's health is touched."""
         error = {"code": code, "message": message, "detail": detail}
