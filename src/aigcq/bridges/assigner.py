@@ -7,8 +7,9 @@ refusal, a missing ACK or a lost bridge puts an unacknowledged task back at the 
 queue, uncharged; a workflow nobody knows fails the task at once (``WorkflowNotFound``), as
 does an invalid payload; a task no connected instance can run goes to the external platform
 (``NoCapableInstance`` when none serves its queue; after ``AIGCQ_NO_CAPABLE_WAIT_S`` when
-an offline instance could); an acknowledged task that is no longer wanted is stopped on its
-bridge.
+an offline instance could; ``UnknownNodeClass``, the client's mistake, when a node class of
+it is offered by no bridge of the cluster), or waits for a bridge that left within its
+grace and could; an acknowledged task that is no longer wanted is stopped on its bridge.
 """
 
 from __future__ import annotations

@@ -168,11 +168,14 @@ class PeerOffers:
         self.changed()
 
     async def back(self, bridge_id: str) -> None:
-        """The bridge registered here: what it offers is live again, not kept."""
+        """The bridge registered here: what it offers is live again, not kept (while
+        Redis is away, the others keep it until their next read, at most its grace)."""
         async with self._lock:
-            removed = await self.redis.hdel(self.key, LEFT + bridge_id)
             if self._left.pop(bridge_id, None) is not None:
                 self._reach = {}
+            removed = 0
+            with contextlib.suppress(*REDIS_OUTAGE):
+                removed = await self.redis.hdel(self.key, LEFT + bridge_id)
         if removed:
             self.changed()
 
