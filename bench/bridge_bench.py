@@ -39,11 +39,11 @@ the server runs with it lifted (``--flood-limit 100`` keeps it).
     python bench/bridge_bench.py --routing-only
     python bench/bridge_bench.py --mixed-only [--mixed-rounds 3]
     python bench/bridge_bench.py --new-bridge-only [--loss-trials 5]
-    python bench/bridge_bench.py --lifecycle-only [--scheduler fair]
+    python bench/bridge_bench.py --lifecycle-only [--shares off]
 
 ``--lifecycle-only`` runs just ``dispatch`` and ``lifecycle`` (the hot path's figures: its
-server CPU per task is what a change to the dispatch path is judged by); ``--scheduler``
-sets the serve's ``AIGCQ_SCHEDULER`` (``fifo``, the default, or ``fair``).
+server CPU per task is what a change to the dispatch path is judged by); ``--shares off``
+runs the serve with ``AIGCQ_SHARES=false`` (strict first come, first served).
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ async def dispatch_and_lifecycle(
     cluster: Cluster, args: argparse.Namespace, http: aiohttp.ClientSession
 ) -> dict[str, Any]:
     cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}}})
-    server, port = start_server(cluster, args.flood_limit, AIGCQ_SCHEDULER=args.scheduler)
+    server, port = start_server(cluster, args.flood_limit, AIGCQ_SHARES=args.shares)
     bridges = await bridges_up(port, args.bridges, http, "life", args.heartbeat_s)
     try:
         await Load(port).run(500, None, "warm")
@@ -822,6 +822,6 @@ if __name__ == "__main__":
         "--lifecycle-only", action="store_true", help="only the dispatch and lifecycle figures"
     )
     parser.add_argument(
-        "--scheduler", choices=("fifo", "fair"), default="fifo", help="the serve's AIGCQ_SCHEDULER"
+        "--shares", choices=("on", "off"), default="on", help="the serve's AIGCQ_SHARES"
     )
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

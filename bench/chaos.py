@@ -26,14 +26,14 @@ RunningHub still runs, and bridge slots not free as the hub or the bridge itself
 them (``bridge_slots_taken`` per bridge).
 ``paid_while_free`` and ``gpu_idle_s`` (see :mod:`bench.gpu_idle`) say whether our GPUs
 stayed busy before anything was paid; they are timing figures, reported, not asserted.
-``--scheduler fair`` runs the serves with the fair policy (issue 27), ``--users N`` sends
+``--shares off`` runs the serves with strict first come, first served, ``--users N`` sends
 the tasks from N end users in turn, and ``--user-limit K`` bounds each user's tasks on our
 GPUs (``AIGCQ_USER_MAX_RUNNING``): its counts must be back to none at the end
 (``leaked_slots``).
 
     python bench/chaos.py [--seconds 20] [--minutes N] [--rate 10] [--seed 1]
                           [--faults kill_serve,kill_bridge,...]
-                          [--scheduler fifo|fair] [--users N] [--user-limit K]
+                          [--shares on|off] [--users N] [--user-limit K]
 """
 
 from __future__ import annotations
@@ -359,7 +359,7 @@ async def sample_waiting(redis_url: str, samples: list[tuple[float, list[str]]])
     try:
         while True:
             with contextlib.suppress(RedisError, OSError):
-                samples.append((time.time(), await client.lrange(WAIT_KEY, 0, -1)))
+                samples.append((time.time(), await client.zrange(WAIT_KEY, 0, -1)))
             await asyncio.sleep(0.05)
     finally:
         await client.aclose()
@@ -467,7 +467,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         cluster.write_models({"proj": {"comfyui": {"apikey": KEY, "concurrency": CAP}}})
         ports: list[int] = []
         load = Load(ports, args.rate, args.users)
-        policy = {"AIGCQ_SCHEDULER": args.scheduler}
+        policy = {"AIGCQ_SHARES": args.shares}
         if args.user_limit:
             policy["AIGCQ_USER_MAX_RUNNING"] = str(args.user_limit)
         faults = tuple(args.faults.split(","))
@@ -553,7 +553,7 @@ def parse(
     parser.add_argument("--rate", type=float, default=10.0, help="tasks submitted a second")
     parser.add_argument("--drain", type=float, default=90.0, help="most seconds to settle")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--scheduler", choices=("fifo", "fair"), default="fifo")
+    parser.add_argument("--shares", choices=("on", "off"), default="on")
     parser.add_argument("--users", type=int, default=0, help="end users the tasks come from")
     parser.add_argument(
         "--user-limit", type=int, default=0, help="AIGCQ_USER_MAX_RUNNING (0: none)"

@@ -77,7 +77,7 @@ def row(cls: type[BaseSettings], name: str, field: FieldInfo) -> str:
 
 
 def section(title: str, cls: type[BaseSettings]) -> str:
-    rows = [row(cls, name, field) for name, field in cls.model_fields.items()]
+    rows = [row(cls, name, field) for name, field in cls.model_fields.items() if not field.exclude]
     head = ["| field | environment | type | default | description |", "|---|---|---|---|---|"]
     return "\n".join([f"## {title}", "", f"`{cls.__module__}.{cls.__name__}`", "", *head, *rows])
 

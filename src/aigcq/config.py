@@ -62,13 +62,6 @@ class IdBinding(enum.StrEnum):
         return None
 
 
-class Scheduler(enum.StrEnum):
-    """``AIGCQ_SCHEDULER``: the policy of a dispatch round (docs/scheduling.md)."""
-
-    FIFO = "fifo"
-    FAIR = "fair"
-
-
 class ResultCustody(enum.StrEnum):
     """Which paid results have their files copied into aigcq's storage before delivery
     (``AIGCQ_RESULT_CUSTODY``)."""
@@ -433,29 +426,33 @@ class Settings(HttpLimits):
         "failing NoCapableInstance or going to a paid platform (0: not kept).",
     )
 
-    scheduler: Scheduler = Field(
-        Scheduler.FIFO,
-        validation_alias=_env("SCHEDULER"),
-        description="Who runs first (docs/scheduling.md): fifo (each queue first come, first "
-        "served, projects in round robin, overflow when full) | fair (fair shares by GPU "
-        "time, priority credit, start deadlines and deadline-aware overflow).",
+    shares: bool = Field(
+        True,
+        validation_alias=_env("SHARES"),
+        description="Fair shares of our GPUs between projects and their end users (false: "
+        "strict first come, first served by rank; docs/scheduling.md).",
+    )
+    #: settings that are gone, each refused at start with what replaced it
+    removed_scheduler: str | None = Field(None, validation_alias=_env("SCHEDULER"), exclude=True)
+    removed_share_lookahead: str | None = Field(
+        None, validation_alias=_env("SHARE_LOOKAHEAD"), exclude=True
     )
     share_weights: dict[str, float] = Field(
         default_factory=dict,
         validation_alias=_env("SHARE_WEIGHTS"),
-        description="fair: each project's weight in the share of our GPUs (JSON, e.g. "
+        description="each project's weight in the share of our GPUs (JSON, e.g. "
         '{"studio": 2}; unlisted: 1).',
     )
     share_half_life_s: float = Field(
         300.0,
         gt=0,
         validation_alias=_env("SHARE_HALF_LIFE_S"),
-        description="fair: recent GPU-seconds per project and user halve every this long.",
+        description="recent GPU-seconds per project and user halve every this long.",
     )
     share_lend_s: float = Field(
         40.0,
         validation_alias=_env("SHARE_LEND_S"),
-        description="fair: a task about to miss its start deadline borrows another tenant's "
+        description="a task about to miss its start deadline borrows another tenant's "
         "place only while its tenant's recent usage per weight is at most this many "
         "seconds of the whole pool ahead of the lender's (< 0: never borrows).",
     )
@@ -463,35 +460,27 @@ class Settings(HttpLimits):
         0.3,
         ge=0,
         validation_alias=_env("SHARE_PATIENCE"),
-        description="fair: a lender waits for a borrower at most this fraction of its own "
-        "maximum wait.",
+        description="a lender waits for a borrower at most this fraction of its own maximum wait.",
     )
     share_margin: float = Field(
         0.8,
         ge=0,
         validation_alias=_env("SHARE_MARGIN"),
-        description="fair: an estimated start within this fraction of a task's maximum wait "
+        description="an estimated start within this fraction of a task's maximum wait "
         "before its deadline counts as a miss (it is rescued, or goes paid).",
     )
     share_default_run_s: float = Field(
         10.0,
         gt=0,
         validation_alias=_env("SHARE_DEFAULT_RUN_S"),
-        description="fair: the run time assumed for a workflow none of our GPUs ran yet (and "
+        description="the run time assumed for a workflow none of our GPUs ran yet (and "
         "no other workflow either).",
-    )
-    share_lookahead: int = Field(
-        256,
-        ge=1,
-        le=4096,
-        validation_alias=_env("SHARE_LOOKAHEAD"),
-        description="fair: waiting tasks of each queue one round weighs (its head).",
     )
     user_max_running: int = Field(
         0,
         ge=0,
         validation_alias=_env("USER_MAX_RUNNING"),
-        description="fair: most tasks of one userId of a project on our GPUs at once, every "
+        description="most tasks of one userId of a project on our GPUs at once, every "
         "process together (0 = no limit).",
     )
     priority_max_s: dict[str, float] = Field(
@@ -523,6 +512,21 @@ class Settings(HttpLimits):
             "message_dispatcher": self.message_dispatcher_url,
         }
         return self.platform_urls.get(name) or defaults.get(name, "")
+
+    @model_validator(mode="after")
+    def _removed(self) -> Settings:
+        """A setting that is gone is refused, naming what replaced it."""
+        if self.removed_scheduler is not None:
+            raise ValueError(
+                "AIGCQ_SCHEDULER is gone: there is one scheduler, fair by default "
+                "(AIGCQ_SHARES=false for strict first come, first served); unset it"
+            )
+        if self.removed_share_lookahead is not None:
+            raise ValueError(
+                "AIGCQ_SHARE_LOOKAHEAD is gone: a round reads every ready key, at any depth; "
+                "unset it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _spend_zone(self) -> Settings:
@@ -636,6 +640,29 @@ class ProjectBudget(BaseModel):
 
 #: the key of a project's budget in model.json, beside its platforms
 BUDGET_KEY = "budget"
+
+
+class ProjectShare(BaseModel):
+    """A project's ``share`` of our GPUs in model.json (beside its platforms and
+    ``budget``; docs/scheduling.md): ``min`` GPUs it gets whenever it has work that can
+    run, ``max`` it never exceeds (None: no ceiling), and its ``weight`` in the rest (it
+    overrides ``AIGCQ_SHARE_WEIGHTS``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min: int = Field(0, ge=0)
+    max: int | None = Field(None, ge=1)
+    weight: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _burst_above_min(self) -> ProjectShare:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
+#: the key of a project's share of our GPUs in model.json, beside its platforms
+SHARE_KEY = "share"
 
 
 class PlatformAccount(BaseModel):
@@ -757,6 +784,8 @@ class PlatformConfig:
     messages: Messages
     #: each project's ``budget`` (projects without one are not listed)
     budgets: dict[str, ProjectBudget] = field(default_factory=dict)
+    #: each project's ``share`` of our GPUs (projects without one are not listed)
+    shares: dict[str, ProjectShare] = field(default_factory=dict)
 
     def account(self, aigc: str, platform: str) -> PlatformAccount | None:
         return self.accounts.get(aigc, {}).get(platform)
@@ -774,16 +803,18 @@ class PlatformConfig:
             raise ConfigError(f"{config_dir / 'model.json'}: top level must be an object")
         accounts: dict[str, dict[str, PlatformAccount]] = {}
         budgets: dict[str, ProjectBudget] = {}
+        shares: dict[str, ProjectShare] = {}
+        models = config_dir / "model.json"
         for aigc, platforms in raw_models.items():
             if not isinstance(platforms, dict):
-                raise ConfigError(f"{config_dir / 'model.json'}: field {aigc!r} must be an object")
+                raise ConfigError(f"{models}: field {aigc!r} must be an object")
             platforms = dict(platforms)
             if BUDGET_KEY in platforms:
-                where = f"{aigc}.{BUDGET_KEY}"
                 raw_budget = platforms.pop(BUDGET_KEY)
-                budgets[aigc] = _validate(
-                    ProjectBudget, raw_budget, config_dir / "model.json", where
-                )
+                budgets[aigc] = _validate(ProjectBudget, raw_budget, models, f"{aigc}.{BUDGET_KEY}")
+            if SHARE_KEY in platforms:
+                raw_share = platforms.pop(SHARE_KEY)
+                shares[aigc] = _validate(ProjectShare, raw_share, models, f"{aigc}.{SHARE_KEY}")
             accounts[aigc] = {
                 name: _validate(
                     ACCOUNT_MODELS.get(name, PlatformAccount),
@@ -801,7 +832,7 @@ class PlatformConfig:
         )
         code_raw = _read_json(config_dir / "code.json", {})
         _check_messages(code_raw, config_dir / "code.json")
-        return cls(accounts, kinds, Messages(code_raw), budgets)
+        return cls(accounts, kinds, Messages(code_raw), budgets, shares)
 
 
 def _check_messages(raw: Any, path: Path) -> None:

@@ -127,7 +127,7 @@ async def test_sigterm_hands_work_back_and_every_result_arrives_once(cluster: Cl
             assert after[task_id].state is TaskState.RUNNING, after[task_id]
         # Nothing stranded half-way.
         assert not [t for t in after.values() if t.state is TaskState.DISPATCHING]
-        waiting = set(await redis.lrange(store.keys.wait("proj", "comfyui"), 0, -1))
+        waiting = set(await redis.zrange(store.keys.wait("proj", "comfyui"), 0, -1))
         assert waiting == {t for t, task in after.items() if task.state is TaskState.PENDING}
 
         with pytest.raises(websockets.ConnectionClosed):

@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import sys
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
 from aigcq.cli.app import app
 from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.bridge import task_end
 from tests.fakes.client import generate
-from tests.fakes.service import ADMIN, SECRET, Env, admin_env
+from tests.fakes.service import ADMIN, SECRET, Env, admin_env, admin_service
 from tests.fakes.waiting import until
 
 __all__ = ["admin_env"]  # a fixture: imported for pytest to find
@@ -230,3 +232,14 @@ async def test_retry_queues_a_cancelled_task_for_a_new_attempt(env: Env) -> None
         assert [e["state"] for e in timeline] == ["pending", "cancelled", "pending", "dispatching"]
         assert timeline[2]["note"] == "retried by an operator"
     await client.close()
+
+
+async def test_the_snapshot_shows_each_projects_gpu_share(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """model.json ``share`` (issue 37): min, max and weight beside what runs on our GPUs."""
+    models = {"proj": {"share": {"min": 1, "max": 2, "weight": 3}, "comfyui": {"concurrency": 0}}}
+    service = admin_service(tmp_path, redis, redis_url, orjson.dumps(models).decode())
+    async with service as env, httpx.AsyncClient(base_url=f"http://127.0.0.1:{env.port}") as http:
+        snap = await snapshot(http)
+    assert snap["shares"] == [{"AIGC": "proj", "min": 1, "max": 2, "weight": 3.0, "running": 0}]

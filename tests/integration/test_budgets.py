@@ -179,7 +179,7 @@ async def test_two_serve_processes_stay_within_the_bound(
 
         async def settled() -> tuple[int, int]:
             running = await redis.zcard(keys.running("proj", "runninghub"))
-            return running, int(await redis.llen(keys.wait("proj", "comfyui")))
+            return running, int(await redis.zcard(keys.wait("proj", "comfyui")))
 
         # nothing runs any more; what was not sent waits in the queue
         _, waiting = await until(settled, lambda s: s[0] == 0 and s[1] > 0, within=30)

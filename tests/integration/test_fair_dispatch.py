@@ -1,4 +1,4 @@
-"""The fair policy in the live dispatch path (issue 27, ``AIGCQ_SCHEDULER=fair``): two serve
+"""The scheduler in the live dispatch path (issues 27 and 37, fair by default): two serve
 processes on one Redis, fake bridges whose runs end when the test says, RunningHub's
 emulator as the paid platform.
 
@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.plumbing.auth import issue_client_token
+from aigcq.scheduler.pauses import PauseKind, Pauses
 from tests.fakes.bridge import Bridge, task_end
 from tests.fakes.client import Client, generate
 from tests.fakes.service import SECRET, Env, Pair, serve_pair
@@ -29,7 +30,7 @@ from tests.fakes.waiting import until, wait_until
 async def pair(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Pair]:
     """No paid room (concurrency 0): whatever finds no GPU waits for one."""
     async with serve_pair(
-        tmp_path, redis, redis_url, concurrency=0, projects=("calm", "flood"), scheduler="fair"
+        tmp_path, redis, redis_url, concurrency=0, projects=("calm", "flood")
     ) as p:
         yield p
 
@@ -90,10 +91,10 @@ async def test_a_flooding_project_does_not_take_every_slot(pair: Pair) -> None:
     assert await pair.paid_creates() == 0
 
 
-async def test_tasks_that_all_start_at_once_are_charged_as_the_plan_charges(pair: Pair) -> None:
-    """A round whose waiting tasks all fit in the free slots claims them with no window
-    (nothing to weigh); each grant still charges its project and user its workflow's
-    recent mean, as a planned grant does."""
+async def test_runs_on_our_gpus_charge_their_tenant_as_they_start(pair: Pair) -> None:
+    """Issue 37 item 3: each task that starts on a bridge (acknowledged, on either process)
+    charges its project and user its workflow's recent mean; nothing is charged at the
+    claim, and a project none of whose tasks ran has no usage."""
     a, b = pair.a, pair.b
     redis, keys = a.service.rt.redis, a.service.rt.store.keys
     await redis.hset(keys.runs, "wf-7", "12.5 3")
@@ -104,8 +105,12 @@ async def test_tasks_that_all_start_at_once_are_charged_as_the_plan_charges(pair
         reply = await client.request({**task, "userId": "u"})
         assert reply["type"] == "submitted", reply
         await assigned(bridge)
+
+    async def charged(key: str) -> float:
+        return float((await redis.get(key) or "0 0").split()[0])
+
     for key in (keys.usage("calm"), keys.usage("calm", "u")):
-        value = float((await redis.get(key) or "0 0").split()[0])
+        value = await until(lambda key=key: charged(key), lambda v: v > 24.0, within=10)
         assert value == pytest.approx(25.0, rel=1e-3)  # decayed by a few ms at most
     assert await redis.get(keys.usage("flood")) is None
 
@@ -145,7 +150,6 @@ async def test_a_task_past_its_start_deadline_ends_task_expired_unpaid(
         redis_url,
         concurrency=0,  # no paid room: a task that would miss its start cannot be rescued
         projects=("calm",),
-        scheduler="fair",
         share_default_run_s=600,
     ) as pair:
         a, b = pair.a, pair.b
@@ -169,7 +173,7 @@ async def test_a_deadline_goes_paid_only_when_its_start_would_miss_it(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
     async with serve_pair(
-        tmp_path, redis, redis_url, projects=("calm",), scheduler="fair", share_default_run_s=5
+        tmp_path, redis, redis_url, projects=("calm",), share_default_run_s=5
     ) as pair:
         a, b = pair.a, pair.b
         bridge = await bridge_on(a, "br1", seen_by=b)
@@ -197,7 +201,6 @@ async def test_the_paid_cap_holds_with_two_processes_planning(
         redis_url,
         concurrency=2,
         projects=("calm",),
-        scheduler="fair",
         share_default_run_s=600,
     ) as pair:
         a, b = pair.a, pair.b
@@ -233,7 +236,6 @@ async def test_a_users_limit_holds_across_both_processes(
         redis_url,
         concurrency=0,
         projects=("calm",),
-        scheduler="fair",
         user_max_running=1,
     ) as pair:
         a, b = pair.a, pair.b
@@ -280,3 +282,47 @@ async def test_the_http_submit_takes_the_fields_and_refuses_bad_ones(pair: Pair)
     assert bad.status_code == 400 and bad.json()["code"] == "JSONError", bad.text
     assert "maxWaitMs" in bad.json()["detail"]
     assert not await pair.a.redis.exists("aigcq:task:h2")
+
+
+async def test_a_ready_task_behind_a_deep_paused_workflow_runs_at_once(pair: Pair) -> None:
+    """Issue 37 items 2 and 8, with default settings and two serves: 1,500 tasks of a
+    paused workflow at the head of the queue hide nothing; the next task of another
+    workflow is assigned to the free GPU at once, and the paused ones run on resume."""
+    a, b = pair.a, pair.b
+    pauses = Pauses(a.service.rt)
+    await pauses.set(PauseKind.WORKFLOW, "held", True)
+    client = await b.client()
+    for i in range(1500):
+        await client.send(generate(f"held-{i}", aigc="calm", workflowId="held", nodeInfoList=[]))
+    for _ in range(1500):
+        assert (await client.next(timeout=60))["type"] == "submitted"
+    bridge = await bridge_on(a, "br1", seen_by=b)
+    await submitted(client, "ready", "calm")
+    task_id, hook = await assigned(bridge)
+    assert task_id == "ready"
+    await pauses.set(PauseKind.WORKFLOW, "held", False)
+    assert await task_end(a, hook) == 200
+    task_id, _ = await assigned(bridge)
+    assert task_id == "held-0"
+
+
+async def test_a_limited_users_deep_batch_leaves_the_other_gpu_to_another_user(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Issue 37 items 1 and 8, two serves, AIGCQ_USER_MAX_RUNNING=1: one user's 1,500 tasks
+    at the head run one at a time; another user's single task takes the second GPU."""
+    async with serve_pair(
+        tmp_path, redis, redis_url, concurrency=0, projects=("calm",), user_max_running=1
+    ) as pair:
+        a, b = pair.a, pair.b
+        client = await b.client()
+        for i in range(1500):
+            await client.send({**generate(f"batch-{i}", aigc="calm"), "userId": "heavy"})
+        for _ in range(1500):
+            assert (await client.next(timeout=60))["type"] == "submitted"
+        await submitted(client, "single", "calm", userId="light")
+        bridge = await bridge_on(a, "br1", count=2, seen_by=b)
+        got = {(await assigned(bridge))[0], (await assigned(bridge))[0]}
+        assert got == {"batch-0", "single"}
+        with pytest.raises(TimeoutError):
+            await bridge.next(timeout=1.0)  # the heavy user's second task waits

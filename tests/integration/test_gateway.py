@@ -103,7 +103,7 @@ async def test_resubmit_is_idempotent_and_foreign_task_ids_conflict(
     assert (await client.request(msg))["duplicate"] is True
     other = await Client(port, "b2", token("b2")).connect()
     assert (await other.request(msg))["code"] == "TaskConflict"
-    assert await redis.llen("aigcq:proj:comfyui:wait") == 1
+    assert await redis.zcard("aigcq:proj:comfyui:wait") == 1
     await client.close()
     await other.close()
 

@@ -90,7 +90,7 @@ async def test_stopping_during_a_platform_submit_never_resends_it_blindly(
         task = await env.task(task_id)
         assert task.state == TaskState.DISPATCHING and task.create_id
         assert task.target == "runninghub"
-    waiting = await redis.lrange(service.rt.store.keys.wait("proj", "comfyui"), 0, -1)
+    waiting = await redis.zrange(service.rt.store.keys.wait("proj", "comfyui"), 0, -1)
     assert waiting == []
 
 

@@ -163,7 +163,7 @@ async def test_retry_count_resends_a_failed_submit_then_degrades_and_requeues(
         task = await store.get("r-1")
         assert task is not None and task.state is TaskState.PENDING
         assert (task.attempt, task.charged) == (1, 0)  # a new attempt next, not charged
-        assert await redis.lindex(store.keys.wait("proj", "comfyui"), 0) == "r-1"
+        assert await redis.zrange(store.keys.wait("proj", "comfyui"), 0, 0) == ["r-1"]
 
 
 async def test_feed_lost_checks_at_once_and_a_gone_dispatcher_degrades(

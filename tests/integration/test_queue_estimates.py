@@ -254,17 +254,16 @@ async def test_the_loop_sends_the_updates_by_itself(
         assert update["position"] == 0 and update["etaStartMs"] is not None
 
 
-@pytest.mark.parametrize("scheduler", ["fifo", "fair"])
 async def test_the_estimate_follows_the_policy_in_force(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str, scheduler: str
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
     """A task with priority credit is laid out ahead of its project's older tasks by the
     fair policy, which gives it its place; fifo ignores the credit, and so does its estimate."""
-    async with served(tmp_path, redis, redis_url, scheduler=scheduler) as env:
+    async with served(tmp_path, redis, redis_url) as env:
         client = await env.client()
         for task_id in ("p0", "p1"):
             await client.request(generate(task_id))
         await client.request({**generate("p2"), "priority": 120})
         await refresh(env)
         positions = [(await task_view(env, t))["position"] for t in ("p0", "p1", "p2")]
-        assert positions == ([1, 2, 0] if scheduler == "fair" else [0, 1, 2])
+        assert positions == [1, 2, 0]

@@ -28,7 +28,7 @@ async def test_submit_is_idempotent(redis: aioredis.Redis) -> None:
     again = await store.submit("a", aigc="p", platform="comfyui", backend_id="b2", payload={})
     assert first.created and not again.created
     assert again.backend_id == "b1"
-    assert await redis.llen("t:p:comfyui:wait") == 1
+    assert await redis.zcard("t:p:comfyui:wait") == 1
 
 
 async def test_claim_respects_cap_and_counts_are_derived(redis: aioredis.Redis) -> None:
@@ -40,7 +40,7 @@ async def test_claim_respects_cap_and_counts_are_derived(redis: aioredis.Redis) 
     assert all(c.attempt == 1 for c in claimed)
     assert await store.claim("p", "comfyui", "runninghub", cap=3, n=10, deadline_s=60) == []
     assert await redis.zcard("t:running:p:runninghub") == 3
-    assert await redis.llen("t:p:comfyui:wait") == 2
+    assert await redis.zcard("t:p:comfyui:wait") == 2
 
 
 async def test_claim_of_given_ids_takes_each_still_waiting_and_keeps_the_others_in_order(
@@ -57,12 +57,12 @@ async def test_claim_of_given_ids_takes_each_still_waiting_and_keeps_the_others_
     ids = ["t0", "t3", "t1", "nope"]
     claimed = await store.claim("p", "comfyui", "bridge", cap=-1, n=4, deadline_s=60, ids=ids)
     assert [(c.task_id, c.attempt) for c in claimed] == [("t3", 1), ("t1", 1)]
-    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["t2", "t4"]
+    assert await redis.zrange("t:p:comfyui:wait", 0, -1) == ["t2", "t4"]
     capped = await store.claim(
         "p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60, ids=["t4", "t2"]
     )
     assert [c.task_id for c in capped] == ["t4"]
-    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["t2"]
+    assert await redis.zrange("t:p:comfyui:wait", 0, -1) == ["t2"]
 
 
 async def test_concurrent_claims_never_exceed_cap(redis: aioredis.Redis) -> None:
@@ -135,7 +135,7 @@ async def test_requeue_with_stale_attempt_is_refused(redis: aioredis.Redis) -> N
     # the attempt number stays (the next dispatch is attempt 2), the charge is given back
     assert task is not None and task.state is TaskState.PENDING
     assert (task.attempt, task.charged) == (1, 0)
-    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["a"]
+    assert await redis.zrange("t:p:comfyui:wait", 0, -1) == ["a"]
 
 
 async def test_every_requeue_starts_a_new_attempt_without_charging_it(
@@ -184,10 +184,10 @@ async def test_delayed_requeue_is_promoted_to_the_head(redis: aioredis.Redis) ->
     await submit(store, "b")
     [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
     await store.requeue_unrun("a", c.attempt, "busy", delay_s=0.05)
-    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["b"]
+    assert await redis.zrange("t:p:comfyui:wait", 0, -1) == ["b"]
     await asyncio.sleep(0.1)  # time: past the 0.05 s delay
     assert await store.promote_delayed() == 1
-    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["a", "b"]
+    assert await redis.zrange("t:p:comfyui:wait", 0, -1) == ["a", "b"]
 
 
 async def test_one_delayed_task_is_promoted_before_its_time(redis: aioredis.Redis) -> None:
@@ -200,7 +200,7 @@ async def test_one_delayed_task_is_promoted_before_its_time(redis: aioredis.Redi
     for c in claimed:
         await store.requeue_for_retry(c.task_id, c.attempt, "test", delay_s=60)
     assert await store.promote("b")
-    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["b", "c"]
+    assert await redis.zrange("t:p:comfyui:wait", 0, -1) == ["b", "c"]
     assert await redis.zrange("t:delayed", 0, -1) == ["a"]
     assert not await store.promote("b") and not await store.promote("c")
     assert await store.promote_delayed() == 0  # a's back-off is not over
@@ -211,7 +211,7 @@ async def test_cancel_pending_removes_it_from_the_queue(redis: aioredis.Redis) -
     await submit(store, "a")
     done = await store.finish("a", TaskState.CANCELLED)
     assert done.applied
-    assert await redis.llen("t:p:comfyui:wait") == 0
+    assert await redis.zcard("t:p:comfyui:wait") == 0
 
 
 async def test_finish_unknown_task(redis: aioredis.Redis) -> None:
@@ -312,7 +312,7 @@ async def test_a_hand_back_names_the_remote_task_it_gives_back(redis: aioredis.R
         1,
         "",
     )
-    assert await redis.lrange("t:p:comfyui:wait", 0, -1) == ["a"]
+    assert await redis.zrange("t:p:comfyui:wait", 0, -1) == ["a"]
 
 
 async def test_an_acceptance_for_a_task_long_gone_leaves_no_orphan(redis: aioredis.Redis) -> None:

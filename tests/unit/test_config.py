@@ -89,3 +89,16 @@ def test_serve_says_at_start_who_its_missing_secrets_turn_away(
     warn_missing_secrets(configured, bridges=True)
     warn_missing_secrets(Settings(_env_file=None, token_secret="s"), bridges=False)  # type: ignore[call-arg]
     assert caplog.text == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "replacement"),
+    [("AIGCQ_SCHEDULER", "AIGCQ_SHARES=false"), ("AIGCQ_SHARE_LOOKAHEAD", "every ready key")],
+)
+def test_a_setting_that_is_gone_is_refused_naming_its_replacement(
+    monkeypatch: pytest.MonkeyPatch, name: str, replacement: str
+) -> None:
+    """Issue 37: one scheduler. A serve still configured for the old two is told so."""
+    monkeypatch.setenv(name, "fair")
+    with pytest.raises(ValueError, match=f"{name} is gone.*{replacement}"):
+        Settings()

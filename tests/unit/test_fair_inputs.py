@@ -4,20 +4,22 @@ stored, and a Redis window as the planner's :class:`Waiting` / :class:`Pool` /
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aigcq.config import Settings
+from aigcq.config import ConfigError, PlatformConfig, ProjectShare, Settings
 from aigcq.domain import Ordering
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.submission import parse_generate
 from aigcq.queue.keys import Keys
 from aigcq.queue.store import Window, Windowed
 from aigcq.scheduler import fair
-from aigcq.scheduler.policy import decayed, time_left
+from aigcq.scheduler.policy import decayed, plan_round, time_left
 
 NOW = 10_000.0
 KEYS = Keys("t")
@@ -172,20 +174,6 @@ def test_the_shares_are_the_weights_and_the_usage_decayed_to_now() -> None:
     assert shares.norm("p") == pytest.approx(25.0)
 
 
-def test_a_paused_workflows_tasks_are_left_out() -> None:
-    w = window([windowed("a", workflow_id="held"), windowed("b")])
-    given_ = fair.inputs(
-        w,
-        free=1,
-        free_elsewhere=0,
-        settings=Settings(),
-        keys=KEYS,
-        now=NOW,
-        paused={"held"},
-    )
-    assert [t.task_id for t in given_.tasks] == ["b"]
-
-
 @given(
     users=st.lists(st.sampled_from(["", "u", "v"]), min_size=1, max_size=12),
     running=st.dictionaries(st.sampled_from(["u", "v"]), st.integers(0, 4)),
@@ -218,3 +206,48 @@ def test_the_tuning_comes_from_the_settings() -> None:
         0.1,
         2.5,
     )
+
+
+def test_a_projects_ceiling_keeps_its_tasks_beyond_max_out_of_the_plan() -> None:
+    """model.json ``share.max``: with 2 running and max 3, one more of its tasks is planned."""
+    w = window(
+        [windowed(f"p{i}", created=NOW - 10 + i) for i in range(4)] + [windowed("q0", aigc="q")],
+        running={"p": 2},
+    )
+    given_ = fair.inputs(
+        w, free=4, free_elsewhere=0, settings=Settings(), keys=KEYS, now=NOW,
+        projects={"p": ProjectShare(max=3)},
+    )  # fmt: skip
+    assert [t.task_id for t in given_.tasks] == ["p0", "q0"]
+
+
+def test_a_projects_minimum_puts_it_first_until_met() -> None:
+    """model.json ``share.min``: a project owed GPUs goes before one with less usage."""
+    w = window(
+        [windowed("busy0", aigc="busy"), windowed("calm0", aigc="calm")],
+        usage={"t:usage:busy": (500.0, NOW)},
+        running={"busy": 1},
+    )
+    given_ = fair.inputs(
+        w, free=1, free_elsewhere=0, settings=Settings(), keys=KEYS, now=NOW,
+        projects={"busy": ProjectShare(min=2)},
+    )  # fmt: skip
+    assert given_.shares.owed == {"busy": 1}
+    d = plan_round(given_.tasks, given_.pool, given_.shares, {}, NOW)
+    assert d.internal == {("busy", "comfyui"): ["busy0"]}
+
+
+@pytest.mark.parametrize(
+    ("share", "field"),
+    [
+        ({"min": 3, "max": 2}, "p.share"),
+        ({"min": -1}, "p.share.min"),
+        ({"burst": 2}, "p.share.burst"),
+    ],
+)
+def test_a_bad_share_is_refused_naming_the_field(
+    tmp_path: Path, share: dict[str, int], field: str
+) -> None:
+    (tmp_path / "model.json").write_text(json.dumps({"p": {"share": share, "comfyui": {}}}))
+    with pytest.raises(ConfigError, match=f"field '{field}'"):
+        PlatformConfig.load(tmp_path)

@@ -159,7 +159,7 @@ class Window:
         if among is not None:
             ids = list(among[:size])
         else:
-            ids = [text(i) for i in await redis.lrange(keys.wait(aigc, platform), 0, size - 1)]
+            ids = [text(i) for i in await redis.zrange(keys.wait(aigc, platform), 0, size - 1)]
         unread = [i for i in ids if i not in self._seen]
         if unread:
             pipe = redis.pipeline(transaction=False)

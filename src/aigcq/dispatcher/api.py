@@ -210,7 +210,7 @@ class DispatcherApi:
             return rh_reply(RH_UNAUTHORIZED)
         keys = self.rt.store.keys
         pipe = self.rt.redis.pipeline(transaction=False)
-        pipe.llen(keys.wait(self.aigc, PLATFORM))
+        pipe.zcard(keys.wait(self.aigc, PLATFORM))
         pipe.zcard(keys.running(self.aigc, self._hub().name))
         waiting, running = await pipe.execute()
         data = {

@@ -70,7 +70,7 @@ class CacheQueue:
     async def pass_once(self) -> None:
         keys, redis = self.rt.store.keys, self.rt.redis
         pipe = redis.pipeline(transaction=False)
-        pipe.lrange(keys.wait(*self.queue), 0, -1)
+        pipe.zrange(keys.wait(*self.queue), 0, -1)
         pipe.zrange(keys.delayed, 0, -1)
         pipe.zrange(keys.running(self.queue[0], self.hub_name), 0, -1)
         pipe.lrange(keys.recent, 0, COMPLETED_KEPT - 1)

@@ -56,7 +56,7 @@ class Degrader:
         """Hand back the waiting tasks beyond ``capacity``; how many were handed back."""
         keys, redis = self.rt.store.keys, self.rt.redis
         pipe = redis.pipeline(transaction=False)
-        pipe.lrange(keys.wait(*self.queue), 0, -1)
+        pipe.zrange(keys.wait(*self.queue), 0, -1)
         pipe.zrange(keys.delayed, 0, -1)
         waiting, delayed = await pipe.execute()
         ids = list(dict.fromkeys([*waiting, *delayed]))

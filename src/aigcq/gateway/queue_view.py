@@ -40,12 +40,12 @@ async def queue_rows(rt: Runtime, internal: InternalCapacity | None) -> list[dic
         targets = [inside.name] if inside else []
         targets += [ext.name] if ext else []
         pipe = rt.redis.pipeline(transaction=False)
-        pipe.llen(keys.wait(aigc, platform))
-        pipe.lindex(keys.wait(aigc, platform), 0)
+        pipe.zcard(keys.wait(aigc, platform))
+        pipe.zrange(keys.wait(aigc, platform), 0, 0)
         for target in targets:
             pipe.zcard(keys.running(aigc, target))
         waiting, head, *counts = await pipe.execute()
-        created = await rt.redis.hget(keys.task(str(head)), "created") if head else None
+        created = await rt.redis.hget(keys.task(str(head[0])), "created") if head else None
         inflight = dict(zip(targets, map(int, counts), strict=True))
         account = rt.config.account(aigc, platform)
         capacity = {ext.name: account.concurrency if account else 0} if ext else {}

@@ -43,7 +43,10 @@ class Keys:
         return f"{self.prefix}:timeline:{task_id}"
 
     def wait(self, aigc: str, platform: str) -> str:
-        """Seed 001 §5.1: ``{prefix}:{AIGC}:{platform}:wait``, a list of task ids."""
+        """Seed 001 §5.1: ``{prefix}:{AIGC}:{platform}:wait``, the queue's waiting task ids,
+        a ZSET by rank (submitted less its priority credit; WQtasks is its ZCARD). Its keys
+        (one end user's tasks of one workflow) and the ready ones are kept beside it by the
+        Lua scripts (``_prelude.lua``: ``bykey``, ``keysof``, ``readyof``)."""
         return f"{self.prefix}:{aigc}:{platform}:wait"
 
     def running(self, aigc: str, target: str) -> str:
@@ -96,7 +99,7 @@ class Keys:
 
     def usage(self, aigc: str, user: str | None = None) -> str:
         """A project's (or one of its users') recent GPU-seconds, "<value> <at>" (decayed
-        from ``at``, epoch s; :mod:`aigcq.scheduler.usage`), expiring when long unused."""
+        from ``at``, epoch s; ``_prelude.lua`` ``use_gpu``), expiring when long unused."""
         if user is None:
             return f"{self.prefix}:usage:{aigc}"
         return f"{self.prefix}:usage:{aigc}:user:{user}"

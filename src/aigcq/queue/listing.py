@@ -74,7 +74,7 @@ async def _candidates(store: TaskStore, wanted: TaskFilter) -> list[str]:
         for queue in sorted(text(q) for q in await redis.smembers(keys.queues)):
             aigc, _, platform = queue.rpartition(":")
             if wanted.admits_queue(aigc, platform):
-                pipe.lrange(keys.wait(aigc, platform), 0, -1)
+                pipe.zrange(keys.wait(aigc, platform), 0, -1)
         pipe.zrange(keys.delayed, 0, -1)
     if states & REPLAYABLE:
         pipe.zrangebyscore(keys.replayable, wanted.since, "+inf")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -160,9 +160,6 @@ class Orphan:
 
 #: waiting tasks of each queue one script of a read in pages takes (``window_in_pages``):
 #: a thousand in one script held Redis ~14 ms, ten pages of a hundred ~1 ms each
-WINDOW_PAGE = 100
-
-
 @dataclass(frozen=True, slots=True)
 class Windowed:
     """A waiting task of a look-ahead window, with what the fair policy weighs."""
@@ -191,6 +188,8 @@ class Window:
     usage: dict[str, tuple[float, float]]
     #: (project, userId) -> its tasks claimed for our GPUs (read with a user limit)
     users: dict[tuple[str, str], int]
+    #: project -> its tasks in flight on the internal target
+    running: dict[str, int] = field(default_factory=dict)
 
 
 SCRIPTS = (
@@ -208,6 +207,7 @@ SCRIPTS = (
     "release_orphan",
     "charge",
     "budget",
+    "reindex",
 )
 
 
@@ -250,6 +250,9 @@ class TaskStore:
         self.free_requeues = free_requeues
         #: the paid targets (comma-separated): their unwanted remote tasks become orphans
         self.paid_targets = ""
+        #: "<half-life s> <default run s>" of the GPU-seconds a run on our GPUs charges
+        #: its project and user (``_prelude.lua`` ``gpu_started``; '': none charged)
+        self.usage_terms = ""
         self._scripts: dict[str, tuple[AsyncScript, scripts.Script]] = {}
         for name in SCRIPTS:
             script = scripts.load(name)
@@ -407,6 +410,7 @@ class TaskStore:
             holder_of=self.keys.bridges_of(task_id) if holder else "",
             holder_ttl=holder_ttl_s,
             late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
+            usage_terms=self.usage_terms if where is None else "",
         )
         return Marked(int(code) == 1, int(code) == 2, awaited=int(code) == 3)
 
@@ -646,6 +650,11 @@ class TaskStore:
         )
         return reply
 
+    async def reindex_workflow(self, workflow: str) -> int:
+        """Index a workflow's waiting keys again after its pause or resume (``reindex.lua``):
+        out of the ready keys while paused, back when resumed."""
+        return int(await self._run("reindex", workflow=workflow))
+
     async def withdraw(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
         """Cancel a task that is still waiting (never one dispatched or running), with no
         message for its client: its submitter has taken it back. False: not waiting."""
@@ -822,20 +831,20 @@ class TaskStore:
         n: int,
         target: str,
         *,
-        start: int = 0,
+        dated: int = 0,
         busy_max: int = 4096,
         user_limit: int = 0,
     ) -> Window:
-        """The first ``n`` waiting tasks of each of ``queues`` (from index ``start``) and
-        what the fair policy weighs with them (``window.lua``), in one step.
-        ``busy_max``: the tasks in flight read per project (0: only when a task of the
-        window has a start deadline; < 0: none)."""
+        """The first ``n`` waiting tasks of every ready key of ``queues``, the ``dated``
+        ones with the earliest start deadlines wherever they wait, and what the policy
+        weighs with them (``window.lua``), in one step. ``busy_max``: the tasks in flight
+        read per project (0: only when a task read has a start deadline; < 0: none)."""
         raw = orjson.loads(
             await self._run(
                 "window",
                 queues=orjson.dumps([list(q) for q in queues]),
                 n=n,
-                start=start,
+                dated=dated,
                 target=target,
                 busy_max=busy_max,
                 user_limit=user_limit,
@@ -847,53 +856,8 @@ class TaskStore:
             runs=run_means(raw.get("runs") or []),
             usage={k: _pair(v) for k, v in (raw.get("usage") or {}).items()},
             users={_who(k): int(v) for k, v in (raw.get("users") or {}).items()},
+            running={k: int(v) for k, v in (raw.get("running") or {}).items()},
         )
-
-    async def window_in_pages(
-        self,
-        lengths: Mapping[tuple[str, str], int],
-        n: int,
-        target: str,
-        *,
-        page: int = WINDOW_PAGE,
-        busy_max: int = 4096,
-        user_limit: int = 0,
-    ) -> Window:
-        """:meth:`window` of the first ``n`` tasks of each queue of ``lengths`` (queue ->
-        its length, LLEN; the tasks queue by queue, as there), read ``page`` tasks of each
-        at a time, each page its own
-        script call and round trip: Redis serves its other clients between two pages
-        instead of waiting for the whole read (milliseconds at a thousand tasks). Not one
-        step: a task that moves meanwhile may be read twice (the first kept) or missed
-        (planned next round). A decision from it is as safe as from one step: a round's
-        claims check each task again (by id, the caps inside the claim script), as they
-        must anyway for what other processes claimed since any read. The tasks in flight
-        are read with the first page."""
-        tasks: dict[tuple[str, str], dict[str, Windowed]] = {q: {} for q in lengths}
-        got: Window | None = None
-        for begin in range(0, max(n, 1), page):
-            # the first page names every queue: its projects' tasks in flight hold slots
-            queues = [q for q, length in lengths.items() if length > begin or not begin]
-            if not queues:
-                break
-            size = min(page, n - begin)
-            part = await self.window(
-                queues,
-                size,
-                target,
-                start=begin,
-                busy_max=busy_max if got is None else -1,
-                user_limit=user_limit,
-            )
-            for t in part.tasks:
-                tasks[(t.aigc, t.platform)].setdefault(t.task_id, t)
-            if got is None:
-                got = part
-            else:
-                got.usage.update(part.usage)
-                got.users.update(part.users)
-        assert got is not None
-        return replace(got, tasks=[t for queue in tasks.values() for t in queue.values()])
 
     async def max_cost(self, task_id: str) -> float | None:
         """The most the task may cost on a paid platform (its client's ``maxCost``)."""

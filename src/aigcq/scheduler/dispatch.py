@@ -1,38 +1,26 @@
 """The dispatch loop: plan and claim, on events (enqueue, a freed slot, a callback) and a
-slow sweep.
+slow sweep. One scheduler (issue 37, docs/scheduling.md).
 
-Each round reads every queue's backlog and in-flight counts in one pipeline, asks
-:func:`aigcq.scheduler.routing.plan` how to split each backlog between the internal target
-(bridges, or a message-dispatcher) and the queue's paid platform, claims exactly that many
-tasks atomically and hands them over (:mod:`aigcq.scheduler.targets`). Caps are enforced
-inside the claim script, so several processes never exceed them. A task the internal
-target hands back goes to the paid platform in the same attempt, or waits again.
+Each round reads every queue's backlog and paid in-flight counts, and the pauses, in one
+pipeline. The queues our GPUs serve are planned together
+(:func:`aigcq.scheduler.policy.plan_round`): of each queue, the heads of its ready keys
+(one end user's tasks of one workflow; a paused workflow's keys are not ready, a user at
+``AIGCQ_USER_MAX_RUNNING`` is passed over) and the tasks with the earliest start deadlines
+wherever they wait, with the tasks in flight, the workflows' recent run times and the
+projects' and users' decayed usage (:mod:`aigcq.scheduler.fair`), in one read whose cost
+grows with the ready keys and the free slots, never with the depth of a held key. The
+round claims by id what the plan decides: for the internal target through its ``choose``
+(among the queue's tasks in the plan's order, so capabilities per instance hold), for the
+paid platform (its cap checked inside the claim script, as ever), and ends
+``TaskExpired`` the tasks past their start deadline. While the internal target is
+unhealthy it offers no free slot, so the plan overflows what its paid platform takes.
 
-The internal target reports no free slots while its health is not ``healthy``, so tasks
-overflow at once then. With ``overflow_after_ms`` > 0 and internal healthy, a task goes
-external only once it has waited that long (from its ``created`` time).
-
-Each round also reads what an operator paused (:mod:`aigcq.scheduler.pauses`), in the same
-pipeline, and decides by it: a paused project's queues are left alone, a paused paid
-account gets no task (nor one the internal target hands back: it waits), a paused
-workflow's tasks are passed over (the tasks behind them are claimed by id), and the
-paused bridges are the internal target's drains.
-
-With ``AIGCQ_SCHEDULER=fair`` (docs/scheduling.md), while the internal target is healthy
-and preferred, the queues it serves are planned together instead: each one's look-ahead
-window (its head, with the fields the planner needs, the tasks in flight, the workflows'
-recent run times and the projects' and users' decayed usage, in one read:
-:mod:`aigcq.scheduler.fair`; its size: :func:`window_size`) goes to
-:func:`aigcq.scheduler.policy.plan_round`, and the round claims by id what it decides: for
-the internal target (through its ``choose``, among the queue's tasks in the plan's order,
-so capabilities and look-ahead per instance still hold), for the paid platform (its cap
-checked inside the claim script, as ever), and ends ``TaskExpired`` the tasks past their
-start deadline. The GPU-seconds of each internal claim are charged to its project and user
-(:mod:`aigcq.scheduler.usage`). The other queues are split as above. A round whose waiting
-tasks in those queues all fit in the slots free here, none past its start deadline (read
-with the loads: :func:`aigcq.scheduler.policy.all_start_now`, where the plan would start
-every one now), reads no window: it claims them as fifo does and charges the same
-GPU-seconds; the hot path pays for the fair policy only when there is something to weigh.
+The queues no GPU of ours serves, and those of an internal target that is not
+``preferred`` (the message-dispatcher with ``priority`` false: paid first), are split by
+:func:`aigcq.scheduler.routing.plan` and claimed from the lowest ranked ready key
+(first come, first served). A paused project's queues are left alone, a paused paid
+account gets no task (nor one the internal target hands back: it waits), and the paused
+bridges are the internal target's drains.
 """
 
 from __future__ import annotations
@@ -43,74 +31,40 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from aigcq.config import Scheduler, Settings
+from aigcq.config import Settings
 from aigcq.plumbing.background import round_failed, round_ok
 from aigcq.plumbing.cancel import cancel_and_wait
-from aigcq.plumbing.text import text
-from aigcq.queue.store import WINDOW_PAGE, Claimed, TaskStore, Window, run_means
+from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler import fair
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.pauses import Paused, parse
-from aigcq.scheduler.policy import Decision, Queue, Waiting, all_start_now, plan_round
-from aigcq.scheduler.routing import (
-    Plan,
-    capped,
-    may_overflow,
-    overflow_ready,
-    plan,
-    share_round_robin,
-)
+from aigcq.scheduler.policy import RESCUE_MAX, Decision, Queue, Waiting, plan_round
+from aigcq.scheduler.routing import Plan, capped, may_overflow, plan, share_round_robin
 from aigcq.scheduler.targets import HandBack, InternalTarget, Target
-from aigcq.scheduler.usage import Usage
 
 log = logging.getLogger(__name__)
 
 BATCH = 256  # most tasks one queue hands out per round
-#: tasks of paused workflows a round passes over at the head of a queue, at most
-PASS_OVER = 1000
 #: a task the internal target hands back while its paid account is paused, and which no
 #: instance could run, is tried again this much later
 HELD_RECHECK_S = 5.0
 
 
-#: tasks in flight a fair round reads per project, at most (their time left)
+#: tasks in flight a round reads per project, at most (their time left)
 BUSY_MAX = 4096
+#: waiting tasks of each ready key a round reads, at most
+KEY_HEAD_MAX = 64
 
 
-def window_size(settings: Settings, free: int, room: int, *, whole: bool) -> int:
-    """How many waiting tasks of each queue's head a fair round reads: the whole look-ahead
-    window (``whole``: which tasks would miss their start deadline is a question about all
-    of them; once a sweep interval while a paid platform has room), else enough for the
-    free slots here, the internal target's own look-ahead and the ``room`` on the paid
-    platforms (who gets those places now)."""
-    if whole:
-        return settings.share_lookahead
-    wanted = max(free, 0) + settings.bridge_lookahead + max(room, 0) + 1
-    return min(settings.share_lookahead, wanted)
-
-
-async def read_window(
-    store: TaskStore,
-    lengths: dict[Queue, int],
-    size: int,
-    target: str,
-    *,
-    busy_max: int,
-    user_limit: int,
-) -> Window:
-    """A fair round's window of the queues of ``lengths`` (queue -> backlog): in one
-    script, or in pages when it is more than :data:`~aigcq.queue.store.WINDOW_PAGE` tasks
-    a queue (the whole look-ahead window), so that no read holds Redis for long."""
-    if size > WINDOW_PAGE:
-        return await store.window_in_pages(
-            lengths, size, target, busy_max=busy_max, user_limit=user_limit
-        )
-    return await store.window(list(lengths), size, target, busy_max=busy_max, user_limit=user_limit)
+def key_head(settings: Settings, free: int, room: int) -> int:
+    """How many waiting tasks of each ready key a round reads: enough for the free slots
+    here and the paid platforms' room, and one more (who waits next)."""
+    return min(max(free, 0) + max(room, 0) + 1, KEY_HEAD_MAX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +81,6 @@ class QueueLoad:
     paid_running: int
     #: an operator paused the queue's paid account: no new create on it
     paid_paused: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Glance:
-    """What a fair round reads with the loads: the tasks past their start deadline (any
-    queue's) and the workflows' recent mean run times."""
-
-    overdue: int = 0
-    runs: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -156,15 +101,6 @@ class DispatchLoop:
     #: handed-off work
     _claims: dict[asyncio.Task[None], list[Claimed]] = field(init=False, default_factory=dict)
     stopped: bool = field(init=False, default=False)  # graceful shutdown: claim nothing more
-    #: the projects' and users' recent GPU-seconds (the fair policy)
-    usage: Usage = field(init=False)
-    #: when a fair round next reads the whole look-ahead window (monotonic s)
-    _whole_at: float = field(init=False, default=0.0)
-
-    def __post_init__(self) -> None:
-        settings = self.rt.settings
-        store = self.rt.store
-        self.usage = Usage(self.rt.redis, store.mux, store.keys, settings.share_half_life_s)
 
     def wake(self) -> None:
         self.wakeup.set()
@@ -198,23 +134,10 @@ class DispatchLoop:
         return claims
 
     async def dispatch_round(self) -> None:
-        """Each queue's split, in turn; internal slots a queue's share left unused (its
-        tasks none of the free instances can run) go to the queues after it."""
-        fair_now = self._fair()
-        loads, glance = await self._loads(glance=fair_now)
-        #: (project, userId, workflowId) of each internal claim to charge as a fair plan would
-        charging: list[tuple[str, str, str]] | None = None
-        if fair_now and self._all_start_now(loads, glance):
-            charging = []
-        elif fair_now:
-            loads = await self._fair_round(loads)
-        heads: list[list[str] | None] = [None] * len(loads)
-        if self.paused.workflows:  # what may go: the tasks not paused, claimed by id
-            heads = [await self._not_paused(q) if q.backlog else None for q in loads]
-            loads = [
-                q if h is None else replace(q, backlog=len(h))
-                for q, h in zip(loads, heads, strict=True)
-            ]
+        """Plan the queues our GPUs serve together; split each other queue in turn."""
+        loads = await self._loads()
+        if self._planned():
+            loads = await self._plan_round(loads)
         internal = self._internal_shares(loads)
         elsewhere = self._internal_shares(loads, elsewhere=True)
         spare = 0
@@ -223,67 +146,32 @@ class DispatchLoop:
                 continue
             served = self.internal is not None and load.platform in self.internal.serves
             share = internal[i] + (spare if served else 0)
-            split = self._split(load, share, elsewhere[i])
-            taken = await self._dispatch(load, split, heads[i])
+            taken = await self._dispatch(load, self._split(load, share, elsewhere[i]))
             if served:
-                spare = share - min(len(taken), split.internal)
-            if charging is not None and served:
-                charging += [(load.aigc, c.user, c.workflow_id) for c in taken]
-        if charging:
-            await self._charge(charging, glance)
+                spare = share - min(len(taken), share)
 
-    def _fair(self) -> bool:
-        """Whether this round plans the internal target's queues by the fair policy."""
-        target = self.internal
-        return (
-            self.rt.settings.scheduler is Scheduler.FAIR
-            and target is not None
-            and target.preferred
-            and target.healthy
-        )
+    def _planned(self) -> bool:
+        """Whether this round plans the internal target's queues (it is ours first)."""
+        return self.internal is not None and self.internal.preferred
 
-    def _all_start_now(self, loads: list[QueueLoad], glance: Glance) -> bool:
-        """Whether the fair plan would start every task waiting in the internal target's
-        queues on the slots free here (:func:`~aigcq.scheduler.policy.all_start_now`):
-        then the round claims them as fifo does, reading no window. Not with a per-user
-        limit (a claim from the head does not check it)."""
-        target = self.internal
-        assert target is not None
-        if self.rt.settings.user_max_running > 0:
-            return False
-        waiting = sum(q.backlog for q in loads if q.platform in target.serves)
-        free = capped(target.free_slots(), self.rt.settings.internal_capacity_max)
-        return all_start_now(waiting, free, glance.overdue)
-
-    async def _charge(self, claimed: list[tuple[str, str, str]], glance: Glance) -> None:
-        """Charge the GPU-seconds of the (project, userId, workflowId) tasks the internal
-        target took outside a fair plan (:meth:`_all_start_now`), as the plan charges its
-        grants (the run means read with the round's loads)."""
-        run_s = fair.run_times(glance.runs, self.rt.settings.share_default_run_s)
-        grants = ((project, user, run_s(workflow)) for project, user, workflow in claimed)
-        await self.usage.charge(*fair.charges(grants))
-
-    async def _fair_round(self, loads: list[QueueLoad]) -> list[QueueLoad]:
-        """Plan and claim the internal target's queues together (the fair policy); the
-        loads of the other queues, split as by fifo."""
+    async def _plan_round(self, loads: list[QueueLoad]) -> list[QueueLoad]:
+        """Plan and claim the internal target's queues together; the loads of the other
+        queues."""
         target = self.internal
         assert target is not None
         rest = [q for q in loads if q.platform not in target.serves]
         busy = {(q.aigc, q.platform): q for q in loads if q not in rest and q.backlog > 0}
-        free = capped(target.free_slots(), self.rt.settings.internal_capacity_max)
+        settings = self.rt.settings
+        free = capped(target.free_slots(), settings.internal_capacity_max)
         rooms = {key: self._paid_room(q) for key, q in busy.items()}
         if not busy or (free <= 0 and not any(rooms.values())):
             return rest  # nothing can be claimed (the sweep expires what is past its start)
-        settings = self.rt.settings
         paying = any(rooms.values())
-        whole = paying and time.monotonic() >= self._whole_at
-        if whole:
-            self._whole_at = time.monotonic() + settings.sweep_interval_s
-        window = await read_window(
-            self.rt.store,
-            {key: q.backlog for key, q in busy.items()},
-            window_size(settings, free, sum(rooms.values()), whole=whole),
+        window = await self.rt.store.window(
+            list(busy),
+            key_head(settings, free, sum(rooms.values())),
             target.name,
+            dated=RESCUE_MAX,
             busy_max=BUSY_MAX if paying else 0,
             user_limit=settings.user_max_running,
         )
@@ -295,7 +183,7 @@ class DispatchLoop:
             settings=settings,
             keys=self.rt.store.keys,
             now=now,
-            paused=self.paused.workflows,
+            projects=self.rt.config.shares,
         )
         decision = plan_round(
             given.tasks, given.pool, given.shares, rooms, now, fair.tuning(settings)
@@ -324,13 +212,13 @@ class DispatchLoop:
         """Claim what ``decision`` says, queue by queue: the internal grants through the
         target's ``choose`` among the queue's tasks in the plan's order, then those it
         sends to the paid platform (a granted task no free instance can run leaves its
-        slot to the next that one can, as the fifo split's look-ahead does; slots a
-        queue's tasks could not use go to the next queue), then the paid ones it did not
-        take; charge the GPU-seconds of what the internal target took."""
+        slot to the next that one can; slots a queue's tasks could not use go to the next
+        queue), then the paid ones it did not take. Nothing is charged here: a run on our
+        GPUs charges its project and user when it starts (``mark_running.lua``), corrected
+        to its real run time when it ends."""
         order: dict[Queue, list[str]] = {key: [] for key in loads}
         for task_id in decision.order:
             order[tasks[task_id].queue].append(task_id)
-        granted: list[Waiting] = []
         limit = self.rt.settings.user_max_running
         spare = 0
         for key, load in loads.items():
@@ -346,44 +234,34 @@ class DispatchLoop:
             spare = n - min(len(taken), n)
             gone = {c.task_id for c in taken}
             paid = [i for i in paid if i not in gone]
-            granted += (tasks[c.task_id] for c in taken if c.task_id in tasks)
             if paid and load.paid:
                 claimed = await self.lifecycle.claim(
                     load.aigc, load.platform, load.paid, cap=load.cap, n=len(paid), ids=paid
                 )
                 for c in claimed:
                     self._spawn(self._hand_over(self.paid, load.aigc, load.platform, [c]), [c])
-        await self.usage.charge(*fair.charges((t.queue[0], t.user, t.run_s) for t in granted))
 
-    async def _loads(self, *, glance: bool = False) -> tuple[list[QueueLoad], Glance]:
+    async def _loads(self) -> list[QueueLoad]:
         """Every configured queue's backlog and paid in-flight count, and the pauses, in
-        one pipeline; the queues of paused projects are left out. With ``glance`` (a fair
-        round), what decides whether it needs its window too (:meth:`_all_start_now`)."""
+        one pipeline; the queues of paused projects are left out."""
         queues = self.rt.config.queues()
         keys = self.rt.store.keys
         paid = [self.paid.adapter_for(platform) for _, platform in queues]
         names = [adapter.name if adapter else "" for adapter in paid]
-        extra = 2 if glance else 0
         counts = await self.rt.store.mux.commands(
             *(
                 cmd
                 for (aigc, platform), name in zip(queues, names, strict=True)
                 for cmd in (
-                    ["LLEN", keys.wait(aigc, platform)],
+                    ["ZCARD", keys.wait(aigc, platform)],
                     ["ZCARD", keys.running(aigc, name or "-")],
                     ["ZCARD", keys.orphans(aigc, name or "-")],
                 )
             ),
             ["HGETALL", keys.pauses],
-            *(
-                [["ZCOUNT", keys.startby, "-inf", repr(time.time())], ["HGETALL", keys.runs]]
-                if glance
-                else []
-            ),
         )
-        seen = Glance(int(counts[-2]), run_means(counts[-1])) if glance else Glance()
-        await self._pauses(Paused.of(parse(counts[-1 - extra])))
-        loads = [
+        await self._pauses(Paused.of(parse(counts[-1])))
+        return [
             QueueLoad(
                 aigc,
                 platform,
@@ -397,7 +275,6 @@ class DispatchLoop:
             for i, (aigc, platform) in enumerate(queues)
             if aigc not in self.paused.projects
         ]
-        return loads, seen
 
     async def _pauses(self, paused: Paused) -> None:
         """The pauses this round decides by; the internal target hears of new drains."""
@@ -416,23 +293,16 @@ class DispatchLoop:
         swapped = plan(backlog, max(paid_free, 0), internal)
         return Plan(swapped.external, swapped.internal, swapped.waiting)
 
-    async def _dispatch(self, load: QueueLoad, split: Plan, ids: list[str] | None) -> list[Claimed]:
-        """Claim and hand over what ``split`` says: from the head, or of ``ids`` (in order:
-        the tasks not paused); what the internal target took (it may take more than
-        ``split.internal`` slots' worth: those it chose for the paid platform's room)."""
+    async def _dispatch(self, load: QueueLoad, split: Plan) -> list[Claimed]:
+        """Claim and hand over what ``split`` says, from the lowest ranked ready key; what
+        the internal target took."""
         aigc, platform = load.aigc, load.platform
         taken: list[Claimed] = []
         if self.internal is not None and platform in self.internal.serves:
-            taken = await self._claim_internal(self.internal, load, split, ids)
-            if ids is not None:
-                gone = {c.task_id for c in taken}
-                ids = [i for i in ids if i not in gone]
-        external = split.external
-        if external and self._waits_for_internal(platform):
-            external = await self._old_enough(aigc, platform, external, ids)
-        if external and load.paid:
+            taken = await self._claim_internal(self.internal, load, split, None)
+        if split.external and load.paid:
             claimed = await self.lifecycle.claim(
-                aigc, platform, load.paid, cap=load.cap, n=external, ids=ids
+                aigc, platform, load.paid, cap=load.cap, n=split.external
             )
             for c in claimed:
                 self._spawn(self._hand_over(self.paid, aigc, platform, [c]), [c])
@@ -515,21 +385,6 @@ class DispatchLoop:
         adapter = self.paid.adapter_for(platform)
         return adapter is not None and self.paused.account(self.rt, aigc, platform, adapter.name)
 
-    async def _not_paused(self, load: QueueLoad) -> list[str]:
-        """The ids of the waiting tasks of the queue whose workflow is not paused, among
-        the first :data:`BATCH` (at most) and :data:`PASS_OVER` more (what the internal
-        target's lookahead may weigh too)."""
-        keys, redis = self.rt.store.keys, self.rt.redis
-        n = min(load.backlog, BATCH)
-        wait = keys.wait(load.aigc, load.platform)
-        ids = [text(i) for i in await redis.lrange(wait, 0, n + PASS_OVER - 1)]
-        pipe = redis.pipeline(transaction=False)
-        for task_id in ids:
-            pipe.hget(keys.task(task_id), "workflowId")
-        paused = self.paused.workflows
-        workflows = [text(w) for w in await pipe.execute()]
-        return [i for i, w in zip(ids, workflows, strict=True) if w not in paused]
-
     def _internal_shares(self, loads: list[QueueLoad], *, elsewhere: bool = False) -> list[int]:
         """Internal slots per queue (ours, or with ``elsewhere`` those other processes
         hold): round-robin across AIGC projects sharing a platform."""
@@ -551,37 +406,6 @@ class DispatchLoop:
         if self.internal is None or platform not in self.internal.serves:
             return True
         return self.internal.preferred
-
-    def _waits_for_internal(self, platform: str) -> bool:
-        """Overflow of ``platform`` waits ``overflow_after_ms`` for a healthy internal target."""
-        return (
-            self._internal_preferred(platform)
-            and self.rt.settings.overflow_after_ms > 0
-            and self.internal is not None
-            and platform in self.internal.serves
-            and self.internal.healthy
-        )
-
-    async def _old_enough(
-        self, aigc: str, platform: str, n: int, ids: list[str] | None = None
-    ) -> int:
-        """How many of the ``n`` tasks at the head (those that go internal claimed
-        already), or of ``ids``, have waited long enough to overflow; plans a wake-up for
-        when the next one has."""
-        keys, redis = self.rt.store.keys, self.rt.redis
-        if ids is None:
-            ids = [text(i) for i in await redis.lrange(keys.wait(aigc, platform), 0, n - 1)]
-        ids = ids[:n]
-        pipe = redis.pipeline(transaction=False)
-        for task_id in ids:
-            pipe.hget(keys.task(str(task_id)), "created")  # decode_responses: already str
-        now = time.time()
-        waited = [now - float(created or now) for created in await pipe.execute()]
-        after_s = self.rt.settings.overflow_after_ms / 1000
-        ready = overflow_ready(waited, after_s)
-        if ready < len(waited):
-            self._wake_in(after_s - waited[ready])
-        return ready
 
     def _wake_in(self, delay_s: float) -> None:
         """Wake in ``delay_s``, unless an earlier wake-up is already planned."""

@@ -1,23 +1,19 @@
 """The Redis side of the position and ETA estimates (:mod:`aigcq.scheduler.estimates`).
 
-:meth:`Estimator.refresh` reads what a fair dispatch round reads (``window.lua``:
+:meth:`Estimator.refresh` reads what a dispatch round reads (``window.lua``:
 :meth:`aigcq.queue.store.TaskStore.window`, made the planner's inputs by
 :func:`aigcq.scheduler.fair.inputs`: each waiting task's workflow mean run time,
 priority credit, userId and start deadline, the tasks in flight on the internal target
-of every process, the decayed usage) for the head of every queue our GPUs serve, up to
-``AIGCQ_ETA_WINDOW`` tasks each, in pages (:data:`~aigcq.queue.store.WINDOW_PAGE` tasks
-per queue), one script call and round trip each
-(:meth:`~aigcq.queue.store.TaskStore.window_in_pages`: Redis serves its other clients
-between two pages, where a thousand tasks in one script held it ~14 ms); and in one
-round trip before, the head of the other queues and every queue's length. The pool's
-free slots are the internal target's, here and in the other processes. Under
-``AIGCQ_SCHEDULER=fifo`` the same tasks are laid out as that policy takes them: first
-come, first served in each queue, projects in turn (no usage, credit nor start
-deadline). The snapshot it makes serves every estimate until the next refresh; a task it
-did not see is placed by its index in its queue (one just submitted here: the queue's
-length then plus the submits here since). Bounded work per refresh: the window per
-queue, :data:`MAX_RUNNING` tasks in flight per project, and one read of the backendId of
-each task in view it has not seen before (for its client's updates).
+of every process, the decayed usage) for the ready keys of every queue our GPUs serve,
+up to :data:`KEY_MAX` tasks of each, and the tasks with the earliest start deadlines;
+and in one round trip before, the first ``AIGCQ_ETA_WINDOW`` tasks of the other queues
+(by rank) and every queue's length. The pool's free slots are the internal target's,
+here and in the other processes. The snapshot it makes serves every estimate until the
+next refresh; a task it did not see is placed by its index in its queue (one just
+submitted here: the queue's length then plus the submits here since). Bounded work per
+refresh: the heads of the ready keys, :data:`MAX_RUNNING` tasks in flight per project,
+and one read of the backendId of each task in view it has not seen before (for its
+client's updates).
 """
 
 from __future__ import annotations
@@ -28,17 +24,18 @@ from collections import Counter
 
 from redis.commands.core import AsyncScript
 
-from aigcq.config import Scheduler
 from aigcq.plumbing.text import text
 from aigcq.queue.store import Window
 from aigcq.runtime import Runtime
 from aigcq.scheduler import fair
 from aigcq.scheduler.estimates import UNKNOWN, Estimate, Line, Snapshot, place_new, snapshot
-from aigcq.scheduler.policy import Pool, Queue, Shares, Tuning, Waiting
+from aigcq.scheduler.policy import RESCUE_MAX, Pool, Queue, Shares, Tuning, Waiting
 from aigcq.scheduler.targets import InternalTarget
 
 #: tasks in flight read per project and refresh, at most
 MAX_RUNNING = 4096
+#: waiting tasks of each ready key a refresh reads, at most
+KEY_MAX = 100
 
 # ARGV: the key prefix, then task ids. Returns each task's backendId ('': no such task).
 _OWNERS = """
@@ -70,8 +67,8 @@ class Estimator:
         others = [q for q in queues if q[1] not in serves]
         n = settings.eta_window
         heads = await store.mux.commands(
-            *(["LLEN", store.keys.wait(*q)] for q in queues),
-            *(["LRANGE", store.keys.wait(*q), 0, n - 1] for q in others),
+            *(["ZCARD", store.keys.wait(*q)] for q in queues),
+            *(["ZRANGE", store.keys.wait(*q), 0, n - 1] for q in others),
         )
         lengths = dict(zip(queues, map(int, heads[: len(queues)]), strict=True))
         lines = [
@@ -82,8 +79,8 @@ class Estimator:
         ]
         beyond, shares, tuning = settings.share_default_run_s, Shares(), Tuning(lend_s=-1)
         if served and self.internal is not None:
-            window = await store.window_in_pages(
-                {q: lengths[q] for q in served}, n, self.internal.name,
+            window = await store.window(
+                served, min(n, KEY_MAX), self.internal.name, dated=RESCUE_MAX,
                 busy_max=MAX_RUNNING, user_limit=settings.user_max_running,
             )  # fmt: skip
             tasks, pool, shares, tuning = self._inputs(window, now)
@@ -101,18 +98,15 @@ class Estimator:
         return self.snapshot
 
     def _inputs(self, window: Window, now: float) -> tuple[list[Waiting], Pool, Shares, Tuning]:
-        """The planner's inputs of ``window``, as the policy in force weighs them."""
+        """The planner's inputs of ``window``, as a dispatch round weighs them."""
         assert self.internal is not None
         settings = self.rt.settings
         free = self.internal.free_slots() + self.internal.free_elsewhere()
         got = fair.inputs(
             window, free=free, free_elsewhere=0, settings=settings, keys=self.rt.store.keys,
-            now=now,
+            now=now, projects=self.rt.config.shares,
         )  # fmt: skip
-        if settings.scheduler is Scheduler.FAIR:
-            return got.tasks, got.pool, got.shares, fair.tuning(settings)
-        plain = [Waiting(t.task_id, t.queue, t.created, t.run_s) for t in got.tasks]
-        return plain, got.pool, Shares(), Tuning(lend_s=-1)
+        return got.tasks, got.pool, got.shares, fair.tuning(settings)
 
     async def _read_owners(self, task_ids: list[str]) -> None:
         """The backendId of each task in view, read once while it stays in view (one
@@ -154,9 +148,9 @@ class Estimator:
         return self.of(task_id, queue, index)
 
     async def of_waiting(self, task_id: str, queue: Queue) -> Estimate:
-        """The estimate of a waiting task (its index read with LPOS within the window)."""
+        """The estimate of a waiting task (its index by rank in its queue, ZRANK)."""
         if self.snapshot is None or task_id in self.snapshot.tasks:
             return self.of(task_id, queue, None)
         wait = self.rt.store.keys.wait(*queue)
-        index = await self.rt.redis.lpos(wait, task_id, maxlen=self.rt.settings.eta_window)
+        index = await self.rt.redis.zrank(wait, task_id)
         return self.of(task_id, queue, index if isinstance(index, int) else None)

@@ -1,5 +1,5 @@
-"""The fair policy's view of Redis (``AIGCQ_SCHEDULER=fair``, docs/scheduling.md): what a
-dispatch round reads (:meth:`aigcq.queue.store.TaskStore.window`) as the inputs of
+"""The scheduler's view of Redis (docs/scheduling.md): what a dispatch round reads
+(:meth:`aigcq.queue.store.TaskStore.window`) as the inputs of
 :func:`aigcq.scheduler.policy.plan_round`.
 
 * each waiting task of the window as a :class:`~aigcq.scheduler.policy.Waiting`: its
@@ -9,21 +9,22 @@ dispatch round reads (:meth:`aigcq.queue.store.TaskStore.window`) as the inputs 
   expected time left of every task in flight on the internal target
   (:func:`~aigcq.scheduler.policy.time_left`, from when it started running);
 * the shares: ``AIGCQ_SHARE_WEIGHTS`` and the usage records decayed to now
-  (:mod:`aigcq.scheduler.usage`).
+  (charged as runs start and end on our GPUs, ``_prelude.lua``).
 
 With ``AIGCQ_USER_MAX_RUNNING``, an end user's tasks beyond what the limit leaves it (its
 tasks on our GPUs counted in Redis) are not planned this round: they wait, by rank, for
-its running ones to end (the claim script enforces the limit too, across processes).
+its running ones to end (the claim script enforces the limit too, across processes). A
+project's ``share`` in model.json does the same with its ``max`` GPUs, and its ``min``
+puts it first while fewer than that run.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from aigcq.config import Settings
+from aigcq.config import ProjectShare, Settings
 from aigcq.queue.keys import Keys
 from aigcq.queue.store import Window
 from aigcq.scheduler.policy import Pool, Shares, Tuning, Waiting, decayed, time_left
@@ -45,6 +46,7 @@ def tuning(settings: Settings) -> Tuning:
         patience=settings.share_patience,
         margin=settings.share_margin,
         overflow_after_s=settings.overflow_after_ms / 1000,
+        shares=settings.shares,
     )
 
 
@@ -66,25 +68,29 @@ def _within_user_limits(
     return [task for position, task in enumerate(tasks) if position in kept]
 
 
+def _within_ceilings(
+    tasks: list[Waiting], running: Mapping[str, int], ceilings: Mapping[str, int]
+) -> list[Waiting]:
+    """``tasks`` but those of a project beyond what its ``max`` GPUs leave it after its
+    ``running`` ones, by rank (list order on ties): they wait for its runs to end."""
+    if not ceilings:
+        return tasks
+    left = {p: cap - running.get(p, 0) for p, cap in ceilings.items()}
+    kept = set()
+    for position, task in sorted(enumerate(tasks), key=lambda pt: (pt[1].rank, pt[0])):
+        project = task.queue[0]
+        if project not in left or left[project] > 0:
+            kept.add(position)
+            if project in left:
+                left[project] -= 1
+    return [task for position, task in enumerate(tasks) if position in kept]
+
+
 def run_times(runs: Mapping[str, float], default_s: float) -> Callable[[str], float]:
     """A workflow's expected run time on our GPUs (s): its recent mean, else the mean of
     the others', else ``default_s``."""
     unknown = statistics.fmean(runs.values()) if runs else default_s
     return lambda workflow: runs.get(workflow, unknown)
-
-
-def charges(
-    grants: Iterable[tuple[str, str, float]],
-) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
-    """The GPU-seconds ``grants`` (project, userId, expected run time) of our GPUs charge,
-    by project and by (project, user), as :func:`~aigcq.scheduler.policy.plan_round`
-    charges its grants."""
-    projects: defaultdict[str, float] = defaultdict(float)
-    users: defaultdict[tuple[str, str], float] = defaultdict(float)
-    for project, user, run_s in grants:
-        projects[project] += run_s
-        users[(project, user)] += run_s
-    return projects, users
 
 
 def inputs(
@@ -95,9 +101,11 @@ def inputs(
     settings: Settings,
     keys: Keys,
     now: float,
-    paused: Collection[str] = (),
+    projects: Mapping[str, ProjectShare] | None = None,
 ) -> Inputs:
-    """The planner's inputs of ``window`` (the tasks of ``paused`` workflows left out)."""
+    """The planner's inputs of ``window``; ``projects``: the projects' shares of our GPUs
+    (model.json ``share``: a minimum, a ceiling, a weight)."""
+    projects = projects or {}
     run_s = run_times(window.runs, settings.share_default_run_s)
     tasks = _within_user_limits(
         [
@@ -112,13 +120,14 @@ def inputs(
                 credit_s=t.credit_s,
             )
             for t in window.tasks
-            if t.workflow_id not in paused
         ],
         window.users,
         settings.user_max_running,
     )
+    ceilings = {p: share.max for p, share in projects.items() if share.max is not None}
+    tasks = _within_ceilings(tasks, window.running, ceilings)
     busy = [time_left(run_s(w), now - started if started else 0.0) for w, started in window.busy]
-    projects = {t.queue[0] for t in tasks}
+    named = {t.queue[0] for t in tasks}
     users = {(t.queue[0], t.user) for t in tasks if t.user}
     half_life_s = settings.share_half_life_s
 
@@ -126,9 +135,11 @@ def inputs(
         value, at = window.usage.get(key, (0.0, now))
         return decayed(value, now - at, half_life_s)
 
+    weights = {p: share.weight for p, share in projects.items() if share.weight is not None}
     shares = Shares(
-        weights=settings.share_weights,
-        usage={p: recent(keys.usage(p)) for p in projects},
+        weights={**settings.share_weights, **weights},
+        usage={p: recent(keys.usage(p)) for p in named},
         user_usage={(p, u): recent(keys.usage(p, u)) for p, u in users},
+        owed={p: share.min - window.running.get(p, 0) for p, share in projects.items()},
     )
     return Inputs(tasks, Pool(free, free_elsewhere, busy), shares)

@@ -10,7 +10,8 @@ failed, and they run once it is resumed.
   An account is its key: pausing one project's account pauses every project that uses the
   same key on that platform.
 * ``workflow`` (the ``workflowId`` a payload names, or Coze's ``workflow_id``, JimuAI's
-  ``req_key``): its tasks are passed over; the tasks behind them in the same queue run.
+  ``req_key``): its waiting keys leave the queue's ready keys (``reindex.lua``), so the
+  other tasks of the queue run, however many of its tasks wait.
 * ``bridge``: no new task is assigned to it (a drain); the ones it runs finish.
 * ``hold`` (automatic, never an operator's): one project's paid target takes no new create,
   as a paused account but for that project only (no other project with the same key).
@@ -153,6 +154,8 @@ class Pauses:
             changed = bool(await self.redis.hsetnx(self.keys.pauses, field, about))
         else:
             changed = bool(await self.redis.hdel(self.keys.pauses, field))
+        if changed and kind is PauseKind.WORKFLOW:
+            await self.rt.store.reindex_workflow(name)
         if changed:
             await self.redis.publish(self.keys.events, "wake")
             log.warning("%s %s: %s%s", kind, name, "paused" if paused else "resumed",

@@ -17,8 +17,9 @@ waits behind a flood, and a tenant with work waiting always gets a slot once its
 usage is the least (never starved).
 
 *Priority as a time credit.* A task's ``credit_s`` puts it that far ahead of its own
-tenant's later submissions (it is ordered as if submitted that much earlier); it never
-moves it ahead of another tenant's share, so low-priority work is delayed, not starved.
+tenant's later submissions (it is ordered as if submitted that much earlier); between
+tenants (projects, and end users inside a project) it counts for nothing: least recent
+usage per weight, then the oldest task. Low-priority work is delayed, not starved.
 
 *Deadline-aware overflow.* The tasks are laid out in that fair order over the pool (a
 list schedule: each takes the slot that frees first and holds it for its expected run
@@ -128,6 +129,8 @@ class Shares:
     usage: Mapping[str, float] = field(default_factory=dict)
     #: (project, user) -> recent GPU-seconds
     user_usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    #: project -> GPUs its guaranteed minimum still owes it (its ``min`` less what runs)
+    owed: Mapping[str, int] = field(default_factory=dict)
 
     def weight(self, project: str) -> float:
         return max(self.weights.get(project, 1.0), 1e-6)
@@ -151,6 +154,8 @@ class Tuning:
     margin: float = 0.8
     #: a task with no deadline overflows once it has waited this long
     overflow_after_s: float = 0.0
+    #: fair shares between tenants (False: strict first come, first served by rank)
+    shares: bool = True
 
 
 @dataclass(slots=True)
@@ -186,37 +191,42 @@ class _Tenant:
         self.tasks: list[tuple[float, int, Waiting]] = []  # a heap by (rank, list position)
 
     def key(self) -> tuple[float, float, int]:
-        """Its place among its peers: usage per weight, then its next task's age."""
-        rank, position, _ = self.tasks[0]
-        return (self.norm, rank, position)
+        """Its place among its peers: usage per weight, then when its next task was
+        submitted (a priority credit orders a tenant's own tasks, never the tenants)."""
+        _, position, task = self.tasks[0]
+        return (self.norm, task.created, position)
 
 
 class _Project(_Tenant):
     """A project: its users, in a heap by their :meth:`_Tenant.key`."""
 
-    __slots__ = ("users",)
+    __slots__ = ("owed", "users")
 
-    def __init__(self, usage: float, weight: float) -> None:
+    def __init__(self, usage: float, weight: float, owed: int) -> None:
         super().__init__(usage, weight)
+        self.owed = owed
         self.users: list[tuple[tuple[float, float, int], str, _Tenant]] = []
 
-    def key(self) -> tuple[float, float, int]:
-        """Usage per weight, then the age of the task it gives next."""
-        _, rank, position = self.users[0][0]
-        return (self.norm, rank, position)
+    def key(self) -> tuple[int, float, float, int]:  # type: ignore[override]
+        """Whether its guaranteed minimum is met, usage per weight, then the age of the
+        task it gives next."""
+        _, created, position = self.users[0][0]
+        return (0 if self.owed > 0 else 1, self.norm, created, position)
 
 
 def fair_order(tasks: Sequence[Waiting], shares: Shares) -> list[Waiting]:
-    """``tasks`` in the order fair shares give them slots: the project with the least
-    usage per weight, its user with the least usage, that user's task of lowest rank (ties:
-    the oldest, then list order); each task charges its project and its user its run
-    time as it is given its place."""
+    """``tasks`` in the order fair shares give them slots: a project its guaranteed
+    minimum still owes GPUs first, then the project with the least usage per weight; its
+    user with the least usage; that user's task of lowest rank (between tenants of equal
+    usage, the oldest task first, then list order); each task charges its project and its
+    user its run time as it is given its place."""
     projects: dict[str, _Project] = {}
     users: dict[tuple[str, str], _Tenant] = {}
     for position, task in enumerate(tasks):
         name = task.queue[0]
         if name not in projects:
-            projects[name] = _Project(shares.usage.get(name, 0.0), shares.weight(name))
+            usage, weight = shares.usage.get(name, 0.0), shares.weight(name)
+            projects[name] = _Project(usage, weight, shares.owed.get(name, 0))
         who = (name, task.user)
         if who not in users:
             users[who] = _Tenant(shares.user_usage.get(who, 0.0), 1.0)
@@ -236,6 +246,7 @@ def fair_order(tasks: Sequence[Waiting], shares: Shares) -> list[Waiting]:
         _, _, task = heapq.heappop(tenant.tasks)
         out.append(task)
         project.norm += task.run_s / project.weight
+        project.owed -= 1
         tenant.norm += task.run_s
         if tenant.tasks:
             heapq.heappush(project.users, (tenant.key(), user, tenant))
@@ -264,7 +275,8 @@ def plan_round(
             live.append(task)
     room = dict(paid_room)
     rescue = _Rescue(shares, room, now, tuning, tuning.lend_s * pool.size)
-    order = rescue.run(fair_order(live, shares), _slots(pool, now))
+    fair = fair_order(live, shares) if tuning.shares else sorted(live, key=lambda t: t.rank)
+    order = rescue.run(fair, _slots(pool, now))
     for task in rescue.paid:
         decision.paid[task.queue].append(task.task_id)
     slots = _slots(pool, now)
@@ -288,17 +300,6 @@ def plan_round(
         else:
             decision.eta[task.task_id] = at
     return decision
-
-
-def all_start_now(waiting: int, free: int, overdue: int) -> bool:
-    """Whether :func:`plan_round` would grant every one of ``waiting`` tasks a slot free
-    here: they fit in the ``free`` slots and none is past its start deadline (``overdue``:
-    how many are). Each then starts now, so there is nothing to weigh: no order, no
-    overflow (a task is paid only when its place starts later), no rescue (nobody starts
-    late), and each grant charges its task's expected run time as the plan would. A round
-    may then claim them from the heads as fifo does and charge the same GPU-seconds,
-    without reading the look-ahead window."""
-    return overdue == 0 and 0 < waiting <= free
 
 
 def _slots(pool: Pool, now: float) -> list[tuple[float, int]]:

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -25,6 +25,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
 from aigcq.bridges.registry import record_instances
+from aigcq.config import ProjectShare
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.gateway.errors import ClientError, error_responses
 from aigcq.gateway.gateway import Gateway
@@ -133,7 +134,13 @@ class Monitor:
             "pauses": [p.view() for p in await self.pauses.all()],
             "accounts": await self.service.reconciler.view(),
             "budgets": await self.service.paid.budgets.view(spend),
+            "shares": share_rows(rt.config.shares, queues, self._internal_name()),
         }
+
+    def _internal_name(self) -> str:
+        """The internal target's name (its in-flight counts in the queue rows)."""
+        internal = self.service.internal
+        return internal.name if internal is not None else ""
 
     async def _spend(self) -> dict[str, Any]:
         """What paid tasks cost today and this month (UTC), fleet-wide, from Redis."""
@@ -377,3 +384,18 @@ def static_file(name: str) -> Response:
         raise ClientError(ErrorCode.NOT_FOUND, f"no file {name!r}")
     body = (resources.files("aigcq.web") / name).read_bytes()
     return Response(body, media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+
+
+def share_rows(
+    shares: Mapping[str, ProjectShare], queues: list[dict[str, Any]], internal: str
+) -> list[dict[str, Any]]:
+    """Each project's share of our GPUs (model.json ``share``) beside what it runs on them
+    now: its queues' tasks in flight on the ``internal`` target."""
+    running: dict[str, int] = {}
+    for q in queues:
+        running[q["AIGC"]] = running.get(q["AIGC"], 0) + q["inFlight"].get(internal, 0)
+    return [
+        {"AIGC": name, "min": share.min, "max": share.max, "weight": share.weight,
+         "running": running.get(name, 0)}
+        for name, share in sorted(shares.items())
+    ]  # fmt: skip

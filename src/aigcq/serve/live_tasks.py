@@ -147,7 +147,7 @@ async def _delayed(rt: Runtime, wanted: LiveFilter) -> list[Brief]:
 async def _lengths(rt: Runtime, queues: list[tuple[str, str]]) -> list[int]:
     pipe = rt.redis.pipeline(transaction=False)
     for aigc, platform in queues:
-        pipe.llen(rt.store.keys.wait(aigc, platform))
+        pipe.zcard(rt.store.keys.wait(aigc, platform))
     return [int(n) for n in await pipe.execute()]
 
 
@@ -164,7 +164,7 @@ async def _waiting(
             start -= length
             continue
         end = start + room - len(ids) - 1
-        found = await rt.redis.lrange(rt.store.keys.wait(aigc, platform), start, end)
+        found = await rt.redis.zrange(rt.store.keys.wait(aigc, platform), start, end)
         ids += [text(i) for i in found]
         start = 0
     return ids

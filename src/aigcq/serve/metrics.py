@@ -114,13 +114,13 @@ class ServeState:
         keys, queues, targets = rt.store.keys, rt.config.queues(), self._targets()
         pipe = rt.redis.pipeline(transaction=False)
         for aigc, platform in queues:
-            pipe.llen(keys.wait(aigc, platform))
-            pipe.lindex(keys.wait(aigc, platform), 0)
+            pipe.zcard(keys.wait(aigc, platform))
+            pipe.zrange(keys.wait(aigc, platform), 0, 0)
         for aigc, target in targets:
             pipe.zcard(keys.running(aigc, target))
         pipe.zcard(keys.delayed)
         *counts, delayed = await pipe.execute()
-        heads = counts[1 : 2 * len(queues) : 2]
+        heads = [h[0] if h else None for h in counts[1 : 2 * len(queues) : 2]]
         created = await self._created(heads)
         now = time.time()
         depth = _gauge("aigcq_queue_depth", "Tasks waiting, per queue.", ["aigc", "platform"])

@@ -79,6 +79,7 @@ def runtime(settings: Settings, config: PlatformConfig, redis: Redis) -> Runtime
         wait_timeout_ms=settings.redis_wait_timeout_ms,
     )
     store.paid_targets = ",".join(name for name, a in adapters.items() if a.paid)
+    store.usage_terms = f"{settings.share_half_life_s!r} {settings.share_default_run_s!r}"
     client = PlatformClient(
         adapters,
         timeout_s=settings.http_timeout_s,

@@ -175,6 +175,15 @@ function renderQueues(queues) {
   ]));
 }
 
+// Each project's share of our GPUs (model.json "share"): its minimum, ceiling, weight, and
+// what it runs on them now.
+function renderShares(shares) {
+  const rows = shares || [];
+  $("#shares").hidden = !rows.length;
+  const num = (v) => (v === null || v === undefined ? "-" : String(v));
+  fillTable("#shares", rows.map((s) => [s.AIGC, num(s.min), num(s.max), num(s.weight), s.running]));
+}
+
 const seconds = (v) => (v === null || v === undefined ? "-" : v + " s");
 
 // The queue now, as the Queues table shows it: the charts' last point and their caption.
@@ -475,6 +484,7 @@ let snapshots = 0;
 function render(s) {
   renderBridges(s.bridges);
   renderQueues(s.queues);
+  renderShares(s.shares);
   renderTrends(s);
   renderSplit(s.split, s.time);
   renderHealth(s.health);

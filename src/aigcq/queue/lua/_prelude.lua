@@ -10,6 +10,64 @@ local function pollkey(aigc, platform) return P .. ':processPolling:' .. aigc ..
 -- a project's end user's tasks claimed for our GPUs (ZSET id -> deadline), for its limit
 local function userkey(aigc, user) return P .. ':userrun:' .. aigc .. ':' .. user end
 
+-- Waiting work kept by key (issue 37). A queue's waiting tasks are the ZSET ``waitkey``
+-- (id -> rank: submitted minus its priority credit; the seed's WQtasks is its ZCARD), and
+-- each of its keys, one (end user, workflow) pair, is a ZSET of its own (``bykey``). The
+-- queue's keys with waiting work are ``keysof`` (key -> its head's rank); those not held by
+-- a workflow pause are also ``readyof``: a round reads the ready keys' heads, never the
+-- depth of a held key.
+local function keysof(aigc, platform) return P .. ':wkeys:' .. aigc .. ':' .. platform end
+local function readyof(aigc, platform) return P .. ':ready:' .. aigc .. ':' .. platform end
+local function bykey(aigc, platform, key) return P .. ':wq:' .. aigc .. ':' .. platform .. ':' .. key end
+-- a task's key: JSON {userId, workflowId}
+local function key_of(id)
+  local f = redis.call('HMGET', tkey(id), 'userId', 'workflowId')
+  return cjson.encode({f[1] or '', f[2] or ''}), f[2] or ''
+end
+-- whether an operator paused ``workflow`` (aigcq.scheduler.pauses)
+local function workflow_paused(workflow)
+  return redis.call('HEXISTS', P .. ':pauses', 'workflow:' .. workflow) == 1
+end
+-- Index ``key`` of a queue again from its head: in ``keysof`` while it holds tasks, and in
+-- ``readyof`` too unless its workflow is paused.
+local function reindex(aigc, platform, key, workflow)
+  local head = redis.call('ZRANGE', bykey(aigc, platform, key), 0, 0, 'WITHSCORES')
+  if #head == 0 then
+    redis.call('ZREM', keysof(aigc, platform), key)
+    redis.call('ZREM', readyof(aigc, platform), key)
+    return
+  end
+  redis.call('ZADD', keysof(aigc, platform), head[2], key)
+  if workflow_paused(workflow) then
+    redis.call('ZREM', readyof(aigc, platform), key)
+  else
+    redis.call('ZADD', readyof(aigc, platform), head[2], key)
+  end
+end
+-- Queue task ``id`` (waiting) in its queue and its key, at its rank (its ``rank`` field,
+-- else ``rank``).
+local function enqueue(id, aigc, platform, rank)
+  rank = rank or redis.call('HGET', tkey(id), 'rank') or redis.call('HGET', tkey(id), 'created')
+  local key, workflow = key_of(id)
+  redis.call('ZADD', waitkey(aigc, platform), rank, id)
+  redis.call('ZADD', bykey(aigc, platform, key), rank, id)
+  reindex(aigc, platform, key, workflow)
+end
+-- Take task ``id`` out of its queue and its key; whether it was waiting there.
+local function dequeue(id, aigc, platform)
+  if redis.call('ZREM', waitkey(aigc, platform), id) == 0 then return false end
+  local key, workflow = key_of(id)
+  redis.call('ZREM', bykey(aigc, platform, key), id)
+  reindex(aigc, platform, key, workflow)
+  return true
+end
+-- The waiting task of lowest rank among a queue's ready keys (nil: none).
+local function first_ready(aigc, platform)
+  local key = redis.call('ZRANGE', readyof(aigc, platform), 0, 0)[1]
+  if not key then return nil end
+  return redis.call('ZRANGE', bykey(aigc, platform, key), 0, 0)[1]
+end
+
 -- ``csv`` is a comma-separated list of states (a move's FROM, from domain.TRANSITIONS).
 local function allowed(csv, state)
   if not state then return false end
@@ -119,8 +177,51 @@ local function orphan_live(id, h, csv, now)
   return orphaned
 end
 
+-- GPU-seconds a project and its end user ran on our GPUs (each
+-- record "<GPU-seconds> <when>", decayed with half-life ``half`` to ``now`` before
+-- ``seconds`` are added; never below 0; kept 20 half-lives after its last change).
+local function use_gpu(aigc, user, seconds, now, half)
+  local keys = {P .. ':usage:' .. aigc}
+  if user and user ~= '' then keys[2] = P .. ':usage:' .. aigc .. ':user:' .. user end
+  for _, key in ipairs(keys) do
+    local value, at = 0, now
+    local before = redis.call('GET', key)
+    if before then
+      local v, t = string.match(before, '^(%S+) (%S+)$')
+      value, at = tonumber(v) or 0, tonumber(t) or now
+    end
+    value = math.max(value * math.pow(0.5, math.max(now - at, 0) / half) + seconds, 0)
+    redis.call('SET', key, string.format('%.17g %.17g', value, now), 'EX',
+      math.max(math.floor(half * 20), 1))
+  end
+end
+-- A run on our GPUs starts: its project and user are charged its workflow's recent mean
+-- run time (``terms``: "<half-life s> <default run s>", the default before any run of
+-- it), kept on the task (``gpu``: "<charged> <half-life>") to be corrected at its end.
+local function gpu_started(id, aigc, now, terms)
+  local half, default = string.match(terms, '^(%S+) (%S+)$')
+  local k = tkey(id)
+  local f = redis.call('HMGET', k, 'workflowId', 'userId')
+  local mean = redis.call('HGET', P .. ':runs', f[1] or '')
+  local expected = tonumber(mean and string.match(mean, '^(%S+)') or default) or 0
+  use_gpu(aigc, f[2], expected, tonumber(now), tonumber(half))
+  redis.call('HSET', k, 'gpu', string.format('%.17g %s', expected, half))
+end
+-- A run on our GPUs ended (or its task left it): the charge at its start is corrected to
+-- the time it really ran. A task that never started was never charged.
+local function gpu_ended(id, aigc, now)
+  local k = tkey(id)
+  local f = redis.call('HMGET', k, 'gpu', 'started', 'userId')
+  if not f[1] then return end
+  local charged, half = string.match(f[1], '^(%S+) (%S+)$')
+  local ran = math.max(tonumber(now) - (tonumber(f[2]) or tonumber(now)), 0)
+  use_gpu(aigc, f[3], ran - tonumber(charged), tonumber(now), tonumber(half))
+  redis.call('HDEL', k, 'gpu')
+end
+
 -- Take a task out of every in-flight index. ``h`` = {status, attempt, AIGC, platform, target, remoteTaskId}
-local function unlink_inflight(id, h)
+local function unlink_inflight(id, h, now)
+  gpu_ended(id, h[3], now)
   if h[5] and h[5] ~= '' then redis.call('ZREM', runkey(h[3], h[5]), id) end
   local user = redis.call('HGET', tkey(id), 'userId')
   if user then redis.call('ZREM', userkey(h[3], user), id) end

@@ -1,7 +1,8 @@
--- Move up to ``n`` tasks from a wait list to a target, never beyond the target's cap
--- (its tasks in flight plus the unwanted remote tasks still running there): from the
--- head, or those of ``ids`` still in the list (each taken out with LREM, in that order;
--- one another process claimed meanwhile is skipped). Every claim is a new attempt number
+-- Move up to ``n`` waiting tasks of a queue to a target, never beyond the target's cap
+-- (its tasks in flight plus the unwanted remote tasks still running there): the lowest
+-- ranked of its ready keys (first come, first served; a paused workflow's keys are not
+-- ready), or those of ``ids`` still waiting (in that order; one another process claimed
+-- meanwhile is skipped). Each take costs the same at any depth. Every claim is a new attempt number
 -- (its own signed webhook URL) and charges one attempt. Returns a row per task claimed:
 -- {taskId, attempt, payload, backendId, workflowId, created, charged, uncharged, userId}.
 -- With ``user_limit`` > 0 (claimed by ids for our GPUs), a task whose end user
@@ -17,8 +18,12 @@
 --! arg deadline_s:num   how long from now the target has to accept each one
 --! arg ids              '' (the head), or a JSON list of the task ids to claim
 --! arg user_limit:num   most tasks of one userId claimed at once (0: no limit; with ids)
-local wait, run = waitkey(aigc, platform), runkey(aigc, target)
-local following = function() return redis.call('LPOP', wait) end
+local run = runkey(aigc, target)
+local following = function()
+  local id = first_ready(aigc, platform)
+  if id then dequeue(id, aigc, platform) end
+  return id
+end
 if ids ~= '' then
   local listed, i = cjson.decode(ids), 0
   following = function()
@@ -26,7 +31,7 @@ if ids ~= '' then
       i = i + 1
       local user = user_limit > 0 and redis.call('HGET', tkey(listed[i]), 'userId')
       local full = user and redis.call('ZCARD', userkey(aigc, user)) >= user_limit
-      if not full and redis.call('LREM', wait, 1, listed[i]) == 1 then return listed[i] end
+      if not full and dequeue(listed[i], aigc, platform) then return listed[i] end
     end
     return nil
   end

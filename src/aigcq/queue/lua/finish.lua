@@ -95,10 +95,10 @@ local orphaned = ''
 local over = ended and from_attempt == h[2]
 if not over and not replay then orphaned = orphan_live(task_id, h, paid_targets, now) end
 if h[1] == PENDING then
-  redis.call('LREM', waitkey(h[3], h[4]), 1, task_id)
+  dequeue(task_id, h[3], h[4])
   redis.call('ZREM', P .. ':delayed', task_id)
 end
-unlink_inflight(task_id, h)
+unlink_inflight(task_id, h, now)
 redis.call('HSET', k, 'status', to, 'updated', now, 'resultData', result_json, 'error', error_json)
 if over then redis.call('HSET', k, 'endedAttempt', h[2]) end
 note(task_id, now, to, h[2], h[5], info)
@@ -124,7 +124,7 @@ if h[8] == '1' and not quiet then
 end
 -- A slot is free: wake the dispatchers when tasks wait for it. Bridge slots are shared
 -- by every AIGC project, so freeing one always wakes them.
-if h[1] ~= PENDING and (h[5] == 'bridge' or redis.call('LLEN', waitkey(h[3], h[4])) > 0) then
+if h[1] ~= PENDING and (h[5] == 'bridge' or redis.call('ZCARD', waitkey(h[3], h[4])) > 0) then
   redis.call('PUBLISH', P .. ':events', 'wake')
 end
 -- the labels of the task's metrics: AIGC, platform, target, created

@@ -25,6 +25,7 @@
 --! arg holder_of       the task's bridges hash (keys.bridges_of)
 --! arg holder_ttl
 --! arg late_class      the failure whose attempt's remote task is awaited, not cancelled
+--! arg usage_terms     our GPUs: "<half-life s> <default run s>" (a start charges usage; '': none)
 local function hold()
   if holder == '' then return end
   redis.call('HSET', holder_tasks, task_id, attempt)
@@ -56,6 +57,7 @@ if not adopt and (not allowed(FROM.mark_running, h[1]) or h[2] ~= attempt) then
 end
 redis.call('HSET', k, 'status', running, 'remoteTaskId', remote_id, 'updated', now,
   'deadline', deadline, 'started', now)
+if usage_terms ~= '' and not adopt then gpu_started(task_id, h[3], now, usage_terms) end
 if remote_id ~= '' then
   redis.call('SET', P .. ':callback:' .. remote_id, task_id, 'EX', callback_ttl)
   if kind == 'polling' then redis.call('HSET', pollkey(h[3], h[4]), remote_id, task_id) end

@@ -1,4 +1,4 @@
--- Hand a task back to the head of its wait queue, or to the delayed set for back-off; its
+-- Hand a task back to its wait queue (at its rank, among the oldest), or to the delayed set for back-off; its
 -- next claim is a new attempt either way. One script for the moves back to waiting:
 -- ``move`` names the one made, and its TaskStore method sets the rest. ``uncharge`` gives
 -- back the attempt this one charged (the target never ran it), at most ``free_limit``
@@ -25,7 +25,7 @@ if not h[1] then return -1 end
 if not allowed(FROM[move], h[1]) or h[2] ~= attempt then return 0 end
 if remote_id ~= '' and h[6] ~= remote_id then return 0 end
 if unsent_only and h[9] then return 0 end
-unlink_inflight(task_id, h)
+unlink_inflight(task_id, h, now)
 if not ended then orphan_live(task_id, h, paid_targets, now) end
 if uncharge then
   local free = redis.call('HINCRBY', k, 'uncharged', 1)
@@ -38,7 +38,7 @@ redis.call('HDEL', k, 'createId', 'createAt', 'unknowns')
 if ready_at > tonumber(now) then
   redis.call('ZADD', P .. ':delayed', ready_at, task_id)
 else
-  redis.call('LPUSH', waitkey(h[3], h[4]), task_id)
+  enqueue(task_id, h[3], h[4])
 end
 note(task_id, now, TO[move], h[2], h[5], reason)
 redis.call('PUBLISH', P .. ':events', 'wake')

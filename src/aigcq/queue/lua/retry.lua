@@ -1,4 +1,4 @@
--- Put a finished (failed / cancelled) task back at the tail of its wait queue; its next
+-- Put a finished (failed / cancelled) task back in its wait queue, ranked as submitted now; its next
 -- claim is a new attempt, so callbacks signed for earlier attempts stay fenced off, and it
 -- has its whole attempt budget again. Never so that a paid platform is paid twice: a task
 -- with a paid result kept (keep_paid_result) is left for its delivery (finish.lua's
@@ -23,13 +23,13 @@ for _, field in ipairs(redis.call('HKEYS', k)) do
 end
 redis.call('HSET', k, 'status', TO.retry, 'target', '', 'remoteTaskId', '', 'updated', now,
   'deadline', 0)
-redis.call('HSET', k, 'charged', 0, 'uncharged', 0)
+redis.call('HSET', k, 'charged', 0, 'uncharged', 0, 'rank', now)
 redis.call('HDEL', k, 'resultData', 'error', 'createId', 'createAt', 'unknowns', 'endedAttempt')
 redis.call('PERSIST', k)
 redis.call('PERSIST', tlkey(task_id))
 redis.call('LREM', P .. ':recent', 0, task_id)
 redis.call('ZREM', P .. ':replayable', task_id)
-redis.call('RPUSH', waitkey(h[3], h[4]), task_id)
+enqueue(task_id, h[3], h[4], now)
 redis.call('SADD', P .. ':queues', h[3] .. ':' .. h[4])
 note(task_id, now, TO.retry, h[2], '', info)
 redis.call('PUBLISH', P .. ':events', 'wake')

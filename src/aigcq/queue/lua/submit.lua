@@ -1,4 +1,4 @@
--- Create a task and queue it at the tail of its wait list. A task id that exists already
+-- Create a task and queue it at its rank (now, less its priority credit). A task id that exists already
 -- is left as it is. Returns {1 created | 0 existing, its state, its backendId}.
 --! move submit
 --! arg task_id
@@ -21,7 +21,9 @@ redis.call('HSET', k, 'taskId', task_id, 'platform', platform, 'AIGC', aigc, 'ba
 if max_cost ~= '' then redis.call('HSET', k, 'maxCost', max_cost) end
 if order ~= '[]' then redis.call('HSET', k, unpack(cjson.decode(order))) end
 if expires_at ~= '' then redis.call('ZADD', P .. ':startby', expires_at, task_id) end
-redis.call('RPUSH', waitkey(aigc, platform), task_id)
+local rank = tonumber(now) - tonumber(redis.call('HGET', k, 'credit') or 0)
+if rank ~= tonumber(now) then redis.call('HSET', k, 'rank', rank) end
+enqueue(task_id, aigc, platform, rank)
 redis.call('SADD', P .. ':queues', aigc .. ':' .. platform)
 note(task_id, now, TO.submit, 0, '', 'submitted')
 redis.call('PUBLISH', P .. ':events', 'wake')

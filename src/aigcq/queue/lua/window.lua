@@ -1,49 +1,74 @@
--- What a dispatch round of the fair policy weighs (issue 27, aigcq.scheduler.fair), read in
--- one step: the first ``n`` waiting tasks of each queue (its look-ahead window) with the
--- fields the planner needs, the tasks in flight on the internal target in those projects
--- (their workflow and when they started, for the time left of each busy slot), every
--- workflow's recent mean run time, and the decayed usage of the window's projects and
--- users (a task that started once, an attempt charged, has no start deadline any more).
+-- What a dispatch round weighs (issue 37, aigcq.scheduler.fair), read in one step: of each
+-- queue, the first ``n`` waiting tasks of every ready key (a key: one end user's tasks of
+-- one workflow; a paused workflow's keys are not ready, and a key whose user is at
+-- ``user_limit`` is passed over with one ZCARD), so a held key costs nothing however deep
+-- it is; then the ``dated`` waiting tasks of these queues with the earliest start
+-- deadlines, wherever they sit; with the fields the planner needs, the tasks in flight on
+-- the internal target in those projects (their workflow and when they started), every
+-- workflow's recent mean run time, and the decayed usage of the projects and users read (a
+-- task that started once, an attempt charged, has no start deadline any more).
 -- Returns it as JSON: {tasks = {{aigc, platform, id, created, workflowId, userId,
 -- credit, startBy, keepWaiting}, ...}, busy = {{workflowId, started}, ...}, runs = {flat
 -- HGETALL}, usage = {key = "<value> <at>"}, users = {"<aigc>\n<userId>" = tasks of that
--- user claimed for our GPUs (with user_limit > 0)}}.
+-- user claimed for our GPUs (with user_limit > 0)}, running = {aigc = its tasks in flight
+-- on the internal target}}.
 --! no move: it only reads
 --! arg queues          a JSON list of {aigc, platform}
---! arg n:num           tasks of each queue's head
---! arg start:num       from this index of each queue's list (a page further back: 0, the head)
+--! arg n:num           tasks of each ready key's head
+--! arg dated:num       waiting tasks with the earliest start deadlines read besides
 --! arg target          the internal target's name (its running sets)
 --! arg busy_max:num    tasks in flight read per project, at most (0: 4096 if dated; < 0: never)
 --! arg user_limit:num  the per-user limit (0: none, their counts are not read)
-local out = {tasks = {}, busy = {}, usage = {}, users = {}}
-local usage_keys, projects, dated = {}, {}, false
+local out = {tasks = {}, busy = {}, usage = {}, users = {}, running = {}}
+local usage_keys, projects, served, seen, dated_any = {}, {}, {}, {}, false
 local function want(key) usage_keys[key] = true end
+local function limited(aigc, user)
+  if user_limit <= 0 or user == '' then return false end
+  local who = aigc .. '\n' .. user
+  if out.users[who] == nil then out.users[who] = redis.call('ZCARD', userkey(aigc, user)) end
+  return out.users[who] >= user_limit
+end
+local function add(aigc, platform, id)
+  if seen[id] then return end
+  seen[id] = true
+  local f = redis.call('HMGET', tkey(id), 'created', 'workflowId', 'userId', 'credit',
+    'startBy', 'keepWaiting', 'charged')
+  if not f[1] then return end
+  if tonumber(f[7] or 0) > 0 then f[5] = false end  -- it started once: no start deadline
+  if f[5] then dated_any = true end
+  out.tasks[#out.tasks + 1] = {aigc, platform, id, f[1], f[2] or '', f[3] or '',
+    f[4] or '', f[5] or '', f[6] or ''}
+  if f[3] then want(P .. ':usage:' .. aigc .. ':user:' .. f[3]) end
+end
 for _, q in ipairs(cjson.decode(queues)) do
   local aigc, platform = q[1], q[2]
+  served[aigc .. ':' .. platform] = true
   if not projects[aigc] then
     projects[aigc] = true
     want(P .. ':usage:' .. aigc)
+    out.running[aigc] = redis.call('ZCARD', runkey(aigc, target))
   end
-  for _, id in ipairs(redis.call('LRANGE', waitkey(aigc, platform), start, start + n - 1)) do
-    local f = redis.call('HMGET', tkey(id), 'created', 'workflowId', 'userId', 'credit',
-      'startBy', 'keepWaiting', 'charged')
-    if tonumber(f[7] or 0) > 0 then f[5] = false end  -- it started once: no start deadline
-    if f[5] then dated = true end
-    if f[1] then
-      out.tasks[#out.tasks + 1] = {aigc, platform, id, f[1], f[2] or '', f[3] or '',
-        f[4] or '', f[5] or '', f[6] or ''}
-      if f[3] then
-        want(P .. ':usage:' .. aigc .. ':user:' .. f[3])
-        if user_limit > 0 then
-          out.users[aigc .. '\n' .. f[3]] = redis.call('ZCARD', userkey(aigc, f[3]))
-        end
+  for _, key in ipairs(redis.call('ZRANGE', readyof(aigc, platform), 0, -1)) do
+    if not limited(aigc, cjson.decode(key)[1]) then
+      for _, id in ipairs(redis.call('ZRANGE', bykey(aigc, platform, key), 0, n - 1)) do
+        add(aigc, platform, id)
       end
     end
   end
 end
+-- every start deadline counts, however deep its task: the earliest ones of these queues
+if dated > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', P .. ':startby', 0, dated - 1)) do
+    local h = redis.call('HMGET', tkey(id), 'AIGC', 'platform', 'status', 'workflowId', 'userId')
+    if h[3] == PENDING and served[(h[1] or '') .. ':' .. (h[2] or '')]
+      and not workflow_paused(h[4] or '') and not limited(h[1], h[5] or '') then
+      add(h[1], h[2], id)
+    end
+  end
+end
 -- the busy slots' time left matters to a task's estimated start: read when a paid
--- platform has room (busy_max > 0) or a task of the window has a start deadline
-if busy_max > 0 or (dated and busy_max == 0) then
+-- platform has room (busy_max > 0) or a task read has a start deadline
+if busy_max > 0 or (dated_any and busy_max == 0) then
   local limit = math.max(busy_max, 4096)
   for aigc in pairs(projects) do
     for _, id in ipairs(redis.call('ZRANGE', runkey(aigc, target), 0, limit - 1)) do
