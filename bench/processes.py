@@ -95,6 +95,8 @@ class Cluster:
         port = free_port()
         if kind == "comfyui":  # its outputs under the test's tmp dir, not ./.aigcq
             args = ("--output-dir", str(self.tmp / f"comfyui-{port}"), *args)
+        if kind == "runninghub" and "--workflow-id" not in args:  # the runs' many ids
+            args = ("--any-workflow", *args)
         proc = Proc(
             ["emulate", kind, "--port", str(port), *args], {}, self.tmp / f"{kind}-{port}.log"
         )

@@ -47,8 +47,8 @@ _M = TypeVar("_M", bound=BaseModel)
 class IdBinding(enum.StrEnum):
     """Which backendIds a client JWT may use (``AIGCQ_BIND_CLIENT_IDS``)."""
 
-    SUB = "sub"  # a JWT naming its client (sub) is bound to it; one without sub is not
-    ALL = "all"  # every JWT is bound; one without sub may use no id
+    SUB = "sub"  # a JWT naming ids (sub, ids claim) is bound to them; one naming none is not
+    ALL = "all"  # every JWT is bound; one naming no id may use none
     OFF = "off"  # any valid token, any id (the original system's behaviour)
 
     @classmethod
@@ -94,8 +94,8 @@ class Settings(HttpLimits):
         IdBinding.SUB,
         validation_alias=_env("BIND_CLIENT_IDS"),
         description=(
-            "sub: a client JWT with a sub may only use backendId = its sub or sub-<anything>;"
-            " all: every JWT (none without sub); off: any id (the original system)."
+            "sub: a client JWT naming ids (its sub, its ids claim) may only use those;"
+            " all: every JWT (none naming no id); off: any id (the original system)."
         ),
     )
     admin_token: str = Field("", validation_alias=_env("ADMIN_TOKEN"))
@@ -500,7 +500,9 @@ class Settings(HttpLimits):
         "none", validation_alias=_env("ADMISSION"), description="none | quota | billing"
     )
     admission_quota: int = Field(
-        0, validation_alias=_env("ADMISSION_QUOTA"), description="Default per-client task quota."
+        0,
+        validation_alias=_env("ADMISSION_QUOTA"),
+        description="Starting task quota of each principal (a token's sub).",
     )
     billing_url: str = Field("", validation_alias=_env("BILLING_URL"))
 
@@ -789,6 +791,20 @@ class PlatformConfig:
 
     def account(self, aigc: str, platform: str) -> PlatformAccount | None:
         return self.accounts.get(aigc, {}).get(platform)
+
+    def minimums_beyond(self, fleet: int) -> str:
+        """What guarantees more GPUs than ``fleet`` (``AIGCQ_INTERNAL_CAPACITY_MAX``; 0:
+        unknown, nothing is) in the projects' ``share.min`` ("": nothing does)."""
+        total = sum(share.min for share in self.shares.values())
+        if fleet <= 0 or total <= fleet:
+            return ""
+        mins = ", ".join(
+            f"'{p}.share.min' {s.min}" for p, s in sorted(self.shares.items()) if s.min
+        )
+        return (
+            f"the projects' guaranteed minimums ({mins}) add up to {total} GPUs, more than "
+            f"AIGCQ_INTERNAL_CAPACITY_MAX={fleet}"
+        )
 
     def kind_of(self, platform: str) -> str:
         return "polling" if platform in self.kinds.polling else "callback"

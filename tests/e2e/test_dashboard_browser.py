@@ -235,6 +235,8 @@ async def test_the_controls_panel_pauses_cancels_by_filter_and_resumes(
         client = await env.client()
         await submit(client, ["h1", "h2"])
         await page.wait_for(f"{cell('queues', 'comfyui', 2)} === '2'")  # held, not sent
+        held_by = f"{cell('queues', 'comfyui', 6)} === 'project proj paused (incident 7)'"
+        await page.wait_for(held_by)  # what holds them, next to the queue (issue 41 §2)
         result = "document.querySelector('#bulk-result').textContent"
         await page.eval(
             "document.querySelector('#bulk-project').value = 'proj';"

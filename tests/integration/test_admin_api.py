@@ -84,7 +84,7 @@ async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
     assert set(first) == {
         *("time", "bridges", "queues", "split", "trends", "health", "recent"),
         *("overflow", "spend", "asynch", "pauses"),  # asynch: None without AIGCQ_ASYNCH_URL
-        *("accounts", "budgets"),
+        *("accounts", "budgets", "shares"),
     }
     assert first["pauses"] == []
     assert first["asynch"] is None
@@ -100,6 +100,7 @@ async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
             "inFlight": {"bridge": 0, "runninghub": 0},
             "capacity": {"bridge": 2, "runninghub": 0},
             "oldestWaitS": 0.0,
+            "heldBy": [],  # nothing holds its work
         }
     ]
     assert second["health"]["state"] == "healthy"

@@ -324,3 +324,25 @@ async def test_a_task_id_comfyui_ran_before_gets_its_own_result(env: Env, tmp_pa
             result = await env.end_for("again")
         [file] = result["data"]
         assert file["fileUrl"].rsplit("/", 1)[1].startswith("bt_"), file  # not old_*
+
+
+async def test_finished_prompts_history_is_deleted_in_one_batch(env: Env, tmp_path: Path) -> None:
+    """Each finished prompt's history entry (its outputs, kept by ComfyUI) is deleted once
+    the bridge has read it, several by one ``POST /history {"delete": [...]}``: not a
+    call per prompt (issue 42 item 14)."""
+    config = ComfyUIConfig(output_dir=tmp_path / "output", step_time=0.01, steps=1)
+    app = create_app(config)
+    emulator: ComfyUIEmulator = app.state.emulator
+    async with serve_killable(app) as served:
+        settings = env.settings.model_copy(update={"comfyui": [served.url]})
+        async with Bridge(settings):
+            await env.hub.next("REGISTER")
+            for task_id in ("h1", "h2", "h3", "h4"):
+                await env.hub.send("TASK_ASSIGN", env.assign(task_id, workflow=GRAPH))
+                assert (await env.end_for(task_id))["code"] == 0
+            await until(lambda: _history_ids(emulator), lambda ids: not ids, within=10)
+        assert emulator.history_posts == 1
+
+
+async def _history_ids(emulator: ComfyUIEmulator) -> list[str]:
+    return list(emulator.history)

@@ -74,6 +74,8 @@ async def test_a_project_s_daily_budget_holds_its_paid_target_and_tasks_wait_for
         view = await refused.view()
         [project] = view["projects"]
         assert project["day"]["reached"] and project["day"]["spent"] == 2.0
+        [queue] = (await env.service.monitor.snapshot(sample=False))["queues"]
+        assert [h.split(" (")[0] for h in queue["heldBy"]] == ["budget hold proj/runninghub"]
         bridge = await Bridge.connect(int(env.base.rsplit(":", 1)[1]))
         await bridge.register(count=1)
         assign = await bridge.next()

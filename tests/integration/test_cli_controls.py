@@ -7,6 +7,7 @@ import asyncio
 from functools import partial
 from pathlib import Path
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 from typer.testing import CliRunner, Result
@@ -113,3 +114,38 @@ def test_since_takes_ago_a_local_time_or_an_iso_time() -> None:
     assert since_time("14:05", now) < now + 86400
     with pytest.raises(InputError, match="is no time"):
         since_time("soon", now)
+
+
+def queue_line(out: str, aigc: str) -> str:
+    """The row of ``aigcq status``'s queues table for project ``aigc``."""
+    return next(line for line in out.splitlines() if f"│ {aigc} " in line and "comfyui" in line)
+
+
+async def test_status_shows_what_holds_a_queue_next_to_it(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """A paused project's waiting tasks with free paid capacity: `aigcq status` says the
+    pause holds them, on the project's queue; an account's pause and a drain too (issue 41
+    §2)."""
+    async with paid_stack(tmp_path, redis, redis_url, admin_token=ADMIN) as env:
+        await aigcq(env, "pause", "project", "proj", "--note", "deploy")
+        for i in range(5):
+            await env.client.request(generate(f"held-{i}"))
+        await until(partial(env.task, "held-4"), lambda t: t.state is TaskState.PENDING)
+        status = await aigcq(env, "status")
+        assert status.exit_code == 0, status.output
+        row = queue_line(status.stdout, "proj")
+        assert " 5 " in row and "project proj paused (deploy)" in row, status.stdout
+        await aigcq(env, "pause", "account", "proj/comfyui")
+        row = queue_line((await aigcq(env, "status")).stdout, "proj")
+        assert "account proj/runninghub paused" in row
+        async with httpx.AsyncClient(base_url=env.base) as http:  # what the dashboard reads
+            headers = {"Authorization": f"Bearer {ADMIN}"}
+            snapshot = (await http.get("/api/admin/snapshot", headers=headers)).json()
+        [queue] = [
+            q for q in snapshot["queues"] if (q["AIGC"], q["platform"]) == ("proj", "comfyui")
+        ]
+        assert queue["heldBy"] == [
+            "account proj/runninghub paused",
+            "project proj paused (deploy)",
+        ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime
 from functools import partial
@@ -118,10 +119,32 @@ async def test_tasks_list_shows_where_since_when_and_why(env: Env) -> None:
     result = await cli(env, "tasks", "list")
     assert result.exit_code == 0, result.output
     assert "tasks 1–5 of 5" in result.stdout
-    row = next(line for line in result.stdout.splitlines() if " f1 " in line)
+    row = next(line for line in result.stdout.splitlines() if line.startswith("f1 "))
     assert "failed" in row and "bridge" in row and "b1" in row
     assert f"PromptValidation (task): {PROMPT_INVALID['message']}" in row
     assert "more:" not in result.stdout
+
+
+@pytest.mark.parametrize("columns", ["120", "140"])
+async def test_tasks_list_never_cuts_a_task_id(env: Env, columns: str) -> None:
+    """32-character ids (a UUID's hex), the failure column shown: each id whole, on one
+    line, to paste into `tasks show`."""
+    bridge = await env.bridge()
+    await bridge.register(count=1)
+    b1 = await env.client()
+    ids = [uuid.uuid4().hex for _ in range(3)]
+    for task_id in ids:
+        await b1.request(generate(task_id))
+        assign = await bridge.next()
+        await bridge.ack(task_id)
+        assert await task_end(env, assign["data"]["webhookUrl"], failure=PROMPT_INVALID) == 200
+        await until(partial(state, env, task_id), lambda s: s == "failed")
+    argv = ["tasks", "list", "--server", env.base, "--token", ADMIN]
+    invoke = partial(CliRunner().invoke, app, argv, env={"COLUMNS": columns})
+    result = await asyncio.to_thread(invoke)
+    assert result.exit_code == 0, result.output
+    assert "(task):" in result.stdout  # the failure column is shown (PromptValidation)
+    assert all(task_id in result.stdout for task_id in ids), result.stdout
 
 
 async def test_tasks_list_pages(env: Env) -> None:
@@ -177,6 +200,29 @@ async def test_where_aigcq_up_runs_the_servers_admin_token_comes_before_a_client
     result = await asyncio.to_thread(run)
     assert result.exit_code == 0, result.output
     assert "tasks 0–0 of 0" in result.stdout
+
+
+async def test_every_operator_verb_finds_the_servers_admin_token_the_same_way(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where `aigcq up` runs, with a client JWT in AIGCQ_CLIENT_TOKEN (the quick tour):
+    status, tasks show and tasks cancel act as the operator, as tasks list does."""
+    await (await client_b2(env)).request(generate("theirs"))  # no capacity: it waits
+    (tmp_path / ".aigcq").mkdir()
+    (tmp_path / ".aigcq" / "secrets.json").write_text(json.dumps({"admin_token": ADMIN}))
+    monkeypatch.chdir(tmp_path)
+
+    async def run(*args: str) -> Result:
+        argv = [*args, "--server", env.base]
+        invoke = partial(CliRunner().invoke, app, argv, env={"AIGCQ_CLIENT_TOKEN": CLIENT})
+        result = await asyncio.to_thread(invoke)
+        assert result.exit_code == 0, result.output
+        return result
+
+    assert "bridges" in (await run("status")).stdout  # a table of the admin snapshot
+    assert "task theirs: pending" in (await run("tasks", "show", "theirs")).stdout
+    assert (await run("tasks", "cancel", "theirs")).stdout.strip() == "theirs: cancelled"
+    assert await state(env, "theirs") == "cancelled"
 
 
 async def test_tasks_cancel_cancels_and_names_each_refusal(env: Env) -> None:
@@ -262,3 +308,32 @@ async def test_an_unknown_bridge_is_refused_unless_ahead(env: Env) -> None:
     assert row is not None and row["drained"]
     line = one_error_line(await cli(env, "bridges", "undrain", "br1", token=CLIENT), 1)
     assert line.startswith("error: AuthError: ")
+
+
+def instances(*ids: str) -> list[dict[str, Any]]:
+    return [{"instanceId": i, "url": f"http://{i}", "state": "idle"} for i in ids]
+
+
+async def test_a_replaced_bridge_leaves_the_picture_and_one_gone_is_offline(env: Env) -> None:
+    """A bridge restarted under a new id on the same machine (its ComfyUI instances now the
+    new one's) is not listed as an offline bridge in rotation beside it; a bridge that left
+    and was not replaced is listed offline, out of rotation, until its record expires
+    (issue 41 §2)."""
+    old = await env.bridge()
+    await old.register("br-old", count=2, instances=instances("gpu:8188", "gpu:8189"))
+    gone = await env.bridge()
+    await gone.register("br-gone", count=1, instances=instances("other:8188"))
+    await until(partial(bridge_row, env, "br-gone"), lambda b: b is not None)
+    await old.ws.close()
+    await gone.ws.close()
+    await until(partial(bridge_row, env, "br-old"), lambda b: b is not None and not b["online"])
+    new = await env.bridge()
+    await new.register("br-new", count=2, instances=instances("gpu:8188", "gpu:8189"))
+    await until(partial(bridge_row, env, "br-new"), lambda b: b is not None and b["online"])
+    assert await bridge_row(env, "br-old") is None  # replaced by br-new
+    left = await bridge_row(env, "br-gone")
+    assert left is not None and not left["online"] and not left["inRotation"]
+    ttl = await env.redis.ttl(env.service.rt.store.keys.bridge("br-gone"))
+    assert 0 < ttl <= 600  # it leaves the picture with its record
+    status = await cli(env, "status")
+    assert "br-old" not in status.stdout and "br-new" in status.stdout, status.stdout

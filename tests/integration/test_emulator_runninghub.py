@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -17,6 +19,7 @@ from aigcq.emulators._webhook import WebhookPoster
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.platforms.base import Accepted, Failed, Full, NotFound, Pending, Rejected, Succeeded
 from aigcq.platforms.runninghub import RunningHubAdapter
+from tests.fakes.processes import free_port, wait_http
 from tests.fakes.servers import Recorder, send, serve_app
 from tests.fakes.waiting import until
 
@@ -380,3 +383,41 @@ async def test_a_slow_cancel_ends_the_task_later() -> None:
             lambda s: s["data"] == "FAILED",
         )
         assert ended["code"] == 0
+
+
+@contextlib.contextmanager
+def emulator_process(*options: str) -> Iterator[str]:
+    """``aigcq emulate runninghub OPTIONS`` as a user runs it; its base URL."""
+    port = free_port()
+    args = [sys.executable, "-m", "aigcq", "emulate", "runninghub", "--port", str(port)]
+    proc = subprocess.Popen([*args, *options], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/_emulator/stats", timeout=30)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def created_code(base: str, workflow_id: str) -> int:
+    body = {"apiKey": KEY, "workflowId": workflow_id, "nodeInfoList": []}
+    return int(httpx.post(f"{base}/task/openapi/create", json=body, timeout=5).json()["code"])
+
+
+@pytest.mark.parametrize(
+    ("options", "known", "unknown"),
+    [
+        ((), ["1"], ["1904", "no-such-workflow"]),  # the README's workflow id
+        (("--workflow-id", "1904", "--workflow-id", "demo"), ["1904", "demo"], ["1"]),
+        (("--any-workflow",), ["1", "1904", "no-such-workflow"], []),
+    ],
+)
+def test_the_command_knows_the_workflows_it_was_given_and_refuses_the_others(
+    options: tuple[str, ...], known: list[str], unknown: list[str]
+) -> None:
+    """RunningHub answers 380 WORKFLOW_NOT_EXISTS for a workflow id that does not exist;
+    the emulator a user runs knows the ids it was given (`--workflow-id`, default 1)."""
+    with emulator_process(*options) as base:
+        assert [created_code(base, w) for w in known] == [0] * len(known)
+        assert [created_code(base, w) for w in unknown] == [380] * len(unknown)

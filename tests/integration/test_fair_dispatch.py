@@ -315,13 +315,13 @@ async def test_a_limited_users_deep_batch_leaves_the_other_gpu_to_another_user(
         tmp_path, redis, redis_url, concurrency=0, projects=("calm",), user_max_running=1
     ) as pair:
         a, b = pair.a, pair.b
+        bridge = await bridge_on(a, "br1", count=2, seen_by=b)
         client = await b.client()
         for i in range(1500):
             await client.send({**generate(f"batch-{i}", aigc="calm"), "userId": "heavy"})
         for _ in range(1500):
             assert (await client.next(timeout=60))["type"] == "submitted"
         await submitted(client, "single", "calm", userId="light")
-        bridge = await bridge_on(a, "br1", count=2, seen_by=b)
         got = {(await assigned(bridge))[0], (await assigned(bridge))[0]}
         assert got == {"batch-0", "single"}
         with pytest.raises(TimeoutError):

@@ -353,3 +353,26 @@ async def test_each_instance_is_published_under_the_seeds_key(env: Env) -> None:
     index = await env.redis.hgetall("md:state:instances")
     assert sorted(index) == ["i0", "i1"]
     assert '"status":"offline"' in index["i1"]
+
+
+async def test_a_seed_bridge_s_instances_are_published_as_bridge_id_and_number(env: Env) -> None:
+    """A seed-format bridge reports counts only (no per-instance list): its instances are
+    ``{bridgeId}-{n}``, busy with its tasks first, so seed 000 §8.1.1's keys exist for
+    every bridge (issue 41 §2)."""
+    bridge = await env.bridge()
+    await bridge.register("seed", count=3)
+    await (await env.client()).request(generate("s1"))
+    assign = await bridge.next()
+    await bridge.ack(assign["data"]["taskId"])
+
+    async def index() -> dict[str, str]:
+        found: dict[str, str] = await env.redis.hgetall("md:state:instances")
+        return found
+
+    found = await until(index, lambda i: '"currentTaskId":"s1"' in i.get("seed-1", ""), 5.0)
+    assert sorted(found) == ["seed-1", "seed-2", "seed-3"]
+    first = await env.redis.hgetall("md:state:instances:seed-1")
+    assert (first["bridgeId"], first["status"], first["currentTaskId"]) == ("seed", "busy", "s1")
+    idle = await env.redis.hgetall("md:state:instances:seed-3")
+    assert (idle["status"], idle["currentTaskId"]) == ("online", "")
+    assert await env.redis.ttl("md:state:instances:seed-2") > 0

@@ -342,3 +342,29 @@ async def test_a_webhook_faster_than_the_create_reply_leaves_nothing_to_cancel(
         keys = env.service.rt.store.keys
         assert await redis.zcard(keys.orphans("proj", "runninghub")) == 0
         assert (await env.records())[RH_KEY]["cancels"] == []
+
+
+# ---- a workflow RunningHub does not have (issue 41 §2) ------------------------------------
+
+
+async def test_a_workflow_runninghub_does_not_have_fails_at_once_and_frees_the_account(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """RunningHub refuses the create 380 WORKFLOW_NOT_EXISTS: the task fails with that
+    code, is not sent again, and the account's one slot is free for the next task."""
+    rh = RunningHubEmulatorConfig(duration_s=0.2, workflow_ids={"1904136902449209346"})
+    async with paid_stack(tmp_path, redis, redis_url, rh=rh, model=models(1)) as env:
+        await env.client.request(generate("nope", workflowId="no-such", nodeInfoList=[]))
+        await env.client.request(generate("next"))
+        await env.client.collect(2, timeout=20)
+        refused = env.client.results["nope"][0]
+        assert refused["status"] == "failed"
+        assert refused["error"] == {
+            "code": "RH_380",
+            "message": "WORKFLOW_NOT_EXISTS",
+            "detail": None,
+        }
+        assert env.client.results["next"][0]["status"] == "success"
+        assert await env.creates("nope") == []
+        task = await env.task("nope")
+        assert task.state is TaskState.FAILED and task.attempt == 1

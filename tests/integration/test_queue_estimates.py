@@ -40,8 +40,12 @@ async def served(
 ) -> AsyncIterator[Env]:
     """Serve with the bridge hub and no paid capacity; the estimates are refreshed by the
     test (:func:`refresh`), so none comes between two steps it checks (or every
-    ``every_s``)."""
+    ``every_s``). The default run time is set, as an operator who knows it would: an ETA
+    has that basis before any run is recorded."""
     (tmp_path / "model.json").write_text(NO_PAID)
+    default_run_s = more.pop("share_default_run_s", 10.0)  # None: not set
+    if default_run_s is not None:
+        more["share_default_run_s"] = default_run_s
     settings = Settings(
         redis_url=redis_url,
         token_secret=SECRET,
@@ -267,3 +271,29 @@ async def test_the_estimate_follows_the_policy_in_force(
         await refresh(env)
         positions = [(await task_view(env, t))["position"] for t in ("p0", "p1", "p2")]
         assert positions == [1, 2, 0]
+
+
+async def test_no_eta_is_told_before_it_has_a_basis(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Issue 37 item 7: on a fresh fleet (no run recorded, no AIGCQ_SHARE_DEFAULT_RUN_S
+    set) a start time would be the default's guess (10 s a task, 5-10x off for one-second
+    tasks on real ComfyUI): positions only. The first run recorded gives the ETAs their
+    basis, and the clients hear it."""
+    async with served(tmp_path, redis, redis_url, share_default_run_s=None) as env:
+        bridge = await env.bridge()
+        await bridge.register(count=1)
+        client = await env.client()
+        await client.request(generate("f0"))
+        assign = await bridge.next()
+        await bridge.ack("f0")
+        await until(lambda: env.task("f0"), lambda t: t.state == "running")
+        await refresh(env)
+        reply = await client.request(generate("f1"))
+        assert (reply["position"], reply["etaStartMs"]) == (0, None), reply
+        assert await task_end(env, assign["data"]["webhookUrl"]) == 200
+        await bridge.next()  # f1 runs; f2 waits behind it, timed by f0's run
+        await bridge.ack("f1")
+        await client.request(generate("f2"))
+        update = await update_of(env, client, "f2")
+        assert update["position"] == 0 and update["etaStartMs"] is not None

@@ -24,14 +24,12 @@ from tests.fakes.cli import one_error_line
 from tests.fakes.servers import closed_port as refusing_port
 
 PAYLOAD = '{"workflowId": "1"}'
-CLIENT_COMMANDS = [
+CLIENT_COMMANDS = [["submit", "comfyui", PAYLOAD]]
+#: the operator's: each finds the admin token the same way (a client token as --token too)
+ADMIN_COMMANDS = [
     ["status"],
     ["tasks", "show", "t1"],
     ["tasks", "cancel", "t1"],
-    ["submit", "comfyui", PAYLOAD],
-]
-#: the operator's: they want the admin token
-ADMIN_COMMANDS = [
     ["tasks", "list"],
     ["tasks", "retry", "t1"],
     ["bridges", "drain", "br1"],
@@ -75,26 +73,29 @@ def test_no_admin_token_says_where_it_is(command: list[str], closed_port: int) -
     )
 
 
+@pytest.mark.parametrize("command", ADMIN_COMMANDS)
 @pytest.mark.parametrize(
     ("where", "text"),
     [(".aigcq/secrets.json", '{"admin_token": "from-up"}'), (".env", "AIGCQ_ADMIN_TOKEN=x\n")],
 )
 def test_where_aigcq_up_runs_admin_commands_need_no_token(
-    where: str, text: str, closed_port: int, tmp_path: Path
+    command: list[str], where: str, text: str, closed_port: int, tmp_path: Path
 ) -> None:
     (tmp_path / where).parent.mkdir(exist_ok=True)
     (tmp_path / where).write_text(text)
-    line = one_error_line(run("tasks", "list", "--server", f"127.0.0.1:{closed_port}"), 1)
+    line = one_error_line(run(*command, "--server", f"127.0.0.1:{closed_port}"), 1)
     assert "cannot reach the aigcq server" in line  # got past the token
 
 
+@pytest.mark.parametrize("command", ADMIN_COMMANDS)
+@pytest.mark.parametrize("variable", ["AIGCQ_ADMIN_TOKEN", "AIGCQ_CLIENT_TOKEN"])
 def test_admin_commands_read_the_admin_token_first(
-    closed_port: int, monkeypatch: pytest.MonkeyPatch
+    command: list[str], variable: str, closed_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """AIGCQ_ADMIN_TOKEN, else the server's, else AIGCQ_CLIENT_TOKEN (which may hold the
     admin token too)."""
-    monkeypatch.setenv("AIGCQ_CLIENT_TOKEN", "t")
-    line = one_error_line(run("tasks", "list", "--server", f"127.0.0.1:{closed_port}"), 1)
+    monkeypatch.setenv(variable, "t")
+    line = one_error_line(run(*command, "--server", f"127.0.0.1:{closed_port}"), 1)
     assert "cannot reach the aigcq server" in line  # got past the token
 
 

@@ -41,6 +41,30 @@ def test_help_loads_no_server_library(tmp_path: Path) -> None:
     assert not modules & SERVER_SIDE, modules & SERVER_SIDE
 
 
+@pytest.mark.parametrize("args", [["--help"], ["tasks", "--help"], ["tasks", "list", "--bad"]])
+def test_help_and_usage_errors_load_no_markdown_parser(args: list[str], tmp_path: Path) -> None:
+    """typer's help imports rich.markdown (markdown_it) and rich.traceback (rich.pretty)
+    for what aigcq never prints: about half of `aigcq --help`'s CPU (issue 41 §2)."""
+    modules = loaded(args, tmp_path)
+    assert "markdown_it" not in modules
+    assert "typer" in modules  # it did print its help
+
+
+def test_what_typer_defers_still_works_when_used() -> None:
+    """A markdown text and a traceback, as typer would print them."""
+    probe = (
+        "from aigcq.cli import command_table; command_table.root()\n"
+        "from rich.markdown import Markdown; from rich.console import Console\n"
+        "from rich.traceback import Traceback\n"
+        "Console(width=40).print(Markdown('# *deferred*'))\n"
+        "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n"
+        "    Console(width=80).print(Traceback.from_exception(type(e), e, e.__traceback__))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "deferred" in run.stdout and "ZeroDivisionError" in run.stdout
+
+
 @pytest.mark.parametrize(
     "command",
     [

@@ -251,3 +251,25 @@ def test_a_bad_share_is_refused_naming_the_field(
     (tmp_path / "model.json").write_text(json.dumps({"p": {"share": share, "comfyui": {}}}))
     with pytest.raises(ConfigError, match=f"field '{field}'"):
         PlatformConfig.load(tmp_path)
+
+
+def test_a_limited_users_task_with_a_deadline_is_held_for_its_paid_platform() -> None:
+    """Issue 37 item 5: a user at its limit keeps its tasks off our GPUs, but one with a
+    start deadline stays in the plan, held: once its safe start passes it goes to its paid
+    platform (room 1) instead of expiring; one without a deadline just waits."""
+    urgent = windowed("urgent", user="u", created=NOW - 20, start_by=NOW + 10)
+    calm = windowed("calm", user="u", created=NOW - 30)
+    w = window([calm, urgent], users={("p", "u"): 1})
+    given_ = inputs(w, free=2, user_max_running=1)
+    assert [(t.task_id, t.held) for t in given_.tasks] == [("urgent", True)]
+    d = plan_round(given_.tasks, given_.pool, given_.shares, {("p", "comfyui"): 1}, NOW)
+    assert d.paid == {("p", "comfyui"): ["urgent"]} and not d.internal
+
+
+def test_minimums_above_the_fleet_are_named(tmp_path: Path) -> None:
+    models = {"a": {"share": {"min": 3}, "comfyui": {}}, "b": {"share": {"min": 2}, "comfyui": {}}}
+    (tmp_path / "model.json").write_text(json.dumps(models))
+    config = PlatformConfig.load(tmp_path)
+    assert config.minimums_beyond(0) == ""  # the fleet's size unknown: nothing to check
+    assert config.minimums_beyond(5) == ""
+    assert "'a.share.min' 3, 'b.share.min' 2" in config.minimums_beyond(4)

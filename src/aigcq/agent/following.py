@@ -81,6 +81,9 @@ class RunningTask:
     sending: bool = False  # its POST /prompt is out: ComfyUI may queue it yet
     let_go: bool = False  # its instance is free again (its files may still be fetched)
     reopened: bool = False  # its instance's WebSocket, found deaf while it ran
+    #: its number in ComfyUI's queue (None: not known, e.g. re-adopted): a history entry
+    #: of its id with another number is an earlier prompt's
+    number: float | None = None
 
     @property
     def started_at(self) -> float:
@@ -100,7 +103,8 @@ class RunnerSettings:
 class Follower:
     send: Callable[[BridgeMessage], Awaitable[bool]]
     files_dir: Path
-    public_url: Callable[[], str]
+    #: the signed fileUrl of (taskId, file name) in ``files_dir``
+    file_url: Callable[[str, str], str]
     settings: RunnerSettings
     #: called when ComfyUI says the prompt ended (its instance takes the next one while
     #: the history entry is read)
@@ -157,10 +161,10 @@ class Follower:
         """The prompt's history entry once it finished; ``None`` while it is queued or
         running. In neither (deleted from the queue, the instance restarted): lost."""
         instance = task.instance
-        entry = await instance.history(task.prompt_id)
+        entry = await instance.history(task.prompt_id, task.number)
         if entry is not None or await instance.queued(task.prompt_id):
             return entry
-        entry = await instance.history(task.prompt_id)  # it may have just finished
+        entry = await instance.history(task.prompt_id, task.number)  # it may have just ended
         if entry is None:
             where = instance.instance_id
             raise machine_failure("PromptLost", f"prompt {task.prompt_id} vanished from {where}")
@@ -202,7 +206,7 @@ class Follower:
             except (httpx.HTTPError, OSError) as e:
                 message = f"could not fetch output {ref.filename}: {e}"
                 raise machine_failure("OutputUnavailable", message) from None
-            url = f"{self.public_url()}/files/{folder_name}/{quote(name)}"
+            url = self.file_url(task.task_id, name)
             file_type = PurePosixPath(name).suffix.lstrip(".").lower()
             files.append(
                 OutputFile(

@@ -31,14 +31,14 @@ class HeldPrompt:
 
 
 class HeldPrompts(JsonFiles):
-    def put(self, held: HeldPrompt) -> None:
+    async def put(self, held: HeldPrompt) -> None:
         data: dict[str, Any] = {
             "assign": held.assign.model_dump(mode="json"),
             "promptId": held.prompt_id,
             "instanceUrl": held.instance_url,
             "startedAt": held.started_at,
         }
-        self.write(held.task_id, data)
+        await self.save(held.task_id, data)
 
     def load_all(self) -> list[HeldPrompt]:
         return self.read_all(

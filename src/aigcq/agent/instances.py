@@ -35,6 +35,10 @@ INSTANCE_DOWN = "aigcq_instance_down"
 
 #: seconds between attempts to reopen an instance's WebSocket
 RECONNECT_S = 0.5
+#: finished prompts' history entries deleted by one ``POST /history``, at most
+HISTORY_BATCH = 64
+#: seconds a finished prompt's history entry waits for its batch, at most
+HISTORY_FLUSH_S = 5.0
 InstanceState = Literal["idle", "busy", "offline"]
 
 
@@ -136,6 +140,15 @@ def device_of(stats: Any) -> Device | None:
         return None
 
 
+def _numbered(entry: dict[str, Any], number: float | None) -> bool:
+    """Whether a history entry is of the prompt queued as ``number`` (None: of any); its
+    ``prompt`` is ``[number, prompt_id, prompt, extra_data, outputs_to_execute]``."""
+    if number is None:
+        return True
+    prompt = entry.get("prompt")
+    return isinstance(prompt, list) and bool(prompt) and prompt[0] == number
+
+
 class ComfyInstance:
     """One ComfyUI server."""
 
@@ -152,6 +165,8 @@ class ComfyInstance:
         self.loaded: frozenset[str] = frozenset()  # model files its last prompt of ours used
         self.device: Device | None = None  # from /system_stats, at each health check
         self.ws_connected = asyncio.Event()
+        self._done: list[str] = []  # prompt ids whose history entry is to be deleted
+        self._batch_full = asyncio.Event()
         #: when its WebSocket last brought a message but the greeting (monotonic; see
         #: :meth:`deaf_since`)
         self.last_heard = 0.0
@@ -282,15 +297,13 @@ class ComfyInstance:
                 queue.put_nowait(event)
 
     # -- prompts --
-    async def submit(self, prompt: dict[str, Any], prompt_id: str) -> None:
-        """``POST /prompt`` (after deleting any history entry of ``prompt_id``); raises
+    async def submit(self, prompt: dict[str, Any], prompt_id: str) -> float | None:
+        """``POST /prompt``: its number in ComfyUI's queue (None if it names none); raises
         :class:`PromptRejected` or :class:`InstanceDown`."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.ws_connected.wait(), 2.0)
         body = {"prompt": prompt, "client_id": self.client_id, "prompt_id": prompt_id}
         try:
-            # an earlier prompt of this id (a task id used again) must not pass for this one
-            await self.http.post(f"{self.url}/history", json={"delete": [prompt_id]})
             resp = await self.http.post(f"{self.url}/prompt", json=body, timeout=30.0)
         except httpx.HTTPError as e:
             raise InstanceDown(f"{self.instance_id}: {e}") from None
@@ -302,9 +315,14 @@ class ComfyInstance:
             raise PromptRejected(rejection_summary(answer))
         if resp.status_code != 200:
             raise InstanceDown(f"{self.instance_id}: /prompt answered {resp.status_code}")
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            return float(resp.json()["number"])
+        return None
 
-    async def history(self, prompt_id: str) -> dict[str, Any] | None:
-        """The finished prompt's history entry, None while it is not finished or unreachable."""
+    async def history(self, prompt_id: str, number: float | None = None) -> dict[str, Any] | None:
+        """The finished prompt's history entry, None while it is not finished or unreachable.
+        ``number``: the prompt's in ComfyUI's queue; an entry of another number is an earlier
+        prompt of the same id (a task id used again), not this one's: None."""
         try:
             resp = await self.http.get(f"{self.url}/history/{quote(prompt_id, safe='')}")
             resp.raise_for_status()
@@ -312,7 +330,34 @@ class ComfyInstance:
         except (httpx.HTTPError, ValueError, AttributeError) as e:
             log.debug("instance %s: history %s: %s", self.instance_id, prompt_id, e)
             return None
-        return entry if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or not _numbered(entry, number):
+            return None
+        return entry
+
+    def forget(self, prompt_id: str) -> None:
+        """The bridge is done with ``prompt_id``'s history entry: it is deleted with the
+        next batch (:meth:`forget_loop`)."""
+        self._done.append(prompt_id)
+        if len(self._done) >= HISTORY_BATCH:
+            self._batch_full.set()
+
+    async def forget_loop(self, interval: float = HISTORY_FLUSH_S) -> None:
+        """Delete the history entries the bridge is done with: one ``POST /history
+        {"delete": [...]}`` for every :data:`HISTORY_BATCH` of them, or every ``interval``
+        seconds while some wait (ComfyUI otherwise keeps each prompt's outputs)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._batch_full.wait(), interval)
+            self._batch_full.clear()
+            if self._done:
+                await self._delete_history()
+
+    async def _delete_history(self) -> None:
+        done, self._done = self._done[:HISTORY_BATCH], self._done[HISTORY_BATCH:]
+        try:
+            await self.http.post(f"{self.url}/history", json={"delete": done})
+        except httpx.HTTPError as e:  # down: restarted, its history gone with it
+            log.debug("instance %s: history delete: %s", self.instance_id, e)
 
     async def queued(self, prompt_id: str, *, waiting: bool = True) -> bool:
         """Whether ``prompt_id`` is running (or, with ``waiting``, waiting) in ``/queue``;

@@ -76,7 +76,7 @@ class TaskRunner:
     sender: WebhookSender
     send: Callable[[BridgeMessage], Awaitable[bool]]
     files_dir: Path
-    public_url: Callable[[], str]
+    file_url: Callable[[str, str], str]
     settings: RunnerSettings
     #: the latest assignment of each task accepted here with no result yet
     claimed: dict[str, TaskAssignData] = field(init=False, default_factory=dict)
@@ -92,7 +92,7 @@ class TaskRunner:
 
     def __post_init__(self) -> None:
         self.follow = Follower(
-            self.send, self.files_dir, self.public_url, self.settings, ended=self._let_go
+            self.send, self.files_dir, self.file_url, self.settings, ended=self._let_go
         )
         self.prompts = HeldPrompts(self.files_dir.parent / "held")
 
@@ -108,7 +108,8 @@ class TaskRunner:
         self.claimed[task_id] = assign
         try:
             await self._take(task_id)
-            self.prompts.remove(task_id)  # ended (not stopped by a shutdown): nothing to adopt
+            # ended (not stopped by a shutdown): nothing to adopt
+            await self.prompts.discard(task_id)
         finally:
             self._release_claim(task_id)
             self.stopped.discard(task_id)
@@ -147,7 +148,7 @@ class TaskRunner:
             assign.attempt,
             extra=ctx(task=task_id),
         )
-        self.sender.readdress(task_id, assign.webhook_url)
+        await self.sender.readdress(task_id, assign.webhook_url)
         await self._ack(task_id, assign.attempt)
         return True
 
@@ -168,7 +169,7 @@ class TaskRunner:
             running.attempt = assign.attempt
             if task_id in self.prompts:  # a restart re-adopts it as this attempt
                 url, started_at = running.instance.url, running.started_at
-                self.prompts.put(HeldPrompt(assign, running.prompt_id, url, started_at))
+                await self.prompts.put(HeldPrompt(assign, running.prompt_id, url, started_at))
         if task_id in self.answered:
             await self._ack(task_id, assign.attempt)
 
@@ -191,7 +192,7 @@ class TaskRunner:
                 result = machine_failure(
                     "InstanceLost", f"instance {where} is no longer configured"
                 )
-                self._finish(task_id, result.result)
+                await self._finish(task_id, result.result)
             else:
                 instance.running.add(task_id)
                 task = RunningTask(task_id, held.prompt_id, instance, held.assign.attempt)
@@ -204,7 +205,7 @@ class TaskRunner:
                     extra=ctx(task=task_id),
                 )
                 await self._drive(task, self._resume(task))
-            self.prompts.remove(task_id)
+            await self.prompts.discard(task_id)
         finally:
             self._release_claim(task_id)
 
@@ -227,7 +228,7 @@ class TaskRunner:
         except WorkflowError as e:
             await self._answer(task_id)
             result = TaskEndResult.failed("task", "InvalidWorkflow", str(e))
-            self._finish(task_id, result)
+            await self._finish(task_id, result)
             return
         if task_id in self.stopped:  # TASK_CANCEL came while the workflow was fetched
             self.stopped.discard(task_id)
@@ -238,7 +239,7 @@ class TaskRunner:
             await self._answer(task_id)
             message = f"no ComfyUI instance of this bridge has {lacking}"
             result = TaskEndResult.failed("task", "NoCapableInstance", message)
-            self._finish(task_id, result)
+            await self._finish(task_id, result)
             return
         instance = self.pool.acquire(
             task_id, needs=needs, affinity=self.settings.affinity, wanted=assign.instance_id
@@ -262,14 +263,16 @@ class TaskRunner:
             result = await self._outcome(task, run)
         except asyncio.CancelledError:
             if not task.cancelled:
-                raise
+                raise  # a shutdown: the next run re-adopts it, from its history entry
+            task.instance.forget(task.prompt_id)
             return  # the hub no longer wants it: no TASK_END
         finally:
             self.running.pop(task.task_id, None)
             self._let_go(task)
+        task.instance.forget(task.prompt_id)  # its result is read: ComfyUI may drop it
         if task.cancelled:
             return  # it ended while being stopped: the hub no longer wants it
-        self._finish(task.task_id, result)
+        await self._finish(task.task_id, result)
 
     def _let_go(self, task: RunningTask) -> None:
         """``task``'s instance is free: aigcq is told (CAPACITY), once."""
@@ -285,7 +288,7 @@ class TaskRunner:
         if not task.cancelled:
             task.sending = True
             try:
-                await task.instance.submit(workflow, task.prompt_id)
+                task.number = await task.instance.submit(workflow, task.prompt_id)
             finally:
                 task.sending = False
         if task.cancelled:
@@ -372,8 +375,9 @@ class TaskRunner:
             extra=ctx(task=task_id),
         )
 
-    def _finish(self, task_id: str, result: TaskEndResult) -> None:
-        """Spool and send the claimed task's TASK_END, to its latest attempt's webhook."""
+    async def _finish(self, task_id: str, result: TaskEndResult) -> None:
+        """Spool the claimed task's TASK_END (on disk when this returns) and send it, to its
+        latest attempt's webhook."""
         webhook_url = self.claimed[task_id].webhook_url
         log.info(
             "task %s: finished, code %d: %s",
@@ -382,7 +386,7 @@ class TaskRunner:
             result.msg,
             extra=ctx(task=task_id),
         )
-        self.sender.send(SpooledResult(webhook_url, TaskEndBody.build(task_id, result)))
+        await self.sender.send(SpooledResult(webhook_url, TaskEndBody.build(task_id, result)))
 
     async def _outcome(
         self, task: RunningTask, run: Coroutine[Any, Any, dict[str, Any]]
@@ -434,7 +438,7 @@ class TaskRunner:
             # would run the prompt twice; one ComfyUI never got is found lost on re-adoption.
             assign = self.claimed[task.task_id]
             held = HeldPrompt(assign, task.prompt_id, instance.url, task.started_at)
-            self.prompts.put(held)
+            await self.prompts.put(held)
             await self._send(task, workflow)
             log.info(
                 "task %s: submitted to %s as %s",

@@ -56,16 +56,22 @@ class SpooledResult:
 
 
 class JsonFiles:
-    """One JSON file per task id in ``directory``, written atomically (fsync, rename)."""
+    """One JSON file per task id in ``directory``, written atomically (fsync, rename).
+
+    :meth:`save` and :meth:`discard` do their disk work in a thread, off the event loop (an
+    fsync takes milliseconds, a loaded disk's much more), and return once it is done: what
+    is saved is on disk before the caller goes on. A task id's saves and discards land in
+    the order they were asked."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
+        self._order: dict[str, _Turns] = {}
 
     def _path(self, task_id: str) -> Path:
         return self.directory / f"{quote(task_id, safe='')}.json"
 
-    def write(self, task_id: str, data: dict[str, Any]) -> None:
+    def _write(self, task_id: str, data: dict[str, Any]) -> None:
         tmp = self._path(task_id).with_suffix(".tmp")
         with tmp.open("w") as f:
             json.dump(data, f)
@@ -73,8 +79,26 @@ class JsonFiles:
             os.fsync(f.fileno())
         tmp.replace(self._path(task_id))
 
-    def remove(self, task_id: str) -> None:
+    def _remove(self, task_id: str) -> None:
         self._path(task_id).unlink(missing_ok=True)
+
+    async def save(self, task_id: str, data: dict[str, Any]) -> None:
+        await self._in_turn(task_id, self._write, task_id, data)
+
+    async def discard(self, task_id: str) -> None:
+        await self._in_turn(task_id, self._remove, task_id)
+
+    async def _in_turn(self, task_id: str, work: Callable[..., None], *args: Any) -> None:
+        """``work(*args)`` in a thread, after the earlier disk work of ``task_id``."""
+        turns = self._order.setdefault(task_id, _Turns())
+        turns.waiting += 1
+        try:
+            async with turns.lock:
+                await asyncio.to_thread(work, *args)
+        finally:
+            turns.waiting -= 1
+            if not turns.waiting:
+                del self._order[task_id]
 
     def __contains__(self, task_id: str) -> bool:
         return self._path(task_id).exists()
@@ -93,11 +117,20 @@ class JsonFiles:
         return items
 
 
+@dataclass(eq=False)
+class _Turns:
+    """One task id's disk work: one at a time, in order; ``waiting``: how many are asked."""
+
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    waiting: int = 0
+
+
 class Spool(JsonFiles):
     """Undelivered results."""
 
-    def put(self, item: SpooledResult) -> None:
-        self.write(item.task_id, {"webhookUrl": item.webhook_url, "body": item.body.model_dump()})
+    async def put(self, item: SpooledResult) -> None:
+        body = item.body.model_dump()
+        await self.save(item.task_id, {"webhookUrl": item.webhook_url, "body": body})
 
     def load_all(self) -> list[SpooledResult]:
         return self.read_all(
@@ -116,10 +149,11 @@ class WebhookSender:
         self._items: dict[str, SpooledResult] = {}  # what each delivery sends next
         self._woken = asyncio.Event()
 
-    def send(self, item: SpooledResult) -> None:
-        """Spool ``item`` (if not yet) and deliver it in the background."""
+    async def send(self, item: SpooledResult) -> None:
+        """Spool ``item`` (if not yet: on disk when this returns) and deliver it in the
+        background."""
         if item.task_id not in self.spool:
-            self.spool.put(item)
+            await self.spool.put(item)
         if item.task_id not in self._tasks:
             self._items[item.task_id] = item
             task = asyncio.create_task(self._deliver(item.task_id), name=f"task-end-{item.task_id}")
@@ -134,11 +168,11 @@ class WebhookSender:
     def undelivered(self, task_id: str) -> SpooledResult | None:
         return self._items.get(task_id)
 
-    def readdress(self, task_id: str, webhook_url: str) -> None:
+    async def readdress(self, task_id: str, webhook_url: str) -> None:
         """Send ``task_id``'s undelivered result to ``webhook_url`` from now on (a newer
         attempt of the task took it over), and try at once."""
         item = dataclasses.replace(self._items[task_id], webhook_url=webhook_url)
-        self.spool.put(item)
+        await self.spool.put(item)
         self._items[task_id] = item
         self.wake()
 
@@ -148,7 +182,7 @@ class WebhookSender:
         if task is not None:
             await cancel_and_wait([task])
             self._forget(task_id, task)
-        self.spool.remove(task_id)
+        await self.spool.discard(task_id)
 
     def wake(self) -> None:
         """Try every undelivered result now (the hub is reachable again), not at the end of
@@ -156,10 +190,10 @@ class WebhookSender:
         self._woken.set()
         self._woken = asyncio.Event()
 
-    def resend_spooled(self) -> int:
+    async def resend_spooled(self) -> int:
         items = self.spool.load_all()
         for item in items:
-            self.send(item)
+            await self.send(item)
         return len(items)
 
     async def close(self) -> None:
@@ -178,7 +212,7 @@ class WebhookSender:
                     outcome,
                     extra=ctx(task=item.task_id),
                 )
-                self.spool.remove(item.task_id)
+                await self.spool.discard(item.task_id)
                 return
             if status is not None and (200 <= status < 300 or status in DROP_STATUSES):
                 log.info(
@@ -188,7 +222,7 @@ class WebhookSender:
                     attempt,
                     extra=ctx(task=item.task_id),
                 )
-                self.spool.remove(item.task_id)
+                await self.spool.discard(item.task_id)
                 return
             delay = retry_delay(attempt, status, self.max_delay)
             log.warning(

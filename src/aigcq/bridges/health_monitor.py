@@ -13,9 +13,9 @@ recovery that way.
 
 State is published under the seed's keys (no project prefix): ``md:state:connection``,
 ``md:state:capacity`` (60 s TTL), ``md:state:last_heartbeat`` (epoch ms, 60 s TTL),
-``md:state:instances`` and ``md:state:instances:{instanceId}`` (60 s TTL; for bridges that
-describe their instances: id, bridge, status online/busy/offline, current task and since
-when), plus
+``md:state:instances`` and ``md:state:instances:{instanceId}`` (60 s TTL: id, bridge,
+status online/busy/offline, current task and since when; a seed bridge that reports counts
+only has its instances named ``{bridgeId}-{n}``, :func:`counted_instances`), plus
 ``md:state:health`` (status, reason, passes, degradeCount, recoverCount) where the seed only
 says "set status: degraded". Several processes on one Redis each write their own view.
 """
@@ -217,6 +217,23 @@ async def _logged(coro: Coroutine[Any, Any, None]) -> None:
         round_failed(log, "publishing health state failed", exc)
 
 
+def counted_instances(bridge: BridgeConn) -> list[dict[str, Any]]:
+    """A bridge that reports counts only (the seed's REGISTER, no per-instance list): its
+    instances as ``{bridgeId}-{n}``, the ones in use first (each with one of its tasks,
+    while there are some), the free ones idle (offline while the bridge is)."""
+    tasks = sorted(bridge.running)
+    in_use = bridge.instance_count - bridge.slots.free
+    free_state = "idle" if bridge.online else "offline"
+    return [
+        {
+            "instanceId": f"{bridge.bridge_id}-{n}",
+            "state": "busy" if n <= in_use else free_state,
+            "taskId": tasks[n - 1] if n <= min(in_use, len(tasks)) else None,
+        }
+        for n in range(1, bridge.instance_count + 1)
+    ]
+
+
 def instance_states(
     bridges: Iterable[BridgeConn], since: dict[tuple[str, str], str], now: str
 ) -> list[dict[str, str]]:
@@ -225,7 +242,7 @@ def instance_states(
     running its task (``since``, else ``now``); empty strings for the seed's nulls."""
     out = []
     for b in bridges:
-        for i in b.instance_states:
+        for i in b.instance_states or counted_instances(b):
             task = str(i.get("taskId") or "")
             status = {"idle": "online"}.get(str(i["state"]), str(i["state"]))
             out.append(

@@ -47,7 +47,7 @@ def undrain(
 
 def _set_drained(bridge_id: str, action: str, ahead: bool, server: str | None, token: str) -> str:
     path = f"/api/admin/bridges/{quote(bridge_id, safe='')}/{action}"
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         answer = server_api.post(path, ahead=str(ahead).lower())
     return outcome(answer)
 

@@ -9,6 +9,7 @@ import typer
 
 from aigcq.cli.common import console, err_console
 from aigcq.cli.remote import (
+    AdminTokenOption,
     InputError,
     ServerOption,
     TokenOption,
@@ -131,15 +132,16 @@ def submit(
 
 def status(
     server: ServerOption = None,
-    token: TokenOption = "",
+    token: AdminTokenOption = "",
     limit: Annotated[int, typer.Option(help="Recent tasks listed")] = 10,
     watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between refreshes (--watch)")] = 2.0,
 ) -> None:
     """Queues (waiting, in flight and capacity per target, oldest wait) and recent tasks.
 
-    With the admin token (AIGCQ_ADMIN_TOKEN, in .aigcq/secrets.json) as --token it also
-    shows the bridges and the internal capacity's health.
+    With the admin token (found as every operator verb finds it) it also shows the bridges,
+    the internal capacity's health and what holds waiting work; a client token as --token
+    shows the queues only.
     """
     from aigcq.cli.status import fetch_snapshot, render
 

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from aigcq.cli import help_style, plain_params
+from aigcq.cli import deferred, help_style, plain_params
 from aigcq.observability.logconfig import LOG_FORMAT_ENV, LogFormat
 
 #: command -> (its module, the name there, a group of commands?): commands that need
@@ -40,6 +40,7 @@ def _global_options(
 
 def root() -> typer.Typer:
     """The ``aigcq`` app with its options and no command yet."""
+    deferred.apply()
     help_style.apply()
     plain_params.apply()
     app = typer.Typer(no_args_is_help=True, help="aigcq: AIGC task queue, internal GPUs first.")

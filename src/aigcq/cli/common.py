@@ -7,6 +7,7 @@ The settings (pydantic) are imported when a command reads them, not with the com
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -40,11 +41,17 @@ def fail(message: str, code: int, cause: Exception | None = None) -> NoReturn:
     raise typer.Exit(code) from cause
 
 
-def local_host(host: str) -> str:
-    """An address this machine reaches ``host`` at (the loopback for a wildcard), bracketed
-    when IPv6, ready for a URL."""
-    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host) or host
-    return f"[{host}]" if ":" in host else host
+def on_terminal() -> bool:
+    """Whether stdout is a terminal: only there may a banner show a secret. Anywhere else
+    (a log file, a service's journal) keeps every line, so no secret goes there."""
+    return sys.stdout.isatty()
+
+
+def generated_line(name: str, value: str, kept: str) -> str:
+    """A banner's line for a secret generated now (``kept``: where it is kept): its value
+    on a terminal only."""
+    shown = f": [bold]{escape(value)}[/bold]" if on_terminal() else ""
+    return f"  generated {name}{shown} (kept in {escape(kept)})"
 
 
 def require_free_ports(
@@ -87,6 +94,9 @@ def load_config(workers: int = 0) -> tuple[Settings, PlatformConfig]:
     unknown = unknown_platform(config)
     if unknown:
         fail(f"configuration error: {settings.config_dir / 'model.json'}: {unknown}", 2)
+    beyond = config.minimums_beyond(settings.internal_capacity_max)
+    if beyond:
+        fail(f"configuration error: {settings.config_dir / 'model.json'}: {beyond}", 2)
     return settings, config
 
 

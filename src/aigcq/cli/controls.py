@@ -73,7 +73,7 @@ def resume(
 
 
 def _pause(server: str | None, token: str, action: str, kind: Kind, name: str, note: str) -> None:
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         if not name:
             raise InputError(
                 "missing NAME: what to pause (a project, an account, a workflow, a bridge)"
@@ -93,7 +93,7 @@ def _pause(server: str | None, token: str, action: str, kind: Kind, name: str, n
 def _list_pauses(server: str | None, token: str) -> None:
     import time
 
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         pauses = server_api.get("/api/admin/pauses")["pauses"]
     if not pauses:
         console.print("nothing is paused", highlight=False)
@@ -123,7 +123,7 @@ def by_filter(
     """``POST /api/admin/tasks/<action>`` (``cancel`` or ``replay``) with ``filters``
     (state, project, platform, client, target, since as epoch seconds; empty ones left
     out), and its answer printed. A bad ``limit``: :class:`InputError`, nothing asked."""
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         if not 1 <= limit <= MAX_LIMIT:
             raise InputError(f"--limit: {limit} is not between 1 and {MAX_LIMIT}")
         body = {k: v for k, v in filters.items() if v} | {"dryRun": dry_run, "limit": limit}

@@ -136,6 +136,10 @@ def _key_set(api_key: list[str] | None) -> set[str] | None:
     return set(api_key) if api_key else None
 
 
+#: the workflow ids ``aigcq emulate runninghub`` knows unless told: the README's tour's
+DEFAULT_WORKFLOW_IDS = ["1"]
+
+
 @emulate_app.command("runninghub")
 def emulate_runninghub(
     host: HostOption = "127.0.0.1",
@@ -154,6 +158,21 @@ def emulate_runninghub(
         int, typer.Option(help="the account's remainCoins before any task (accountStatus)")
     ] = 177814,
     file_ttl: _FileTtl = 86400.0,
+    workflow_id: Annotated[
+        list[str],
+        typer.Option(
+            "--workflow-id",
+            help="A workflow id that exists (repeat); a create for another one is refused "
+            "380 WORKFLOW_NOT_EXISTS, as RunningHub does [default: 1, the README's]",
+            show_default=False,
+        ),
+    ] = DEFAULT_WORKFLOW_IDS,
+    any_workflow: Annotated[
+        bool,
+        typer.Option(
+            "--any-workflow", help="Accept any workflow id (load tests; not as RunningHub does)"
+        ),
+    ] = False,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a RunningHub emulator (/task/openapi/*, webhooks; stats at /_emulator/stats,
@@ -173,6 +192,7 @@ def emulate_runninghub(
         consume_money=consume_money,
         remain_coins=remain_coins,
         file_ttl_s=file_ttl,
+        workflow_ids=None if any_workflow else frozenset(workflow_id),
     )
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from aigcq.cli.common import fail, local_host
+from aigcq.cli.common import fail
+from aigcq.plumbing.ports import local_host
 
 if TYPE_CHECKING:
     from aigcq.cli.client_env import ClientEnv
@@ -104,14 +105,20 @@ def local_settings() -> ClientEnv:
         fail(f"configuration error: {exc}", 2, exc)
 
 
-def require_token(token: str, *, admin: bool = False) -> str:
-    """``token``; for an ``admin`` command without one, the server's own admin token when
-    run where it runs (its settings, or the secrets file ``aigcq up`` keeps), else
-    ``AIGCQ_CLIENT_TOKEN`` (which may hold the admin token too)."""
+def require_token(token: str) -> str:
+    """A client command's token: ``token`` (``--token``, else ``AIGCQ_CLIENT_TOKEN``)."""
+    if not token:
+        raise InputError(f"no token: pass --token or set {TOKEN_ENV} (`aigcq token ID` prints one)")
+    return token
+
+
+def operator_token(token: str) -> str:
+    """The token of every operator's verb, found one way: ``token`` (``--token``, else
+    ``AIGCQ_ADMIN_TOKEN``); else, run where the server runs, its own admin token (its
+    settings, or the secrets file ``aigcq up`` keeps); else ``AIGCQ_CLIENT_TOKEN`` (which
+    may hold the admin token too)."""
     if token:
         return token
-    if not admin:
-        raise InputError(f"no token: pass --token or set {TOKEN_ENV} (`aigcq token ID` prints one)")
     settings = local_settings()
     found = settings.admin_token or settings.stored_secrets().get("admin_token", "")
     found = found or os.environ.get(TOKEN_ENV, "")
@@ -124,8 +131,8 @@ def require_token(token: str, *, admin: bool = False) -> str:
 
 
 @contextlib.contextmanager
-def api(server: str | None, token: str, *, admin: bool = False) -> Iterator[Api]:
-    """The server's API with ``token`` (``admin``: the admin token is wanted), inside
+def api(server: str | None, token: str) -> Iterator[Api]:
+    """The server's API for an operator's verb, with :func:`operator_token`, inside
     :func:`client_errors`."""
     from http.client import HTTPException
 
@@ -133,4 +140,4 @@ def api(server: str | None, token: str, *, admin: bool = False) -> Iterator[Api]
 
     url = server_url(server, "http")
     with client_errors(url, (OSError, HTTPException)):  # HTTPException: not HTTP at all
-        yield Api(url, require_token(token, admin=admin))
+        yield Api(url, operator_token(token))

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Group
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from aigcq.client.types import AigcqError
@@ -95,15 +96,20 @@ def _gib(n: int) -> str:
 
 
 def _queues(rows: list[dict[str, Any]]) -> Table:
-    table = Table(
-        "AIGC", "platform", "waiting", "in flight", "capacity", "oldest wait", title="queues"
-    )
+    """Each queue; with the admin token, what holds its work (``heldBy``: pauses, holds,
+    drains), next to it."""
+    columns = ["AIGC", "platform", "waiting", "in flight", "capacity", "oldest wait"]
+    held = any("heldBy" in q for q in rows)
+    table = Table(*columns, *(["held by"] if held else []), title="queues")
     for q in rows:
         oldest = f"{q['oldestWaitS']:g} s" if q["waiting"] and "oldestWaitS" in q else "-"
-        table.add_row(
+        cells = [
             q["AIGC"], q["platform"], str(q["waiting"]), _per_target(q["inFlight"]),
             _per_target(q.get("capacity", {})), oldest,
-        )  # fmt: skip
+        ]  # fmt: skip
+        if held:
+            cells.append(Text("; ".join(q.get("heldBy") or []) or "-", style="yellow"))
+        table.add_row(*cells)
     return table
 
 
@@ -162,8 +168,26 @@ def _per_target(counts: dict[str, int]) -> str:
     return ", ".join(f"{k}:{v}" for k, v in counts.items()) or "-"
 
 
+#: a wide table's frame: no vertical rules, one space between columns, so the room goes
+#: to whole ids and to the failures
+LEAN: dict[str, Any] = {
+    "box": box.SIMPLE_HEAD,
+    "collapse_padding": True,
+    "pad_edge": False,
+    "show_edge": False,
+}
+
+
+def id_column(rows: list[dict[str, Any]]) -> Column:
+    """The ``taskId`` column, as wide as its longest id and never wrapped: an id is never
+    cut (``…``) nor split, so it pastes whole into ``aigcq tasks show``; the other columns
+    give way."""
+    widest = max((len(t["taskId"]) for t in rows), default=0)
+    return Column("taskId", no_wrap=True, min_width=widest, overflow="ignore")
+
+
 def _recent(rows: list[dict[str, Any]]) -> Table:
-    table = Table("taskId", "state", "AIGC", "platform", "target", "attempt", "seconds")
+    table = Table(id_column(rows), "state", "AIGC", "platform", "target", "attempt", "seconds")
     table.title = "recent tasks"
     for t in rows:
         table.add_row(
@@ -175,7 +199,8 @@ def _recent(rows: list[dict[str, Any]]) -> Table:
 
 def _failures(rows: list[dict[str, Any]]) -> Table:
     """The recent failures with why each failed: class, code and message."""
-    table = Table("taskId", "AIGC", "platform", "target", "failure", title="recent failures")
+    columns = ("AIGC", "platform", "target", "failure")
+    table = Table(id_column(rows), *columns, title="recent failures")
     for t in rows:
         why = Text(failure_text(t["failure"]))  # not markup: a message may hold [brackets]
         table.add_row(t["taskId"], t["AIGC"], t["platform"], t["target"] or "-", why)
@@ -217,8 +242,9 @@ def standing_text(task: dict[str, Any], now: float) -> str:
 def task_list(page: dict[str, Any], now: float) -> Table:
     """A page of ``GET /api/admin/tasks``: each task with where it runs (or ran), since when
     and for how long, and why it failed."""
-    columns = ("taskId", "state", "AIGC", "platform", "client", "target", "attempt")
-    table = Table(*columns, "submitted", "for", "failure")
+    columns = ("state", "AIGC", "platform", "client", "target", "attempt", "submitted", "for")
+    failure = Column("failure", overflow="fold")  # folded, never cut: read whole
+    table = Table(id_column(page["tasks"]), *columns, failure, **LEAN)
     shown = len(page["tasks"])
     first = page["offset"] + 1 if shown else 0
     table.title = f"tasks {first}–{page['offset'] + shown} of {page['total']}"

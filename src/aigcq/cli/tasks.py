@@ -1,12 +1,12 @@
 """``aigcq tasks``: show one task, list tasks by filter, cancel and retry tasks.
 
-``show`` and ``cancel`` take a client token (``cancel``: its own tasks; the admin token
-reaches every task); ``list`` and ``retry`` the admin token. A task the server refuses
-(unknown, already finished, not retryable) is one line naming it and the refusal's code;
-the others are still done, and the exit code is 1.
+Each finds the admin token as every operator verb does
+(:func:`aigcq.cli.remote.operator_token`); ``show`` and ``cancel`` also take a client token
+as ``--token`` (its own tasks). A task the server refuses (unknown, already finished, not
+retryable) is one line naming it and the refusal's code; the others are still done, and
+the exit code is 1.
 """
 
-import os
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -16,16 +16,7 @@ from urllib.parse import quote
 import typer
 
 from aigcq.cli.common import console, error_line
-from aigcq.cli.remote import (
-    ADMIN_TOKEN_ENV,
-    TOKEN_ENV,
-    AdminTokenOption,
-    InputError,
-    ServerOption,
-    TokenOption,
-    api,
-    refusal,
-)
+from aigcq.cli.remote import AdminTokenOption, InputError, ServerOption, api, refusal
 
 if TYPE_CHECKING:
     from aigcq.cli.http_api import Api
@@ -65,15 +56,6 @@ LimitOption = Annotated[
 JsonOption = Annotated[
     bool, typer.Option("--json", help="With filters: print the server's answer as JSON")
 ]
-CancelTokenOption = Annotated[
-    str,
-    typer.Option(
-        show_default=False,
-        help="With task ids: a client token (its own tasks) or the admin token [default: "
-        f"{TOKEN_ENV}]; with filters: the admin token [default: the server's where `aigcq "
-        f"up` runs, else {ADMIN_TOKEN_ENV}, {TOKEN_ENV}]",
-    ),
-]
 
 
 def task_path(task_id: str, action: str = "") -> str:
@@ -85,7 +67,7 @@ def task_path(task_id: str, action: str = "") -> str:
 def tasks_show(
     task_id: Annotated[str, typer.Argument(help="The id given at submit")],
     server: ServerOption = None,
-    token: TokenOption = "",
+    token: AdminTokenOption = "",
 ) -> None:
     """Print a task's timeline (every transition with its time, target and attempt) and,
     for a failed task, why: the failure's class, code and message."""
@@ -127,7 +109,7 @@ def tasks_list(
     from aigcq.cli.status import task_list
 
     now = time.time()
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         params = list_params(state, since, limit, page, now)
         filters = {"aigc": project, "platform": platform, "client": client, "target": target}
         answer = server_api.get("/api/admin/tasks", **params, **filters)
@@ -202,7 +184,7 @@ def tasks_cancel(
     limit: LimitOption = None,
     as_json: JsonOption = False,
     server: ServerOption = None,
-    token: CancelTokenOption = "",
+    token: AdminTokenOption = "",
 ) -> None:
     """Cancel live tasks: those named (a client token: its own; the admin token: any), or
     the waiting and running ones filters name (the admin token).
@@ -214,7 +196,7 @@ def tasks_cancel(
     if not task_ids:
         _by_filter("cancel", filters, dry_run, limit, as_json, server, token)
         return
-    with api(server, token or os.environ.get(TOKEN_ENV, "")) as server_api:
+    with api(server, token) as server_api:
         _only_ids(filters, dry_run, limit, as_json, FLAGS)
         ok = each_task(server_api, task_ids, lambda t: task_path(t, "cancel"), said("cancelled"))
     if not ok:
@@ -258,7 +240,7 @@ def tasks_retry(
     def path(task_id: str) -> str:
         return f"/api/admin/tasks/{quote(task_id, safe='')}/retry"
 
-    with api(server, token, admin=True) as server_api:
+    with api(server, token) as server_api:
         _only_ids(filters, dry_run, limit, as_json, RETRY_FLAGS)
         ok = each_task(server_api, task_ids, path, said("queued again, as a new attempt"))
     if not ok:

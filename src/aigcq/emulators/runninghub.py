@@ -73,7 +73,10 @@ class Refusal(IntEnum):
 
 @dataclass
 class RunningHubEmulatorConfig(EmulatorConfig):
-    """``api_keys``/``workflow_ids`` None accept any; ``max_concurrent`` counts QUEUED+RUNNING."""
+    """``api_keys`` None accepts any key; ``workflow_ids``: the workflows that exist (a create
+    for another one is refused 380 WORKFLOW_NOT_EXISTS; None, as the in-process tests use it:
+    any; ``aigcq emulate runninghub --workflow-id``: those given, else ``1``);
+    ``max_concurrent`` counts QUEUED+RUNNING."""
 
     max_concurrent: int = 3
     queue_s: float = 0.0

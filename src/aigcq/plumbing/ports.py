@@ -38,3 +38,10 @@ def busy_port(
             where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             return f"cannot listen on {where}: {problem} (set {setting} to use another port)"
     return None
+
+
+def local_host(host: str) -> str:
+    """An address this machine reaches ``host`` at (the loopback for a wildcard), bracketed
+    when IPv6, ready for a URL."""
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host) or host
+    return f"[{host}]" if ":" in host else host

@@ -158,11 +158,9 @@ class Orphan:
         return self.create_at > 0
 
 
-#: waiting tasks of each queue one script of a read in pages takes (``window_in_pages``):
-#: a thousand in one script held Redis ~14 ms, ten pages of a hundred ~1 ms each
 @dataclass(frozen=True, slots=True)
 class Windowed:
-    """A waiting task of a look-ahead window, with what the fair policy weighs."""
+    """A waiting task a round reads (``window.lua``), with what the scheduler weighs."""
 
     aigc: str
     platform: str
@@ -177,7 +175,7 @@ class Windowed:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """What one round of the fair policy weighs (:meth:`TaskStore.window`)."""
+    """What one round of the scheduler weighs (:meth:`TaskStore.window`)."""
 
     tasks: list[Windowed]
     #: the internal target's tasks in flight: (workflowId, started; None: not yet running)

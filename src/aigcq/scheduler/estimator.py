@@ -21,6 +21,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
+from dataclasses import replace
 
 from redis.commands.core import AsyncScript
 
@@ -56,6 +57,9 @@ class Estimator:
         self._owners_script: AsyncScript | None = None
         #: tasks queued through this process since the last snapshot, per queue
         self.queued_since: Counter[Queue] = Counter()
+        #: the ETAs have a basis: a run on our GPUs was recorded, or the operator set
+        #: ``AIGCQ_SHARE_DEFAULT_RUN_S`` (else a start time is a guess: positions only)
+        self.timed = False
 
     async def refresh(self) -> Snapshot:
         """A new snapshot, from Redis and the internal target's capacity now; made ``at``
@@ -84,6 +88,7 @@ class Estimator:
                 busy_max=MAX_RUNNING, user_limit=settings.user_max_running,
             )  # fmt: skip
             tasks, pool, shares, tuning = self._inputs(window, now)
+            self.timed = bool(window.runs) or "share_default_run_s" in settings.model_fields_set
             runs = [t.run_s for t in tasks]
             beyond = statistics.fmean(runs) if runs else beyond
             lines += [
@@ -132,9 +137,9 @@ class Estimator:
         if snap is None:
             return UNKNOWN
         known = snap.tasks.get(task_id)
-        if known is not None:
-            return known
-        return UNKNOWN if index is None else place_new(snap, queue, index)
+        if known is None:
+            known = UNKNOWN if index is None else place_new(snap, queue, index)
+        return known if self.timed else replace(known, eta=None)
 
     def of_submitted(self, task_id: str, queue: Queue) -> Estimate:
         """The estimate of a task just queued at the tail of ``queue``, with no I/O (a

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from aigcq.config import ProjectShare, Settings
 from aigcq.queue.keys import Keys
@@ -50,40 +51,30 @@ def tuning(settings: Settings) -> Tuning:
     )
 
 
-def _within_user_limits(
-    tasks: list[Waiting], running: Mapping[tuple[str, str], int], limit: int
+def held_beyond(
+    tasks: list[Waiting],
+    running: Mapping[Any, int],
+    limits: Mapping[Any, int],
+    tenant: Callable[[Waiting], Any],
 ) -> list[Waiting]:
-    """``tasks`` but those of an end user beyond what ``limit`` (0: none) leaves it after
-    its ``running`` ones, by rank (list order on ties)."""
-    if limit <= 0:
+    """``tasks``, those beyond what their tenant's limit (``limits``, by ``tenant(task)``;
+    a tenant not listed has none) leaves it after its ``running`` ones marked ``held``, by
+    rank (list order on ties): our GPUs may not take them now. A held task with no start
+    deadline is left out (it only waits); one with a deadline stays for its paid platform
+    (:func:`~aigcq.scheduler.policy.plan_round` rescues it there)."""
+    if not limits:
         return tasks
-    left = {who: limit - n for who, n in running.items()}
-    kept = set()
+    left = {who: cap - running.get(who, 0) for who, cap in limits.items()}
+    out: dict[int, Waiting] = {}
     for position, task in sorted(enumerate(tasks), key=lambda pt: (pt[1].rank, pt[0])):
-        who = (task.queue[0], task.user)
-        if not task.user or left.get(who, limit) > 0:
-            kept.add(position)
-            if task.user:
-                left[who] = left.get(who, limit) - 1
-    return [task for position, task in enumerate(tasks) if position in kept]
-
-
-def _within_ceilings(
-    tasks: list[Waiting], running: Mapping[str, int], ceilings: Mapping[str, int]
-) -> list[Waiting]:
-    """``tasks`` but those of a project beyond what its ``max`` GPUs leave it after its
-    ``running`` ones, by rank (list order on ties): they wait for its runs to end."""
-    if not ceilings:
-        return tasks
-    left = {p: cap - running.get(p, 0) for p, cap in ceilings.items()}
-    kept = set()
-    for position, task in sorted(enumerate(tasks), key=lambda pt: (pt[1].rank, pt[0])):
-        project = task.queue[0]
-        if project not in left or left[project] > 0:
-            kept.add(position)
-            if project in left:
-                left[project] -= 1
-    return [task for position, task in enumerate(tasks) if position in kept]
+        who = tenant(task)
+        if who not in left or left[who] > 0:
+            out[position] = task
+            if who in left:
+                left[who] -= 1
+        elif task.start_by is not None:
+            out[position] = replace(task, held=True)
+    return [out[p] for p in sorted(out)]
 
 
 def run_times(runs: Mapping[str, float], default_s: float) -> Callable[[str], float]:
@@ -107,25 +98,25 @@ def inputs(
     (model.json ``share``: a minimum, a ceiling, a weight)."""
     projects = projects or {}
     run_s = run_times(window.runs, settings.share_default_run_s)
-    tasks = _within_user_limits(
-        [
-            Waiting(
-                t.task_id,
-                (t.aigc, t.platform),
-                t.created,
-                run_s(t.workflow_id),
-                user=t.user,
-                start_by=t.start_by,
-                keep_waiting=t.keep_waiting,
-                credit_s=t.credit_s,
-            )
-            for t in window.tasks
-        ],
-        window.users,
-        settings.user_max_running,
-    )
+    tasks = [
+        Waiting(
+            t.task_id,
+            (t.aigc, t.platform),
+            t.created,
+            run_s(t.workflow_id),
+            user=t.user,
+            start_by=t.start_by,
+            keep_waiting=t.keep_waiting,
+            credit_s=t.credit_s,
+        )
+        for t in window.tasks
+    ]
+    limit = settings.user_max_running
+    users_read = {(t.queue[0], t.user) for t in tasks if t.user}
+    user_limits = dict.fromkeys(users_read, limit) if limit > 0 else {}
+    tasks = held_beyond(tasks, window.users, user_limits, lambda t: (t.queue[0], t.user))
     ceilings = {p: share.max for p, share in projects.items() if share.max is not None}
-    tasks = _within_ceilings(tasks, window.running, ceilings)
+    tasks = held_beyond(tasks, window.running, ceilings, lambda t: t.queue[0])
     busy = [time_left(run_s(w), now - started if started else 0.0) for w, started in window.busy]
     named = {t.queue[0] for t in tasks}
     users = {(t.queue[0], t.user) for t in tasks if t.user}

@@ -1,11 +1,13 @@
-"""Who runs first (issue 27): the pure decision of one dispatch round, no I/O.
+"""Who runs first (issues 27 and 37): the pure decision of one dispatch round, no I/O.
 
-A round sees the waiting tasks at the head of each queue that our GPUs serve (the
-look-ahead window, in list order), the internal pool (slots free here, slots free in other
-processes, the expected time left of each busy slot), the projects' weights and recent
-usage, and the room on each queue's paid platform. It answers which tasks to claim for
-the internal target now, which to send to the paid platform now, which have missed their
-start deadline, and an estimated internal start (ETA) for every task that keeps waiting.
+A round sees the waiting tasks our GPUs could take of each queue they serve (the heads of
+its ready keys and the earliest start deadlines, :mod:`aigcq.scheduler.fair`; a task
+``held`` off our GPUs by a limit may only go paid), the internal pool (slots free here,
+slots free in other processes, the expected time left of each busy slot), the projects'
+weights and recent usage, and the room on each queue's paid platform. It answers which
+tasks to claim for the internal target now, which to send to the paid platform now, which
+have missed their start deadline, and an estimated internal start (ETA) for every task
+that keeps waiting.
 
 *Fair shares by GPU time.* Slots go to AIGC projects, and inside a project to its end
 users (``userId``), by least recent usage per unit of weight: usage is GPU-seconds
@@ -97,6 +99,9 @@ class Waiting:
     keep_waiting: bool = False
     #: priority: ordered among its tenant's tasks as if submitted this much earlier
     credit_s: float = 0.0
+    #: our GPUs may not take it now (its user at its limit, its project at its ``max``):
+    #: only its paid platform may, to keep its start deadline
+    held: bool = False
 
     @property
     def rank(self) -> float:
@@ -267,13 +272,16 @@ def plan_round(
     in list order; ``paid_room``: how many more each queue's paid platform takes now (a
     queue no paid platform serves: 0)."""
     decision = Decision()
-    live = []
+    live: list[Waiting] = []
+    held: list[Waiting] = []
     for task in tasks:
         if task.start_by is not None and task.start_by <= now and not task.keep_waiting:
             decision.expired.append(task.task_id)
         else:
-            live.append(task)
+            (held if task.held else live).append(task)
     room = dict(paid_room)
+    for task in _rescued_held(held, room, now, tuning.margin):
+        decision.paid[task.queue].append(task.task_id)
     rescue = _Rescue(shares, room, now, tuning, tuning.lend_s * pool.size)
     fair = fair_order(live, shares) if tuning.shares else sorted(live, key=lambda t: t.rank)
     order = rescue.run(fair, _slots(pool, now))
@@ -300,6 +308,22 @@ def plan_round(
         else:
             decision.eta[task.task_id] = at
     return decision
+
+
+def _rescued_held(
+    held: Sequence[Waiting], room: dict[Queue, int], now: float, margin: float
+) -> list[Waiting]:
+    """The held tasks (our GPUs may not take them now) that go to their paid platform to
+    keep their start deadline: those with one whose safe start (:func:`_safe_start`) has
+    passed, earliest deadline first, while their platform has room. A held task with no
+    deadline, or time left, waits for its limit to free."""
+    due = [t for t in held if t.start_by is not None and now >= _safe_start(t, margin)]
+    out = []
+    for task in sorted(due, key=lambda t: t.start_by or 0.0):
+        if room.get(task.queue, 0) > 0:
+            room[task.queue] -= 1
+            out.append(task)
+    return out
 
 
 def _slots(pool: Pool, now: float) -> list[tuple[float, int]]:

@@ -3,7 +3,7 @@
 
 A waiting task that never ran, past its start deadline (``maxWaitMs``, no
 ``keepWaiting``), ends ``TaskExpired`` wherever it is in its queue (a dispatch round
-expires those of its look-ahead window too).
+expires those it reads too).
 
 A task past its deadline is not blindly re-sent. On a paid platform:
 

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -37,6 +37,7 @@ from aigcq.serve.admin_controls import checked, control_routes
 from aigcq.serve.admin_panels import AsynchPanel, overflow_spend
 from aigcq.serve.admin_trends import Split, Trends
 from aigcq.serve.by_filter import not_retried
+from aigcq.serve.holding import add_holds
 from aigcq.serve.live_tasks import PAGE_MAX, LiveFilter, live_page
 
 if TYPE_CHECKING:
@@ -115,11 +116,14 @@ class Monitor:
         """The state now; ``sample``: also take it as the trends' sample (the loop's, once a
         second; a request's snapshot reads them without adding one)."""
         rt = self.service.rt
-        queues = await queue_rows(rt, internal_capacity(self.service.hub))
+        internal = internal_capacity(self.service.hub)
+        queues = await queue_rows(rt, internal)
         overflow = overflow_spend(rt.settings.overflow_price)
         if sample:
             await self.trends.sample(rt.store, queues, overflow)
         spend = await self._spend()
+        pauses = await self.pauses.all()
+        add_holds(rt, queues, pauses, internal.serves if internal else ())
         return {
             "time": time.time(),
             "bridges": await self._bridges(),
@@ -131,7 +135,7 @@ class Monitor:
             "overflow": overflow,
             "spend": spend,
             "asynch": await self.asynch.read(),
-            "pauses": [p.view() for p in await self.pauses.all()],
+            "pauses": [p.view() for p in pauses],
             "accounts": await self.service.reconciler.view(),
             "budgets": await self.service.paid.budgets.view(spend),
             "shares": share_rows(rt.config.shares, queues, self._internal_name()),
@@ -169,12 +173,12 @@ class Monitor:
                 "pending": sorted(conn.pending),
                 "lastHeartbeat": now - (now_mono - conn.last_seen),
                 "failures": conn.failures,
-                "inRotation": conn.quarantined_at is None,
+                "inRotation": conn.online and conn.quarantined_at is None,
                 "drained": conn.drained,
                 "instanceStates": conn.instance_states,
                 "local": True,
             }
-        return sorted(rows.values(), key=lambda r: str(r["bridgeId"]))
+        return sorted(without_replaced(rows.values()), key=lambda r: str(r["bridgeId"]))
 
     def _health(self) -> dict[str, Any] | None:
         hub = self.service.hub
@@ -208,11 +212,25 @@ def bridge_row_from_hash(h: dict[str, str]) -> dict[str, Any]:
         "pending": [],
         "lastHeartbeat": float(h.get("lastSeen") or 0),
         "failures": 0,
-        "inRotation": h.get("inRotation", "1") == "1",
+        "inRotation": h.get("online") == "1" and h.get("inRotation", "1") == "1",
         "drained": h.get("drained") == "1",
         "instanceStates": record_instances(h.get("instances")),
         "local": False,
     }
+
+
+def without_replaced(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The bridges but those replaced: an offline one whose instances an online one now
+    describes (the bridge restarted under a new id on the same machine). One that left
+    and was not replaced stays, offline, until its record expires (``KNOWN_FOR_S``)."""
+    rows = list(rows)
+    live = {i.get("instanceId") for r in rows if r["online"] for i in r["instanceStates"]}
+
+    def replaced(row: dict[str, Any]) -> bool:
+        ids = {i.get("instanceId") for i in row["instanceStates"]}
+        return not row["online"] and bool(ids) and ids <= live
+
+    return [r for r in rows if not replaced(r)]
 
 
 def task_row(t: Task) -> dict[str, Any]:

@@ -84,9 +84,16 @@ def listen_settings(settings: Settings) -> list[tuple[int, str]]:
 
 
 class _Server(uvicorn.Server):
-    """Calls ``on_exit`` as soon as SIGTERM / SIGINT arrives, before connections close."""
+    """Calls ``on_started`` once it listens (its app started), ``on_exit`` as soon as
+    SIGTERM / SIGINT arrives, before connections close."""
 
+    on_started: Callable[[], None] | None = None
     on_exit: Callable[[], None] | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and self.on_started is not None:
+            self.on_started()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self.on_exit is not None:
@@ -95,10 +102,14 @@ class _Server(uvicorn.Server):
 
 
 def uvicorn_server(
-    app: Any, settings: Settings, on_exit: Callable[[], None] | None = None
+    app: Any,
+    settings: Settings,
+    on_exit: Callable[[], None] | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> uvicorn.Server:
     """A uvicorn server for one of our apps (sockets are passed to ``serve``);
-    ``on_exit`` runs first thing on SIGTERM / SIGINT (e.g. stop claiming tasks).
+    ``on_exit`` runs first thing on SIGTERM / SIGINT (e.g. stop claiming tasks),
+    ``on_started`` once it listens.
 
     No access log (a line per callback is noise at thousands a second) and no WebSocket
     compression (small JSON messages; deflate only costs CPU on both ends). Bounded by the
@@ -116,12 +127,15 @@ def uvicorn_server(
             timeout_graceful_shutdown=10,
         )
     )
-    server.on_exit = on_exit
+    server.on_exit, server.on_started = on_exit, on_started
     return server
 
 
-async def serve(settings: Settings, config: PlatformConfig) -> None:
-    """Run ``aigcq serve`` until SIGINT/SIGTERM, then shut down cleanly."""
+async def serve(
+    settings: Settings, config: PlatformConfig, on_listening: Callable[[], None] | None = None
+) -> None:
+    """Run ``aigcq serve`` until SIGINT/SIGTERM, then shut down cleanly; ``on_listening``
+    once it listens."""
     from aigcq.mdclient.target import internal_target
     from aigcq.serve.server import ServeProcess
     from aigcq.serve.shutdown import stop_claiming
@@ -133,7 +147,8 @@ async def serve(settings: Settings, config: PlatformConfig) -> None:
     sockets = [
         bind(settings.host, port, reuse_port=settings.reuse_port) for port in listen_ports(settings)
     ]
-    server = uvicorn_server(service.app, settings, on_exit=lambda: stop_claiming(service))
+    stop = lambda: stop_claiming(service)  # noqa: E731
+    server = uvicorn_server(service.app, settings, on_exit=stop, on_started=on_listening)
     try:
         await server.serve(sockets=sockets)
     finally:
@@ -189,8 +204,10 @@ def run_with_redis(
     *,
     embedded_dir: Path,
     main: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    on_listening: Callable[[], None] | None = None,
 ) -> None:
-    """Serve (or run ``main``); start a private Redis first when no ``AIGCQ_REDIS_URL``."""
+    """Serve (or run ``main``); start a private Redis first when no ``AIGCQ_REDIS_URL``.
+    ``on_listening``: called once the server listens (a worker of several: the first)."""
     if main is None:
         require_signing_key(settings)
     embedded: EmbeddedRedis | None = None
@@ -203,9 +220,9 @@ def run_with_redis(
         if main is None and settings.workers > 1:
             from aigcq.serve.workers import supervise
 
-            started = supervise(settings)
+            started = supervise(settings, on_listening)
         else:
-            run_async(main() if main else serve(settings, config))
+            run_async(main() if main else serve(settings, config, on_listening))
     except (KeyboardInterrupt, SignalExit):
         log.info("stopped by signal")
     finally:

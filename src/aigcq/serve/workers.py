@@ -16,8 +16,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Callable
 
 from aigcq.config import Settings
+from aigcq.plumbing.ports import local_host
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,16 @@ class Worker:
         return code > 0 and time.monotonic() - self.started < STARTUP_S
 
 
+def answers(settings: Settings) -> bool:
+    """Whether a worker answers ``/healthz`` on the client port."""
+    url = f"http://{local_host(settings.host)}:{settings.ws_port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=0.5) as answer:
+            return bool(answer.status == 200)
+    except OSError:  # refused, timed out, or an HTTP error status (URLError, HTTPError)
+        return False
+
+
 def worker_env(settings: Settings) -> dict[str, str]:
     """The supervisor's environment plus what it settled: Redis, generated secrets."""
     return {
@@ -55,14 +68,18 @@ def worker_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def supervise(settings: Settings) -> bool:
+def supervise(settings: Settings, on_listening: Callable[[], None] | None = None) -> bool:
     """Run ``settings.workers`` workers until SIGINT / SIGTERM (raised as exceptions);
-    False when a worker failed at start-up (all are stopped then)."""
+    False when a worker failed at start-up (all are stopped then). ``on_listening``:
+    called once a worker answers on the ports."""
     env = worker_env(settings)
     workers = [Worker(i, env) for i in range(settings.workers)]
     try:
         while True:
             time.sleep(0.5)
+            if on_listening is not None and answers(settings):
+                on_listening()
+                on_listening = None
             for i, worker in enumerate(workers):
                 code = worker.proc.poll()
                 if code is None:

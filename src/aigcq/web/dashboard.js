@@ -168,10 +168,12 @@ function renderBridges(bridges) {
 
 const perTarget = (counts) => Object.entries(counts || {}).map(([t, n]) => `${t}: ${n}`).join(", ") || "-";
 
+// `heldBy`: what holds the queue's work (pauses, budget holds, drains), next to it
 function renderQueues(queues) {
   fillTable("#queues", queues.map((q) => [
     q.AIGC, q.platform, q.waiting, soft(perTarget(q.inFlight)), soft(perTarget(q.capacity)),
     q.waiting ? span(q.oldestWaitS) : "-",
+    (q.heldBy || []).length ? el("span", q.heldBy.join("; "), "held") : "-",
   ]));
 }
 

@@ -136,6 +136,7 @@ def _history_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
     @r.post("/history")
     async def post_history(request: Request) -> Response:
         body = await _json_body(request)
+        emu.history_posts += 1
         if body.get("clear"):
             emu.history.clear()
         for pid in body.get("delete") or []:
@@ -210,6 +211,7 @@ def _control_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
             "loads": gpu.loads,
             "loadingS": gpu.loading_s,
             "busyS": gpu.busy_s,
+            "historyPosts": emu.history_posts,
         }
         if spans:
             found["busySpans"] = [list(s) for s in gpu.spans]

@@ -13,7 +13,7 @@
 -- ``expire`` ends a waiting task that never ran (no attempt charged) whose start deadline
 -- passed; any end takes the task out of the start deadlines' index (``{P}:startby``). A
 -- successful run on a target that is not paid records its run time in its workflow's
--- recent mean (``{P}:runs``, issue 27: the fair policy's estimates).
+-- recent mean (``{P}:runs``, the scheduler's estimates).
 -- A success of the attempt a failure ``late_class`` gave up on (UncertainSubmit), while
 -- that attempt's paid run is still counted, is left untouched for release_orphan.lua to
 -- make it win (``late_success``): {3, state, orphan, its target}.

@@ -56,12 +56,14 @@ for _, q in ipairs(cjson.decode(queues)) do
     end
   end
 end
--- every start deadline counts, however deep its task: the earliest ones of these queues
+-- every start deadline counts, however deep its task: the earliest ones of these queues,
+-- a limited user's too (its paid platform may keep it; its user's count is read with it)
 if dated > 0 then
   for _, id in ipairs(redis.call('ZRANGE', P .. ':startby', 0, dated - 1)) do
     local h = redis.call('HMGET', tkey(id), 'AIGC', 'platform', 'status', 'workflowId', 'userId')
     if h[3] == PENDING and served[(h[1] or '') .. ':' .. (h[2] or '')]
-      and not workflow_paused(h[4] or '') and not limited(h[1], h[5] or '') then
+      and not workflow_paused(h[4] or '') then
+      limited(h[1], h[5] or '')
       add(h[1], h[2], id)
     end
   end
