@@ -8,7 +8,7 @@ serves), and a client; prints one JSON object of what each check found.
 Checks: ``plain`` (tasks succeed, their files are PNGs), ``cancel`` (a running prompt is
 stopped on its instance and the task waiting behind it runs there: seconds from the cancel
 to the prompt gone, and to the next one started by ComfyUI's own ``execution_start``),
-``invalid`` (a node class no instance has fails ``NoCapableInstance``; a value ComfyUI
+``invalid`` (a node class no instance has fails ``UnknownNodeClass``; a value ComfyUI
 refuses fails ``PromptValidation``; a node raising fails ``NodeError``: each once, not
 retried), ``bridge_restart`` (a bridge SIGKILLed mid-prompt and started again re-adopts
 it: one result, one prompt in ComfyUI), ``capacity`` (each serve's queue view counts every

@@ -417,6 +417,14 @@ class Settings(HttpLimits):
         description="A task only offline instances can run waits this long for one to come "
         "back (or its queue's paid platform) before it fails NoCapableInstance.",
     )
+    bridge_grace_s: float = Field(
+        30.0,
+        ge=0,
+        validation_alias=_env("BRIDGE_GRACE_S"),
+        description="A bridge that leaves (a restart) keeps what it offered, and its slots, "
+        "this long on every serve process: a task only it can run waits for it rather than "
+        "failing NoCapableInstance or going to a paid platform (0: not kept).",
+    )
 
     shares: bool = Field(
         True,
@@ -745,6 +753,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "MaxCostExceeded": "任务的预计费用超过了 maxCost 上限，未提交到付费平台。",
         "BudgetExceeded": "付费平台的预算已用完，任务未提交。",
         "NoCapableInstance": "暂无可运行该任务的计算节点，请稍后再试。",
+        "UnknownNodeClass": "工作流中有计算节点均不支持的节点类型，请检查工作流。",
         "SignatureError": "签名校验失败。",
         "BridgeNotFound": "桥接节点不存在。",
         "ControlError": "管理操作无效，请检查参数。",

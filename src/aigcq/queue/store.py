@@ -89,6 +89,9 @@ class MoveResult:
     #: applied: a late success, after the task had failed ``UncertainSubmit`` (its client
     #: is sent the success after the failure; see :meth:`TaskStore.release_orphan`)
     late: bool = False
+    #: applied or not: the paid target of the unwanted run (orphan) this end of it released;
+    #: that run was billed, and this is its one release: the caller charges it
+    released: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -595,13 +598,16 @@ class TaskStore:
         code = int(applied)
         if code == 3:  # the success of the run a failure gave up on: it may win
             released = await self.release_orphan(text(labels[0]), result)
-            return released.moved or MoveResult(False, TaskState(text(current)))
+            ran_on = text(labels[1]) if released else ""
+            return released.moved or MoveResult(False, TaskState(text(current)), released=ran_on)
         if code != 1:
             current_state = TaskState(text(current)) if code >= 0 else None
-            return MoveResult(False, current_state, superseded=code == 2)
+            ran_on = text(labels[0]) if labels else ""
+            return MoveResult(False, current_state, superseded=code == 2, released=ran_on)
         metrics.task_finished(labels[:4], state.value, now)
         aigc, platform, target = (text(v) for v in labels[:3])
-        return MoveResult(True, state, target, orphan=text(labels[4]), aigc=aigc, platform=platform)
+        orphan, ran_on = text(labels[4]), text(labels[5])
+        return MoveResult(True, state, target, aigc, platform, orphan=orphan, released=ran_on)
 
     async def _finish_script(
         self,
