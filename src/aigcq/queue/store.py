@@ -881,15 +881,6 @@ class TaskStore:
         found = [_from_head(values) for values in await pipe.execute()]
         return [t for t in found if t is not None]
 
-    async def ended_by(self, task_id: str) -> tuple[TaskState | None, int | None]:
-        """The task's state and the attempt whose own run's end ended it (``None``: it
-        did not end by one, e.g. a cancel, or it is not over)."""
-        status, ended = await self.mux.command(
-            "HMGET", self.keys.task(task_id), "status", "endedAttempt"
-        )
-        state = TaskState(text(status)) if status is not None else None
-        return state, int(ended) if ended is not None else None
-
     async def timeline(self, task_id: str) -> list[dict[str, Any]]:
         rows = await self.redis.lrange(self.keys.timeline(task_id), 0, -1)
         return [orjson.loads(r) for r in rows]
