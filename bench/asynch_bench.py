@@ -29,7 +29,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.host import cpu_seconds, python_speed_ms
-from tests.fakes.processes import ASYNCH_ADMIN_TOKEN, free_port, start_asynch, stop
+from tests.fakes.processes import ASYNCH_ADMIN_TOKEN, reserved_port, start_asynch, stop
 
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
@@ -55,7 +55,7 @@ def backing_cpu_seconds(pg: EmbeddedPostgres, redis: EmbeddedRedis) -> float:
 
 
 def start_model_service() -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+    port = reserved_port()
     code = "from aigcq.cli.entry import main; main()"
     args = [sys.executable, "-c", code, "emulate", "model-service", "--port", str(port)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -69,7 +69,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.host import cpu_seconds, python_speed_ms
-from bench.processes import BRIDGE_TOKEN, CLIENT_TOKEN, Cluster, Proc, free_port, wait_http
+from bench.processes import BRIDGE_TOKEN, CLIENT_TOKEN, Cluster, Proc, wait_http
 from tests.fakes.client import Client, generate
 from tests.fakes.comfyui import E2E_GRAPH
 
@@ -250,7 +250,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def start_server(cluster: Cluster, flood_limit: int, **env: str) -> tuple[Proc, int]:
-    port = free_port()
+    port = cluster.ports.take()
     log = cluster.tmp / f"serve-{port}.log"
     env = {"AIGCQ_BRIDGE_MAX_MSGS_PER_S": str(flood_limit), **env}  # 0 = no limit
     proc = Proc(["serve", "--log-level", "WARNING"], cluster.server_env(port, **env), log)
@@ -344,9 +344,8 @@ class FakeRunningHub:
 
     async def start(self) -> FakeRunningHub:
         await self.runner.setup()
-        port = free_port()
-        await web.TCPSite(self.runner, "127.0.0.1", port).start()
-        self.url = f"http://127.0.0.1:{port}"
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
         return self
 
 

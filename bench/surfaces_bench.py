@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.processes import Cluster, free_port, wait_http
+from bench.processes import Cluster, wait_http
 
 from aigcq.embedded.redis import EmbeddedRedis
 
@@ -159,7 +159,7 @@ def main() -> None:
         redis = EmbeddedRedis(Path(tmp) / "redis", persist=False)
         cluster = Cluster(Path(tmp), redis.start())
         cluster.write_models({"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}})
-        port = free_port()
+        port = cluster.ports.take()
         proc = start_server(cluster, port, args.server_nofile, env)
         try:
             figures = asyncio.run(attack(port, proc.pid, args.idle, args.loris, args.seconds))

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from tests.fakes.client import Client, generate
-from tests.fakes.processes import Proc, free_port, wait_http
+from tests.fakes.processes import Proc, reserved_port, wait_http
 from tests.fakes.waiting import wait_until_sync
 
 pytestmark = pytest.mark.e2e
@@ -46,7 +46,7 @@ def alive(pid: int) -> bool:
 async def test_up_demo_runs_internal_first_then_overflows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    port = free_port()
+    port = reserved_port()
     data = tmp_path / "data"
     env = {
         "AIGCQ_WS_PORT": str(port),
