@@ -68,6 +68,7 @@ import websockets
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from bench.host import cpu_seconds, python_speed_ms
 from bench.processes import BRIDGE_TOKEN, CLIENT_TOKEN, Cluster, Proc, wait_http
 from tests.fakes.client import Client, generate
@@ -711,7 +712,7 @@ def describing_choice(n_bridges: int, rounds: int) -> dict[str, float]:
     waiting = [
         Candidate(f"t{j}", special if j % 10 == 0 else basic, Reach.BUSY, 1.0) for j in range(40)
     ]
-    rules = Rules(8, None, 0.0, 60.0, elsewhere=False)
+    rules = Rules(8, None, 0.0, 60.0)
     chose, placed = [], []
     for _ in range(rounds):
         t = time.perf_counter_ns()
@@ -796,6 +797,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         redis.stop()
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {
+    "tasks": 60,
+    "bridges": 2,
+    "loss_trials": 1,
+    "rates": "50",
+    "mixed_rounds": 1,
+    "mixed_pace_s": 0.05,
+}
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--rates", default="500,200", help="paced rates for dispatch latency")
@@ -823,4 +834,4 @@ if __name__ == "__main__":
     parser.add_argument(
         "--shares", choices=("on", "off"), default="on", help="the serve's AIGCQ_SHARES"
     )
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
+    print(json.dumps(asyncio.run(main(smoke.parse_args(parser, SMOKE))), indent=2))

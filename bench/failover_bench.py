@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from tests.fakes.failover import failover_run
 
 
@@ -32,9 +33,12 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     return reports
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"runs": 1, "seconds": 2.0, "rate": 5.0}
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--rate", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=8.0)
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
+    print(json.dumps(asyncio.run(main(smoke.parse_args(parser, SMOKE))), indent=2))

@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 import websockets
+from bench import smoke
 from bench.processes import ADMIN_TOKEN, CLIENT_TOKEN, Cluster, Proc
 
 from aigcq.embedded.redis import EmbeddedRedis
@@ -368,6 +369,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}}})
         env = {"AIGCQ_RUNNINGHUB_URL": "http://127.0.0.1:9", "AIGCQ_HEALTH_INTERVAL_S": "0.5"}
         serves = [cluster.server(None, **env)[1] for _ in range(2)]
+        if args.smoke:
+            args.comfyui = [cluster.emulator("comfyui") for _ in range(2)]
         run = Run(cluster, args.comfyui, serves)
         info = (await run.http.get(f"{args.comfyui[0]}/object_info")).json()
         run.slow_node = "ImageBlur" if "ImageBlur" in info else "ImageInvert"
@@ -398,11 +401,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--comfyui", action="append", required=True, help="an instance; repeat")
+    p.add_argument("--comfyui", action="append", default=[], help="an instance; repeat")
     p.add_argument("--kill-cmd", default="", help="kills the instance on {port} (shell)")
     p.add_argument("--start-cmd", default="", help="starts it again (shell, in the background)")
-    args = p.parse_args(argv)
-    if len(args.comfyui) < 2:
+    args = smoke.parse_args(p, {}, argv)  # --smoke: against two ComfyUI emulators of its own
+    if len(args.comfyui) < 2 and not args.smoke:
         p.error("give at least two --comfyui instances")
     return args
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from bench.processes import Cluster, wait_http
 
 from aigcq.embedded.redis import EmbeddedRedis
@@ -144,6 +145,10 @@ async def attack(port: int, pid: int, idle: int, loris: int, seconds: float) -> 
     }
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"idle": 5, "loris": 5, "seconds": 2.0}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--idle", type=int, default=250, help="connections that send nothing")
@@ -153,7 +158,7 @@ def main() -> None:
     parser.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="server setting"
     )
-    args = parser.parse_args()
+    args = smoke.parse_args(parser, SMOKE)
     env = dict(item.split("=", 1) for item in args.env)
     with tempfile.TemporaryDirectory() as tmp:
         redis = EmbeddedRedis(Path(tmp) / "redis", persist=False)
