@@ -276,11 +276,11 @@ async def dispatch_and_lifecycle(
     server, port = start_server(cluster, args.flood_limit, AIGCQ_SHARES=args.shares)
     bridges = await bridges_up(port, args.bridges, http, "life", args.heartbeat_s)
     try:
-        await Load(port).run(500, None, "warm")
+        await Load(port).run(min(500, args.tasks), None, "warm")
         dispatch, duplicates = [], 0
         for rate in (int(r) for r in args.rates.split(",")):
             paced = Load(port)
-            n = rate * 3
+            n = max(1, int(rate * args.paced_s))
             await paced.run(n, rate, f"paced{rate}")
             duplicates += paced.duplicates
             assigned = {t: ts for b in bridges for t, ts in b.assigned.items()}
@@ -764,7 +764,7 @@ def capable_pick(registry: BridgeRegistry, rounds: int) -> dict[str, float]:
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
     if not (args.mixed_only or args.new_bridge_only or args.lifecycle_only):
-        report["routing"] = routing_decision()
+        report["routing"] = routing_decision(rounds=args.routing_rounds)
         print("routing", report["routing"], file=sys.stderr)
     if args.routing_only:
         return report
@@ -803,7 +803,9 @@ SMOKE = {
     "bridges": 2,
     "loss_trials": 1,
     "rates": "50",
+    "paced_s": 0.5,
     "mixed_rounds": 1,
+    "routing_rounds": 40,
     "mixed_pace_s": 0.05,
 }
 
@@ -820,6 +822,8 @@ if __name__ == "__main__":
         "--heartbeat-s", type=float, default=30.0, help="fake bridges' HEARTBEAT interval"
     )
     parser.add_argument("--routing-only", action="store_true", help="in-process routing only")
+    parser.add_argument("--routing-rounds", type=int, default=2000, help="routing decisions")
+    parser.add_argument("--paced-s", type=float, default=3.0, help="seconds of each paced rate")
     parser.add_argument("--mixed-only", action="store_true", help="mixed capabilities only")
     parser.add_argument("--mixed-rounds", type=int, default=3)
     parser.add_argument(
