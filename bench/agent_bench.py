@@ -264,7 +264,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 #: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
-SMOKE = {"death_trials": 1, "cancel_trials": 1, "outage_trials": 1, "outage_s": 1.0}
+SMOKE = {"death_trials": 1, "cancel_trials": 1, "outage_trials": 1, "outage_s": 6.0}
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
