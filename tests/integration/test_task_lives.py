@@ -4,8 +4,8 @@ promote, finish, withdraw, expire, retry, replay) through :class:`TaskStore`, th
 the Lua scripts of :mod:`aigcq.queue`, on a real Redis, with fresh and stale attempts. After
 every step, for every task:
 
-- it is in exactly one place: waiting (once in its wait list, or backing off in the delayed
-  set), in flight (in the ``inflight`` index and its target's running set, scored by the
+- it is in exactly one place: waiting (in its queue and its key's set, or backing off in
+  the delayed set), in flight (in the ``inflight`` index and its target's running set, scored by the
   deadline its hash holds) or terminal (in none of them);
 - its state changed only as :data:`aigcq.domain.TRANSITIONS` allows the move made (a move of
   ``KEEPS_STATE`` leaves it where it was), and only when the store says the move applied;
@@ -17,6 +17,7 @@ script gets a second-scale test that explores orders no hand-written test lists.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Iterable
 from typing import Any, ClassVar, TypeVar
 
@@ -43,6 +44,8 @@ TARGET = st.sampled_from(TARGETS)
 STALE = st.booleans()
 DELAY = st.sampled_from([0.0, 30.0])
 ERROR = {"code": "X", "msg": "test"}
+#: the set of the tasks' key (no end user, workflow "w": ``bykey`` in ``_prelude.lua``)
+WAIT_KEY = f"q:wq:{AIGC}:{PLATFORM}:" + json.dumps(["", "w"], separators=(",", ":"))
 
 _T = TypeVar("_T")
 
@@ -122,7 +125,7 @@ class TaskLives(RuleBasedStateMachine):
 
     @initialize()
     def submitted(self) -> None:
-        for task_id in IDS[:2]:
+        for task_id in IDS[:3]:
             self.submit(task_id)
 
     @rule(task_id=TASK)
@@ -290,30 +293,32 @@ class TaskLives(RuleBasedStateMachine):
         places = self.run(self._places())
         for task_id in IDS:
             state = self.seen.get(task_id)
-            waiting, delayed, inflight, running, deadline = places[task_id]
-            where = f"{task_id} ({state}): wait x{waiting}, delayed {delayed}, inflight "
-            where += f"{inflight}, running in {running}, deadline {deadline}"
-            if state is None:
-                assert (waiting, delayed, inflight, running) == (0, None, None, []), where
-            elif state is TaskState.PENDING:
-                assert (waiting == 1) != (delayed is not None), where
-                assert waiting <= 1 and inflight is None and running == [], where
+            place = places[task_id]
+            queued, in_key, delayed, inflight, running, deadline = place
+            where = f"{task_id} ({state}): queued {queued}, in its key {in_key}, delayed "
+            where += f"{delayed}, inflight {inflight}, running in {running}, deadline {deadline}"
+            assert queued == in_key, where  # the queue and its key hold the same tasks
+            if state is TaskState.PENDING:  # waiting: queued, or backing off
+                assert (queued is not None) != (delayed is not None), where
+                assert inflight is None and running == [], where
             elif state in LIVE_STATES:  # dispatching or running: in flight
-                assert waiting == 0 and delayed is None, where
+                assert queued is None and delayed is None, where
                 assert inflight is not None and deadline is not None, where
                 assert abs(inflight - deadline) < 1e-3, where
                 assert len(running) == 1 and running[0][1] == inflight, where
                 assert running[0][0] == self.target(task_id), where
-            else:
-                assert state.terminal
-                assert (waiting, delayed, inflight, running) == (0, None, None, []), where
+            else:  # terminal, or never submitted
+                assert state is None or state.terminal, where
+                assert place[:5] == (None, None, None, None, []), where
 
-    async def _places(
-        self,
-    ) -> dict[str, tuple[int, float | None, float | None, list[Any], float | None]]:
+    async def _places(self) -> dict[str, tuple[Any, ...]]:
+        """Each task's score in its queue, in its key's set (one end user's tasks of one
+        workflow, ``_prelude.lua``), in the delayed set and in ``inflight``; the running
+        sets it is in; its hash's deadline."""
         pipe = self.redis.pipeline(transaction=False)
         for task_id in IDS:
-            pipe.lpos(self.keys.wait(AIGC, PLATFORM), task_id, count=0)
+            pipe.zscore(self.keys.wait(AIGC, PLATFORM), task_id)
+            pipe.zscore(WAIT_KEY, task_id)
             pipe.zscore(self.keys.delayed, task_id)
             pipe.zscore(self.keys.inflight, task_id)
             for target in TARGETS:
@@ -322,11 +327,12 @@ class TaskLives(RuleBasedStateMachine):
         replies = iter(await pipe.execute())
         places = {}
         for task_id in IDS:
-            waiting, delayed, inflight = len(next(replies)), next(replies), next(replies)
+            queued, in_key, delayed, inflight = (next(replies) for _ in range(4))
             running = [(t, s) for t in TARGETS if (s := next(replies)) is not None]
             deadline = next(replies)
             places[task_id] = (
-                waiting,
+                queued,
+                in_key,
                 delayed,
                 inflight,
                 running,
