@@ -256,6 +256,7 @@ def _median(values: list[float | None]) -> float | None:
 #: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
 SMOKE = {
     "rate": 10.0,
+    "health_interval_ms": 200,
     "instances": 2,
     "emulators": 1,
     "trials": 1,
