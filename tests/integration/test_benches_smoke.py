@@ -10,7 +10,10 @@ started by root cannot reach into it)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,14 +37,25 @@ def command(name: str) -> list[str]:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("name", BENCHES)
 def test_the_bench_runs_at_its_smoke_size_and_prints_json(name: str) -> None:
-    done = subprocess.run(
+    # a session of its own: the servers a failed or stuck bench left behind are killed
+    proc = subprocess.Popen(
         [*command(name), "--smoke"],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=220,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = proc.communicate(timeout=220)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = "", f"{name} --smoke still running after 220 s"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-4000:]}"
     try:
         report = json.loads(done.stdout)
