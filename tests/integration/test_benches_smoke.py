@@ -26,6 +26,8 @@ SHARED = {"fleet", "front", "gpu_idle", "host", "processes", "smoke"}
 BENCHES = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if p.stem not in SHARED)
 #: run as a module, as its docstring says
 AS_MODULE = {"real_comfyui"}
+#: benches whose smoke run is a test of its own already
+ELSEWHERE = {"fleet_sim": "tests/unit/test_fleet_sim.py"}
 
 
 def command(name: str) -> list[str]:
@@ -35,7 +37,7 @@ def command(name: str) -> list[str]:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name", BENCHES)
+@pytest.mark.parametrize("name", [n for n in BENCHES if n not in ELSEWHERE])
 def test_the_bench_runs_at_its_smoke_size_and_prints_json(name: str) -> None:
     # a session of its own: the servers a failed or stuck bench left behind are killed
     proc = subprocess.Popen(
@@ -68,5 +70,7 @@ def test_every_bench_takes_smoke() -> None:
     """A new bench joins the smoke runs by itself: it must take ``--smoke``
     (``bench.smoke.parse_args``, or an option of its own as ``fleet_sim`` has)."""
     takes = ("smoke.parse_args", '"--smoke"', "bench.chaos import main, parse")
-    missing = [n for n in BENCHES if not any(t in (ROOT / f"bench/{n}.py").read_text() for t in takes)]
+    missing = [
+        n for n in BENCHES if not any(t in (ROOT / f"bench/{n}.py").read_text() for t in takes)
+    ]
     assert not missing, f"benches without --smoke: {missing}"
