@@ -19,12 +19,12 @@ import orjson
 from websockets.sync.client import connect
 
 from aigcq.plumbing.auth import issue_client_token
-from tests.fakes.processes import Proc, free_port, wait_http
+from tests.fakes.processes import Proc, reserved_port, wait_http
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("AIGCQ_", "REDIS_"))}
-    ports = {"AIGCQ_WS_PORT": str(free_port()), "AIGCQ_CALLBACK_PORT": str(free_port())}
+    ports = {"AIGCQ_WS_PORT": str(reserved_port()), "AIGCQ_CALLBACK_PORT": str(reserved_port())}
     return {**keep, **ports, "AIGCQ_DATA_DIR": str(tmp_path / "data")}
 
 
