@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from bench.host import python_speed_ms
 from tests.fakes.client import Client, bridge_task
 from tests.fakes.processes import Cluster, Proc, wait_http
@@ -262,10 +263,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"death_trials": 1, "cancel_trials": 1, "outage_trials": 1, "outage_s": 6.0}
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--death-trials", type=int, default=3)
     parser.add_argument("--cancel-trials", type=int, default=3)
     parser.add_argument("--outage-trials", type=int, default=2)
     parser.add_argument("--outage-s", type=float, default=40.0)
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
+    print(json.dumps(asyncio.run(main(smoke.parse_args(parser, SMOKE))), indent=2))

@@ -27,9 +27,9 @@ import aiohttp
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench import smoke
 from bench.host import cpu_seconds, python_speed_ms
-from tests.fakes.processes import ASYNCH_ADMIN_TOKEN, free_port, start_asynch, stop
+from tests.fakes.processes import ASYNCH_ADMIN_TOKEN, reserved_port, start_asynch, stop
 
 from aigcq.embedded.postgres import EmbeddedPostgres
 from aigcq.embedded.redis import EmbeddedRedis
@@ -55,7 +55,7 @@ def backing_cpu_seconds(pg: EmbeddedPostgres, redis: EmbeddedRedis) -> float:
 
 
 def start_model_service() -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+    port = reserved_port()
     code = "from aigcq.cli.entry import main; main()"
     args = [sys.executable, "-c", code, "emulate", "model-service", "--port", str(port)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -130,6 +130,10 @@ async def drive(
     }
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"tasks": 20, "concurrency": 4, "workers": 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", type=int, default=3000)
@@ -144,7 +148,7 @@ def main() -> None:
         " as --concurrency allows",
     )
     parser.add_argument("--durable", action="store_true", help="PostgreSQL with fsync on")
-    args = parser.parse_args()
+    args = smoke.parse_args(parser, SMOKE)
     root = Path(tempfile.mkdtemp(prefix="aigcq-bench-"))
     root.chmod(0o755)  # PostgreSQL's unprivileged user must reach pg/ when we are root
     pg = EmbeddedPostgres(root / "pg", fast=not args.durable)

@@ -22,6 +22,7 @@ import orjson
 import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from bench.host import cpu_seconds, python_speed_ms
 
 from aigcq.embedded.redis import EmbeddedRedis
@@ -85,7 +86,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         redis_server.stop()
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"tasks": 30}
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=3000)
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
+    print(json.dumps(asyncio.run(main(smoke.parse_args(parser, SMOKE))), indent=2))

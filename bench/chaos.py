@@ -58,6 +58,7 @@ import websockets
 from redis.exceptions import RedisError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from bench.fleet import Fleet
 from bench.front import Front
 from bench.gpu_idle import Timeline, free_at_creates, gpu_idle_s, longest_idle, paid_while_free
@@ -540,6 +541,10 @@ def failures(report: dict[str, Any]) -> dict[str, int]:
     return {k: report[k] for k in keys if report[k]}
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"seconds": 3.0, "rate": 3.0, "drain": 30.0}
+
+
 def parse(
     argv: list[str] | None = None, *, faults: tuple[str, ...] = FAULTS, doc: str | None = None
 ) -> argparse.Namespace:
@@ -563,7 +568,7 @@ def parse(
         default=",".join(faults),
         help=f"comma-separated faults to strike with (of {', '.join(FAULTS)})",
     )
-    args = parser.parse_args(argv)
+    args = smoke.parse_args(parser, SMOKE, argv)
     unknown = set(args.faults.split(",")) - set(FAULTS)
     if unknown:
         parser.error(f"unknown faults: {', '.join(sorted(unknown))}")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from bench.host import python_speed_ms
 
 #: libraries only a server needs; a client command loading one pays its import time
@@ -94,10 +95,14 @@ def imports(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     }
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"runs": 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=10)
-    opts = parser.parse_args()
+    opts = smoke.parse_args(parser, SMOKE)
     with socket.socket() as refusing:  # bound, never listening: connections are refused
         refusing.bind(("127.0.0.1", 0))
         port = refusing.getsockname()[1]

@@ -22,6 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from bench.host import python_speed_ms
 
 from aigcq.config import PlatformConfig, Settings
@@ -83,12 +84,16 @@ async def run(waiting: int, in_flight: int, rounds: int) -> dict[str, Any]:
             server.stop()
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"waiting": 100, "in_flight": 10, "rounds": 2}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--waiting", type=int, default=20000)
     parser.add_argument("--in-flight", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=40)
-    args = parser.parse_args()
+    args = smoke.parse_args(parser, SMOKE)
     before = python_speed_ms()
     figures = asyncio.run(run(args.waiting, args.in_flight, args.rounds))
     out = {"waiting": args.waiting, "in_flight": args.in_flight, **figures}

@@ -30,7 +30,7 @@ import orjson
 import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench import smoke
 from tests.fakes.agent import quick_bridge
 from tests.fakes.client import Client, generate
 from tests.fakes.comfyui import model_graph
@@ -161,6 +161,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"tasks": 6, "rate": 20.0, "load_s": 0.05, "step_s": 0.01}
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=120)
@@ -168,4 +171,8 @@ if __name__ == "__main__":
     parser.add_argument("--load-s", type=float, default=0.5, help="seconds per model load")
     parser.add_argument("--step-s", type=float, default=0.1, help="seconds per executed node")
     parser.add_argument("--seed", type=int, default=16)
-    print(orjson.dumps(asyncio.run(main(parser.parse_args())), option=orjson.OPT_INDENT_2).decode())
+    print(
+        orjson.dumps(
+            asyncio.run(main(smoke.parse_args(parser, SMOKE))), option=orjson.OPT_INDENT_2
+        ).decode()
+    )

@@ -25,6 +25,7 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from bench.host import cpu_seconds, python_speed_ms
 from tests.fakes.client import Client, generate
 from tests.fakes.processes import Cluster
@@ -93,13 +94,17 @@ async def scenario(tmp: Path, n: int, cap: int, interval: float | None) -> dict[
         redis.stop()
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"tasks": 10, "concurrency": 5, "adaptive_tasks": 0}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--interval", type=float, default=0.05)
     parser.add_argument("--adaptive-tasks", type=int, default=100)
-    args = parser.parse_args()
+    args = smoke.parse_args(parser, SMOKE)
     report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
     with tempfile.TemporaryDirectory() as tmp:
         report["fixed_interval"] = await scenario(

@@ -35,6 +35,7 @@ import orjson
 import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from tests.fakes.client import Client, bridge_task
 from tests.fakes.processes import MD_PASSWORD, Cluster, start_dispatcher, wait_free
 
@@ -252,6 +253,20 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {
+    "rate": 10.0,
+    "health_interval_ms": 200,
+    "instances": 2,
+    "emulators": 1,
+    "trials": 1,
+    "warmup_s": 0.5,
+    "down_s": 1.0,
+    "after_s": 0.5,
+    "drain_s": 20.0,
+    "recover_timeout_s": 30.0,
+}
+
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the processes on the way out
     parser = argparse.ArgumentParser()
@@ -275,4 +290,4 @@ if __name__ == "__main__":
     parser.add_argument("--after-s", type=float, default=2.0, help="load after recovery")
     parser.add_argument("--recover-timeout-s", type=float, default=60.0)
     parser.add_argument("--drain-s", type=float, default=60.0, help="wait for the last results")
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
+    print(json.dumps(asyncio.run(main(smoke.parse_args(parser, SMOKE))), indent=2))

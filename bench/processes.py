@@ -29,10 +29,50 @@ BRIDGE_TOKEN = "e2e-bridge-token"
 ASYNCH_ADMIN_TOKEN = "e2e-asynch-admin-token"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Ports:
+    """Ports for child servers, each reserved until :meth:`close` (``with Ports() as
+    ports:``), so that none is taken between the moment it is chosen and the moment the
+    child listens, nor while a killed child is restarted on it.
+
+    :meth:`take` binds port 0 with ``SO_REUSEADDR`` and keeps the socket, never listening.
+    On Linux, the kernel then hands that port to no other ``bind(0)`` nor outgoing
+    connection (a test's server or client on a parallel xdist worker), while a child that
+    binds it with ``SO_REUSEADDR`` too (aigcq's servers, uvicorn, asyncio, redis-server and
+    Go all do) may listen on it: the reservation is what closing a probed port and handing
+    its number over (a "free port") lacked. Run every child on 127.0.0.1."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self._held: list[socket.socket] = []
+
+    def take(self) -> int:
+        """A port of this reservation's own: pass it to the child's ``--port``."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, 0))
+        self._held.append(sock)
+        return int(sock.getsockname()[1])
+
+    def close(self) -> None:
+        """Give the ports back (stop their children first)."""
+        while self._held:
+            self._held.pop().close()
+
+    def __enter__(self) -> Ports:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: the reservations of :func:`reserved_port`, given back when this process exits
+_FOR_GOOD = Ports()
+
+
+def reserved_port() -> int:
+    """A port reserved (:class:`Ports`) for as long as this process runs: for a child
+    server outside a :class:`Cluster` (a test's or a bench's own)."""
+    return _FOR_GOOD.take()
 
 
 class Proc:
@@ -85,6 +125,8 @@ class Cluster:
         self.tmp = tmp
         self.redis_url = redis_url
         self.procs: list[Proc] = []
+        #: every port a process of this cluster listens on, reserved until :meth:`close`
+        self.ports = Ports()
         self.config_dir = tmp / "config"
         self.config_dir.mkdir()
 
@@ -92,7 +134,7 @@ class Cluster:
         (self.config_dir / "model.json").write_text(json.dumps(models))
 
     def emulator(self, kind: str, *args: str) -> str:
-        port = free_port()
+        port = self.ports.take()
         if kind == "comfyui":  # its outputs under the test's tmp dir, not ./.aigcq
             args = ("--output-dir", str(self.tmp / f"comfyui-{port}"), *args)
         if kind == "runninghub" and "--workflow-id" not in args:  # the runs' many ids
@@ -114,7 +156,7 @@ class Cluster:
         **env: str,
     ) -> tuple[Proc, int]:
         """``aigcq bridge`` to the server's ``/ws``; its state dir is kept per port."""
-        port = port or free_port()
+        port = port or self.ports.take()
         opts = [f"--comfyui={url}" for url in comfyui]
         proc = Proc(
             [
@@ -149,7 +191,7 @@ class Cluster:
         }
 
     def server(self, port: int | None = None, **extra: str) -> tuple[Proc, int]:
-        port = port or free_port()
+        port = port or self.ports.take()
         proc = Proc(["serve"], self.server_env(port, **extra), self.tmp / f"serve-{port}.log")
         self.procs.append(proc.start())
         wait_http(f"http://127.0.0.1:{port}/healthz")
@@ -158,3 +200,4 @@ class Cluster:
     def close(self) -> None:
         for proc in reversed(self.procs):
             proc.stop()
+        self.ports.close()

@@ -8,11 +8,13 @@ serves), and a client; prints one JSON object of what each check found.
 Checks: ``plain`` (tasks succeed, their files are PNGs), ``cancel`` (a running prompt is
 stopped on its instance and the task waiting behind it runs there: seconds from the cancel
 to the prompt gone, and to the next one started by ComfyUI's own ``execution_start``),
-``invalid`` (a node class no instance has fails ``NoCapableInstance``; a value ComfyUI
+``invalid`` (a node class no instance has fails ``UnknownNodeClass``; a value ComfyUI
 refuses fails ``PromptValidation``; a node raising fails ``NodeError``: each once, not
 retried), ``bridge_restart`` (a bridge SIGKILLed mid-prompt and started again re-adopts
 it: one result, one prompt in ComfyUI), ``capacity`` (each serve's queue view counts every
-bridge) and, with ``--kill-cmd``, ``kill`` (an instance killed mid-prompt: seconds until
+bridge), ``eta`` (a burst of 20 short tasks: the median error of every ``etaStartMs``
+told against the task's start, as a share of the wait left) and, with ``--kill-cmd``,
+``kill`` (an instance killed mid-prompt: seconds until
 the task runs on another). Long prompts chain ``ImageBlur`` on a 512 px image where the
 instance has it (real ComfyUI, about 0.2 s a node on a CPU), else ``ImageInvert`` (the
 emulator, ``--step-time`` a step). Loopback only; everything it started is stopped.
@@ -37,6 +39,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 import websockets
+from bench import smoke
 from bench.processes import ADMIN_TOKEN, CLIENT_TOKEN, Cluster, Proc
 
 from aigcq.embedded.redis import EmbeddedRedis
@@ -64,6 +67,8 @@ class Client:
     def __init__(self, ws: Any) -> None:
         self.ws = ws
         self.results: dict[str, list[dict[str, Any]]] = {}
+        #: each ETA told per taskId: (when it was read, etaStartMs / 1000)
+        self.etas: dict[str, list[tuple[float, float]]] = {}
 
     async def send(self, message: dict[str, Any]) -> None:
         await self.ws.send(orjson.dumps(message).decode())
@@ -72,6 +77,9 @@ class Client:
         msg = orjson.loads(await asyncio.wait_for(self.ws.recv(), timeout))
         if msg["type"] == "result":
             self.results.setdefault(msg["taskId"], []).append(msg)
+        elif msg["type"] in ("submitted", "QUEUE_UPDATE") and msg.get("etaStartMs"):
+            told = (time.time(), msg["etaStartMs"] / 1000)
+            self.etas.setdefault(msg["taskId"], []).append(told)
 
     async def linger(self, seconds: float) -> None:
         """Keep reading for a while, to catch a duplicate."""
@@ -134,6 +142,13 @@ class Run:
                     return float(data["timestamp"]) / 1000
         return None
 
+    async def running_at(self, task_id: str) -> float | None:
+        """When aigcq saw ``task_id`` start running (its bridge's acknowledgement of the
+        prompt queued on a free instance: its timeline's first ``running``)."""
+        url = f"http://127.0.0.1:{self.serves[0]}/api/tasks/{task_id}"
+        timeline = (await self.http.get(url, headers=AUTH)).json().get("timeline") or []
+        return next((float(e["t"]) for e in timeline if e.get("state") == "running"), None)
+
     async def client(self, name: str, serve: int = 0) -> Client:
         query = f"token={CLIENT_TOKEN}&id={name}"
         ws = await websockets.connect(f"ws://127.0.0.1:{self.serves[serve]}/?{query}")
@@ -176,6 +191,38 @@ async def plain(run: Run) -> dict[str, Any]:
         "seconds": round(time.monotonic() - started, 2),
         "results": {t: statuses(client, t) for t in ids},
         "png_files": pngs,
+    }
+
+
+async def eta(run: Run, burst: int = 20) -> dict[str, Any]:
+    """A burst of short tasks on a fleet whose run times are known (one warm-up task ran):
+    every ``etaStartMs`` told (the submit reply and each QUEUE_UPDATE) against when the
+    task started running (its bridge queued it on a free instance); the error is a share
+    of the wait that was left."""
+    client = await run.client("rc-eta")
+    warm = f"{RUN}-eta-warm"
+    await client.send(run.task(warm))
+    await read(client, {warm}, 60)
+    await asyncio.sleep(1.5)  # an estimate refresh sees the recorded run
+    ids = [f"{RUN}-eta-{i}" for i in range(burst)]
+    started = time.monotonic()
+    for task_id in ids:
+        await client.send(run.task(task_id))
+    await read(client, set(ids), 120)
+    errors, untold = [], 0
+    for task_id in ids:
+        start = await run.running_at(task_id)
+        told = [(at, eta) for at, eta in client.etas.get(task_id, []) if start and at < start]
+        untold += not told
+        errors += [abs(eta - start) / max(start - at, 1.0) for at, eta in told if start]
+    errors.sort()
+    return {
+        "burst": burst,
+        "seconds": round(time.monotonic() - started, 2),
+        "estimates": len(errors),
+        "tasks_told_no_eta": untold,
+        "median_error_share": round(errors[len(errors) // 2], 3) if errors else None,
+        "p90_error_share": round(errors[int(len(errors) * 0.9)], 3) if errors else None,
     }
 
 
@@ -322,6 +369,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}}})
         env = {"AIGCQ_RUNNINGHUB_URL": "http://127.0.0.1:9", "AIGCQ_HEALTH_INTERVAL_S": "0.5"}
         serves = [cluster.server(None, **env)[1] for _ in range(2)]
+        if args.smoke:
+            args.comfyui = [cluster.emulator("comfyui") for _ in range(2)]
         run = Run(cluster, args.comfyui, serves)
         info = (await run.http.get(f"{args.comfyui[0]}/object_info")).json()
         run.slow_node = "ImageBlur" if "ImageBlur" in info else "ImageInvert"
@@ -333,6 +382,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "comfyui_version": stats.get("system", {}).get("comfyui_version"),
             "slow_node": run.slow_node,
             "plain": await plain(run),
+            "eta": await eta(run),
             "cancel_client": await cancel(run, "client"),
             "cancel_http": await cancel(run, "http"),
             "invalid": await invalid(run),
@@ -351,11 +401,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--comfyui", action="append", required=True, help="an instance; repeat")
+    p.add_argument("--comfyui", action="append", default=[], help="an instance; repeat")
     p.add_argument("--kill-cmd", default="", help="kills the instance on {port} (shell)")
     p.add_argument("--start-cmd", default="", help="starts it again (shell, in the background)")
-    args = p.parse_args(argv)
-    if len(args.comfyui) < 2:
+    args = smoke.parse_args(p, {}, argv)  # --smoke: against two ComfyUI emulators of its own
+    if len(args.comfyui) < 2 and not args.smoke:
         p.error("give at least two --comfyui instances")
     return args
 

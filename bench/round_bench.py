@@ -33,6 +33,7 @@ import orjson
 import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from bench.host import python_speed_ms
 
 from aigcq.config import Settings
@@ -146,10 +147,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         server.stop()
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"rounds": 3, "depths": [50]}
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument(
         "--depths", type=lambda s: [int(d) for d in s.split(",")], default=[100, 10_000, 100_000]
     )
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
+    print(json.dumps(asyncio.run(main(smoke.parse_args(parser, SMOKE))), indent=2))

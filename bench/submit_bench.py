@@ -27,6 +27,7 @@ import orjson
 import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
 from bench.host import cpu_seconds, python_speed_ms
 from tests.fakes.client import Client, generate
 from tests.fakes.processes import Cluster
@@ -128,6 +129,10 @@ async def memory_per_waiting_task(redis_url: str, port: int, waiting: int) -> di
     }
 
 
+def paced_tasks(args: argparse.Namespace) -> int:
+    return max(1, int(args.rate * args.paced_s))
+
+
 MODELS = {
     "proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 1000}},
     "idle": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}},
@@ -150,14 +155,16 @@ async def replica_cost(args: argparse.Namespace) -> dict[str, Any]:
                     AIGCQ_REDIS_MIN_REPLICAS=min_replicas,
                 )
                 assert server.p is not None
-                await run_load(port, 200, None)  # warm-up
+                await run_load(port, args.warmup, None)  # warm-up
                 pid, master = server.p.pid, pair.nodes[0].proc
                 assert master is not None
                 runs = {
                     "sustained": await run_load(
                         port, args.tasks, None, pid=pid, redis_pid=master.pid
                     ),
-                    "paced": await run_load(port, args.rate * 4, args.rate, pid=pid),
+                    "paced": await run_load(
+                        port, int(args.rate * args.paced_s), args.rate, pid=pid
+                    ),
                 }
                 report[f"min_replicas_{min_replicas}"] = runs
                 print(min_replicas, runs, file=sys.stderr)
@@ -179,7 +186,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         cluster.write_models(MODELS)
         server, port = cluster.server(AIGCQ_RUNNINGHUB_URL=rh, AIGCQ_SWEEP_INTERVAL_S="1")
         assert server.p is not None
-        await run_load(port, 200, None)  # warm-up
+        await run_load(port, args.warmup, None)  # warm-up
         report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
         pid = server.p.pid
         assert redis._proc is not None
@@ -187,7 +194,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             port, args.tasks, None, pid=pid, redis_pid=redis._proc.pid
         )
         print("sustained", report["sustained"], file=sys.stderr)
-        report["paced"] = await run_load(port, args.rate * 4, args.rate, pid=pid)
+        report["paced"] = await run_load(port, paced_tasks(args), args.rate, pid=pid)
         print("paced", report["paced"], file=sys.stderr)
         report["server_rss_kib"] = rss_kib(server.p.pid)
         report["waiting"] = [
@@ -201,10 +208,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         redis.stop()
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"tasks": 20, "rate": 20, "waiting": "10", "paced_s": 0.5, "warmup": 5}
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--rate", type=int, default=500)
     parser.add_argument("--waiting", default="100,10000")
     parser.add_argument("--replica", action="store_true", help="measure MIN_REPLICAS 0 vs 1")
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
+    parser.add_argument("--paced-s", type=float, default=4.0, help="seconds of the paced run")
+    parser.add_argument("--warmup", type=int, default=200, help="tasks before measuring")
+    print(json.dumps(asyncio.run(main(smoke.parse_args(parser, SMOKE))), indent=2))

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.processes import Cluster, free_port, wait_http
+from bench import smoke
+from bench.processes import Cluster, wait_http
 
 from aigcq.embedded.redis import EmbeddedRedis
 
@@ -144,6 +145,10 @@ async def attack(port: int, pid: int, idle: int, loris: int, seconds: float) -> 
     }
 
 
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"idle": 5, "loris": 5, "seconds": 2.0}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--idle", type=int, default=250, help="connections that send nothing")
@@ -153,13 +158,13 @@ def main() -> None:
     parser.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="server setting"
     )
-    args = parser.parse_args()
+    args = smoke.parse_args(parser, SMOKE)
     env = dict(item.split("=", 1) for item in args.env)
     with tempfile.TemporaryDirectory() as tmp:
         redis = EmbeddedRedis(Path(tmp) / "redis", persist=False)
         cluster = Cluster(Path(tmp), redis.start())
         cluster.write_models({"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}})
-        port = free_port()
+        port = cluster.ports.take()
         proc = start_server(cluster, port, args.server_nofile, env)
         try:
             figures = asyncio.run(attack(port, proc.pid, args.idle, args.loris, args.seconds))

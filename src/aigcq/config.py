@@ -47,8 +47,8 @@ _M = TypeVar("_M", bound=BaseModel)
 class IdBinding(enum.StrEnum):
     """Which backendIds a client JWT may use (``AIGCQ_BIND_CLIENT_IDS``)."""
 
-    SUB = "sub"  # a JWT naming its client (sub) is bound to it; one without sub is not
-    ALL = "all"  # every JWT is bound; one without sub may use no id
+    SUB = "sub"  # a JWT naming ids (sub, ids claim) is bound to them; one naming none is not
+    ALL = "all"  # every JWT is bound; one naming no id may use none
     OFF = "off"  # any valid token, any id (the original system's behaviour)
 
     @classmethod
@@ -94,8 +94,8 @@ class Settings(HttpLimits):
         IdBinding.SUB,
         validation_alias=_env("BIND_CLIENT_IDS"),
         description=(
-            "sub: a client JWT with a sub may only use backendId = its sub or sub-<anything>;"
-            " all: every JWT (none without sub); off: any id (the original system)."
+            "sub: a client JWT naming ids (its sub, its ids claim) may only use those;"
+            " all: every JWT (none naming no id); off: any id (the original system)."
         ),
     )
     admin_token: str = Field("", validation_alias=_env("ADMIN_TOKEN"))
@@ -430,6 +430,14 @@ class Settings(HttpLimits):
         description="A task only offline instances can run waits this long for one to come "
         "back (or its queue's paid platform) before it fails NoCapableInstance.",
     )
+    bridge_grace_s: float = Field(
+        30.0,
+        ge=0,
+        validation_alias=_env("BRIDGE_GRACE_S"),
+        description="A bridge that leaves (a restart) keeps what it offered, and its slots, "
+        "this long on every serve process: a task only it can run waits for it rather than "
+        "failing NoCapableInstance or going to a paid platform (0: not kept).",
+    )
 
     shares: bool = Field(
         True,
@@ -505,7 +513,9 @@ class Settings(HttpLimits):
         "none", validation_alias=_env("ADMISSION"), description="none | quota | billing"
     )
     admission_quota: int = Field(
-        0, validation_alias=_env("ADMISSION_QUOTA"), description="Default per-client task quota."
+        0,
+        validation_alias=_env("ADMISSION_QUOTA"),
+        description="Starting task quota of each principal (a token's sub).",
     )
     billing_url: str = Field("", validation_alias=_env("BILLING_URL"))
 
@@ -756,6 +766,7 @@ DEFAULT_MESSAGES: dict[str, dict[str, str]] = {
         "MaxCostExceeded": "任务的预计费用超过了 maxCost 上限，未提交到付费平台。",
         "BudgetExceeded": "付费平台的预算已用完，任务未提交。",
         "NoCapableInstance": "暂无可运行该任务的计算节点，请稍后再试。",
+        "UnknownNodeClass": "工作流中有计算节点均不支持的节点类型，请检查工作流。",
         "SignatureError": "签名校验失败。",
         "BridgeNotFound": "桥接节点不存在。",
         "ControlError": "管理操作无效，请检查参数。",

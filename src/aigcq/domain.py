@@ -174,6 +174,8 @@ class ErrorCode(enum.StrEnum):
     CONTROL = "ControlError"  # an operator's control names nothing it can act on
     LINK_EXPIRED = "LinkExpired"
     FILE_NOT_FOUND = "FileNotFound"
+    #: a workflow's node class that no bridge of the cluster offers: the client's mistake
+    UNKNOWN_NODE_CLASS = "UnknownNodeClass"
 
 
 @dataclass(frozen=True, slots=True)

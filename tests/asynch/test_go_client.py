@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.fakes.asynch import Served
-from tests.fakes.processes import free_port, start_asynch, stop
+from tests.fakes.processes import reserved_port, start_asynch, stop
 
 GO = shutil.which("go")
 SOURCE = Path(__file__).parent / "go"
@@ -63,7 +63,7 @@ async def test_a_go_client_of_the_original_service_works_unchanged(
     # it on a loopback address other than 127.0.0.1 (a server bound to 127.0.0.1 refuses).
     # The Go service had no admin token: its callers send none, so the switching checklist's
     # AIGCQ_ASYNCH_ADMIN_OPEN=true opens the management routes for them.
-    port = free_port()
+    port = reserved_port()
     config = tmp_path / "config.yml"
     config.write_text(f'server:\n  address: ":{port}"\n')
     log = tmp_path / "asynch.log"

@@ -25,7 +25,7 @@ from aigcq.client import AsyncClient
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from tests.fakes.asynch import Asynch
 from tests.fakes.bridge import BRIDGE_TOKEN, Bridge
-from tests.fakes.processes import free_port
+from tests.fakes.processes import reserved_port
 from tests.fakes.service import service_with_runninghub
 from tests.fakes.waiting import WaitTimeout, wait_until
 
@@ -129,7 +129,7 @@ async def prometheus(targets: Targets, tmp_path: Path) -> AsyncIterator[str]:
     binary = prometheus_binary()
     config = tmp_path / "prometheus.yml"
     config.write_text(scrape_config(targets))
-    listen = f"127.0.0.1:{free_port()}"
+    listen = f"127.0.0.1:{reserved_port()}"
     log = (tmp_path / "prometheus.log").open("wb")
     proc = subprocess.Popen(
         [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.fakes.asynch import USER, Asynch, Served
+from aigcq.asynch.settings import AsynchSettings
+from aigcq.storage import StorageSettings
+from tests.fakes.asynch import USER, Asynch, Served, open_asynch
 
 
 async def test_json_result_head_msg_and_model_key(asynch: Asynch, model_emu: Served) -> None:
@@ -117,6 +120,12 @@ OK = {"modelName": "m", "requestPayload": {}, "bizName": "b"}
     ("body", "code"),
     [
         ({"modelName": "nope", "requestPayload": {}, "bizName": "b"}, "MODEL_NOT_FOUND"),
+        ({"modelName": "M", "requestPayload": {}, "bizName": "b"}, "MODEL_NOT_FOUND"),
+        ({**OK, "bizName": 7}, "INVALID_ARGUMENT"),
+        ({**OK, "bizName": ["b"]}, "INVALID_ARGUMENT"),
+        ({**OK, "bizName": {"b": 1}}, "INVALID_ARGUMENT"),
+        ({**OK, "bizName": True}, "INVALID_ARGUMENT"),
+        ({**OK, "bizName": None}, "INVALID_ARGUMENT"),
         ({"modelName": "off", "requestPayload": {}, "bizName": "b"}, "MODEL_DISABLED"),
         ({"modelName": "m", "bizName": "b"}, "INVALID_ARGUMENT"),
         ({"modelName": "m", "requestPayload": {}}, "INVALID_ARGUMENT"),
@@ -129,12 +138,14 @@ OK = {"modelName": "m", "requestPayload": {}, "bizName": "b"}
 async def test_bad_task_input_changes_nothing(
     asynch: Asynch, model_emu: Served, body: dict[str, object], code: str
 ) -> None:
+    """Nothing: no row of any table (a task, a day's model count), nothing in Redis (the
+    queue-limit gate, a semaphore), with a task of the model done before (issue 42 item 8)."""
     await asynch.create_model("m", model_emu.url)
     await asynch.create_model("off", model_emu.url, enabled=0)
+    await asynch.run_one("m")
+    before = await asynch.snapshot()
     await asynch.error("POST", "/task/createTask", code, json=body)
-    cur = await asynch.db.execute("SELECT count(*) FROM asynch_task")
-    assert (await cur.fetchone()) == (0,)
-    assert await asynch.redis.keys("asynch:gate:*") == []
+    assert await asynch.snapshot() == before
 
 
 async def test_unknown_task_ids(asynch: Asynch) -> None:
@@ -152,3 +163,38 @@ async def test_unknown_endpoints_and_methods_answer_in_the_envelope(asynch: Asyn
     await asynch.error("GET", "/task/createTask", "METHOD_NOT_ALLOWED")
     for path in ("/healthz", "/health"):
         assert await asynch.ok("GET", path) == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("route", "change", "code"),
+    [
+        ("/model/deleteModel", {}, "MODEL_NOT_FOUND"),
+        ("/model/updateModel", {"enabled": 0}, "MODEL_DISABLED"),
+    ],
+)
+async def test_a_model_changed_on_another_process_is_refused_there_and_leaves_nothing(
+    asynch: Asynch,
+    model_emu: Served,
+    pg_url: str,
+    redis_url: str,
+    tmp_path: Path,
+    asynch_settings: AsynchSettings,
+    storage_settings: StorageSettings,
+    route: str,
+    change: dict[str, object],
+    code: str,
+) -> None:
+    """Two processes on one database: the other still holds the model's config in its
+    cache (AIGCQ_ASYNCH_MODEL_CACHE_SECONDS) when this one deletes or disables the model. A
+    createTask there is refused as here and leaves no row (issue 42 item 8): the insert is
+    decided against the model's row, not the cache."""
+    await asynch.create_model("m", model_emu.url)
+    cached = asynch_settings.model_copy(update={"model_cache_seconds": 3600.0})
+    async with open_asynch(
+        pg_url, redis_url, asynch.db, tmp_path / "other", cached, storage_settings
+    ) as other:
+        await other.run_one("m")  # its config now cached there
+        await asynch.ok("POST", route, json={"modelName": "m", **change})
+        before = await asynch.snapshot()
+        await other.error("POST", "/task/createTask", code, json=OK)
+        assert await asynch.snapshot() == before

@@ -12,15 +12,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fakes.processes import free_port
+from tests.fakes.processes import reserved_port
 
 
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """``aigcq up`` in a fresh folder, its stdout a pipe read line by line."""
-    port = free_port()
+    port = reserved_port()
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("AIGCQ_", "REDIS_"))}
-    env = {**keep, "AIGCQ_WS_PORT": str(port), "AIGCQ_CALLBACK_PORT": str(free_port())}
+    env = {**keep, "AIGCQ_WS_PORT": str(port), "AIGCQ_CALLBACK_PORT": str(reserved_port())}
     env["PYTHONUNBUFFERED"] = "1"  # each line as printed, as on a terminal
     proc = subprocess.Popen(
         [sys.executable, "-m", "aigcq", "up"], cwd=tmp_path, env=env, text=True,

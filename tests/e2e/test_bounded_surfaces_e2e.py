@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.fakes.loris import BOUNDS, check_bounded
-from tests.fakes.processes import Cluster, free_port, start_dispatcher
+from tests.fakes.processes import Cluster, start_dispatcher
 
 
 def _serve(c: Cluster) -> tuple[int, str]:
@@ -23,8 +23,10 @@ def _dispatcher(c: Cluster) -> tuple[int, str]:
 
 
 def _bridge(c: Cluster) -> tuple[int, str]:
-    """A bridge with no aigcq and no ComfyUI to reach: its admin page serves all the same."""
-    return c.bridge(free_port(), [f"http://127.0.0.1:{free_port()}"], **BOUNDS)[1], "/healthz"
+    """A bridge with no aigcq and no ComfyUI to reach (ports reserved, where nothing
+    listens): its admin page serves all the same."""
+    nobody = [f"http://127.0.0.1:{c.ports.take()}"]
+    return c.bridge(c.ports.take(), nobody, **BOUNDS)[1], "/healthz"
 
 
 @pytest.mark.parametrize("start", [_serve, _dispatcher, _bridge], ids=lambda f: f.__name__[1:])

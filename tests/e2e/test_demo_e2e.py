@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -12,7 +15,7 @@ import pytest
 import redis
 
 from tests.fakes.client import Client, generate
-from tests.fakes.processes import Proc, free_port, wait_http
+from tests.fakes.processes import Proc, reserved_port, wait_http
 from tests.fakes.waiting import wait_until_sync
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +46,7 @@ def alive(pid: int) -> bool:
 async def test_up_demo_runs_internal_first_then_overflows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    port = free_port()
+    port = reserved_port()
     data = tmp_path / "data"
     env = {
         "AIGCQ_WS_PORT": str(port),
@@ -59,12 +62,19 @@ async def test_up_demo_runs_internal_first_then_overflows(
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
         banner = (tmp_path / "demo.log").read_text()
-        assert "aigcq submit comfyui" in banner and "--token ey" in banner
-        token = banner.split("--token ", 1)[1].split()[0]
-        # the dashboard link works, and its token is the one the secrets line names
-        admin = banner.split(f"127.0.0.1:{port}/dashboard#token=", 1)[1].split()[0]
+        assert "aigcq submit comfyui" in banner and "--token" not in banner, banner
+        mint = banner.split("export AIGCQ_CLIENT_TOKEN=$(", 1)[1].split(")\n", 1)[0]
+        minted = subprocess.run(  # the banner's command, where the demo runs
+            [sys.executable, "-m", "aigcq", *shlex.split(mint)[1:]],
+            env={**os.environ, **env}, capture_output=True, check=True, text=True,
+        )  # fmt: skip
+        token = minted.stdout.strip()
+        # the dashboard link works with the token kept where the secrets line says (a log
+        # file is no terminal: the banner shows no secret there)
+        assert f"127.0.0.1:{port}/dashboard (its admin token" in banner, banner
         assert f"secrets     {(data / 'secrets.json').resolve()}" in banner, banner
-        assert orjson.loads((data / "secrets.json").read_bytes())["admin_token"] == admin
+        admin = orjson.loads((data / "secrets.json").read_bytes())["admin_token"]
+        assert admin not in banner, banner
         snapshot = httpx.get(
             f"http://127.0.0.1:{port}/api/admin/snapshot",
             headers={"Authorization": f"Bearer {admin}"},
@@ -79,7 +89,7 @@ async def test_up_demo_runs_internal_first_then_overflows(
         wait_until_sync(registered, 30, 0.1, what=lambda: f"the demo bridge: {banner}")
         assert (data / "demo" / "config" / "model.json").exists()
 
-        client = await Client(port, "demo-newcomer", token=token).connect()
+        client = await Client(port, "demo", token=token).connect()
         ids = [f"demo-{i}" for i in range(6)]
         payload = {"workflowId": "demo", "nodeInfoList": []}
         for task_id in ids:

@@ -17,7 +17,7 @@ import pytest
 
 from aigcq.embedded.ownership import DirectoryInUse, stop_leftover
 from aigcq.embedded.redis import EmbeddedRedis
-from tests.fakes.processes import ASYNCH_ADMIN_TOKEN, free_port, wait_healthy
+from tests.fakes.processes import ASYNCH_ADMIN_TOKEN, reserved_port, wait_healthy
 
 ADMIN = {"Authorization": f"Bearer {ASYNCH_ADMIN_TOKEN}"}
 
@@ -80,7 +80,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_sigterm_stops_the_private_servers(data_dir: Path) -> None:
-    proc = _start(data_dir, free_port())
+    proc = _start(data_dir, reserved_port())
     pids = _server_pids(data_dir)
     assert all(_alive(pid) for pid in pids)
     proc.send_signal(signal.SIGTERM)
@@ -89,7 +89,7 @@ def test_sigterm_stops_the_private_servers(data_dir: Path) -> None:
 
 
 def test_a_restart_after_sigkill_stops_the_servers_left_behind(data_dir: Path) -> None:
-    port = free_port()
+    port = reserved_port()
     url = f"http://127.0.0.1:{port}"
     proc = _start(data_dir, port)
     model = {"modelName": "kept", "baseUrl": "http://127.0.0.1:9"}
@@ -150,11 +150,11 @@ def test_a_leftover_redis_is_stopped_cleanly_and_its_data_kept(data_dir: Path) -
 
 
 def test_a_second_process_on_a_data_dir_in_use_exits_and_harms_nothing(data_dir: Path) -> None:
-    port = free_port()
+    port = reserved_port()
     first = _start(data_dir, port)
     try:
         pids = _server_pids(data_dir)
-        env = _env(data_dir, free_port())
+        env = _env(data_dir, reserved_port())
         second = subprocess.run(
             [sys.executable, "-m", "aigcq.asynch"], env=env, capture_output=True, timeout=60
         )

@@ -8,14 +8,13 @@ test is the README's own sequence, with a real ``aigcq up`` on them."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fakes.side_by_side import ROOT, clean_env
+from tests.fakes.side_by_side import ROOT, clean_env, own_network
 
 pytestmark = pytest.mark.e2e
 
@@ -29,19 +28,6 @@ BESIDE = [
     "tests/integration/test_cli_server_errors.py",
     "tests/integration/test_client_sdk.py",
 ]
-
-
-def own_network() -> list[str]:
-    """The command prefix for a network namespace of its own; skip where there is none."""
-    if shutil.which("ip") is None:
-        pytest.skip("no `ip` (iproute2) to bring a namespace's loopback up")
-    try:
-        done = subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=30)
-    except FileNotFoundError:
-        pytest.skip("no `unshare` (util-linux)")
-    if done.returncode != 0:
-        pytest.skip(f"unshare -n: {done.stderr.decode().strip()} (needs root)")
-    return ["unshare", "-n"]
 
 
 @pytest.mark.timeout(900)

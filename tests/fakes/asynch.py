@@ -22,9 +22,11 @@ from fastapi.responses import JSONResponse
 from aigcq.asynch.app import create_app
 from aigcq.asynch.errors import NUMBER, OK, STATUS, Code
 from aigcq.asynch.process import AsynchProcess, open_process
+from aigcq.asynch.runtime import gate_key
 from aigcq.asynch.settings import AsynchSettings
 from aigcq.storage import StorageSettings
 from tests.fakes.servers import serve_app
+from tests.fakes.snapshot import redis_snapshot
 from tests.fakes.waiting import until
 
 #: the headers a business backend's gateway adds: tenant and user, and a bearer token
@@ -123,6 +125,25 @@ class Asynch:
         keys = ["state", "retry_count", "attempt", "error", "oss_file", "file_type", "text",
                 "priority"]  # fmt: skip
         return dict(zip(keys, found, strict=True))
+
+    async def run_one(self, model: str) -> None:
+        """A task of ``model`` run to its end and its slots freed (the gate and the semaphore
+        are released together, just after the row is finished)."""
+        await self.wait_state(await self.create_task(model), 2)
+        await until(lambda: self.redis.zcard(gate_key(model)), lambda n: n == 0)
+
+    async def snapshot(self) -> dict[str, Any]:
+        """Every row of every table of the service's schema, and Redis whole: what "a
+        refused request changes nothing" is checked against."""
+        cur = await self.db.execute(
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = current_schema() ORDER BY table_name"
+        )
+        tables: dict[str, Any] = {}
+        for (table,) in await cur.fetchall():
+            rows = await self.db.execute(f"SELECT * FROM {table}")  # names from the catalog
+            tables[table] = sorted(map(repr, await rows.fetchall()))
+        return {"tables": tables, "redis": await redis_snapshot(self.redis)}
 
     async def wait_state(self, task_id: str, *states: int, timeout: float = 10.0) -> int:
         """Until the task's row is in one of ``states``; that state."""

@@ -7,7 +7,8 @@ a socket that never listens: a test that binds the port fails at once ("already 
 as it would beside a running ``aigcq up``, and one that connects to it is refused, as if
 nothing ran there. A port already taken (by ``aigcq up``, or by the session's first
 process under xdist) stays as it is. Tests take free ports instead
-(``tests.fakes.processes.free_port``, ``tests.fakes.servers.bound_socket``) or port 0."""
+(``tests.fakes.processes.Ports`` or ``reserved_port`` for a child process,
+``tests.fakes.servers.bound_socket`` in-process) or port 0."""
 
 from __future__ import annotations
 

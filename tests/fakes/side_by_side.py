@@ -4,15 +4,19 @@ network namespace of its own (``unshare -n``), so the ports it takes are no one 
 
 Brings the namespace's loopback up, starts ``aigcq up`` in FOLDER (its data in
 FOLDER/.aigcq), waits until it answers on 127.0.0.1:8087, runs pytest with PYTEST_ARGS in
-the repository, stops the server, and exits with pytest's status."""
+the repository, stops the server, and exits with pytest's status. :func:`own_network` is
+the outer test's command prefix for such a namespace."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.fakes.processes import wait_http
 
@@ -24,6 +28,19 @@ _PRIVATE = ("AIGCQ_", "TOKEN_SECRET", "CALLBACK_SECRET", "PYTEST_", "COV_CORE_")
 
 def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(_PRIVATE)}
+
+
+def own_network() -> list[str]:
+    """The command prefix for a network namespace of its own; skip where there is none."""
+    if shutil.which("ip") is None:
+        pytest.skip("no `ip` (iproute2) to bring a namespace's loopback up")
+    try:
+        done = subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=30)
+    except FileNotFoundError:
+        pytest.skip("no `unshare` (util-linux)")
+    if done.returncode != 0:
+        pytest.skip(f"unshare -n: {done.stderr.decode().strip()} (needs root)")
+    return ["unshare", "-n"]
 
 
 def main(folder: Path, pytest_args: list[str]) -> int:

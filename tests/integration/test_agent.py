@@ -54,8 +54,10 @@ async def test_assign_ack_task_end_with_a_png(env: Env) -> None:
         assert result["code"] == 0
         [file] = result["data"]
         assert (file["fileType"], file["nodeId"]) == ("png", "3")
-        assert file["fileUrl"] == f"{bridge.public_url}/files/t1/out_00001_.png"
-        image = await env.http.get(file["fileUrl"])
+        url = file["fileUrl"]
+        assert url.startswith(f"{bridge.public_url}/files/"), url  # signed: test_agent_files.py
+        assert url.endswith("/t1/out_00001_.png"), url
+        image = await env.http.get(url)
         assert image.status_code == 200
         assert read_png(image.content) == (64, 48, bytes([255, 255, 0]))  # blue, inverted
         await env.hub.send("PING")
@@ -222,7 +224,7 @@ async def test_the_file_server_answers_only_files_the_bridge_produced(env: Env) 
                 url = httpx.URL(base + path)
                 request = http.build_request("GET", url)
                 request.url = url.copy_with(raw_path=path.encode())  # sent as written
-                assert (await http.send(request)).status_code == 404, path
+                assert (await http.send(request)).status_code in (403, 404), path
 
 
 async def test_an_instance_that_goes_away_is_reported_at_once(env: Env, tmp_path: Path) -> None:

@@ -4,10 +4,8 @@ finished task, and the Chinese default messages of every error code."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,47 +14,13 @@ import jwt
 import pytest
 import redis.asyncio as aioredis
 
-from aigcq.config import PlatformConfig, Settings
+from aigcq.plumbing.auth import issue_client_token
 from aigcq.plumbing.signing import webhook_url
-from aigcq.serve.server import ServeProcess
 from tests.fakes.client import Client, generate
-from tests.fakes.gateway import SECRET, token
-from tests.fakes.servers import serve_app
+from tests.fakes.gateway import SECRET, STATIC, Server, serve, token
 from tests.fakes.snapshot import redis_snapshot
 
 ADMIN = {"Authorization": "Bearer admin"}
-STATIC = "static-client-token"
-
-
-@dataclass
-class Server:
-    port: int
-    redis: aioredis.Redis
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def client(self, backend_id: str = "b1") -> Client:
-        return await Client(self.port, backend_id, token(backend_id)).connect()
-
-
-@contextlib.asynccontextmanager
-async def serve(
-    tmp_path: Path, redis: aioredis.Redis, redis_url: str, **overrides: Any
-) -> AsyncIterator[Server]:
-    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
-    settings = Settings(
-        redis_url=redis_url,
-        token_secret=SECRET,
-        config_dir=tmp_path,
-        admin_token="admin",
-        client_tokens=[STATIC],
-        **overrides,
-    )
-    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
-    async with serve_app(service.app) as base:
-        yield Server(int(base.rsplit(":", 1)[1]), redis)
 
 
 @pytest.fixture
@@ -160,8 +124,9 @@ async def test_bound_ids_refuse_another_backends_id(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
     async with serve(tmp_path, redis, redis_url, bind_client_ids="all") as server:
-        for backend_id, jwt_for in (("b1", "b1"), ("b1-2", "b1")):
-            client = await Client(server.port, backend_id, token(jwt_for)).connect()
+        both = issue_client_token(SECRET, "b1", ids=["b1-2"])  # names each id it uses
+        for backend_id, credential in (("b1", token("b1")), ("b1-2", both)):
+            client = await Client(server.port, backend_id, credential).connect()
             assert (await client.request({"type": "ping"}))["type"] == "pong"
             await client.close()
         no_sub = jwt.encode({"exp": time.time() + 60}, SECRET)
@@ -172,7 +137,7 @@ async def test_bound_ids_refuse_another_backends_id(
         await static.close()
 
         before = await redis_snapshot(server.redis)
-        for backend_id in ("b2", "b10"):
+        for backend_id in ("b2", "b10", "b1-2"):  # b1-2: another client's id
             stranger = await Client(server.port, backend_id, token("b1")).connect()
             refusal = await stranger.next()
             assert (refusal["type"], refusal["code"]) == ("error", "AuthError")

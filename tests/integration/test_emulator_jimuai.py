@@ -170,6 +170,14 @@ async def test_stale_x_date_and_changed_body_are_refused() -> None:
         answer = await client.post(url, content=changed, headers=forged)
         assert answer.json()["ResponseMetadata"]["Error"]["Code"] == "SignatureDoesNotMatch"
 
+        # a signature of non-ASCII bytes is a mismatch too, not a 500 (issue 42 item 12)
+        good = signed(base, body)
+        mangled = good["Authorization"].rsplit("Signature=", 1)[0] + "Signature=é"
+        answer = await client.post(
+            url, content=body, headers={**good, "Authorization": mangled.encode()}
+        )
+        assert answer.json()["ResponseMetadata"]["Error"]["Code"] == "SignatureDoesNotMatch"
+
         unsigned = await client.post(url, content=body, headers={"X-Date": x_date()})
         assert unsigned.json()["ResponseMetadata"]["Error"]["Code"] == "MissingRequestInfo"
         assert (await stats(base))["accepted"] == 1

@@ -19,7 +19,7 @@ from aigcq.emulators._webhook import WebhookPoster
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig, create_app
 from aigcq.platforms.base import Accepted, Failed, Full, NotFound, Pending, Rejected, Succeeded
 from aigcq.platforms.runninghub import RunningHubAdapter
-from tests.fakes.processes import free_port, wait_http
+from tests.fakes.processes import reserved_port, wait_http
 from tests.fakes.servers import Recorder, send, serve_app
 from tests.fakes.waiting import until
 
@@ -388,7 +388,7 @@ async def test_a_slow_cancel_ends_the_task_later() -> None:
 @contextlib.contextmanager
 def emulator_process(*options: str) -> Iterator[str]:
     """``aigcq emulate runninghub OPTIONS`` as a user runs it; its base URL."""
-    port = free_port()
+    port = reserved_port()
     args = [sys.executable, "-m", "aigcq", "emulate", "runninghub", "--port", str(port)]
     proc = subprocess.Popen([*args, *options], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

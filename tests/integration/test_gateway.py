@@ -16,7 +16,7 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.signing import webhook_url
 from aigcq.serve.server import ServeProcess
 from tests.fakes.client import Client
-from tests.fakes.gateway import SECRET, token
+from tests.fakes.gateway import SECRET, serve, token
 from tests.fakes.servers import serve_app, stream_until_answered
 from tests.fakes.snapshot import redis_snapshot
 
@@ -151,17 +151,8 @@ async def test_forged_and_replayed_callbacks_change_nothing(
 async def test_quota_admission_refuses_with_balance_error(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
-    (tmp_path / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}')
-    settings = Settings(
-        redis_url=redis_url,
-        token_secret=SECRET,
-        config_dir=tmp_path,
-        admission="quota",
-        admission_quota=1,
-    )
-    service = ServeProcess(settings, PlatformConfig.load(tmp_path), redis)
-    async with serve_app(service.app) as base:
-        client = await Client(int(base.rsplit(":", 1)[1]), "b1", token()).connect()
+    async with serve(tmp_path, redis, redis_url, admission="quota", admission_quota=1) as server:
+        client = await server.client()
         msg = {"type": "generate", "platform": "comfyui", "AIGC": "proj", "payload": {}}
         assert (await client.request({**msg, "taskId": "q1"}))["type"] == "submitted"
         before = await redis_snapshot(redis)

@@ -28,11 +28,12 @@ async def test_a_submit_whose_reply_was_lost_keeps_the_quota_unit_of_its_task(
         service = ServeProcess(settings, PlatformConfig.load(tmp_path), client)
         try:
             first = GenerateRequest(taskId="first", platform="comfyui", payload={}, AIGC="proj")
-            await service.gateway.submission.submit(first, "b1", deliver=True)  # script loaded
+            submit = service.gateway.submission.submit
+            await submit(first, "b1", deliver=True, principal="b1")  # script loaded
             proxy.lose_replies_after(b"lost-reply-task")  # the submit script's argument
             req = first.model_copy(update={"taskId": "lost-reply-task"})
             with pytest.raises(ClientError) as refused:
-                await service.gateway.submission.submit(req, "b1", deliver=True)
+                await submit(req, "b1", deliver=True, principal="b1")
             assert refused.value.code == "AssessmentError"
             assert proxy.lost.is_set()
         finally:

@@ -20,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from aigcq.embedded.redis import EmbeddedRedis, find_redis_server
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.redis_mux import RedisMux
-from tests.fakes.processes import free_port
+from tests.fakes.processes import reserved_port
 from tests.fakes.servers import closed_port
 from tests.fakes.waiting import until, wait_until
 
@@ -122,7 +122,7 @@ async def test_a_redis_that_hangs_fails_the_commands_after_the_socket_timeout(
 
 @pytest.fixture
 def tcp_redis_with_password(tmp_path: Path) -> Iterator[int]:
-    port = free_port()
+    port = reserved_port()
     args = ["--port", str(port), "--bind", "127.0.0.1", "--requirepass", "s3cret"]
     proc = subprocess.Popen(
         [find_redis_server(), *args, "--save", "", "--dir", str(tmp_path)],

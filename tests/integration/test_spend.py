@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from aigcq.domain import TaskState
+from aigcq.domain import Task, TaskState
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
 from aigcq.scheduler.spend import SpendLedger
 from tests.fakes.client import generate
@@ -22,6 +22,7 @@ from tests.fakes.paid import (
     COZE_KEY,
     RH_KEY,
     Paid,
+    expire_now,
     jimuai_account,
     jimuai_config,
     models,
@@ -181,3 +182,55 @@ async def test_a_run_no_longer_wanted_is_charged_when_the_platform_says_it_ended
         assert await env.service.rt.redis.hget(keys.task("gone"), "cost") is None  # no result
         await asyncio.sleep(0.5)  # time: more orphan checks (every 2 s; sweeps every 0.1 s)
         assert (await ledger.view("day"))["total"]["tasks"] == 1  # charged once
+
+
+# ---- issue 42 item 3: a run that ends after its task stopped wanting it ------------------
+
+NO_RECHECK = {"sweep_interval_s": 3600}  # no orphan check: what the webhooks alone do
+
+
+async def test_a_cancelled_runs_own_webhook_charges_it_once(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """The client cancels a running paid task; RunningHub ends the run and its TASK_END
+    comes back (410: the task is over). That run was billed: it is in the day's spend
+    once, however often RunningHub repeats the webhook."""
+    rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
+    async with paid_stack(
+        tmp_path, redis, redis_url, rh=rh, overflow_price=PRICES, **NO_RECHECK
+    ) as env:
+        await env.cancel_running("c1")
+        ledger = SpendLedger(env.service.rt)
+        day = await until(lambda: ledger.view("day"), lambda d: d["total"]["tasks"] == 1)
+        assert day["total"]["amount"] == pytest.approx(0.1)  # a failure: the price
+        failed = {"code": 805, "msg": "APIKEY_TASK_STATUS_ERROR", "data": None}
+        assert await env.post_task_end("c1", 1, failed, here=True) == 410  # a repeat
+        assert (await ledger.view("day"))["total"]["tasks"] == 1
+
+
+async def test_a_superseded_runs_webhook_is_charged_beside_the_winner(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Attempt 1 is given up at its deadline and sent again; its late success wins, and
+    attempt 2 (now unwanted) is cancelled and ends by its own webhook. RunningHub billed
+    both runs: both are charged, each once."""
+    rh = RunningHubEmulatorConfig(duration_s=1.5, max_concurrent=5, consume_money=0.35)
+    async with paid_stack(
+        tmp_path, redis, redis_url, rh=rh, overflow_price=PRICES, **NO_RECHECK
+    ) as env:
+        store = env.service.rt.store
+        await env.client.request(generate("s1"))
+        await until(partial(env.task, "s1"), lambda t: t.state is TaskState.RUNNING)
+        await expire_now(env, "s1")
+        await env.service.sweeper._expire("s1")  # still running: retried, run 1 counted
+
+        async def promoted() -> Task:
+            await store.promote_delayed()
+            return await env.task("s1")
+
+        await until(promoted, lambda t: t.attempt == 2)
+        await env.client.collect(1, timeout=20)
+        assert env.client.results["s1"][0]["status"] == "success"
+        ledger = SpendLedger(env.service.rt)
+        day = await until(lambda: ledger.view("day"), lambda d: d["total"]["tasks"] == 2)
+        assert day["total"]["amount"] == pytest.approx(0.35 + 0.1)  # its success, the cancel

@@ -4,8 +4,10 @@ listen where they are told; the demo's banner links the dashboard and names the 
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -47,18 +49,25 @@ def test_the_demo_helpers_take_the_ports_they_are_given(tmp_path: Path) -> None:
     assert demo.bridge_port == 19190
 
 
-def test_the_demo_banner_links_the_dashboard_and_names_the_secrets_file(tmp_path: Path) -> None:
-    """The link the dashboard's own hint sends a newcomer to (issue 29 item 4)."""
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_demo_banner_links_the_dashboard_and_names_the_secrets_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    """The link the dashboard's own hint sends a newcomer to (issue 29 item 4), with the
+    admin token on a terminal only: nowhere else may a secret go (issue 42 item 13)."""
     from aigcq.cli.demo import Demo, DemoOptions
     from aigcq.config import Settings
     from aigcq.serve.launch import ensure_secrets
 
     settings = Settings(data_dir=tmp_path, ws_port=18087)
     ensure_secrets(settings)  # as the demo does: generated into <data dir>/secrets.json
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
     out = io.StringIO()
-    Demo.plan(settings, DemoOptions()).banner(Console(file=out, width=300), "client-token")
+    Demo.plan(settings, DemoOptions()).banner(Console(file=out, width=300))
     banner = out.getvalue()
-    link = f"http://127.0.0.1:18087/dashboard#token={settings.admin_token}"
-    assert f"  dashboard   {link}\n" in banner, banner
+    link = "http://127.0.0.1:18087/dashboard"
+    shown = f"{link}#token={settings.admin_token}\n" if terminal else f"{link} (its admin token"
+    assert f"  dashboard   {shown}" in banner, banner
+    assert terminal == (settings.admin_token in banner), banner
     secrets = tmp_path.resolve() / "secrets.json"
     assert f"  secrets     {secrets} (token secret, admin and bridge tokens)\n" in banner, banner

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from aigcq.cli.app import app
 from tests.fakes.cli import one_error_line
+from tests.fakes.servers import bound_socket
 
 
 @pytest.fixture(autouse=True)
@@ -55,15 +56,16 @@ def command(taken: int, other: int) -> list[tuple[list[str], dict[str, str], str
 
 
 def test_every_process_names_the_busy_port_and_its_setting(taken: int, tmp_path: Path) -> None:
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
+    # reserved for the test (bound with SO_REUSEADDR, never listening), as a process's
+    # own check binds it: free to that check, and no parallel test can take it meanwhile
+    with bound_socket() as free:
         other = free.getsockname()[1]
-    for args, env, setting in command(taken, other):
-        result = CliRunner().invoke(app, args, env=env)
-        line = one_error_line(result, 1)
-        assert line == (
-            f"error: cannot listen on 127.0.0.1:{taken}: already in use "
-            f"(set {setting} to use another port)"
-        ), args
-        assert "listening" not in result.stdout and "aigcq demo" not in result.stdout, args
+        for args, env, setting in command(taken, other):
+            result = CliRunner().invoke(app, args, env=env)
+            line = one_error_line(result, 1)
+            assert line == (
+                f"error: cannot listen on 127.0.0.1:{taken}: already in use "
+                f"(set {setting} to use another port)"
+            ), args
+            assert "listening" not in result.stdout and "aigcq demo" not in result.stdout, args
     assert not (tmp_path / ".aigcq" / "demo").exists()  # the demo started nothing

@@ -37,3 +37,14 @@ def test_in_a_servers_folder_signs_with_its_secret(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["token", "me"])
     assert result.exit_code == 0, result.output
     assert jwt.decode(result.stdout.strip(), secret, algorithms=["HS256"])["sub"] == "me"
+
+
+def test_repeated_id_options_name_every_id_the_token_may_use(tmp_path: Path) -> None:
+    secret = "s" * 32
+    (tmp_path / ".aigcq").mkdir()
+    (tmp_path / ".aigcq" / "secrets.json").write_text(json.dumps({"token_secret": secret}))
+    args = ["token", "acme", "--id", "acme-cn", "--id", "acme-eu", "--id", "acme"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    claims = jwt.decode(result.stdout.strip(), secret, algorithms=["HS256"])
+    assert (claims["sub"], claims["ids"]) == ("acme", ["acme", "acme-cn", "acme-eu"])

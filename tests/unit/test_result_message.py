@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import orjson
 
+from aigcq.client.types import Result
 from aigcq.delivery.outbox import compose
 
 
@@ -30,3 +31,21 @@ def test_a_failure_carries_error_and_no_result() -> None:
     body = {"code": "TaskFailed", "msg": "m", "error": {"code": "x"}}
     message = compose("1-0", entry(body, "failed"))
     assert message["error"] == {"code": "x"} and "result" not in message and "data" not in message
+
+
+def test_the_attempt_an_entry_names_is_on_its_message() -> None:
+    message = compose("1-0", entry({"result": 1}) | {"attempt": "2"})
+    assert message["attempt"] == 2
+    assert "attempt" not in compose("1-0", entry({"result": 1}))  # written before it existed
+
+
+def test_the_sdk_takes_a_later_attempts_end_as_a_new_result_and_the_same_one_as_a_copy() -> None:
+    first = Result.from_message({"taskId": "t1", "id": "1-0", "status": "cancelled", "attempt": 1})
+    again = {"taskId": "t1", "id": "1-0", "status": "cancelled", "attempt": 1}
+    retried = {"taskId": "t1", "id": "2-0", "status": "success", "attempt": 2}
+    assert not first.replaced_by(again)  # the same entry, sent again
+    assert not first.replaced_by(retried | {"attempt": 1})  # another entry, same attempt
+    assert first.replaced_by(retried)
+    assert not Result.from_message(retried).replaced_by(again | {"id": "3-0"})  # older
+    late = {"taskId": "t1", "id": "2-0", "status": "success", "late": True}
+    assert first.replaced_by(late)  # a late success, no attempt said

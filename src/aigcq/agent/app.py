@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import signal
 import time
 import uuid
@@ -26,7 +27,7 @@ from aigcq.agent.instances import ComfyInstance, InstancePool
 from aigcq.agent.runner import TaskRunner
 from aigcq.agent.settings import BridgeSettings, http_base
 from aigcq.agent.spool import Spool, WebhookSender
-from aigcq.agent.web import create_web_app
+from aigcq.agent.web import FILES, create_web_app
 from aigcq.agent.workflow import WorkflowSource
 from aigcq.bridges.protocol import (
     BridgeMessage,
@@ -43,8 +44,21 @@ from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner
 from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.plumbing.connection_limits import bounded_config
+from aigcq.storage.links import signed_url
 
 log = logging.getLogger(__name__)
+
+
+def load_file_key(data_dir: Path) -> bytes:
+    """The key of the bridge's fileUrl signatures, created once and kept (mode 600) in
+    ``<data dir>/files.key``: links handed out stay valid across restarts."""
+    path = data_dir / "files.key"
+    if path.is_file() and (existing := path.read_text().strip()):
+        return bytes.fromhex(existing)
+    key = secrets.token_bytes(32)
+    path.touch(mode=0o600)
+    path.write_text(key.hex() + "\n")
+    return key
 
 
 def load_bridge_id(data_dir: Path) -> str:
@@ -66,6 +80,7 @@ class Bridge:
         self.bridge_id = load_bridge_id(settings.data_dir)
         self.token = settings.token
         self.files_dir = settings.data_dir / "files"
+        self.file_key = load_file_key(settings.data_dir)
         self.public_url = settings.public_url.rstrip("/")
         self.http = httpx.AsyncClient(timeout=30.0)
         self.pool = InstancePool(
@@ -86,7 +101,7 @@ class Bridge:
             self.sender,
             self._send,
             self.files_dir,
-            lambda: self.public_url,
+            self.file_url,
             RunnerSettings(
                 settings.ws_silence,
                 settings.task_timeout,
@@ -205,6 +220,11 @@ class Bridge:
             ],
             "spooled": self.sender.spool.task_ids(),
         }
+
+    def file_url(self, task_id: str, name: str) -> str:
+        """The signed, expiring link to a result file of ``task_id`` (settings.files_ttl)."""
+        expires = int(time.time() + self.settings.files_ttl)
+        return signed_url(self.public_url, self.file_key, f"{task_id}/{name}", expires, FILES)
 
     # -- lifecycle --
     async def start(self) -> None:

@@ -103,7 +103,8 @@ class RunnerSettings:
 class Follower:
     send: Callable[[BridgeMessage], Awaitable[bool]]
     files_dir: Path
-    public_url: Callable[[], str]
+    #: the signed fileUrl of (taskId, file name) in ``files_dir``
+    file_url: Callable[[str, str], str]
     settings: RunnerSettings
     #: called when ComfyUI says the prompt ended (its instance takes the next one while
     #: the history entry is read)
@@ -205,7 +206,7 @@ class Follower:
             except (httpx.HTTPError, OSError) as e:
                 message = f"could not fetch output {ref.filename}: {e}"
                 raise machine_failure("OutputUnavailable", message) from None
-            url = f"{self.public_url()}/files/{folder_name}/{quote(name)}"
+            url = self.file_url(task.task_id, name)
             file_type = PurePosixPath(name).suffix.lstrip(".").lower()
             files.append(
                 OutputFile(

@@ -76,7 +76,7 @@ class TaskRunner:
     sender: WebhookSender
     send: Callable[[BridgeMessage], Awaitable[bool]]
     files_dir: Path
-    public_url: Callable[[], str]
+    file_url: Callable[[str, str], str]
     settings: RunnerSettings
     #: the latest assignment of each task accepted here with no result yet
     claimed: dict[str, TaskAssignData] = field(init=False, default_factory=dict)
@@ -92,7 +92,7 @@ class TaskRunner:
 
     def __post_init__(self) -> None:
         self.follow = Follower(
-            self.send, self.files_dir, self.public_url, self.settings, ended=self._let_go
+            self.send, self.files_dir, self.file_url, self.settings, ended=self._let_go
         )
         self.prompts = HeldPrompts(self.files_dir.parent / "held")
 

@@ -29,6 +29,9 @@ class BridgeSettings(HttpLimits):
     http_port: int = Field(8190, description="Port of the admin page and output files.")
     public_url: str = Field("", description="Base of fileUrls; default http://<host>:<http_port>.")
     data_dir: Path = Path(".aigcq/bridge")
+    files_ttl: float = Field(
+        7 * 86400.0, gt=0, description="Seconds a result file's signed fileUrl stays valid."
+    )
     workflows: Path | None = Field(None, description="Folder of <workflowId>.json files.")
     heartbeat: float = Field(30.0, gt=0, description="Seconds between HEARTBEATs.")
     slots_per_instance: int = Field(1, ge=1, description="Prompts run at once per instance.")

@@ -5,7 +5,10 @@
 * ``GET /api/status`` — the same as JSON.
 * ``POST /api/server`` — ``{"url": "ws://host:port/ws"}`` (JSON or form). When the bridge
   has a token, the request must carry it (``Authorization: Bearer`` or a ``token`` field).
-* ``GET /files/{taskId}/{filename}`` — the output files named in TASK_END ``fileUrl``s.
+* ``GET /files/{expires}-{signature}/{taskId}/{filename}`` — the output files named in
+  TASK_END ``fileUrl``s, signed as result custody's links are (:mod:`aigcq.storage.links`,
+  keyed by the bridge's ``files.key``): an unsigned, forged or expired link is 403
+  ``SignatureError``, so no one who reaches the bridge can list its GPU results.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import hmac
 import html
 import json
+import time
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -20,12 +24,18 @@ from urllib.parse import parse_qsl, quote, urlsplit
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from aigcq.domain import ErrorCode
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
+from aigcq.storage.links import refusal
+
+#: the route of result files
+FILES = "/files"
 
 
 class BridgeControl(Protocol):
     token: str
     files_dir: Path
+    file_key: bytes
 
     def status(self) -> dict[str, Any]: ...
 
@@ -102,6 +112,10 @@ def _authorized(request: Request, given: str, expected: str) -> bool:
     )
 
 
+def _forbidden(detail: str) -> JSONResponse:
+    return JSONResponse({"code": ErrorCode.SIGNATURE.value, "detail": detail}, 403)
+
+
 def create_web_app(bridge: BridgeControl) -> FastAPI:
     app = FastAPI(title="aigcq bridge")
 
@@ -131,12 +145,24 @@ def create_web_app(bridge: BridgeControl) -> FastAPI:
             return RedirectResponse("/", status_code=303)
         return JSONResponse({"server": url})
 
-    @app.get("/files/{task_id}/{filename}")
-    async def files(task_id: str, filename: str) -> FileResponse:
+    _file_routes(app, bridge)
+    return app
+
+
+def _file_routes(app: FastAPI, bridge: BridgeControl) -> None:
+    """Result files, behind their signed links only."""
+
+    @app.get(FILES + "/{task_id}/{filename}")
+    async def unsigned_file(task_id: str, filename: str) -> Response:
+        return _forbidden("unsigned link: fetch the fileUrl its TASK_END carried, as given")
+
+    @app.get(FILES + "/{token}/{task_id}/{filename}")
+    async def files(token: str, task_id: str, filename: str) -> Response:
+        why = refusal(bridge.file_key, token, f"{task_id}/{filename}", time.time())
+        if why is not None:
+            return _forbidden(f"{why} link: only a TASK_END's fileUrl, within its expiry")
         root = bridge.files_dir.resolve()
         path = (root / quote(task_id, safe="") / filename).resolve()
         if path.parent.parent != root or not path.is_file():  # only files it produced
             raise HTTPException(404, "no such file")
         return FileResponse(path, filename=filename, content_disposition_type="inline")
-
-    return app

@@ -80,7 +80,7 @@ class ModelRepo:
             sql.SQL(", ").join(assignments)
         )
         row = await self._fetch_one(query, [*cols.values(), name])
-        self._cache.pop(name, None)
+        self.forget(name)
         if row is None:
             raise _not_found(name)
         return row
@@ -102,7 +102,7 @@ class ModelRepo:
             if live:
                 raise AsynchError(Code.MODEL_BUSY, f"model {name!r} has {live} live tasks")
             await conn.execute("DELETE FROM asynch_models WHERE model_name = %s", (name,))
-        self._cache.pop(name, None)
+        self.forget(name)
 
     async def get(self, name: str) -> Row:
         row = await self._fetch_one(
@@ -120,6 +120,10 @@ class ModelRepo:
                 (enabled, enabled, offset, limit),
             )
             return await cur.fetchall()
+
+    def forget(self, name: str) -> None:
+        """Drop the model's cached config: the next :meth:`config` reads its row."""
+        self._cache.pop(name, None)
 
     async def config(self, name: str) -> ModelConfig:
         """The model's config, cached for ``cache_seconds``."""

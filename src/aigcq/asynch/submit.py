@@ -8,6 +8,7 @@ import uuid
 from aigcq.asynch.admission import Admitted
 from aigcq.asynch.errors import AsynchError, Code
 from aigcq.asynch.identity import Identity
+from aigcq.asynch.models_repo import ModelConfig
 from aigcq.asynch.process import AsynchProcess
 from aigcq.asynch.schemas import TaskCreate
 from aigcq.asynch.tasks_repo import ClaimedTask, lease_id
@@ -16,11 +17,17 @@ from aigcq.observability.jsonlog import ctx
 log = logging.getLogger(__name__)
 
 
-async def create_task(svc: AsynchProcess, body: TaskCreate, who: Identity) -> str:
-    """Create a task and return its id; on any refusal nothing is left behind."""
-    model = await svc.models.config(body.model_name)
+async def enabled_model(svc: AsynchProcess, name: str) -> ModelConfig:
+    """The model's config (cached), refused unless it exists and is enabled."""
+    model = await svc.models.config(name)
     if not model.enabled:
         raise AsynchError(Code.MODEL_DISABLED, f"model {model.model_name!r} is disabled")
+    return model
+
+
+async def create_task(svc: AsynchProcess, body: TaskCreate, who: Identity) -> str:
+    """Create a task and return its id; on any refusal nothing is left behind."""
+    model = await enabled_model(svc, body.model_name)
     task_id = uuid.uuid4().hex
     lease = lease_id(task_id, 1)
     admitted = await svc.admission.take(
@@ -43,7 +50,11 @@ async def create_task(svc: AsynchProcess, body: TaskCreate, who: Identity) -> st
         attempt=1 if running else 0,
     )
     try:
-        await svc.tasks.insert(task, running=running)
+        if not await svc.tasks.insert(task, running=running):  # deleted or disabled since
+            svc.models.forget(model.model_name)  # cached: its row says which refusal
+            await enabled_model(svc, model.model_name)
+            changed = f"model {model.model_name!r} changed meanwhile: send the task again"
+            raise AsynchError(Code.MODEL_NOT_FOUND, changed)
     except BaseException:
         await svc.admission.release(
             model.model_name, who.tenant_id, task_id, lease if running else None, gate=True

@@ -79,6 +79,9 @@ SELECT 1 FROM asynch_task WHERE task_id = %(task_id)s AND attempt = %(attempt)s
 """
 #: PostgreSQL unreachable (restarting, failing over, pool exhausted): retry the write.
 PG_OUTAGE = (psycopg.OperationalError, psycopg.InterfaceError)
+# Only for a model that exists and is enabled now (a process's cached config may be older
+# than another's deleteModel): its row is share-locked, so a concurrent delete (which locks
+# it FOR UPDATE, then counts live tasks) either sees the new row or is seen to have won.
 _INSERT = """
 INSERT INTO asynch_task (task_id, model_name, tenant_id, creator, biz_name, callback_url,
     model_key, request_payload, auth_header, user_info, state, started_at, attempt)
@@ -88,6 +91,9 @@ SELECT i.task_id, i.model_name, i.tenant_id, i.creator, i.biz_name, i.callback_u
 FROM json_to_recordset(%s::json) AS i(task_id text, model_name text, tenant_id text,
     creator text, biz_name text, callback_url text, model_key text, request_payload jsonb,
     auth_header text, user_info text, state smallint, attempt int)
+JOIN asynch_models m ON m.model_name = i.model_name AND m.enabled = 1
+FOR KEY SHARE OF m
+RETURNING task_id
 """
 _DEADLOCK_RETRIES = 3
 FINISH_RETRY_MAX_PAUSE = 2.0
@@ -191,40 +197,42 @@ Admit = Callable[[str, str, str, int, int], Awaitable[bool]]
 class TaskRepo:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
-        self._inserts: Coalescer[tuple[ClaimedTask, bool], None] = Coalescer(self._insert_batch)
+        self._inserts: Coalescer[tuple[ClaimedTask, bool], bool] = Coalescer(self._insert_batch)
         self._finishes: Coalescer[tuple[ClaimedTask, Outcome], bool] = Coalescer(self._finish_rows)
 
-    async def insert(self, task: ClaimedTask, *, running: bool) -> None:
-        """Insert a new task, queued (state 0) or already started (state 1, attempt 1).
+    async def insert(self, task: ClaimedTask, *, running: bool) -> bool:
+        """Insert a new task, queued (state 0) or already started (state 1, attempt 1);
+        False (nothing inserted) when its model is no longer there, or disabled.
 
         Concurrent inserts go to PostgreSQL together (see :mod:`aigcq.asynch.coalesce`)."""
-        await self._inserts.submit((task, running))
+        return await self._inserts.submit((task, running))
 
     async def _insert_batch(
         self, items: Sequence[tuple[ClaimedTask, bool]]
-    ) -> list[Exception | None]:
+    ) -> list[bool | Exception]:
         try:
-            await self._insert_rows(items)
-            return [None] * len(items)
+            inserted = await self._insert_rows(items)
+            return [task.task_id in inserted for task, _ in items]
         except Exception as exc:
             if len(items) == 1:
                 return [exc]
-        results: list[Exception | None] = []  # one bad row must not fail the others
+        results: list[bool | Exception] = []  # one bad row must not fail the others
         for item in items:
             try:
-                await self._insert_rows([item])
-                results.append(None)
+                results.append(bool(await self._insert_rows([item])))
             except Exception as exc:
                 results.append(exc)
         return results
 
-    async def _insert_rows(self, items: Sequence[tuple[ClaimedTask, bool]]) -> None:
+    async def _insert_rows(self, items: Sequence[tuple[ClaimedTask, bool]]) -> set[str]:
+        """The ids of the tasks inserted."""
         rows = [
             {**task.__dict__, "state": int(State.RUNNING if running else State.QUEUED)}
             for task, running in items
         ]
         async with self.pool.connection() as conn:
-            await conn.execute(_INSERT, (_json(rows),))
+            cur = await conn.execute(_INSERT, (_json(rows),))
+            return {row["task_id"] for row in await cur.fetchall()}
 
     async def claim(self, admit: Admit, limit: int, task_id: str | None = None) -> Claim:
         """Claim up to ``limit`` queued tasks (or just ``task_id``) that ``admit`` lets start.

@@ -7,14 +7,16 @@ refusal, a missing ACK or a lost bridge puts an unacknowledged task back at the 
 queue, uncharged; a workflow nobody knows fails the task at once (``WorkflowNotFound``), as
 does an invalid payload; a task no connected instance can run goes to the external platform
 (``NoCapableInstance`` when none serves its queue; after ``AIGCQ_NO_CAPABLE_WAIT_S`` when
-an offline instance could); an acknowledged task that is no longer wanted is stopped on its
-bridge.
+an offline instance could; ``UnknownNodeClass``, the client's mistake, when a node class of
+it is offered by no bridge of the cluster), or waits for a bridge that left within its
+grace and could; an acknowledged task that is no longer wanted is stopped on its bridge.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,7 +28,15 @@ from pydantic import ValidationError
 
 from aigcq.bridges.capabilities import Needs, needs_of, with_overrides
 from aigcq.bridges.endings import TaskEnds
-from aigcq.bridges.lookahead import ELSEWHERE_WAIT_S, Candidate, Reach, Rules, Window, choose
+from aigcq.bridges.lookahead import (
+    ELSEWHERE_WAIT_S,
+    LEFT_RECHECK_S,
+    Candidate,
+    Reach,
+    Rules,
+    Window,
+    choose,
+)
 from aigcq.bridges.placing import Matching, Slot
 from aigcq.bridges.protocol import (
     ACK_OK,
@@ -67,6 +77,8 @@ class Assigner:
     lost: Callable[[BridgeConn, str], Awaitable[None]]
     #: whether another process's bridge can run what none here can (:mod:`.peer_offers`)
     elsewhere: Callable[[Needs], Reach] = lambda needs: Reach.NOWHERE
+    #: the node classes of ``needs`` no bridge of the cluster offers (:mod:`.peer_offers`)
+    unknown: Callable[[Needs], frozenset[str]] = lambda needs: frozenset()
     needs: WorkflowNeeds = field(init=False)
     window: Window = field(init=False)
     _spawn: Spawner = field(init=False, default_factory=Spawner)
@@ -181,8 +193,9 @@ class Assigner:
         waits a moment for them; only offline ones could, it overflows as if busy, and once
         it has waited ``no_capable_wait_s`` for one to come back, at once or it fails; none
         here can but another process's bridge can (:mod:`.peer_offers`), it waits for that
-        one, and once it has waited ``ELSEWHERE_WAIT_S`` it overflows; none in the cluster
-        can, it overflows or fails at once."""
+        one, and once it has waited ``ELSEWHERE_WAIT_S`` it overflows; only a bridge that
+        left within its grace can, it waits for that one; none in the cluster can, it
+        overflows or fails at once."""
         if needs is None:  # not known: it waits for a free slot
             await self.lifecycle.not_run(c.task_id, c.attempt, "no bridge has a free slot")
             return None
@@ -199,8 +212,23 @@ class Assigner:
             return HandBack(c, reason, 0.0, unrunnable=self._nobody(aigc, platform, detail))
         if reach is Reach.ELSEWHERE:
             return HandBack(c, "no bridge here can run it", ELSEWHERE_WAIT_S, BUSY_WAIT_S)
+        if reach is Reach.LEFT:
+            reason = "only a bridge that left within its grace can run it"
+            return HandBack(c, reason, math.inf, LEFT_RECHECK_S)
         reason = f"no ComfyUI instance of the cluster has {_listed(needs)}"
+        unknown = self.unknown(needs)
+        if unknown:
+            return HandBack(c, reason, 0.0, unrunnable=self._mistaken(unknown))
         return HandBack(c, reason, 0.0, unrunnable=self._nobody(aigc, platform, reason))
+
+    def _mistaken(self, unknown: frozenset[str]) -> Unrunnable:
+        """``UnknownNodeClass``: node classes no bridge of the cluster offers are the
+        client's mistake (class ``task``), not a want of capacity; they are named."""
+        code = ErrorCode.UNKNOWN_NODE_CLASS.value
+        classes = sorted(unknown)
+        reason = "no bridge of the cluster offers node classes: " + ", ".join(classes)
+        detail = {"class": "task", "nodeClasses": classes, "reason": reason}
+        return Unrunnable(code, self.rt.config.messages.get(code), detail)
 
     def _nobody(self, aigc: str, platform: str, why: str) -> Unrunnable:
         """``NoCapableInstance``: the message code.json has for it, ``why`` and that no paid

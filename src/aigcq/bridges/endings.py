@@ -2,9 +2,10 @@
 
 Whichever way a task ends (its TASK_END applied, or refused as gone; a cancel), the
 bridge holding it gets its slot back at once (a failure that may take the bridge out of
-rotation: once counted). A bridge still running a cancelled or
-superseded attempt is told to stop (TASK_CANCEL). A machine's failure counts against the
-bridge, a success resets the count (see :mod:`.rotation`); the task's own failure does not.
+rotation: once counted). A bridge still running a cancelled, timed-out or superseded
+attempt is told to stop (TASK_CANCEL), its slot free when it says so. A machine's failure
+counts against the bridge, a success resets the count (see :mod:`.rotation`); the task's
+own failure does not.
 
 Any process may hear of the end (a TASK_END reaches whichever process its webhook URL
 names; a cancel, whichever the client is connected to). The bridges holding an attempt of
@@ -30,7 +31,7 @@ from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner
 from aigcq.plumbing.events import bridge_end_event
 from aigcq.runtime import Runtime
-from aigcq.scheduler.ends import TaskEnd
+from aigcq.scheduler.ends import STOPPED, TaskEnd
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class TaskEnds:
         if counted.ran and counted.ran not in here:
             ran = {"bridgeId": counted.ran, "taskId": task_id, "attempt": attempt}
             events.append(ran | {"end": end.value, "ran": True, "failures": counted.failures})
-            if end is not TaskEnd.CANCELLED:
+            if end not in STOPPED:
                 self.freed_elsewhere()
         if events:
             channel = self.rt.store.keys.events
@@ -130,7 +131,7 @@ class TaskEnds:
         held = conn.slots.attempt_of(task_id)
         if held is None or (end is TaskEnd.GONE and attempt not in (None, held)):
             return  # a newer attempt runs there: its slot stays taken
-        stop = end is TaskEnd.CANCELLED or (end is not TaskEnd.GONE and held != attempt)
+        stop = end in STOPPED or (end is not TaskEnd.GONE and held != attempt)
         if stop:
             self._spawn(self.cancel_on(conn, task_id, held))
         # told to stop it: a bridge that reports its capacity frees the slot when its

@@ -20,7 +20,7 @@ from aigcq.bridges.assigner import Assigner
 from aigcq.bridges.endings import TaskEnds
 from aigcq.bridges.health_monitor import HealthMonitor
 from aigcq.bridges.known import CLOSED, SILENT, Standing
-from aigcq.bridges.peer_offers import PeerOffers
+from aigcq.bridges.peer_offers import Offered, PeerOffers
 from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
 from aigcq.bridges.protocol import (
@@ -88,7 +88,11 @@ class BridgeHub:
         self.auth = Auth(rt.settings)
         ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
         self.registry = BridgeRegistry(rt.store, rt.settings.project_prefix, ttl_s=ttl)
-        mine = lambda: (self.free_slots(), len(self.registry.live()))  # noqa: E731
+
+        # a bridge that left within its grace still counts (see :mod:`.peer_offers`)
+        def mine() -> tuple[int, int]:
+            return self.free_slots() + self.offers.departed_here(), len(self.registry.live())
+
         keys = rt.store.keys
         self.peers = PeerCapacity(
             rt.redis, keys.internal_free, mine, on_less=wake, channel=keys.events
@@ -132,6 +136,7 @@ class BridgeHub:
             wake=self.wake,
             lost=self._lost,
             elsewhere=self.offers.reach,
+            unknown=lambda needs: self.offers.unknown_classes(needs, self.registry.offered()),
         )
         self.progress = ProgressRelay(rt)
 
@@ -156,10 +161,12 @@ class BridgeHub:
 
     def free_elsewhere(self) -> int:
         """Slots tasks wait for rather than overflow to a paid platform: free slots on
-        bridges connected to other processes (see :mod:`.peers`), and slots here whose
-        instance is stopping a cancelled prompt (free within about a second)."""
+        bridges connected to other processes (see :mod:`.peers`), slots here whose
+        instance is stopping a cancelled prompt (free within about a second), and the
+        slots of bridges that left within their grace (a restart, see :mod:`.peer_offers`)."""
         stopping = sum(c.slots.stopped for c in self.registry.live() if c.quarantined_at is None)
-        return self.peers.free + (stopping if self.health.healthy else 0)
+        mine = stopping if self.health.healthy else 0
+        return self.peers.free + mine + self.offers.departed_here()
 
     async def slot_elsewhere(self, task_id: str, target: str, attempt: int) -> bool:
         """Whether the slot ``attempt`` of ``task_id`` took is on a bridge another process
@@ -347,6 +354,7 @@ class BridgeHub:
         conn.describe(data.instances)
         self.registry.bridges[bridge_id] = conn
         session.conn = conn
+        await self.offers.back(bridge_id)
         if session.keepalive is None:
             session.keepalive = asyncio.create_task(self._keepalive(session, conn))
         await self.rotation.save(conn)
@@ -484,6 +492,24 @@ class BridgeHub:
                 next_ping += cfg.ping_interval_s
                 await session.send_message(PingMessage())
 
+    async def _keep_offers(self, conn: BridgeConn) -> None:
+        """A bridge in rotation is leaving: what it offered waits for its return, for its
+        grace; written while it still counts here, so no process sees it gone without."""
+        if conn.drained or conn.quarantined_at is not None:
+            return
+        offered = Offered(conn.offers, conn.withdrawn, 1)
+        grace_s = self.rt.settings.bridge_grace_s
+        try:
+            await self.offers.left(conn.bridge_id, offered, conn.instance_count, grace_s)
+            self.peers.changed()
+        except REDIS_OUTAGE as exc:
+            log.warning(
+                "bridge %s: its offers not kept, Redis unavailable (%s)",
+                conn.bridge_id,
+                exc,
+                extra=ctx(bridge=conn.bridge_id),
+            )
+
     async def _lost(self, conn: BridgeConn, reason: str, *, how: str | None = CLOSED) -> None:
         """Offline: stop sending; unacknowledged tasks go back to waiting at once; its
         record says how it left (``how``: :data:`~.known.CLOSED` or
@@ -492,6 +518,10 @@ class BridgeHub:
         """
         if not conn.online:
             return
+        if how == CLOSED:  # a restart, most often (a silent one is a machine's failure)
+            await self._keep_offers(conn)
+            if not conn.online:  # let go meanwhile
+                return
         if self.registry.bridges.get(conn.bridge_id) is conn:
             del self.registry.bridges[conn.bridge_id]
         conn.set_state(online=False)

@@ -20,6 +20,9 @@ it is free, or:
 * no instance here could run it, but a bridge of another process can (see
   :mod:`.peer_offers`): that process claims it; it goes to the paid platform after
   :data:`ELSEWHERE_WAIT_S`; only an offline instance elsewhere could: as one here;
+* no connected instance could run it, but a bridge that left (a restart) within its grace
+  (``AIGCQ_BRIDGE_GRACE_S``, see :mod:`.peer_offers`) could: it waits for that bridge,
+  neither paid nor failed, weighed again every :data:`LEFT_RECHECK_S`;
 * no instance of the cluster could run it: to the paid platform, or failing, at once.
 
 :class:`Window` reads the candidates (id, needs, submit time; each task read once while
@@ -45,6 +48,8 @@ from aigcq.scheduler.targets import Chosen
 
 #: how long a task no bridge here can run waits for bridges of other processes to take it
 ELSEWHERE_WAIT_S = 5.0
+#: how often a task only a bridge that left can run is weighed again (its grace may be over)
+LEFT_RECHECK_S = 1.0
 
 
 class Reach(enum.Enum):
@@ -53,6 +58,7 @@ class Reach(enum.Enum):
     BUSY = "busy"  # an online instance here can (or its needs are not known)
     OFFLINE = "offline"  # only an offline instance (here, else elsewhere) could
     ELSEWHERE = "elsewhere"  # none here could, a bridge of another process can
+    LEFT = "left"  # none connected could, a bridge that left within its grace could
     NOWHERE = "nowhere"  # no instance of the cluster could
 
 
@@ -111,6 +117,8 @@ def _unplaced(c: Candidate, rules: Rules, room: bool) -> tuple[Back, float | Non
     fail), or (None, in how many seconds it is due; None: at a change of capacity)."""
     if c.reach is Reach.ELSEWHERE:
         return _to_paid(ELSEWHERE_WAIT_S - c.waited_s, room)
+    if c.reach is Reach.LEFT:
+        return None, LEFT_RECHECK_S
     if c.reach is Reach.NOWHERE:
         return ("fail", None) if rules.paid_free is None else _to_paid(0.0, room)
     paid_now, paid_in = _to_paid(rules.overflow_after_s - c.waited_s, room)

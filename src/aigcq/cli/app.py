@@ -14,6 +14,7 @@ from aigcq.cli.common import (
     LogLevelOption,
     console,
     fail,
+    generated_line,
     load_config,
     load_settings,
     require_free_ports,
@@ -103,7 +104,7 @@ def dispatcher(log_level: LogLevelOption = "INFO") -> None:
     console.print(f"  bridges    ws://{settings.host}:{md.port}/ws?token=<bridge token>")
     console.print(f"  login      POST /api/auth/login as {md.username!r}")
     for name, value in fresh.items():
-        console.print(f"  generated {name}: [bold]{value}[/bold] (kept in {settings.data_dir})")
+        console.print(generated_line(name, value, str(settings.data_dir)))
     run(md, settings)
 
 
@@ -111,11 +112,17 @@ def dispatcher(log_level: LogLevelOption = "INFO") -> None:
 def token(
     backend_id: Annotated[str, typer.Argument(help="The client (backend) the token names")],
     ttl: Annotated[int, typer.Option(min=1, help="Seconds the token stays valid")] = 86400,
+    ids: Annotated[
+        list[str] | None,
+        typer.Option("--id", help="Another client id the token may use (repeat for more)"),
+    ] = None,
 ) -> None:
     """Print a client JWT for BACKEND_ID signed with the server's TOKEN_SECRET.
 
-    Run it in the server's folder: the secret comes from TOKEN_SECRET (environment or
-    ./.env) or the server's secrets file (AIGCQ_DATA_DIR/secrets.json).
+    The token may connect as, submit for, read and cancel the tasks of BACKEND_ID and each
+    --id, and no other id; its quota is BACKEND_ID's. Run it in the server's folder: the
+    secret comes from TOKEN_SECRET (environment or ./.env) or the server's secrets file
+    (AIGCQ_DATA_DIR/secrets.json).
     """
     from aigcq.plumbing.auth import issue_client_token
 
@@ -128,7 +135,7 @@ def token(
                 f"{settings.secrets_file.resolve()} has none; run this where `aigcq up` runs",
                 2,
             )
-    typer.echo(issue_client_token(settings.token_secret, backend_id, ttl))
+    typer.echo(issue_client_token(settings.token_secret, backend_id, ttl, ids or ()))
 
 
 def _given(help: str, **extra: Any) -> Any:

@@ -8,8 +8,9 @@ import logging
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
-from aigcq.cli.common import console, require_free_ports
+from aigcq.cli.common import console, generated_line, require_free_ports
 
 if TYPE_CHECKING:
     from aigcq.asynch.settings import AsynchSettings
@@ -87,10 +88,11 @@ def admin_token(settings: "AsynchSettings", base: "Settings") -> None:
     fresh = ensure_secrets(base, settings, ("admin_token",), key_prefix="asynch_")
     kept = base.secrets_file.resolve()
     where = "AIGCQ_ASYNCH_ADMIN_TOKEN" if given else f"asynch_admin_token in {kept}"
-    lines = [f"  management routes (/model/*, runWork, cleanWork) need the admin token: {where}"]
-    lines += [f"  generated {name}: {value}" for name, value in fresh.items()]
+    need = f"  management routes (/model/*, runWork, cleanWork) need the admin token: {where}"
+    lines = [escape(need)]
+    lines += [generated_line(name, value, str(kept)) for name, value in fresh.items()]
     for line in lines:
-        console.print(line, soft_wrap=True, highlight=False, markup=False)
+        console.print(line, soft_wrap=True, highlight=False)
 
 
 async def _serve(

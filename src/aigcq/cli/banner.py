@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aigcq.cli.common import console
+from aigcq.cli.common import console, generated_line, on_terminal
 from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.ports import local_host
 from aigcq.plumbing.redis_address import redacted
@@ -11,10 +11,14 @@ from aigcq.serve.launch import listen_ports
 
 def dashboard_link(settings: Settings, here: str) -> str:
     """The dashboard with the admin token after ``#``: a link to click, so the token never
-    goes through a shell, and never to the server (nor its logs). ``""`` without a token."""
+    goes through a shell, and never to the server (nor its logs). Only on a terminal: a
+    banner written to a log names where the token is instead. ``""`` without a token."""
     if not settings.admin_token:
         return ""
-    return f"http://{here}:{settings.ws_port}/dashboard#token={settings.admin_token}"
+    page = f"http://{here}:{settings.ws_port}/dashboard"
+    if on_terminal():
+        return f"{page}#token={settings.admin_token}"
+    return f"{page} (its admin token: AIGCQ_ADMIN_TOKEN, or admin_token in the secrets file)"
 
 
 def secrets_note(settings: Settings) -> str:
@@ -44,7 +48,7 @@ def print_banner(settings: Settings, config: PlatformConfig, fresh: dict[str, st
         out.append(f"  [yellow]no platforms configured: add {settings.config_dir}/model.json[/]")
     if secrets := secrets_note(settings):
         out.append(f"  secrets    {secrets}")
-    for name, value in fresh.items():
-        out.append(f"  generated {name}: [bold]{value}[/bold]")
+    kept = str(settings.secrets_file.resolve())
+    out += [generated_line(name, value, kept) for name, value in fresh.items()]
     for line in out:
         console.print(line, soft_wrap=True, highlight=False)

@@ -7,6 +7,7 @@ The settings (pydantic) are imported when a command reads them, not with the com
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -38,6 +39,19 @@ def fail(message: str, code: int, cause: Exception | None = None) -> NoReturn:
     """One red line on stderr, then exit with ``code``."""
     error_line(message)
     raise typer.Exit(code) from cause
+
+
+def on_terminal() -> bool:
+    """Whether stdout is a terminal: only there may a banner show a secret. Anywhere else
+    (a log file, a service's journal) keeps every line, so no secret goes there."""
+    return sys.stdout.isatty()
+
+
+def generated_line(name: str, value: str, kept: str) -> str:
+    """A banner's line for a secret generated now (``kept``: where it is kept): its value
+    on a terminal only."""
+    shown = f": [bold]{escape(value)}[/bold]" if on_terminal() else ""
+    return f"  generated {name}{shown} (kept in {escape(kept)})"
 
 
 def require_free_ports(

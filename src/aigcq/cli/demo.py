@@ -36,6 +36,10 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.queue.keys import Keys
 
 WORKFLOW_ID = "demo"
+#: the command that mints the demo's client token, for the ids its banner's commands use
+CLIENT_TOKEN_COMMAND = "aigcq token demo --ttl 604800" + "".join(
+    f" --id demo-{i}" for i in range(1, 7)
+)
 GRAPH = {
     "1": {
         "class_type": "EmptyImage",
@@ -249,7 +253,7 @@ class Demo:
         token = {"AIGCQ_BRIDGE_TOKEN": self.settings.bridge_token}  # not in `ps`
         return Child("bridge", args, self.root / "logs" / "bridge.log", env=token)
 
-    def banner(self, console: Console, client_token: str) -> None:
+    def banner(self, console: Console) -> None:
         from aigcq.cli.banner import dashboard_link, secrets_note
 
         o, s = self.options, self.settings
@@ -272,12 +276,14 @@ class Demo:
             f"  logs        {self.root / 'logs'}/",
             f"  secrets     {secrets_note(s) or 'all set in the environment'}",
             "",
+            "A client token for the ids below (signed with the secret kept here; a banner "
+            "shows no secret):",
+            f"  export AIGCQ_CLIENT_TOKEN=$({CLIENT_TOKEN_COMMAND})",
             "One task (its fileUrl shows where it ran: the bridge, or RunningHub):",
-            f"  {submit} --token {client_token}",
+            f"  {submit}",
             "",
             f"Six at once: {o.instances} run on the GPUs, {o.runninghub_cap} overflow to "
             "RunningHub, the rest wait for a free slot:",
-            f"  export AIGCQ_CLIENT_TOKEN={client_token}",
             f"  for i in 1 2 3 4 5 6; do {submit} --backend-id demo-$i & done; wait",
             f"  aigcq status --server {http}",
             "",
@@ -322,7 +328,6 @@ async def _serve_then_bridge(demo: Demo, config: PlatformConfig, bridge: Child) 
 def run(settings: Settings, console: Console, options: DemoOptions | None = None) -> None:
     """Blocking entry point of ``aigcq up --demo``."""
     from aigcq.cli.common import require_free_ports
-    from aigcq.plumbing.auth import issue_client_token
     from aigcq.serve.launch import ensure_secrets, run_with_redis
 
     options = options or DemoOptions()
@@ -333,7 +338,7 @@ def run(settings: Settings, console: Console, options: DemoOptions | None = None
     children = [c.start() for c in demo.emulators()]
     bridge = demo.bridge()
     try:
-        demo.banner(console, issue_client_token(settings.token_secret, "demo", 7 * 86400))
+        demo.banner(console)
         # run_with_redis: the embedded Redis when AIGCQ_REDIS_URL is unset; SIGTERM and
         # Ctrl-C end it normally, so the children are stopped below either way.
         run_with_redis(

@@ -4,11 +4,12 @@ It connects with ``ack=1``: the server keeps a result until it is acknowledged, 
 client acknowledges it as it hands it to the caller (:meth:`AsyncClient.result` or
 :meth:`AsyncClient.events`). After a dropped socket the server sends every unacknowledged
 result again; copies of results the client already has (same taskId) are dropped, so each
-reaches the caller once. The one exception is a late success (``late``: a paid run's
-result that came after its task was reported failed ``UncertainSubmit``): it replaces the
-failure, and reaches the caller after it (:meth:`AsyncClient.result` answers it from then
-on). Unanswered ``generate``/``cancel`` requests are re-sent on
-reconnect (``generate`` is idempotent by taskId).
+reaches the caller once. A result that replaces the one the client has is not a copy: the
+end of a later attempt (``attempt``: an operator's retry, or the replay of a kept paid
+result) or a late success (``late``: a paid run's result that came after its task was
+reported failed ``UncertainSubmit``). It reaches the caller after the one it replaces
+(:meth:`AsyncClient.result` answers it from then on). Unanswered ``generate``/``cancel``
+requests are re-sent on reconnect (``generate`` is idempotent by taskId).
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ class AsyncClient:
     def _on_result(self, msg: dict[str, Any]) -> None:
         task_id, entry_id = msg["taskId"], msg.get("id", "")
         held = self._fresh.get(task_id) or self._handed.get(task_id)
-        if held is not None and held.corrected_by(msg):
+        if held is not None and held.replaced_by(msg):
             self._replace(held)
         elif held is not None:  # a copy: acknowledge it unless it is the one still to hand over
             if task_id in self._handed or held.id != entry_id:
@@ -286,18 +287,21 @@ class AsyncClient:
                 waiter.set_result(result)
         self._publish(result)
 
-    def _replace(self, failure: Result) -> None:
-        """A late success replaces ``failure``: it is over (acknowledged, if it was not
-        handed over yet), and the success is handed over as a new result."""
+    def _replace(self, old: Result) -> None:
+        """A later attempt's end or a late success replaces ``old``: it is over
+        (acknowledged, if it was not handed over yet), and the new one is handed over as a
+        new result."""
         log.info(
-            "client %s: %s failed, then its late success came",
+            "client %s: %s (attempt %s, %s) has a new result",
             self.backend_id,
-            failure.task_id,
-            extra=ctx(task=failure.task_id),
+            old.task_id,
+            old.attempt,
+            old.status,
+            extra=ctx(task=old.task_id),
         )
-        if self._fresh.pop(failure.task_id, None) is not None:
-            self._acknowledge(failure.id)
-        self._handed.pop(failure.task_id, None)
+        if self._fresh.pop(old.task_id, None) is not None:
+            self._acknowledge(old.id)
+        self._handed.pop(old.task_id, None)
 
     def _publish(self, event: Event) -> None:
         for queue, wanted in self._subscribers.items():

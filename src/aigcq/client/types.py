@@ -40,16 +40,24 @@ class Result:
     #: a paid run's success that came after this task was reported failed
     #: (``UncertainSubmit``): it replaces that failure
     late: bool = False
+    #: the attempt of the task this result ends (0: not said); an operator's retry ends a
+    #: later one, whose result replaces this one
+    attempt: int = 0
 
     @property
     def ok(self) -> bool:
         return self.status == "success"
 
-    def corrected_by(self, msg: dict[str, Any]) -> bool:
-        """Whether the ``result`` message ``msg`` is a late success that replaces this
-        failure (another outbox entry for the same task), rather than a copy of it."""
-        late = msg.get("late") is True and msg.get("status") == "success"
-        return late and not self.ok and msg.get("id", "") != self.id
+    def replaced_by(self, msg: dict[str, Any]) -> bool:
+        """Whether the ``result`` message ``msg`` (another outbox entry for the same task)
+        replaces this result rather than copies it: the end of a later attempt (an
+        operator's retry), or a late success after this failure."""
+        if msg.get("id", "") == self.id:
+            return False
+        attempt = msg.get("attempt")
+        later = isinstance(attempt, int) and attempt > self.attempt
+        late = msg.get("late") is True and msg.get("status") == "success" and not self.ok
+        return later or late
 
     @classmethod
     def from_message(cls, msg: dict[str, Any]) -> Result:
@@ -62,6 +70,7 @@ class Result:
             error=msg.get("error"),
             id=msg.get("id", ""),
             late=msg.get("late") is True,
+            attempt=attempt if isinstance(attempt := msg.get("attempt"), int) else 0,
         )
 
 

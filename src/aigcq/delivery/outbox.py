@@ -32,18 +32,23 @@ PAGE = 200
 def compose(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
     """The client's ``result`` message. A success carries the platform's answer under
     ``result``, as the original system's clients read it, and under ``data`` (the
-    documented alias); entries written before ``result`` existed hold only ``data``."""
+    documented alias); entries written before ``result`` existed hold only ``data``. It
+    names the attempt of the task it ends (``attempt``), where the entry says it: an
+    operator's retry ends a later one."""
     body = orjson.loads(fields.get("body") or "{}")
     if "result" in body or "data" in body:
         answer = body.get("result", body.get("data"))
         body = {**body, "result": answer, "data": answer}
-    return {
+    message = {
         "type": "result",
         "id": entry_id,
         "taskId": fields.get("taskId", ""),
         "status": fields.get("status", ""),
         **body,
     }
+    if attempt := fields.get("attempt"):
+        message["attempt"] = int(attempt)
+    return message
 
 
 @dataclass

@@ -238,7 +238,8 @@ class DispatcherApi:
         payload = task_payload(body)
         task_id = uuid.uuid4().hex
         req = GenerateRequest(taskId=task_id, platform=PLATFORM, payload=payload, AIGC=self.aigc)
-        await self.service.gateway.submission.submit(req, WEBHOOK_BACKEND, deliver=True)
+        submission = self.service.gateway.submission
+        await submission.submit(req, WEBHOOK_BACKEND, deliver=True, principal=WEBHOOK_BACKEND)
         self.on_accepted()
         log.info(
             "task %s: queued (webhook %s)",

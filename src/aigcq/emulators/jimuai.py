@@ -30,7 +30,6 @@ on demand (``POST /_emulator/files``).
 from __future__ import annotations
 
 import base64
-import hmac
 import time
 import zlib
 from collections import Counter, deque
@@ -59,6 +58,7 @@ from aigcq.platforms.volc_sign import (
     sha256_hex,
     signature,
 )
+from aigcq.plumbing.signing import same_digest
 
 VERSION = "2022-08-31"
 SUBMIT, GET_RESULT = "CVSync2AsyncSubmitTask", "CVSync2AsyncGetResult"
@@ -218,7 +218,7 @@ class _JimuAI(EmulatorCore):
         )
         expected, scope = signature(secret, stamp, auth.region, auth.service, canonical)
         good_scope = scope == f"{auth.date}/{self.config.region}/{SERVICE}/request"
-        if not (good_scope and hmac.compare_digest(expected, auth.signature)):
+        if not (good_scope and same_digest(expected, auth.signature)):
             return self._gateway_error(SIGNATURE_MISMATCH, action)
         return auth.access_key
 

@@ -1,8 +1,9 @@
 """The admission check before a task is queued (seed 001's BalanceError).
 
 * ``none``    every task is admitted (default);
-* ``quota``   a per-client counter in Redis (``{prefix}:quota:{backendId}``), taken
-              atomically; a client without a counter starts at AIGCQ_ADMISSION_QUOTA;
+* ``quota``   a counter per principal in Redis (``{prefix}:quota:{principal}``: whom the
+              client token speaks for, its ``sub``, whichever ids it uses), taken
+              atomically; a principal without a counter starts at AIGCQ_ADMISSION_QUOTA;
 * ``billing`` ``POST {billing_url}`` with the task; a 2xx ``{"allowed": true}`` admits it.
 
 A refusal answers BalanceError and creates nothing.
@@ -50,22 +51,23 @@ class Admission:
         self._refund_if_absent = redis.register_script(_REFUND_IF_ABSENT)
         self._http = httpx.AsyncClient(timeout=5.0) if self.mode == "billing" else None
 
-    async def admit(self, backend_id: str, task: dict[str, Any]) -> bool:
+    async def admit(self, principal: str, task: dict[str, Any]) -> bool:
+        """Whether ``principal`` (whom the token speaks for) may queue ``task``."""
         if self.mode == "quota":
             left = await self._take(
-                keys=[self.keys.quota(backend_id)], args=[self.settings.admission_quota]
+                keys=[self.keys.quota(principal)], args=[self.settings.admission_quota]
             )
             return int(left) >= 0
         if self.mode == "billing" and self._http is not None:
-            return await self._ask_billing(backend_id, task)
+            return await self._ask_billing(principal, task)
         return True
 
-    async def refund(self, backend_id: str) -> None:
+    async def refund(self, principal: str) -> None:
         """Give back a quota unit taken for a submission that created nothing."""
         if self.mode == "quota":
-            await self.redis.incr(self.keys.quota(backend_id))
+            await self.redis.incr(self.keys.quota(principal))
 
-    async def refund_unless_stored(self, backend_id: str, task_id: str) -> bool:
+    async def refund_unless_stored(self, principal: str, task_id: str) -> bool:
         """After a submit whose outcome is unknown (its reply was lost): give the unit
         back only if the task does not exist. True: refunded. A failure to ask keeps the
         unit (a lost unit is the client's retry away; a refund for a task that runs is
@@ -73,7 +75,7 @@ class Admission:
         if self.mode != "quota":
             return False
         try:
-            keys = [self.keys.quota(backend_id), self.keys.task(task_id)]
+            keys = [self.keys.quota(principal), self.keys.task(task_id)]
             return bool(await self._refund_if_absent(keys=keys))
         except redis.exceptions.RedisError as exc:
             log.warning(
@@ -84,11 +86,11 @@ class Admission:
             )
             return False
 
-    async def _ask_billing(self, backend_id: str, task: dict[str, Any]) -> bool:
+    async def _ask_billing(self, principal: str, task: dict[str, Any]) -> bool:
         assert self._http is not None
         try:
             resp = await self._http.post(
-                self.settings.billing_url, json={"backendId": backend_id, **task}
+                self.settings.billing_url, json={"backendId": principal, **task}
             )
             return resp.is_success and bool(resp.json().get("allowed"))
         except (httpx.HTTPError, ValueError) as exc:

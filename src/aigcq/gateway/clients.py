@@ -42,14 +42,17 @@ class ClientConnection:
         ws: WebSocket,
         backend_id: str,
         *,
+        principal: str,
         auto_ack: bool,
         progress: bool = False,
         queue_updates: bool = True,
         send_timeout_s: float = 10.0,
     ) -> None:
-        """``send_timeout_s``: how long one send (or the close) may wait on the peer."""
+        """``principal``: whom its token speaks for (its quota's name); ``send_timeout_s``:
+        how long one send (or the close) may wait on the peer."""
         self.ws = ws
         self.backend_id = backend_id
+        self.principal = principal
         self.auto_ack = auto_ack
         self.progress = progress  # opted in to ``progress`` messages
         self.queue_updates = queue_updates  # not opted out of ``QUEUE_UPDATE`` messages

@@ -45,18 +45,19 @@ class Gateway:
             return self.queue_updates.estimator.of(req.taskId, queue, None).wire(time.time())
         return self.queue_updates.submitted(req.taskId, queue)
 
-    async def owned_task(self, task_id: str, backend_id: str | None) -> Task:
-        """The task, if ``backend_id`` owns it (None: any task). Someone else's task is
-        ``TaskNotFound``, exactly like an unknown one."""
+    async def owned_task(self, task_id: str, owners: frozenset[str] | None) -> Task:
+        """The task, if one of ``owners`` (backendIds) owns it (None: any task). Someone
+        else's task is ``TaskNotFound``, exactly like an unknown one."""
         task = await self.rt.store.get(task_id)
-        if task is None or (backend_id is not None and task.backend_id != backend_id):
+        if task is None or (owners is not None and task.backend_id not in owners):
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
         return task
 
-    async def cancel(self, task_id: str, backend_id: str | None) -> str:
-        """Cancel a live task (``backend_id`` None = admin). Returns the resulting state."""
-        task = await self.owned_task(task_id, backend_id)
-        done = await self.lifecycle.cancelled(task, by_client=backend_id is not None)
+    async def cancel(self, task_id: str, owners: frozenset[str] | None) -> str:
+        """Cancel a live task of one of ``owners`` (None = admin). Returns the resulting
+        state."""
+        task = await self.owned_task(task_id, owners)
+        done = await self.lifecycle.cancelled(task, by_client=owners is not None)
         if not done.applied:
             raise ClientError(ErrorCode.GONE, f"task already {done.state}", task_id)
         return TaskState.CANCELLED.value

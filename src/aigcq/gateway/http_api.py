@@ -16,11 +16,14 @@ from aigcq.gateway.errors import ClientError, as_client_error, error_responses
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.queue_view import InternalCapacity, queue_rows
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
-from aigcq.plumbing.auth import ADMIN_TOKEN_HINT, BRIDGE_TOKEN_HINT, bearer, token_owner
+from aigcq.plumbing.auth import ADMIN_TOKEN_HINT, BRIDGE_TOKEN_HINT, Principal, bearer
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
 from aigcq.scheduler.estimates import UNKNOWN
 
 Authorization = Annotated[str | None, Header()]
+
+#: how many finished tasks ``GET /api/tasks`` looks through (finish.lua keeps that many)
+RECENT_KEPT = 1000
 
 #: the Bearer tokens of the OpenAPI document (``securitySchemes``: aigcq.serve.api_description)
 CLIENT_TOKEN, ADMIN_TOKEN, BRIDGE_TOKEN = "clientToken", "adminToken", "bridgeToken"
@@ -73,32 +76,33 @@ def api_router(
     return router
 
 
-def _client_claims(gw: Gateway, authorization: str | None) -> dict[str, Any]:
+def _client(gw: Gateway, authorization: str | None) -> Principal:
     token = bearer(authorization)
-    claims = gw.auth.client(token)
-    if claims is None:
+    principal = gw.auth.client(token)
+    if principal is None:
         why = gw.auth.refusal(token, "invalid or missing token (Authorization: Bearer)")
         raise ClientError(ErrorCode.AUTH, why)
-    return claims
+    return principal
 
 
-def _backend_id(gw: Gateway, claims: dict[str, Any], data: dict[str, Any]) -> str:
-    """Whom a submitted task's results go to: the body's ``backendId``, else the token's."""
-    backend_id = data.get("backendId") or claims.get("sub") or ""
+def _backend_id(gw: Gateway, principal: Principal, data: dict[str, Any]) -> str:
+    """Whom a submitted task's results go to: the body's ``backendId``, else the token's
+    (its ``sub``, the name it is known by)."""
+    backend_id = data.get("backendId") or principal.sub
     if not isinstance(backend_id, str) or len(backend_id) > MAX_BACKEND_ID:
         raise ClientError(
             ErrorCode.JSON, f"backendId: a string of at most {MAX_BACKEND_ID} characters"
         )
-    if backend_id and not gw.auth.may_use_id(claims, backend_id):
-        raise ClientError(ErrorCode.AUTH, gw.auth.id_refusal(claims, "backendId", backend_id))
+    if backend_id and not principal.may_use(backend_id):
+        raise ClientError(ErrorCode.AUTH, gw.auth.id_refusal(principal, "backendId", backend_id))
     return backend_id
 
 
 def _task_routes(
     router: APIRouter, gw: Gateway, internal: Callable[[], InternalCapacity | None]
 ) -> None:
-    def client_of(authorization: str | None) -> dict[str, Any]:
-        return _client_claims(gw, authorization)
+    def client_of(authorization: str | None) -> Principal:
+        return _client(gw, authorization)
 
     @router.post(
         "/tasks",
@@ -111,11 +115,13 @@ def _task_routes(
         ),
     )  # fmt: skip
     async def submit(request: Request, authorization: Authorization = None) -> dict[str, Any]:
-        claims = client_of(authorization)  # before a byte of the body is read
+        principal = client_of(authorization)  # before a byte of the body is read
         data = await json_object(request, gw.settings.max_payload_bytes)
         req = parse_generate(data)
-        backend_id = _backend_id(gw, claims, data)
-        created = await gw.submission.submit(req, backend_id, deliver=bool(backend_id))
+        backend_id = _backend_id(gw, principal, data)
+        created = await gw.submission.submit(
+            req, backend_id, deliver=bool(backend_id), principal=principal.name
+        )
         return {
             "taskId": req.taskId,
             "duplicate": not created,
@@ -126,13 +132,16 @@ def _task_routes(
 
     @router.get(
         "/tasks",
-        summary="Recently finished tasks, newest first",
+        summary="Recently finished tasks of the token's ids, newest first",
         responses=error_responses(ErrorCode.JSON, ErrorCode.AUTH),
     )
     async def recent_tasks(
         limit: int = 20, authorization: Authorization = None
     ) -> list[dict[str, Any]]:
-        client_of(authorization)
+        principal = client_of(authorization)
+        limit = max(0, min(limit, RECENT_KEPT))
+        # the token's own among the last RECENT_KEPT (all it keeps): one pipelined read
+        recent = await gw.rt.store.recent(limit if principal.ids is None else RECENT_KEPT)
         return [
             {
                 "taskId": t.task_id,
@@ -144,7 +153,7 @@ def _task_routes(
                 "seconds": round(t.updated_at - t.created_at, 3),
                 "failure": t.failure,
             }
-            for t in await gw.rt.store.recent(min(limit, 1000))
+            for t in [t for t in recent if principal.reads(t.backend_id)][:limit]
         ]
 
     @router.get(
@@ -153,9 +162,8 @@ def _task_routes(
         responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND),
     )
     async def get_task(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
-        # Any client may read any task: one backend's token serves several connection ids.
-        client_of(authorization)
-        task = await gw.owned_task(task_id, None)
+        # a client token reads the tasks of the ids it names (someone else's: TaskNotFound)
+        task = await gw.owned_task(task_id, client_of(authorization).ids)
         waiting = task.state is TaskState.PENDING
         queue = (task.aigc, task.platform)
         return {
@@ -181,8 +189,8 @@ def _task_routes(
         responses=error_responses(ErrorCode.AUTH, ErrorCode.NOT_FOUND, ErrorCode.GONE),
     )
     async def cancel(task_id: str, authorization: Authorization = None) -> dict[str, Any]:
-        owner = token_owner(client_of(authorization))
-        return {"taskId": task_id, "state": await gw.cancel(task_id, owner)}
+        owners = client_of(authorization).ids
+        return {"taskId": task_id, "state": await gw.cancel(task_id, owners)}
 
     @router.get(
         "/queues",

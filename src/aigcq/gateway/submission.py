@@ -67,8 +67,12 @@ class Submission:
         self.lifecycle = lifecycle
         self.admission = admission
 
-    async def submit(self, req: GenerateRequest, backend_id: str, *, deliver: bool) -> bool:
-        """Queue the task; returns False when it already existed (idempotent re-submit)."""
+    async def submit(
+        self, req: GenerateRequest, backend_id: str, *, deliver: bool, principal: str
+    ) -> bool:
+        """Queue the task for ``backend_id``, admitted under ``principal`` (whom the token
+        speaks for: its quota); returns False when it already existed (idempotent
+        re-submit)."""
         aigc = req.AIGC or self.rt.settings.project_prefix
         if self.rt.config.account(aigc, req.platform) is None:
             raise ClientError(
@@ -76,7 +80,7 @@ class Submission:
             )
         ordering = self._ordering(req, aigc)
         task = {"taskId": req.taskId, "platform": req.platform, "AIGC": aigc}
-        if not await self.admission.admit(backend_id, task):
+        if not await self.admission.admit(principal, task):
             raise ClientError(ErrorCode.BALANCE, "admission refused", req.taskId)
         try:
             result = await self.lifecycle.submitted(
@@ -89,13 +93,13 @@ class Submission:
                 ordering=ordering,
             )
         except redis.exceptions.RedisError as exc:  # the task may exist: its reply was lost
-            await self.admission.refund_unless_stored(backend_id, req.taskId)
+            await self.admission.refund_unless_stored(principal, req.taskId)
             log.error(
                 "task %s: could not be stored: %r", req.taskId, exc, extra=ctx(task=req.taskId)
             )
             raise ClientError(ErrorCode.ASSESSMENT, "storage unavailable", req.taskId) from exc
         if not result.created:
-            await self.admission.refund(backend_id)
+            await self.admission.refund(principal)
             if result.backend_id != backend_id:
                 raise ClientError(
                     ErrorCode.CONFLICT, "taskId belongs to another client", req.taskId

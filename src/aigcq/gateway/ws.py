@@ -40,24 +40,26 @@ async def client_endpoint(ws: WebSocket, gw: Gateway) -> None:
     backend_id = ws.query_params.get("id", "")
     await ws.accept()
     failure: tuple[ClientError, int] | None = None
-    claims = gw.auth.client(token)
-    if claims is None:
+    principal = gw.auth.client(token)
+    if principal is None:
         why = gw.auth.refusal(token, "invalid or missing token (?token=)")
         failure = (ClientError(ErrorCode.AUTH, why), CLOSE_AUTH)
     elif not backend_id or len(backend_id) > MAX_BACKEND_ID:
         failure = (ClientError(ErrorCode.JSON, "query parameter id is required"), CLOSE_BAD_REQUEST)
-    elif not gw.auth.may_use_id(claims, backend_id):
+    elif not principal.may_use(backend_id):
         failure = (
-            ClientError(ErrorCode.AUTH, gw.auth.id_refusal(claims, "id", backend_id)),
+            ClientError(ErrorCode.AUTH, gw.auth.id_refusal(principal, "id", backend_id)),
             CLOSE_AUTH,
         )
     if failure is not None:
         await _refuse(ws, gw, *failure)
         return
+    assert principal is not None  # refused above otherwise
     query = ws.query_params
     conn = ClientConnection(
         ws,
         backend_id,
+        principal=principal.name,
         auto_ack=query.get("ack") != "1",
         progress=query.get("progress") == "1",
         queue_updates=query.get("queue") != "0",
@@ -126,7 +128,9 @@ async def _dispatch(
     kind = data["type"]
     if kind == "generate":
         req = parse_generate(data)
-        created = await gw.submission.submit(req, conn.backend_id, deliver=True)
+        created = await gw.submission.submit(
+            req, conn.backend_id, deliver=True, principal=conn.principal
+        )
         return {
             "type": "submitted",
             "code": "AssessmentSuccess",
@@ -147,7 +151,7 @@ async def _dispatch(
         task_id = id_text(data.get("taskId"))
         if not isinstance(task_id, str):
             raise ClientError(ErrorCode.JSON, "taskId: a string is required")
-        state = await gw.cancel(task_id, conn.backend_id)
+        state = await gw.cancel(task_id, frozenset([conn.backend_id]))
         return {"type": "cancelled", "taskId": task_id, "state": state}
     if kind == "ping":
         return {"type": "pong"}

@@ -268,9 +268,5 @@ def register(cls: _A) -> _A:
     return cls
 
 
-def adapter_class(name: str) -> type[PlatformAdapter]:
-    return _REGISTRY[name]
-
-
 def registered() -> dict[str, type[PlatformAdapter]]:
     return dict(_REGISTRY)

@@ -1,11 +1,18 @@
 """Who may talk to us: client tokens (JWT signed with TOKEN_SECRET, or static tokens),
 the bridge token and the admin token. Every refusal names what to configure (issue 30
-item 5): the texts are here, one per kind of caller."""
+item 5): the texts are here, one per kind of caller.
+
+A valid client token is a :class:`Principal`: the ids it names (a JWT's ``sub`` and its
+``ids`` claim), which are the backendIds it may use and the only tasks it may read or
+cancel, and the name its quota is kept under (issue 42 items 4 and 5)."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,22 +52,67 @@ NO_BRIDGE_TOKEN = (
 )
 
 
+#: the JWT claim listing the ids a client token may use besides its ``sub``
+IDS_CLAIM = "ids"
+BAD_IDS = f"the JWT's {IDS_CLAIM!r} claim is not a list of strings: {EXPIRED_HINT}"
+
+
 def _equal(a: str, b: str) -> bool:
     return bool(a) and bool(b) and hmac.compare_digest(a.encode(), b.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Whom a valid client token speaks for. ``name``: whom its quota is charged to, however
+    many ids it uses. ``ids``: the backendIds it names, whose tasks it may read and cancel
+    (None: every task, for the admin and static tokens). ``unbound``: it may connect and
+    submit as any id (``AIGCQ_BIND_CLIENT_IDS``, static and admin tokens)."""
+
+    name: str
+    ids: frozenset[str] | None
+    unbound: bool = False
+
+    @property
+    def sub(self) -> str:
+        """The one id it is named by (a JWT's ``sub``), else ``""``."""
+        return self.name if self.ids and self.name in self.ids else ""
+
+    def may_use(self, backend_id: str) -> bool:
+        """Whether the token may connect as, or submit for, ``backend_id``."""
+        return self.unbound or self.reads(backend_id)
+
+    def reads(self, backend_id: str) -> bool:
+        """Whether the token may read and cancel the tasks of ``backend_id``."""
+        return self.ids is None or backend_id in self.ids
+
+    def allowed(self) -> str:
+        """The ids it may use, for a refusal's text."""
+        if not self.ids:
+            return "no id (it names none: no sub)"
+        return "only " + ", ".join(repr(i) for i in sorted(self.ids))
+
+
+def _named_ids(claims: dict[str, Any]) -> frozenset[str] | None:
+    """A JWT's ``sub`` and ``ids``; None when ``ids`` is not a list of strings."""
+    sub, more = claims.get("sub"), claims.get(IDS_CLAIM, [])
+    if not isinstance(more, list) or not all(isinstance(i, str) and i for i in more):
+        return None
+    return frozenset([*more, *([sub] if isinstance(sub, str) and sub else [])])
 
 
 class Auth:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    def client(self, token: str | None) -> dict[str, Any] | None:
-        """The token's claims when it is a valid client token, else ``None``."""
+    def client(self, token: str | None) -> Principal | None:
+        """Whom ``token`` speaks for when it is a valid client token, else ``None``."""
         if not token:
             return None
         if any(_equal(token, t) for t in self.settings.client_tokens):
-            return {"static": True}
+            fingerprint = hashlib.sha256(token.encode()).hexdigest()[:12]
+            return Principal(f"static:{fingerprint}", None, unbound=True)
         if self.admin(token):
-            return {"admin": True}
+            return Principal("admin", None, unbound=True)
         if not self.settings.token_secret:
             return None
         try:
@@ -69,7 +121,14 @@ class Auth:
             )
         except jwt.PyJWTError:
             return None
-        return claims
+        ids = _named_ids(claims)
+        if ids is None:
+            return None
+        binding = self.settings.bind_client_ids
+        unbound = binding is IdBinding.OFF or (binding is IdBinding.SUB and not ids)
+        sub = claims.get("sub")
+        name = sub if isinstance(sub, str) and sub else ",".join(sorted(ids))
+        return Principal(name, ids, unbound)
 
     def refusal(self, token: str | None, missing: str) -> str:
         """Why ``token`` is not a valid client token and what to send instead, for its
@@ -87,19 +146,21 @@ class Auth:
             exp = claims.get("exp")
             if exp is None:
                 return f"{missing}: {NO_EXP}"
+            if _named_ids(claims) is None:
+                return f"{missing}: {BAD_IDS}"
             if isinstance(exp, int | float) and exp <= time.time():
                 at = datetime.fromtimestamp(exp, UTC).isoformat(timespec="seconds")
                 when = at.replace("+00:00", "Z")
                 return f"token expired at {when}: {EXPIRED_HINT}"
         return f"{missing}: {CLIENT_TOKEN_HINT}"
 
-    def id_refusal(self, claims: dict[str, Any], field: str, backend_id: str) -> str:
-        """Why a client with these claims may not use ``backend_id`` (see :meth:`may_use_id`)."""
-        owner = token_owner(claims)
-        allowed = f"only {owner!r} or {owner}-<anything>" if owner else "no id (it has no sub)"
+    def id_refusal(self, principal: Principal, field: str, backend_id: str) -> str:
+        """Why this token may not use ``backend_id``, and how to get one that may."""
         return (
-            f"this token may not use {field} {backend_id!r}: it may use {allowed}; "
-            "AIGCQ_BIND_CLIENT_IDS=off lets any valid token use any id (the original system)"
+            f"this token may not use {field} {backend_id!r}: it may use {principal.allowed()}; "
+            f"a token names each id it uses (`aigcq token {principal.sub or 'ID'} --id "
+            f"{backend_id}`); AIGCQ_BIND_CLIENT_IDS=off lets any valid token use any id "
+            "(the original system)"
         )
 
     def bridge_refusal(self) -> str:
@@ -108,20 +169,6 @@ class Auth:
             return NO_BRIDGE_TOKEN
         return f"invalid or missing bridge token: {BRIDGE_TOKEN_HINT}"
 
-    def may_use_id(self, claims: dict[str, Any], backend_id: str) -> bool:
-        """Whether a client with these token claims may act as ``backend_id``. A JWT naming
-        its client (``sub``) only for that ``sub`` or ``sub-<anything>`` (one backend,
-        several connections); ``AIGCQ_BIND_CLIENT_IDS`` says what a JWT without ``sub`` may
-        do (``sub``: any id, ``all``: none) or unbinds every token (``off``). Static and
-        admin tokens stay unbound."""
-        binding = self.settings.bind_client_ids
-        owner = token_owner(claims)
-        if binding is IdBinding.OFF or owner is None:
-            return True
-        if not owner:
-            return binding is IdBinding.SUB
-        return backend_id == owner or backend_id.startswith(f"{owner}-")
-
     def admin(self, token: str | None) -> bool:
         return _equal(token or "", self.settings.admin_token)
 
@@ -129,19 +176,16 @@ class Auth:
         return _equal(token or "", self.settings.bridge_token) or self.admin(token)
 
 
-def token_owner(claims: dict[str, Any]) -> str | None:
-    """The backendId a client token speaks for: a JWT's ``sub``, ``""`` (no backend) for a JWT
-    without one, and ``None`` (every backend) for the admin token and static client tokens."""
-    if claims.get("admin") or claims.get("static"):
-        return None
-    sub = claims.get("sub")
-    return sub if isinstance(sub, str) else ""
-
-
-def issue_client_token(secret: str, backend_id: str, ttl_s: int = 86400) -> str:
-    """A client JWT (HS256) as business backends would mint it with TOKEN_SECRET."""
+def issue_client_token(
+    secret: str, backend_id: str, ttl_s: int = 86400, ids: Iterable[str] = ()
+) -> str:
+    """A client JWT (HS256) as business backends would mint it with TOKEN_SECRET, for
+    ``backend_id`` (its ``sub``) and, when given, the other ``ids`` it may use."""
     now = int(time.time())
-    return jwt.encode({"sub": backend_id, "iat": now, "exp": now + ttl_s}, secret, "HS256")
+    claims: dict[str, Any] = {"sub": backend_id, "iat": now, "exp": now + ttl_s}
+    if more := sorted(set(ids) - {backend_id}):
+        claims[IDS_CLAIM] = [backend_id, *more]
+    return jwt.encode(claims, secret, "HS256")
 
 
 def bearer(header: str | None) -> str | None:

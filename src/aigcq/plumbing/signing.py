@@ -31,4 +31,10 @@ def webhook_url(base: str, key: bytes, task_id: str, attempt: int, *, keep: bool
 def verify(key: bytes, task_id: str, attempt: int, given: str) -> bool:
     if not key:
         return False
-    return hmac.compare_digest(signature(key, task_id, attempt), given)
+    return same_digest(signature(key, task_id, attempt), given)
+
+
+def same_digest(expected: str, given: str) -> bool:
+    """``given`` (any text a request carried) is the hex digest ``expected``, compared in
+    constant time: as bytes, since ``hmac.compare_digest`` raises on non-ASCII text."""
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogatepass"))

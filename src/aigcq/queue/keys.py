@@ -92,11 +92,6 @@ class Keys:
     #: <runs>", :func:`aigcq.scheduler.policy.next_mean`), written as a task succeeds.
     runs = _Fixed("runs")
 
-    def user_running(self, aigc: str, user: str) -> str:
-        """A project's end user's tasks claimed for our GPUs (ZSET id -> deadline), while
-        ``AIGCQ_USER_MAX_RUNNING`` limits them (``claim.lua``)."""
-        return f"{self.prefix}:userrun:{aigc}:{user}"
-
     def usage(self, aigc: str, user: str | None = None) -> str:
         """A project's (or one of its users') recent GPU-seconds, "<value> <at>" (decayed
         from ``at``, epoch s; ``_prelude.lua`` ``use_gpu``), expiring when long unused."""

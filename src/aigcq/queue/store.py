@@ -89,6 +89,9 @@ class MoveResult:
     #: applied: a late success, after the task had failed ``UncertainSubmit`` (its client
     #: is sent the success after the failure; see :meth:`TaskStore.release_orphan`)
     late: bool = False
+    #: applied or not: the paid target of the unwanted run (orphan) this end of it released;
+    #: that run was billed, and this is its one release: the caller charges it
+    released: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,11 +158,9 @@ class Orphan:
         return self.create_at > 0
 
 
-#: waiting tasks of each queue one script of a read in pages takes (``window_in_pages``):
-#: a thousand in one script held Redis ~14 ms, ten pages of a hundred ~1 ms each
 @dataclass(frozen=True, slots=True)
 class Windowed:
-    """A waiting task of a look-ahead window, with what the fair policy weighs."""
+    """A waiting task a round reads (``window.lua``), with what the scheduler weighs."""
 
     aigc: str
     platform: str
@@ -174,7 +175,7 @@ class Windowed:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """What one round of the fair policy weighs (:meth:`TaskStore.window`)."""
+    """What one round of the scheduler weighs (:meth:`TaskStore.window`)."""
 
     tasks: list[Windowed]
     #: the internal target's tasks in flight: (workflowId, started; None: not yet running)
@@ -597,13 +598,16 @@ class TaskStore:
         code = int(applied)
         if code == 3:  # the success of the run a failure gave up on: it may win
             released = await self.release_orphan(text(labels[0]), result)
-            return released.moved or MoveResult(False, TaskState(text(current)))
+            ran_on = text(labels[1]) if released else ""
+            return released.moved or MoveResult(False, TaskState(text(current)), released=ran_on)
         if code != 1:
             current_state = TaskState(text(current)) if code >= 0 else None
-            return MoveResult(False, current_state, superseded=code == 2)
+            ran_on = text(labels[0]) if labels else ""
+            return MoveResult(False, current_state, superseded=code == 2, released=ran_on)
         metrics.task_finished(labels[:4], state.value, now)
         aigc, platform, target = (text(v) for v in labels[:3])
-        return MoveResult(True, state, target, orphan=text(labels[4]), aigc=aigc, platform=platform)
+        orphan, ran_on = text(labels[4]), text(labels[5])
+        return MoveResult(True, state, target, aigc, platform, orphan=orphan, released=ran_on)
 
     async def _finish_script(
         self,
@@ -876,15 +880,6 @@ class TaskStore:
             pipe.hmget(self.keys.task(task_id), _HEAD)
         found = [_from_head(values) for values in await pipe.execute()]
         return [t for t in found if t is not None]
-
-    async def ended_by(self, task_id: str) -> tuple[TaskState | None, int | None]:
-        """The task's state and the attempt whose own run's end ended it (``None``: it
-        did not end by one, e.g. a cancel, or it is not over)."""
-        status, ended = await self.mux.command(
-            "HMGET", self.keys.task(task_id), "status", "endedAttempt"
-        )
-        state = TaskState(text(status)) if status is not None else None
-        return state, int(ended) if ended is not None else None
 
     async def timeline(self, task_id: str) -> list[dict[str, Any]]:
         rows = await self.redis.lrange(self.keys.timeline(task_id), 0, -1)

@@ -19,6 +19,13 @@ class TaskEnd(enum.Enum):
     REJECTED = "rejected"  # the task's own fault: the target's health is unchanged
     GONE = "gone"  # not applied: that attempt was superseded or the task is over
     CANCELLED = "cancelled"  # by its client or an admin: the target is told to stop
+    #: the attempt ran past its deadline (the task was retried or failed): the target is
+    #: told to stop it, its health unchanged
+    TIMED_OUT = "timed-out"
+
+
+#: ends after which the target is told to stop the attempt (its slot free when it says so)
+STOPPED = frozenset({TaskEnd.CANCELLED, TaskEnd.TIMED_OUT})
 
 
 def end_of(outcome: ResultOutcome) -> TaskEnd:

@@ -90,7 +90,10 @@ class Estimator:
             tasks, pool, shares, tuning = self._inputs(window, now)
             self.timed = bool(window.runs) or "share_default_run_s" in settings.model_fields_set
             runs = [t.run_s for t in tasks]
-            beyond = statistics.fmean(runs) if runs else beyond
+            # a task queued after this read runs as long as those read, else as long as
+            # the workflows we know (not the default: a burst into an empty queue was told
+            # 10 s a task where the fleet's recorded runs took half a second)
+            beyond = statistics.fmean(runs) if runs else fair.any_run(window.runs, beyond)
             lines += [
                 Line(q, [t for t in tasks if t.queue == q], lengths[q], True, lengths[q] <= n)
                 for q in served

@@ -77,10 +77,16 @@ def held_beyond(
     return [out[p] for p in sorted(out)]
 
 
+def any_run(runs: Mapping[str, float], default_s: float) -> float:
+    """The expected run time (s) of a workflow our GPUs never ran: the mean of the
+    workflows' recent means, else ``default_s``."""
+    return statistics.fmean(runs.values()) if runs else default_s
+
+
 def run_times(runs: Mapping[str, float], default_s: float) -> Callable[[str], float]:
-    """A workflow's expected run time on our GPUs (s): its recent mean, else the mean of
-    the others', else ``default_s``."""
-    unknown = statistics.fmean(runs.values()) if runs else default_s
+    """A workflow's expected run time on our GPUs (s): its recent mean, else
+    :func:`any_run`."""
+    unknown = any_run(runs, default_s)
     return lambda workflow: runs.get(workflow, unknown)
 
 

@@ -410,7 +410,7 @@ class Lifecycle:
             _say(logging.WARNING, c.task_id, "not sent: %s", reason)
         return done.applied
 
-    async def unrunnable(self, task_id: str, code: str, message: str, detail: str) -> None:
+    async def unrunnable(self, task_id: str, code: str, message: str, detail: Any) -> None:
         """No target can run the task (an invalid payload, a workflow nobody knows): it
         fails for its client at once, and no target's health is touched."""
         error = {"code": code, "message": message, "detail": detail}
@@ -509,12 +509,13 @@ class Lifecycle:
         if done.late:
             self.late(task_id, done.target or target, attempt)
         await self._cancel_orphan(task_id, done)
+        ran_on = done.released or done.target or target  # an orphan's run: where it ran
         if done.applied:
-            await self.spend.ended(
-                task_id, done.target or target, outcome, (done.aigc, done.platform)
-            )
+            await self.spend.ended(task_id, ran_on, outcome, (done.aigc, done.platform))
             self.announce(task_id, done.target or target, end_of(outcome), attempt)
         elif done.state is not None:
+            if done.released:  # a run the task no longer wanted, billed all the same
+                await self.spend.ended(task_id, ran_on, outcome, run=True)
             self.announce(task_id, target, TaskEnd.GONE, attempt)
         return done
 
@@ -596,6 +597,25 @@ class Lifecycle:
         if done.applied:
             _say(logging.ERROR, task_id, "failed after %s attempts: %s", charged, reason)
         return done.applied
+
+    async def timed_out(self, task: Task, *, ended: bool = False) -> bool:
+        """The live attempt is past its deadline: another attempt, or the task fails
+        (:meth:`retry_or_fail`; ``ended``: its remote task is known to be over); the
+        attempt is stopped on its target (a bridge interrupts its prompt, and frees the
+        instance when it says so; a paid one's remote task is an orphan). True when the
+        task moved."""
+        moved = await self.retry_or_fail(
+            task.task_id,
+            aigc=task.aigc,
+            platform=task.platform,
+            attempt=task.attempt,
+            charged=task.charged,
+            reason=f"deadline passed on {task.target or 'dispatch'} ({task.state})",
+            ended=ended,
+        )
+        if moved:
+            self.announce(task.task_id, task.target, TaskEnd.TIMED_OUT, task.attempt)
+        return moved
 
     async def fail(
         self,

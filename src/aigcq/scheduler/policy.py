@@ -1,11 +1,13 @@
-"""Who runs first (issue 27): the pure decision of one dispatch round, no I/O.
+"""Who runs first (issues 27 and 37): the pure decision of one dispatch round, no I/O.
 
-A round sees the waiting tasks at the head of each queue that our GPUs serve (the
-look-ahead window, in list order), the internal pool (slots free here, slots free in other
-processes, the expected time left of each busy slot), the projects' weights and recent
-usage, and the room on each queue's paid platform. It answers which tasks to claim for
-the internal target now, which to send to the paid platform now, which have missed their
-start deadline, and an estimated internal start (ETA) for every task that keeps waiting.
+A round sees the waiting tasks our GPUs could take of each queue they serve (the heads of
+its ready keys and the earliest start deadlines, :mod:`aigcq.scheduler.fair`; a task
+``held`` off our GPUs by a limit may only go paid), the internal pool (slots free here,
+slots free in other processes, the expected time left of each busy slot), the projects'
+weights and recent usage, and the room on each queue's paid platform. It answers which
+tasks to claim for the internal target now, which to send to the paid platform now, which
+have missed their start deadline, and an estimated internal start (ETA) for every task
+that keeps waiting.
 
 *Fair shares by GPU time.* Slots go to AIGC projects, and inside a project to its end
 users (``userId``), by least recent usage per unit of weight: usage is GPU-seconds

@@ -14,9 +14,11 @@ The charge is added, in one step (``queue/lua/charge.lua``, through
 workflow, figure]``), with the project's (``["p", AIGC, figure]``) and the account's
 (``["a", target, account, figure]``) totals beside (what a budget reads), and kept on the
 task (its ``cost`` field). A run the task no longer wanted (an orphan: cancelled,
-superseded, given up on at its deadline) is charged too, once, when the check that frees its
-slot sees it ended with a result or a failure (:mod:`.orphan_checks`); it adds to the
-``tasks`` figure, which counts charged runs. Every
+superseded, given up on at its deadline) is charged too, once, by what frees its slot on
+seeing it ended with a result or a failure: its own TASK_END (``MoveResult.released``, see
+:meth:`aigcq.scheduler.lifecycle.Lifecycle.settle`) or the orphan check
+(:mod:`.orphan_checks`), whichever releases it (one atomic step); it adds to the ``tasks``
+figure, which counts charged runs. Every
 process sharing the Redis reads the same figures. It is written right after the task's
 end is applied, once (only the move that ended the task records it): a process that dies
 between the two loses that one charge.

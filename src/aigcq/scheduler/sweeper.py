@@ -3,7 +3,7 @@
 
 A waiting task that never ran, past its start deadline (``maxWaitMs``, no
 ``keepWaiting``), ends ``TaskExpired`` wherever it is in its queue (a dispatch round
-expires those of its look-ahead window too).
+expires those it reads too).
 
 A task past its deadline is not blindly re-sent. On a paid platform:
 
@@ -106,17 +106,6 @@ class Sweeper:
         else:
             await self._ask(task, adapter)
 
-    async def _retry(self, task: Task, *, ended: bool = False) -> bool:
-        return await self.lifecycle.retry_or_fail(
-            task.task_id,
-            aigc=task.aigc,
-            platform=task.platform,
-            attempt=task.attempt,
-            charged=task.charged,
-            reason=f"deadline passed on {task.target or 'dispatch'} ({task.state})",
-            ended=ended,
-        )
-
     async def _free_target(self, task: Task, adapter: PlatformAdapter | None) -> None:
         """Our own GPUs: ask a message-dispatcher first, else run the task again."""
         outcome = None
@@ -133,7 +122,7 @@ class Sweeper:
                     task.target,
                     extra=ctx(task=task.task_id),
                 )
-        moved = await self._retry(task)
+        moved = await self.lifecycle.timed_out(task)
         if moved and adapter is not None and isinstance(outcome, Pending):
             await self.rt.platforms.cancel(adapter, task, self.rt.apikey(task.aigc, task.platform))
 
@@ -151,7 +140,7 @@ class Sweeper:
         """Running with no remote id at the deadline: the create's outcome is unknown."""
         account = self.rt.config.account(task.aigc, task.platform)
         if account is not None and account.retry_uncertain:
-            await self._retry(task)
+            await self.lifecycle.timed_out(task)
             return
         reason = f"the create on {task.target} may or may not have been accepted"
         error = {"code": ErrorCode.UNCERTAIN_SUBMIT.value, "message": reason, "detail": None}
@@ -180,9 +169,9 @@ class Sweeper:
                     target=task.target,
                 )
             case NotFound():
-                await self._retry(task, ended=True)
+                await self.lifecycle.timed_out(task, ended=True)
             case Unknown(reason=reason):
                 await self.lifecycle.no_answer(task, reason, max_delay_s=MAX_UNKNOWN_BACKOFF_S)
             case _:  # still running past its deadline: retry, and cancel this run
-                if await self._retry(task):
+                if await self.lifecycle.timed_out(task):
                     await self.lifecycle.orphans.cancel(orphan_of(task, task.remote_id))

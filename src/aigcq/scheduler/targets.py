@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aigcq.health import Health
 from aigcq.queue.store import Claimed
@@ -22,11 +22,12 @@ from aigcq.scheduler.lifecycle import Lifecycle
 
 
 class Unrunnable(NamedTuple):
-    """Why nobody can run a handed-back task: it fails with this, not waits."""
+    """Why nobody can run a handed-back task: it fails with this, not waits (``detail``:
+    text, or a dict whose ``class`` says whose fault it is)."""
 
     code: str
     message: str
-    detail: str
+    detail: str | dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,20 @@
-"""Signed, expiring links to stored files: ``{base}/results/{expires}-{signature}/{name}``.
+"""Signed, expiring links to stored files: ``{base}/results/{expires}-{signature}/{name}``
+(result custody's copies), and ``{base}/files/…`` the same way (a bridge's result files).
 
 The signature is an HMAC over the file's name and the link's expiry (epoch seconds), keyed
 by :func:`link_key` (derived from the webhook signing key, so no other secret is needed and
-a webhook signature never passes as a link's). A link whose signature does not match is
-:data:`FORGED`; one past its expiry, :data:`EXPIRED` (checked after the signature, so a
-forged link never learns whether its expiry would have passed).
+a webhook signature never passes as a link's; a bridge keys its own). A link whose
+signature does not match is :data:`FORGED`; one past its expiry, :data:`EXPIRED` (checked
+after the signature, so a forged link never learns whether its expiry would have passed).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from urllib.parse import quote
+
+from aigcq.plumbing.signing import same_digest
 
 #: the route that serves signed links, and the folder of the files they name
 ROUTE = "/results"
@@ -30,9 +34,11 @@ def _signature(key: bytes, name: str, expires: int) -> str:
     return hmac.digest(key, f"{expires}/{name}".encode(), hashlib.sha256).hex()[:32]
 
 
-def signed_url(base: str, key: bytes, name: str, expires: int) -> str:
-    """The link to ``name`` that works until ``expires`` (epoch seconds)."""
-    return f"{base.rstrip('/')}{ROUTE}/{expires}-{_signature(key, name, expires)}/{name}"
+def signed_url(base: str, key: bytes, name: str, expires: int, route: str = ROUTE) -> str:
+    """The link to ``name`` under ``route`` that works until ``expires`` (epoch seconds);
+    the name is signed as given and sent percent-encoded."""
+    token = f"{expires}-{_signature(key, name, expires)}"
+    return f"{base.rstrip('/')}{route}/{token}/{quote(name)}"
 
 
 def refusal(key: bytes, token: str, name: str, now: float) -> str | None:
@@ -40,6 +46,6 @@ def refusal(key: bytes, token: str, name: str, now: float) -> str | None:
     expires, _, given = token.partition("-")
     if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
         return FORGED
-    if not hmac.compare_digest(_signature(key, name, int(expires)), given):
+    if not same_digest(_signature(key, name, int(expires)), given):
         return FORGED
     return EXPIRED if int(expires) < now else None

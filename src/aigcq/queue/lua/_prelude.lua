@@ -119,16 +119,18 @@ local function orphan(remote, id, attempt, aigc, platform, target, now)
   if redis.call('EXISTS', k) == 1 then redis.call('HSET', k, field, remote) end
 end
 -- The run of ``attempt`` of task ``id`` ended (its own TASK_END): its orphan, if any, is
--- released. Only the one that task and attempt name.
+-- released. Only the one that task and attempt name. Returns the paid target it ran on
+-- ('' = none released): the one release of a billed run, so its caller charges it.
 local function orphan_ended(id, attempt)
   local remote = redis.call('HGET', tkey(id), 'orphan.' .. attempt)
-  if not remote then return 0 end
-  local o = redis.call('HMGET', P .. ':orphan:' .. remote, 'taskId', 'attempt')
+  if not remote then return '' end
+  local o = redis.call('HMGET', P .. ':orphan:' .. remote, 'taskId', 'attempt', 'target')
   if o[1] ~= id or o[2] ~= attempt then
     redis.call('HDEL', tkey(id), 'orphan.' .. attempt)  -- released meanwhile
-    return 0
+    return ''
   end
-  return unorphan(remote)
+  unorphan(remote)
+  return o[3] or ''
 end
 
 -- The paid target attempt ``attempt`` of task ``id`` runs on as an orphan ('' = none).

@@ -3,20 +3,23 @@
 -- becomes an orphan, kept in its account's cap until it ends; its id is returned last so
 -- the caller cancels it. A create whose outcome is unknown (recorded, no remote id) is
 -- kept likewise as ``create:<createId>``. Whether applied or not, an ended run of
--- ``from_attempt`` releases that attempt's orphan.
+-- ``from_attempt`` releases that attempt's orphan, and its paid target is returned last
+-- (``released``: that run was billed, and this is its one release, so the caller charges it).
 -- A success of a paid run that comes after its task ended failed or cancelled (the run was
 -- an orphan) is kept on the task (keep_paid_result). ``replay_result`` ends such a task with
--- that result (a replay that pays nothing), its client told as for any success. A failed
+-- that result (a replay that pays nothing, as a new attempt), its client told as for any
+-- success. Each message for the client names the attempt it ends (``attempt``). A failed
 -- or cancelled end is listed for replays (``{P}:replayable``, while retained).
 -- ``expire`` ends a waiting task that never ran (no attempt charged) whose start deadline
 -- passed; any end takes the task out of the start deadlines' index (``{P}:startby``). A
 -- successful run on a target that is not paid records its run time in its workflow's
--- recent mean (``{P}:runs``, issue 27: the fair policy's estimates).
+-- recent mean (``{P}:runs``, the scheduler's estimates).
 -- A success of the attempt a failure ``late_class`` gave up on (UncertainSubmit), while
 -- that attempt's paid run is still counted, is left untouched for release_orphan.lua to
--- make it win (``late_success``): {3, state, orphan}.
--- Returns {1, to, AIGC, platform, target, created, orphan},
--- {0, state} (not allowed), {2, state} (fenced: a superseded attempt), {-1, ''} (unknown).
+-- make it win (``late_success``): {3, state, orphan, its target}.
+-- Returns {1, to, AIGC, platform, target, created, orphan, released},
+-- {0, state, released} (not allowed), {2, state, released} (fenced: a superseded attempt),
+-- {-1, ''} (unknown).
 --! move finish
 --! move withdraw
 --! move replay_result
@@ -60,18 +63,18 @@ if to == SUCCESS and from_attempt ~= '' and (h[1] == FAILED or h[1] == CANCELLED
   late = orphan_target(task_id, from_attempt)
 end
 if late ~= '' and h[1] == FAILED and from_attempt == h[2] and failed_as(k, late_class) then
-  return {3, h[1], redis.call('HGET', k, 'orphan.' .. from_attempt)}
+  return {3, h[1], redis.call('HGET', k, 'orphan.' .. from_attempt), late}
 end
-if ended and from_attempt ~= '' and orphan_ended(task_id, from_attempt) == 1
-    and from_attempt == h[2] then
+local released = ended and from_attempt ~= '' and orphan_ended(task_id, from_attempt) or ''
+if released ~= '' and from_attempt == h[2] then
   redis.call('HSET', k, 'endedAttempt', h[2])  -- a create reply still to come: nothing runs
 end
 if not allowed(FROM[move], h[1]) then
   if late ~= '' then keep_paid_result(task_id, result_json, late, from_attempt, now) end
   if move == 'expire' then redis.call('ZREM', P .. ':startby', task_id) end  -- it started
-  return {0, h[1]}
+  return {0, h[1], released}
 end
-if fenced and (h[2] ~= from_attempt or h[1] == PENDING) then return {2, h[1]} end
+if fenced and (h[2] ~= from_attempt or h[1] == PENDING) then return {2, h[1], released} end
 if move == 'expire' and tonumber(redis.call('HGET', k, 'charged') or 0) > 0 then
   redis.call('ZREM', P .. ':startby', task_id)  -- it ran once: no start deadline any more
   return {0, h[1]}
@@ -85,6 +88,8 @@ if replay then
   result_json = redis.call('HGET', k, 'paidResult')
   if not result_json then return {0, h[1]} end
   body = '{"result":' .. result_json .. '}'
+  -- an operator's retry, answered from the kept result: the end of a new attempt
+  h[2] = tostring(redis.call('HINCRBY', k, 'attempt', 1))
 end
 local orphaned = ''
 local over = ended and from_attempt == h[2]
@@ -113,7 +118,7 @@ if to == FAILED or to == CANCELLED then
 end
 if h[8] == '1' and not quiet then
   redis.call('XADD', P .. ':outbox:' .. h[7], 'MINID', '~', minid, '*',
-    'taskId', task_id, 'status', to, 'body', body)
+    'taskId', task_id, 'status', to, 'body', body, 'attempt', h[2])
   redis.call('ZADD', P .. ':outboxes', now, h[7])  -- for the retention sweep (outbox.py)
   redis.call('PUBLISH', P .. ':events', 'outbox:' .. h[7])
 end
@@ -123,4 +128,4 @@ if h[1] ~= PENDING and (h[5] == 'bridge' or redis.call('ZCARD', waitkey(h[3], h[
   redis.call('PUBLISH', P .. ':events', 'wake')
 end
 -- the labels of the task's metrics: AIGC, platform, target, created
-return {1, to, h[3], h[4], h[5], redis.call('HGET', k, 'created'), orphaned}
+return {1, to, h[3], h[4], h[5], redis.call('HGET', k, 'created'), orphaned, released}

@@ -32,7 +32,8 @@ local function late_success(id, k, o)
   redis.call('LPUSH', P .. ':recent', id)
   if h[8] == '1' then
     redis.call('XADD', P .. ':outbox:' .. h[7], 'MINID', '~', minid, '*', 'taskId', id,
-      'status', TO.late_success, 'body', '{"result":' .. result_json .. ',"late":true}')
+      'status', TO.late_success, 'body', '{"result":' .. result_json .. ',"late":true}',
+      'attempt', o[2])
     redis.call('ZADD', P .. ':outboxes', now, h[7])
     redis.call('PUBLISH', P .. ':events', 'outbox:' .. h[7])
   end
