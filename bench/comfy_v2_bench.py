@@ -34,16 +34,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from bench.host import python_speed_ms
-from bench.processes import ADMIN_TOKEN, CLIENT_TOKEN, Cluster, wait_http
 from comfy_sdk import AsyncComfy
 from comfy_sdk.workflows import Workflow
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import smoke
+from bench.host import python_speed_ms
+from bench.processes import ADMIN_TOKEN, CLIENT_TOKEN, Cluster, wait_http
 from tests.fakes.client import Client, generate
 from tests.fakes.comfyui import invert_graph
 
 from aigcq.embedded.redis import EmbeddedRedis
 
 QUIET = ("--log-level", "WARNING")
+#: ``--smoke`` (:mod:`bench.smoke`): the sizes of a run that only checks this bench works
+SMOKE = {"tasks": 2, "watchers": 5}
 
 
 def graph(i: int) -> dict[str, Any]:
@@ -178,4 +183,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=30)
     parser.add_argument("--watchers", type=int, default=500)
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2), file=sys.stdout)
+    args = smoke.parse_args(parser, SMOKE)
+    print(json.dumps(asyncio.run(main(args)), indent=2), file=sys.stdout)

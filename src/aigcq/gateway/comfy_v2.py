@@ -38,7 +38,7 @@ from aigcq.gateway.errors import ClientError
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.http_api import bounded_body
 from aigcq.gateway.submission import GenerateRequest
-from aigcq.plumbing.auth import bearer, token_owner
+from aigcq.plumbing.auth import Principal, bearer
 from aigcq.plumbing.text import text
 from aigcq.queue.store import task_from_hash
 
@@ -357,18 +357,16 @@ class ComfyV2:
             feed.wake.set()
 
     # -- auth and ownership --------------------------------------------------------------
-    def _owner(self, authorization: str | None) -> str | None:
-        """Whose jobs the caller sees: a client JWT's ``sub`` (or :data:`ANONYMOUS` for a
-        JWT without one), ``None`` for every job (static client tokens, the admin token)."""
-        claims = self.gw.auth.client(bearer(authorization))
-        if claims is None:
+    def _owner(self, authorization: str | None) -> Principal:
+        """Whom the caller's client token speaks for (its jobs: see :func:`_reads`)."""
+        principal = self.gw.auth.client(bearer(authorization))
+        if principal is None:
             raise V2Error(401, "unauthorized", "a client token is the API key (Bearer)")
-        owner = token_owner(claims)
-        return None if owner is None else owner or ANONYMOUS
+        return principal
 
-    async def _task(self, job_id: str, owner: str | None) -> Task:
+    async def _task(self, job_id: str, owner: Principal) -> Task:
         task = await self.rt.store.get(job_id)
-        if task is None or (owner is not None and task.backend_id != owner):
+        if task is None or not _reads(owner, task.backend_id):
             raise _not_found(job_id)
         return task
 
@@ -526,7 +524,7 @@ class ComfyV2:
         return facts
 
     # -- submit ------------------------------------------------------------------------------
-    async def submit(self, request: Request, owner: str | None, key: str | None) -> Task:
+    async def submit(self, request: Request, owner: Principal, key: str | None) -> Task:
         raw = await _body(request, self.rt.settings.max_payload_bytes)
         try:
             body = orjson.loads(raw)
@@ -536,7 +534,7 @@ class ComfyV2:
             raise V2Error(400, "invalid_request", "the body must be a JSON object")
         graph = _checked_graph(body)
         metadata = _checked_metadata(body)
-        backend_id = owner or ANONYMOUS
+        backend_id = _backend(owner)
         project = self.rt.settings.comfy_v2_project or self.rt.settings.project_prefix
         task_id = str(uuid.uuid4())
         idem = None if key is None else self._idem_key(backend_id, key)
@@ -562,7 +560,7 @@ class ComfyV2:
             {"taskId": task_id, "platform": PLATFORM, "payload": payload, "AIGC": project}
         )
         try:
-            await self.gw.submission.submit(req, backend_id, deliver=False)
+            await self.gw.submission.submit(req, backend_id, deliver=False, principal=owner.name)
         except ClientError as exc:
             if idem is not None and exc.code != ErrorCode.ASSESSMENT:  # refused: key free
                 await self.rt.redis.delete(idem)
@@ -587,7 +585,7 @@ class ComfyV2:
 
     # -- list ----------------------------------------------------------------------------
     async def list_jobs(
-        self, owner: str | None, filters: dict[str, str], limit: int, cursor: int
+        self, owner: Principal, filters: dict[str, str], limit: int, cursor: int
     ) -> dict[str, Any]:
         jobs: list[dict[str, Any]] = []
         position = cursor
@@ -603,7 +601,7 @@ class ComfyV2:
             for raw_id in ids:
                 position += 1
                 task = found.get(text(raw_id))
-                if task is None or (owner is not None and task.backend_id != owner):
+                if task is None or not _reads(owner, task.backend_id):
                     continue
                 labels = _metadata(task)
                 if any(labels.get(k) != v for k, v in filters.items()):
@@ -678,13 +676,13 @@ class ComfyV2:
             feed.send("end", None)
 
     # -- asset content ------------------------------------------------------------------------
-    async def content(self, value: str, owner: str | None, range_header: str | None) -> Response:
+    async def content(self, value: str, owner: Principal, range_header: str | None) -> Response:
         parsed = parse_asset_id(value)
         if parsed is None:
             raise V2Error(404, "asset_not_found", f"no asset {value!r}")
         task_id, index = parsed
         task = await self.rt.store.get(task_id)
-        if task is None or (owner is not None and task.backend_id != owner):
+        if task is None or not _reads(owner, task.backend_id):
             raise V2Error(404, "asset_not_found", f"no asset {value!r}")
         files = result_files(task) if task.state is TaskState.SUCCESS else []
         if index >= len(files):
@@ -763,7 +761,7 @@ class ComfyV2:
             owner = self._owner(authorization)
             task = await self._task(job_id, owner)
             if not task.state.terminal:
-                await self.gw.lifecycle.cancelled(task, by_client=owner is not None)
+                await self.gw.lifecycle.cancelled(task, by_client=owner.ids is not None)
                 task = await self._task(job_id, owner)
             return await self.job(task, _base(request))
 
@@ -800,6 +798,21 @@ class ComfyV2:
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def _backend(principal: Principal) -> str:
+    """The backendId a job is submitted for: the token's ``sub``, else the first id it
+    names, else :data:`ANONYMOUS` (static and admin tokens, a JWT naming no id)."""
+    if principal.sub:
+        return principal.sub
+    return min(principal.ids) if principal.ids else ANONYMOUS
+
+
+def _reads(principal: Principal, backend_id: str) -> bool:
+    """Whether the token sees (and may cancel) the jobs of ``backend_id``."""
+    if principal.ids is None or backend_id in principal.ids:
+        return True
+    return not principal.ids and backend_id == ANONYMOUS
 
 
 def _int(value: Any) -> int | None:
