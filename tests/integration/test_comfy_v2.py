@@ -165,6 +165,11 @@ async def test_unknown_job_bad_graphs_and_auth(gpu: Fleet, sdk: AsyncComfy) -> N
             f"/api/v2/jobs/{job.id}", headers={"Authorization": f"Bearer {other}"}
         )
         assert theirs.status_code == 404 and theirs.json()["error"]["code"] == "not_found"
+        scoped = issue_client_token(SECRET, "someone-else", ids=["v2-user"])  # names its id
+        ours = await http.get(
+            f"/api/v2/jobs/{job.id}", headers={"Authorization": f"Bearer {scoped}"}
+        )
+        assert ours.status_code == 200 and ours.json()["id"] == job.id
     await job.wait(timeout=15)
 
 
