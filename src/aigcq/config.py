@@ -383,6 +383,39 @@ class Settings(HttpLimits):
             "and what its maxCost is checked against."
         ),
     )
+    capacity_interval_s: float = Field(
+        5.0,
+        gt=0,
+        validation_alias=_env("CAPACITY_INTERVAL_S"),
+        description="How often the capacity planner decides each pool's instance count "
+        "(pools.json; docs/capacity.md).",
+    )
+    capacity_horizon_s: float = Field(
+        900.0,
+        gt=0,
+        validation_alias=_env("CAPACITY_HORIZON_S"),
+        description="The horizon the capacity planner prices queue, rent and overflow over.",
+    )
+    capacity_patience_s: float = Field(
+        300.0,
+        ge=0,
+        validation_alias=_env("CAPACITY_PATIENCE_S"),
+        description="A task with no start deadline is planned as if it had to start within "
+        "this (the planner rents for it rather than let it wait longer).",
+    )
+    capacity_miss_cost: float | None = Field(
+        None,
+        ge=0,
+        validation_alias=_env("CAPACITY_MISS_COST"),
+        description="What the planner counts a missed start deadline as costing (unset: 10x "
+        "the dearest paid task, at least 1).",
+    )
+    scale_command: str = Field(
+        "",
+        validation_alias=_env("SCALE_COMMAND"),
+        description="Command run (by one process of the fleet) when a pool's desired count "
+        "changes or idle drained instances may stop: COMMAND POOL DESIRED [BRIDGE_ID...].",
+    )
     bridge_failure_limit: int = Field(
         3, ge=1, validation_alias=_env("BRIDGE_FAILURE_LIMIT"), description="-> out of rotation."
     )
