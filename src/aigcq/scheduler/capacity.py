@@ -1,7 +1,9 @@
 """Queue, rent or overflow (issue 40): how many instances each GPU pool should run. Pure, no I/O.
 
 The planner sees the waiting work (each task's expected run time, start deadline, what it
-needs and which paid platform would take it), the fleet (each instance's pool, whether it
+needs and which paid platform would take it) and the work expected to arrive within the
+horizon (a forecast: jobs with an ``arrive_s``; the serve loop and the simulator replay the
+recent arrivals), the fleet (each instance's pool, whether it
 is busy and for how long, booting and when it registers, how far into its billing step it
 is), the pools' prices, boot times and bounds, and the paid platforms' price per task and
 room. For the next ``horizon_s`` it prices fleets by a list schedule: every task, in the
@@ -98,6 +100,10 @@ class Job:
     needs: frozenset[str] = frozenset()
     #: its paid platform ('': none)
     paid: str = ""
+    #: what it costs there (None: the platform's price; RunningHub prices per workflow)
+    price: float | None = None
+    #: seconds from now until it is submitted (0: waiting now; > 0: a forecast arrival)
+    arrive_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +126,9 @@ class Settings:
     miss_cost: float | None = None
     #: an idle instance whose billing step ends within this is "ending" (may be let go)
     step_end_s: float = 30.0
+    #: the share of its time to its start deadline a task is planned to wait at most on
+    #: our GPUs (the scheduler overflows a task that would come within a margin of it)
+    deadline_margin: float = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +227,7 @@ def _cost(
         paid_heaps[p.name] = busy + [0.0] * max(p.cap - len(busy), 0)
         heapq.heapify(paid_heaps[p.name])
     horizon, miss = settings.horizon_s, _miss_cost(settings, paid)
+    margin = min(max(settings.deadline_margin, 0.0), 1.0)
     spent, paid_n, misses, inside = 0.0, 0, 0, 0
     for job in jobs:
         best: str | None = None
@@ -225,8 +235,9 @@ def _cost(
             capable = heap and pools[name].can_run(job.needs)
             if capable and (best is None or heap[0] < heaps[best][0]):
                 best = name
-        start = heaps[best][0] if best is not None else math.inf
-        if start <= job.start_by:
+        arrive = max(job.arrive_s, 0.0)
+        start = max(heaps[best][0], arrive) if best is not None else math.inf
+        if start <= job.start_by * margin + arrive * (1 - margin):
             if start > horizon:
                 continue  # beyond the horizon, within its deadline: a later plan's
             assert best is not None
@@ -236,11 +247,11 @@ def _cost(
         if job.start_by > horizon and start > horizon:
             continue
         room = paid_heaps.get(job.paid)
-        if room and room[0] <= job.start_by:
+        if room and max(room[0], arrive) <= job.start_by:
             p = paid[job.paid]
             run = p.run_s if p.run_s is not None else job.run_s
-            heapq.heapreplace(room, room[0] + max(run, 0.0))
-            spent += p.price
+            heapq.heapreplace(room, max(room[0], arrive) + max(run, 0.0))
+            spent += p.price if job.price is None else job.price
             paid_n += 1
         else:
             misses += 1
@@ -304,13 +315,17 @@ class _Planner:
         return _cost(self.jobs, slots, self.pools, self.paid, self.settings, rent)
 
     def moves(self, f: _Fleet) -> list[tuple[str, _Fleet]]:
-        """Keep one more ending instance, or start 1, 2, 4 … of a pool, within max."""
+        """Grow a pool by 1, 2, 4 … within max: its ending idle instances kept first (they
+        are up now), then new ones (the pool's name: a move that starts instances)."""
         out: list[tuple[str, _Fleet]] = []
         for name, pool in self.pools.items():
             room = pool.max - self.count(f, name)
-            if len(self.ending[name]) > f.kept.get(name, 0) and room > 0:
-                out.append(("", f.with_(name, kept=1)))
-            out += [(name, f.with_(name, new=k)) for k in _GROWTH if k <= room]
+            left = len(self.ending[name]) - f.kept.get(name, 0)
+            for k in _GROWTH:
+                if k > room:
+                    break
+                kept = min(k, left)
+                out.append((name if k > kept else "", f.with_(name, kept=kept, new=k - kept)))
         return out
 
     def search(self, start: _Fleet) -> tuple[_Fleet, Outcome]:
