@@ -177,6 +177,7 @@ job_st = st.builds(
     run_s=st.floats(1, 300),
     start_by=st.sampled_from([math.inf, 0.0, 30.0, 300.0, 1200.0]) | st.floats(0, 1200),
     paid=st.sampled_from(["rh", ""]),
+    arrive_s=st.just(0.0) | st.floats(0, 900),
 )
 paid_st = st.builds(
     lambda price, cap: {"rh": PaidSpec("rh", price, cap)},
