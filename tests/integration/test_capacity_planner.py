@@ -111,9 +111,26 @@ async def test_an_idle_rented_bridge_is_drained_then_named_once_idle(
     assert "bridge:rent-1" in pauses  # drained: it takes no new task
     assert all("rent-1" not in line for line in hook_lines(tmp_path))
 
-    client = await env.client()
-    await client.request(generate("cap-after-drain"))
-    second = await env.service.capacity.round()
+    second = await env.service.capacity.round()  # idle, drained: named to the hook
     assert "rent 0 rent-1" in hook_lines(tmp_path), (second, hook_lines(tmp_path))
-    task = await env.task("cap-after-drain")
-    assert task.state.value == "pending"  # the drained bridge got nothing new
+    assert "bridge:rent-1" not in await env.redis.hgetall(env.service.rt.store.keys.pauses)
+
+
+async def test_a_drained_bridge_is_undrained_when_the_work_comes_back_first(
+    env: Env, tmp_path: Path
+) -> None:
+    rented = await env.bridge()
+    await rented.register("rent-1", count=1)
+    await until(lambda: env.redis.exists(env.service.rt.store.keys.bridge("rent-1")), bool)
+    await env.service.capacity.round()
+    keys = env.service.rt.store.keys
+    assert "bridge:rent-1" in await env.redis.hgetall(keys.pauses)
+
+    client = await env.client()
+    await client.request(generate("cap-back"))  # the owned pool is down: only rent-1 can run it
+    got = await env.service.capacity.round()
+    assert got.pools["rent"].desired >= 1, env.service.capacity.view()
+    assert "bridge:rent-1" not in await env.redis.hgetall(keys.pauses)
+    assert all("rent-1" not in line for line in hook_lines(tmp_path))
+    assigned = await rented.next()
+    assert assigned["type"] == "TASK_ASSIGN"

@@ -51,6 +51,11 @@ class PoolSpec:
     #: node classes and models an instance offers (empty: anything)
     offers: frozenset[str] = frozenset()
 
+    @property
+    def owned(self) -> bool:
+        """Owned machines: price 0, a fixed size (never started nor stopped)."""
+        return self.price_per_hour <= 0
+
     def can_run(self, needs: frozenset[str]) -> bool:
         return not self.offers or needs <= self.offers
 
@@ -292,14 +297,18 @@ class _Planner:
         for name, pool in pools.items():
             self.fixed[name], self.ending[name] = [], []
             for inst in self.by_pool[name]:
-                if inst.draining:
+                if inst.draining and (inst.busy or inst.booting):
                     continue  # finishes what runs, takes nothing new
-                if _ending(inst, pool, settings):
+                if inst.draining or _ending(inst, pool, settings):
+                    # idle: let go, or kept (a drained one undrained) if the plan needs it
                     self.ending[name].append(inst)
                 else:
                     self.fixed[name].append(inst.free_at())
-            # the deepest into their step go first: their steps end soonest
-            self.ending[name].sort(key=lambda i: (-(i.billed_s % pool.step_s), i.instance_id))
+            # kept first: those not drained, the deepest into their step first (their
+            # steps end soonest); the drained are kept last
+            self.ending[name].sort(
+                key=lambda i: (i.draining, -(i.billed_s % pool.step_s), i.instance_id)
+            )
         self.rent_options: dict[str, Outcome] = {}
 
     def count(self, f: _Fleet, name: str) -> int:
@@ -319,6 +328,8 @@ class _Planner:
         are up now), then new ones (the pool's name: a move that starts instances)."""
         out: list[tuple[str, _Fleet]] = []
         for name, pool in self.pools.items():
+            if pool.owned:
+                continue  # a fixed size: nothing to start
             room = pool.max - self.count(f, name)
             left = len(self.ending[name]) - f.kept.get(name, 0)
             for k in _GROWTH:
@@ -349,6 +360,8 @@ class _Planner:
         to max); below min, new ones up to min."""
         lean, full = _Fleet({}, {}), _Fleet({}, {})
         for name, pool in self.pools.items():
+            if pool.owned:
+                continue  # what is up is all there is: a missing machine is not started
             short, ending = pool.min - len(self.fixed[name]), len(self.ending[name])
             keep = min(max(short, 0), ending)
             lean = lean.with_(name, kept=keep, new=max(short - keep, 0))
@@ -390,9 +403,10 @@ class _Planner:
         pool, insts = self.pools[name], self.by_pool[name]
         kept, new = best.kept.get(name, 0), best.new.get(name, 0)
         stop = tuple(i.instance_id for i in self.ending[name][kept:])
-        stop += tuple(i.instance_id for i in insts if i.draining and not i.busy and not i.booting)
         running_out = sum(1 for i in insts if i.draining and (i.busy or i.booting))
         desired = min(len(self.fixed[name]) + kept + new + running_out, pool.max)
+        if pool.owned:
+            desired = pool.max
         rent_out = self.rent_options.get(name)
         return PoolDecision(
             pool=name,
@@ -415,8 +429,9 @@ def _reason(
     chosen: Outcome,
     queue: Outcome,
 ) -> str:
-    if pool.price_per_hour <= 0:
-        return "owned: fixed size"
+    if pool.owned:
+        up = f" ({current} of {pool.max} up)" if current < pool.max else ""
+        return f"owned: fixed size{up}"
     if new and current < pool.min:
         return f"below min {pool.min}: start {new}"
     if new:

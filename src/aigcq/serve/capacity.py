@@ -241,7 +241,7 @@ class CapacityPlanner:
         out: list[InstanceView] = []
         for pool, spec in self.specs.items():
             want = asked.get(pool)
-            if not want:
+            if not want or spec.owned:
                 continue
             since, count = float(want["at"]), int(want["desired"])
             if now - since > BOOT_PATIENCE * max(spec.boot_s, 30.0):
@@ -272,6 +272,8 @@ class CapacityPlanner:
             draining.discard(gone)
         now = time.time()
         for name, d in got.pools.items():
+            if self.specs[name].owned:
+                continue  # a fixed size: nothing to start or stop
             stop_bridges = {i.split("/")[0] for i in d.stop}
             to_drain = sorted(b for b in stop_bridges if b not in draining)
             idle_drained = sorted(
