@@ -44,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from bench.fleet_sim import (
     PAID_LATENCY_S,
+    PAID_SLOWER,
     PROJECTS,
     SWEEP_S,
     WORKFLOWS,
@@ -237,7 +238,10 @@ def planner(f: Fleet, rent: Rent) -> None:
         cap = f.scenario.paid_caps.get(p.name, p.paid_cap)
         running = f.paid_running[p.name]
         mean = statistics.fmean(WORKFLOWS[w].price for w in p.mix)
-        paid[p.name] = PaidSpec(p.name, mean, cap, [PAID_LATENCY_S + 5.0] * running)
+        run = sum(share * WORKFLOWS[w].mean_s for w, share in p.mix.items()) / sum(p.mix.values())
+        paid[p.name] = PaidSpec(
+            p.name, mean, cap, [PAID_LATENCY_S + 5.0] * running, PAID_LATENCY_S + run * PAID_SLOWER
+        )
     settings = capacity.Settings(HORIZON_S, None, 2 * PLAN_S, DEADLINE_MARGIN)
     got = capacity.plan(jobs, fleet, pools, paid, settings)
     d = got.pools["rent"]
