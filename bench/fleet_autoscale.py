@@ -60,7 +60,7 @@ from bench.fleet_sim import (
 
 from aigcq.config import BILLING_STEP_S
 from aigcq.scheduler import capacity
-from aigcq.scheduler.capacity import InstanceView, Job, PaidSpec, PoolSpec
+from aigcq.scheduler.capacity import Arrival, InstanceView, Job, PaidSpec, PoolSpec
 from aigcq.scheduler.policy import Tuning, time_left
 
 OWNED = 8
@@ -88,7 +88,6 @@ HORIZON_S = 900.0
 #: the arrivals of the last this long are the forecast of the next (replayed)
 RECENT_S = float(os.environ.get("FLEET_RECENT_S", 900.0))
 #: capacity.Settings.deadline_margin
-PEAK_FIRST = os.environ.get("FLEET_PEAK_FIRST", "1") == "1"
 DEADLINE_MARGIN = float(os.environ.get("FLEET_MARGIN", 0.8))
 #: a task with no start deadline is planned as if it had to start within this
 PATIENCE_S = 300.0
@@ -157,49 +156,19 @@ def queue_depth() -> Scaler:
 
 
 def forecast(f: Fleet) -> list[Job]:
-    """The next :data:`HORIZON_S` of arrivals, as the last :data:`RECENT_S` brought them,
-    replayed from their busiest minute on (a burst seen lately may come again at any
-    moment: the plan keeps ready for it, for as long as the recent past holds one)."""
+    """:func:`aigcq.scheduler.capacity.forecast` of the last :data:`RECENT_S` of submits."""
     now = f.now
     lo = bisect.bisect_left(f.created, now - RECENT_S)
     hi = bisect.bisect_left(f.created, now)
-    recent = f.tasks[lo:hi]
-    return replayed(
-        [(t.created - now + RECENT_S, t.start_by - t.created if t.start_by else None, t)
-         for t in recent],
-        f,
-    )  # fmt: skip
-
-
-def peak_start(offsets: list[float], width: float = 60.0) -> float:
-    """Where the busiest ``width`` seconds of sorted ``offsets`` begin."""
-    best, at, j = 0, 0.0, 0
-    for i, x in enumerate(offsets):
-        while offsets[j] < x - width:
-            j += 1
-        if i - j + 1 > best:
-            best, at = i - j + 1, offsets[j]
-    return at
-
-
-def replayed(recent: list[tuple[float, float | None, Any]], f: Fleet) -> list[Job]:
-    if not recent:
-        return []
-    shift = peak_start([r[0] for r in recent]) if PEAK_FIRST else 0.0
-    out = []
-    for k in range(math.ceil(HORIZON_S / RECENT_S)):
-        for offset, patience, t in recent:
-            arrive = (offset - shift) % RECENT_S + k * RECENT_S
-            if not PEAK_FIRST:
-                arrive += RECENT_S
-            if arrive > HORIZON_S:
-                continue
-            wait = patience if patience is not None else PATIENCE_S
-            out.append(
-                Job(f"{t.id}+{k}", f.mean_run(t.workflow), arrive + wait, paid=t.project,
-                    price=WORKFLOWS[t.workflow].price, arrive_s=arrive)
-            )  # fmt: skip
-    return out
+    arrivals = [
+        Arrival(t.id, t.created, f.mean_run(t.workflow),
+                t.start_by - t.created if t.start_by is not None else None,
+                paid=t.project, price=WORKFLOWS[t.workflow].price)
+        for t in f.tasks[lo:hi]
+    ]  # fmt: skip
+    return capacity.forecast(
+        arrivals, now, recent_s=RECENT_S, horizon_s=HORIZON_S, patience_s=PATIENCE_S
+    )
 
 
 def planner(f: Fleet, rent: Rent) -> None:

@@ -444,3 +444,65 @@ def _reason(
     if desired >= pool.max and chosen.paid_tasks:
         return f"at max {pool.max}: {chosen.paid_tasks} tasks overflow"
     return "steady: the fleet serves the work within its deadlines"
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A task submitted lately, as the forecast replays it."""
+
+    task_id: str
+    #: when it was submitted (epoch s)
+    created: float
+    #: its expected GPU-seconds
+    run_s: float
+    #: seconds it had from submit to its start deadline (None: no deadline)
+    patience_s: float | None = None
+    needs: frozenset[str] = frozenset()
+    paid: str = ""
+    price: float | None = None
+
+
+def _peak_start(offsets: Sequence[float], width_s: float) -> float:
+    """Where the busiest ``width_s`` seconds of the sorted ``offsets`` begin."""
+    best, at, j = 0, 0.0, 0
+    for i, x in enumerate(offsets):
+        while offsets[j] < x - width_s:
+            j += 1
+        if i - j + 1 > best:
+            best, at = i - j + 1, offsets[j]
+    return at
+
+
+def forecast(
+    arrivals: Sequence[Arrival],
+    now: float,
+    *,
+    recent_s: float,
+    horizon_s: float,
+    patience_s: float,
+    peak_s: float = 60.0,
+) -> list[Job]:
+    """The next ``horizon_s`` of arrivals as the last ``recent_s`` brought them, replayed
+    from their busiest ``peak_s`` on: a burst seen lately may come again at any moment, so
+    a plan keeps ready for it for as long as the recent past holds one (a persistence
+    forecast; 0 arrivals: none)."""
+    recent = sorted(
+        (a for a in arrivals if now - recent_s <= a.created < now), key=lambda a: a.created
+    )
+    if not recent or recent_s <= 0:
+        return []
+    offsets = [a.created - (now - recent_s) for a in recent]
+    shift = _peak_start(offsets, peak_s)
+    out: list[Job] = []
+    for k in range(math.ceil(horizon_s / recent_s)):
+        for a, offset in zip(recent, offsets, strict=True):
+            arrive = (offset - shift) % recent_s + k * recent_s
+            if arrive > horizon_s:
+                continue
+            wait = a.patience_s if a.patience_s is not None else patience_s
+            out.append(
+                Job(f"{a.task_id}+{k}", a.run_s, arrive + max(wait, 0.0), a.needs, a.paid,
+                    a.price, arrive)
+            )  # fmt: skip
+    out.sort(key=lambda j: j.arrive_s)
+    return out
