@@ -72,6 +72,8 @@ async def test_a_flood_rents_and_idle_rented_bridges_drain_before_stop(
     await own.next()  # the owned instance took the first; the rest wait
 
     plan = await env.service.capacity.round()
+    # the forecast's arrivals: the waiting ones and the one already running on our GPU
+    assert {f"cap-{i}" for i in range(12)} <= set(env.service.capacity.arrivals)
     rent = plan.pools["rent"]
     assert rent.desired > 0 and rent.reason.startswith("rent"), rent
     assert plan.pools["own"].desired == 1

@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 
 from aigcq.config import ConfigError, load_pools
 from aigcq.scheduler.capacity import (
+    Arrival,
     InstanceView,
     Job,
     PaidSpec,
     PoolSpec,
     Settings,
     all_paid_bill,
+    forecast,
     plan,
 )
 
@@ -147,6 +149,21 @@ def test_draining_idle_instances_are_named_for_stop() -> None:
     fleet = [InstanceView("d1", "a10", draining=True, billed_s=10)]
     got = plan([], fleet, {"a10": A10}, RH)
     assert got.pools["a10"].stop == ("d1",) and got.pools["a10"].desired == 0
+
+
+def test_the_forecast_replays_the_recent_past_from_its_busiest_minute() -> None:
+    now = 10_000.0
+    steady = [Arrival(f"s{i}", now - 800 + 20 * i, 10, 60, paid="rh") for i in range(40)]
+    burst = [Arrival(f"b{i}", now - 300 + 0.1 * i, 10, 30, paid="rh") for i in range(30)]
+    got = forecast(steady + burst, now, recent_s=900, horizon_s=900, patience_s=300)
+    assert len(got) == 70 and got == sorted(got, key=lambda j: j.arrive_s)
+    first = [j for j in got if j.task_id.startswith("b")]  # the burst comes first, now
+    assert all(j.arrive_s < 5 and j.start_by == pytest.approx(j.arrive_s + 30) for j in first)
+    assert forecast(burst, now + 1000, recent_s=900, horizon_s=900, patience_s=300) == []
+    # work that arrives only later: a flood forecast for the horizon rents ahead of it
+    flood = [Arrival(f"f{i}", now - 600 + i, 20, 120, paid="rh") for i in range(300)]
+    ahead = forecast(flood, now, recent_s=900, horizon_s=900, patience_s=300)
+    assert plan(ahead, busy_own(), {"own": OWN, "a10": A10}, RH).pools["a10"].desired > 0
 
 
 # ---- properties ------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from aigcq.gateway.http_api import Authorization, require_admin
 from aigcq.plumbing.auth import bearer
 from aigcq.plumbing.background import every
 from aigcq.plumbing.text import text
+from aigcq.queue.store import Windowed
 from aigcq.scheduler import capacity
 from aigcq.scheduler.capacity import InstanceView, Job, PaidSpec, Plan, PoolSpec
 from aigcq.scheduler.pauses import PauseKind, Pauses
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 WINDOW = 500
 #: waiting tasks planned at most (those beyond the window by their queue's length)
 JOBS_MAX = 5000
+#: tasks in flight read per queue and target for the forecast's arrivals, at most
+ARRIVALS_READ = 2000
 #: a pool asked for instances that have not registered after this many boot times
 #: stops counting them as booting
 BOOT_PATIENCE = 3.0
@@ -95,6 +98,8 @@ class CapacityPlanner:
         self.k_draining = f"{prefix}:capacity:draining"
         self.k_lock = service.rt.store.keys.lock("capacity")
         self.token = f"{time.time()}:{id(self)}"
+        #: the tasks submitted lately (seen waiting or in flight), for the forecast
+        self.arrivals: dict[str, capacity.Arrival] = {}
 
     async def run(self) -> None:
         if not self.pools:
@@ -169,6 +174,7 @@ class CapacityPlanner:
             paid[name] = PaidSpec(name, price, account.concurrency, [mean_run / 2] * running)
             paid_of[(aigc, platform)] = name
         patience = settings.capacity_patience_s
+        await self.note_arrivals(window.tasks, queues, paid_of, runs, mean_run, now)
         seen: dict[tuple[str, str], int] = {}
         jobs: list[Job] = []
         for t in window.tasks:
@@ -181,7 +187,66 @@ class CapacityPlanner:
             beyond = max(counts[2 * i] - seen.get(q, 0), 0)
             for k in range(min(beyond, max(JOBS_MAX - len(jobs), 0))):
                 jobs.append(Job(f"{q[0]}/{q[1]}#{k}", mean_run, patience, paid=paid_of.get(q, "")))
+        horizon = settings.capacity_horizon_s  # then what the horizon may bring
+        jobs += capacity.forecast(
+            list(self.arrivals.values()), now, recent_s=horizon, horizon_s=horizon,
+            patience_s=patience,
+        )[:JOBS_MAX]  # fmt: skip
         return jobs, paid, mean_run
+
+    async def note_arrivals(
+        self,
+        waiting: list[Windowed],
+        queues: list[tuple[str, str]],
+        paid_of: Mapping[tuple[str, str], str],
+        runs: Mapping[str, float],
+        mean_run: float,
+        now: float,
+    ) -> None:
+        """Record the tasks submitted within the horizon that this process has not seen:
+        those waiting (the window) and those in flight on any target of the queues (the
+        ones that went to our GPUs or overflowed since the last round). Bounded: the window,
+        and :data:`ARRIVALS_READ` tasks in flight per queue and target."""
+        rt, keys = self.service.rt, self.service.rt.store.keys
+        keep_s = rt.settings.capacity_horizon_s
+        self.arrivals = {i: a for i, a in self.arrivals.items() if a.created >= now - keep_s}
+        price = rt.settings.overflow_price
+
+        def arrival(task_id: str, q: tuple[str, str], created: float, workflow: str,
+                    start_by: float | None) -> None:  # fmt: skip
+            if task_id in self.arrivals or created < now - keep_s:
+                return
+            target = paid_of.get(q, "")
+            self.arrivals[task_id] = capacity.Arrival(
+                task_id, created, runs.get(workflow, mean_run),
+                None if start_by is None else start_by - created, paid=target,
+                price=price.get(target.rsplit("/", 1)[-1]) if target else None,
+            )  # fmt: skip
+
+        for t in waiting:
+            arrival(t.task_id, (t.aigc, t.platform), t.created, t.workflow_id, t.start_by)
+        internal = self.service.internal
+        pipe = rt.redis.pipeline(transaction=False)
+        where: list[tuple[str, str]] = []
+        for aigc, platform in queues:
+            ext = rt.platforms.adapter_for(platform)
+            for target in {internal.name if internal else "", ext.name if ext else ""} - {""}:
+                pipe.zrange(keys.running(aigc, target), 0, ARRIVALS_READ - 1)
+                where.append((aigc, platform))
+        fresh: list[tuple[str, tuple[str, str]]] = []
+        for q, ids in zip(where, await pipe.execute(), strict=True):
+            fresh += [(text(i), q) for i in ids if text(i) not in self.arrivals]
+        if not fresh:
+            return
+        pipe = rt.redis.pipeline(transaction=False)
+        for task_id, _ in fresh:
+            pipe.hmget(keys.task(task_id), "created", "workflowId", "startBy")
+        for (task_id, q), (created, workflow, start_by) in zip(
+            fresh, await pipe.execute(), strict=True
+        ):
+            if created:
+                by = float(start_by) if start_by else None
+                arrival(task_id, q, float(created), text(workflow or ""), by)
 
     async def read_fleet(
         self, now: float, mean_run: float
