@@ -463,13 +463,15 @@ class Arrival:
 
 
 def _peak_start(offsets: Sequence[float], width_s: float) -> float:
-    """Where the busiest ``width_s`` seconds of the sorted ``offsets`` begin."""
+    """Where the busiest ``width_s`` seconds of the sorted ``offsets`` begin (at an
+    arrival: the one whose next ``width_s`` hold the most)."""
     best, at, j = 0, 0.0, 0
     for i, x in enumerate(offsets):
-        while offsets[j] < x - width_s:
+        j = max(j, i)
+        while j + 1 < len(offsets) and offsets[j + 1] < x + width_s:
             j += 1
-        if i - j + 1 > best:
-            best, at = i - j + 1, offsets[j]
+        if j - i + 1 >= best:  # of equal ones, the latest (the densest core)
+            best, at = j - i + 1, x
     return at
 
 
