@@ -336,6 +336,7 @@ class CapacityPlanner:
             await redis.srem(self.k_draining, gone)  # stopped: forget it
             draining.discard(gone)
         now = time.time()
+        asked = {text(k): orjson.loads(v) for k, v in (await redis.hgetall(self.k_asked)).items()}
         for name, d in got.pools.items():
             if self.specs[name].owned:
                 continue  # a fixed size: nothing to start or stop
@@ -352,11 +353,13 @@ class CapacityPlanner:
                     draining.discard(bridge_id)
             for bridge_id in to_drain:
                 await self.set_drain(bridge_id, True)
-            told = (d.desired, tuple(idle_drained))
-            if self.told.get(name) != told and (d.desired != d.current or idle_drained):
+            told, before = (d.desired, tuple(idle_drained)), self.told.get(name)
+            if asked.get(name, {}).get("desired") != d.desired:
+                # what was asked and when: booting instances and their ETA (KEDA too)
                 await redis.hset(
                     self.k_asked, name, orjson.dumps({"desired": d.desired, "at": now})
                 )
+            if before != told and (d.desired != d.current or idle_drained):
                 await self.hook(name, d.desired, idle_drained)
             self.told[name] = told
 
