@@ -2,7 +2,9 @@
 (issue 27 item 5, issue 37 "How it is checked"). Prints JSON.
 
     python bench/fleet_sim.py [--seeds 27 28 29] [--hours 2] [--long-hours 4]
-                              [--workloads bursts flood ...] [--smoke]
+                              [--workloads bursts flood ...] [--smoke] [--autoscale]
+
+(``--autoscale``: issue 40's capacity policies, bench/fleet_autoscale.py.)
 
 A simulated clock drives two dispatch policies over workloads generated from each seed:
 AIGC projects and their users submitting at different rates, bursts, one user's flood,
@@ -928,6 +930,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lend", type=float, default=default.lend_s, help="Tuning.lend_s")
     p.add_argument("--patience", type=float, default=default.patience)
     p.add_argument("--margin", type=float, default=default.margin)
+    p.add_argument(
+        "--autoscale",
+        action="store_true",
+        help="issue 40: static / queue_depth / all_paid / planner capacity policies over "
+        "owned + rentable GPUs (bench/fleet_autoscale.py)",
+    )
     return p
 
 
@@ -935,6 +943,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser().parse_args(argv)
     if args.smoke:
         args.hours, args.long_hours, args.seeds = 0.1, 0.1, args.seeds[:1]
+    if args.autoscale:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from bench.fleet_autoscale import autoscale
+
+        every = scenarios(args.hours, args.long_hours)
+        chosen = {name: every[name] for name in args.workloads}
+        return autoscale(chosen, args.seeds, lambda s: print(s, file=sys.stderr))
     return run_all(args)
 
 

@@ -396,6 +396,39 @@ class Settings(HttpLimits):
             "and what its maxCost is checked against."
         ),
     )
+    capacity_interval_s: float = Field(
+        5.0,
+        gt=0,
+        validation_alias=_env("CAPACITY_INTERVAL_S"),
+        description="How often the capacity planner decides each pool's instance count "
+        "(pools.json; docs/capacity.md).",
+    )
+    capacity_horizon_s: float = Field(
+        900.0,
+        gt=0,
+        validation_alias=_env("CAPACITY_HORIZON_S"),
+        description="The horizon the capacity planner prices queue, rent and overflow over.",
+    )
+    capacity_patience_s: float = Field(
+        300.0,
+        ge=0,
+        validation_alias=_env("CAPACITY_PATIENCE_S"),
+        description="A task with no start deadline is planned as if it had to start within "
+        "this (the planner rents for it rather than let it wait longer).",
+    )
+    capacity_miss_cost: float | None = Field(
+        None,
+        ge=0,
+        validation_alias=_env("CAPACITY_MISS_COST"),
+        description="What the planner counts a missed start deadline as costing (unset: 10x "
+        "the dearest paid task, at least 1).",
+    )
+    scale_command: str = Field(
+        "",
+        validation_alias=_env("SCALE_COMMAND"),
+        description="Command run (by one process of the fleet) when a pool's desired count "
+        "changes or idle drained instances may stop: COMMAND POOL DESIRED [BRIDGE_ID...].",
+    )
     bridge_failure_limit: int = Field(
         3, ge=1, validation_alias=_env("BRIDGE_FAILURE_LIMIT"), description="-> out of rotation."
     )
@@ -741,6 +774,65 @@ class PlatformKinds(BaseModel):
 
     callback: list[str] = Field(default_factory=lambda: ["comfyui", "runninghub"])
     polling: list[str] = Field(default_factory=lambda: ["coze", "jimuai"])
+
+
+#: seconds in each billing step a rentable pool may be billed by
+BILLING_STEP_S: dict[str, int] = {"second": 1, "minute": 60, "hour": 3600}
+
+
+class PoolConfig(BaseModel):
+    """One pool of GPU instances in ``pools.json`` (beside model.json; docs/capacity.md):
+    what an instance offers (``node_classes`` and ``models``; empty: anything), its
+    ``price_per_hour`` billed by ``billing_step``, the ``boot_s`` from start to a
+    registered bridge, and ``min`` / ``max`` instances. Owned machines are a pool with
+    price 0 and a fixed size (``min`` = ``max``). A bridge belongs to the pool whose
+    ``bridges`` pattern (fnmatch; default ``<pool>-*``) its bridgeId matches."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node_classes: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)
+    price_per_hour: float = Field(0.0, ge=0)
+    billing_step: Literal["second", "minute", "hour"] = "second"
+    boot_s: float = Field(0.0, ge=0)
+    min: int = Field(0, ge=0)
+    max: int = Field(ge=0)
+    bridges: str = ""
+
+    @model_validator(mode="after")
+    def _sized(self) -> PoolConfig:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        if self.price_per_hour == 0 and self.min != self.max:
+            raise ValueError(
+                f"a pool with price_per_hour 0 is owned machines, of a fixed size: "
+                f"min ({self.min}) must equal max ({self.max})"
+            )
+        return self
+
+    @property
+    def step_s(self) -> int:
+        return BILLING_STEP_S[self.billing_step]
+
+
+#: the pools file, beside model.json
+POOLS_FILE = "pools.json"
+
+
+def load_pools(config_dir: Path) -> dict[str, PoolConfig]:
+    """``pools.json``: pool name -> :class:`PoolConfig` (no file: no pools). A bad field
+    stops the start with one line naming the file and the field."""
+    path = config_dir / POOLS_FILE
+    raw = _read_json(path, {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be an object of pools")
+    pools: dict[str, PoolConfig] = {}
+    for name, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: field {name!r} must be an object")
+        pool = _validate(PoolConfig, entry, path, name)
+        pools[name] = pool.model_copy(update={"bridges": pool.bridges or f"{name}-*"})
+    return pools
 
 
 DEFAULT_MESSAGES: dict[str, dict[str, str]] = {

@@ -7,6 +7,7 @@ sharing it); bridges and internal free slots from this process's own target.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -26,8 +27,12 @@ def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
 class ServeState:
     """A metrics source (see :func:`aigcq.observability.metrics.endpoint`) for one process."""
 
-    def __init__(self, service: ServeParts) -> None:
+    def __init__(
+        self, service: ServeParts, desired: Callable[[], Mapping[str, int]] | None = None
+    ) -> None:
         self.service = service
+        #: each pool's desired instance count, as the capacity planner last decided
+        self.desired = desired or dict
 
     async def __call__(self) -> list[Metric]:
         return [
@@ -35,7 +40,19 @@ class ServeState:
             *await self._paid_accounts(),
             *await self._budgets(),
             *self._internal(),
+            self._desired(),
         ]
+
+    def _desired(self) -> Metric:
+        """``aigcq_desired_instances{pool}``: what an autoscaler follows (docs/capacity.md)."""
+        gauge = _gauge(
+            "aigcq_desired_instances",
+            "Instances each pool of pools.json should run, as the capacity planner decided.",
+            ["pool"],
+        )
+        for pool, count in sorted(self.desired().items()):
+            gauge.add_metric([pool], count)
+        return gauge
 
     async def _paid_accounts(self) -> list[Metric]:
         """Each polled paid account as the last reconciliation found it (every process

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from aigcq import platforms
 from aigcq.bridges.hub import BridgeHub
-from aigcq.config import PlatformConfig, Settings
+from aigcq.config import PlatformConfig, Settings, load_pools
 from aigcq.delivery.custody import SWEEP_S as CUSTODY_SWEEP_S
 from aigcq.delivery.custody import Custody
 from aigcq.delivery.retention import RETENTION_SWEEP_S, OutboxRetention
@@ -52,6 +52,7 @@ from aigcq.serve import shutdown
 from aigcq.serve.admin_api import Monitor, admin_router
 from aigcq.serve.admin_tasks import admin_tasks_router
 from aigcq.serve.api_description import describe_serve
+from aigcq.serve.capacity import CapacityPlanner, capacity_router
 from aigcq.serve.docs_page import offline_docs, without_422
 from aigcq.serve.metrics import ServeState
 from aigcq.serve.parts import BackgroundLoop, Extend, Extension
@@ -160,6 +161,8 @@ class ServeProcess:
         )
         extension = extend(self) if extend else Extension()
         self.monitor = Monitor(self)  # the dashboard's samples
+        #: how many instances each pool of pools.json should run (none: no pools)
+        self.capacity = CapacityPlanner(self, load_pools(settings.config_dir))
         self.loops: list[BackgroundLoop] = [
             self.events.run,
             self.dispatch.run,
@@ -178,6 +181,7 @@ class ServeProcess:
             *(p.run for p in self.pollers),
             *([self.internal.run] if self.internal else []),
             self.monitor.run,
+            self.capacity.run,
             *extension.loops,
         ]
         self._running: list[asyncio.Task[None]] = []
@@ -262,6 +266,7 @@ class ServeProcess:
         app.include_router(api_router(self.gateway, lambda: internal_capacity(self.hub)))
         app.include_router(admin_router(self, self.monitor))
         app.include_router(admin_tasks_router(self.gateway))
+        app.include_router(capacity_router(self, self.capacity))
         app.router.routes.extend(self.callbacks)
         for path in CLIENT_WS_PATHS:
             app.add_api_websocket_route(path, self.client_ws)
@@ -283,7 +288,9 @@ class ServeProcess:
 
         app.add_api_route("/healthz", healthz, methods=["GET"])
         app.add_api_route("/readyz", readyz, methods=["GET"])
-        scrape = metrics.endpoint(ServeState(self), token=self.rt.settings.metrics_token)
+        scrape = metrics.endpoint(
+            ServeState(self, self.capacity.desired), token=self.rt.settings.metrics_token
+        )
         app.add_route("/metrics", scrape, include_in_schema=False)
         app.router.routes.append(files_route(self.rt.platforms.storage))
         app.router.routes.append(result_links_route(self.custody, self.gateway.messages))
