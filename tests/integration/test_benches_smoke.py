@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: modules the benches share, not benches
-SHARED = {"fleet", "front", "gpu_idle", "host", "processes", "smoke"}
+#: modules the benches share, not benches (``fleet_autoscale`` is ``fleet_sim --autoscale``,
+#: run by tests/unit/test_fleet_autoscale.py)
+SHARED = {"fleet", "fleet_autoscale", "front", "gpu_idle", "host", "processes", "smoke"}
 BENCHES = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if p.stem not in SHARED)
 #: run as a module, as its docstring says
 AS_MODULE = {"real_comfyui"}
