@@ -248,6 +248,8 @@ class TaskStore:
         self.free_requeues = free_requeues
         #: the paid targets (comma-separated): their unwanted remote tasks become orphans
         self.paid_targets = ""
+        #: per paid target, the accounts projects share (:mod:`aigcq.scheduler.shared_keys`)
+        self.shared_keys: dict[str, str] = {}
         #: "<half-life s> <default run s>" of the GPU-seconds a run on our GPUs charges
         #: its project and user (``_prelude.lua`` ``gpu_started``; '': none charged)
         self.usage_terms = ""
@@ -344,6 +346,7 @@ class TaskStore:
             deadline_s=deadline_s,
             ids="" if ids is None else orjson.dumps(list(ids)).decode(),
             user_limit=user_limit if ids is not None else 0,
+            shared=self.shared_keys.get(target, ""),
         )
         claimed = [
             Claimed(
@@ -428,6 +431,7 @@ class TaskStore:
                 target=target,
                 cap=cap,
                 deadline_s=deadline_s,
+                shared=self.shared_keys.get(target, ""),
             )
         )
 

@@ -45,6 +45,7 @@ from aigcq.scheduler.orphan_checks import OrphanChecks
 from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.poller import Poller, polling_adapters
 from aigcq.scheduler.reconcile import MasterWatch
+from aigcq.scheduler.shared_keys import shared_keys
 from aigcq.scheduler.silence import SilentTasks
 from aigcq.scheduler.sweeper import Sweeper
 from aigcq.scheduler.targets import InternalTarget, InternalTargetBuilder
@@ -97,6 +98,7 @@ def runtime(settings: Settings, config: PlatformConfig, redis: Redis) -> Runtime
         storage=result_storage(settings),  # inline (base64) results, e.g. JimuAI's
         file_key=settings.signing_key(),
     )
+    store.shared_keys = shared_keys(config, client, settings.external_capacity_max)
     return Runtime(settings=settings, config=config, redis=redis, store=store, platforms=client)
 
 

@@ -160,6 +160,24 @@ local function paid(csv, target)
   return target and target ~= '' and allowed(csv, target)
 end
 
+-- Tasks that count against a project's cap on ``target``: in flight there, and its
+-- unwanted remote tasks still running.
+local function cap_used(aigc, target)
+  return redis.call('ZCARD', runkey(aigc, target)) + redis.call('ZCARD', orphkey(aigc, target))
+end
+-- How many more tasks of ``aigc`` the paid account behind ``target`` takes over every
+-- project that shares its key (``shared``: JSON {AIGC: [account cap, peer AIGC, ...]} of
+-- the target's shared accounts, '' none): a key's cap is the account's, not each
+-- project's (math.huge: ``aigc`` shares no key).
+local function account_room(aigc, target, shared)
+  if shared == '' then return math.huge end
+  local account = cjson.decode(shared)[aigc]
+  if not account then return math.huge end
+  local used = cap_used(aigc, target)
+  for i = 2, #account do used = used + cap_used(account[i], target) end
+  return account[1] - used
+end
+
 -- The live attempt's run on a paid target becomes an orphan, counted in its account's cap
 -- until it ends: its remote task, or a create whose outcome is unknown (recorded, no remote
 -- id) as ``create:<createId>`` with its ``createAt``. ``h`` = FIELDS. Returns its id ('').

@@ -1,5 +1,6 @@
 -- Move up to ``n`` waiting tasks of a queue to a target, never beyond the target's cap
--- (its tasks in flight plus the unwanted remote tasks still running there): the lowest
+-- (its tasks in flight plus the unwanted remote tasks still running there), nor beyond
+-- its account's when projects share a key (``account_room``): the lowest
 -- ranked of its ready keys (first come, first served; a paused workflow's keys are not
 -- ready), or those of ``ids`` still waiting (in that order; one another process claimed
 -- meanwhile is skipped). Each take costs the same at any depth. Every claim is a new attempt number
@@ -18,6 +19,7 @@
 --! arg deadline_s:num   how long from now the target has to accept each one
 --! arg ids              '' (the head), or a JSON list of the task ids to claim
 --! arg user_limit:num   most tasks of one userId claimed at once (0: no limit; with ids)
+--! arg shared           the target's keys shared by projects (``account_room``; '' none)
 local run = runkey(aigc, target)
 local following = function()
   local id = first_ready(aigc, platform)
@@ -36,10 +38,8 @@ if ids ~= '' then
     return nil
   end
 end
-local take = n
-if cap >= 0 then
-  take = math.min(n, cap - redis.call('ZCARD', run) - redis.call('ZCARD', orphkey(aigc, target)))
-end
+local take = math.min(n, account_room(aigc, target, shared))
+if cap >= 0 then take = math.min(take, cap - cap_used(aigc, target)) end
 local deadline = tonumber(now) + deadline_s
 local out = {}
 while take > 0 do

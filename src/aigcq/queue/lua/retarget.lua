@@ -10,11 +10,12 @@
 --! arg target           the target it goes to
 --! arg cap:num          the new target's cap (-1: none)
 --! arg deadline_s:num   how long from now the new target has to accept it
+--! arg shared           the target's keys shared by projects (``account_room``; '' none)
 local k = tkey(task_id)
 local h = redis.call('HMGET', k, 'status', 'attempt', 'target', 'AIGC')
 if not allowed(FROM.retarget, h[1]) or h[2] ~= attempt or h[3] ~= source then return -1 end
 local run = runkey(h[4], target)
-if cap >= 0 and redis.call('ZCARD', run) + redis.call('ZCARD', orphkey(h[4], target)) >= cap then
+if (cap >= 0 and cap_used(h[4], target) >= cap) or account_room(h[4], target, shared) <= 0 then
   return 0
 end
 local deadline = tonumber(now) + deadline_s
