@@ -262,3 +262,29 @@ async def _per_task(
             ordering=ordering,
         )
     return round((int((await redis.info("memory"))["used_memory"]) - before) / n)
+
+
+async def test_a_queue_written_before_issue_37_is_kept_by_key_and_loses_nothing(
+    redis: aioredis.Redis,
+) -> None:
+    """An upgrade over waiting tasks: the queue is a LIST an older aigcq wrote. The
+    dispatch loop's start moves it (``keep_by_key``) and a submit that comes first moves
+    it too; nothing is lost, the order is kept, and the tasks are claimable."""
+    store = make_store(redis)
+    for name in ("old", "older"):
+        for i in range(3):
+            await submit(store, f"{name}{i}")
+        ids = await redis.zrange("t:p:comfyui:wait", 0, -1)
+        for key in await redis.keys("t:*wq*") + await redis.keys("t:*:ready:*"):
+            await redis.delete(key)
+        await redis.delete("t:p:comfyui:wait", "t:wkeys:p:comfyui")
+        await redis.rpush("t:p:comfyui:wait", *ids)  # as 48226d9 kept it
+        if name == "old":
+            assert await store.keep_by_key([("p", "comfyui")]) == 1
+            assert await store.keep_by_key() == 0  # once
+        else:
+            await submit(store, "new")  # the first script to meet it moves it
+        assert await redis.type("t:p:comfyui:wait") == "zset"
+        claimed = await store.claim("p", "comfyui", "bridge", cap=-1, n=9, deadline_s=60)
+        expected = [f"{name}{i}" for i in range(3)] + (["new"] if name == "older" else [])
+        assert [c.task_id for c in claimed] == expected

@@ -102,6 +102,7 @@ def test_a_script_with_no_move_says_why() -> None:
         "charge",
         "budget",
         "reindex",
+        "keyed",
     ]
 
 

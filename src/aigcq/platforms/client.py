@@ -137,16 +137,8 @@ class PlatformClient:
     async def lookup(self, adapter: PlatformAdapter, task: Task, apikey: str) -> str | None:
         """The remote task a create of ``task``'s attempt made, found by its labels where
         the platform can search (None: not found, not searchable, no answer)."""
-        req = adapter.lookup_request(task, apikey)
-        if req is None:
-            return None
-        try:
-            async with self._slots:
-                status, body = await self._send(req)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            self._warn(task, adapter, "look-up failed", exc)
-            return None
-        return adapter.parse_lookup(status, body)
+        answer = await self._ask(adapter, task, adapter.lookup_request(task, apikey), "look-up")
+        return None if answer is None else adapter.parse_lookup(*answer)
 
     async def query(self, adapter: PlatformAdapter, task: Task, apikey: str) -> ResultOutcome:
         """The remote task's state, a success ready to deliver (inline result files stored,
@@ -200,15 +192,22 @@ class PlatformClient:
         """Ask the platform to cancel the remote task; False when it has no cancel or the
         request failed (the caller keeps the task counted and asks again later)."""
         req = adapter.cancel_request(task, apikey) if task.remote_id else None
+        answer = await self._ask(adapter, task, req, "cancel")
+        return answer is not None and 200 <= answer[0] < 300
+
+    async def _ask(
+        self, adapter: PlatformAdapter, task: Task, req: HttpRequest | None, what: str
+    ) -> tuple[int, Any] | None:
+        """Send ``req`` (None: nothing to ask) within the in-flight slots: its status and
+        body, or None when there was nothing to ask or it failed (logged)."""
         if req is None:
-            return False
+            return None
         try:
             async with self._slots:
-                status, _ = await self._send(req)
+                return await self._send(req)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            self._warn(task, adapter, "cancel failed", exc)
-            return False
-        return 200 <= status < 300
+            self._warn(task, adapter, f"{what} failed", exc)
+            return None
 
     async def running(self, adapter: PlatformAdapter, apikey: str) -> int | None:
         """How many tasks the account runs on the platform now; None: it cannot say (no

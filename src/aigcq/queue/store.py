@@ -206,6 +206,7 @@ SCRIPTS = (
     "charge",
     "budget",
     "reindex",
+    "keyed",
 )
 
 
@@ -651,6 +652,12 @@ class TaskStore:
             late_class=late_class,
         )
         return reply
+
+    async def keep_by_key(self, queues: Sequence[tuple[str, str]] = ()) -> int:
+        """Move ``queues`` (none: every queue Redis names) that an aigcq before issue 37
+        wrote as LISTs to the keyed layout (``keyed.lua``); how many it moved."""
+        named = orjson.dumps([f"{aigc}:{platform}" for aigc, platform in queues]).decode()
+        return int(await self._run("keyed", queues=named))
 
     async def reindex_workflow(self, workflow: str) -> int:
         """Index a workflow's waiting keys again after its pause or resume (``reindex.lua``):

@@ -101,6 +101,8 @@ class DispatchLoop:
     #: handed-off work
     _claims: dict[asyncio.Task[None], list[Claimed]] = field(init=False, default_factory=dict)
     stopped: bool = field(init=False, default=False)  # graceful shutdown: claim nothing more
+    #: the queues an aigcq before issue 37 wrote are kept by key (done by the first round)
+    _keyed: bool = field(init=False, default=False)
 
     def wake(self) -> None:
         self.wakeup.set()
@@ -135,6 +137,11 @@ class DispatchLoop:
 
     async def dispatch_round(self) -> None:
         """Plan the queues our GPUs serve together; split each other queue in turn."""
+        if not self._keyed:  # the first round (retried until it succeeds)
+            moved = await self.rt.store.keep_by_key(self.rt.config.queues())
+            if moved:
+                log.warning("%d queue(s) written before issue 37 now kept by key", moved)
+            self._keyed = True
         loads = await self._loads()
         if self._planned():
             loads = await self._plan_round(loads)

@@ -44,17 +44,34 @@ local function reindex(aigc, platform, key, workflow)
     redis.call('ZADD', readyof(aigc, platform), head[2], key)
   end
 end
--- Queue task ``id`` (waiting) in its queue and its key, at its rank (its ``rank`` field,
--- else ``rank``).
-local function enqueue(id, aigc, platform, rank)
+local function keyed(id, aigc, platform, rank)
   rank = rank or redis.call('HGET', tkey(id), 'rank') or redis.call('HGET', tkey(id), 'created')
   local key, workflow = key_of(id)
   redis.call('ZADD', waitkey(aigc, platform), rank, id)
   redis.call('ZADD', bykey(aigc, platform, key), rank, id)
   reindex(aigc, platform, key, workflow)
 end
+-- A queue an aigcq before issue 37 wrote is a LIST: its tasks move to the keyed layout
+-- once, in one step, ranked as submitted (the first script that meets it, or the dispatch
+-- loop's start: ``keyed.lua``).
+local function ensure_keyed(aigc, platform)
+  local wait = waitkey(aigc, platform)
+  if redis.call('TYPE', wait).ok ~= 'list' then return end
+  local ids = redis.call('LRANGE', wait, 0, -1)
+  redis.call('DEL', wait)
+  for _, id in ipairs(ids) do
+    if redis.call('EXISTS', tkey(id)) == 1 then keyed(id, aigc, platform) end
+  end
+end
+-- Queue task ``id`` (waiting) in its queue and its key, at its rank (its ``rank`` field,
+-- else ``rank``).
+local function enqueue(id, aigc, platform, rank)
+  ensure_keyed(aigc, platform)
+  keyed(id, aigc, platform, rank)
+end
 -- Take task ``id`` out of its queue and its key; whether it was waiting there.
 local function dequeue(id, aigc, platform)
+  ensure_keyed(aigc, platform)
   if redis.call('ZREM', waitkey(aigc, platform), id) == 0 then return false end
   local key, workflow = key_of(id)
   redis.call('ZREM', bykey(aigc, platform, key), id)
