@@ -75,8 +75,7 @@ async def fill(store: TaskStore, prefix: str, n: int, workflow: str, user: str) 
 async def hold(store: TaskStore, kind: str) -> int:
     """Hold the deep key: pause its workflow, or put its user at the limit (1)."""
     if kind == "paused":
-        await store.redis.hset(store.keys.pauses, "workflow:held", orjson.dumps({"since": 0}))
-        await store.reindex_workflow("held")
+        await store.pause_workflow("held", orjson.dumps({"since": 0}))
         return 0
     await store.claim(*QUEUE, "bridge", cap=-1, n=1, deadline_s=600, ids=["d0"], user_limit=1)
     return 1

@@ -87,15 +87,15 @@ async def test_a_paused_workflow_hides_no_ready_task_at_any_depth(
     pipe_depth = depth
     await _submit_many(store, "held", pipe_depth, workflow="held")
     await _submit_many(store, "ready", 1, workflow="free")
-    await redis.hset("t:pauses", "workflow:held", orjson.dumps({"since": 1.0}))
-    assert await store.reindex_workflow("held") == 1
+    assert await store.pause_workflow("held", orjson.dumps({"since": 1.0}))
+    assert await redis.hexists("t:pauses", "workflow:held")
+    assert not await store.pause_workflow("held", orjson.dumps({"since": 2.0}))  # no change
     window = await store.window([("p", "comfyui")], 4, "bridge")
     assert [t.task_id for t in window.tasks] == ["ready0"]
     [claimed] = await store.claim("p", "comfyui", "runninghub", cap=-1, n=5, deadline_s=60)
     assert claimed.task_id == "ready0"
     assert await redis.zcard("t:p:comfyui:wait") == pipe_depth  # the paused ones wait on
-    await redis.hdel("t:pauses", "workflow:held")
-    await store.reindex_workflow("held")
+    assert await store.pause_workflow("held", None)
     window = await store.window([("p", "comfyui")], 2, "bridge")
     assert [t.task_id for t in window.tasks] == ["held0", "held1"]
 

@@ -117,14 +117,13 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @rule(workflow=st.sampled_from(WORKFLOWS), paused=st.booleans())
     def pause(self, workflow: str, paused: bool) -> None:
-        field_ = f"workflow:{workflow}"
+        about = orjson.dumps({"since": 1}) if paused else None
+        changed = self.run(self.stores[0].pause_workflow(workflow, about))
+        assert changed == (paused != (workflow in self.model.paused))
         if paused:
-            self.run(self.redis.hset(f"{PREFIX}:pauses", field_, orjson.dumps({"since": 1})))
             self.model.paused.add(workflow)
         else:
-            self.run(self.redis.hdel(f"{PREFIX}:pauses", field_))
             self.model.paused.discard(workflow)
-        self.run(self.stores[0].reindex_workflow(workflow))
 
     @rule(on=st.integers(0, 1))
     def round(self, on: int) -> None:

@@ -205,7 +205,7 @@ SCRIPTS = (
     "release_orphan",
     "charge",
     "budget",
-    "reindex",
+    "pause_workflow",
     "keyed",
 )
 
@@ -659,10 +659,11 @@ class TaskStore:
         named = orjson.dumps([f"{aigc}:{platform}" for aigc, platform in queues]).decode()
         return int(await self._run("keyed", queues=named))
 
-    async def reindex_workflow(self, workflow: str) -> int:
-        """Index a workflow's waiting keys again after its pause or resume (``reindex.lua``):
-        out of the ready keys while paused, back when resumed."""
-        return int(await self._run("reindex", workflow=workflow))
+    async def pause_workflow(self, workflow: str, about: bytes | None) -> bool:
+        """Pause ``workflow`` (``about``: the pause's JSON) or resume it (None), and index
+        its waiting keys again in the same step (``pause_workflow.lua``): out of the ready
+        keys while paused, back when resumed. Whether the pause changed."""
+        return bool(await self._run("pause_workflow", workflow=workflow, about=about or b""))
 
     async def withdraw(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
         """Cancel a task that is still waiting (never one dispatched or running), with no

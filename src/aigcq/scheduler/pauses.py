@@ -10,7 +10,8 @@ failed, and they run once it is resumed.
   An account is its key: pausing one project's account pauses every project that uses the
   same key on that platform.
 * ``workflow`` (the ``workflowId`` a payload names, or Coze's ``workflow_id``, JimuAI's
-  ``req_key``): its waiting keys leave the queue's ready keys (``reindex.lua``), so the
+  ``req_key``): its waiting keys leave the queue's ready keys (``pause_workflow.lua``, in
+  the step that writes the pause), so the
   other tasks of the queue run, however many of its tasks wait.
 * ``bridge``: no new task is assigned to it (a drain); the ones it runs finish.
 * ``hold`` (automatic, never an operator's): one project's paid target takes no new create,
@@ -149,13 +150,13 @@ class Pauses:
         """Pause (or resume) ``kind`` ``name`` (as :func:`checked_name` gives it), on every
         process from their next round, which this starts; whether that changed anything."""
         field = f"{kind}:{name}"
-        if paused:
-            about = orjson.dumps({"since": time.time(), "note": note})
+        about = orjson.dumps({"since": time.time(), "note": note}) if paused else None
+        if kind is PauseKind.WORKFLOW:  # the pause and its ready index in one step
+            changed = await self.rt.store.pause_workflow(name, about)
+        elif about is not None:
             changed = bool(await self.redis.hsetnx(self.keys.pauses, field, about))
         else:
             changed = bool(await self.redis.hdel(self.keys.pauses, field))
-        if changed and kind is PauseKind.WORKFLOW:
-            await self.rt.store.reindex_workflow(name)
         if changed:
             await self.redis.publish(self.keys.events, "wake")
             log.warning("%s %s: %s%s", kind, name, "paused" if paused else "resumed",
