@@ -288,3 +288,45 @@ async def test_a_queue_written_before_issue_37_is_kept_by_key_and_loses_nothing(
         claimed = await store.claim("p", "comfyui", "bridge", cap=-1, n=9, deadline_s=60)
         expected = [f"{name}{i}" for i in range(3)] + (["new"] if name == "older" else [])
         assert [c.task_id for c in claimed] == expected
+
+
+async def test_a_round_reads_the_users_fair_shares_put_first_however_many_wait(
+    redis: aioredis.Redis,
+) -> None:
+    """A queue where 1,500 end users who ran wait with a task each: a round that fills two
+    places reads two users, those fair shares put first (one who never ran, then the one
+    who ran least), not the 1,500 older heads; first come, first served reads the two
+    oldest keys. A start charges its user and moves it in the order at once."""
+    store = make_store(redis)
+    store.usage_terms = "300.0 10.0"
+    now = time.time()
+    heavy = 1500
+    for i in range(heavy):
+        await redis.set(f"t:usage:p:user:heavy{i}", f"{100 + i} {now} 300")
+    await redis.set("t:usage:p:user:mid", f"50 {now} 300")
+    for i in range(heavy):
+        await submit(store, f"h{i}", Ordering(user=f"heavy{i}"))
+    for task_id, user in (("m0", "mid"), ("l0", "light"), ("l1", "light")):
+        await submit(store, task_id, Ordering(user=user))
+    window = await store.window([("p", "comfyui")], 3, "bridge", users_max=2)
+    assert [t.task_id for t in window.tasks] == ["l0", "l1", "m0"]
+    window = await store.window([("p", "comfyui")], 3, "bridge", users_max=2, by_rank=True)
+    assert [t.task_id for t in window.tasks] == ["h0", "h1"]
+    [ran] = await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60, ids=["l0"])
+    await store.mark_running("l0", ran.attempt, "", deadline_s=60, kind="callback")
+    window = await store.window([("p", "comfyui")], 3, "bridge", users_max=2)
+    assert [t.task_id for t in window.tasks] == ["l1", "m0"]  # light ran 10 s, mid 50
+
+
+async def test_the_users_index_is_rebuilt_from_the_ready_keys(redis: aioredis.Redis) -> None:
+    """A queue an aigcq kept by key before the users index (or one that lost it): the
+    dispatch loop's start (``keep_by_key``) indexes its ready keys again, the same."""
+    store = make_store(redis)
+    for i, user in enumerate(["a", "b", "a", ""]):
+        await submit(store, f"t{i}", Ordering(user=user))
+    index = sorted(await redis.keys("t:ru*"))
+    before = {k: await redis.zrange(k, 0, -1, withscores=True) for k in index}
+    assert len(before) == 4  # the users, and each one's ready keys
+    await redis.delete(*index)
+    assert await store.keep_by_key() == 0  # no queue to move, the index completed
+    assert {k: await redis.zrange(k, 0, -1, withscores=True) for k in index} == before

@@ -145,7 +145,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     async def _round(self, store: TaskStore, free: int) -> list[tuple[str, int]]:
         window = await store.window(
             QUEUES, key_head(self.settings, free, 0), "bridge", dated=RESCUE_MAX,
-            busy_max=0, user_limit=USER_LIMIT,
+            busy_max=0, user_limit=USER_LIMIT, users_max=free + 1,
         )  # fmt: skip
         now = time.time()
         given = fair.inputs(window, free=free, free_elsewhere=0, settings=self.settings,
@@ -198,6 +198,27 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.redis.hmget(f"{PREFIX}:task:{task_id}", "started", "updated")
         )
         self.model.ran[project] = self.model.ran.get(project, 0.0) + float(updated) - float(started)
+
+    @invariant()
+    def users_index_is_the_ready_keys_by_usage(self) -> None:
+        """Each queue's users index holds exactly the users of its ready keys, each with
+        its ready keys, in the order of their usage (those who never ran first)."""
+        for project, platform in QUEUES:
+            ready = self.run(self.redis.zrange(f"{PREFIX}:ready:{project}:{platform}", 0, -1))
+            by_user: dict[str, set[str]] = {}
+            for key in ready:
+                by_user.setdefault(orjson.loads(key)[0], set()).add(key)
+            users = self.run(self.redis.zrange(f"{PREFIX}:rusers:{project}:{platform}", 0, -1))
+            assert set(users) == set(by_user), (project, users, by_user)
+            for user, keys in by_user.items():
+                mine = f"{PREFIX}:ruready:{project}:{platform}:{user}"
+                assert set(self.run(self.redis.zrange(mine, 0, -1))) == keys
+            usage = [self._user_usage(project, u) for u in users]
+            assert usage == sorted(usage), (project, users, usage)
+
+    def _user_usage(self, project: str, user: str) -> float:
+        raw = self.run(self.redis.get(f"{PREFIX}:usage:{project}:user:{user}")) if user else None
+        return float(raw.split()[0]) if raw else 0.0
 
     @invariant()
     def usage_is_the_gpu_time_run(self) -> None:

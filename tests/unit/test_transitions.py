@@ -101,7 +101,7 @@ def test_a_script_with_no_move_says_why() -> None:
         "window",
         "charge",
         "budget",
-        "reindex",
+        "pause_workflow",
         "keyed",
     ]
 

@@ -844,11 +844,16 @@ class TaskStore:
         dated: int = 0,
         busy_max: int = 4096,
         user_limit: int = 0,
+        users_max: int = 0,
+        by_rank: bool = False,
     ) -> Window:
         """The first ``n`` waiting tasks of every ready key of ``queues``, the ``dated``
         ones with the earliest start deadlines wherever they wait, and what the policy
         weighs with them (``window.lua``), in one step. ``busy_max``: the tasks in flight
-        read per project (0: only when a task read has a start deadline; < 0: none)."""
+        read per project (0: only when a task read has a start deadline; < 0: none).
+        ``users_max`` > 0: of each queue only the ready keys of the ``users_max`` users
+        fair shares put first (``by_rank``: the ``users_max`` ready keys of lowest rank),
+        what a round that fills that many places needs, however many users wait."""
         raw = orjson.loads(
             await self._run(
                 "window",
@@ -858,6 +863,8 @@ class TaskStore:
                 target=target,
                 busy_max=busy_max,
                 user_limit=user_limit,
+                users_max=users_max,
+                by_rank=int(by_rank),
             )
         )
         return Window(
@@ -980,9 +987,10 @@ def _who(key: str) -> tuple[str, str]:
 
 
 def _pair(value: str) -> tuple[float, float]:
-    """A usage record, "<value> <at>"."""
-    first, _, second = value.partition(" ")
-    return float(first), float(second or 0)
+    """A usage record, "<value> <at> <half-life>" (an older aigcq's: "<value> <at>"): its
+    value and when."""
+    first, second, *_ = [*value.split(), "0"]
+    return float(first), float(second)
 
 
 def _from_head(values: list[Any]) -> Task | None:

@@ -174,13 +174,16 @@ class DispatchLoop:
         if not busy or (free <= 0 and not any(rooms.values())):
             return rest  # nothing can be claimed (the sweep expires what is past its start)
         paying = any(rooms.values())
+        room = sum(rooms.values())
         window = await self.rt.store.window(
             list(busy),
-            key_head(settings, free, sum(rooms.values())),
+            key_head(settings, free, room),
             target.name,
             dated=RESCUE_MAX,
             busy_max=BUSY_MAX if paying else 0,
             user_limit=settings.user_max_running,
+            users_max=max(free, 0) + room + 1,  # the places this round fills, and who is next
+            by_rank=not settings.shares,
         )
         now = time.time()
         given = fair.inputs(

@@ -19,6 +19,14 @@ local function userkey(aigc, user) return P .. ':userrun:' .. aigc .. ':' .. use
 local function keysof(aigc, platform) return P .. ':wkeys:' .. aigc .. ':' .. platform end
 local function readyof(aigc, platform) return P .. ':ready:' .. aigc .. ':' .. platform end
 local function bykey(aigc, platform, key) return P .. ':wq:' .. aigc .. ':' .. platform .. ':' .. key end
+-- The ready keys by end user, so a round reads the users fair shares put first, not every
+-- user with work: ``usersof`` (user -> its fair place, ``user_place``) holds the users with
+-- a ready key in the queue, ``ureadyof`` each one's ready keys (key -> its head's rank).
+local function usersof(aigc, platform) return P .. ':rusers:' .. aigc .. ':' .. platform end
+local function ureadyof(aigc, platform, user)
+  return P .. ':ruready:' .. aigc .. ':' .. platform .. ':' .. user
+end
+local function usagekey(aigc, user) return P .. ':usage:' .. aigc .. ':user:' .. user end
 -- a task's key: JSON {userId, workflowId}
 local function key_of(id)
   local f = redis.call('HMGET', tkey(id), 'userId', 'workflowId')
@@ -28,21 +36,72 @@ end
 local function workflow_paused(workflow)
   return redis.call('HEXISTS', P .. ':pauses', 'workflow:' .. workflow) == 1
 end
+-- An end user's place among a queue's users, as fair shares order them (policy.fair_order:
+-- the least recent GPU-seconds first, then the oldest task), as one score that time does
+-- not change: a user who ran has log2(usage) + at / half-life (decay lowers every user's
+-- usage by the same factor, so their order holds); one who did not (no record, or 0)
+-- comes before all of them, by its oldest ready head's submit time.
+local NEVER_RAN = 1e13
+local function user_place(aigc, platform, user)
+  local rec = user ~= '' and redis.call('GET', usagekey(aigc, user))
+  if rec then
+    local v, at, half = string.match(rec, '^(%S+) (%S+) (%S+)$')
+    v, at, half = tonumber(v), tonumber(at), tonumber(half)
+    if v and v > 0 and half and half > 0 then return math.log(v) / math.log(2) + at / half end
+  end
+  local key = redis.call('ZRANGE', ureadyof(aigc, platform, user), 0, 0)[1]
+  local id = key and redis.call('ZRANGE', bykey(aigc, platform, key), 0, 0)[1]
+  local created = id and tonumber(redis.call('HGET', tkey(id), 'created')) or 0
+  return created - NEVER_RAN
+end
+-- ``user``'s ready ``key`` in (``rank``) or out (nil) of the queue's users index.
+local function index_user(aigc, platform, user, key, rank)
+  local mine = ureadyof(aigc, platform, user)
+  if rank then
+    redis.call('ZADD', mine, rank, key)
+  elseif redis.call('ZREM', mine, key) == 0 then
+    return
+  end
+  if redis.call('EXISTS', mine) == 0 then
+    redis.call('ZREM', usersof(aigc, platform), user)
+  else
+    redis.call('ZADD', usersof(aigc, platform), user_place(aigc, platform, user), user)
+  end
+end
 -- Index ``key`` of a queue again from its head: in ``keysof`` while it holds tasks, and in
--- ``readyof`` too unless its workflow is paused.
+-- ``readyof`` (and its user's ready keys) too unless its workflow is paused.
 local function reindex(aigc, platform, key, workflow)
   local head = redis.call('ZRANGE', bykey(aigc, platform, key), 0, 0, 'WITHSCORES')
+  local user = cjson.decode(key)[1]
   if #head == 0 then
     redis.call('ZREM', keysof(aigc, platform), key)
     redis.call('ZREM', readyof(aigc, platform), key)
+    index_user(aigc, platform, user, key, nil)
     return
   end
   redis.call('ZADD', keysof(aigc, platform), head[2], key)
   if workflow_paused(workflow) then
     redis.call('ZREM', readyof(aigc, platform), key)
+    index_user(aigc, platform, user, key, nil)
   else
     redis.call('ZADD', readyof(aigc, platform), head[2], key)
+    index_user(aigc, platform, user, key, head[2])
   end
+end
+-- The users index of a queue that an aigcq before it kept by key (or that lost a step)
+-- completed from its ready keys; run once by each dispatch loop as it starts
+-- (``keyed.lua``). How many ready keys it indexed.
+local function ensure_users(aigc, platform)
+  local added, flat = 0, redis.call('ZRANGE', readyof(aigc, platform), 0, -1, 'WITHSCORES')
+  for i = 1, #flat, 2 do
+    local key = flat[i]
+    local user = cjson.decode(key)[1]
+    if not redis.call('ZSCORE', ureadyof(aigc, platform, user), key) then
+      index_user(aigc, platform, user, key, flat[i + 1])
+      added = added + 1
+    end
+  end
+  return added
 end
 local function keyed(id, aigc, platform, rank)
   rank = rank or redis.call('HGET', tkey(id), 'rank') or redis.call('HGET', tkey(id), 'created')
@@ -212,23 +271,34 @@ local function orphan_live(id, h, csv, now)
   return orphaned
 end
 
+-- An end user's usage changed: its place in the users index of each queue of its project
+-- that holds a ready key of it (``user_place``).
+local function replace_user(aigc, user)
+  for _, queue in ipairs(redis.call('SMEMBERS', P .. ':queues')) do
+    local a, platform = string.match(queue, '^(.*):([^:]*)$')
+    if a == aigc and redis.call('ZSCORE', usersof(a, platform), user) then
+      redis.call('ZADD', usersof(a, platform), user_place(a, platform, user), user)
+    end
+  end
+end
 -- GPU-seconds a project and its end user ran on our GPUs (each
--- record "<GPU-seconds> <when>", decayed with half-life ``half`` to ``now`` before
--- ``seconds`` are added; never below 0; kept 20 half-lives after its last change).
+-- record "<GPU-seconds> <when> <half-life>", decayed with half-life ``half`` to ``now``
+-- before ``seconds`` are added; never below 0; kept 20 half-lives after its last change).
 local function use_gpu(aigc, user, seconds, now, half)
   local keys = {P .. ':usage:' .. aigc}
-  if user and user ~= '' then keys[2] = P .. ':usage:' .. aigc .. ':user:' .. user end
+  if user and user ~= '' then keys[2] = usagekey(aigc, user) end
   for _, key in ipairs(keys) do
     local value, at = 0, now
     local before = redis.call('GET', key)
     if before then
-      local v, t = string.match(before, '^(%S+) (%S+)$')
+      local v, t = string.match(before, '^(%S+) (%S+)')
       value, at = tonumber(v) or 0, tonumber(t) or now
     end
     value = math.max(value * math.pow(0.5, math.max(now - at, 0) / half) + seconds, 0)
-    redis.call('SET', key, string.format('%.17g %.17g', value, now), 'EX',
+    redis.call('SET', key, string.format('%.17g %.17g %.17g', value, now, half), 'EX',
       math.max(math.floor(half * 20), 1))
   end
+  if keys[2] then replace_user(aigc, user) end
 end
 -- A run on our GPUs starts: its project and user are charged its workflow's recent mean
 -- run time (``terms``: "<half-life s> <default run s>", the default before any run of

@@ -19,6 +19,8 @@
 --! arg target          the internal target's name (its running sets)
 --! arg busy_max:num    tasks in flight read per project, at most (0: 4096 if dated; < 0: never)
 --! arg user_limit:num  the per-user limit (0: none, their counts are not read)
+--! arg users_max:num   per queue, the ready keys of this many users (0: every key; see read_heads)
+--! arg by_rank:num     1: this many keys by rank instead (``AIGCQ_SHARES=false``)
 local out = {tasks = {}, busy = {}, usage = {}, users = {}, running = {}}
 local usage_keys, projects, served, seen, dated_any = {}, {}, {}, {}, false
 local function want(key) usage_keys[key] = true end
@@ -40,6 +42,52 @@ local function add(aigc, platform, id)
     f[4] or '', f[5] or '', f[6] or ''}
   if f[3] then want(P .. ':usage:' .. aigc .. ':user:' .. f[3]) end
 end
+local function read_key(aigc, platform, key)
+  for _, id in ipairs(redis.call('ZRANGE', bykey(aigc, platform, key), 0, n - 1)) do
+    add(aigc, platform, id)
+  end
+end
+-- Calls ``take(member)`` on the members of ZSET ``zset`` in order, a page at a time,
+-- until ``users_max`` of them were taken (it returns whether it took one).
+local function each_taken(zset, take)
+  local taken, from, page = 0, 0, math.max(users_max, 16)
+  while true do
+    local members = redis.call('ZRANGE', zset, from, from + page - 1)
+    for _, member in ipairs(members) do
+      if take(member) then
+        taken = taken + 1
+        if taken >= users_max then return end
+      end
+    end
+    if #members < page then return end
+    from = from + page
+  end
+end
+-- A queue's ready keys a round may need: all of them (``users_max`` 0), the ready keys of
+-- the users fair shares put first (a user at its limit passed over), or the ready keys of
+-- lowest rank (first come, first served). Fair order gives a round's first m places to
+-- tasks of the m users it puts first, and rank order to the m keys of lowest rank, so
+-- ``users_max`` = the places a round fills reads what it needs, however many users wait.
+local function read_heads(aigc, platform)
+  if users_max <= 0 then
+    for _, key in ipairs(redis.call('ZRANGE', readyof(aigc, platform), 0, -1)) do
+      if not limited(aigc, cjson.decode(key)[1]) then read_key(aigc, platform, key) end
+    end
+  elseif by_rank == 1 then
+    each_taken(readyof(aigc, platform), function(key)
+      if limited(aigc, cjson.decode(key)[1]) then return false end
+      read_key(aigc, platform, key)
+      return true
+    end)
+  else
+    each_taken(usersof(aigc, platform), function(user)
+      if limited(aigc, user) then return false end
+      local keys = redis.call('ZRANGE', ureadyof(aigc, platform, user), 0, n - 1)
+      for _, key in ipairs(keys) do read_key(aigc, platform, key) end
+      return true
+    end)
+  end
+end
 for _, q in ipairs(cjson.decode(queues)) do
   local aigc, platform = q[1], q[2]
   served[aigc .. ':' .. platform] = true
@@ -48,13 +96,7 @@ for _, q in ipairs(cjson.decode(queues)) do
     want(P .. ':usage:' .. aigc)
     out.running[aigc] = redis.call('ZCARD', runkey(aigc, target))
   end
-  for _, key in ipairs(redis.call('ZRANGE', readyof(aigc, platform), 0, -1)) do
-    if not limited(aigc, cjson.decode(key)[1]) then
-      for _, id in ipairs(redis.call('ZRANGE', bykey(aigc, platform, key), 0, n - 1)) do
-        add(aigc, platform, id)
-      end
-    end
-  end
+  read_heads(aigc, platform)
 end
 -- every start deadline counts, however deep its task: the earliest ones of these queues,
 -- a limited user's too (its paid platform may keep it; its user's count is read with it)
