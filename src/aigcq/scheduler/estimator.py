@@ -4,14 +4,15 @@
 :meth:`aigcq.queue.store.TaskStore.window`, made the planner's inputs by
 :func:`aigcq.scheduler.fair.inputs`: each waiting task's workflow mean run time,
 priority credit, userId and start deadline, the tasks in flight on the internal target
-of every process, the decayed usage) for the ready keys of every queue our GPUs serve,
-up to :data:`KEY_MAX` tasks of each, and the tasks with the earliest start deadlines;
+of every process, the decayed usage) for the ready keys of the first
+``AIGCQ_ETA_WINDOW`` users of every queue our GPUs serve (in fair order), up to
+:data:`KEY_MAX` tasks of each, and the tasks with the earliest start deadlines;
 and in one round trip before, the first ``AIGCQ_ETA_WINDOW`` tasks of the other queues
 (by rank) and every queue's length. The pool's free slots are the internal target's,
 here and in the other processes. The snapshot it makes serves every estimate until the
 next refresh; a task it did not see is placed by its index in its queue (one just
 submitted here: the queue's length then plus the submits here since). Bounded work per
-refresh: the heads of the ready keys, :data:`MAX_RUNNING` tasks in flight per project,
+refresh: the heads of those users' ready keys, :data:`MAX_RUNNING` tasks in flight per project,
 and one read of the backendId of each task in view it has not seen before (for its
 client's updates).
 """
@@ -86,6 +87,7 @@ class Estimator:
             window = await store.window(
                 served, min(n, KEY_MAX), self.internal.name, dated=RESCUE_MAX,
                 busy_max=MAX_RUNNING, user_limit=settings.user_max_running,
+                users_max=n, by_rank=not settings.shares,
             )  # fmt: skip
             tasks, pool, shares, tuning = self._inputs(window, now)
             self.timed = bool(window.runs) or "share_default_run_s" in settings.model_fields_set
