@@ -12,7 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from rich.console import Console
 
+from aigcq.cli.status import render
 from aigcq.config import PlatformConfig, Settings
 from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN
@@ -92,6 +94,16 @@ async def test_a_flood_rents_and_idle_rented_bridges_drain_before_stop(
         assert keda.json()["desired"] == rent.desired
         metrics = (await http.get("/metrics", headers={"Authorization": "Bearer scrape"})).text
         assert f'aigcq_desired_instances{{pool="rent"}} {float(rent.desired)}' in metrics
+        snap = (await http.get("/api/admin/snapshot", headers=HEADERS)).json()
+    # where operators look: the admin snapshot (the dashboard's) and ``aigcq status``
+    assert {row["pool"]: row["desired"] for row in snap["capacity"]["pools"]}[
+        "rent"
+    ] == rent.desired
+    snap["recent"] = []
+    console = Console(width=200, record=True)
+    console.print(render(snap))
+    shown = console.export_text()
+    assert "capacity (pools.json)" in shown and rent.reason[:40] in shown, shown
 
     # the asked-for instances count as booting, so a second round asks nothing more
     again = await env.service.capacity.round()

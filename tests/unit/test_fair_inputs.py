@@ -155,6 +155,23 @@ def test_the_pool_counts_the_time_left_of_each_busy_slot() -> None:
     assert list(pool.busy_s) == [time_left(10.0, 3), time_left(10.0, 0)]
 
 
+def test_an_instance_booting_is_a_slot_a_task_may_wait_for_instead_of_paying() -> None:
+    """Issue 40: a task whose start deadline our one busy GPU would miss goes to the paid
+    platform's room, unless an instance the capacity planner asked for registers in time."""
+    w = window(
+        [windowed("a", created=NOW, start_by=NOW + 30)],
+        busy=[("wf", NOW)],
+        runs={"wf": 120.0},
+    )
+    for booting, paid in (((), ["a"]), ((5.0,), [])):
+        given = fair.inputs(w, free=0, free_elsewhere=0, settings=Settings(), keys=KEYS,
+                            now=NOW, booting_s=booting)  # fmt: skip
+        assert list(given.pool.busy_s)[1:] == list(booting)
+        decision = plan_round(given.tasks, given.pool, given.shares, {("p", "comfyui"): 1},
+                              NOW, fair.tuning(Settings()))  # fmt: skip
+        assert decision.paid.get(("p", "comfyui"), []) == paid, booting
+
+
 def test_the_shares_are_the_weights_and_the_usage_decayed_to_now() -> None:
     w = window(
         [windowed("a", aigc="p", user="u"), windowed("b", aigc="q")],

@@ -44,6 +44,8 @@ def render(snap: dict[str, Any]) -> Group:
     budgets = snap.get("budgets") or {}
     if budgets.get("projects") or budgets.get("accounts"):
         parts.append(_budgets(budgets))
+    if (snap.get("capacity") or {}).get("pools"):
+        parts.append(_pools(snap["capacity"]))
     parts.append(_recent(snap["recent"]))
     failed = [t for t in snap["recent"] if t.get("failure")]
     if failed:
@@ -110,6 +112,25 @@ def _queues(rows: list[dict[str, Any]]) -> Table:
         if held:
             cells.append(Text("; ".join(q.get("heldBy") or []) or "-", style="yellow"))
         table.add_row(*cells)
+    return table
+
+
+def _pools(view: dict[str, Any]) -> Table:
+    """The capacity planner's last decision (pools.json): each pool's instances now and
+    wanted, and why; the caption the projected spend of each choice over its horizon."""
+    columns = ("pool", "current", "busy", "booting", "desired", "stopping", "reason")
+    projected = view.get("projected") or {}
+    spend = ", ".join(
+        f"{name} {p['cost']:g} ({p['paidTasks']} paid, {p['misses']} late)"
+        for name, p in projected.items()
+    )
+    horizon = f"projected over {view.get('horizonS', 0):g} s: {spend}" if spend else None
+    table = Table(*columns, title="capacity (pools.json)", caption=horizon)
+    for p in view["pools"]:
+        table.add_row(
+            p["pool"], str(p["current"]), str(p["busy"]), str(p["booting"]), str(p["desired"]),
+            ", ".join(p.get("stop") or []) or "-", p.get("reason") or "-",
+        )  # fmt: skip
     return table
 
 

@@ -30,7 +30,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,9 @@ class DispatchLoop:
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     #: told the bridges an operator paused (drained) whenever that set changes
     on_drains: Callable[[frozenset[str]], Awaitable[None]] | None = None
+    #: when each instance the capacity planner asked for should register (epoch s): slots
+    #: that free then (:meth:`aigcq.serve.capacity.CapacityPlanner.booting_at`)
+    booting: Callable[[], Sequence[float]] = lambda: ()
     #: the pauses in force, as the last round read them
     paused: Paused = field(init=False, default_factory=Paused)
     _inflight: set[asyncio.Task[None]] = field(init=False, default_factory=set)
@@ -194,6 +197,7 @@ class DispatchLoop:
             keys=self.rt.store.keys,
             now=now,
             projects=self.rt.config.shares,
+            booting_s=[max(at - now, 0.0) for at in self.booting()],
         )
         decision = plan_round(
             given.tasks, given.pool, given.shares, rooms, now, fair.tuning(settings)

@@ -21,7 +21,7 @@ puts it first while fewer than that run.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -99,9 +99,11 @@ def inputs(
     keys: Keys,
     now: float,
     projects: Mapping[str, ProjectShare] | None = None,
+    booting_s: Sequence[float] = (),
 ) -> Inputs:
     """The planner's inputs of ``window``; ``projects``: the projects' shares of our GPUs
-    (model.json ``share``: a minimum, a ceiling, a weight)."""
+    (model.json ``share``: a minimum, a ceiling, a weight); ``booting_s``: the seconds
+    until each instance that is booting registers (slots that free then)."""
     projects = projects or {}
     run_s = run_times(window.runs, settings.share_default_run_s)
     tasks = [
@@ -124,6 +126,7 @@ def inputs(
     ceilings = {p: share.max for p, share in projects.items() if share.max is not None}
     tasks = held_beyond(tasks, window.running, ceilings, lambda t: t.queue[0])
     busy = [time_left(run_s(w), now - started if started else 0.0) for w, started in window.busy]
+    busy += booting_s
     named = {t.queue[0] for t in tasks}
     users = {(t.queue[0], t.user) for t in tasks if t.user}
     half_life_s = settings.share_half_life_s

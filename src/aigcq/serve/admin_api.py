@@ -139,6 +139,7 @@ class Monitor:
             "accounts": await self.service.reconciler.view(),
             "budgets": await self.service.paid.budgets.view(spend),
             "shares": share_rows(rt.config.shares, queues, self._internal_name()),
+            "capacity": self.service.capacity.view() if self.service.capacity.pools else None,
         }
 
     def _internal_name(self) -> str:

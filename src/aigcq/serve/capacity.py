@@ -100,6 +100,8 @@ class CapacityPlanner:
         self.token = f"{time.time()}:{id(self)}"
         #: the tasks submitted lately (seen waiting or in flight), for the forecast
         self.arrivals: dict[str, capacity.Arrival] = {}
+        #: when each instance asked for and not registered yet should register (epoch s)
+        self.boot_at: list[float] = []
 
     async def run(self) -> None:
         if not self.pools:
@@ -138,9 +140,19 @@ class CapacityPlanner:
                 }
             ).decode(),
         )
+        self.boot_at = [now + i.free_at() for i in fleet if i.booting]
         if await self.leading():
             await self.act(got, bridges)
+            for name, d in got.pools.items():  # asked for now: they boot from now
+                started = max(d.desired - d.current - d.booting, 0)
+                self.boot_at += [now + self.specs[name].boot_s] * started
         return got
+
+    def booting_at(self) -> list[float]:
+        """When each instance the pools were asked for should register (epoch s): the
+        dispatch rounds count them as slots that free then, so a task that can wait for
+        one within its start deadline is not sent to a paid platform meanwhile."""
+        return self.boot_at
 
     # ---- inputs --------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastapi import FastAPI
 from starlette.routing import BaseRoute
@@ -22,6 +22,9 @@ from aigcq.scheduler.accounts import Reconciler
 from aigcq.scheduler.dispatch import DispatchLoop
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.paid import PaidPlatforms
+
+if TYPE_CHECKING:
+    from aigcq.serve.capacity import CapacityPlanner
 from aigcq.scheduler.targets import InternalTarget
 
 #: a loop run while the app is up
@@ -37,6 +40,7 @@ class ServeParts(Protocol):
     dispatch: DispatchLoop
     paid: PaidPlatforms
     reconciler: Reconciler
+    capacity: CapacityPlanner
 
 
 @dataclass

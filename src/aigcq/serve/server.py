@@ -165,6 +165,7 @@ class ServeProcess:
         self.monitor = Monitor(self)  # the dashboard's samples
         #: how many instances each pool of pools.json should run (none: no pools)
         self.capacity = CapacityPlanner(self, load_pools(settings.config_dir))
+        self.dispatch.booting = self.capacity.booting_at
         self.loops: list[BackgroundLoop] = [
             self.events.run,
             self.dispatch.run,

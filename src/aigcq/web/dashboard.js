@@ -186,6 +186,22 @@ function renderShares(shares) {
   fillTable("#shares", rows.map((s) => [s.AIGC, num(s.min), num(s.max), num(s.weight), s.running]));
 }
 
+// The capacity planner's last decision (pools.json): each pool's instances now and wanted,
+// why, and the projected spend of waiting, renting and overflowing over its horizon.
+function renderPools(view) {
+  const pools = (view && view.pools) || [];
+  $("#pools").hidden = !pools.length;
+  fillTable("#pools", pools.map((p) => [
+    p.pool, p.current, p.busy, p.booting, p.desired, (p.stop || []).join(", ") || "-",
+    p.reason || "-",
+  ]));
+  const projected = Object.entries((view && view.projected) || {});
+  $("#pools-spend").hidden = !pools.length || !projected.length;
+  $("#pools-spend").textContent = pools.length ? `projected over ${view.horizonS} s: ` +
+    projected.map(([name, p]) => `${name} ${p.cost} (${p.paidTasks} paid, ${p.misses} late)`)
+      .join(" · ") : "";
+}
+
 const seconds = (v) => (v === null || v === undefined ? "-" : v + " s");
 
 // The queue now, as the Queues table shows it: the charts' last point and their caption.
@@ -487,6 +503,7 @@ function render(s) {
   renderBridges(s.bridges);
   renderQueues(s.queues);
   renderShares(s.shares);
+  renderPools(s.capacity);
   renderTrends(s);
   renderSplit(s.split, s.time);
   renderHealth(s.health);
