@@ -87,8 +87,9 @@ PLAN_S = 10.0
 HORIZON_S = 900.0
 #: the arrivals of the last this long are the forecast of the next (replayed)
 RECENT_S = float(os.environ.get("FLEET_RECENT_S", 900.0))
-#: capacity.Settings.deadline_margin
-DEADLINE_MARGIN = float(os.environ.get("FLEET_MARGIN", 0.8))
+#: capacity.Settings.deadline_margin: as long as the scheduler lets a task wait before it
+#: pays for it (1 - its Tuning.margin)
+DEADLINE_MARGIN = float(os.environ.get("FLEET_MARGIN", 1 - Tuning().margin))
 #: a task with no start deadline is planned as if it had to start within this
 PATIENCE_S = 300.0
 POLICIES = ("static", "queue_depth", "all_paid", "planner")

@@ -132,7 +132,8 @@ class Settings:
     #: an idle instance whose billing step ends within this is "ending" (may be let go)
     step_end_s: float = 30.0
     #: the share of its time to its start deadline a task is planned to wait at most on
-    #: our GPUs (the scheduler overflows a task that would come within a margin of it)
+    #: our GPUs; serve passes how long the dispatch lets it wait before it pays for it (1 -
+    #: ``AIGCQ_SHARE_MARGIN``, :func:`aigcq.scheduler.policy._safe_start`)
     deadline_margin: float = 0.8
 
 

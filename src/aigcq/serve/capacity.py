@@ -114,6 +114,8 @@ class CapacityPlanner:
             horizon_s=s.capacity_horizon_s,
             miss_cost=s.capacity_miss_cost,
             step_end_s=max(2 * s.capacity_interval_s, 10.0),
+            # as long as the dispatch lets a task wait before it pays for it
+            deadline_margin=min(max(1.0 - s.share_margin, 0.0), 1.0),
         )
 
     async def round(self) -> Plan:
