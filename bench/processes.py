@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from aigcq.plumbing.ports import Ports
+
 #: the client token the real ``aigcq serve`` processes of the e2e tests and benches accept
 CLIENT_TOKEN = "e2e-client-token"
 ADMIN_TOKEN = "e2e-admin-token"
@@ -27,42 +28,6 @@ SECRET = "e2e-secret-with-at-least-32-bytes-of-key"
 BRIDGE_TOKEN = "e2e-bridge-token"
 #: the management routes' token of the model-asynch processes and services of tests and benches
 ASYNCH_ADMIN_TOKEN = "e2e-asynch-admin-token"
-
-
-class Ports:
-    """Ports for child servers, each reserved until :meth:`close` (``with Ports() as
-    ports:``), so that none is taken between the moment it is chosen and the moment the
-    child listens, nor while a killed child is restarted on it.
-
-    :meth:`take` binds port 0 with ``SO_REUSEADDR`` and keeps the socket, never listening.
-    On Linux, the kernel then hands that port to no other ``bind(0)`` nor outgoing
-    connection (a test's server or client on a parallel xdist worker), while a child that
-    binds it with ``SO_REUSEADDR`` too (aigcq's servers, uvicorn, asyncio, redis-server and
-    Go all do) may listen on it: the reservation is what closing a probed port and handing
-    its number over (a "free port") lacked. Run every child on 127.0.0.1."""
-
-    def __init__(self, host: str = "127.0.0.1") -> None:
-        self.host = host
-        self._held: list[socket.socket] = []
-
-    def take(self) -> int:
-        """A port of this reservation's own: pass it to the child's ``--port``."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, 0))
-        self._held.append(sock)
-        return int(sock.getsockname()[1])
-
-    def close(self) -> None:
-        """Give the ports back (stop their children first)."""
-        while self._held:
-            self._held.pop().close()
-
-    def __enter__(self) -> Ports:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 #: the reservations of :func:`reserved_port`, given back when this process exits

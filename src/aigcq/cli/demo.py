@@ -19,7 +19,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 
 from aigcq.config import PlatformConfig, Settings
+from aigcq.plumbing.ports import Ports
 from aigcq.queue.keys import Keys
 
 WORKFLOW_ID = "demo"
@@ -90,16 +90,10 @@ def _port_settings(options: DemoOptions) -> list[tuple[int, str]]:
     ]
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _comfyui_ports(host: str, options: DemoOptions) -> list[int]:
+def _comfyui_ports(ports: Ports, options: DemoOptions) -> list[int]:
     if options.comfyui_port:
         return [options.comfyui_port + i for i in range(options.instances)]
-    return [free_port(host) for _ in range(options.instances)]
+    return [ports.take() for _ in range(options.instances)]
 
 
 def demo_host(settings: Settings) -> str:
@@ -163,18 +157,21 @@ class Demo:
     bridge_port: int
 
     @classmethod
-    def plan(cls, settings: Settings, options: DemoOptions) -> Demo:
+    def plan(cls, settings: Settings, options: DemoOptions, ports: Ports | None = None) -> Demo:
+        """The demo's layout; the ports not set are taken from ``ports`` (reserved until
+        it is closed, so no other program takes one before its child listens)."""
         host = demo_host(settings)
+        ports = ports or Ports(host)
         root = settings.data_dir / "demo"
         return cls(
             settings=settings,
             options=options,
             root=root,
             host=host,
-            runninghub=f"http://{host}:{options.runninghub_port or free_port(host)}",
-            jimuai=f"http://{host}:{options.jimuai_port or free_port(host)}",
-            comfyui=[f"http://{host}:{port}" for port in _comfyui_ports(host, options)],
-            bridge_port=options.bridge_port or free_port(host),
+            runninghub=f"http://{host}:{options.runninghub_port or ports.take()}",
+            jimuai=f"http://{host}:{options.jimuai_port or ports.take()}",
+            comfyui=[f"http://{host}:{port}" for port in _comfyui_ports(ports, options)],
+            bridge_port=options.bridge_port or ports.take(),
         )
 
     @property
@@ -333,7 +330,8 @@ def run(settings: Settings, console: Console, options: DemoOptions | None = None
     options = options or DemoOptions()
     require_free_ports(demo_host(settings), _port_settings(options))
     ensure_secrets(settings)
-    demo = Demo.plan(settings, options)
+    ports = Ports(demo_host(settings))  # held until the demo's children stop
+    demo = Demo.plan(settings, options, ports)
     config = demo.write_config()
     children = [c.start() for c in demo.emulators()]
     bridge = demo.bridge()
@@ -350,4 +348,5 @@ def run(settings: Settings, console: Console, options: DemoOptions | None = None
     finally:
         for child in [bridge, *reversed(children)]:
             child.stop()
+        ports.close()
         console.print("aigcq demo stopped")

@@ -1,4 +1,5 @@
-"""Is a port free? Every ``aigcq`` process asks before it prints where it listens."""
+"""Ports: is one free (every ``aigcq`` process asks before it prints where it listens), and
+ports reserved for child servers until given back (:class:`Ports`)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,39 @@ def local_host(host: str) -> str:
     when IPv6, ready for a URL."""
     host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host) or host
     return f"[{host}]" if ":" in host else host
+
+
+class Ports:
+    """Ports for child servers, each reserved until :meth:`close` (``with Ports() as
+    ports:``), so that none is taken between the moment it is chosen and the moment the
+    child listens, nor while a killed child is restarted on it.
+
+    :meth:`take` binds port 0 with ``SO_REUSEADDR`` and keeps the socket, never listening.
+    On Linux, the kernel then hands that port to no other ``bind(0)`` nor outgoing
+    connection (a test's server or client on a parallel xdist worker), while a child that
+    binds it with ``SO_REUSEADDR`` too (aigcq's servers, uvicorn, asyncio, redis-server and
+    Go all do) may listen on it: the reservation is what closing a probed port and handing
+    its number over (a "free port") lacked. Run every child on 127.0.0.1."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self._held: list[socket.socket] = []
+
+    def take(self) -> int:
+        """A port of this reservation's own: pass it to the child's ``--port``."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, 0))
+        self._held.append(sock)
+        return int(sock.getsockname()[1])
+
+    def close(self) -> None:
+        """Give the ports back (stop their children first)."""
+        while self._held:
+            self._held.pop().close()
+
+    def __enter__(self) -> Ports:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
