@@ -1,16 +1,21 @@
 """Chaos run (issue 15): steady load on two ``aigcq serve`` processes sharing one Redis
 (AOF), each with a bridge (``aigcq bridge``) in front of emulated ComfyUI instances, and
 overflowing to a recording RunningHub emulator, while random faults strike: SIGKILL of
-either serve, of either bridge (each restarted a moment later), of Redis (restarted), lost
-create replies, faulty status answers and slow cancels from the platform, client cancels
+either serve, of either bridge (each restarted a moment later), a routine restart of a
+bridge (SIGTERM, started again at once), of Redis (restarted), lost create replies, faulty
+status answers, slow cancels and late webhooks (past the task's deadline) from the
+platform, client cancels
 of running tasks, tasks by a workflowId nobody registered (a bridge refuses them, 380:
 they fail ``WorkflowNotFound`` at once and must idle no GPU). One instance lacks a node
 class (``ImageInvert``): every fifth task needs it, the others run anywhere. Prints JSON:
 
     submitted, lost, duplicated_to_client, double_paid, paid_but_failed, peak_over_cap,
-    leaked_slots
+    charged_not_billed, leaked_slots
 
 all of which must be 0, plus what happened (faults, outcomes, targets, seconds).
+``charged_not_billed`` is how far the runs aigcq charged (its spend's task counts) are
+from the runs RunningHub ended and so billed (``billed_runs``: successes, failures and
+cancels, late webhooks included).
 ``paid_but_failed`` counts tasks RunningHub created (and so bills) whose client was told
 they failed, and never told otherwise.
 ``paid_late_success`` counts tasks whose client was told they failed ``UncertainSubmit``
@@ -88,7 +93,17 @@ FREE_FOR_S = 0.2
 WAIT_KEY = "aigcq:proj:comfyui:wait"
 
 #: the faults :class:`Chaos` picks from
-FAULTS = ("kill_serve", "kill_bridge", "kill_redis", "lose", "status", "cancel", "unknown")
+FAULTS = (
+    "kill_serve",
+    "kill_bridge",
+    "restart_bridge",
+    "kill_redis",
+    "lose",
+    "status",
+    "cancel",
+    "unknown",
+    "late_webhook",
+)
 
 
 #: the graph of the tasks any instance can run (no ``ImageInvert``)
@@ -256,8 +271,9 @@ class Chaos:
         self.done[action] += 1
         struck = time.time()
         self.struck.append((struck, action))
-        if action == "kill_bridge":
-            bridge = await self.fleet.kill_one(self.rng)
+        if action in ("kill_bridge", "restart_bridge"):
+            strike = self.fleet.kill_one if action == "kill_bridge" else self.fleet.restart_one
+            bridge = await strike(self.rng)
             await self._back(action, bridge.server_port, struck, bridge.comfyui)
         elif action == "kill_serve":
             port = self.rng.choice(sorted(self.serves))
@@ -279,6 +295,9 @@ class Chaos:
                 await self.load.cancel(task_id)
         elif action == "unknown":  # tasks a bridge refuses (380)
             self.load.unknown_next += self.rng.randint(1, 3)
+        elif action == "late_webhook":  # past the task's deadline (AIGCQ_TASK_DEADLINE_S)
+            late = {"late_webhooks": self.rng.randint(1, 3)}
+            await self._faults(**late, late_webhook_s=self.rng.uniform(4.0, 10.0))
         else:
             kinds = ["5xx", "non_json", "unknown_code"]
             await self._faults(status_faults=self.rng.choices(kinds, k=5))
@@ -428,12 +447,41 @@ async def records(rh: str) -> dict[str, Any]:
         return found
 
 
+async def rh_stats(rh: str) -> dict[str, Any]:
+    async with httpx.AsyncClient() as http:
+        found: dict[str, Any] = (await http.get(f"{rh}/_emulator/stats")).json()
+        return found
+
+
+def billed(stats: dict[str, Any]) -> int:
+    """The runs RunningHub ended (each one billed: a success, a failure, a cancel)."""
+    return int(stats["succeeded"]) + int(stats["failed"])
+
+
+async def charged(redis_url: str) -> int:
+    """The paid runs aigcq charged (the spend's per-account task counts, every month)."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        total = 0
+        async for key in client.scan_iter(match="aigcq:spend:month:*"):
+            for field_, value in (await client.hgetall(key)).items():
+                row = orjson.loads(field_)
+                if row[0] == "a" and row[-1] == "tasks":
+                    total += int(float(value))
+        return total
+    finally:
+        await client.aclose()
+
+
 async def settle(load: Load, fleet: Fleet, rh: str, redis_url: str, within: float) -> None:
-    """Wait until every task has a result and nothing runs or is counted any more."""
+    """Wait until every task has a result, nothing runs or is counted any more, and every
+    webhook RunningHub owes (a late one too) was sent."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         await load.resend_unacked()
-        running = sum(r["current"] for r in (await records(rh)).values())
+        stats = await rh_stats(rh)
+        sent = stats["webhooks_delivered"] + stats["webhooks_failed"]
+        running = sum(r["current"] for r in (await records(rh)).values()) + billed(stats) - sent
         done = all(t in load.results for t in load.submitted)
         try:
             idle = running == 0 and await leaked_slots(redis_url) == 0
@@ -492,6 +540,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         peak = max((r["peak"] for r in recs.values()), default=0)
         outcomes = Counter("success" if t in load.late else s[0] for t, s in load.results.items())
         bridge_slots = await chaos.fleet.slots_taken()
+        billing = billed(await rh_stats(rh))
         return {
             "seconds": round(time.monotonic() - started, 1),
             "submitted": len(load.submitted),
@@ -503,6 +552,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "paid_late_success": sum(1 for t in load.late if t in runs),
             "paid_but_failed_tasks": {t: load.failures.get(t, "") for t in paid_but_failed},
             "peak_over_cap": max(0, peak - CAP),
+            # every run RunningHub ended is charged once (a late one, an orphan's too)
+            "charged_not_billed": abs(await charged(cluster.redis_url) - billing),
+            "billed_runs": billing,
             "leaked_slots": await leaked_slots(cluster.redis_url)
             + sum(r["current"] for r in recs.values())
             + sum(bridge_slots.values()),
@@ -536,6 +588,7 @@ def failures(report: dict[str, Any]) -> dict[str, int]:
         "double_paid",
         "paid_but_failed",
         "peak_over_cap",
+        "charged_not_billed",
         "leaked_slots",
     )
     return {k: report[k] for k in keys if report[k]}

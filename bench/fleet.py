@@ -88,6 +88,15 @@ class Fleet:
         await asyncio.to_thread(self.start_bridge, b)
         return b
 
+    async def restart_one(self, rng: random.Random) -> Bridge:
+        """Stop a bridge as an operator does (SIGTERM: it closes its socket and spools what
+        runs) and start it again at once: a routine restart. Returns the bridge."""
+        b = rng.choice(self.bridges)
+        assert b.proc is not None
+        await asyncio.to_thread(b.proc.stop)
+        await asyncio.to_thread(self.start_bridge, b)
+        return b
+
     def instances(self, server_port: int | None = None) -> list[str]:
         """The ComfyUI instances (URLs) behind every bridge, or behind those of one serve."""
         return [

@@ -15,7 +15,10 @@
 * ``ghost_tasks``: tasks the platform counts as running on every key that no create of
   this API made (another client of the key, a create lost long ago): in RunningHub's
   ``accountStatus`` and queue status, not against its ``max_concurrent``;
-* ``account_status_faults``: the next N account / queue status answers are HTTP 502.
+* ``account_status_faults``: the next N account / queue status answers are HTTP 502;
+* ``late_webhooks``: the next N tasks that end send their webhook ``late_webhook_s`` late
+  (a delivery RunningHub retried for a while), after the task's deadline, a cancel or a
+  retry elsewhere have moved it on.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class Faults:
     cancel_delay_s: float = 0.0
     ghost_tasks: int = 0
     account_status_faults: int = 0
+    late_webhooks: int = 0
+    late_webhook_s: float = 0.0
 
     def update(self, body: Any) -> dict[str, Any]:
         """Apply a ``/_emulator/faults`` body; the faults now in force."""
@@ -59,6 +64,13 @@ class Faults:
             return False
         self.full_create_replies -= 1
         return True
+
+    def webhook_delay_s(self) -> float:
+        """How late the webhook of a task that ends now is sent (``late_webhooks``)."""
+        if self.late_webhooks <= 0:
+            return 0.0
+        self.late_webhooks -= 1
+        return self.late_webhook_s
 
     def create_fault(self) -> Response | None:
         """The faulty answer to a create that was accepted, if one is due: a lost reply

@@ -424,7 +424,11 @@ class _RunningHub(EmulatorCore):
                 "taskId": task_id,
                 "eventData": orjson.dumps(self._outputs_body(task_id, task)).decode(),
             }
-            self._outbox.put(task.webhook_url, orjson.dumps(event))
+            if late := self.faults.webhook_delay_s():
+                loop = asyncio.get_running_loop()
+                loop.call_later(late, self._outbox.put, task.webhook_url, orjson.dumps(event))
+            else:
+                self._outbox.put(task.webhook_url, orjson.dumps(event))
         now = time.monotonic()
         for old_id in self.retention.expired(now):
             self._webhook_urls.discard(self.tasks.pop(old_id).webhook_url)
