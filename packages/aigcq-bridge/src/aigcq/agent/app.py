@@ -13,6 +13,7 @@ import secrets
 import signal
 import time
 import uuid
+from importlib import metadata
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -20,7 +21,6 @@ from typing import Any
 import httpx
 import uvicorn
 
-from aigcq import __version__
 from aigcq.agent.connection import HubLink, redact
 from aigcq.agent.following import RunnerSettings
 from aigcq.agent.instances import ComfyInstance, InstancePool
@@ -29,7 +29,11 @@ from aigcq.agent.settings import BridgeSettings, http_base
 from aigcq.agent.spool import Spool, WebhookSender
 from aigcq.agent.web import FILES, create_web_app
 from aigcq.agent.workflow import WorkflowSource
-from aigcq.bridges.protocol import (
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import Spawner
+from aigcq.plumbing.cancel import cancel_and_wait
+from aigcq.plumbing.connection_limits import bounded_config
+from aigcq.wire.bridge import (
     BridgeMessage,
     CapacityData,
     CapacityMessage,
@@ -40,13 +44,18 @@ from aigcq.bridges.protocol import (
     TaskAssignData,
     utc_timestamp,
 )
-from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import Spawner
-from aigcq.plumbing.cancel import cancel_and_wait
-from aigcq.plumbing.connection_limits import bounded_config
-from aigcq.storage.links import signed_url
+from aigcq.wire.links import signed_url
 
 log = logging.getLogger(__name__)
+
+
+def bridge_version() -> str:
+    """The installed ``aigcq-bridge``'s version, as REGISTER reports it ("0+source" when run
+    from a checkout that is not installed)."""
+    try:
+        return metadata.version("aigcq-bridge")
+    except metadata.PackageNotFoundError:
+        return "0+source"
 
 
 def load_file_key(data_dir: Path) -> bytes:
@@ -180,7 +189,7 @@ class Bridge:
             timestamp=utc_timestamp(),
             instances=self.pool.infos(),
             tasks=self.runner.held(),
-            version=__version__,
+            version=bridge_version(),
             capacity_reports=True,
         )
         return RegisterMessage(data=data)

@@ -23,7 +23,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
-from aigcq.bridges.protocol import (
+from aigcq.observability.jsonlog import ctx
+from aigcq.plumbing.background import Spawner, backoff_delay
+from aigcq.plumbing.cancel import cancel_and_wait
+from aigcq.wire.bridge import (
+    CLOSE_AUTH,
+    CLOSE_FLOOD,
     BridgeMessage,
     ErrorMessage,
     HeartbeatMessage,
@@ -38,10 +43,6 @@ from aigcq.bridges.protocol import (
     encode,
     parse_bridge_message,
 )
-from aigcq.bridges.session import CLOSE_AUTH, CLOSE_FLOOD
-from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import Spawner, backoff_delay
-from aigcq.plumbing.cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

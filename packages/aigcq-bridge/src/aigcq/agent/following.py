@@ -29,7 +29,7 @@ from aigcq.agent.instances import (
     history_error,
     history_outputs,
 )
-from aigcq.bridges.protocol import (
+from aigcq.wire.bridge import (
     BridgeMessage,
     FailureClass,
     OutputFile,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aigcq.agent.spool import JsonFiles
-from aigcq.bridges.protocol import TaskAssignData
+from aigcq.wire.bridge import TaskAssignData
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
 
-from aigcq.bridges.capabilities import Needs, offered_by
-from aigcq.bridges.protocol import InstanceInfo
+from aigcq.wire.bridge import InstanceInfo
+from aigcq.wire.capabilities import Needs, offered_by
 
 log = logging.getLogger(__name__)
 

@@ -43,8 +43,8 @@ from aigcq.agent.workflow import (
     apply_node_info,
     node_names,
 )
-from aigcq.bridges.capabilities import needs_of
-from aigcq.bridges.protocol import (
+from aigcq.observability.jsonlog import ctx
+from aigcq.wire.bridge import (
     ACK_NO_CAPACITY,
     ACK_OK,
     ACK_WORKFLOW_NOT_FOUND,
@@ -57,7 +57,7 @@ from aigcq.bridges.protocol import (
     TaskEndBody,
     TaskEndResult,
 )
-from aigcq.observability.jsonlog import ctx
+from aigcq.wire.capabilities import needs_of
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from urllib.parse import quote, unquote
 
 import httpx
 
-from aigcq.bridges.protocol import TaskEndBody
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import backoff_delay
 from aigcq.plumbing.cancel import cancel_and_wait
+from aigcq.wire.bridge import TaskEndBody
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
 * ``POST /api/server`` — ``{"url": "ws://host:port/ws"}`` (JSON or form). When the bridge
   has a token, the request must carry it (``Authorization: Bearer`` or a ``token`` field).
 * ``GET /files/{expires}-{signature}/{taskId}/{filename}`` — the output files named in
-  TASK_END ``fileUrl``s, signed as result custody's links are (:mod:`aigcq.storage.links`,
+  TASK_END ``fileUrl``s, signed as result custody's links are (:mod:`aigcq.wire.links`,
   keyed by the bridge's ``files.key``): an unsigned, forged or expired link is 403
   ``SignatureError``, so no one who reaches the bridge can list its GPU results.
 """
@@ -24,9 +24,9 @@ from urllib.parse import parse_qsl, quote, urlsplit
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from aigcq.domain import ErrorCode
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
-from aigcq.storage.links import refusal
+from aigcq.wire.errors import ErrorCode
+from aigcq.wire.links import refusal
 
 #: the route of result files
 FILES = "/files"

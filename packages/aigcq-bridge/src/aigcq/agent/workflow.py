@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-from aigcq.bridges.protocol import NodeInfo, TaskAssignData
+from aigcq.wire.bridge import NodeInfo, TaskAssignData
 
 log = logging.getLogger(__name__)
 

@@ -51,14 +51,14 @@ from aigcq.emulators._common import (
 )
 from aigcq.emulators._http import read_json, reply, run_app
 from aigcq.emulators.jpeg import solid_jpeg
-from aigcq.platforms.volc_sign import (
+from aigcq.plumbing.signing import same_digest
+from aigcq.wire.volc_sign import (
     DATE_FORMAT,
     canonical_request,
     parse_authorization,
     sha256_hex,
     signature,
 )
-from aigcq.plumbing.signing import same_digest
 
 VERSION = "2022-08-31"
 SUBMIT, GET_RESULT = "CVSync2AsyncSubmitTask", "CVSync2AsyncGetResult"

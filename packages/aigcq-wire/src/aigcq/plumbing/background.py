@@ -18,12 +18,21 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
-from redis import exceptions as redis_errors
-
 log = logging.getLogger(__name__)
 
+
+def _redis_outage() -> tuple[type[Exception], ...]:
+    """redis's connection and timeout errors; none where redis is not installed (the bridge
+    and the SDK ship without it, so nothing they run can meet a Redis outage)."""
+    try:
+        from redis import exceptions as redis_errors
+    except ImportError:
+        return ()
+    return (redis_errors.ConnectionError, redis_errors.TimeoutError)
+
+
 #: Redis unreachable (restarting, failing over): expected operation, not a bug.
-REDIS_OUTAGE = (redis_errors.ConnectionError, redis_errors.TimeoutError)
+REDIS_OUTAGE = _redis_outage()
 
 
 #: how often a Redis outage that lasts is reported again, per loop

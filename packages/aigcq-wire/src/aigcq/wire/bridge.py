@@ -7,7 +7,8 @@ newer bridges both parse. Values are strict, except the forms a Node.js bridge s
 the seed's service coerced: counts as digit strings, task ids as integers
 (:mod:`aigcq.plumbing.js_values`). See ``docs/bridge-protocol.md``.
 
-Shared by the hub (:mod:`aigcq.bridges`) and the reference bridge (:mod:`aigcq.agent`).
+Shared by the hub (:mod:`aigcq.bridges`, distribution ``aigcq``) and the reference bridge
+(:mod:`aigcq.agent`, distribution ``aigcq-bridge``); it ships in ``aigcq-wire``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from aigcq.plumbing.js_values import Count, IdText
 ACK_OK = 0
 ACK_WORKFLOW_NOT_FOUND = 380  # RunningHub WORKFLOW_NOT_EXISTS
 ACK_NO_CAPACITY = 421  # RunningHub TASK_QUEUE_MAXED
+
+# ---- close codes of the bridge WebSocket (the hub closes, the bridge reads them) --------
+CLOSE_AUTH = 4401  # bad or missing token: the bridge does not retry with it
+CLOSE_FLOOD = 4008  # over its message rate
+CLOSE_TIMEOUT = 4000
+CLOSE_REGISTER_TIMEOUT = 4408  # no REGISTER within AIGCQ_BRIDGE_REGISTER_TIMEOUT_S
 
 NonNegInt = Annotated[int, Field(ge=0)]
 PositiveInt = Annotated[int, Field(gt=0)]

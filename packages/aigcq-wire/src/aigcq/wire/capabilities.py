@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from aigcq.bridges.protocol import InstanceInfo
+from aigcq.wire.bridge import InstanceInfo
 
 #: inputs whose value names a model file
 MODEL_INPUTS = frozenset(
