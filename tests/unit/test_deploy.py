@@ -93,7 +93,8 @@ def test_systemd_units_parse() -> None:
         parser.optionxform = str
         parser.read_string(unit.read_text())
         assert set(parser.sections()) == {"Unit", "Service", "Install"}, unit.name
-        assert parser["Service"]["ExecStart"].startswith("/opt/aigcq/bin/aigcq "), unit.name
+        command = parser["Service"]["ExecStart"].split()[0]
+        assert command in {"/opt/aigcq/bin/aigcq", "/opt/aigcq/bin/aigcq-bridge"}, unit.name
         assert parser["Service"]["User"] == "aigcq"
 
 
