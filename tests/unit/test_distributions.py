@@ -11,6 +11,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -127,3 +128,19 @@ def test_an_undeclared_import_is_found(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import redis\ntry:\n    import psycopg\nexcept ImportError:\n    pass\n")
     assert top_level_imports(module) == {"redis"}
+
+
+def test_a_command_of_a_distribution_not_installed_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``aigcq asynch`` where aigcq-asynch is not installed (the server alone)."""
+    from typer.testing import CliRunner
+
+    from aigcq.cli import command_table
+
+    monkeypatch.setitem(command_table.LAZY, "asynch", ("aigcq.not_installed.cli", "app", True))
+    app = command_table.root()
+    command_table.register(app, "asynch")
+    done = CliRunner().invoke(app, ["asynch"])
+    assert done.exit_code == 2
+    assert "pip install aigcq-asynch" in done.output
