@@ -4,8 +4,8 @@ check:
 test:
 	pytest -q
 lint:
-	ruff check src tests bench && ruff format --check src tests bench && mypy
+	ruff check src packages tests bench && ruff format --check src packages tests bench && mypy
 fmt:
-	ruff format src tests bench && ruff check --fix src tests bench
+	ruff format src packages tests bench && ruff check --fix src packages tests bench
 bench:
 	python bench/submit_bench.py

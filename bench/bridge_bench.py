@@ -74,14 +74,14 @@ from bench.processes import BRIDGE_TOKEN, CLIENT_TOKEN, Cluster, Proc, wait_http
 from tests.fakes.client import Client, generate
 from tests.fakes.comfyui import E2E_GRAPH
 
-from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.lookahead import Candidate, Reach, Rules, choose
 from aigcq.bridges.placing import Matching
-from aigcq.bridges.protocol import InstanceInfo
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
 from aigcq.bridges.slots import Assignment, SlotLedger
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.scheduler.routing import plan
+from aigcq.wire.bridge import InstanceInfo
+from aigcq.wire.capabilities import Needs
 
 SLOTS = 8
 END_DATA = orjson.dumps(

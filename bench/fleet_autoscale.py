@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# this checkout's server and wire (domain's error codes), installed or not
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "aigcq-wire" / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from bench.fleet_sim import (
     PAID_LATENCY_S,

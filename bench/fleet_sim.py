@@ -91,6 +91,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# this checkout's server and wire (domain's error codes), installed or not
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "aigcq-wire" / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from aigcq.scheduler.dispatch import BATCH, KEY_HEAD_MAX
 from aigcq.scheduler.fair import held_beyond

@@ -41,16 +41,20 @@ def reserved_port() -> int:
 
 
 class Proc:
-    """One ``python -m aigcq ...`` child process with its log in the test's tmp dir."""
+    """One ``python -m aigcq ...`` child process (or ``command`` ...) with its log in the
+    test's tmp dir."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], log: Path, command: list[str] | None = None
+    ) -> None:
         self.args, self.env, self.log = args, env, log
+        self.command = command or [sys.executable, "-m", "aigcq"]
         self.p: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Proc:
         out = self.log.open("ab")
         self.p = subprocess.Popen(
-            [sys.executable, "-m", "aigcq", *self.args],
+            [*self.command, *self.args],
             env={**os.environ, **self.env},
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -118,14 +122,16 @@ class Cluster:
         comfyui: list[str],
         *args: str,
         port: int | None = None,
+        command: list[str] | None = None,
         **env: str,
     ) -> tuple[Proc, int]:
-        """``aigcq bridge`` to the server's ``/ws``; its state dir is kept per port."""
+        """``aigcq bridge`` to the server's ``/ws``; its state dir is kept per port.
+        ``command``: what runs the bridge's options instead (``aigcq-bridge`` alone)."""
         port = port or self.ports.take()
         opts = [f"--comfyui={url}" for url in comfyui]
         proc = Proc(
             [
-                "bridge",
+                *([] if command else ["bridge"]),
                 f"--server=ws://127.0.0.1:{server_port}/ws",
                 f"--token={BRIDGE_TOKEN}",
                 f"--port={port}",
@@ -135,6 +141,7 @@ class Cluster:
             ],
             env,
             self.tmp / f"bridge-{port}.log",
+            command,
         )
         self.procs.append(proc.start())
         wait_http(f"http://127.0.0.1:{port}/api/status")

@@ -1,4 +1,5 @@
-"""The task model: states, their legal transitions, and the error codes clients see.
+"""The task model: states, their legal transitions, and the error codes clients see (defined
+in :mod:`aigcq.wire.errors`, re-exported here).
 
 Every write of task state is one of the :class:`Move` s below, made by one Lua script in
 :mod:`aigcq.queue` that declares it (``--! move``, see :mod:`aigcq.queue.scripts`). The
@@ -13,6 +14,9 @@ import enum
 import functools
 from dataclasses import dataclass, field
 from typing import Any
+
+# the codes' home is aigcq-wire (the bridge's HTTP server and the SDK share them)
+from aigcq.wire.errors import ErrorCode as ErrorCode
 
 
 class TaskState(enum.StrEnum):
@@ -145,37 +149,6 @@ def allowed_from(move: Move, to: TaskState) -> str:
     if to not in TRANSITIONS[move][1]:
         raise ValueError(f"{move} does not lead to {to}")
     return from_states(move)
-
-
-class ErrorCode(enum.StrEnum):
-    """Client-visible error codes. The first four are the seed's code.json keys."""
-
-    JSON = "JSONError"
-    OPCODE = "OpcodeError"
-    BALANCE = "BalanceError"
-    ASSESSMENT = "AssessmentError"
-    AUTH = "AuthError"
-    PLATFORM = "PlatformError"
-    PAYLOAD_TOO_LARGE = "PayloadTooLarge"
-    NOT_FOUND = "TaskNotFound"
-    CONFLICT = "TaskConflict"
-    TASK_FAILED = "TaskFailed"
-    TASK_TIMEOUT = "TaskTimeout"
-    TASK_CANCELLED = "TaskCancelled"
-    #: its start deadline (``maxWaitMs``) passed before it started anywhere (nothing paid)
-    TASK_EXPIRED = "TaskExpired"
-    SIGNATURE = "SignatureError"
-    GONE = "TaskGone"
-    NOT_RETRYABLE = "TaskNotRetryable"
-    UNCERTAIN_SUBMIT = "UncertainSubmit"
-    BRIDGE_NOT_FOUND = "BridgeNotFound"
-    MAX_COST = "MaxCostExceeded"
-    BUDGET = "BudgetExceeded"  # a paid budget or balance floor reached (the project fails)
-    CONTROL = "ControlError"  # an operator's control names nothing it can act on
-    LINK_EXPIRED = "LinkExpired"
-    FILE_NOT_FOUND = "FileNotFound"
-    #: a workflow's node class that no bridge of the cluster offers: the client's mistake
-    UNKNOWN_NODE_CLASS = "UnknownNodeClass"
 
 
 @dataclass(frozen=True, slots=True)

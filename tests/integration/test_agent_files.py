@@ -9,7 +9,7 @@ import time
 from urllib.parse import urlsplit
 
 from aigcq.agent.app import Bridge
-from aigcq.storage.links import signed_url
+from aigcq.wire.links import signed_url
 from tests.fakes.agent_hub import Env, env
 
 __all__ = ["env"]  # a fixture: imported for pytest to find

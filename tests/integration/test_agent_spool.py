@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from aigcq.agent.spool import Spool, SpooledResult, WebhookSender
-from aigcq.bridges.protocol import TaskEndBody, TaskEndResult
+from aigcq.wire.bridge import TaskEndBody, TaskEndResult
 from tests.fakes.servers import Recorder, serve_app
 
 FSYNC_S = 0.4  # a loaded disk's fsync

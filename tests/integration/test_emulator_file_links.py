@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 from aigcq.emulators import jimuai, runninghub
-from aigcq.platforms.volc_sign import Credentials, sign
+from aigcq.wire.volc_sign import Credentials, sign
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
 

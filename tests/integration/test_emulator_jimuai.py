@@ -30,8 +30,8 @@ from aigcq.platforms.base import (
 )
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.jimuai import JimuAIAdapter, JimuCredentials
-from aigcq.platforms.volc_sign import Credentials, sign, x_date
 from aigcq.storage.local import LocalStorage
+from aigcq.wire.volc_sign import Credentials, sign, x_date
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until
 

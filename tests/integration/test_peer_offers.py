@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.lookahead import Reach
 from aigcq.bridges.peer_offers import NOTHING, Offered, PeerOffers
 from aigcq.queue.keys import Keys
+from aigcq.wire.capabilities import Needs
 
 BASIC = Needs(frozenset({"EmptyImage", "SaveImage"}))
 INVERT = Needs(frozenset({"EmptyImage", "ImageInvert", "SaveImage"}))

@@ -28,7 +28,7 @@ from aigcq.emulators import jimuai, oss, runninghub
 from aigcq.emulators._common import result_png
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.serve.server import ServeProcess
-from aigcq.storage.links import link_key, signed_url
+from aigcq.wire.links import link_key, signed_url
 from tests.fakes.client import Client, generate
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import until

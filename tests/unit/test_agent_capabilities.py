@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from aigcq.agent.instances import ComfyInstance, InstancePool
-from aigcq.bridges.capabilities import Needs, needs_of, offered_by
+from aigcq.wire.capabilities import Needs, needs_of, offered_by
 
 GRAPH = {
     "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "b.safetensors"}},

@@ -9,7 +9,7 @@ import pytest
 
 from aigcq.agent.settings import http_base
 from aigcq.agent.workflow import WorkflowError, apply_node_info, coerce, parse_workflow
-from aigcq.bridges.protocol import NodeInfo
+from aigcq.wire.bridge import NodeInfo
 
 WORKFLOW: dict[str, Any] = {
     "3": {

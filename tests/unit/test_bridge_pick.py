@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
 from aigcq.bridges.slots import Assignment, SlotLedger
+from aigcq.wire.capabilities import Needs
 
 
 async def _nothing(_text: str) -> None:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from aigcq.bridges.protocol import (
+from aigcq.wire.bridge import (
     AckBody,
     BridgeMessage,
     ErrorData,

@@ -11,7 +11,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from aigcq.cli.app import app, read_token_file
+from aigcq.agent.cli import read_token_file
+from aigcq.cli.app import app
 from tests.fakes.cli import one_error_line
 
 

@@ -16,8 +16,11 @@ PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def project() -> dict[str, list[str]]:
+    """The server's runtime dependencies and its ``dev`` extra's development tools (the
+    repository's other distributions, aigcq-asynch in the extra, are product, not tools)."""
     table = tomllib.loads(PYPROJECT.read_text())["project"]
-    return {"runtime": table["dependencies"], "dev": table["optional-dependencies"]["dev"]}
+    tools = [r for r in table["optional-dependencies"]["dev"] if not r.startswith("aigcq")]
+    return {"runtime": table["dependencies"], "dev": tools}
 
 
 def applies(req: Requirement, extras: set[str]) -> bool:

@@ -93,7 +93,8 @@ def test_systemd_units_parse() -> None:
         parser.optionxform = str
         parser.read_string(unit.read_text())
         assert set(parser.sections()) == {"Unit", "Service", "Install"}, unit.name
-        assert parser["Service"]["ExecStart"].startswith("/opt/aigcq/bin/aigcq "), unit.name
+        command = parser["Service"]["ExecStart"].split()[0]
+        assert command in {"/opt/aigcq/bin/aigcq", "/opt/aigcq/bin/aigcq-bridge"}, unit.name
         assert parser["Service"]["User"] == "aigcq"
 
 
@@ -132,7 +133,8 @@ def test_grafana_dashboard_uses_exported_metrics() -> None:
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert len(exprs) > 20
     modules = ("observability/metrics.py", "serve/metrics.py", "asynch/metrics.py")
-    sources = "".join((SRC / m).read_text() for m in modules)
+    roots = (SRC, DEPLOY.parent / "packages" / "aigcq-asynch" / "src" / "aigcq")
+    sources = "".join((r / m).read_text() for m in modules for r in roots if (r / m).exists())
     for name in {n for e in exprs for n in re.findall(r"aigcq_\w+", e)}:
         base = re.sub(r"_(bucket|count|sum)$", "", name)
         assert f'"{base}"' in sources or f'"{base.removesuffix("_total")}"' in sources, name

@@ -47,7 +47,8 @@ def test_client_protocol_lists_every_error_code_with_its_status() -> None:
 
 def test_bridge_protocol_lists_every_error_code_the_hub_sends() -> None:
     bridges = ROOT / "src/aigcq/bridges"
-    sources = "".join(path.read_text() for path in bridges.glob("*.py"))
+    wire = ROOT / "packages/aigcq-wire/src/aigcq/wire/bridge.py"  # ProtocolError's codes
+    sources = "".join(path.read_text() for path in [*bridges.glob("*.py"), wire])
     sent = set(re.findall(r'(?:session\.error\(|ProtocolError\()"(\w+)"', sources))
     assert {"NotRegistered", "JSONError"} <= sent
     doc = (ROOT / "docs/bridge-protocol.md").read_text()

@@ -1,5 +1,7 @@
-"""The package's import graph has no circles, and its packages keep their layers: a lower
-layer never imports what assembles it.
+"""The package's import graph has no circles, its packages keep their layers (a lower
+layer never imports what assembles it), and each distribution of the repository imports
+only the distributions it depends on (``packages/*/pyproject.toml``): the bridge and the SDK
+only the wire.
 
 Every import counts, including those under ``TYPE_CHECKING`` and inside functions: a circle
 hidden behind a lazy import is still a circle for the reader.
@@ -10,19 +12,23 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import aigcq
+from tests.fakes.distributions import DISTRIBUTIONS, depends_on, distribution_of
 
-PACKAGE_DIR = Path(aigcq.__file__).parent
+#: the server's own source (its loose modules live here)
+PACKAGE_DIR = DISTRIBUTIONS["aigcq"].root / "aigcq"
 
 
 def module_names() -> dict[str, Path]:
-    """Every module of the package by dotted name (a package by its ``__init__``)."""
+    """Every module of every distribution by dotted name (a package by its ``__init__``)."""
     names: dict[str, Path] = {}
-    for path in PACKAGE_DIR.rglob("*.py"):
-        parts = ["aigcq", *path.relative_to(PACKAGE_DIR).with_suffix("").parts]
-        if parts[-1] == "__init__":
-            parts.pop()
-        names[".".join(parts)] = path
+    for dist in DISTRIBUTIONS.values():
+        for path in (dist.root / "aigcq").rglob("*.py"):
+            parts = ["aigcq", *path.relative_to(dist.root / "aigcq").with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            name = ".".join(parts)
+            assert name not in names, f"{name}: in two distributions ({names.get(name)}, {path})"
+            names[name] = path
     return names
 
 
@@ -116,13 +122,13 @@ def test_the_package_has_no_import_circle() -> None:
 def test_no_loose_modules_but_the_core() -> None:
     """Beside the packages, only what a reader looks for first lies at the top."""
     loose = {p.stem for p in PACKAGE_DIR.glob("*.py")}
-    assert loose == {"__init__", "__main__", "config", "domain", "health", "runtime"}
+    assert loose == {"__main__", "config", "domain", "health", "runtime"}
 
 
 #: the package's layers, bottom first: a module imports its own layer's and lower ones'
 #: (docs/architecture.md draws them)
 LAYERS: list[set[str]] = [
-    {"domain", "config", "plumbing", "observability"},
+    {"wire", "domain", "config", "plumbing", "observability"},
     {"queue", "platforms", "delivery", "storage", "embedded", "health", "client", "emulators"},
     {"runtime"},
     {"scheduler"},
@@ -135,9 +141,10 @@ LAYERS: list[set[str]] = [
 
 
 def layer_of(module: str) -> int:
-    """A package's layer; an entry point (``python -m aigcq.x``) is the CLI's."""
+    """A package's layer; an entry point (``python -m aigcq.x``, a product's ``x.cli``) is
+    the CLI's."""
     top = module.split(".")[1] if module.count(".") else ""
-    if module.endswith(".__main__"):
+    if module.endswith((".__main__", ".cli")) and module.count(".") == 2:
         top = "cli"
     found = [i for i, layer in enumerate(LAYERS) if top in layer]
     assert found, f"{module}: its package is in no layer of LAYERS"
@@ -163,3 +170,34 @@ def test_upward_imports_are_found() -> None:
 def test_no_package_imports_a_higher_layer() -> None:
     """Nothing below ``serve/`` or the CLI imports them; the runtime context sits low."""
     assert upward_imports(import_graph()) == []
+
+
+def foreign_imports(graph: dict[str, set[str]], modules: dict[str, Path]) -> list[str]:
+    """Every import of a module of a distribution the importer's does not depend on."""
+
+    def named(module: str) -> str:
+        return f"{module} ({distribution_of(modules[module])})"
+
+    return sorted(
+        f"{named(name)} -> {named(target)}"
+        for name, targets in graph.items()
+        for target in targets
+        if distribution_of(modules[target]) not in depends_on(distribution_of(modules[name]))
+    )
+
+
+def test_a_distribution_imports_only_those_it_depends_on() -> None:
+    """The bridge and the SDK import only the wire; the emulators too; the server all but
+    model-asynch, which is built on the server (it depends on it)."""
+    modules = module_names()
+    assert foreign_imports(import_graph(), modules) == []
+    assert depends_on("aigcq-bridge") == {"aigcq-bridge", "aigcq-wire"}
+    assert depends_on("aigcq-client") == {"aigcq-client", "aigcq-wire"}
+
+
+def test_foreign_imports_are_found() -> None:
+    modules = module_names()
+    graph = {"aigcq.agent.app": {"aigcq.queue.store"}}
+    assert foreign_imports(graph, modules) == [
+        "aigcq.agent.app (aigcq-bridge) -> aigcq.queue.store (aigcq)"
+    ]

@@ -9,12 +9,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aigcq.bridges.capabilities import Needs, fits
 from aigcq.bridges.conn import BridgeConn
 from aigcq.bridges.lookahead import Candidate, Reach, Rules, choose
 from aigcq.bridges.placing import Matching, Slot
-from aigcq.bridges.protocol import InstanceInfo
 from aigcq.bridges.slots import Assignment
+from aigcq.wire.bridge import InstanceInfo
+from aigcq.wire.capabilities import Needs, fits
 
 BASIC = Needs(frozenset({"EmptyImage", "SaveImage"}))
 SPECIAL = Needs(frozenset({"EmptyImage", "ImageInvert", "SaveImage"}))

@@ -25,8 +25,8 @@ from aigcq.platforms.base import (
     registered,
 )
 from aigcq.platforms.jimuai import JimuAIAdapter, JimuCredentials, files_result
-from aigcq.platforms.volc_sign import parse_authorization
 from aigcq.queue.store import workflow_of
+from aigcq.wire.volc_sign import parse_authorization
 
 APIKEY = JimuCredentials("AK", "SK", req_key="jimeng_t2i_v40").pack()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aigcq.delivery.custody import expiry_of
-from aigcq.storage.links import EXPIRED, FORGED, link_key, refusal, signed_url
+from aigcq.wire.links import EXPIRED, FORGED, link_key, refusal, signed_url
 
 KEY = link_key(b"s" * 32)
 NAME = "custody/abc/0.png"

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from aigcq.platforms.volc_sign import (
+from aigcq.wire.volc_sign import (
     Credentials,
     canonical_host,
     canonical_query,

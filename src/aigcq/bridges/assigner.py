@@ -26,7 +26,6 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from aigcq.bridges.capabilities import Needs, needs_of, with_overrides
 from aigcq.bridges.endings import TaskEnds
 from aigcq.bridges.lookahead import (
     ELSEWHERE_WAIT_S,
@@ -38,14 +37,6 @@ from aigcq.bridges.lookahead import (
     choose,
 )
 from aigcq.bridges.placing import Matching, Slot
-from aigcq.bridges.protocol import (
-    ACK_OK,
-    ACK_WORKFLOW_NOT_FOUND,
-    TaskAckData,
-    TaskAssignData,
-    TaskAssignMessage,
-    encode,
-)
 from aigcq.bridges.registry import Assignment, BridgeConn, BridgeRegistry
 from aigcq.bridges.session import HubConfig, Session
 from aigcq.domain import ErrorCode
@@ -55,6 +46,15 @@ from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.targets import Chosen, HandBack, Unrunnable
+from aigcq.wire.bridge import (
+    ACK_OK,
+    ACK_WORKFLOW_NOT_FOUND,
+    TaskAckData,
+    TaskAssignData,
+    TaskAssignMessage,
+    encode,
+)
+from aigcq.wire.capabilities import Needs, needs_of, with_overrides
 
 log = logging.getLogger(__name__)
 

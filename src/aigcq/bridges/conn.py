@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from aigcq.bridges.capabilities import Needs, offers_of
-from aigcq.bridges.protocol import InstanceInfo
 from aigcq.bridges.slots import Assignment, SlotLedger
+from aigcq.wire.bridge import InstanceInfo
+from aigcq.wire.capabilities import Needs, offers_of
 
 Send = Callable[[str], Awaitable[None]]
 

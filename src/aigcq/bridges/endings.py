@@ -24,7 +24,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aigcq.bridges.protocol import TaskCancelData, TaskCancelMessage, encode
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Counted
 from aigcq.bridges.rotation import Rotation
 from aigcq.observability.jsonlog import ctx
@@ -32,6 +31,7 @@ from aigcq.plumbing.background import Spawner
 from aigcq.plumbing.events import bridge_end_event
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import STOPPED, TaskEnd
+from aigcq.wire.bridge import TaskCancelData, TaskCancelMessage, encode
 
 log = logging.getLogger(__name__)
 

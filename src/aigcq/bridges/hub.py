@@ -23,21 +23,6 @@ from aigcq.bridges.known import CLOSED, SILENT, Standing
 from aigcq.bridges.peer_offers import Offered, PeerOffers
 from aigcq.bridges.peers import PeerCapacity
 from aigcq.bridges.progress import ProgressRelay
-from aigcq.bridges.protocol import (
-    BridgeMessage,
-    CapacityData,
-    CapacityMessage,
-    HeartbeatData,
-    HeartbeatMessage,
-    PingMessage,
-    PongMessage,
-    ProtocolError,
-    RegisterData,
-    RegisterMessage,
-    TaskAckMessage,
-    TaskProgressMessage,
-    parse_bridge_message,
-)
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry
 from aigcq.bridges.rotation import Rotation
 from aigcq.bridges.session import (
@@ -60,6 +45,21 @@ from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import TaskEnd
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.targets import Chosen, HandBack
+from aigcq.wire.bridge import (
+    BridgeMessage,
+    CapacityData,
+    CapacityMessage,
+    HeartbeatData,
+    HeartbeatMessage,
+    PingMessage,
+    PongMessage,
+    ProtocolError,
+    RegisterData,
+    RegisterMessage,
+    TaskAckMessage,
+    TaskProgressMessage,
+    parse_bridge_message,
+)
 
 __all__ = ["CLOSE_AUTH", "CLOSE_FLOOD", "CLOSE_TIMEOUT", "BridgeHub", "HubConfig"]
 

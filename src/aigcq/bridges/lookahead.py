@@ -40,11 +40,11 @@ from typing import Any, Literal
 
 import orjson
 
-from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.placing import Matching, Slot
 from aigcq.plumbing.text import text
 from aigcq.runtime import Runtime
 from aigcq.scheduler.targets import Chosen
+from aigcq.wire.capabilities import Needs
 
 #: how long a task no bridge here can run waits for bridges of other processes to take it
 ELSEWHERE_WAIT_S = 5.0

@@ -44,11 +44,11 @@ from typing import Any, NamedTuple
 import orjson
 from redis.asyncio import Redis
 
-from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.lookahead import Reach
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import REDIS_OUTAGE, nudged
 from aigcq.plumbing.text import text
+from aigcq.wire.capabilities import Needs
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A :class:`Slot` is one prompt an instance can take now (see
 :meth:`~aigcq.bridges.conn.BridgeConn.free_instances`), with what its instance offers.
 Tasks are added in queue order; each is placed if it and every task placed before it can
-all be put on slots that :func:`~aigcq.bridges.capabilities.fits` them. A task placed
+all be put on slots that :func:`~aigcq.wire.capabilities.fits` them. A task placed
 earlier is never dropped for one behind it, but it may move to another slot that fits it
 to make room (an augmenting path, as in bipartite matching): a basic task counted on the
 only instance that can run a special one moves to a basic instance when the special task
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
-from aigcq.bridges.capabilities import Needs, breadth, fits
+from aigcq.wire.capabilities import Needs, breadth, fits
 
 
 class Slot(NamedTuple):

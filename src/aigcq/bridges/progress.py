@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from aigcq.bridges.protocol import TaskProgressData
 from aigcq.plumbing.events import publish_progress
 from aigcq.plumbing.text import text
 from aigcq.runtime import Runtime
+from aigcq.wire.bridge import TaskProgressData
 
 
 class ProgressRelay:

@@ -42,7 +42,6 @@ from typing import Any
 import orjson
 from redis.commands.core import AsyncScript
 
-from aigcq.bridges.capabilities import Needs
 from aigcq.bridges.conn import BridgeConn
 from aigcq.bridges.known import KNOWN_FOR_S, Standing
 from aigcq.bridges.peer_offers import Offered
@@ -51,6 +50,7 @@ from aigcq.bridges.slots import Assignment
 from aigcq.plumbing.text import text
 from aigcq.queue.keys import Keys
 from aigcq.queue.store import TaskStore
+from aigcq.wire.capabilities import Needs
 
 Key = tuple[float, int]  # (load, -free): the smallest is picked
 

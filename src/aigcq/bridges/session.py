@@ -8,14 +8,28 @@ from dataclasses import dataclass, field
 
 from fastapi import WebSocket
 
-from aigcq.bridges.protocol import BridgeMessage, ErrorData, ErrorMessage, encode
 from aigcq.bridges.registry import BridgeConn
 from aigcq.observability.jsonlog import ctx
+from aigcq.wire.bridge import (
+    CLOSE_AUTH,
+    CLOSE_FLOOD,
+    CLOSE_REGISTER_TIMEOUT,
+    CLOSE_TIMEOUT,
+    BridgeMessage,
+    ErrorData,
+    ErrorMessage,
+    encode,
+)
 
-CLOSE_AUTH = 4401
-CLOSE_FLOOD = 4008
-CLOSE_TIMEOUT = 4000
-CLOSE_REGISTER_TIMEOUT = 4408  # no REGISTER within AIGCQ_BRIDGE_REGISTER_TIMEOUT_S
+__all__ = [
+    "CLOSE_AUTH",
+    "CLOSE_FLOOD",
+    "CLOSE_REGISTER_TIMEOUT",
+    "CLOSE_TIMEOUT",
+    "HubConfig",
+    "Rate",
+    "Session",
+]
 
 
 @dataclass(frozen=True, slots=True)

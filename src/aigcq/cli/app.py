@@ -4,11 +4,11 @@ is registered (:mod:`aigcq.cli.entry` runs a client command without the others).
 Logging is configured by the command line entry points and nowhere else.
 """
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from aigcq.agent.cli import bridge
 from aigcq.cli.command_table import LAZY, register, root
 from aigcq.cli.common import (
     LogLevelOption,
@@ -138,68 +138,4 @@ def token(
     typer.echo(issue_client_token(settings.token_secret, backend_id, ttl, ids or ()))
 
 
-def _given(help: str, **extra: Any) -> Any:
-    """An option that is unset unless given (its default lives in BridgeSettings)."""
-    return typer.Option(show_default=False, help=help, **extra)
-
-
-@app.command()
-def bridge(
-    server: Annotated[str | None, _given("aigcq's bridge URL, ws://host:port/ws")] = None,
-    token: Annotated[
-        str | None,
-        _given("Bridge token; visible to `ps`: prefer AIGCQ_BRIDGE_TOKEN or --token-file"),
-    ] = None,
-    token_file: Annotated[
-        Path | None,
-        _given("File holding the bridge token (e.g. chmod 600)", envvar="AIGCQ_BRIDGE_TOKEN_FILE"),
-    ] = None,
-    comfyui: Annotated[
-        list[str] | None,
-        _given("ComfyUI base URL; repeat for more instances [default: http://127.0.0.1:8188]"),
-    ] = None,
-    host: Annotated[
-        str | None, _given("Bind address of the admin/files server [default: 127.0.0.1]")
-    ] = None,
-    port: Annotated[int | None, _given("Port of the admin/files server [default: 8190]")] = None,
-    public_url: Annotated[
-        str | None, _given("Base of fileUrls [default: http://<host>:<port>]")
-    ] = None,
-    data_dir: Annotated[Path | None, _given("State dir [default: .aigcq/bridge]")] = None,
-    workflows: Annotated[Path | None, _given("Folder of <workflowId>.json")] = None,
-    heartbeat: Annotated[float | None, _given("Seconds between HEARTBEATs [default: 30]")] = None,
-    log_level: LogLevelOption = "INFO",
-) -> None:
-    """Run the reference bridge: connects out to aigcq and drives ComfyUI instances.
-
-    Every option may also come from AIGCQ_BRIDGE_<NAME> (e.g. AIGCQ_BRIDGE_SERVER,
-    AIGCQ_BRIDGE_TOKEN) or ./.env.
-    """
-    from aigcq.agent.app import run
-    from aigcq.agent.settings import BridgeSettings
-
-    configure_logging(log_level)
-    given: dict[str, Any] = {
-        "server": server,
-        "token": token if token is not None else read_token_file(token_file),
-        "comfyui": comfyui or None,
-        "host": host,
-        "http_port": port,
-        "public_url": public_url,
-        "data_dir": data_dir,
-        "workflows": workflows,
-        "heartbeat": heartbeat,
-    }
-    settings = BridgeSettings(**{k: v for k, v in given.items() if v is not None})
-    require_free_ports(settings.host, [(settings.http_port, "--port or AIGCQ_BRIDGE_HTTP_PORT")])
-    run(settings)
-
-
-def read_token_file(path: Path | None) -> str | None:
-    """The token in ``path`` (surrounding whitespace dropped); one line and exit 2 if unreadable."""
-    if path is None:
-        return None
-    try:
-        return path.read_text().strip()
-    except OSError as exc:
-        fail(f"cannot read the token file {path}: {exc.strerror}", 2, exc)
+app.command()(bridge)  # the bridge's own command (aigcq-bridge), here as `aigcq bridge`

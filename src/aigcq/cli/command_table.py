@@ -7,6 +7,7 @@ and a string annotation costs it an evaluation each time.
 """
 
 import os
+from collections.abc import Callable
 from importlib import import_module
 from typing import Annotated
 
@@ -25,8 +26,12 @@ LAZY: dict[str, tuple[str, str, bool]] = {
     "pause": ("aigcq.cli.controls", "pause", False),
     "resume": ("aigcq.cli.controls", "resume", False),
     "emulate": ("aigcq.cli.emulate", "emulate_app", True),
-    "asynch": ("aigcq.cli.asynch", "asynch_app", True),
+    "asynch": ("aigcq.asynch.cli", "asynch_app", True),
 }
+
+#: command -> the distribution that brings it, when the server does not depend on it
+#: (aigcq-asynch depends on the server: the `embedded`, `asynch` and `dev` extras bring it)
+OPTIONAL = {"asynch": "aigcq-asynch"}
 
 
 def _global_options(
@@ -51,8 +56,24 @@ def root() -> typer.Typer:
 def register(app: typer.Typer, name: str) -> None:
     """Add the command ``name`` of :data:`LAZY` to ``app`` (importing its module)."""
     module, attribute, group = LAZY[name]
-    found = getattr(import_module(module), attribute)
+    try:
+        found = getattr(import_module(module), attribute)
+    except ModuleNotFoundError as exc:
+        if name not in OPTIONAL or not module.startswith(f"{exc.name}."):
+            raise
+        app.command(name, help=f"(not installed: pip install {OPTIONAL[name]})")(
+            _not_installed(OPTIONAL[name])
+        )
+        return
     if group:
         app.add_typer(found, name=name)
     else:
         app.command(name)(found)
+
+
+def _not_installed(distribution: str) -> Callable[[], None]:
+    def command() -> None:
+        typer.echo(f"error: this command comes with {distribution}: pip install {distribution}")
+        raise typer.Exit(2)
+
+    return command

@@ -18,7 +18,7 @@ A copy that fails (the vendor's link already expired, 403/404, too large, too sl
 storage refusing) loses nothing: that entry keeps the vendor's ``fileUrl``, gains
 ``sourceUrl`` and ``custodyError`` (why), and a warning names the task and the file.
 
-The signed links (:mod:`aigcq.storage.links`) are served by serve (``GET /results/…``,
+The signed links (:mod:`aigcq.wire.links`) are served by serve (``GET /results/…``,
 :mod:`aigcq.gateway.result_links`): a local file directly, a file of another storage (S3,
 the OSS service) by a redirect to the URL the storage gave, kept in Redis for as long as
 the link works.
@@ -48,8 +48,8 @@ from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.text import text
 from aigcq.queue.keys import Keys
 from aigcq.storage import Storage, StorageError
-from aigcq.storage.links import FOLDER, link_key, signed_url
 from aigcq.storage.local import LocalStorage
+from aigcq.wire.links import FOLDER, link_key, signed_url
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class Custody:
         #: keys the folder names of copies, so a task id alone cannot find them; with no
         #: signing key (serve does not start then) nothing is copied
         self.folder_key = settings.signing_key()
-        #: signs the copies' links (:mod:`aigcq.storage.links`)
+        #: signs the copies' links (:mod:`aigcq.wire.links`)
         self.link_key = link_key(self.folder_key) if self.folder_key else b""
         self._copies = asyncio.Semaphore(COPIES_AT_ONCE)
         self._http: httpx.AsyncClient | None = None

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from aigcq.bridges.protocol import TaskAssignData
 from aigcq.domain import Task, TaskState
+from aigcq.wire.bridge import TaskAssignData
 
 QUEUED = {"code": 813, "msg": "APIKEY_TASK_IS_QUEUED", "data": None}
 RUNNING = {"code": 804, "msg": "APIKEY_TASK_IS_RUNNING", "data": None}

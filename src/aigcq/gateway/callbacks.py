@@ -22,7 +22,6 @@ import redis.exceptions
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from aigcq.bridges.protocol import failure_of
 from aigcq.domain import ErrorCode, TaskState
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.gateway import Gateway
@@ -32,6 +31,7 @@ from aigcq.platforms.base import Failed, Pending, ResultOutcome, Succeeded
 from aigcq.platforms.runninghub import RunningHubAdapter
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, read_body
 from aigcq.plumbing.signing import verify
+from aigcq.wire.bridge import failure_of
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """``GET /results/{expires}-{signature}/{name}``: a copied result file, behind its signed link
-(:mod:`aigcq.storage.links`, :mod:`aigcq.delivery.custody`).
+(:mod:`aigcq.wire.links`, :mod:`aigcq.delivery.custody`).
 
 A link whose signature does not match is refused ``SignatureError`` (403), one past its
 expiry ``LinkExpired`` (410), a file no longer kept ``FileNotFound`` (404). A valid link
@@ -19,8 +19,8 @@ from aigcq.delivery.custody import Custody
 from aigcq.domain import ErrorCode
 from aigcq.gateway.errors import ClientError
 from aigcq.storage import StorageError
-from aigcq.storage.links import EXPIRED, FOLDER, ROUTE, refusal
 from aigcq.storage.local import LocalStorage
+from aigcq.wire.links import EXPIRED, FOLDER, ROUTE, refusal
 
 
 def result_links_route(custody: Custody, messages: Messages) -> Route:

@@ -4,7 +4,7 @@ Submit: ``POST {base}/?Action=CVSync2AsyncSubmitTask&Version=2022-08-31`` with t
 payload as the body (``req_key`` from model.json when the payload has none), answered with
 ``data.task_id``. Poll: ``Action=CVSync2AsyncGetResult`` with ``{req_key, task_id,
 req_json: '{"return_url":true}'}`` until ``data.status`` is ``done``. Every request carries
-Volcengine's HMAC-SHA256 signature (:mod:`aigcq.platforms.volc_sign`).
+Volcengine's HMAC-SHA256 signature (:mod:`aigcq.wire.volc_sign`).
 
 A result's ``fileType``: an image URL's path extension where it names an image type, else
 ``jpeg``, the format Volcengine documents for ``image_urls`` (doc 85621/1616429); an inline
@@ -54,7 +54,7 @@ import orjson
 from aigcq.domain import Task
 from aigcq.platforms import base
 from aigcq.platforms._parse import as_int, unreadable_create
-from aigcq.platforms.volc_sign import Credentials, sign
+from aigcq.wire.volc_sign import Credentials, sign
 
 DEFAULT_URL = "https://visual.volcengineapi.com"
 VERSION = "2022-08-31"

@@ -16,8 +16,8 @@ from starlette.routing import Route
 
 from aigcq.config import Settings
 from aigcq.storage import Storage, StorageError, StorageSettings, build_storage
-from aigcq.storage.links import FOLDER as CUSTODY_FOLDER
 from aigcq.storage.local import LocalStorage
+from aigcq.wire.links import FOLDER as CUSTODY_FOLDER
 
 
 def result_storage(settings: Settings, storage: StorageSettings | None = None) -> Storage:

@@ -1,0 +1,5 @@
+"""``python -m aigcq.agent`` = ``aigcq-bridge`` = ``aigcq bridge``."""
+
+from aigcq.agent.cli import main
+
+main()

@@ -1,1 +1,0 @@
-"""Metrics exposition and log formatting."""

@@ -1,1 +1,0 @@
-"""Plumbing shared by every process: Redis connections, the event bus, background loops, frames."""
