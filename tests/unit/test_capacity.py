@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from aigcq.config import ConfigError, load_pools
@@ -204,6 +204,18 @@ paid_st = st.builds(
 
 
 @settings(max_examples=150, deadline=None)
+# a deadline after the horizon is at risk only after it: no miss in any fleet's bill
+@example(
+    pool=PoolSpec("p", 0.5, 1, 0.0, 1, 1),
+    fleet=[],
+    work=[
+        Job("t", 1.0, math.inf, paid="rh"),
+        Job("t", 1.0, math.inf, paid="rh"),
+        Job("t", 189.0, math.inf, paid="rh", arrive_s=532.0),
+        Job("t", 1.0, 901.0, paid="rh"),
+    ],
+    paid={"rh": PaidSpec("rh", 0.01, 0)},
+)
 @given(
     pool=pools_st,
     fleet=st.lists(instance_st, max_size=8),

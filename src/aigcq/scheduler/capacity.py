@@ -250,7 +250,7 @@ def _cost(
             heapq.heapreplace(heaps[best], start + max(job.run_s, 0.0))
             inside += 1
             continue
-        if job.start_by > horizon and start > horizon:
+        if job.start_by > horizon:  # at risk only after the horizon: a later plan's
             continue
         room = paid_heaps.get(job.paid)
         if room and max(room[0], arrive) <= job.start_by:

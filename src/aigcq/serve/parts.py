@@ -8,9 +8,9 @@ standalone message-dispatcher's API, capacity feed and loops), built in its cons
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from fastapi import FastAPI
 from starlette.routing import BaseRoute
@@ -22,13 +22,19 @@ from aigcq.scheduler.accounts import Reconciler
 from aigcq.scheduler.dispatch import DispatchLoop
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.paid import PaidPlatforms
-
-if TYPE_CHECKING:
-    from aigcq.serve.capacity import CapacityPlanner
 from aigcq.scheduler.targets import InternalTarget
 
 #: a loop run while the app is up
 BackgroundLoop = Callable[[], Coroutine[Any, Any, None]]
+
+
+class CapacityView(Protocol):
+    """What the admin snapshot shows of the capacity planner (``serve.capacity``)."""
+
+    @property
+    def pools(self) -> Mapping[str, object]: ...
+
+    def view(self) -> dict[str, Any]: ...
 
 
 class ServeParts(Protocol):
@@ -40,7 +46,9 @@ class ServeParts(Protocol):
     dispatch: DispatchLoop
     paid: PaidPlatforms
     reconciler: Reconciler
-    capacity: CapacityPlanner
+
+    @property
+    def capacity(self) -> CapacityView: ...
 
 
 @dataclass
