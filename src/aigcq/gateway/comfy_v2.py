@@ -21,7 +21,7 @@ import mimetypes
 import posixpath
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -38,6 +38,8 @@ from aigcq.gateway.errors import ClientError
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.http_api import bounded_body
 from aigcq.gateway.submission import GenerateRequest
+from aigcq.gateway.v2_assets import Assets
+from aigcq.gateway.v2_errors import V2Error
 from aigcq.plumbing.auth import Principal, bearer
 from aigcq.plumbing.text import text
 from aigcq.queue.store import task_from_hash
@@ -82,36 +84,6 @@ _KINDS = {
     "text": {"txt", "json", "md"},
     "latent": {"latent"},
 }
-
-
-class V2Error(Exception):
-    """An answer in the v2 error envelope: ``{"error": {"code", "message", "details"}}``."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        details: dict[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details
-        self.headers = dict(headers or {})
-
-    def response(self) -> JSONResponse:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details is not None:
-            error["details"] = self.details
-        return JSONResponse({"error": error}, self.status, headers=self.headers)
-
-
-async def v2_error_handler(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, V2Error)
-    return exc.response()
 
 
 def _not_found(job_id: str) -> V2Error:
@@ -301,6 +273,7 @@ class ComfyV2:
         self.live: dict[str, Live] = {}
         self._http: httpx.AsyncClient | None = None
         self._measuring: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
+        self.assets = Assets(self.rt)  # uploaded inputs (/api/v2/assets)
 
     # keys beside the task hashes (an index, no state of the job's own)
     def _idem_key(self, owner: str, key: str) -> str:
@@ -535,6 +508,7 @@ class ComfyV2:
         graph = _checked_graph(body)
         metadata = _checked_metadata(body)
         backend_id = _backend(owner)
+        graph = await self.assets.resolve(graph, backend_id, functools.partial(_reads, owner))
         project = self.rt.settings.comfy_v2_project or self.rt.settings.project_prefix
         task_id = str(uuid.uuid4())
         idem = None if key is None else self._idem_key(backend_id, key)
@@ -678,8 +652,8 @@ class ComfyV2:
     # -- asset content ------------------------------------------------------------------------
     async def content(self, value: str, owner: Principal, range_header: str | None) -> Response:
         parsed = parse_asset_id(value)
-        if parsed is None:
-            raise V2Error(404, "asset_not_found", f"no asset {value!r}")
+        if parsed is None:  # an uploaded input's id
+            return await self.assets.content(value, functools.partial(_reads, owner))
         task_id, index = parsed
         task = await self.rt.store.get(task_id)
         if task is None or not _reads(owner, task.backend_id):
@@ -793,6 +767,58 @@ class ComfyV2:
         ) -> Response:
             owner = self._owner(authorization)
             return await self.content(asset, owner, range)
+
+        self._asset_routes(router)
+        return router
+
+    def _asset_routes(self, router: APIRouter) -> None:
+        """The upload side: ``HEAD by-hash``, ``from-hash``, multipart ``POST``, a record."""
+        assets = self.assets
+
+        @router.head("/assets/by-hash/{digest}", summary="Comfy API v2: have these bytes?")
+        async def by_hash(digest: str, authorization: Authorization = None) -> Response:
+            owner = self._owner(authorization)
+            known = await assets.known(digest, _backend(owner))
+            return Response(status_code=200 if known else 404)
+
+        @router.post("/assets/from-hash", summary="Comfy API v2: an asset of known bytes")
+        async def from_hash(request: Request, authorization: Authorization = None) -> Any:
+            owner = self._owner(authorization)
+            record = await assets.from_hash(request, _backend(owner))
+            return assets.view(record, _base(request), created_new=False)
+
+        @router.post("/assets", summary="Comfy API v2: upload an input (multipart)")
+        async def upload(request: Request, authorization: Authorization = None) -> JSONResponse:
+            owner = self._owner(authorization)  # before a byte of the body is read
+            record, new = await assets.upload(request, _backend(owner))
+            return JSONResponse(assets.view(record, _base(request), new), 201 if new else 200)
+
+        @router.get("/assets/{asset}", summary="Comfy API v2: an uploaded asset")
+        async def get_asset(
+            asset: str, request: Request, authorization: Authorization = None
+        ) -> Any:
+            owner = self._owner(authorization)
+            record = await assets.record(asset, functools.partial(_reads, owner))
+            if record is None:
+                raise V2Error(404, "asset_not_found", f"no asset {asset!r}")
+            return assets.view(record, _base(request), None)
+
+        @router.delete("/assets/{asset}", status_code=204, summary="Comfy API v2: delete an asset")
+        async def delete_asset(asset: str, authorization: Authorization = None) -> Response:
+            owner = self._owner(authorization)
+            await assets.delete(asset, functools.partial(_reads, owner))
+            return Response(status_code=204)
+
+    def bridge_router(self) -> APIRouter:
+        """``GET /api/inputs/blake3:<hex>``: a job's uploaded input, for the bridge that runs
+        it (bridge token)."""
+        router = APIRouter(prefix="/api", tags=["api"])
+
+        @router.get("/inputs/{digest}", summary="An uploaded workflow input (bridges)")
+        async def bridge_input(digest: str, authorization: Authorization = None) -> Response:
+            if not self.gw.auth.bridge(bearer(authorization)):
+                raise V2Error(401, "unauthorized", "a bridge token is required")
+            return await self.assets.for_bridge(digest)
 
         return router
 
