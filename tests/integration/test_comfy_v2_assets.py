@@ -94,7 +94,8 @@ async def test_an_uploaded_image_reaches_the_comfyui_that_runs_the_job(
     emulator = gpu.comfy[0]
     [name] = emulator.uploads  # the bridge put it on that ComfyUI, under its hash
     assert name.startswith("aigcq_") and name.endswith(".png")
-    assert (emulator.config.directory("input") / name).read_bytes() == png
+    folder = emulator.config.directory("input")
+    assert folder is not None and (folder / name).read_bytes() == png
     task = await gpu.task(job.id)  # the graph keeps its reference, completed by aigcq
     assert task.payload["workflow"]["1"]["inputs"]["image"] == {
         "__type": "core/ASSET",
