@@ -76,6 +76,8 @@ STATUS = {
     TaskState.CANCELLED: "canceled",
 }
 TERMINAL = frozenset({"succeeded", "failed", "canceled", "expired"})
+#: the events a stream passes on as they come (live news, not read from the task)
+LIVE = frozenset({"progress", "log"})
 
 _KINDS = {
     "image": {"png", "jpg", "jpeg", "webp", "gif", "bmp", "tiff", "avif"},
@@ -258,7 +260,7 @@ class Feed:
 
     def send(self, kind: str, data: Any) -> None:
         for queue in self.subscribers:
-            if kind != "progress" or queue.qsize() < 32:  # a slow reader skips progress
+            if kind not in LIVE or queue.qsize() < 32:  # a slow reader skips progress, logs
                 queue.put_nowait((kind, data))
 
 
@@ -305,6 +307,7 @@ class ComfyV2:
         task_id = message.get("taskId")
         if not isinstance(task_id, str):
             return
+        news = _log_of(message, self.live.get(task_id))
         if _is_step(message):
             live = self.live.get(task_id)
             if live is None:
@@ -321,6 +324,8 @@ class ComfyV2:
             live.at = time.monotonic()
         for feed in self.feeds.get(task_id, {}).values():
             feed.stepped = feed.stepped or _is_step(message)
+            if news is not None:
+                feed.send("log", news)
             feed.wake.set()
 
     def task_ended(self, task_id: str) -> None:
@@ -589,9 +594,10 @@ class ComfyV2:
     # -- events ------------------------------------------------------------------------------
     async def events(self, job_id: str, base: str) -> AsyncIterator[bytes]:
         """The job's SSE stream: ``status`` at each change (with ``queue_position``),
-        ``progress`` as the bridge reports it, each ``output``, then the terminal
-        ``status`` (which ends the stream, as the SDK expects). Every stream of a job reads
-        one :class:`Feed` (one read of the task per change, however many watch)."""
+        ``progress`` as the bridge reports it, ``log`` lines (where it runs: ``bridge`` or
+        the paid platform, each node starting, how it ended), each ``output``, then the
+        terminal ``status`` (which ends the stream, as the SDK expects). Every stream of a
+        job reads one :class:`Feed` (one read of the task per change, however many watch)."""
         feed = self.feeds.get(job_id, {}).get(base)
         if feed is None:
             feed = self.feeds.setdefault(job_id, {})[base] = Feed()
@@ -609,8 +615,8 @@ class ComfyV2:
                     continue
                 if kind == "end":
                     return
-                if kind == "progress":
-                    yield _sse("progress", data)
+                if kind in LIVE:
+                    yield _sse(kind, data)
                     continue
                 for frame in _status_frames(data):
                     yield frame
@@ -632,8 +638,11 @@ class ComfyV2:
                 job = await self.job(task, base)
                 status = (job["status"], job["queue_position"])
                 if status != said:
+                    started = job["status"] == "running" and (said is None or said[0] != "running")
                     feed.last, said = job, status
                     feed.send("status", job)
+                    if started:
+                        feed.send("log", {"level": "info", "message": f"running on {task.target}"})
                     if job["status"] in TERMINAL:
                         return
                 elif feed.stepped and status[0] == "running":
@@ -883,11 +892,33 @@ def _is_step(message: dict[str, Any]) -> bool:
     return "value" in message and message.get("state") is None
 
 
+def _log_of(message: dict[str, Any], live: Live | None) -> dict[str, str] | None:
+    """A ``log`` event from what the bridge reported: a node starting (a step naming
+    another node than the last one heard)."""
+    node = message.get("node")
+    if not _is_step(message) or not isinstance(node, str) or (live and live.node == node):
+        return None
+    name = message.get("nodeName")
+    return {"level": "info", "message": f"node {node}" + (f" ({name})" if name else "") + " runs"}
+
+
+def _end_log(job: dict[str, Any]) -> dict[str, str]:
+    error = job["error"]
+    if error is not None:
+        message = f"{job['status']}: {error['code']}: {error['message']}"
+        return {"level": "error", "message": message}
+    outputs = len(job["outputs"])
+    message = f"{job['status']}: {outputs} outputs" if outputs else str(job["status"])
+    return {"level": "info", "message": message}
+
+
 def _status_frames(job: dict[str, Any]) -> list[bytes]:
-    """The frames of a status change: a terminal one after the job's outputs."""
+    """The frames of a status change: a terminal one after the job's outputs and a ``log``
+    of how it ended."""
     frames = []
     if job["status"] in TERMINAL:
         frames += [_sse("output", output) for output in job["outputs"]]
+        frames.append(_sse("log", _end_log(job)))
     if job["progress"] is not None and job["status"] in ("running", "succeeded"):
         frames.append(_sse("progress", job["progress"]))
     status = {"status": job["status"], "queue_position": job["queue_position"]}
