@@ -5,6 +5,7 @@ the by-hash probe and ``from-hash`` that upload nothing twice; refusals that cha
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,10 +19,13 @@ from comfy_sdk import AsyncComfy
 from comfy_sdk.exceptions import ComfyError, HashMismatch, MissingAsset, NotFound
 from comfy_sdk.workflows import Workflow
 
+from aigcq.config import PlatformConfig
 from aigcq.emulators.png import tiny_png
 from aigcq.plumbing.auth import issue_client_token
+from aigcq.serve.server import ServeProcess
 from tests.fakes.comfyui import read_png
 from tests.fakes.fleet import BRIDGE_TOKEN, SECRET, Fleet, fleet
+from tests.fakes.servers import serve_app
 
 LIMIT = 4096
 
@@ -227,3 +231,37 @@ async def test_oversized_and_malformed_uploads_are_refused_changing_nothing(
         wrong._hash = f"blake3:{'0' * 64}"
         await wrong.commit()
     assert await _asset_keys(gpu) == [] and _stored(gpu) == []
+
+
+async def test_an_input_uploaded_to_another_serve_process_reaches_the_bridge(
+    gpu: Fleet, redis: aioredis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two serve processes on one Redis and one storage folder: the upload and the job go to
+    the one without a bridge; the bridge of the other fetches the input from its own."""
+    other = ServeProcess(gpu.service.rt.settings, PlatformConfig.load(tmp_path), redis)
+    async with serve_app(other.app) as base:
+        monkeypatch.setenv("COMFY_BASE_URL", base)
+        async with AsyncComfy(api_key=issue_client_token(SECRET, "v2-user"), timeout=15) as sdk:
+            png = tiny_png((200, 100, 0), size=4)
+            job = await sdk.submit(Workflow(_load_graph(sdk.assets.from_bytes(png), "two")))
+            await job.result()
+            [out] = job.outputs
+            assert read_png(await out.to_bytes()) == (4, 4, bytes([55, 155, 255]))
+
+
+async def test_uploaded_files_go_when_no_asset_named_them_for_a_retention(
+    gpu: Fleet, sdk: AsyncComfy
+) -> None:
+    assets = gpu.service.comfy_v2.assets
+    kept = sdk.assets.from_bytes(tiny_png((1, 1, 1)), filename="kept.png")
+    gone = sdk.assets.from_bytes(tiny_png((2, 2, 2)), filename="gone.png")
+    await kept.commit()
+    await gone.commit()
+    assert len(_stored(gpu)) == 2
+    old = 0.0  # both files last written long ago
+    for path in _stored(gpu):
+        os.utime(path, (old, old))
+    assert await assets.sweep() == 0  # both still named by an asset
+    await gpu.service.rt.redis.delete(assets._blob_key(gone.hash.removeprefix("blake3:")))
+    assert await assets.sweep() == 1
+    assert [p.name for p in _stored(gpu)] == [kept.hash.removeprefix("blake3:")]
