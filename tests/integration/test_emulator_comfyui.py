@@ -301,11 +301,11 @@ async def test_upload_image_then_load_image_as_comfyui(comfy: Comfy) -> None:
         "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "l"}},
     }
     prompt_id = (await comfy.post_prompt(graph)).json()["prompt_id"]
-    entry: dict[str, Any] = await wait_until(lambda: comfy.emulator.history.get(prompt_id))
+    entry = await wait_until(lambda: comfy.emulator.history.get(prompt_id) or {})
     [image] = entry["outputs"]["3"]["images"]
     view = await comfy.http.get(f"{comfy.url}/view", params=image)
     assert read_png(view.content) == (5, 5, bytes([254, 253, 252]))
     graph["1"]["inputs"]["image"] = "missing.png"
     prompt_id = (await comfy.post_prompt(graph)).json()["prompt_id"]
-    entry = await wait_until(lambda: comfy.emulator.history.get(prompt_id))
+    entry = await wait_until(lambda: comfy.emulator.history.get(prompt_id) or {})
     assert entry["status"]["status_str"] == "error"  # Invalid image file
