@@ -95,6 +95,9 @@ async def test_an_uploaded_image_reaches_the_comfyui_that_runs_the_job(
     assert job.status == "succeeded"
     [out] = job.outputs
     assert read_png(await out.to_bytes()) == (6, 6, bytes([245, 235, 225]))  # inverted
+    produced = await sdk.assets.get(out.id)  # an output is an asset too
+    assert (produced.job_id, produced.file_path) == (job.id, out.name)
+    assert produced.hash == job._model.outputs[0].hash
     emulator = gpu.comfy[0]
     [name] = emulator.uploads  # the bridge put it on that ComfyUI, under its hash
     assert name.startswith("aigcq_") and name.endswith(".png")

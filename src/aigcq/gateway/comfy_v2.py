@@ -802,11 +802,13 @@ class ComfyV2:
             record, new = await assets.upload(request, _backend(owner))
             return JSONResponse(assets.view(record, _base(request), new), 201 if new else 200)
 
-        @router.get("/assets/{asset}", summary="Comfy API v2: an uploaded asset")
+        @router.get("/assets/{asset}", summary="Comfy API v2: an asset (upload or output)")
         async def get_asset(
             asset: str, request: Request, authorization: Authorization = None
         ) -> Any:
             owner = self._owner(authorization)
+            if parse_asset_id(asset) is not None:
+                return await self._output_asset(asset, owner, _base(request))
             record = await assets.record(asset, functools.partial(_reads, owner))
             if record is None:
                 raise V2Error(404, "asset_not_found", f"no asset {asset!r}")
@@ -817,6 +819,29 @@ class ComfyV2:
             owner = self._owner(authorization)
             await assets.delete(asset, functools.partial(_reads, owner))
             return Response(status_code=204)
+
+    async def _output_asset(self, value: str, owner: Principal, base: str) -> dict[str, Any]:
+        """A job's output as an ``Asset`` (``GET /assets/{id}`` of an output's id)."""
+        parsed = parse_asset_id(value)
+        task = None if parsed is None else await self.rt.store.get(parsed[0])
+        if task is None or not _reads(owner, task.backend_id):
+            raise V2Error(404, "asset_not_found", f"no asset {value!r}")
+        job = await self.job(task, base)
+        output = next((o for o in job["outputs"] if o["id"] == value), None)
+        if output is None:
+            raise V2Error(404, "asset_not_found", f"no asset {value!r}")
+        return {
+            "id": value,
+            "hash": output["hash"],
+            "size_bytes": output["size_bytes"],
+            "content_type": output["content_type"],
+            "file_path": output["name"],
+            "created_at": job["completed_at"],
+            "url": output["url"],
+            "url_expires_at": output["url_expires_at"],
+            "expires_at": job["expires_at"],
+            "job_id": task.task_id,
+        }
 
     def bridge_router(self) -> APIRouter:
         """``GET /api/inputs/blake3:<hex>``: a job's uploaded input, for the bridge that runs
