@@ -133,7 +133,7 @@ class Assets:
             return None
         raw = await self.rt.redis.hgetall(self._asset_key(asset_id))
         found = {text(k): text(v) for k, v in raw.items()}
-        if not found or not reads(found.get("owner", "")):
+        if "hex" not in found or not reads(found.get("owner", "")):  # none, or a stray touch
             return None
         return found
 
