@@ -227,6 +227,13 @@ class Settings(HttpLimits):
         description="Waiting tasks that queue may hold before `POST /api/v2/jobs` is refused "
         "`429 queue_full` with `Retry-After` (0: no limit).",
     )
+    comfy_v2_max_upload_bytes: int = Field(
+        100 << 20,
+        gt=0,
+        validation_alias=_env("COMFY_V2_MAX_UPLOAD_BYTES"),
+        description="Largest file `POST /api/v2/assets` takes (a larger one is refused "
+        "`413 payload_too_large` as soon as it passes the limit); ComfyUI's own default.",
+    )
     outbox_retention_s: int = Field(2 * 86400, validation_alias=_env("OUTBOX_RETENTION_S"))
     result_custody: ResultCustody = Field(
         ResultCustody.OFFLINE,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 from comfy_sdk import AsyncComfy
-from comfy_sdk.events import StatusChange
+from comfy_sdk.events import Log, StatusChange
 from comfy_sdk.exceptions import IdempotencyKeyReuse, InvalidWorkflow, NotFound, WorkflowFormatUi
 from comfy_sdk.workflows import Workflow
 
@@ -68,7 +68,11 @@ async def test_submit_wait_download_events_and_list(gpu: Fleet, sdk: AsyncComfy)
     assert task.payload["workflow"] == GRAPH
     seen = [event async for event in job.events()]
     assert isinstance(seen[-1], StatusChange) and seen[-1].status == "succeeded"
-    assert {type(e).__name__ for e in seen} >= {"StatusChange", "OutputReady", "Progress"}
+    assert {type(e).__name__ for e in seen} >= {"StatusChange", "OutputReady", "Progress", "Log"}
+    logs = [(e.level, e.message) for e in seen if isinstance(e, Log)]
+    assert ("info", "running on bridge") in logs  # what the bridge reported, as log lines
+    assert any(m.startswith("node ") and m.endswith(" runs") for _, m in logs)
+    assert logs[-1] == ("info", "succeeded: 1 outputs")
     await job.result()
     assert job.status == "succeeded"
     [out] = job.outputs

@@ -14,6 +14,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
+from aigcq.emulators.png import tiny_png
 from tests.fakes.comfyui import GRAPH, model_graph, read_png
 from tests.fakes.servers import serve_app
 from tests.fakes.waiting import wait_until
@@ -274,3 +275,37 @@ async def test_each_instance_has_its_node_classes_and_model_files(tmp_path: Path
         stats = (await http.get(f"{url}/emulator/stats")).json()
         assert (stats["loads"], stats["loaded"]) == (2, "b.safetensors")  # a, then b
         assert stats["loadingS"] == pytest.approx(0.1) and stats["busyS"] >= stats["loadingS"]
+
+
+async def test_upload_image_then_load_image_as_comfyui(comfy: Comfy) -> None:
+    """``/upload/image`` puts a file in the input folder (renamed when the name holds other
+    bytes, unless overwrite); ``LoadImage`` reads it; a missing file fails the node."""
+    png = tiny_png((1, 2, 3), size=5)
+    url = f"{comfy.url}/upload/image"
+    first = await comfy.http.post(url, files={"image": ("in.png", png)}, data={"type": "input"})
+    assert first.json() == {"name": "in.png", "subfolder": "", "type": "input"}
+    same = await comfy.http.post(url, files={"image": ("in.png", png)})
+    assert same.json()["name"] == "in.png"  # the same bytes: the same file
+    other = await comfy.http.post(url, files={"image": ("in.png", png + b"x")})
+    assert other.json()["name"] == "in (1).png"
+    over = await comfy.http.post(
+        url, files={"image": ("in.png", png + b"y")}, data={"overwrite": "true"}
+    )
+    assert over.json()["name"] == "in.png"
+    assert (await comfy.http.post(url, content=b"x")).status_code == 400
+    assert comfy.emulator.uploads == ["in.png", "in.png", "in (1).png", "in.png"]
+    await comfy.http.post(url, files={"image": ("in.png", png)}, data={"overwrite": "1"})
+    graph: dict[str, Any] = {
+        "1": {"class_type": "LoadImage", "inputs": {"image": "in.png"}},
+        "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
+        "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "l"}},
+    }
+    prompt_id = (await comfy.post_prompt(graph)).json()["prompt_id"]
+    entry = await wait_until(lambda: comfy.emulator.history.get(prompt_id) or {})
+    [image] = entry["outputs"]["3"]["images"]
+    view = await comfy.http.get(f"{comfy.url}/view", params=image)
+    assert read_png(view.content) == (5, 5, bytes([254, 253, 252]))
+    graph["1"]["inputs"]["image"] = "missing.png"
+    prompt_id = (await comfy.post_prompt(graph)).json()["prompt_id"]
+    entry = await wait_until(lambda: comfy.emulator.history.get(prompt_id) or {})
+    assert entry["status"]["status_str"] == "error"  # Invalid image file

@@ -104,6 +104,10 @@ def test_a_task_without_an_inline_graph_is_not_sent(v2: ComfyV2Adapter) -> None:
     assert v2.unsendable(by_id) is not None
     as_text = Task("t3", "comfyui", "proj", "b1", {"workflow": '{"1": {"class_type": "X"}}'})
     assert v2.unsendable(as_text) is None
+    ref = {"__type": "core/ASSET", "info": {"id": "a1", "hash": "blake3:" + "0" * 64}}
+    graph = {"1": {"class_type": "LoadImage", "inputs": {"image": ref}}}
+    uploaded = Task("t4", "comfyui", "proj", "b1", {"workflow": graph})
+    assert "core/ASSET" in (v2.unsendable(uploaded) or "")  # waits for our GPUs
 
 
 def test_a_lost_create_is_looked_up_by_its_labels_where_they_are_kept(

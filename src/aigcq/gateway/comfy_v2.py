@@ -21,7 +21,7 @@ import mimetypes
 import posixpath
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -38,6 +38,8 @@ from aigcq.gateway.errors import ClientError
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.http_api import bounded_body
 from aigcq.gateway.submission import GenerateRequest
+from aigcq.gateway.v2_assets import Assets
+from aigcq.gateway.v2_errors import V2Error
 from aigcq.plumbing.auth import Principal, bearer
 from aigcq.plumbing.text import text
 from aigcq.queue.store import task_from_hash
@@ -74,6 +76,8 @@ STATUS = {
     TaskState.CANCELLED: "canceled",
 }
 TERMINAL = frozenset({"succeeded", "failed", "canceled", "expired"})
+#: the events a stream passes on as they come (live news, not read from the task)
+LIVE = frozenset({"progress", "log"})
 
 _KINDS = {
     "image": {"png", "jpg", "jpeg", "webp", "gif", "bmp", "tiff", "avif"},
@@ -82,36 +86,6 @@ _KINDS = {
     "text": {"txt", "json", "md"},
     "latent": {"latent"},
 }
-
-
-class V2Error(Exception):
-    """An answer in the v2 error envelope: ``{"error": {"code", "message", "details"}}``."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        details: dict[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details
-        self.headers = dict(headers or {})
-
-    def response(self) -> JSONResponse:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details is not None:
-            error["details"] = self.details
-        return JSONResponse({"error": error}, self.status, headers=self.headers)
-
-
-async def v2_error_handler(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, V2Error)
-    return exc.response()
 
 
 def _not_found(job_id: str) -> V2Error:
@@ -286,7 +260,7 @@ class Feed:
 
     def send(self, kind: str, data: Any) -> None:
         for queue in self.subscribers:
-            if kind != "progress" or queue.qsize() < 32:  # a slow reader skips progress
+            if kind not in LIVE or queue.qsize() < 32:  # a slow reader skips progress, logs
                 queue.put_nowait((kind, data))
 
 
@@ -301,6 +275,7 @@ class ComfyV2:
         self.live: dict[str, Live] = {}
         self._http: httpx.AsyncClient | None = None
         self._measuring: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
+        self.assets = Assets(self.rt)  # uploaded inputs (/api/v2/assets)
 
     # keys beside the task hashes (an index, no state of the job's own)
     def _idem_key(self, owner: str, key: str) -> str:
@@ -332,6 +307,7 @@ class ComfyV2:
         task_id = message.get("taskId")
         if not isinstance(task_id, str):
             return
+        news = _log_of(message, self.live.get(task_id))
         if _is_step(message):
             live = self.live.get(task_id)
             if live is None:
@@ -348,6 +324,8 @@ class ComfyV2:
             live.at = time.monotonic()
         for feed in self.feeds.get(task_id, {}).values():
             feed.stepped = feed.stepped or _is_step(message)
+            if news is not None:
+                feed.send("log", news)
             feed.wake.set()
 
     def task_ended(self, task_id: str) -> None:
@@ -535,6 +513,7 @@ class ComfyV2:
         graph = _checked_graph(body)
         metadata = _checked_metadata(body)
         backend_id = _backend(owner)
+        graph = await self.assets.resolve(graph, backend_id, functools.partial(_reads, owner))
         project = self.rt.settings.comfy_v2_project or self.rt.settings.project_prefix
         task_id = str(uuid.uuid4())
         idem = None if key is None else self._idem_key(backend_id, key)
@@ -615,9 +594,10 @@ class ComfyV2:
     # -- events ------------------------------------------------------------------------------
     async def events(self, job_id: str, base: str) -> AsyncIterator[bytes]:
         """The job's SSE stream: ``status`` at each change (with ``queue_position``),
-        ``progress`` as the bridge reports it, each ``output``, then the terminal
-        ``status`` (which ends the stream, as the SDK expects). Every stream of a job reads
-        one :class:`Feed` (one read of the task per change, however many watch)."""
+        ``progress`` as the bridge reports it, ``log`` lines (where it runs: ``bridge`` or
+        the paid platform, each node starting, how it ended), each ``output``, then the
+        terminal ``status`` (which ends the stream, as the SDK expects). Every stream of a
+        job reads one :class:`Feed` (one read of the task per change, however many watch)."""
         feed = self.feeds.get(job_id, {}).get(base)
         if feed is None:
             feed = self.feeds.setdefault(job_id, {})[base] = Feed()
@@ -635,8 +615,8 @@ class ComfyV2:
                     continue
                 if kind == "end":
                     return
-                if kind == "progress":
-                    yield _sse("progress", data)
+                if kind in LIVE:
+                    yield _sse(kind, data)
                     continue
                 for frame in _status_frames(data):
                     yield frame
@@ -658,8 +638,11 @@ class ComfyV2:
                 job = await self.job(task, base)
                 status = (job["status"], job["queue_position"])
                 if status != said:
+                    started = job["status"] == "running" and (said is None or said[0] != "running")
                     feed.last, said = job, status
                     feed.send("status", job)
+                    if started:
+                        feed.send("log", {"level": "info", "message": f"running on {task.target}"})
                     if job["status"] in TERMINAL:
                         return
                 elif feed.stepped and status[0] == "running":
@@ -678,8 +661,8 @@ class ComfyV2:
     # -- asset content ------------------------------------------------------------------------
     async def content(self, value: str, owner: Principal, range_header: str | None) -> Response:
         parsed = parse_asset_id(value)
-        if parsed is None:
-            raise V2Error(404, "asset_not_found", f"no asset {value!r}")
+        if parsed is None:  # an uploaded input's id
+            return await self.assets.content(value, functools.partial(_reads, owner))
         task_id, index = parsed
         task = await self.rt.store.get(task_id)
         if task is None or not _reads(owner, task.backend_id):
@@ -794,6 +777,83 @@ class ComfyV2:
             owner = self._owner(authorization)
             return await self.content(asset, owner, range)
 
+        self._asset_routes(router)
+        return router
+
+    def _asset_routes(self, router: APIRouter) -> None:
+        """The upload side: ``HEAD by-hash``, ``from-hash``, multipart ``POST``, a record."""
+        assets = self.assets
+
+        @router.head("/assets/by-hash/{digest}", summary="Comfy API v2: have these bytes?")
+        async def by_hash(digest: str, authorization: Authorization = None) -> Response:
+            owner = self._owner(authorization)
+            known = await assets.known(digest, _backend(owner))
+            return Response(status_code=200 if known else 404)
+
+        @router.post("/assets/from-hash", summary="Comfy API v2: an asset of known bytes")
+        async def from_hash(request: Request, authorization: Authorization = None) -> Any:
+            owner = self._owner(authorization)
+            record = await assets.from_hash(request, _backend(owner))
+            return assets.view(record, _base(request), created_new=False)
+
+        @router.post("/assets", summary="Comfy API v2: upload an input (multipart)")
+        async def upload(request: Request, authorization: Authorization = None) -> JSONResponse:
+            owner = self._owner(authorization)  # before a byte of the body is read
+            record, new = await assets.upload(request, _backend(owner))
+            return JSONResponse(assets.view(record, _base(request), new), 201 if new else 200)
+
+        @router.get("/assets/{asset}", summary="Comfy API v2: an asset (upload or output)")
+        async def get_asset(
+            asset: str, request: Request, authorization: Authorization = None
+        ) -> Any:
+            owner = self._owner(authorization)
+            if parse_asset_id(asset) is not None:
+                return await self._output_asset(asset, owner, _base(request))
+            record = await assets.record(asset, functools.partial(_reads, owner))
+            if record is None:
+                raise V2Error(404, "asset_not_found", f"no asset {asset!r}")
+            return assets.view(record, _base(request), None)
+
+        @router.delete("/assets/{asset}", status_code=204, summary="Comfy API v2: delete an asset")
+        async def delete_asset(asset: str, authorization: Authorization = None) -> Response:
+            owner = self._owner(authorization)
+            await assets.delete(asset, functools.partial(_reads, owner))
+            return Response(status_code=204)
+
+    async def _output_asset(self, value: str, owner: Principal, base: str) -> dict[str, Any]:
+        """A job's output as an ``Asset`` (``GET /assets/{id}`` of an output's id)."""
+        parsed = parse_asset_id(value)
+        task = None if parsed is None else await self.rt.store.get(parsed[0])
+        if task is None or not _reads(owner, task.backend_id):
+            raise V2Error(404, "asset_not_found", f"no asset {value!r}")
+        job = await self.job(task, base)
+        output = next((o for o in job["outputs"] if o["id"] == value), None)
+        if output is None:
+            raise V2Error(404, "asset_not_found", f"no asset {value!r}")
+        return {
+            "id": value,
+            "hash": output["hash"],
+            "size_bytes": output["size_bytes"],
+            "content_type": output["content_type"],
+            "file_path": output["name"],
+            "created_at": job["completed_at"],
+            "url": output["url"],
+            "url_expires_at": output["url_expires_at"],
+            "expires_at": job["expires_at"],
+            "job_id": task.task_id,
+        }
+
+    def bridge_router(self) -> APIRouter:
+        """``GET /api/inputs/blake3:<hex>``: a job's uploaded input, for the bridge that runs
+        it (bridge token)."""
+        router = APIRouter(prefix="/api", tags=["api"])
+
+        @router.get("/inputs/{digest}", summary="An uploaded workflow input (bridges)")
+        async def bridge_input(digest: str, authorization: Authorization = None) -> Response:
+            if not self.gw.auth.bridge(bearer(authorization)):
+                raise V2Error(401, "unauthorized", "a bridge token is required")
+            return await self.assets.for_bridge(digest)
+
         return router
 
 
@@ -857,11 +917,33 @@ def _is_step(message: dict[str, Any]) -> bool:
     return "value" in message and message.get("state") is None
 
 
+def _log_of(message: dict[str, Any], live: Live | None) -> dict[str, str] | None:
+    """A ``log`` event from what the bridge reported: a node starting (a step naming
+    another node than the last one heard)."""
+    node = message.get("node")
+    if not _is_step(message) or not isinstance(node, str) or (live and live.node == node):
+        return None
+    name = message.get("nodeName")
+    return {"level": "info", "message": f"node {node}" + (f" ({name})" if name else "") + " runs"}
+
+
+def _end_log(job: dict[str, Any]) -> dict[str, str]:
+    error = job["error"]
+    if error is not None:
+        message = f"{job['status']}: {error['code']}: {error['message']}"
+        return {"level": "error", "message": message}
+    outputs = len(job["outputs"])
+    message = f"{job['status']}: {outputs} outputs" if outputs else str(job["status"])
+    return {"level": "info", "message": message}
+
+
 def _status_frames(job: dict[str, Any]) -> list[bytes]:
-    """The frames of a status change: a terminal one after the job's outputs."""
+    """The frames of a status change: a terminal one after the job's outputs and a ``log``
+    of how it ended."""
     frames = []
     if job["status"] in TERMINAL:
         frames += [_sse("output", output) for output in job["outputs"]]
+        frames.append(_sse("log", _end_log(job)))
     if job["progress"] is not None and job["status"] in ("running", "succeeded"):
         frames.append(_sse("progress", job["progress"]))
     status = {"status": job["status"], "queue_position": job["queue_position"]}

@@ -71,6 +71,15 @@ def _graph(task: Task) -> Any:
     return graph
 
 
+def _names_assets(value: Any) -> bool:
+    """Whether a graph holds a ``core/ASSET`` reference (an input uploaded to aigcq)."""
+    if isinstance(value, dict):
+        return value.get("__type") == "core/ASSET" or any(_names_assets(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_names_assets(v) for v in value)
+    return False
+
+
 def _error(body: Any) -> tuple[str, str, dict[str, Any]]:
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
@@ -116,9 +125,12 @@ class ComfyV2Adapter(base.PlatformAdapter):
         return headers
 
     def unsendable(self, task: Task) -> str | None:
-        if isinstance(_graph(task), dict):
-            return None
-        return "comfy_v2 takes an inline API-format workflow; this task names a workflowId"
+        graph = _graph(task)
+        if not isinstance(graph, dict):
+            return "comfy_v2 takes an inline API-format workflow; this task names a workflowId"
+        if _names_assets(graph):  # aigcq's uploaded inputs: not (yet) uploaded there
+            return "comfy_v2: the graph names inputs uploaded to aigcq (core/ASSET)"
+        return None
 
     def submit_request(self, task: Task, apikey: str, webhook_url: str) -> base.HttpRequest:
         headers = self._headers(apikey) | {"Idempotency-Key": idempotency_key(task)}

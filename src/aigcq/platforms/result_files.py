@@ -18,6 +18,7 @@ from aigcq.config import Settings
 from aigcq.storage import Storage, StorageError, StorageSettings, build_storage
 from aigcq.storage.local import LocalStorage
 from aigcq.wire.links import FOLDER as CUSTODY_FOLDER
+from aigcq.wire.links import INPUTS_FOLDER
 
 
 def result_storage(settings: Settings, storage: StorageSettings | None = None) -> Storage:
@@ -31,13 +32,14 @@ def result_storage(settings: Settings, storage: StorageSettings | None = None) -
 
 
 def files_route(storage: Storage | None) -> Route:
-    """``GET /files/{name}``: a file of the local folder (404 for anything else, and for
-    copies of result custody: those are served only behind their signed links)."""
+    """``GET /files/{name}``: a file of the local folder (404 for anything else, for
+    copies of result custody: those are served only behind their signed links, and for
+    uploaded inputs: those only to their owner and to bridges)."""
 
     async def files(request: Request) -> Response:
         path = None
         if isinstance(storage, LocalStorage) and not request.path_params["name"].startswith(
-            f"{CUSTODY_FOLDER}/"
+            (f"{CUSTODY_FOLDER}/", f"{INPUTS_FOLDER}/")
         ):
             try:
                 path = storage.path_of(request.path_params["name"])

@@ -21,13 +21,14 @@ from aigcq.delivery.custody import SWEEP_S as CUSTODY_SWEEP_S
 from aigcq.delivery.custody import Custody
 from aigcq.delivery.retention import RETENTION_SWEEP_S, OutboxRetention
 from aigcq.gateway.callbacks import callback_routes
-from aigcq.gateway.comfy_v2 import ComfyV2, V2Error, v2_error_handler
+from aigcq.gateway.comfy_v2 import ComfyV2
 from aigcq.gateway.errors import ClientError
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.hot_paths import HotPaths
 from aigcq.gateway.http_api import api_router, client_error_handler
 from aigcq.gateway.queue_view import internal_capacity
 from aigcq.gateway.result_links import result_links_route
+from aigcq.gateway.v2_errors import V2Error, v2_error_handler
 from aigcq.gateway.ws import client_endpoint
 from aigcq.observability import metrics
 from aigcq.platforms.base import PlatformAdapter, registered
@@ -181,6 +182,7 @@ class ServeProcess:
             self.gateway.clients.keep_present,
             self.gateway.queue_updates.run,
             self._sweep_custody,
+            self._sweep_inputs,
             *(p.run for p in self.pollers),
             *([self.internal.run] if self.internal else []),
             self.monitor.run,
@@ -212,6 +214,10 @@ class ServeProcess:
     async def _sweep_custody(self) -> None:
         """Deletes local copies of result files whose links expired, every few minutes."""
         await every(CUSTODY_SWEEP_S, self.custody.sweep, log, "result custody sweep")
+
+    async def _sweep_inputs(self) -> None:
+        """Deletes uploaded inputs (/api/v2/assets) past their retention, every few minutes."""
+        await every(CUSTODY_SWEEP_S, self.comfy_v2.assets.sweep, log, "uploaded inputs sweep")
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
@@ -266,6 +272,7 @@ class ServeProcess:
         app.add_exception_handler(RequestValidationError, refuse)
         app.add_exception_handler(V2Error, v2_error_handler)
         app.include_router(self.comfy_v2.router())
+        app.include_router(self.comfy_v2.bridge_router())
         app.include_router(api_router(self.gateway, lambda: internal_capacity(self.hub)))
         app.include_router(admin_router(self, self.monitor))
         app.include_router(admin_tasks_router(self.gateway))

@@ -50,6 +50,10 @@ class InstanceDown(Exception):
     """The instance could not be reached or answered with a server error."""
 
 
+class InputRefused(Exception):
+    """ComfyUI refused an input file (a 4xx to ``/upload/image``: too large, say)."""
+
+
 @dataclass(frozen=True, slots=True)
 class OutputRef:
     """One file in a history entry's ``outputs``."""
@@ -381,6 +385,27 @@ class ComfyInstance:
                 async for chunk in resp.aiter_bytes():
                     f.write(chunk)
         tmp.replace(dest)
+
+    async def upload_input(self, name: str, data: bytes, content_type: str) -> str:
+        """``POST /upload/image`` (``type`` input, overwritten: ``name`` names its content):
+        the value a loader node takes for it; raises :class:`InputRefused` or
+        :class:`InstanceDown`."""
+        files = {"image": (name, data, content_type)}
+        form = {"type": "input", "overwrite": "true"}
+        try:
+            resp = await self.http.post(
+                f"{self.url}/upload/image", files=files, data=form, timeout=60.0
+            )
+        except httpx.HTTPError as e:
+            raise InstanceDown(f"{self.instance_id}: /upload/image: {e}") from None
+        if resp.status_code >= 500:
+            raise InstanceDown(f"{self.instance_id}: /upload/image answered {resp.status_code}")
+        try:
+            answer: Any = resp.json() if resp.status_code == 200 else {}
+            stored, folder = str(answer["name"]), str(answer.get("subfolder") or "")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise InputRefused(f"/upload/image answered {resp.status_code}") from None
+        return f"{folder}/{stored}" if folder else stored
 
     async def cancel(self, prompt_id: str) -> None:
         """Remove the prompt from the queue and interrupt it if it is the one running (best

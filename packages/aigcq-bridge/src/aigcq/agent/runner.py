@@ -29,6 +29,7 @@ from aigcq.agent.following import (
     prompt_id_for,
 )
 from aigcq.agent.held import HeldPrompt, HeldPrompts
+from aigcq.agent.inputs import place_inputs
 from aigcq.agent.instances import (
     InstanceDown,
     InstancePool,
@@ -432,6 +433,7 @@ class TaskRunner:
 
     async def _run_on(self, task: RunningTask, workflow: Workflow) -> dict[str, Any]:
         instance = task.instance
+        workflow = await place_inputs(workflow, instance, self.source)  # uploaded inputs
         events = instance.watch(task.prompt_id)
         try:
             # Held before it is sent: a restart between ComfyUI's accept and a later write

@@ -10,6 +10,7 @@ import contextlib
 import copy
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from aigcq.wire.bridge import NodeInfo, TaskAssignData
 log = logging.getLogger(__name__)
 
 Workflow = dict[str, Any]
+#: how many bytes of fetched inputs a bridge keeps in memory for the tasks that follow
+INPUT_CACHE_BYTES = 256 << 20
 
 
 class WorkflowError(Exception):
@@ -164,6 +167,8 @@ class WorkflowSource:
         self.registry_base = registry_base
         self.token = token
         self.folder = folder
+        #: inputs fetched lately (by content), newest last
+        self._inputs: OrderedDict[str, tuple[bytes, str]] = OrderedDict()
 
     async def resolve(self, assign: TaskAssignData) -> Workflow:
         """Raises :class:`WorkflowNotFound` or :class:`WorkflowError`."""
@@ -190,6 +195,27 @@ class WorkflowSource:
         if resp.status_code != 404:
             log.warning("workflow %s: registry answered %s", workflow_id, resp.status_code)
         return None
+
+    async def input(self, digest: str) -> tuple[bytes, str] | None:
+        """An uploaded input's bytes and type by content (``blake3:<hex>``), from aigcq
+        (``GET /api/inputs/…``, the bridge token), kept a while for the next task or
+        instance that needs them; None if aigcq has none. Raises ``httpx.HTTPError``."""
+        cached = self._inputs.get(digest)
+        if cached is not None:
+            self._inputs.move_to_end(digest)
+            return cached
+        url = f"{self.registry_base}/api/inputs/{quote(digest, safe=':')}"
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        resp = await self.client.get(url, headers=headers, timeout=120.0, follow_redirects=True)
+        if resp.status_code == 404:
+            return None
+        resp.raise_for_status()
+        media = resp.headers.get("content-type", "").split(";")[0].strip()
+        found = (resp.content, media or "application/octet-stream")
+        self._inputs[digest] = found
+        while sum(len(data) for data, _ in self._inputs.values()) > INPUT_CACHE_BYTES:
+            self._inputs.popitem(last=False)
+        return found
 
     def _from_folder(self, workflow_id: str) -> bytes | None:
         if self.folder is None or not workflow_id or Path(workflow_id).name != workflow_id:

@@ -54,6 +54,32 @@ def encode_png(img: Image, text: dict[str, str] | None = None) -> bytes:
     )
 
 
+def decode_png(data: bytes) -> Image | None:
+    """The image of an 8-bit RGB PNG with unfiltered rows (as :func:`encode_png` writes);
+    another PNG: a gray image of its size; not a PNG: None."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 33 or data[12:16] != b"IHDR":
+        return None
+    width, height, depth, kind = struct.unpack(">IIBB", data[16:26])
+    gray = Image(width, height, b"\x80" * (3 * width * height))
+    if (depth, kind) != (8, 2) or width * height > 1 << 24:
+        return gray
+    pos, idat = 8, b""
+    while pos + 8 <= len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        if data[pos + 4 : pos + 8] == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    try:
+        raw = zlib.decompress(idat)
+    except zlib.error:
+        return gray
+    stride = 1 + 3 * width
+    rows = [raw[y * stride : (y + 1) * stride] for y in range(height)]
+    if len(raw) != stride * height or any(row[0] != 0 for row in rows):
+        return gray
+    return Image(width, height, b"".join(row[1:] for row in rows))
+
+
 def tiny_png(rgb: tuple[int, int, int], size: int = 8) -> bytes:
     """A valid ``size``×``size`` PNG of one colour."""
     return encode_png(Image(size, size, bytes(rgb) * (size * size)))

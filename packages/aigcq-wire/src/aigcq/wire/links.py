@@ -19,6 +19,8 @@ from aigcq.plumbing.signing import same_digest
 #: the route that serves signed links, and the folder of the files they name
 ROUTE = "/results"
 FOLDER = "custody"
+#: the folder of uploaded workflow inputs (Comfy API v2 assets): never served by ``/files``
+INPUTS_FOLDER = "inputs"
 
 FORGED, EXPIRED = "forged", "expired"
 

@@ -68,6 +68,7 @@ class ComfyUIEmulator:
         self.pending: list[QueueItem] = []
         self.running: QueueItem | None = None
         self.history: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.uploads: list[str] = []  # the names /upload/image stored, in order
         self.history_posts = 0  # POST /history calls (clear or delete), as asked
         self.sockets: dict[str, WebSocket] = {}
         self._number = 0

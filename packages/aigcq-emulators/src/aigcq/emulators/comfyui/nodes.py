@@ -1,4 +1,6 @@
-"""The emulated node classes: ``EmptyImage``, ``ImageInvert``, ``SaveImage``, ``PreviewImage``,
+"""The emulated node classes: ``EmptyImage``, ``LoadImage`` (a file of the input folder, as
+``/upload/image`` puts there; its ``image`` is a STRING here, checked when it runs, where
+ComfyUI lists the folder's files), ``ImageInvert``, ``SaveImage``, ``PreviewImage``,
 and a weight-free model path: ``CheckpointLoaderSimple`` (charges the configured load time
 when it switches checkpoints), ``EmptyLatentImage``, ``VAEDecode`` (a gray image)."""
 
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aigcq.emulators.comfyui.config import ComfyUIConfig
-from aigcq.emulators.png import Image, encode_png, invert_image, solid_image
+from aigcq.emulators.png import Image, decode_png, encode_png, invert_image, solid_image
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,16 @@ def _save_images(ctx: NodeContext, images: list[Image], prefix: str, kind: str) 
 def _empty_image(ctx: NodeContext, inp: dict[str, Any]) -> NodeResult:
     img = solid_image(inp["width"], inp["height"], inp["color"])
     return ([img] * inp["batch_size"],), None
+
+
+def _load_image(ctx: NodeContext, inp: dict[str, Any]) -> NodeResult:
+    root = ctx.config.directory("input")
+    assert root is not None
+    path = (root / inp["image"]).resolve()
+    if not path.is_relative_to(root.resolve()) or not path.is_file():
+        raise NodeFailure(f"Invalid image file: {inp['image']}")
+    img = decode_png(path.read_bytes()) or solid_image(64, 64, 0x808080)
+    return ([img], None), None
 
 
 def _image_invert(ctx: NodeContext, inp: dict[str, Any]) -> NodeResult:
@@ -156,6 +168,14 @@ NODES: dict[str, NodeDef] = {
             ("IMAGE",),
             False,
             _empty_image,
+        ),
+        NodeDef(
+            "LoadImage",
+            "image",
+            {"image": ("STRING", {"image_upload": True})},
+            ("IMAGE", "MASK"),
+            False,
+            _load_image,
         ),
         NodeDef("ImageInvert", "image", {"image": ("IMAGE", {})}, ("IMAGE",), False, _image_invert),
         NodeDef(

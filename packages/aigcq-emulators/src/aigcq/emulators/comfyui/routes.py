@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from aigcq.emulators.comfyui.config import ComfyUIConfig
 from aigcq.emulators.comfyui.executor import ComfyUIEmulator
 from aigcq.emulators.comfyui.graph import PromptRejected
+from aigcq.plumbing.multipart import MalformedMultipart, parse
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def _router(emu: ComfyUIEmulator) -> APIRouter:
         _history_routes,
         _queue_routes,
         _info_routes,
+        _upload_routes,
         _control_routes,
         _socket_route,
     ):
@@ -202,6 +204,44 @@ def _info_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
         if emu.config.view_latency > 0:
             await asyncio.sleep(emu.config.view_latency)
         return _view(emu.config, filename, subfolder, type)
+
+
+def _upload_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:
+    """``/upload/image``: a multipart ``image`` into the input (or temp, output) folder, as
+    ComfyUI's: the same name with other bytes is renamed ``name (1).ext`` unless
+    ``overwrite`` is true; the answer names the file."""
+
+    @r.post("/upload/image")
+    async def upload_image(request: Request) -> Response:
+        try:
+            parts = parse(await request.body(), request.headers.get("content-type", ""))
+        except MalformedMultipart:
+            return Response(status_code=400)
+        fields = {p.name: p for p in parts}
+        image = fields.get("image")
+        if image is None or not image.filename:
+            return Response(status_code=400)
+        kind = fields["type"].text() if "type" in fields else "input"
+        subfolder = fields["subfolder"].text() if "subfolder" in fields else ""
+        overwrite = "overwrite" in fields and fields["overwrite"].text().lower() in ("true", "1")
+        root = emu.config.directory(kind)
+        if root is None:
+            return Response(status_code=400)
+        folder = (root / subfolder).resolve()
+        name = os.path.basename(image.filename)
+        if not folder.is_relative_to(root.resolve()) or not name:
+            return Response(status_code=403)
+        folder.mkdir(parents=True, exist_ok=True)
+        stem, ext = os.path.splitext(name)
+        i = 0
+        while not overwrite and (folder / name).is_file():
+            if (folder / name).read_bytes() == image.data:
+                break
+            i += 1
+            name = f"{stem} ({i}){ext}"
+        (folder / name).write_bytes(image.data)
+        emu.uploads.append(name)
+        return JSONResponse({"name": name, "subfolder": subfolder, "type": kind})
 
 
 def _control_routes(r: APIRouter, emu: ComfyUIEmulator) -> None:

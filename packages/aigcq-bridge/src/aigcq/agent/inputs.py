@@ -1,0 +1,89 @@
+"""Uploaded inputs: a graph's ``core/ASSET`` references made into files of the instance.
+
+A Comfy API v2 job names an uploaded file where a filename would go (a ``LoadImage``'s
+``image``) as ``{"__type": "core/ASSET", "info": {"id", "hash": "blake3:<hex>",
+"file_path"}}``. Before the prompt goes to an instance, each is fetched from aigcq by its
+hash (:meth:`~aigcq.agent.workflow.WorkflowSource.input`), uploaded to that instance
+(``/upload/image``, under a name made of its hash, so the same content always has the same
+name) and replaced by the name ComfyUI gave it. On another instance (the first went down)
+it is uploaded there again.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import posixpath
+import re
+from typing import Any
+
+import httpx
+
+from aigcq.agent.following import TaskFailed, machine_failure
+from aigcq.agent.instances import ComfyInstance, InputRefused
+from aigcq.agent.workflow import Workflow, WorkflowSource
+
+ASSET_TYPE = "core/ASSET"
+_HASH = re.compile(r"blake3:([0-9a-f]{64})")
+_EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}")
+
+
+def has_inputs(value: Any) -> bool:
+    """Whether ``value`` (a graph) holds a ``core/ASSET`` reference."""
+    if isinstance(value, dict):
+        return value.get("__type") == ASSET_TYPE or any(has_inputs(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_inputs(v) for v in value)
+    return False
+
+
+def input_name(hex_: str, file_path: Any, content_type: str) -> str:
+    """The name an input gets on ComfyUI: its hash, and the extension of the client's name
+    (else of its type), which loaders look at."""
+    ext = posixpath.splitext(file_path)[1] if isinstance(file_path, str) else ""
+    if not _EXTENSION.fullmatch(ext):
+        ext = mimetypes.guess_extension(content_type) or ""
+    return f"aigcq_{hex_[:32]}{ext}"
+
+
+async def place_inputs(
+    workflow: Workflow, instance: ComfyInstance, source: WorkflowSource
+) -> Workflow:
+    """A copy of ``workflow`` whose ``core/ASSET`` references name files uploaded to
+    ``instance`` (``workflow`` itself when it has none). Raises :class:`TaskFailed`
+    (an input aigcq no longer has, or ComfyUI refuses) or ``InstanceDown``."""
+    if not has_inputs(workflow):
+        return workflow
+    placed: dict[str, str] = {}
+
+    async def one(info: Any) -> str:
+        digest = info.get("hash") if isinstance(info, dict) else None
+        found = _HASH.fullmatch(digest) if isinstance(digest, str) else None
+        if found is None or not isinstance(digest, str):
+            raise TaskFailed("task", "MissingAsset", f"a core/ASSET reference has no hash: {info}")
+        if digest not in placed:
+            try:
+                fetched = await source.input(digest)
+            except httpx.HTTPError as e:
+                raise machine_failure("InputUnavailable", f"input {digest}: {e}") from None
+            if fetched is None:
+                raise TaskFailed("task", "MissingAsset", f"aigcq no longer has input {digest}")
+            data, media = fetched
+            name = input_name(found.group(1), info.get("file_path"), media)
+            try:
+                placed[digest] = await instance.upload_input(name, data, media)
+            except InputRefused as e:
+                message = f"{instance.instance_id} refused input {digest}: {e}"
+                raise TaskFailed("task", "InputRefused", message) from None
+        return placed[digest]
+
+    async def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            if value.get("__type") == ASSET_TYPE:
+                return await one(value.get("info"))
+            return {k: await walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [await walk(v) for v in value]
+        return value
+
+    out: Workflow = await walk(workflow)
+    return out
