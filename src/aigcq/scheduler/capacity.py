@@ -243,14 +243,15 @@ def _cost(
                 best = name
         arrive = max(job.arrive_s, 0.0)
         start = max(heaps[best][0], arrive) if best is not None else math.inf
-        if start <= job.start_by * margin + arrive * (1 - margin):
+        latest = job.start_by * margin + arrive * (1 - margin)  # its safe start
+        if start <= latest:
             if start > horizon:
                 continue  # beyond the horizon, within its deadline: a later plan's
             assert best is not None
             heapq.heapreplace(heaps[best], start + max(job.run_s, 0.0))
             inside += 1
             continue
-        if job.start_by > horizon:  # at risk only after the horizon: a later plan's
+        if latest > horizon:  # at risk only after the horizon: a later plan's
             continue
         room = paid_heaps.get(job.paid)
         if room and max(room[0], arrive) <= job.start_by:

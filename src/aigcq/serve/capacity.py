@@ -166,7 +166,10 @@ class CapacityPlanner:
         queues = [q for q in rt.config.queues() if q[1] in internal.serves]
         if not queues:
             return [], {}, settings.share_default_run_s
-        window = await store.window(queues, WINDOW, internal.name, dated=WINDOW, busy_max=-1)
+        window = await store.window(
+            queues, WINDOW, internal.name, dated=WINDOW, busy_max=-1,
+            users_max=WINDOW, by_rank=not settings.shares,
+        )  # fmt: skip
         runs = window.runs
         mean_run = statistics.fmean(runs.values()) if runs else settings.share_default_run_s
         pipe = rt.redis.pipeline(transaction=False)
@@ -268,18 +271,34 @@ class CapacityPlanner:
         """Every instance of the fleet's bridges (their shared records), with the booting
         ones each pool was asked for; and each bridge's facts the actions need."""
         redis, keys = self.service.rt.redis, self.service.rt.store.keys
-        bridges: dict[str, dict[str, Any]] = {}
-        async for key in redis.scan_iter(match=keys.bridge("*"), count=200, _type="hash"):
-            if keys.is_bridge_tasks(text(key)):
-                continue
-            h = {text(k): text(v) for k, v in (await redis.hgetall(key)).items()}
-            bridge_id = h.get("bridgeId", "")
-            pool = pool_of(bridge_id, self.pools)
-            if not pool or h.get("online") != "1" or h.get("left"):
-                continue
-            held = int(await redis.hlen(keys.bridge_tasks(bridge_id)))
-            states = record_instances(h.get("instances"))
-            bridges[bridge_id] = {"pool": pool, "held": held, "states": states}
+        found = [
+            key
+            async for key in redis.scan_iter(match=keys.bridge("*"), count=200, _type="hash")
+            if not keys.is_bridge_tasks(text(key))
+        ]
+        pipe = redis.pipeline(transaction=False)
+        for key in found:
+            pipe.hgetall(key)
+        records = [{text(k): text(v) for k, v in h.items()} for h in await pipe.execute()]
+        pooled = {
+            h.get("bridgeId", ""): (pool, h)
+            for h in records
+            if (pool := pool_of(h.get("bridgeId", ""), self.pools))
+            and h.get("online") == "1"
+            and not h.get("left")
+        }
+        pipe = redis.pipeline(transaction=False)
+        for bridge_id in pooled:
+            pipe.hlen(keys.bridge_tasks(bridge_id))
+        held_counts = await pipe.execute()
+        bridges: dict[str, dict[str, Any]] = {
+            bridge_id: {
+                "pool": pool,
+                "held": int(held),
+                "states": record_instances(h.get("instances")),
+            }
+            for (bridge_id, (pool, h)), held in zip(pooled.items(), held_counts, strict=True)
+        }
         seen_raw = {text(k): float(v) for k, v in (await redis.hgetall(self.k_seen)).items()}
         fresh = {b: now for b in bridges if b not in seen_raw}
         if fresh:
