@@ -23,6 +23,8 @@ from aigcq.config import PlatformConfig
 from aigcq.emulators.comfyui import ComfyUIEmulator
 from aigcq.plumbing.auth import issue_client_token
 from aigcq.serve.server import ServeProcess
+from tests.fakes.comfy_v2 import base as origin
+from tests.fakes.comfy_v2 import official_client
 from tests.fakes.comfyui import invert_graph, read_png
 from tests.fakes.fleet import SECRET, Fleet, fleet
 from tests.fakes.servers import serve_app
@@ -30,11 +32,6 @@ from tests.fakes.waiting import until
 
 GRAPH = invert_graph("v2")
 UI_GRAPH: dict[str, Any] = {"last_node_id": 3, "last_link_id": 1, "nodes": [], "links": []}
-
-
-def _base(f: Fleet) -> str:
-    """The serve's HTTP origin (its client socket's)."""
-    return "http" + f.client.url.split("/?", 1)[0][2:]
 
 
 @pytest.fixture
@@ -51,8 +48,7 @@ async def gpu(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
 @pytest.fixture
 async def sdk(gpu: Fleet, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncComfy]:
     """The official client, set up as its README says: the base URL and the API key."""
-    monkeypatch.setenv("COMFY_BASE_URL", _base(gpu))
-    async with AsyncComfy(api_key=issue_client_token(SECRET, "v2-user"), timeout=15.0) as c:
+    async with official_client(gpu, monkeypatch) as c:
         yield c
 
 
@@ -86,7 +82,7 @@ async def test_submit_wait_download_events_and_list(gpu: Fleet, sdk: AsyncComfy)
     assert model.started_at is not None and model.completed_at is not None
     assert model.started_at <= model.completed_at
     assert model.metrics is not None and model.metrics["execution_ms"] is not None
-    assert str(model.outputs[0].url).startswith(f"{_base(gpu)}/api/v2/assets/")
+    assert str(model.outputs[0].url).startswith(f"{origin(gpu)}/api/v2/assets/")
     workflow = await job.get_workflow()
     assert (workflow.graph, workflow.format) == (GRAPH, "api")
     again = await sdk.jobs.get(job.id)
@@ -149,7 +145,7 @@ async def test_unknown_job_bad_graphs_and_auth(gpu: Fleet, sdk: AsyncComfy) -> N
         "node_errors": {"1": [{"field": "images", "reason": "link_to_missing_node"}]}
     }
     token = issue_client_token(SECRET, "v2-user")
-    async with httpx.AsyncClient(base_url=_base(gpu)) as http:
+    async with httpx.AsyncClient(base_url=origin(gpu)) as http:
         auth = {"Authorization": f"Bearer {token}"}
         ui = await http.post("/api/v2/jobs", json={"workflow": UI_GRAPH}, headers=auth)
         assert ui.status_code == 422 and ui.json()["error"]["code"] == "workflow_format_ui"
@@ -164,7 +160,7 @@ async def test_unknown_job_bad_graphs_and_auth(gpu: Fleet, sdk: AsyncComfy) -> N
         assert health.status_code == 200
     other = issue_client_token(SECRET, "someone-else")
     job = await sdk.submit(Workflow(GRAPH))
-    async with httpx.AsyncClient(base_url=_base(gpu)) as http:
+    async with httpx.AsyncClient(base_url=origin(gpu)) as http:
         theirs = await http.get(
             f"/api/v2/jobs/{job.id}", headers={"Authorization": f"Bearer {other}"}
         )
@@ -192,14 +188,14 @@ async def test_a_full_queue_is_429_and_the_sdk_retries_at_its_pace(
         comfy_v2_project="studio",
         comfy_v2_max_waiting=1,
     ) as f:
-        monkeypatch.setenv("COMFY_BASE_URL", _base(f))
+        monkeypatch.setenv("COMFY_BASE_URL", origin(f))
         token = issue_client_token(SECRET, "v2-user")
         async with AsyncComfy(api_key=token, timeout=15.0) as sdk:
             running = await sdk.submit(Workflow(GRAPH))
             await until(lambda: _running(f.comfy[0]), lambda p: p == running.id, within=10)
             waiting = await sdk.submit(Workflow(invert_graph("w")))
             assert (await f.task(waiting.id)).aigc == "studio"
-            async with httpx.AsyncClient(base_url=_base(f)) as http:
+            async with httpx.AsyncClient(base_url=origin(f)) as http:
                 full = await http.post(
                     "/api/v2/jobs",
                     json={"workflow": GRAPH},
@@ -213,7 +209,7 @@ async def test_a_full_queue_is_429_and_the_sdk_retries_at_its_pace(
             await waiting.cancel()
             job = await asyncio.wait_for(later, 10)
             assert job.status == "queued"
-            async with httpx.AsyncClient(base_url=_base(f)) as http:
+            async with httpx.AsyncClient(base_url=origin(f)) as http:
                 again = await http.post(  # a refused key is free again, as the proxy's
                     "/api/v2/jobs",
                     json={"workflow": GRAPH},

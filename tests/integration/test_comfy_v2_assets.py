@@ -23,15 +23,13 @@ from aigcq.config import PlatformConfig
 from aigcq.emulators.png import tiny_png
 from aigcq.plumbing.auth import issue_client_token
 from aigcq.serve.server import ServeProcess
+from tests.fakes.comfy_v2 import base as origin
+from tests.fakes.comfy_v2 import official_client
 from tests.fakes.comfyui import read_png
 from tests.fakes.fleet import BRIDGE_TOKEN, SECRET, Fleet, fleet
 from tests.fakes.servers import serve_app
 
 LIMIT = 4096
-
-
-def _base(f: Fleet) -> str:
-    return "http" + f.client.url.split("/?", 1)[0][2:]
 
 
 def _load_graph(image: Any, prefix: str) -> dict[str, Any]:
@@ -60,8 +58,7 @@ async def gpu(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIte
 
 @pytest.fixture
 async def sdk(gpu: Fleet, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncComfy]:
-    monkeypatch.setenv("COMFY_BASE_URL", _base(gpu))
-    async with AsyncComfy(api_key=issue_client_token(SECRET, "v2-user"), timeout=15.0) as c:
+    async with official_client(gpu, monkeypatch) as c:
         yield c
 
 
@@ -134,7 +131,7 @@ async def test_by_hash_is_per_caller_and_from_hash_needs_the_callers_bytes(
 ) -> None:
     png = tiny_png((1, 2, 3))
     digest = f"blake3:{blake3.blake3(png).hexdigest()}"
-    base = f"{_base(gpu)}/api/v2/assets"
+    base = f"{origin(gpu)}/api/v2/assets"
     async with httpx.AsyncClient() as http:
         assert (
             await http.head(f"{base}/by-hash/{digest}", headers=_token("v2-user"))
@@ -156,7 +153,7 @@ async def test_by_hash_is_per_caller_and_from_hash_needs_the_callers_bytes(
         assert other.json()["error"]["code"] == "blob_not_found"
         assert (await http.get(f"{base}/{asset.id}", headers=_token("other"))).status_code == 404
         refused = await http.post(
-            f"{_base(gpu)}/api/v2/jobs",
+            f"{origin(gpu)}/api/v2/jobs",
             json={"workflow": _load_graph(await asset.as_reference(), "o")},
             headers=_token("other"),
         )
@@ -165,13 +162,13 @@ async def test_by_hash_is_per_caller_and_from_hash_needs_the_callers_bytes(
             await http.head(f"{base}/by-hash/blake3:xyz", headers=_token("v2-user"))
         ).status_code == 400
         # bridges fetch inputs with their token, nobody else
-        inputs = f"{_base(gpu)}/api/inputs/{digest}"
+        inputs = f"{origin(gpu)}/api/inputs/{digest}"
         assert (await http.get(inputs, headers=_token("v2-user"))).status_code == 401
         bridge = {"Authorization": f"Bearer {BRIDGE_TOKEN}"}
         assert (await http.get(inputs, headers=bridge)).content == png
         # the storage's own /files never serves them
         name = digest.removeprefix("blake3:")
-        assert (await http.get(f"{_base(gpu)}/files/inputs/{name}")).status_code == 404
+        assert (await http.get(f"{origin(gpu)}/files/inputs/{name}")).status_code == 404
     asset_id = asset.id or ""
     await asset.delete()  # DELETE /assets/{id}: the record goes
     with pytest.raises(NotFound):
@@ -203,7 +200,7 @@ async def test_oversized_and_malformed_uploads_are_refused_changing_nothing(
         await big.commit()
     assert (too_large.value.http_status, too_large.value.code) == (413, "payload_too_large")
     assert too_large.value.details == {"max_bytes": LIMIT}
-    url = f"{_base(gpu)}/api/v2/assets"
+    url = f"{origin(gpu)}/api/v2/assets"
     data = tiny_png((4, 5, 6))
     async with httpx.AsyncClient() as http:
         huge = await http.post(
