@@ -18,7 +18,7 @@ from aigcq.cli.status import render
 from aigcq.config import PlatformConfig, Settings
 from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import BRIDGE_TOKEN
-from tests.fakes.client import generate
+from tests.fakes.client import bridge_task, generate
 from tests.fakes.servers import serve_app
 from tests.fakes.service import SECRET, Env
 from tests.fakes.waiting import until
@@ -33,9 +33,12 @@ POOLS = {
 
 
 @pytest.fixture
-async def env(tmp_path: Path, redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Env]:
+async def env(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, request: pytest.FixtureRequest
+) -> AsyncIterator[Env]:
+    """A serve with ``POOLS`` (or the pools a test gives as its parameter)."""
     (tmp_path / "model.json").write_text(MODELS)
-    (tmp_path / "pools.json").write_text(json.dumps(POOLS))
+    (tmp_path / "pools.json").write_text(json.dumps(getattr(request, "param", POOLS)))
     hook = tmp_path / "hook.sh"
     hook.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "hook.log"}\n')
     hook.chmod(hook.stat().st_mode | stat.S_IEXEC)
@@ -148,3 +151,31 @@ async def test_a_drained_bridge_is_undrained_when_the_work_comes_back_first(
     assert all("rent-1" not in line for line in hook_lines(tmp_path))
     assigned = await rented.next()
     assert assigned["type"] == "TASK_ASSIGN"
+
+
+#: two rentable pools: only ``invert`` has the node class the flood's workflow needs
+BY_NODES = {
+    "own": {"price_per_hour": 0, "min": 1, "max": 1},
+    "plain": {"price_per_hour": 0.5, "boot_s": 5, "max": 3, "node_classes": ["EmptyImage"]},
+    "invert": {
+        "price_per_hour": 1.0,
+        "boot_s": 5,
+        "max": 3,
+        "node_classes": ["EmptyImage", "ImageInvert", "SaveImage"],
+    },
+}
+
+
+@pytest.mark.parametrize("env", [BY_NODES], indirect=True)
+async def test_a_flood_rents_the_pool_whose_instances_have_its_node_classes(env: Env) -> None:
+    """Issue 40: what a task's workflow needs (its node classes, as the hub reads them to
+    place it) decides which pool rents: the cheaper pool lacks ``ImageInvert``."""
+    own = await env.bridge()
+    await own.register("own-1", count=1)
+    client = await env.client()
+    for i in range(12):
+        await client.request(bridge_task(f"inv-{i}"))
+    await own.next()
+    plan = await env.service.capacity.round()
+    assert plan.pools["invert"].desired > 0, plan.pools
+    assert plan.pools["plain"].desired == 0, plan.pools

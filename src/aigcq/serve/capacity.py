@@ -191,7 +191,8 @@ class CapacityPlanner:
             paid[name] = PaidSpec(name, price, account.concurrency, [mean_run / 2] * running)
             paid_of[(aigc, platform)] = name
         patience = settings.capacity_patience_s
-        await self.note_arrivals(window.tasks, queues, paid_of, runs, mean_run, now)
+        needs = await self.needs(window.tasks)
+        await self.note_arrivals(window.tasks, needs, queues, paid_of, runs, mean_run, now)
         seen: dict[tuple[str, str], int] = {}
         jobs: list[Job] = []
         for t in window.tasks:
@@ -199,7 +200,12 @@ class CapacityPlanner:
             seen[q] = seen.get(q, 0) + 1
             start_by = t.start_by - now if t.start_by is not None else patience + t.created - now
             run_s = runs.get(t.workflow_id, mean_run)
-            jobs.append(Job(t.task_id, run_s, max(start_by, 0.0), paid=paid_of.get(q, "")))
+            jobs.append(
+                Job(
+                    t.task_id, run_s, max(start_by, 0.0), needs.get(t.task_id, frozenset()),
+                    paid=paid_of.get(q, ""),
+                )
+            )  # fmt: skip
         for i, q in enumerate(queues):
             beyond = max(counts[2 * i] - seen.get(q, 0), 0)
             for k in range(min(beyond, max(JOBS_MAX - len(jobs), 0))):
@@ -211,9 +217,26 @@ class CapacityPlanner:
         )[:JOBS_MAX]  # fmt: skip
         return jobs, paid, mean_run
 
+    async def needs(self, tasks: list[Windowed]) -> dict[str, frozenset[str]]:
+        """The node classes and model files each waiting task's workflow needs, as the hub
+        reads them to place it (read once per task), when a pool offers only some."""
+        hub = self.service.hub
+        if hub is None or not any(spec.offers for spec in self.specs.values()):
+            return {}
+        queues: dict[tuple[str, str], list[str]] = {}
+        for t in tasks:
+            queues.setdefault((t.aigc, t.platform), []).append(t.task_id)
+        out: dict[str, frozenset[str]] = {}
+        for (aigc, platform), ids in queues.items():
+            for task_id, need, _ in await hub.assigner.window.read(aigc, platform, len(ids), ids):
+                if need is not None:
+                    out[task_id] = need.node_classes | need.models
+        return out
+
     async def note_arrivals(
         self,
         waiting: list[Windowed],
+        needs: Mapping[str, frozenset[str]],
         queues: list[tuple[str, str]],
         paid_of: Mapping[tuple[str, str], str],
         runs: Mapping[str, float],
@@ -222,12 +245,14 @@ class CapacityPlanner:
     ) -> None:
         """Record the tasks submitted within the horizon that this process has not seen:
         those waiting (the window) and those in flight on any target of the queues (the
-        ones that went to our GPUs or overflowed since the last round). Bounded: the window,
-        and :data:`ARRIVALS_READ` tasks in flight per queue and target."""
+        ones that went to our GPUs or overflowed since the last round), with what they need
+        (``needs``; one in flight: what the waiting tasks of its workflow need). Bounded: the
+        window, and :data:`ARRIVALS_READ` tasks in flight per queue and target."""
         rt, keys = self.service.rt, self.service.rt.store.keys
         keep_s = rt.settings.capacity_horizon_s
         self.arrivals = {i: a for i, a in self.arrivals.items() if a.created >= now - keep_s}
         price = rt.settings.overflow_price
+        of_workflow = {t.workflow_id: needs[t.task_id] for t in waiting if t.task_id in needs}
 
         def arrival(task_id: str, q: tuple[str, str], created: float, workflow: str,
                     start_by: float | None) -> None:  # fmt: skip
@@ -236,7 +261,8 @@ class CapacityPlanner:
             target = paid_of.get(q, "")
             self.arrivals[task_id] = capacity.Arrival(
                 task_id, created, runs.get(workflow, mean_run),
-                None if start_by is None else start_by - created, paid=target,
+                None if start_by is None else start_by - created,
+                needs.get(task_id, of_workflow.get(workflow, frozenset())), paid=target,
                 price=price.get(target.rsplit("/", 1)[-1]) if target else None,
             )  # fmt: skip
 
