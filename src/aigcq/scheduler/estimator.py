@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from redis.commands.core import AsyncScript
@@ -61,6 +62,9 @@ class Estimator:
         #: the ETAs have a basis: a run on our GPUs was recorded, or the operator set
         #: ``AIGCQ_SHARE_DEFAULT_RUN_S`` (else a start time is a guess: positions only)
         self.timed = False
+        #: when each instance the capacity planner asked for should register (epoch s), as
+        #: the dispatch rounds count them (:attr:`aigcq.scheduler.dispatch.DispatchLoop.booting`)
+        self.booting: Callable[[], Sequence[float]] = lambda: ()
 
     async def refresh(self) -> Snapshot:
         """A new snapshot, from Redis and the internal target's capacity now; made ``at``
@@ -115,6 +119,7 @@ class Estimator:
         got = fair.inputs(
             window, free=free, free_elsewhere=0, settings=settings, keys=self.rt.store.keys,
             now=now, projects=self.rt.config.shares,
+            booting_s=[max(at - now, 0.0) for at in self.booting()],
         )  # fmt: skip
         return got.tasks, got.pool, got.shares, fair.tuning(settings)
 

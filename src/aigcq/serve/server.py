@@ -166,7 +166,9 @@ class ServeProcess:
         self.monitor = Monitor(self)  # the dashboard's samples
         #: how many instances each pool of pools.json should run (none: no pools)
         self.capacity = CapacityPlanner(self, load_pools(settings.config_dir))
-        self.dispatch.booting = self.capacity.booting_at
+        # booting instances are slots that free when they register: for the dispatch and ETAs
+        booting = self.capacity.booting_at
+        self.dispatch.booting = self.gateway.queue_updates.estimator.booting = booting
         self.loops: list[BackgroundLoop] = [
             self.events.run,
             self.dispatch.run,
