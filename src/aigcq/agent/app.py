@@ -40,6 +40,7 @@ from aigcq.bridges.protocol import (
     TaskAssignData,
     utc_timestamp,
 )
+from aigcq.observability import tracing
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner
 from aigcq.plumbing.cancel import cancel_and_wait
@@ -307,7 +308,7 @@ async def serve(settings: BridgeSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Bridge(settings):
+    async with tracing.in_process("aigcq-bridge"), Bridge(settings):
         await stop.wait()
 
 

@@ -118,6 +118,7 @@ def _task_routes(
         principal = client_of(authorization)  # before a byte of the body is read
         data = await json_object(request, gw.settings.max_payload_bytes)
         req = parse_generate(data)
+        req.traceparent = req.traceparent or request.headers.get("traceparent")
         backend_id = _backend_id(gw, principal, data)
         created = await gw.submission.submit(
             req, backend_id, deliver=bool(backend_id), principal=principal.name
