@@ -7,17 +7,20 @@ which decodes what they send as a collector does; each test prints the trace's t
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from tests.e2e.test_bridge_e2e import Setup
 from tests.fakes.client import Client, bridge_task
 from tests.fakes.otlp import OtlpReceiver, Span
 from tests.fakes.processes import Cluster
+from tests.fakes.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -119,7 +122,9 @@ async def test_a_task_overflowed_to_runninghub_has_a_paid_span_with_its_cost(
     assert client.results["tr-paid"][0]["status"] == "success"
     await client.close()
 
-    spans = receiver.wait(trace_id, has("create", "receive", "send runninghub", "process", "settle"))
+    spans = receiver.wait(
+        trace_id, has("create", "receive", "send runninghub", "process", "settle")
+    )
     print(receiver.tree(trace_id))
     create = one(spans, "create proj:comfyui")
     assert create.parent_id == client_span
@@ -149,3 +154,85 @@ def test_tracing_is_off_without_otel_variables() -> None:
     assert not tracing.wanted({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"})
     assert not tracing.wanted({"OTEL_TRACES_EXPORTER": "none"})
     assert tracing.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+
+
+async def test_a_task_retried_on_another_serve_after_a_kill_is_still_one_trace(
+    cluster: Cluster, receiver: OtlpReceiver
+) -> None:
+    """Submitted to serve A, run on A's bridge, A killed (SIGKILL): B's sweep retries it
+    past its deadline on B's bridge, the client comes back on B for its result. One trace:
+    A's create and attempt 1's decision, attempt 1's end recorded by B (A is gone),
+    attempt 2 on B, the delivery after the reconnect; each TASK_ASSIGN names its attempt's
+    span."""
+    from aigcq.observability import tracing
+    from tests.e2e.test_two_serves_e2e import assigned, result
+    from tests.fakes.bridge import Bridge, post_task_end
+    from tests.fakes.processes import BRIDGE_TOKEN
+
+    rh = cluster.emulator("runninghub")
+    cluster.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 0}}})
+    a_proc, a = cluster.server(
+        AIGCQ_RUNNINGHUB_URL=rh,
+        AIGCQ_TASK_DEADLINE_S="2",
+        OTEL_RESOURCE_ATTRIBUTES="service.instance.id=serve-a",
+    )
+    _, b = cluster.server(
+        AIGCQ_RUNNINGHUB_URL=rh,
+        AIGCQ_TASK_DEADLINE_S="2",
+        OTEL_RESOURCE_ATTRIBUTES="service.instance.id=serve-b",
+    )
+    parent, trace_id, client_span = client_context()
+
+    first = await Bridge.connect(a, BRIDGE_TOKEN)
+    await first.register("on-a", count=1)
+    client = await Client(a, "biz-kill").connect()
+    reply = await client.request({**bridge_task("kill-1"), "traceparent": parent})
+    assert reply["type"] == "submitted", reply
+    one_attempt = await assigned(first, "kill-1")
+    redis_client = redis.Redis.from_url(cluster.redis_url, decode_responses=True)
+    await until_running(redis_client, "kill-1", 1)
+    receiver.wait(trace_id, has("create", "receive"))  # A's batch is out before it dies
+    a_proc.kill()
+    await client.ws.close()
+
+    second = await Bridge.connect(b, BRIDGE_TOKEN)
+    await second.register("on-b", count=1)
+    two_attempt = await assigned(second, "kill-1")  # B's sweep, past attempt 1's deadline
+    assert two_attempt["attempt"] == 2
+    await until_running(redis_client, "kill-1", 2)
+    assert await post_task_end(f"http://127.0.0.1:{b}", two_attempt["webhookUrl"]) == 200
+    again = await Client(b, "biz-kill").connect()
+    assert (await result(again, "kill-1"))["status"] == "success"
+    await again.close()
+    redis_client.close()
+
+    spans = receiver.wait(
+        trace_id, lambda got: len(named(got, "process proj")) == 2 and bool(named(got, "settle"))
+    )
+    print(receiver.tree(trace_id))
+    create = one(spans, "create proj:comfyui")
+    assert create.parent_id == client_span
+    assert create.resource["service.instance.id"] == "serve-a"
+    by_attempt = {s.attributes["aigcq.attempt"]: s for s in named(spans, "process proj")}
+    assert by_attempt[1].attributes["aigcq.outcome"] == "retry"
+    assert by_attempt[1].resource["service.instance.id"] == "serve-b"  # A was dead
+    assert by_attempt[2].attributes["aigcq.outcome"] == "success"
+    for n, assign in ((1, one_attempt), (2, two_attempt)):
+        assert by_attempt[n].parent_id == create.span_id
+        assert assign["traceparent"] == tracing.traceparent(
+            int(trace_id, 16), int(by_attempt[n].span_id, 16)
+        )
+    receives = {s.attributes["aigcq.attempt"]: s for s in named(spans, "receive")}
+    assert receives[1].resource["service.instance.id"] == "serve-a"
+    assert receives[2].resource["service.instance.id"] == "serve-b"
+    settle = one(spans, "settle")
+    assert settle.resource["service.instance.id"] == "serve-b"
+    assert settle.attributes["aigcq.delivery.reconnected"] is True
+    assert {s.trace_id for s in spans} == {trace_id}
+
+
+async def until_running(r: redis.Redis, task_id: str, attempt: int) -> None:
+    def state() -> Any:
+        return r.hmget(f"aigcq:task:{task_id}", ["status", "attempt"])
+
+    await until(lambda: asyncio.to_thread(state), lambda got: got == ["running", str(attempt)], 10)

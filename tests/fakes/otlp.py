@@ -38,6 +38,7 @@ class Span:
     attributes: dict[str, Any]
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     error: str | None = None  # the status description of an ERROR span
+    resource: dict[str, Any] = field(default_factory=dict)
 
     @property
     def duration_ms(self) -> float:
@@ -63,7 +64,8 @@ def decode(body: bytes) -> list[Span]:
     request.ParseFromString(body)
     spans: list[Span] = []
     for rs in request.resource_spans:
-        service = str(_attrs(rs.resource.attributes).get("service.name", ""))
+        resource = _attrs(rs.resource.attributes)
+        service = str(resource.get("service.name", ""))
         for ss in rs.scope_spans:
             for s in ss.spans:
                 kind = PbSpan.SpanKind.Name(s.kind).removeprefix("SPAN_KIND_").lower()
@@ -81,6 +83,7 @@ def decode(body: bytes) -> list[Span]:
                         attributes=_attrs(s.attributes),
                         events=[(e.name, _attrs(e.attributes)) for e in s.events],
                         error=error,
+                        resource=resource,
                     )
                 )
     return spans
@@ -97,7 +100,7 @@ class OtlpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)

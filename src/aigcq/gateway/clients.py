@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -192,8 +193,9 @@ class ClientHub:
             return conn.send
 
         async def send(message: dict[str, Any]) -> None:
+            began = time.time()
             await conn.send(message)
-            traces.delivered(conn.backend_id, message, reconnected=conn.fresh)
+            traces.delivered(conn.backend_id, message, began, reconnected=conn.fresh)
 
         return send
 

@@ -258,16 +258,23 @@ class TaskTraces:
 
     # ---- delivery -------------------------------------------------------------------------
 
-    def delivered(self, backend_id: str, message: dict[str, Any], *, reconnected: bool) -> None:
-        """A task's result ``message`` was written to its client's socket (``reconnected``:
-        in the first delivery after the client connected: what waited for it, or a
-        redelivery of what it had not acknowledged)."""
+    def delivered(
+        self, backend_id: str, message: dict[str, Any], began: float, *, reconnected: bool
+    ) -> None:
+        """A task's result ``message`` was written to its client's socket, from ``began``
+        to now (``reconnected``: in the first delivery after the client connected: what
+        waited for it, or a redelivery of what it had not acknowledged)."""
         if tracing.ON and message.get("type") == "result" and message.get("taskId"):
-            job = self._delivered(backend_id, message, reconnected, time.time())
+            job = self._delivered(backend_id, message, reconnected, began, time.time())
             self._spawn(job)
 
     async def _delivered(
-        self, backend_id: str, message: dict[str, Any], reconnected: bool, end: float
+        self,
+        backend_id: str,
+        message: dict[str, Any],
+        reconnected: bool,
+        began: float,
+        end: float,
     ) -> None:
         task_id = str(message["taskId"])
         trace, aigc, platform = (
@@ -291,7 +298,7 @@ class TaskTraces:
                 "aigcq.delivery.reconnected": reconnected,
             },
         )
-        tracing.record(f"settle {dest}", trace, end, end, kind="client", attributes=attrs)
+        tracing.record(f"settle {dest}", trace, began, end, kind="client", attributes=attrs)
 
     # ---- plumbing -------------------------------------------------------------------------
 
