@@ -51,6 +51,10 @@ def destination(aigc: str, platform: str) -> str:
     return f"{aigc}:{platform}"
 
 
+#: a submit's context while tracing is off: no trace to keep
+_UNTRACED = contextlib.nullcontext("")
+
+
 def attempt_parent(trace: str, task_id: str, attempt: int) -> str:
     """The ``traceparent`` of attempt ``attempt``'s ``process`` span ("" if untraced)."""
     if not trace:
@@ -68,15 +72,17 @@ class TaskTraces:
 
     # ---- submit -------------------------------------------------------------------------
 
-    @contextlib.contextmanager
     def creating(
         self, task_id: str, queue: tuple[str, str], backend_id: str, parent: str | None
-    ) -> Iterator[str]:
+    ) -> contextlib.AbstractContextManager[str]:
         """Around a submit: its ``create`` span (child of ``parent``, the client's
-        traceparent, if any); yields the traceparent to keep with the task ("" when off)."""
-        if not tracing.ON:
-            yield ""
-            return
+        traceparent, if any); gives the traceparent to keep with the task ("" when off)."""
+        return self._creating(task_id, queue, backend_id, parent) if tracing.ON else _UNTRACED
+
+    @contextlib.contextmanager
+    def _creating(
+        self, task_id: str, queue: tuple[str, str], backend_id: str, parent: str | None
+    ) -> Iterator[str]:
         dest = destination(*queue)
         attrs = tracing.messaging(
             "create", "create", dest, task_id, {"aigcq.backend_id": backend_id}
