@@ -8,10 +8,12 @@ does. :meth:`OtlpReceiver.tree` prints a trace as a viewer draws it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gzip
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -162,6 +164,18 @@ class OtlpReceiver:
             time.sleep(0.05)
         raise AssertionError(f"trace {trace_id} incomplete:\n{self.tree(trace_id)}")
 
+    async def until(
+        self, trace_id: str, done: Callable[[list[Span]], bool], timeout: float = 15.0
+    ) -> list[Span]:
+        """:meth:`wait`, for a test whose event loop runs the servers that export."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            spans = self.trace(trace_id)
+            if done(spans):
+                return spans
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"trace {trace_id} incomplete:\n{self.tree(trace_id)}")
+
     def tree(self, trace_id: str) -> str:
         """The trace as an indented tree: each span's name, service, duration and
         ``aigcq.*`` / ``messaging.*`` attributes, its events under it."""
@@ -189,3 +203,20 @@ class OtlpReceiver:
 
         draw("", 0)
         return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def exporting(monkeypatch: Any, service: str = "test") -> Iterator[OtlpReceiver]:
+    """Tracing on in this process (``monkeypatch``: pytest's, for the ``OTEL_*``), exporting
+    to a new receiver; off again after."""
+    from aigcq.observability import tracing
+
+    receiver = OtlpReceiver().start()
+    for name, value in receiver.env(OTEL_SERVICE_NAME=service).items():
+        monkeypatch.setenv(name, value)
+    assert tracing.setup()
+    try:
+        yield receiver
+    finally:
+        tracing.shutdown()
+        receiver.stop()

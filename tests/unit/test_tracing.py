@@ -17,6 +17,7 @@ from aigcq.observability import tracing
 from aigcq.observability.jsonlog import JsonFormatter, TraceIds
 from aigcq.queue.store import Claimed
 from aigcq.scheduler.traces import TaskTraces, attempt_parent
+from tests.fakes import otlp
 from tests.fakes.otlp import OtlpReceiver
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -108,16 +109,8 @@ def test_without_the_otel_extra_it_stays_off(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.fixture
 def exporting(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
     """Tracing on in this process, exporting to a real OTLP receiver."""
-    receiver = OtlpReceiver().start()
-    for name, value in receiver.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "unit")
-    assert tracing.setup()
-    try:
+    with otlp.exporting(monkeypatch, "unit") as receiver:
         yield receiver
-    finally:
-        tracing.shutdown()
-        receiver.stop()
 
 
 def test_a_span_recorded_later_keeps_its_times_its_parent_and_its_derived_id(

@@ -73,7 +73,6 @@ def setup(service: str = "aigcq") -> bool:
     if ON or not wanted():
         return ON
     try:
-        from opentelemetry import trace
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -84,7 +83,9 @@ def setup(service: str = "aigcq") -> bool:
     provider = TracerProvider(resource=Resource.create(attributes), id_generator=_ids())
     for exporter in _exporters():
         provider.add_span_processor(BatchSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
+    # Not the global provider: the libraries that trace on their own once one is set
+    # (FastAPI's HTTP and WebSocket spans, several per request) stay off; a task's trace
+    # is aigcq's spans only.
     _provider, _tracer = provider, provider.get_tracer("aigcq")
     ON = True
     log.info("OpenTelemetry traces on (%s)", os.environ.get("OTEL_TRACES_EXPORTER") or "otlp")

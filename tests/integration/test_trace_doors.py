@@ -1,0 +1,101 @@
+"""Issue 41 §1: each door puts the task's trace inside its client's: the HTTP API, Comfy API
+v2 and the message-dispatcher's API read the W3C ``traceparent`` header (the WebSocket's
+generate message carries it as a field: tests/e2e/test_traces_e2e.py). In-process serve,
+real Redis, real bridge and ComfyUI emulator, tracing on and exported to a real OTLP
+receiver."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from aigcq.plumbing.auth import issue_client_token
+from tests.fakes.client import generate
+from tests.fakes.comfyui import E2E_GRAPH
+from tests.fakes.fleet import SECRET, Fleet, fleet
+from tests.fakes.message_dispatcher import BODY, Md, fast_checks, md
+from tests.fakes.otlp import OtlpReceiver, Span, exporting
+
+__all__ = ["fast_checks", "md"]  # fixtures: imported for pytest to find
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
+    with exporting(monkeypatch, "doors") as r:
+        yield r
+
+
+@pytest.fixture
+async def gpu(
+    receiver: OtlpReceiver, tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> AsyncIterator[Fleet]:
+    async with fleet(tmp_path, redis, redis_url, [1], paid=0, projects=("aigcq",)) as f:
+        yield f
+
+
+def context() -> tuple[str, str, str]:
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    return f"00-{trace_id}-{span_id}-01", trace_id, span_id
+
+
+def ran(spans: list[Span]) -> bool:
+    names = {s.name for s in spans}
+    return {"create aigcq:comfyui", "process aigcq:comfyui", "process comfyui"} <= names
+
+
+def _base(f: Fleet) -> str:
+    return "http" + f.client.url.split("/?", 1)[0][2:]
+
+
+async def test_http_and_comfy_v2_submits_continue_the_header_s_trace(
+    gpu: Fleet, receiver: OtlpReceiver
+) -> None:
+    auth = {"Authorization": f"Bearer {issue_client_token(SECRET, 'b1')}"}
+    http_parent, http_trace, http_span = context()
+    v2_parent, v2_trace, v2_span = context()
+    async with httpx.AsyncClient(base_url=_base(gpu)) as http:
+        task = generate("http-1", aigc="aigcq", workflowId="e2e-inline", workflow=E2E_GRAPH)
+        body = {k: v for k, v in task.items() if k != "type"}
+        sent = await http.post(
+            "/api/tasks", json=body, headers={**auth, "traceparent": http_parent}
+        )
+        assert sent.status_code == 202, sent.text
+        job = await http.post(
+            "/api/v2/jobs", json={"workflow": E2E_GRAPH}, headers={**auth, "traceparent": v2_parent}
+        )
+        assert job.status_code == 201, job.text
+    for trace_id, parent in ((http_trace, http_span), (v2_trace, v2_span)):
+        spans = await receiver.until(trace_id, ran)
+        print(receiver.tree(trace_id))
+        [create] = [s for s in spans if s.name == "create aigcq:comfyui"]
+        assert create.parent_id == parent
+        [attempt] = [s for s in spans if s.name == "process aigcq:comfyui"]
+        [run] = [s for s in spans if s.name == "process comfyui"]
+        assert run.parent_id == attempt.span_id
+        assert attempt.parent_id == create.span_id
+
+
+async def test_a_dispatcher_api_submit_continues_the_header_s_trace(
+    md: Md, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with exporting(monkeypatch, "md") as receiver:
+        parent, trace_id, span_id = context()
+        token = await md.token()
+        resp = await md.http.post(
+            "/api/task", json={**BODY, "apiKey": token}, headers={"traceparent": parent}
+        )
+        assert resp.status_code == 200, resp.text
+        task_id = resp.json()["data"]["taskId"]
+        spans = await receiver.until(
+            trace_id, lambda got: any(s.name.startswith("create") for s in got)
+        )
+        [create] = spans
+        assert create.parent_id == span_id
+        assert create.attributes["messaging.message.id"] == task_id
+        stored = await md.task(task_id)
+        assert stored is not None
