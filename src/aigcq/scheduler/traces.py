@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -41,9 +40,6 @@ from aigcq.runtime import Runtime
 from aigcq.scheduler.spend import charge
 
 log = logging.getLogger(__name__)
-
-#: the currency of paid platforms' costs (RunningHub reports its money in CNY)
-CURRENCY_ENV = "AIGCQ_COST_CURRENCY"
 
 
 def destination(aigc: str, platform: str) -> str:
@@ -68,7 +64,6 @@ class TaskTraces:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self._jobs: set[asyncio.Task[None]] = set()
-        self.currency = os.environ.get(CURRENCY_ENV, "CNY")
 
     # ---- submit -------------------------------------------------------------------------
 
@@ -253,7 +248,7 @@ class TaskTraces:
             c = charge(cost, self.rt.settings.overflow_price.get(target))
             attrs |= {
                 "aigcq.cost": c.amount,
-                "aigcq.cost.currency": self.currency,
+                "aigcq.cost.currency": self.rt.settings.cost_currency,
                 "aigcq.cost.estimate": c.estimate,
             }
             if c.coins:
