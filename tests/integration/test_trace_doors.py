@@ -15,11 +15,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from aigcq.plumbing.auth import issue_client_token
+from tests.fakes.bridge import Bridge
 from tests.fakes.client import generate
 from tests.fakes.comfyui import E2E_GRAPH
 from tests.fakes.fleet import SECRET, Fleet, fleet
-from tests.fakes.message_dispatcher import BODY, Md, fast_checks, md
+from tests.fakes.message_dispatcher import BODY, Md, fast_checks, md, md_task_end, serve_split
 from tests.fakes.otlp import OtlpReceiver, Span, exporting
+from tests.fakes.waiting import until
 
 __all__ = ["fast_checks", "md"]  # fixtures: imported for pytest to find
 
@@ -99,3 +101,48 @@ async def test_a_dispatcher_api_submit_continues_the_header_s_trace(
         assert create.attributes["messaging.message.id"] == task_id
         stored = await md.task(task_id)
         assert stored is not None
+
+
+@pytest.mark.usefixtures("fast_checks")
+async def test_in_the_split_topology_the_dispatchers_task_goes_on_in_the_attempt(
+    md: Md, tmp_path: Path, redis: aioredis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve → message-dispatcher → bridge: the dispatcher's own task (its create, its
+    attempt on the bridge) is in the serve task's trace, under the serve's attempt."""
+    bridge = await Bridge.connect(md.port)
+    await bridge.register(count=1)
+    with exporting(monkeypatch, "split") as receiver:
+        async with serve_split(tmp_path, redis, redis_url, md.base) as (service, client):
+            parent, trace_id, span_id = context()
+            reply = await client.request({**generate("split-1"), "traceparent": parent})
+            assert reply["type"] != "error", reply
+            assign = await bridge.next(timeout=10)
+            assert assign["data"]["traceparent"].split("-")[1] == trace_id
+            await bridge.ack(assign["data"]["taskId"])
+            await until(
+                lambda: service.rt.store.get("split-1"),
+                lambda t: t is not None and t.state == "running",
+            )
+            await md_task_end(md, assign["data"]["webhookUrl"])
+            assert (await client.next(timeout=10))["status"] == "success"
+
+            def both(spans: list[Span]) -> bool:
+                return len([s for s in spans if s.name.startswith("process ")]) == 2
+
+            spans = await receiver.until(trace_id, both)
+        print(receiver.tree(trace_id))
+        serve_create, md_create = sorted(
+            (s for s in spans if s.name.startswith("create ")), key=lambda s: s.start_ns
+        )
+        assert serve_create.parent_id == span_id
+        [serve_attempt] = [
+            s
+            for s in spans
+            if s.attributes.get("aigcq.target") == "message_dispatcher"
+            and s.name.startswith("process")
+        ]
+        assert md_create.parent_id == serve_attempt.span_id
+        [md_attempt] = [s for s in spans if s.name.startswith("process") and s is not serve_attempt]
+        assert md_attempt.parent_id == md_create.span_id
+        assert assign["data"]["traceparent"].split("-")[2] == md_attempt.span_id
+    await bridge.ws.close()
