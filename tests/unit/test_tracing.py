@@ -152,3 +152,14 @@ def test_a_json_log_line_carries_the_current_spans_ids(exporting: OtlpReceiver) 
     outside = logging.LogRecord("x", logging.INFO, __file__, 1, "bye", None, None)
     TraceIds().filter(outside)
     assert "trace_id" not in json.loads(JsonFormatter().format(outside))
+
+
+def test_on_a_task_known_not_sampled_costs_no_read(exporting: OtlpReceiver) -> None:
+    """A task this process claimed whose trace the sampler left out: its attempt's end
+    and its delivery read nothing (no job is started)."""
+    traces = TaskTraces(None)  # type: ignore[arg-type]  # a read would fail on it
+    unsampled = PARENT[:-2] + "00"
+    traces.claimed(("p", "comfyui"), "bridge", [claimed(unsampled)], "own GPU", time.time())
+    traces.attempt_over("t-1", 1, "success")
+    traces.delivered("b", {"type": "result", "taskId": "t-1"}, time.time(), reconnected=False)
+    assert not traces._jobs

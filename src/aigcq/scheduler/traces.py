@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -47,6 +48,9 @@ def destination(aigc: str, platform: str) -> str:
     return f"{aigc}:{platform}"
 
 
+#: tasks whose trace a process remembers from its claims (the latest)
+KNOWN_MAX = 65536
+
 #: a submit's context while tracing is off: no trace to keep
 _UNTRACED = contextlib.nullcontext("")
 
@@ -64,6 +68,9 @@ class TaskTraces:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self._jobs: set[asyncio.Task[None]] = set()
+        #: the trace of each task this process claimed lately ("": none): the end of an
+        #: attempt, or the delivery, of a task known not to be sampled reads nothing
+        self._known: OrderedDict[str, str] = OrderedDict()
 
     # ---- submit -------------------------------------------------------------------------
 
@@ -103,6 +110,7 @@ class TaskTraces:
             return
         now, dest = time.time(), destination(*queue)
         for c in tasks:
+            self._remember(c.task_id, c.trace)
             if not c.trace:
                 continue
             since = c.since or c.created_at
@@ -177,7 +185,7 @@ class TaskTraces:
         """Attempt ``attempt`` (None: the task's live one) of the task ended (``how``: its
         outcome, e.g. ``success``, ``retry``, ``not run``): its ``process`` span, recorded
         in the background from the task's stored context and timeline."""
-        if tracing.ON:
+        if tracing.ON and self._maybe_sampled(task_id):
             self._spawn(self._attempt_over(task_id, attempt, how, error, cost, time.time()))
 
     async def _attempt_over(
@@ -265,7 +273,8 @@ class TaskTraces:
         """A task's result ``message`` was written to its client's socket, from ``began``
         to now (``reconnected``: in the first delivery after the client connected: what
         waited for it, or a redelivery of what it had not acknowledged)."""
-        if tracing.ON and message.get("type") == "result" and message.get("taskId"):
+        task_id = message.get("taskId")
+        if tracing.ON and message.get("type") == "result" and self._maybe_sampled(task_id):
             job = self._delivered(backend_id, message, reconnected, began, time.time())
             self._spawn(job)
 
@@ -302,6 +311,19 @@ class TaskTraces:
         tracing.record(f"settle {dest}", trace, began, end, kind="client", attributes=attrs)
 
     # ---- plumbing -------------------------------------------------------------------------
+
+    def _remember(self, task_id: str, trace: str) -> None:
+        self._known[task_id] = trace
+        self._known.move_to_end(task_id)
+        if len(self._known) > KNOWN_MAX:
+            self._known.popitem(last=False)
+
+    def _maybe_sampled(self, task_id: object) -> bool:
+        """Whether ``task_id``'s trace may be sampled (not known here: it may)."""
+        if not task_id:
+            return False
+        trace = self._known.get(str(task_id))
+        return trace is None or tracing.sampled(trace)
 
     def _spawn(self, job: Any) -> None:
         task = asyncio.ensure_future(_quietly(job))
