@@ -47,9 +47,11 @@ def test_a_traceparent_is_read_and_written_as_w3c_says() -> None:
         1,
     )
     assert tracing.traceparent(*tracing.parse(PARENT) or (0, 0, 0)) == PARENT
-    for bad in (None, "", "garbage", "00-" + "0" * 32 + "-b7ad6b7169203331-01", "ff" + PARENT[2:]):
+    zero = "00-" + "0" * 32 + "-b7ad6b7169203331-01"
+    for bad in (None, "", "garbage", zero, "ff" + PARENT[2:], PARENT.upper(), PARENT + "-x"):
         assert tracing.parse(bad) is None, bad
     assert tracing.sampled(PARENT) and not tracing.sampled(PARENT[:-2] + "00")
+    assert tracing.parse("01" + PARENT[2:] + "-future") is not None  # a later version's
 
 
 def test_an_attempts_span_id_is_the_same_in_every_process_and_its_own() -> None:

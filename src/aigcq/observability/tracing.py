@@ -27,6 +27,7 @@ import contextvars
 import hashlib
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ _next_span_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 )
 
 _TRUE = {"true", "1", "yes", "on"}
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\Z")
 
 
 def wanted(env: Mapping[str, str] | None = None) -> bool:
@@ -76,12 +78,17 @@ def setup(service: str = "aigcq") -> bool:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    except ImportError:
-        log.warning("OTEL_* asks for traces, but the otel extra is not installed: no traces")
+
+        exporters = _exporters()
+    except ImportError as exc:
+        log.warning("OTEL_* asks for traces, but the otel extra is not installed (%s)", exc)
+        return False
+    if not exporters:
+        log.warning("OTEL_TRACES_EXPORTER names no exporter aigcq ships (otlp, console)")
         return False
     attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service}
     provider = TracerProvider(resource=Resource.create(attributes), id_generator=_ids())
-    for exporter in _exporters():
+    for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     # Not the global provider: the libraries that trace on their own once one is set
     # (FastAPI's HTTP and WebSocket spans, several per request) stay off; a task's trace
@@ -139,10 +146,10 @@ async def in_process(service: str) -> AsyncIterator[bool]:
 def shutdown() -> None:
     """Send what is batched and stop (a process's end)."""
     global ON, _tracer, _provider
-    if _provider is not None:
+    provider, ON, _tracer, _provider = _provider, False, None, None
+    if provider is not None:
         with contextlib.suppress(Exception):
-            _provider.shutdown()
-    ON, _tracer, _provider = False, None, None
+            provider.shutdown()
 
 
 def flush(timeout_s: float = 5.0) -> None:
@@ -156,23 +163,16 @@ def flush(timeout_s: float = 5.0) -> None:
 
 def parse(traceparent: str | None) -> tuple[int, int, int] | None:
     """(trace id, span id, flags) of a W3C ``traceparent``, None if it is not one."""
-    if not traceparent:
+    found = _TRACEPARENT.match(traceparent.strip()) if traceparent else None
+    if found is None:
         return None
-    parts = traceparent.strip().split("-")
-    if len(parts) < 4 or len(parts[0]) != 2 or parts[0] == "ff":
+    version, trace_hex, span_hex, flags_hex, rest = found.groups()
+    if version == "ff" or (version == "00" and rest):
         return None
-    version, trace_hex, span_hex, flags_hex = parts[:4]
-    if version == "00" and len(parts) != 4:
-        return None
-    if len(trace_hex) != 32 or len(span_hex) != 16 or len(flags_hex) != 2:
-        return None
-    try:
-        trace_id, span_id, flags = int(trace_hex, 16), int(span_hex, 16), int(flags_hex, 16)
-    except ValueError:
-        return None
+    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
     if not trace_id or not span_id:
         return None
-    return trace_id, span_id, flags
+    return trace_id, span_id, int(flags_hex, 16)
 
 
 def traceparent(trace_id: int, span_id: int, flags: int = 1) -> str:
