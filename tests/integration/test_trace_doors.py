@@ -6,6 +6,7 @@ receiver."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,7 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from rich.console import Console
 
+from aigcq.cli.http_api import Api
+from aigcq.cli.status import timeline
 from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.bridge import Bridge
 from tests.fakes.client import generate
@@ -80,6 +84,14 @@ async def test_http_and_comfy_v2_submits_continue_the_header_s_trace(
         [run] = [s for s in spans if s.name == "process comfyui"]
         assert run.parent_id == attempt.span_id
         assert attempt.parent_id == create.span_id
+    async with httpx.AsyncClient(base_url=_base(gpu)) as http:
+        shown = (await http.get("/api/tasks/http-1", headers=auth)).json()
+    assert shown["traceId"] == http_trace  # where an operator finds the task's trace
+    token = issue_client_token(SECRET, "b1")
+    view = await asyncio.to_thread(timeline, Api(_base(gpu), token), "http-1")
+    console = Console(width=160, record=True)
+    console.print(view)
+    assert f"trace: {http_trace}" in console.export_text()  # `aigcq tasks show`
 
 
 async def test_a_dispatcher_api_submit_continues_the_header_s_trace(

@@ -180,6 +180,8 @@ def _task_routes(
             "error": task.error,
             "failure": task.failure,  # the error's class, code and message, as shown
             "timeline": await gw.rt.store.timeline(task_id),
+            # its OpenTelemetry trace's id (null: not traced; docs/tracing.md)
+            "traceId": task.trace.split("-")[1] if task.trace.count("-") == 3 else None,
             # where it stands while it waits (both null otherwise): docs/client-protocol.md
             **(await gw.queue_updates.waiting(task_id, queue) if waiting else UNKNOWN.wire(0)),
         }

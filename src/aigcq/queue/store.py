@@ -1041,4 +1041,5 @@ def task_from_hash(raw: dict[Any, Any]) -> Task:
         deadline=float(h.get("deadline") or 0),
         result=orjson.loads(h["resultData"]) if h.get("resultData") else None,
         error=orjson.loads(h["error"]) if h.get("error") else None,
+        trace=h.get("trace", ""),
     )
