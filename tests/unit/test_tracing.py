@@ -165,3 +165,22 @@ def test_on_a_task_known_not_sampled_costs_no_read(exporting: OtlpReceiver) -> N
     traces.attempt_over("t-1", 1, "success")
     traces.delivered("b", {"type": "result", "taskId": "t-1"}, time.time(), reconnected=False)
     assert not traces._jobs
+
+
+def test_a_failing_tracer_never_stands_in_a_tasks_way(
+    exporting: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the SDK raises, a span is lost and the task's step goes on."""
+
+    class Broken:
+        def start_span(self, *args: object, **kwargs: object) -> None:
+            raise RuntimeError("exporter gone")
+
+    monkeypatch.setattr(tracing, "_tracer", Broken())
+    tracing.record("process p:comfyui", PARENT, 1.0, 2.0, own=attempt_parent(PARENT, "t", 1))
+    ran = []
+    with tracing.span("create p:comfyui", PARENT, root=True) as s:
+        ran.append(s)
+    assert ran == [None]
+    with TaskTraces(None).creating("t-1", ("p", "comfyui"), "b", PARENT) as context:  # type: ignore[arg-type]
+        assert context == ""

@@ -53,30 +53,36 @@ def run_span(task: RunningTask, traceparent: str | None) -> Iterator[Any]:
         },
     )
     with tracing.span("process comfyui", traceparent, kind="consumer", attributes=attrs) as s:
-        task.on_event = _events(task, s)
+        task.on_event = None if s is None else _events(task, s)
         try:
             yield s
         finally:
             task.on_event = None
-            s.set_attribute("aigcq.instance", task.instance.instance_id)  # it may have moved
+            if s is not None:  # it may have moved to another instance
+                with contextlib.suppress(Exception):
+                    s.set_attribute("aigcq.instance", task.instance.instance_id)
 
 
 def ended(span: Any, result: TaskEndResult) -> None:
     """The run's outcome on its span."""
     if span is None:
         return
-    span.set_attribute("aigcq.result.code", result.code)
-    span.set_attribute("aigcq.result.files", len(result.data))
+    with contextlib.suppress(Exception):  # tracing never stands in a task's way
+        span.set_attribute("aigcq.result.code", result.code)
+        span.set_attribute("aigcq.result.files", len(result.data))
+        if result.failure is not None:
+            span.set_attribute("aigcq.failure.class", result.failure.failure_class)
+            span.set_attribute("aigcq.failure.code", result.failure.code)
     if result.code != 0:
-        failure = result.failure
-        if failure is not None:
-            span.set_attribute("aigcq.failure.class", failure.failure_class)
-            span.set_attribute("aigcq.failure.code", failure.code)
         tracing.failed(span, result.msg)
 
 
 def _events(task: RunningTask, span: Any) -> Callable[[dict[str, Any]], None]:
     def on_event(event: dict[str, Any]) -> None:
+        with contextlib.suppress(Exception):  # tracing never stands in a task's way
+            note(event)
+
+    def note(event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind not in TRACED_EVENTS:
             return

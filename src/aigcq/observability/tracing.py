@@ -247,7 +247,12 @@ def span(
     if ctx is None and not (ON and root):
         yield None
         return
-    s = _tracer.start_span(name, context=ctx, kind=_kind(kind), attributes=attributes)
+    try:
+        s = _tracer.start_span(name, context=ctx, kind=_kind(kind), attributes=attributes)
+    except Exception as exc:  # tracing never stands in a task's way
+        _lost(name, exc)
+        yield None
+        return
     try:
         if current:
             from opentelemetry import trace
@@ -262,26 +267,8 @@ def span(
         failed(s, exc)
         raise
     finally:
-        s.end()
-
-
-def start(
-    name: str,
-    parent: str | None = None,
-    *,
-    kind: str = "internal",
-    attributes: Attrs | None = None,
-    at: float | None = None,
-) -> Any:
-    """A span begun now (or at ``at``, epoch s), ended by the caller (``end``); None when
-    tracing is off."""
-    if not ON:
-        return None
-    ctx = _context(parent)
-    start_ns = None if at is None else _ns(at)
-    return _tracer.start_span(
-        name, context=ctx, kind=_kind(kind), attributes=attributes, start_time=start_ns
-    )
+        with contextlib.suppress(Exception):
+            s.end()
 
 
 def record(
@@ -302,6 +289,23 @@ def record(
     new id. Nothing when tracing is off or ``parent`` is not sampled."""
     if not ON or not sampled(parent):
         return
+    try:
+        _record(name, parent, start_s, end_s, kind, attributes, events, error, own)
+    except Exception as exc:  # tracing never stands in a task's way
+        _lost(name, exc)
+
+
+def _record(
+    name: str,
+    parent: str,
+    start_s: float,
+    end_s: float,
+    kind: str,
+    attributes: Attrs | None,
+    events: Sequence[tuple[str, float, Attrs]],
+    error: str,
+    own: str,
+) -> None:
     found = parse(own)
     token = _next_span_id.set(found[1]) if found is not None else None
     try:
@@ -330,10 +334,15 @@ def failed(s: Any, error: BaseException | str) -> None:
         return
     from opentelemetry.trace import Status, StatusCode
 
-    if isinstance(error, BaseException):
-        s.record_exception(error)
-        error = f"{type(error).__name__}: {error}"
-    s.set_status(Status(StatusCode.ERROR, error))
+    with contextlib.suppress(Exception):
+        if isinstance(error, BaseException):
+            s.record_exception(error)
+            error = f"{type(error).__name__}: {error}"
+        s.set_status(Status(StatusCode.ERROR, error))
+
+
+def _lost(name: str, exc: Exception) -> None:
+    log.debug("span %s not recorded: %r", name, exc)
 
 
 def current_ids() -> tuple[str, str] | None:

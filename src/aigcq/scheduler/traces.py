@@ -92,7 +92,7 @@ class TaskTraces:
         with tracing.span(
             f"create {dest}", parent, kind="producer", attributes=attrs, root=True
         ) as s:
-            yield tracing.traceparent_of(s)
+            yield tracing.traceparent_of(s) if s is not None else ""
 
     # ---- dispatch -----------------------------------------------------------------------
 
@@ -340,11 +340,12 @@ def sent(span: Any, outcome: object) -> None:
     """What a paid platform answered a create, on its ``send`` span (if any)."""
     if span is None:
         return
-    span.set_attribute("aigcq.create.outcome", type(outcome).__name__)
     remote = getattr(outcome, "remote_id", None)
-    if remote:
-        span.set_attribute("aigcq.remote_id", str(remote))
-    else:
+    with contextlib.suppress(Exception):  # tracing never stands in a task's way
+        span.set_attribute("aigcq.create.outcome", type(outcome).__name__)
+        if remote:
+            span.set_attribute("aigcq.remote_id", str(remote))
+    if not remote:
         why = getattr(outcome, "reason", "") or getattr(outcome, "message", "")
         tracing.failed(span, f"{type(outcome).__name__}: {why}")
 
