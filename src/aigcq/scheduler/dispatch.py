@@ -242,7 +242,7 @@ class DispatchLoop:
             gone = {c.task_id for c in taken}
             paid = [i for i in paid if i not in gone]
             if paid and load.paid:
-                rescued = {i for i in paid if tasks[i].start_by is not None}
+                rescued = {i for i in paid if i in tasks and tasks[i].start_by is not None}
                 claimed = await self.lifecycle.claim(
                     load.aigc,
                     load.platform,
