@@ -23,7 +23,15 @@ from tests.fakes.bridge import Bridge
 from tests.fakes.client import generate
 from tests.fakes.comfyui import E2E_GRAPH
 from tests.fakes.fleet import SECRET, Fleet, fleet
-from tests.fakes.message_dispatcher import BODY, Md, fast_checks, md, md_task_end, serve_split
+from tests.fakes.message_dispatcher import (
+    BODY,
+    Md,
+    fast_checks,
+    md,
+    md_task_end,
+    serve_split,
+    serve_split_with_runninghub,
+)
 from tests.fakes.otlp import OtlpReceiver, Span, exporting
 from tests.fakes.waiting import until
 
@@ -158,3 +166,39 @@ async def test_in_the_split_topology_the_dispatchers_task_goes_on_in_the_attempt
         assert md_attempt.parent_id == md_create.span_id
         assert assign["data"]["traceparent"].split("-")[2] == md_attempt.span_id
     await bridge.ws.close()
+
+
+@pytest.mark.usefixtures("fast_checks")
+async def test_an_overflow_to_runninghub_in_process_has_its_paid_spans(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its message-dispatcher unreachable, a serve sends the task to RunningHub: the
+    decision says overflow, the create is a send span under the attempt, the attempt says
+    paid, its account and its cost (an estimate: no money reported, no price set)."""
+    with exporting(monkeypatch, "paid") as receiver:
+        async with serve_split_with_runninghub(
+            tmp_path, redis, redis_url, "http://127.0.0.1:9", duration_s=0.1
+        ) as (_, client):
+            parent, trace_id, span_id = context()
+            await client.request({**generate("paid-1"), "traceparent": parent})
+            assert (await client.next(timeout=10))["status"] == "success"
+
+            def paid(spans: list[Span]) -> bool:
+                names = {s.name for s in spans}
+                return {"process proj:comfyui", "send runninghub", "settle proj:comfyui"} <= names
+
+            spans = await receiver.until(trace_id, paid)
+        print(receiver.tree(trace_id))
+        by_name = {s.name: s for s in spans}
+        assert by_name["create proj:comfyui"].parent_id == span_id
+        attempt = by_name["process proj:comfyui"]
+        assert attempt.attributes["aigcq.target"] == "runninghub"
+        assert attempt.attributes["aigcq.paid"] is True
+        assert attempt.attributes["aigcq.account"]
+        assert attempt.attributes["aigcq.cost"] == 0.0
+        assert attempt.attributes["aigcq.cost.estimate"] is True
+        send = by_name["send runninghub"]
+        assert send.parent_id == attempt.span_id
+        assert send.attributes["aigcq.create.outcome"] == "Accepted"
+        receives = [s for s in spans if s.name == "receive proj:comfyui"]
+        assert receives[-1].attributes["aigcq.target"] == "runninghub"
