@@ -312,6 +312,12 @@ class Settings(HttpLimits):
         '{"runninghub": 1800}; unlisted: 3600 s): a create whose outcome stayed unknown '
         "is counted in its account's cap until the platform answers or this long after it.",
     )
+    cost_currency: str = Field(
+        "CNY",
+        validation_alias=_env("COST_CURRENCY"),
+        description="The currency of paid platforms' costs and AIGCQ_OVERFLOW_PRICE, as a "
+        "paid attempt's trace span names it (aigcq.cost.currency; docs/tracing.md).",
+    )
     spend_timezone: str = Field(
         "UTC",
         validation_alias=_env("SPEND_TIMEZONE"),

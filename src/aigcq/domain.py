@@ -216,6 +216,8 @@ class Task:
     result: Any = None
     error: dict[str, Any] | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    #: its OpenTelemetry trace context, a W3C traceparent ("": not traced; docs/tracing.md)
+    trace: str = ""
 
     @property
     def failure(self) -> dict[str, str | None] | None:

@@ -393,6 +393,7 @@ class Assigner:
                 "nodeInfoList": c.payload.get("nodeInfoList") or [],
                 "webhookUrl": hook,
                 "workflow": c.payload.get("workflow"),
+                "traceparent": self.lifecycle.traces.attempt(c) or None,
             }
         )
         return TaskAssignMessage(data=data)

@@ -247,6 +247,8 @@ def timeline(server: Api, task_id: str) -> Group:
         lines.append(Text(standing_text(task, time.time())))
     if task.get("failure"):
         lines.append(Text(f"failure: {failure_text(task['failure'])}", style="red"))
+    if task.get("traceId"):
+        lines.append(Text(f"trace: {task['traceId']}"))
     return Group(*lines)
 
 

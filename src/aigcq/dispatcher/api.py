@@ -122,7 +122,7 @@ class DispatcherApi:
         if token is None and not self.auth.valid(_api_key(body)):
             return md_error(401, "Unauthorized", TOKEN_REFUSAL)
         try:
-            task_id = await self._submit(body)
+            task_id = await self._submit(body, request.headers.get("traceparent"))
         except BadBody as exc:
             return md_error(400, "InvalidBody", str(exc))
         except ClientError as exc:
@@ -164,7 +164,7 @@ class DispatcherApi:
         if not self.auth.valid(_api_key(body)):
             return rh_reply(RH_UNAUTHORIZED)
         try:
-            task_id = await self._submit(body)
+            task_id = await self._submit(body, request.headers.get("traceparent"))
         except BadBody as exc:
             return rh_reply(RH_PARAMS_INVALID, str(exc))
         except ClientError as exc:
@@ -233,11 +233,14 @@ class DispatcherApi:
         except orjson.JSONDecodeError:
             return None
 
-    async def _submit(self, body: Any) -> str:
-        """Queue a create body for our bridges; the new task's id."""
+    async def _submit(self, body: Any, trace: str | None = None) -> str:
+        """Queue a create body for our bridges; the new task's id. ``trace``: the
+        request's W3C ``traceparent`` header (the parent of the task's trace)."""
         payload = task_payload(body)
         task_id = uuid.uuid4().hex
-        req = GenerateRequest(taskId=task_id, platform=PLATFORM, payload=payload, AIGC=self.aigc)
+        req = GenerateRequest(
+            taskId=task_id, platform=PLATFORM, payload=payload, AIGC=self.aigc, traceparent=trace
+        )
         submission = self.service.gateway.submission
         await submission.submit(req, WEBHOOK_BACKEND, deliver=True, principal=WEBHOOK_BACKEND)
         self.on_accepted()

@@ -25,6 +25,7 @@ from aigcq.dispatcher.openapi_doc import describe_dispatcher
 from aigcq.dispatcher.settings import DispatcherSettings
 from aigcq.dispatcher.webhooks import WebhookRelay
 from aigcq.mdclient.feed_messages import FEED_PATH
+from aigcq.observability import tracing
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.serve.launch import bind, ensure_secrets, run_with_redis, uvicorn_server
 from aigcq.serve.parts import Extension, ServeParts
@@ -123,13 +124,14 @@ def run(md: DispatcherSettings, settings: Settings) -> None:
 
 async def serve(md: DispatcherSettings, settings: Settings) -> None:
     """Run ``aigcq dispatcher`` until SIGINT/SIGTERM."""
-    redis = redis_client(settings.redis_url)
-    dispatcher = MessageDispatcher(md, settings, redis)
-    server = uvicorn_server(
-        dispatcher.app, settings, on_exit=lambda: stop_claiming(dispatcher.service)
-    )
-    log.info("message-dispatcher on %s:%s (prefix %s)", settings.host, md.port, md.prefix)
-    try:
-        await server.serve(sockets=[bind(settings.host, md.port)])
-    finally:
-        await redis.aclose()
+    async with tracing.in_process("aigcq-dispatcher"):
+        redis = redis_client(settings.redis_url)
+        dispatcher = MessageDispatcher(md, settings, redis)
+        server = uvicorn_server(
+            dispatcher.app, settings, on_exit=lambda: stop_claiming(dispatcher.service)
+        )
+        log.info("message-dispatcher on %s:%s (prefix %s)", settings.host, md.port, md.prefix)
+        try:
+            await server.serve(sockets=[bind(settings.host, md.port)])
+        finally:
+            await redis.aclose()

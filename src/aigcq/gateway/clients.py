@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -21,9 +22,11 @@ from starlette.websockets import WebSocket
 
 from aigcq.delivery.outbox import DrainCursor, Outbox
 from aigcq.delivery.presence import PRESENT_TTL_S, RENEW_S, Presence
+from aigcq.observability import tracing
 from aigcq.plumbing.background import every
 from aigcq.plumbing.ws_frames import close_within, send_within
 from aigcq.queue.keys import Keys
+from aigcq.scheduler.traces import TaskTraces
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,8 @@ class ClientConnection:
         self.dirty = False
         self.draining: asyncio.Task[None] | None = None
         self.send_lock = asyncio.Lock()
+        #: no drain has ended on it yet: what it sends waited for the client (traced)
+        self.fresh = True
 
     async def send(self, message: dict[str, Any]) -> None:
         """Write one message; a peer that does not take it within ``send_timeout_s`` (it
@@ -79,10 +84,14 @@ class ClientConnection:
 
 
 class ClientHub:
-    def __init__(self, redis: Redis, keys: Keys, outbox: Outbox) -> None:
+    def __init__(
+        self, redis: Redis, keys: Keys, outbox: Outbox, traces: TaskTraces | None = None
+    ) -> None:
+        """``traces``: told of each result delivered (its ``settle`` span)."""
         self.redis = redis
         self.keys = keys
         self.outbox = outbox
+        self.traces = traces
         self.conns: dict[str, ClientConnection] = {}
         self._sends: set[asyncio.Task[None]] = set()
         self._unsubscribe = redis.register_script(_UNSUBSCRIBE)
@@ -169,12 +178,26 @@ class ClientHub:
             while True:
                 conn.dirty = False
                 await self.outbox.drain(
-                    conn.backend_id, conn.send, conn.cursor, auto_ack=conn.auto_ack
+                    conn.backend_id, self._sender(conn), conn.cursor, auto_ack=conn.auto_ack
                 )
+                conn.fresh = False
                 if not conn.dirty or self.conns.get(conn.backend_id) is not conn:
                     return
         except Exception as exc:  # the socket went away mid-send: the rest waits in Redis
             log.info("client %s: delivery paused: %r", conn.backend_id, exc)
+
+    def _sender(self, conn: ClientConnection) -> Callable[[dict[str, Any]], Awaitable[None]]:
+        """``conn.send``, each result it writes traced when tracing is on."""
+        traces = self.traces
+        if traces is None or not tracing.ON:
+            return conn.send
+
+        async def send(message: dict[str, Any]) -> None:
+            began = time.time()
+            await conn.send(message)
+            traces.delivered(conn.backend_id, message, began, reconnected=conn.fresh)
+
+        return send
 
 
 async def _quietly(aw: Awaitable[Any]) -> None:

@@ -538,6 +538,7 @@ class ComfyV2:
         req = GenerateRequest.model_validate(
             {"taskId": task_id, "platform": PLATFORM, "payload": payload, "AIGC": project}
         )
+        req.traceparent = request.headers.get("traceparent")
         try:
             await self.gw.submission.submit(req, backend_id, deliver=False, principal=owner.name)
         except ClientError as exc:

@@ -34,7 +34,7 @@ class Gateway:
         self.outbox = Outbox(
             rt.store.mux, rt.store.keys, retention_s=rt.settings.outbox_retention_s
         )
-        self.clients = ClientHub(rt.redis, rt.store.keys, self.outbox)
+        self.clients = ClientHub(rt.redis, rt.store.keys, self.outbox, lifecycle.traces)
         self.queue_updates = QueueUpdates(rt, self.clients, internal)
 
     def estimate(self, req: GenerateRequest, created: bool) -> dict[str, Any]:

@@ -118,6 +118,7 @@ def _task_routes(
         principal = client_of(authorization)  # before a byte of the body is read
         data = await json_object(request, gw.settings.max_payload_bytes)
         req = parse_generate(data)
+        req.traceparent = req.traceparent or request.headers.get("traceparent")
         backend_id = _backend_id(gw, principal, data)
         created = await gw.submission.submit(
             req, backend_id, deliver=bool(backend_id), principal=principal.name
@@ -179,6 +180,8 @@ def _task_routes(
             "error": task.error,
             "failure": task.failure,  # the error's class, code and message, as shown
             "timeline": await gw.rt.store.timeline(task_id),
+            # its OpenTelemetry trace's id (null: not traced; docs/tracing.md)
+            "traceId": task.trace.split("-")[1] if task.trace.count("-") == 3 else None,
             # where it stands while it waits (both null otherwise): docs/client-protocol.md
             **(await gw.queue_updates.waiting(task_id, queue) if waiting else UNKNOWN.wire(0)),
         }

@@ -30,7 +30,8 @@ class GenerateRequest(BaseModel):
     ``AIGCQ_OVERFLOW_PRICE``): one expected to cost more is not sent there; and when it
     runs (issue 27, docs/scheduling.md): ``priority`` (seconds of credit, at most the
     project's ``AIGCQ_PRIORITY_MAX_S``), ``userId`` (its end user, for fair shares inside
-    the project), ``maxWaitMs`` (its start deadline) and ``keepWaiting``. As the seed's
+    the project), ``maxWaitMs`` (its start deadline) and ``keepWaiting``; ``traceparent``
+    (W3C trace context) puts the task's trace inside the client's. As the seed's
     Node.js service read them, an integer ``taskId`` is its decimal text and a ``payload``
     sent as a string holding a JSON object is that object."""
 
@@ -45,6 +46,9 @@ class GenerateRequest(BaseModel):
     userId: str | None = Field(None, min_length=1, max_length=MAX_USER_ID)
     maxWaitMs: int | None = Field(None, ge=0, le=MAX_WAIT_MS)
     keepWaiting: bool | None = None
+    #: the client's W3C trace context: the task's trace continues the client's own (over
+    #: HTTP, its ``traceparent`` header); one that is not a traceparent is ignored
+    traceparent: str | None = Field(None, max_length=256)
 
 
 def parse_generate(data: dict[str, Any]) -> GenerateRequest:
@@ -91,6 +95,7 @@ class Submission:
                 deliver=deliver,
                 max_cost=req.maxCost,
                 ordering=ordering,
+                trace=req.traceparent,
             )
         except redis.exceptions.RedisError as exc:  # the task may exist: its reply was lost
             await self.admission.refund_unless_stored(principal, req.taskId)

@@ -197,7 +197,8 @@ class MessageDispatcherTarget:
         self._free = max(0, self._free - 1)
         task = c.as_task(aigc, platform, self.name)
         hook = self.rt.webhook_url(c.task_id, c.attempt)
-        outcome = await self.http.submit(self.adapter, task, token, hook)
+        trace = self.lifecycle.traces.attempt(c)  # the dispatcher's task goes on in it
+        outcome = await self.http.submit(self.adapter, task, token, hook, traceparent=trace)
         for retry in range(1, self.md.retry_count + 1):
             if not _failed(outcome):
                 break
@@ -211,7 +212,7 @@ class MessageDispatcherTarget:
                 self.md.retry_count,
             )
             await asyncio.sleep(RETRY_DELAY_S * retry)
-            outcome = await self.http.submit(self.adapter, task, token, hook)
+            outcome = await self.http.submit(self.adapter, task, token, hook, traceparent=trace)
         return await self._apply(aigc, platform, c, outcome)
 
     async def _apply(

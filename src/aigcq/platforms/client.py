@@ -14,6 +14,7 @@ connect timeout) is :class:`NotSent`; a lost or late reply is :class:`Uncertain`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -117,10 +118,14 @@ class PlatformClient:
         apikey: str,
         webhook_url: str,
         begin: BeforeSend | None = None,
+        traceparent: str = "",
     ) -> SubmitOutcome:
         """Send a create. ``begin`` runs once a place is free, just before the request
-        leaves (it records the create as possibly out); False sends nothing."""
+        leaves (it records the create as possibly out); False sends nothing.
+        ``traceparent``: sent as that header (the task's trace goes on there)."""
         req = adapter.submit_request(task, apikey, webhook_url)
+        if traceparent:
+            req = dataclasses.replace(req, headers={**req.headers, "traceparent": traceparent})
         async with self._slots:
             if begin is not None and not await begin():
                 return NotSent("not sent: the task moved on, or its intent is not replicated")

@@ -54,6 +54,10 @@ class Claimed:
     uncharged: int = 0
     #: its end user (``userId``; "": none)
     user: str = ""
+    #: its trace context, a W3C traceparent ("": not traced; :mod:`aigcq.scheduler.traces`)
+    trace: str = ""
+    #: when it began to wait this time (epoch s: its submit, or its return to waiting)
+    since: float = 0.0
 
     def as_task(self, aigc: str, platform: str, target: str) -> Task:
         """The task as a target sees it while it is being dispatched."""
@@ -296,10 +300,12 @@ class TaskStore:
         deliver: bool = True,
         max_cost: float | None = None,
         ordering: Ordering = AS_SUBMITTED,
+        trace: str = "",
     ) -> Submitted:
         """Create a task and queue it; an existing ``task_id`` is returned unchanged.
         ``max_cost``: the most it may cost on a paid platform (None: no limit);
-        ``ordering``: when it runs (its user, priority credit, start deadline)."""
+        ``ordering``: when it runs (its user, priority credit, start deadline); ``trace``:
+        its trace context (a W3C traceparent, kept as its ``trace`` field; "": none)."""
         now = time.time()
         start_by = ordering.start_by(now)
         expires = start_by is not None and not ordering.keep_waiting
@@ -314,7 +320,7 @@ class TaskStore:
             workflow_id=workflow_of(payload),
             deliver="1" if deliver else "0",
             max_cost="" if max_cost is None else repr(max_cost),
-            order=orjson.dumps(ordering.fields(now)),
+            order=orjson.dumps([*ordering.fields(now), *(["trace", trace] if trace else [])]),
             expires_at=repr(start_by) if expires else "",
         )
         return Submitted(bool(created), TaskState(text(state)), text(owner))
@@ -360,6 +366,8 @@ class TaskStore:
                 int(r[6]),
                 int(r[7]),
                 text(r[8]),
+                text(r[9]),
+                float(r[10] or 0),
             )
             for r in rows
         ]
@@ -1042,4 +1050,5 @@ def task_from_hash(raw: dict[Any, Any]) -> Task:
         deadline=float(h.get("deadline") or 0),
         result=orjson.loads(h["resultData"]) if h.get("resultData") else None,
         error=orjson.loads(h["error"]) if h.get("error") else None,
+        trace=h.get("trace", ""),
     )

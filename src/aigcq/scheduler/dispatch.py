@@ -249,8 +249,15 @@ class DispatchLoop:
             gone = {c.task_id for c in taken}
             paid = [i for i in paid if i not in gone]
             if paid and load.paid:
+                rescued = {i for i in paid if i in tasks and tasks[i].start_by is not None}
                 claimed = await self.lifecycle.claim(
-                    load.aigc, load.platform, load.paid, cap=load.cap, n=len(paid), ids=paid
+                    load.aigc,
+                    load.platform,
+                    load.paid,
+                    cap=load.cap,
+                    n=len(paid),
+                    ids=paid,
+                    why=_reason(rescued),
                 )
                 for c in claimed:
                     self._spawn(self._hand_over(self.paid, load.aigc, load.platform, [c]), [c])
@@ -315,8 +322,9 @@ class DispatchLoop:
         if self.internal is not None and platform in self.internal.serves:
             taken = await self._claim_internal(self.internal, load, split, None)
         if split.external and load.paid:
+            why = "overflow" if self._internal_preferred(platform) else "paid first"
             claimed = await self.lifecycle.claim(
-                aigc, platform, load.paid, cap=load.cap, n=split.external
+                aigc, platform, load.paid, cap=load.cap, n=split.external, why=why
             )
             for c in claimed:
                 self._spawn(self._hand_over(self.paid, aigc, platform, [c]), [c])
@@ -352,6 +360,7 @@ class DispatchLoop:
                 n=split.internal,
                 ids=ids,
                 user_limit=user_limit,
+                why=f"own GPU ({target.name})",
             )
         else:
             if chosen.wake_in_s is not None:
@@ -364,6 +373,7 @@ class DispatchLoop:
                 n=len(chosen.ids),
                 ids=chosen.ids,
                 user_limit=user_limit,
+                why=f"own GPU ({target.name})",
             )
         if claimed:
             self._spawn(self._hand_over(target, aigc, platform, claimed), claimed)
@@ -440,3 +450,9 @@ class DispatchLoop:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         self._claims.pop(task, None)
+
+
+def _reason(rescued: set[str]) -> Callable[[str], str]:
+    """Why a planned task goes to its paid platform (traced): its start deadline, or
+    overflow."""
+    return lambda task_id: "deadline rescue" if task_id in rescued else "overflow"

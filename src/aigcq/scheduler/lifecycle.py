@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from redis.exceptions import RedisError
@@ -49,6 +50,7 @@ from aigcq.scheduler.ends import (
 )
 from aigcq.scheduler.orphans import Orphans
 from aigcq.scheduler.spend import SpendLedger
+from aigcq.scheduler.traces import TaskTraces
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +102,8 @@ class Lifecycle:
         self.rt = rt
         self.orphans = Orphans(rt)
         self.spend = SpendLedger(rt)
+        #: each task's trace (OpenTelemetry; every method returns at once when it is off)
+        self.traces = TaskTraces(rt)
         #: copies a paid result's files into our storage before it is delivered (None: never)
         self.custody = custody
         #: a failed result puts the task back while it has attempts left (the
@@ -140,20 +144,24 @@ class Lifecycle:
         deliver: bool,
         max_cost: float | None = None,
         ordering: Ordering = AS_SUBMITTED,
+        trace: str | None = None,
     ) -> Submitted:
         """A client submitted a task: stored and queued (an existing id is left as it is).
-        ``max_cost``: the most it may cost on a paid platform; ``ordering``: when it runs."""
+        ``max_cost``: the most it may cost on a paid platform; ``ordering``: when it runs;
+        ``trace``: the client's W3C traceparent, the parent of the task's trace."""
         aigc, platform = queue
-        result = await self.rt.store.submit(
-            task_id,
-            aigc=aigc,
-            platform=platform,
-            backend_id=backend_id,
-            payload=payload,
-            deliver=deliver,
-            max_cost=max_cost,
-            ordering=ordering,
-        )
+        with self.traces.creating(task_id, queue, backend_id, trace) as context:
+            result = await self.rt.store.submit(
+                task_id,
+                aigc=aigc,
+                platform=platform,
+                backend_id=backend_id,
+                payload=payload,
+                deliver=deliver,
+                max_cost=max_cost,
+                ordering=ordering,
+                trace=context,
+            )
         _say(logging.DEBUG, task_id, "submitted by %s (created=%s)", backend_id, result.created)
         await self.made_durable(task_id, "its submit")
         return result
@@ -212,11 +220,14 @@ class Lifecycle:
         n: int,
         ids: Sequence[str] | None = None,
         user_limit: int = 0,
+        why: str | Callable[[str], str] = "",
     ) -> list[Claimed]:
         """Up to ``n`` waiting tasks, for ``target``, while its in-flight count < ``cap``:
         from the head, or those of ``ids`` still waiting (``user_limit``: passing over
-        those of an end user with that many claimed for our GPUs)."""
-        return await self.rt.store.claim(
+        those of an end user with that many claimed for our GPUs); ``why``: the reason of
+        the decision (traced)."""
+        began = time.time()
+        claimed = await self.rt.store.claim(
             aigc,
             platform,
             target,
@@ -226,9 +237,18 @@ class Lifecycle:
             ids=ids,
             user_limit=user_limit,
         )
+        self.traces.claimed((aigc, platform), target, claimed, why or f"to {target}", began)
+        return claimed
 
     async def overflowed(
-        self, c: Claimed, source: str, target: str, *, cap: int, reason: str
+        self,
+        c: Claimed,
+        source: str,
+        target: str,
+        *,
+        cap: int,
+        reason: str,
+        queue: tuple[str, str] = ("", ""),
     ) -> int:
         """A task ``source`` could not place goes to ``target`` in the same attempt, within
         its ``cap``: 1 moved, 0 full (it waits, after a back-off), -1 it moved on."""
@@ -243,6 +263,8 @@ class Lifecycle:
             {1: "sent", 0: "full, waits"}.get(moved, "moved on"),
             reason,
         )
+        if moved == 1:
+            self.traces.retargeted(c, queue, source, target, reason)
         return moved
 
     async def creating(self, c: Claimed, create_id: str, *, gate: str = "") -> Begun:
@@ -333,6 +355,7 @@ class Lifecycle:
         moved = await self.rt.store.requeue_unrun(task_id, attempt, reason, delay_s=delay_s)
         if moved:
             _say(logging.INFO, task_id, "back to waiting (%s)", reason)
+            self.traces.attempt_over(task_id, attempt, "not run", error=reason)
         return moved
 
     async def held(self, c: Claimed, reason: str, *, delay_s: float) -> bool:
@@ -344,6 +367,7 @@ class Lifecycle:
         )
         if moved:
             _say(logging.INFO, c.task_id, "held (%s)", reason)
+            self.traces.attempt_over(c.task_id, c.attempt, "held")
         return moved
 
     async def never_created(self, c: Claimed, create_id: str) -> None:
@@ -422,11 +446,13 @@ class Lifecycle:
             note=f"bridge: {code}",
         )
         _say(logging.WARNING, task_id, "fails, %s: %s (%s)", code, message, detail)
+        self.traces.attempt_over(task_id, None, "unrunnable", error=f"{code}: {message}")
 
     async def lost(self, task_id: str, attempt: int, reason: str) -> None:
         """A bridge no longer holds an acknowledged task (a machine's failure): another
         attempt, at the head of its queue."""
-        await self.rt.store.requeue_for_retry(task_id, attempt, reason)
+        if await self.rt.store.requeue_for_retry(task_id, attempt, reason):
+            self.traces.attempt_over(task_id, attempt, "lost", error=reason)
         _say(logging.WARNING, task_id, "%s, requeued", reason)
 
     async def taken_back(self, task: Task, remote_id: str, reason: str) -> bool:
@@ -437,6 +463,7 @@ class Lifecycle:
         )
         if moved:
             _say(logging.WARNING, task.task_id, "%s", reason)
+            self.traces.attempt_over(task.task_id, task.attempt, "handed back", error=reason)
         return moved
 
     async def unsent(self, task_id: str, attempt: int, reason: str) -> bool:
@@ -445,6 +472,7 @@ class Lifecycle:
         moved = await self.rt.store.requeue_unsent(task_id, attempt, reason)
         if moved:
             _say(logging.WARNING, task_id, "%s; back to waiting", reason)
+            self.traces.attempt_over(task_id, attempt, "not sent", error=reason)
         return moved
 
     async def withdrawn(self, task_id: str, *, error: dict[str, Any], note: str) -> bool:
@@ -511,6 +539,10 @@ class Lifecycle:
         await self._cancel_orphan(task_id, done)
         ran_on = done.released or done.target or target  # an orphan's run: where it ran
         if done.applied:
+            failure = "" if isinstance(outcome, Succeeded) else f"{outcome.code}: {outcome.message}"
+            self.traces.attempt_over(
+                task_id, attempt, done.state or "", error=failure, cost=outcome.cost
+            )
             await self.spend.ended(task_id, ran_on, outcome, (done.aigc, done.platform))
             self.announce(task_id, done.target or target, end_of(outcome), attempt)
         elif done.state is not None:
@@ -530,6 +562,8 @@ class Lifecycle:
         )
         if not done.applied:
             return done
+        if task.attempt and task.state is not TaskState.PENDING:
+            self.traces.attempt_over(task.task_id, task.attempt, "cancelled")
         self.announce(task.task_id, task.target, TaskEnd.CANCELLED, task.attempt)
         adapter = self.rt.platforms.adapters.get(task.target)
         if done.orphan:
@@ -552,6 +586,8 @@ class Lifecycle:
         )
         if done.applied:
             _say(logging.WARNING, task.task_id, "%s", message)
+            if task.attempt and task.state is not TaskState.PENDING:
+                self.traces.attempt_over(task.task_id, task.attempt, "expired", error=message)
         return done.applied
 
     async def start_missed(self, task_id: str) -> bool:
@@ -639,6 +675,8 @@ class Lifecycle:
             fenced=True,
             ended=ended,
         )
+        if done.applied:
+            self.traces.attempt_over(task_id, attempt, "failed", error=note)
         await self._cancel_orphan(task_id, done)
         return done
 
@@ -692,6 +730,7 @@ class Lifecycle:
         )
         if moved:
             _say(logging.WARNING, task_id, "attempt %s %s, retrying", attempt, reason)
+            self.traces.attempt_over(task_id, attempt, "retry", error=reason)
         return moved
 
     # ---- deadlines (the sweeper) ---------------------------------------------------------

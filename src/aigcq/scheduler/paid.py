@@ -46,6 +46,7 @@ from aigcq.scheduler.journal import SCAN_S, AcceptedJournal, Entry, forget
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.routing import capped
 from aigcq.scheduler.targets import HandBack
+from aigcq.scheduler.traces import sent
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,9 @@ class PaidPlatforms:
         adapter, cap = self.adapter_for(platform), self.cap(aigc, platform)
         if adapter is None or cap <= 0:
             return -2
-        moved = await self.lifecycle.overflowed(c, source, adapter.name, cap=cap, reason=reason)
+        moved = await self.lifecycle.overflowed(
+            c, source, adapter.name, cap=cap, reason=reason, queue=(aigc, platform)
+        )
         if moved == 0:
             await self.lifecycle.not_sent(c, (aigc, platform), f"{adapter.name} full; {reason}")
         return moved
@@ -156,7 +159,9 @@ class PaidPlatforms:
         if await self._priced_out(adapter, queue, c, task, apikey):
             return
         hook = self.rt.webhook_url(c.task_id, c.attempt, name)
-        outcome = await self.rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
+        with lifecycle.traces.sending(c, name) as span:
+            outcome = await self.rt.platforms.submit(adapter, task, apikey, hook, begin=begin)
+            sent(span, outcome)
         if refused:
             await self._over_budget(aigc, name, c, refused[0])
             return

@@ -18,6 +18,7 @@ import uvicorn
 from aigcq.config import NO_SIGNING_KEY, PlatformConfig, Settings
 from aigcq.embedded.ownership import EmbeddedServerError
 from aigcq.embedded.redis import EmbeddedRedis
+from aigcq.observability import tracing
 from aigcq.plumbing.connection_limits import bounded_config
 from aigcq.plumbing.redis_client import redis_client
 
@@ -142,17 +143,20 @@ async def serve(
 
     internal = internal_target(settings)
     warn_missing_secrets(settings, bridges=internal is None)
-    redis = redis_client(settings.redis_url)
-    service = ServeProcess(settings, config, redis, internal=internal)
-    sockets = [
-        bind(settings.host, port, reuse_port=settings.reuse_port) for port in listen_ports(settings)
-    ]
-    stop = lambda: stop_claiming(service)  # noqa: E731
-    server = uvicorn_server(service.app, settings, on_exit=stop, on_started=on_listening)
-    try:
-        await server.serve(sockets=sockets)
-    finally:
-        await redis.aclose()
+    async with tracing.in_process("aigcq"):
+        redis = redis_client(settings.redis_url)
+        service = ServeProcess(settings, config, redis, internal=internal)
+        sockets = [
+            bind(settings.host, port, reuse_port=settings.reuse_port)
+            for port in listen_ports(settings)
+        ]
+        stop = lambda: stop_claiming(service)  # noqa: E731
+        server = uvicorn_server(service.app, settings, on_exit=stop, on_started=on_listening)
+        try:
+            await server.serve(sockets=sockets)
+        finally:
+            await service.lifecycle.traces.drain()
+            await redis.aclose()
 
 
 def require_signing_key(settings: Settings) -> None:

@@ -5,7 +5,8 @@
 -- ready), or those of ``ids`` still waiting (in that order; one another process claimed
 -- meanwhile is skipped). Each take costs the same at any depth. Every claim is a new attempt number
 -- (its own signed webhook URL) and charges one attempt. Returns a row per task claimed:
--- {taskId, attempt, payload, backendId, workflowId, created, charged, uncharged, userId}.
+-- {taskId, attempt, payload, backendId, workflowId, created, charged, uncharged, userId,
+-- trace, since}: its trace context ('' untraced) and when it began to wait (its last move).
 -- With ``user_limit`` > 0 (claimed by ids for our GPUs), a task whose end user
 -- (``userId``) has that many claimed for our GPUs already is passed over (it keeps its
 -- place); each one claimed counts until it ends, goes back to waiting or to a paid target.
@@ -46,7 +47,8 @@ while take > 0 do
   local id = following()
   if not id then break end
   local k = tkey(id)
-  if allowed(FROM.claim, redis.call('HGET', k, 'status')) then
+  local cur = redis.call('HMGET', k, 'status', 'updated')
+  if allowed(FROM.claim, cur[1]) then
     local attempt = redis.call('HINCRBY', k, 'attempt', 1)
     local charged = redis.call('HINCRBY', k, 'charged', 1)
     redis.call('HSET', k, 'status', TO.claim, 'target', target, 'updated', now,
@@ -60,8 +62,9 @@ while take > 0 do
     end
     note(id, now, TO.claim, attempt, target, '')
     local f = redis.call('HMGET', k, 'payload', 'backendId', 'workflowId', 'created', 'uncharged',
-      'userId')
-    out[#out + 1] = {id, attempt, f[1], f[2], f[3], f[4], charged, f[5] or 0, f[6] or ''}
+      'userId', 'trace')
+    out[#out + 1] = {id, attempt, f[1], f[2], f[3], f[4], charged, f[5] or 0, f[6] or '',
+      f[7] or '', cur[2] or ''}
     take = take - 1
   end
 end

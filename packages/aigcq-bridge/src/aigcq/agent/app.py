@@ -29,6 +29,7 @@ from aigcq.agent.settings import BridgeSettings, http_base
 from aigcq.agent.spool import Spool, WebhookSender
 from aigcq.agent.web import FILES, create_web_app
 from aigcq.agent.workflow import WorkflowSource
+from aigcq.observability import tracing
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner
 from aigcq.plumbing.cancel import cancel_and_wait
@@ -316,7 +317,7 @@ async def serve(settings: BridgeSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Bridge(settings):
+    async with tracing.in_process("aigcq-bridge"), Bridge(settings):
         await stop.wait()
 
 

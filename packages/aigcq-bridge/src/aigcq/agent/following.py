@@ -84,6 +84,8 @@ class RunningTask:
     #: its number in ComfyUI's queue (None: not known, e.g. re-adopted): a history entry
     #: of its id with another number is an earlier prompt's
     number: float | None = None
+    #: told each of its ComfyUI events (its trace's span, :mod:`aigcq.agent.traced`)
+    on_event: Callable[[Event], None] | None = None
 
     @property
     def started_at(self) -> float:
@@ -125,6 +127,8 @@ class Follower:
                 False,
                 self.settings.ws_silence,
             )
+            if event is not None and task.on_event is not None:
+                task.on_event(event)
             if event is not None and event.get("type") == "progress":
                 await self._progress(task, event["data"])
             if event is not None and not _is_final(event):

@@ -36,6 +36,7 @@ from aigcq.agent.instances import (
     PromptRejected,
 )
 from aigcq.agent.spool import SpooledResult, WebhookSender
+from aigcq.agent.traced import ended, run_span
 from aigcq.agent.workflow import (
     Workflow,
     WorkflowError,
@@ -260,8 +261,11 @@ class TaskRunner:
         hub cancelled it."""
         task.job = asyncio.current_task()
         self.running[task.task_id] = task
+        assign = self.claimed.get(task.task_id)
         try:
-            result = await self._outcome(task, run)
+            with run_span(task, assign.traceparent if assign else None) as span:
+                result = await self._outcome(task, run)
+                ended(span, result)
         except asyncio.CancelledError:
             if not task.cancelled:
                 raise  # a shutdown: the next run re-adopts it, from its history entry

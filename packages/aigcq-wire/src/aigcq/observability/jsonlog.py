@@ -7,6 +7,8 @@ import logging
 import re
 from datetime import UTC, datetime
 
+from aigcq.observability import tracing
+
 #: ``extra`` keys copied into the line when a log call passes them
 CONTEXT_FIELDS = ("taskId", "bridgeId")
 
@@ -23,8 +25,9 @@ def ctx(task: object = None, bridge: object = None) -> dict[str, str]:
 
 
 class JsonFormatter(logging.Formatter):
-    """``{"time", "level", "logger", "message"}``, plus ``taskId`` / ``bridgeId`` and the
-    exception when present."""
+    """``{"time", "level", "logger", "message"}``, plus ``taskId`` / ``bridgeId``, the
+    ``trace_id`` and ``span_id`` of the span current when the line was logged (tracing on,
+    :mod:`aigcq.observability.tracing`), and the exception when present."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
@@ -34,6 +37,9 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         line |= {k: getattr(record, k) for k in CONTEXT_FIELDS if hasattr(record, k)}
+        ids = getattr(record, "otel_ids", None)
+        if ids is not None:
+            line["trace_id"], line["span_id"] = ids
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False, default=str)
@@ -49,6 +55,16 @@ class TextFormatter(logging.Formatter):
             if value is not None:
                 line += f" {label}={value}"
         return line
+
+
+class TraceIds(logging.Filter):
+    """Notes on each record the ids of the span current where it was logged (tracing on):
+    a handler's filter runs in the logging call's own context, a formatter may not."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if tracing.ON:
+            record.otel_ids = tracing.current_ids()
+        return True
 
 
 class RedactSecrets(logging.Filter):

@@ -6,7 +6,7 @@ import logging
 import os
 from enum import StrEnum
 
-from aigcq.observability.jsonlog import JsonFormatter, RedactSecrets, TextFormatter
+from aigcq.observability.jsonlog import JsonFormatter, RedactSecrets, TextFormatter, TraceIds
 
 LOG_FORMAT_ENV = "AIGCQ_LOG_FORMAT"
 
@@ -24,6 +24,7 @@ def configure_logging(level: str = "INFO") -> None:
     else:
         handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactSecrets())
+    handler.addFilter(TraceIds())
     logging.basicConfig(level=level.upper(), handlers=[handler])
     # One line per outgoing request is noise at thousands of tasks a second.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))

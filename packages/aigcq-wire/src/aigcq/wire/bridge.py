@@ -175,7 +175,10 @@ class TaskAssignData(_Model):
     """Seed fields plus ours: ``taskId``, ``attempt``, an optional inline ``workflow``
     (API format, as a dict or a JSON string) and ``instanceId``, the instance the hub
     counted the task on (free and able to run it, as the bridge last reported): a bridge
-    takes that one if it is still free and can. A seed hub sends no ``taskId``."""
+    takes that one if it is still free and can. A seed hub sends no ``taskId``.
+    ``traceparent``: the W3C trace context of this attempt (its ``process`` span), when
+    the task is traced: a bridge that traces continues the task's trace under it; others
+    ignore it."""
 
     task_id: str | None = None
     attempt: int | None = None
@@ -184,6 +187,7 @@ class TaskAssignData(_Model):
     node_info_list: list[NodeInfo] = Field(default_factory=list)
     webhook_url: str = Field(min_length=1)
     workflow: dict[str, Any] | str | None = None
+    traceparent: str | None = Field(None, max_length=256)
 
     @model_validator(mode="after")
     def _has_workflow(self) -> Self:
