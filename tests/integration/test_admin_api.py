@@ -84,7 +84,7 @@ async def test_the_event_stream_pushes_snapshots_every_second(env: Env) -> None:
     assert set(first) == {
         *("time", "bridges", "queues", "split", "trends", "health", "recent"),
         *("overflow", "spend", "asynch", "pauses"),  # asynch: None without AIGCQ_ASYNCH_URL
-        *("accounts", "budgets", "shares"),
+        *("accounts", "budgets", "shares", "capacity"),
     }
     assert first["pauses"] == []
     assert first["asynch"] is None

@@ -201,3 +201,25 @@ async def offline(f: Fleet, index: int) -> None:
         return [i["state"] for c in hub.registry.live() for i in c.instance_states]
 
     await until(states, lambda s: s.count("offline") == 1, within=10)
+
+
+async def test_a_basic_task_behind_many_users_special_tasks_runs_on_the_idle_one(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """Issue 37 with capabilities: six end users' tasks that only the busy instance 0 can
+    run come first in fair order, so the users a round reads for its one free place hold
+    none the idle instance 1 can run; the round reads on (every ready key) and the basic
+    task behind them runs there at once."""
+    async with fleet(tmp_path, redis, redis_url, [2], paid=0, comfy=two_kinds(slow=True)) as f:
+        await register_basic(f)
+        capable = f.comfy[0]
+        await f.client.request(special("long"))
+        await until(lambda: _running(capable), lambda p: p == "long", within=10)
+        for i in range(6):
+            await f.client.request(special(f"special-{i}") | {"userId": f"user-{i}"})
+        await f.client.request(basic("late-basic") | {"userId": "late"})
+        done = await results(f, {"late-basic"})
+        assert done["late-basic"]["status"] == "success"
+        assert "late-basic" in f.comfy[1].history
+        assert await _running(capable) == "long"
+        assert [(await f.task(f"special-{i}")).attempt for i in range(6)] == [0] * 6

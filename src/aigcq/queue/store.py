@@ -192,6 +192,8 @@ class Window:
     users: dict[tuple[str, str], int]
     #: project -> its tasks in flight on the internal target
     running: dict[str, int] = field(default_factory=dict)
+    #: ``users_max`` left users (or keys) with ready work unread
+    truncated: bool = False
 
 
 SCRIPTS = (
@@ -882,6 +884,7 @@ class TaskStore:
             usage={k: _pair(v) for k, v in (raw.get("usage") or {}).items()},
             users={_who(k): int(v) for k, v in (raw.get("users") or {}).items()},
             running={k: int(v) for k, v in (raw.get("running") or {}).items()},
+            truncated=bool(raw.get("truncated")),
         )
 
     async def max_cost(self, task_id: str) -> float | None:

@@ -176,16 +176,36 @@ class DispatchLoop:
         rooms = {key: self._paid_room(q) for key, q in busy.items()}
         if not busy or (free <= 0 and not any(rooms.values())):
             return rest  # nothing can be claimed (the sweep expires what is past its start)
-        paying = any(rooms.values())
+        # the users the places of this round go to (and who is next); if the free instances
+        # can run none of their tasks (node classes, models) while users were left unread,
+        # the places left are planned again over every ready key
+        users = max(free, 0) + sum(rooms.values()) + 1
+        left, truncated = await self._plan_and_claim(target, busy, free, rooms, users)
+        if left > 0 and truncated:
+            await self._plan_and_claim(target, busy, left, dict.fromkeys(rooms, 0), 0)
+        return rest
+
+    async def _plan_and_claim(
+        self,
+        target: InternalTarget,
+        busy: dict[Queue, QueueLoad],
+        free: int,
+        rooms: dict[Queue, int],
+        users_max: int,
+    ) -> tuple[int, bool]:
+        """Read the window (the ready keys of ``users_max`` users per queue, 0: all), plan
+        ``free`` slots and the paid ``rooms``, and claim: the free slots no task was
+        claimed for, and whether the window left users unread."""
+        settings = self.rt.settings
         room = sum(rooms.values())
         window = await self.rt.store.window(
             list(busy),
             key_head(settings, free, room),
             target.name,
             dated=RESCUE_MAX,
-            busy_max=BUSY_MAX if paying else 0,
+            busy_max=BUSY_MAX if room else 0,
             user_limit=settings.user_max_running,
-            users_max=max(free, 0) + room + 1,  # the places this round fills, and who is next
+            users_max=users_max,
             by_rank=not settings.shares,
         )
         now = time.time()
@@ -206,8 +226,10 @@ class DispatchLoop:
         await asyncio.gather(*(self.lifecycle.start_missed(t) for t in decision.expired))
         if decision.recheck_at is not None:
             self._wake_in(max(decision.recheck_at - now, 0.0))
-        await self._claim_planned(target, busy, decision, {t.task_id: t for t in given.tasks})
-        return rest
+        taken = await self._claim_planned(
+            target, busy, decision, {t.task_id: t for t in given.tasks}
+        )
+        return max(free, 0) - taken, window.truncated
 
     def _paid_room(self, load: QueueLoad) -> int:
         """How many more tasks the queue's paid platform takes now (none while its account
@@ -222,19 +244,19 @@ class DispatchLoop:
         loads: dict[Queue, QueueLoad],
         decision: Decision,
         tasks: dict[str, Waiting],
-    ) -> None:
+    ) -> int:
         """Claim what ``decision`` says, queue by queue: the internal grants through the
         target's ``choose`` among the queue's tasks in the plan's order, then those it
         sends to the paid platform (a granted task no free instance can run leaves its
         slot to the next that one can; slots a queue's tasks could not use go to the next
         queue), then the paid ones it did not take. Nothing is charged here: a run on our
         GPUs charges its project and user when it starts (``mark_running.lua``), corrected
-        to its real run time when it ends."""
+        to its real run time when it ends. Returns how many it claimed for our GPUs."""
         order: dict[Queue, list[str]] = {key: [] for key in loads}
         for task_id in decision.order:
             order[tasks[task_id].queue].append(task_id)
         limit = self.rt.settings.user_max_running
-        spare = 0
+        spare = internal = 0
         for key, load in loads.items():
             paid = decision.paid.get(key, [])
             n = len(decision.internal.get(key, [])) + spare
@@ -246,6 +268,7 @@ class DispatchLoop:
                 else []
             )
             spare = n - min(len(taken), n)
+            internal += min(len(taken), n)
             gone = {c.task_id for c in taken}
             paid = [i for i in paid if i not in gone]
             if paid and load.paid:
@@ -261,6 +284,7 @@ class DispatchLoop:
                 )
                 for c in claimed:
                     self._spawn(self._hand_over(self.paid, load.aigc, load.platform, [c]), [c])
+        return internal
 
     async def _loads(self) -> list[QueueLoad]:
         """Every configured queue's backlog and paid in-flight count, and the pauses, in

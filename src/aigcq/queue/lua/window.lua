@@ -7,6 +7,7 @@
 -- the internal target in those projects (their workflow and when they started), every
 -- workflow's recent mean run time, and the decayed usage of the projects and users read (a
 -- task that started once, an attempt charged, has no start deadline any more).
+-- ``truncated``: ``users_max`` left users (or keys) with ready work unread.
 -- Returns it as JSON: {tasks = {{aigc, platform, id, created, workflowId, userId,
 -- credit, startBy, keepWaiting}, ...}, busy = {{workflowId, started}, ...}, runs = {flat
 -- HGETALL}, usage = {key = "<value> <at>"}, users = {"<aigc>\n<userId>" = tasks of that
@@ -48,15 +49,19 @@ local function read_key(aigc, platform, key)
   end
 end
 -- Calls ``take(member)`` on the members of ZSET ``zset`` in order, a page at a time,
--- until ``users_max`` of them were taken (it returns whether it took one).
+-- until ``users_max`` of them were taken (it returns whether it took one); then, if
+-- members are left, marks the window ``truncated``.
 local function each_taken(zset, take)
   local taken, from, page = 0, 0, math.max(users_max, 16)
   while true do
     local members = redis.call('ZRANGE', zset, from, from + page - 1)
-    for _, member in ipairs(members) do
+    for i, member in ipairs(members) do
       if take(member) then
         taken = taken + 1
-        if taken >= users_max then return end
+        if taken >= users_max then
+          if i < #members or redis.call('ZCARD', zset) > from + i then out.truncated = true end
+          return
+        end
       end
     end
     if #members < page then return end
