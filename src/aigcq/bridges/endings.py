@@ -15,11 +15,16 @@ to another process hears of the end there at once, by a ``bridge-end`` event
 the bridge that ran it ``ran`` and its shared ``failures``): that process applies the count,
 frees the slot or stops the attempt exactly as for an end it heard itself, and makes a
 machine failure's retry dispatchable, which waited out of its queue for that slot (see
-:meth:`aigcq.scheduler.lifecycle.Lifecycle.released`).
+:meth:`aigcq.scheduler.lifecycle.Lifecycle.released`). The process holding the bridge
+does the same for an end it heard itself: the slot freed, its free slots written for the
+others, then the retry made dispatchable. A slot elsewhere that an end heard here frees,
+or stops (free within about a second), counts as free elsewhere here at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,7 +33,7 @@ from aigcq.bridges.protocol import TaskCancelData, TaskCancelMessage, encode
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Counted
 from aigcq.bridges.rotation import Rotation
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import Spawner
+from aigcq.plumbing.background import REDIS_OUTAGE, Spawner
 from aigcq.plumbing.events import bridge_end_event
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import STOPPED, TaskEnd
@@ -36,6 +41,12 @@ from aigcq.scheduler.ends import STOPPED, TaskEnd
 log = logging.getLogger(__name__)
 
 _COUNTED = {TaskEnd.SUCCEEDED: True, TaskEnd.FAILED: False}
+#: longest :meth:`TaskEnds.told` waits for an end to be told to the other processes
+TELL_WAIT_S = 2.0
+
+
+async def _nothing() -> None:
+    return None
 
 
 class TaskEnds:
@@ -49,6 +60,7 @@ class TaskEnds:
         *,
         freed_elsewhere: Callable[[], None] = lambda: None,
         released: Callable[[str], Awaitable[bool]],
+        published: Callable[[], Awaitable[None]] = _nothing,
     ) -> None:
         self.rt = rt
         self.name = name
@@ -59,7 +71,11 @@ class TaskEnds:
         self.freed_elsewhere = freed_elsewhere
         #: the slot a machine failure's retry waited for is free: it may be dispatched
         self.released = released
+        #: writes this process's free slots for the others now (:meth:`.PeerCapacity.write`)
+        self.published = published
         self._spawn = Spawner()
+        #: ends heard here of tasks a bridge of another process holds, being told there
+        self._telling: dict[str, asyncio.Task[None]] = {}
 
     def task_ended(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
         """A task ended (its result applied or refused as gone, a cancel): its slot is free
@@ -80,9 +96,35 @@ class TaskEnds:
         for conn in holders:
             if not (last_straw and conn is ran):
                 self.end_on(conn, task_id, end, attempt)
+        if ran is not None and end is TaskEnd.FAILED and not last_straw:
+            self._spawn(self._release(task_id))  # a machine failure's retry waits for it
         if end is TaskEnd.GONE:
             return  # a bridge elsewhere frees it when it stops listing the task
-        self._spawn(self._count(task_id, end, ran, attempt, free_after=last_straw))
+        # held by a bridge of another process: its slot is free there, or stopping (free
+        # within about a second), once that process hears of the end; counted free
+        # elsewhere from now, not after the count's round trip: a task submitted with a
+        # cancel, planned meanwhile, was paid for while that slot was about to be free
+        elsewhere = not holders
+        if elsewhere:
+            self.freed_elsewhere()
+        counting = self._spawn(
+            self._count(task_id, end, ran, attempt, free_after=last_straw, expected=elsewhere)
+        )
+        if elsewhere:
+            self._telling[task_id] = counting
+            counting.add_done_callback(lambda _: self._telling.pop(task_id, None))
+
+    async def told(self, task_id: str) -> None:
+        """Once the processes holding the bridges of ``task_id``, which ended here, have
+        been told (its ``bridge-end`` events published; at most ``TELL_WAIT_S``): what
+        this process does next (a cancel's answer, then its client's next submit and the
+        ``wake`` it publishes) reaches them after the end, so none of them plans that
+        task's slot as busy."""
+        counting = self._telling.get(task_id)
+        if counting is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(counting), TELL_WAIT_S)
 
     async def _count(
         self,
@@ -92,24 +134,29 @@ class TaskEnds:
         attempt: int | None,
         *,
         free_after: bool,
+        expected: bool,
     ) -> None:
         """Count the end and tell the processes holding the task's other bridges; with
         ``free_after``, free the slot of the bridge that ran it after the count, however
-        the count went (Redis away while saving it)."""
+        the count went (Redis away while saving it); ``expected``: its slot elsewhere is
+        counted free already."""
         try:
             counted = await self.rotation.count_end(task_id, _COUNTED.get(end), ran, attempt)
             if counted is not None:
-                await self._tell_elsewhere(task_id, end, attempt, counted)
+                await self._tell_elsewhere(task_id, end, attempt, counted, expected=expected)
         finally:
             if ran is not None and free_after:
                 self.end_on(ran, task_id, end, attempt)
+                await self._release(task_id)
 
     async def _tell_elsewhere(
-        self, task_id: str, end: TaskEnd, attempt: int | None, counted: Counted
+        self, task_id: str, end: TaskEnd, attempt: int | None, counted: Counted, *, expected: bool
     ) -> None:
         """A ``bridge-end`` event for each bridge that held the task and is not connected
         here. The slot of the one that ran the attempt counts as free elsewhere from now
-        (unless it is being stopped), before that process's next capacity report."""
+        (unless ``expected``: it does already), before that process's next capacity
+        report: free there, or stopping, which that process counts as free elsewhere too
+        (:meth:`.BridgeHub.stopping_here`)."""
         here = self.registry.bridges
         events = [
             {"bridgeId": b, "taskId": task_id, "attempt": attempt, "end": end.value}
@@ -119,7 +166,7 @@ class TaskEnds:
         if counted.ran and counted.ran not in here:
             ran = {"bridgeId": counted.ran, "taskId": task_id, "attempt": attempt}
             events.append(ran | {"end": end.value, "ran": True, "failures": counted.failures})
-            if end not in STOPPED:
+            if not expected:
                 self.freed_elsewhere()
         if events:
             channel = self.rt.store.keys.events
@@ -182,8 +229,17 @@ class TaskEnds:
             self._spawn(self._release(task_id))
 
     async def _release(self, task_id: str) -> None:
-        if await self.released(task_id):
-            self.wake()
+        """The slot a machine failure's retry waited for is free here: our free slots are
+        written for the other processes first, then the retry is made dispatchable (and
+        dispatched here first: no ``wake`` goes to the others). Made dispatchable while
+        the others still read the slot as taken, a process with no bridge planned it for
+        a paid platform while this one was about to run it."""
+        try:
+            await self.published()
+            if await self.released(task_id):
+                self.wake()
+        except REDIS_OUTAGE as exc:  # the retry is dispatchable after its short wait
+            log.info("task %s: retry not released: %r", task_id, exc, extra=ctx(task=task_id))
 
 
 def _end_of(event: dict[str, Any]) -> TaskEnd:

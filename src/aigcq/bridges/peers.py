@@ -78,6 +78,19 @@ class PeerCapacity:
             with contextlib.suppress(*REDIS_OUTAGE):  # left behind, the others drop it as stale
                 await self.redis.hdel(self.key, self.process_id)
 
+    async def write(self) -> None:
+        """Write our free slots and bridges now (telling the others if they grew), not at
+        the next sync: before this process makes dispatchable a task that a slot it has
+        just freed may run, so that no other process plans that task while the slot
+        still looks taken."""
+        free, bridges = self.mine()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(self.key, self.process_id, f"{free} {bridges} {int(time.time() * 1000)}")
+        if free > self._written and self.channel:
+            pipe.publish(self.channel, "capacity")
+        await pipe.execute()
+        self._written = free
+
     async def sync(self) -> None:
         """Write our free slots and bridges, read everyone else's."""
         now_ms = int(time.time() * 1000)
