@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,7 +33,7 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.test_two_serves_e2e import TwoServes, assigned, result, running
+from tests.e2e.test_two_serves_e2e import TwoServes, assigned, result, running, serves
 from tests.fakes.bridge import INSTANCE_LOST, Bridge, post_task_end
 from tests.fakes.client import Client, bridge_task, generate
 from tests.fakes.processes import BRIDGE_TOKEN, Cluster
@@ -186,6 +187,8 @@ async def _cancels(f: Fleet, serve: int) -> None:
             await client.next()
         assert [m["type"] for m in client.replies] == ["cancelled", "submitted"], client.replies
         client.replies.clear()
+        nxt = await until(partial(f.task, f"b{r}-next"), lambda t: bool(t.get("target")), 30)
+        assert nxt["target"] == "bridge", f"round {r}: the next task went to {nxt['target']}"
         got = await results(f, client, [*ids, f"b{r}-next"])
         assert got[ids[0]]["status"] == "cancelled"
         assert got[ids[1]]["status"] == "success"
@@ -311,7 +314,7 @@ async def _retried_on_the_bridge(two: TwoServes) -> None:
         await running(two, runs, 1)
         assert await post_task_end(two.base(0), hook, code=1, failure=INSTANCE_LOST) == 200
         retry = await until(
-            lambda: asyncio.to_thread(two.redis.hgetall, f"aigcq:task:{fails}"),
+            partial(asyncio.to_thread, two.redis.hgetall, f"aigcq:task:{fails}"),
             lambda t: t.get("attempt") == "2" and bool(t.get("target")),
             10,
         )
@@ -324,3 +327,64 @@ async def _retried_on_the_bridge(two: TwoServes) -> None:
         assert (await result(client, runs))["status"] == "success"
         assert two.paid_creates() == 0, f"round {r}: the retry was paid"
     await client.close()
+
+
+async def test_a_refusal_by_a_bridge_still_stopping_a_cancelled_prompt_waits_for_it(
+    cluster: Cluster,
+) -> None:
+    """(b) at the protocol level, with a bridge that sends no CAPACITY (a seed-style
+    bridge, reporting its held tasks in its HEARTBEATs and refusals): two instances run a
+    task each, the client cancels one and submits the next at once. The hub, not told
+    when the instance is free, offers it the next task; the bridge, still stopping the
+    cancelled prompt, refuses it (421, with its counts: the cancelled task still held).
+    The next task waits for that instance and runs there once the bridge's HEARTBEAT says
+    it is free, 0.95 s later: three rounds, nothing paid (was: refused once, then paid)."""
+    with serves(cluster) as two:
+        bridge = await Bridge.connect(two.ports[0], BRIDGE_TOKEN)
+        await bridge.register("seed-style", count=2, tasks=[])
+        await two.until_redis("2", "HGET", "aigcq:bridge:seed-style", "availableInstanceCount")
+        client = await Client(two.ports[0], "biz-seed").connect()
+        for r in range(3):
+            cancelled, runs, nxt = f"s{r}-cancelled", f"s{r}-runs", f"s{r}-next"
+            await client.request(generate(cancelled))
+            await assigned(bridge, cancelled)
+            await client.request(generate(runs))
+            hook = (await assigned(bridge, runs))["webhookUrl"]
+            await running(two, cancelled, 1)
+            await running(two, runs, 1)
+            await client.send({"type": "cancel", "taskId": cancelled})
+            await client.send(generate(nxt))
+            stop = await bridge.next(timeout=10)
+            assert stop["type"] == "TASK_CANCEL", stop
+            frees_at = time.monotonic() + 0.95  # its instance lets the prompt go then
+            held = [cancelled, runs]
+            while True:
+                left = frees_at - time.monotonic()
+                try:
+                    msg = await bridge.next(timeout=max(left, 0.01))
+                except TimeoutError:
+                    break
+                assert (msg["type"], msg["data"]["taskId"]) == ("TASK_ASSIGN", nxt), msg
+                counts = {"instanceCount": 2, "availableInstanceCount": 0, "tasks": held}
+                data = {"taskId": nxt, "attempt": msg["data"]["attempt"]}
+                await bridge.send("TASK_ACK", {"code": 421, "msg": "busy", "data": data, **counts})
+            task = await asyncio.to_thread(two.redis.hgetall, f"aigcq:task:{nxt}")
+            assert task.get("target") != "runninghub", f"round {r}: the next task was paid"
+            beat = {"instanceCount": 2, "availableInstanceCount": 1, "tasks": [runs]}
+            await bridge.send("HEARTBEAT", beat)
+            later = (await assigned(bridge, nxt))["webhookUrl"]
+            await running(two, nxt, await two_attempt(two, nxt))
+            assert await post_task_end(two.base(0), later) == 200
+            assert await post_task_end(two.base(0), hook) == 200
+            await bridge.send("HEARTBEAT", {"instanceCount": 2, "availableInstanceCount": 2})
+            while not all(t in client.results for t in (cancelled, runs, nxt)):
+                await client.next(timeout=15)
+            got = {t: client.results[t][-1]["status"] for t in (cancelled, runs, nxt)}
+            assert got == {cancelled: "cancelled", runs: "success", nxt: "success"}, got
+            assert two.paid_creates() == 0, f"round {r}: the next task was paid"
+        await client.close()
+
+
+async def two_attempt(two: TwoServes, task_id: str) -> int:
+    """The task's live attempt."""
+    return int(await asyncio.to_thread(two.redis.hget, f"aigcq:task:{task_id}", "attempt") or 0)
