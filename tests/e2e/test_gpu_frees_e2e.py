@@ -1,19 +1,22 @@
 """Issue 42 item 9: nothing is paid while our GPU frees within a second.
 
-A fleet as in production, every piece a real process on 127.0.0.1: two ``aigcq serve``
-on one Redis, one ``aigcq bridge`` (our agent) in front of two emulated ComfyUI
-instances, connected to serve A; the client on serve B; a RunningHub emulator that records
-every create. Both instances run a task; then
+Every piece a real process on 127.0.0.1: two ``aigcq serve`` on one Redis (A holds the
+bridge), a RunningHub emulator that records every create and has room all along, and
+either ``aigcq bridge`` (our agent) in front of two emulated ComfyUI instances, or, at the
+protocol level, a two-instance bridge the test speaks for. Both instances run a task; then
 
-* (a) the ComfyUI under one of them is interrupted from outside (a machine's failure: the
-  bridge reports ``failure.class`` ``infrastructure``, its TASK_END reaching serve A, the
-  bridge's own process): the retry runs on our GPU, the one just freed (was: on RunningHub,
-  3 times out of 3);
+* (a) one fails by the machine (the bridge's TASK_END says ``failure.class``
+  ``infrastructure``), its TASK_END reaching serve A, the bridge's own process, the client
+  on serve B: the retry runs on our GPU, the one just freed. With our agent (ComfyUI
+  interrupted from outside) its CAPACITY comes before its TASK_END and this held on main
+  too; a TASK_END that comes first, to a serve 20 ms farther from Redis than the client's,
+  had the retry created on RunningHub 3 times out of 3.
 * (b) the client cancels one and submits the next at once; the cancelled prompt lets its
-  instance go 0.95 s later (ComfyUI's ``/interrupt`` takes about a second): the next
-  task waits for that instance (was: refused 421 once, then paid).
+  instance go 0.95 s later (ComfyUI's ``/interrupt`` takes about a second): the next task
+  waits for that instance. Was: paid at once, the client on either serve; with a bridge
+  that sends no CAPACITY, refused 421 once, then paid.
 
-In both, RunningHub has room all along and nothing is created there.
+Each test runs three rounds and asserts that nothing was created on RunningHub.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Fleet:
     comfy: list[str]
     serves: tuple[int, int]  # A (the bridge's), B (the client's)
     redis: redis.Redis
+    bridge_port: int
 
     def paid_creates(self) -> int:
         return int(httpx.get(f"{self.rh}/_emulator/stats").json()["created"])
@@ -93,8 +97,6 @@ class Fleet:
             status = (await http.get(f"http://127.0.0.1:{port}/api/status")).json()
         urls = {i.get("instanceId", i.get("instance_id")): i["url"] for i in status["instances"]}
         return {t["taskId"]: urls[t["instanceId"]] for t in status["tasks"]}
-
-    bridge_port: int = 0
 
 
 @contextlib.contextmanager
