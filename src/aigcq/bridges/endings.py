@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from aigcq.bridges.protocol import TaskCancelData, TaskCancelMessage, encode
@@ -112,7 +113,11 @@ class TaskEnds:
         )
         if elsewhere:
             self._telling[task_id] = counting
-            counting.add_done_callback(lambda _: self._telling.pop(task_id, None))
+            counting.add_done_callback(partial(self._told, task_id))
+
+    def _told(self, task_id: str, counting: asyncio.Task[None]) -> None:
+        if self._telling.get(task_id) is counting:
+            del self._telling[task_id]
 
     async def told(self, task_id: str) -> None:
         """Once the processes holding the bridges of ``task_id``, which ended here, have
