@@ -111,20 +111,32 @@ class TaskEnds:
         counting = self._spawn(
             self._count(task_id, end, ran, attempt, free_after=last_straw, expected=elsewhere)
         )
-        if elsewhere:
-            self._telling[task_id] = counting
-            counting.add_done_callback(partial(self._told, task_id))
+        if elsewhere:  # told once the holding process has its bridge-end events
+            telling = counting
+        elif end in STOPPED:  # stopping here: told once our free slots are written
+            telling = self._spawn(self._publish(task_id))
+        else:
+            return
+        self._telling[task_id] = telling
+        telling.add_done_callback(partial(self._told, task_id))
+
+    async def _publish(self, task_id: str) -> None:
+        try:
+            await self.published()
+        except REDIS_OUTAGE as exc:  # the others read it at their next sync
+            log.info("task %s: free slots not written: %r", task_id, exc, extra=ctx(task=task_id))
 
     def _told(self, task_id: str, counting: asyncio.Task[None]) -> None:
         if self._telling.get(task_id) is counting:
             del self._telling[task_id]
 
     async def told(self, task_id: str) -> None:
-        """Once the processes holding the bridges of ``task_id``, which ended here, have
-        been told (its ``bridge-end`` events published; at most ``TELL_WAIT_S``): what
-        this process does next (a cancel's answer, then its client's next submit and the
-        ``wake`` it publishes) reaches them after the end, so none of them plans that
-        task's slot as busy."""
+        """Once every process knows that the slot ``task_id`` held, which ended here, is
+        free or stopping (at most ``TELL_WAIT_S``): the process holding its bridge has its
+        ``bridge-end`` events, or, held here, our free slots are written. What this
+        process does next (a cancel's answer, then its client's next submit and the
+        ``wake`` it publishes) reaches them after that, so none of them plans that slot
+        as busy and pays for the next task."""
         counting = self._telling.get(task_id)
         if counting is None:
             return
