@@ -42,6 +42,9 @@ from aigcq.scheduler.ends import STOPPED, TaskEnd
 log = logging.getLogger(__name__)
 
 _COUNTED = {TaskEnd.SUCCEEDED: True, TaskEnd.FAILED: False}
+#: ends whose retry may wait for the slot (a machine's failure; with ``retry_failures``,
+#: any failure: see :meth:`aigcq.scheduler.lifecycle.Lifecycle.retries_wait_for`)
+_RETRIED = frozenset({TaskEnd.FAILED, TaskEnd.REJECTED})
 #: longest :meth:`TaskEnds.told` waits for an end to be told to the other processes
 TELL_WAIT_S = 2.0
 
@@ -97,8 +100,8 @@ class TaskEnds:
         for conn in holders:
             if not (last_straw and conn is ran):
                 self.end_on(conn, task_id, end, attempt)
-        if ran is not None and end is TaskEnd.FAILED and not last_straw:
-            self._spawn(self._release(task_id))  # a machine failure's retry waits for it
+        if ran is not None and end in _RETRIED and not last_straw:
+            self._spawn(self._release(task_id))  # a failure's retry waits for the slot
         if end is TaskEnd.GONE:
             return  # a bridge elsewhere frees it when it stops listing the task
         # held by a bridge of another process: its slot is free there, or stopping (free
@@ -242,7 +245,7 @@ class TaskEnds:
             self._spawn(self.rotation.save(conn))
         held = conn.slots.attempt_of(task_id)
         self.end_on(conn, task_id, end, attempt if isinstance(attempt, int) else held)
-        if ran and end is TaskEnd.FAILED:
+        if ran and end in _RETRIED:
             self._spawn(self._release(task_id))
 
     async def _release(self, task_id: str) -> None:
