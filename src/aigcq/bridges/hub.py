@@ -170,6 +170,16 @@ class BridgeHub:
         slots of bridges that left within their grace (a restart, see :mod:`.peer_offers`)."""
         return self.peers.free + self.stopping_here() + self.offers.departed_here()
 
+    async def fresh_elsewhere(self) -> int:
+        """:meth:`free_elsewhere`, the other processes' entries read again now (when any
+        of them holds bridges; Redis away: as last read)."""
+        if self.peers.holding:
+            try:
+                await self.peers.read()
+            except REDIS_OUTAGE as exc:
+                log.info("internal capacity of other processes not read again: %r", exc)
+        return self.free_elsewhere()
+
     def stopping_here(self) -> int:
         """Slots of bridges here in rotation whose instance is stopping a prompt we no
         longer want (none while health is not ``healthy``): busy now, free when the bridge

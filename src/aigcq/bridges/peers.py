@@ -29,6 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -102,6 +103,16 @@ class PeerCapacity:
             pipe.publish(self.channel, "capacity")
         entries = (await pipe.execute())[1]
         self._written = free
+        await self._apply(entries, now_ms, counted=True)
+
+    async def read(self) -> None:
+        """Read everyone else's entries now, before paying for a task a slot of theirs
+        may run: a sync's read may have left before their last write (the ``capacity``
+        event that tells of it comes while it is out). Not a sync: the slots expected
+        free elsewhere (:meth:`expect`) count as long as they did."""
+        await self._apply(await self.redis.hgetall(self.key), int(time.time() * 1000))
+
+    async def _apply(self, entries: dict[Any, Any], now_ms: int, *, counted: bool = False) -> None:
         total, connected, stale, holding = 0, 0, [], {}
         for process_id, value in entries.items():
             if process_id == self.process_id:
@@ -124,8 +135,9 @@ class PeerCapacity:
             self.holding = holding
             self.on_holding()
         before = self.free
-        self._reads += 1
-        self._expected = [until for until in self._expected if until > self._reads]
+        if counted:
+            self._reads += 1
+            self._expected = [until for until in self._expected if until > self._reads]
         self.elsewhere = total
         if self.free < before:
             self.on_less()
