@@ -18,6 +18,10 @@ from the runs RunningHub ended and so billed (``billed_runs``: successes, failur
 cancels, late webhooks included).
 ``paid_but_failed`` counts tasks RunningHub created (and so bills) whose client was told
 they failed, and never told otherwise.
+``paid_uncertain`` counts those of them that ended ``UncertainSubmit``: the window a
+single serve leaves (a create accepted just before its SIGKILL, whose reply and webhook
+retries all fell inside its restart), closed by this run's two serves behind one callback
+address (:mod:`bench.front`; docs/operations.md, "Paid platforms under faults").
 ``paid_late_success`` counts tasks whose client was told they failed ``UncertainSubmit``
 and then got their paid result as a late success (a second entry, ``"late": true``):
 paid, the late success delivered; neither a duplicate nor a failure.
@@ -550,6 +554,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "double_paid": sum(1 for n in runs.values() if n > 1),
             "paid_but_failed": len(paid_but_failed := paid_failed(runs, load)),
             "paid_late_success": sum(1 for t in load.late if t in runs),
+            "paid_uncertain": sum(
+                "UncertainSubmit" in load.failures.get(t, "") for t in paid_but_failed
+            ),
             "paid_but_failed_tasks": {t: load.failures.get(t, "") for t in paid_but_failed},
             "peak_over_cap": max(0, peak - CAP),
             # every run RunningHub ended is charged once (a late one, an orphan's too)

@@ -248,9 +248,11 @@ class BridgeConn:
     def end(self, task_id: str, attempt: int | None = None, *, stopping: bool = False) -> bool:
         """The task ended here; with ``stopping`` (told to stop it) its slot stays taken
         until the bridge reports the instance free, if it sends such reports (and so does
-        its instance, until a report shows it)."""
+        its instance, until a report shows it); if not, it is free now, and stopping again
+        while a report still lists the task."""
+        on_trust = stopping and not self.reports_capacity
         stopping = stopping and self.reports_capacity
-        ended = self.slots.end(task_id, attempt, stopping=stopping)
+        ended = self.slots.end(task_id, attempt, stopping=stopping, on_trust=on_trust)
         if ended and not stopping:
             self.placed.pop(task_id, None)
         self._changed(gone=[task_id] if ended else ())

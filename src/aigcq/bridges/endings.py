@@ -15,19 +15,25 @@ to another process hears of the end there at once, by a ``bridge-end`` event
 the bridge that ran it ``ran`` and its shared ``failures``): that process applies the count,
 frees the slot or stops the attempt exactly as for an end it heard itself, and makes a
 machine failure's retry dispatchable, which waited out of its queue for that slot (see
-:meth:`aigcq.scheduler.lifecycle.Lifecycle.released`).
+:meth:`aigcq.scheduler.lifecycle.Lifecycle.released`). The process holding the bridge
+does the same for an end it heard itself: the slot freed, its free slots written for the
+others, then the retry made dispatchable. A slot elsewhere that an end heard here frees,
+or stops (free within about a second), counts as free elsewhere here at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from aigcq.bridges.registry import BridgeConn, BridgeRegistry, Counted
 from aigcq.bridges.rotation import Rotation
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import Spawner
+from aigcq.plumbing.background import REDIS_OUTAGE, Spawner
 from aigcq.plumbing.events import bridge_end_event
 from aigcq.runtime import Runtime
 from aigcq.scheduler.ends import STOPPED, TaskEnd
@@ -36,6 +42,15 @@ from aigcq.wire.bridge import TaskCancelData, TaskCancelMessage, encode
 log = logging.getLogger(__name__)
 
 _COUNTED = {TaskEnd.SUCCEEDED: True, TaskEnd.FAILED: False}
+#: ends whose retry may wait for the slot (a machine's failure; with ``retry_failures``,
+#: any failure: see :meth:`aigcq.scheduler.lifecycle.Lifecycle.retries_wait_for`)
+_RETRIED = frozenset({TaskEnd.FAILED, TaskEnd.REJECTED})
+#: longest :meth:`TaskEnds.told` waits for an end to be told to the other processes
+TELL_WAIT_S = 2.0
+
+
+async def _nothing() -> None:
+    return None
 
 
 class TaskEnds:
@@ -49,6 +64,7 @@ class TaskEnds:
         *,
         freed_elsewhere: Callable[[], None] = lambda: None,
         released: Callable[[str], Awaitable[bool]],
+        published: Callable[[], Awaitable[None]] = _nothing,
     ) -> None:
         self.rt = rt
         self.name = name
@@ -59,7 +75,11 @@ class TaskEnds:
         self.freed_elsewhere = freed_elsewhere
         #: the slot a machine failure's retry waited for is free: it may be dispatched
         self.released = released
+        #: writes this process's free slots for the others now (:meth:`.PeerCapacity.write`)
+        self.published = published
         self._spawn = Spawner()
+        #: ends heard here of tasks a bridge of another process holds, being told there
+        self._telling: dict[str, asyncio.Task[None]] = {}
 
     def task_ended(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
         """A task ended (its result applied or refused as gone, a cancel): its slot is free
@@ -80,9 +100,51 @@ class TaskEnds:
         for conn in holders:
             if not (last_straw and conn is ran):
                 self.end_on(conn, task_id, end, attempt)
+        if ran is not None and end in _RETRIED and not last_straw:
+            self._spawn(self._release(task_id))  # a failure's retry waits for the slot
         if end is TaskEnd.GONE:
             return  # a bridge elsewhere frees it when it stops listing the task
-        self._spawn(self._count(task_id, end, ran, attempt, free_after=last_straw))
+        # held by a bridge of another process: its slot is free there, or stopping (free
+        # within about a second), once that process hears of the end; counted free
+        # elsewhere from now, not after the count's round trip: a task submitted with a
+        # cancel, planned meanwhile, was paid for while that slot was about to be free
+        elsewhere = not holders
+        if elsewhere:
+            self.freed_elsewhere()
+        counting = self._spawn(
+            self._count(task_id, end, ran, attempt, free_after=last_straw, expected=elsewhere)
+        )
+        if elsewhere:  # told once the holding process has its bridge-end events
+            telling = counting
+        elif end in STOPPED:  # stopping here: told once our free slots are written
+            telling = self._spawn(self._publish(task_id))
+        else:
+            return
+        self._telling[task_id] = telling
+        telling.add_done_callback(partial(self._told, task_id))
+
+    async def _publish(self, task_id: str) -> None:
+        try:
+            await self.published()
+        except REDIS_OUTAGE as exc:  # the others read it at their next sync
+            log.info("task %s: free slots not written: %r", task_id, exc, extra=ctx(task=task_id))
+
+    def _told(self, task_id: str, counting: asyncio.Task[None]) -> None:
+        if self._telling.get(task_id) is counting:
+            del self._telling[task_id]
+
+    async def told(self, task_id: str) -> None:
+        """Once every process knows that the slot ``task_id`` held, which ended here, is
+        free or stopping (at most ``TELL_WAIT_S``): the process holding its bridge has its
+        ``bridge-end`` events, or, held here, our free slots are written. What this
+        process does next (a cancel's answer, then its client's next submit and the
+        ``wake`` it publishes) reaches them after that, so none of them plans that slot
+        as busy and pays for the next task."""
+        counting = self._telling.get(task_id)
+        if counting is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(counting), TELL_WAIT_S)
 
     async def _count(
         self,
@@ -92,24 +154,29 @@ class TaskEnds:
         attempt: int | None,
         *,
         free_after: bool,
+        expected: bool,
     ) -> None:
         """Count the end and tell the processes holding the task's other bridges; with
         ``free_after``, free the slot of the bridge that ran it after the count, however
-        the count went (Redis away while saving it)."""
+        the count went (Redis away while saving it); ``expected``: its slot elsewhere is
+        counted free already."""
         try:
             counted = await self.rotation.count_end(task_id, _COUNTED.get(end), ran, attempt)
             if counted is not None:
-                await self._tell_elsewhere(task_id, end, attempt, counted)
+                await self._tell_elsewhere(task_id, end, attempt, counted, expected=expected)
         finally:
             if ran is not None and free_after:
                 self.end_on(ran, task_id, end, attempt)
+                await self._release(task_id)
 
     async def _tell_elsewhere(
-        self, task_id: str, end: TaskEnd, attempt: int | None, counted: Counted
+        self, task_id: str, end: TaskEnd, attempt: int | None, counted: Counted, *, expected: bool
     ) -> None:
         """A ``bridge-end`` event for each bridge that held the task and is not connected
         here. The slot of the one that ran the attempt counts as free elsewhere from now
-        (unless it is being stopped), before that process's next capacity report."""
+        (unless ``expected``: it does already), before that process's next capacity
+        report: free there, or stopping, which that process counts as free elsewhere too
+        (:meth:`.BridgeHub.stopping_here`)."""
         here = self.registry.bridges
         events = [
             {"bridgeId": b, "taskId": task_id, "attempt": attempt, "end": end.value}
@@ -119,7 +186,7 @@ class TaskEnds:
         if counted.ran and counted.ran not in here:
             ran = {"bridgeId": counted.ran, "taskId": task_id, "attempt": attempt}
             events.append(ran | {"end": end.value, "ran": True, "failures": counted.failures})
-            if end not in STOPPED:
+            if not expected:
                 self.freed_elsewhere()
         if events:
             channel = self.rt.store.keys.events
@@ -178,12 +245,21 @@ class TaskEnds:
             self._spawn(self.rotation.save(conn))
         held = conn.slots.attempt_of(task_id)
         self.end_on(conn, task_id, end, attempt if isinstance(attempt, int) else held)
-        if ran and end is TaskEnd.FAILED:
+        if ran and end in _RETRIED:
             self._spawn(self._release(task_id))
 
     async def _release(self, task_id: str) -> None:
-        if await self.released(task_id):
-            self.wake()
+        """The slot a machine failure's retry waited for is free here: our free slots are
+        written for the other processes first, then the retry is made dispatchable (and
+        dispatched here first: no ``wake`` goes to the others). Made dispatchable while
+        the others still read the slot as taken, a process with no bridge planned it for
+        a paid platform while this one was about to run it."""
+        try:
+            await self.published()
+            if await self.released(task_id):
+                self.wake()
+        except REDIS_OUTAGE as exc:  # the retry is dispatchable after its short wait
+            log.info("task %s: retry not released: %r", task_id, exc, extra=ctx(task=task_id))
 
 
 def _end_of(event: dict[str, Any]) -> TaskEnd:

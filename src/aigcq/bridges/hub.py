@@ -89,9 +89,12 @@ class BridgeHub:
         ttl = int(self.config.heartbeat_interval_s * self.config.missed_heartbeats * 4)
         self.registry = BridgeRegistry(rt.store, rt.settings.project_prefix, ttl_s=ttl)
 
-        # a bridge that left within its grace still counts (see :mod:`.peer_offers`)
+        # what the others wait for rather than pay: our free slots, those whose instance is
+        # stopping a cancelled prompt (free within about a second), and a bridge that left
+        # within its grace (see :mod:`.peer_offers`)
         def mine() -> tuple[int, int]:
-            return self.free_slots() + self.offers.departed_here(), len(self.registry.live())
+            soon = self.stopping_here() + self.offers.departed_here()
+            return self.free_slots() + soon, len(self.registry.live())
 
         keys = rt.store.keys
         self.peers = PeerCapacity(
@@ -125,6 +128,7 @@ class BridgeHub:
             self.wake,
             freed_elsewhere=self.peers.expect,
             released=lifecycle.released,
+            published=self.peers.write,
         )
         self.assigner = Assigner(
             rt,
@@ -164,18 +168,38 @@ class BridgeHub:
         bridges connected to other processes (see :mod:`.peers`), slots here whose
         instance is stopping a cancelled prompt (free within about a second), and the
         slots of bridges that left within their grace (a restart, see :mod:`.peer_offers`)."""
-        stopping = sum(c.slots.stopped for c in self.registry.live() if c.quarantined_at is None)
-        mine = stopping if self.health.healthy else 0
-        return self.peers.free + mine + self.offers.departed_here()
+        return self.peers.free + self.stopping_here() + self.offers.departed_here()
 
-    async def slot_elsewhere(self, task_id: str, target: str, attempt: int) -> bool:
-        """Whether the slot ``attempt`` of ``task_id`` took is on a bridge another process
-        holds: that process frees it when it hears of the end, and then makes the task's
-        retry dispatchable (see :mod:`.endings`); a slot here is free at once."""
+    async def fresh_elsewhere(self) -> int:
+        """:meth:`free_elsewhere`, the other processes' entries read again now (when any
+        of them holds bridges; Redis away: as last read)."""
+        if self.peers.holding:
+            try:
+                await self.peers.read()
+            except REDIS_OUTAGE as exc:
+                log.info("internal capacity of other processes not read again: %r", exc)
+        return self.free_elsewhere()
+
+    def stopping_here(self) -> int:
+        """Slots of bridges here in rotation whose instance is stopping a prompt we no
+        longer want (none while health is not ``healthy``): busy now, free when the bridge
+        says so, within about a second. They count as free elsewhere for every process
+        (published with our free slots, :mod:`.peers`): a task that one of them frees
+        for waits for it on any process, not on a paid platform."""
+        if not self.health.healthy:
+            return 0
+        live = self.registry.live()
+        return sum(c.slots.stopped for c in live if c.quarantined_at is None and not c.drained)
+
+    async def slot_freed_later(self, task_id: str, target: str, attempt: int) -> bool:
+        """Whether the slot ``attempt`` of ``task_id`` took is on a bridge, here or held by
+        another process, that is freed after the task's retry is queued: the process
+        holding it frees it when it hears of the end, writes its free slots for the
+        others, and only then makes the retry dispatchable (see :mod:`.endings`)."""
         if target != self.name:
             return False
         if any(c.slots.attempt_of(task_id) == attempt for c in self.registry.holders(task_id)):
-            return False
+            return True
         return await self.registry.held_elsewhere(task_id, attempt)
 
     async def run(self) -> None:

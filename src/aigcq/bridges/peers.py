@@ -29,6 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -78,6 +79,19 @@ class PeerCapacity:
             with contextlib.suppress(*REDIS_OUTAGE):  # left behind, the others drop it as stale
                 await self.redis.hdel(self.key, self.process_id)
 
+    async def write(self) -> None:
+        """Write our free slots and bridges now (telling the others if they grew), not at
+        the next sync: before this process makes dispatchable a task that a slot it has
+        just freed may run, so that no other process plans that task while the slot
+        still looks taken."""
+        free, bridges = self.mine()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(self.key, self.process_id, f"{free} {bridges} {int(time.time() * 1000)}")
+        if free > self._written and self.channel:
+            pipe.publish(self.channel, "capacity")
+        await pipe.execute()
+        self._written = free
+
     async def sync(self) -> None:
         """Write our free slots and bridges, read everyone else's."""
         now_ms = int(time.time() * 1000)
@@ -89,6 +103,16 @@ class PeerCapacity:
             pipe.publish(self.channel, "capacity")
         entries = (await pipe.execute())[1]
         self._written = free
+        await self._apply(entries, now_ms, counted=True)
+
+    async def read(self) -> None:
+        """Read everyone else's entries now, before paying for a task a slot of theirs
+        may run: a sync's read may have left before their last write (the ``capacity``
+        event that tells of it comes while it is out). Not a sync: the slots expected
+        free elsewhere (:meth:`expect`) count as long as they did."""
+        await self._apply(await self.redis.hgetall(self.key), int(time.time() * 1000))
+
+    async def _apply(self, entries: dict[Any, Any], now_ms: int, *, counted: bool = False) -> None:
         total, connected, stale, holding = 0, 0, [], {}
         for process_id, value in entries.items():
             if process_id == self.process_id:
@@ -111,8 +135,9 @@ class PeerCapacity:
             self.holding = holding
             self.on_holding()
         before = self.free
-        self._reads += 1
-        self._expected = [until for until in self._expected if until > self._reads]
+        if counted:
+            self._reads += 1
+            self._expected = [until for until in self._expected if until > self._reads]
         self.elsewhere = total
         if self.free < before:
             self.on_less()

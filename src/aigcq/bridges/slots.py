@@ -13,7 +13,10 @@ a cancel, an ACK that never came, a refusal, the bridge saying it no longer hold
   prompt queued by someone else, a refusal "no instance free"); fixed at each report.
 * ``stopping``: tasks we no longer want (cancelled, superseded) on a bridge that reports
   its capacity (CAPACITY): their instance is busy until the bridge says it is free (ComfyUI
-  takes about a second to stop a prompt), so their slot is not offered before then.
+  takes about a second to stop a prompt), so their slot is not offered before then. On a
+  bridge that does not, their slot is freed on trust, and is stopping again when a report
+  (a HEARTBEAT, a refusal's counts) still lists the task: the refusal of the next task
+  offered there says "still stopping", not "no capacity".
 * ``credited``: acknowledged tasks the bridge already counts free (it finished them, their
   TASK_END is on its way): their slots are free now, and their end does not free them again.
 
@@ -57,6 +60,7 @@ class SlotLedger:
     __slots__ = (
         "_ended",
         "_ended_early",
+        "_freed_on_trust",
         "credited",
         "instances",
         "pending",
@@ -77,6 +81,9 @@ class SlotLedger:
         #: acknowledged tasks that ended here lately: a report still listing one was built
         #: before its end, and counts its slot busy only because of that
         self._ended: OrderedDict[str, None] = OrderedDict()
+        #: tasks told to stop on a bridge that does not say when their instance is free:
+        #: their slot was freed at once; a report that still lists one shows it stopping
+        self._freed_on_trust: OrderedDict[str, None] = OrderedDict()
         if instances:
             self.report(instances, instances if available is None else available)
 
@@ -124,6 +131,14 @@ class SlotLedger:
         gone = [t for t in self.running if t not in held] if held is not None else []
         for task_id in gone:
             del self.running[task_id]
+        if held is not None and self._freed_on_trust:
+            # a task freed on trust that it still holds is still stopping; one it no
+            # longer holds, it let go
+            listed = set(held)
+            for task_id in list(self._freed_on_trust):
+                del self._freed_on_trust[task_id]
+                if task_id in listed and not self.holds(task_id):
+                    self.stopping.setdefault(task_id, 1)
         if held is not None:  # a stopped task it no longer holds: its instance is free
             for task_id in [t for t in self.stopping if t not in held]:
                 del self.stopping[task_id]
@@ -188,12 +203,21 @@ class SlotLedger:
             assignment.stop_timer()
         return out
 
-    def end(self, task_id: str, attempt: int | None = None, *, stopping: bool = False) -> bool:
+    def end(
+        self,
+        task_id: str,
+        attempt: int | None = None,
+        *,
+        stopping: bool = False,
+        on_trust: bool = False,
+    ) -> bool:
         """The task ended (any way): free its slot. ``attempt``, if given, must be the one
         held here. ``True`` only the first time. A task that ends before its TASK_ACK came
         is remembered so that late ACK is dropped (see :meth:`ended_early`). With
         ``stopping`` (the bridge is told to stop it and reports when its instance is free)
-        the slot stays taken until a report no longer lists the task."""
+        the slot stays taken until a report no longer lists the task; with ``on_trust``
+        (told to stop it, and it does not report that) the slot is free now, and stopping
+        again if a report still lists the task (see :meth:`report`)."""
         held = self.attempt_of(task_id)
         if attempt is not None and held not in (attempt, None):
             return False
@@ -202,6 +226,8 @@ class SlotLedger:
                 self.stopping[task_id] = self.stopping.get(task_id, 0) + 1
             elif self.credited > 0:  # freed already when the bridge counted it free
                 self.credited -= 1
+            elif on_trust:
+                _remember(self._freed_on_trust, task_id)
             _remember(self._ended, task_id)
             return True
         if self._unpend(task_id) is None:

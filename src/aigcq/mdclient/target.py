@@ -108,6 +108,9 @@ class MessageDispatcherTarget:
     def free_elsewhere(self) -> int:
         return 0  # every serve process sees the dispatcher's whole capacity
 
+    async def fresh_elsewhere(self) -> int:
+        return 0
+
     async def choose(
         self,
         aigc: str,

@@ -209,19 +209,28 @@ class DispatchLoop:
             by_rank=not settings.shares,
         )
         now = time.time()
-        given = fair.inputs(
-            window,
-            free=free,
-            free_elsewhere=capped(target.free_elsewhere(), settings.internal_capacity_max),
-            settings=settings,
-            keys=self.rt.store.keys,
-            now=now,
-            projects=self.rt.config.shares,
-            booting_s=[max(at - now, 0.0) for at in self.booting()],
-        )
-        decision = plan_round(
-            given.tasks, given.pool, given.shares, rooms, now, fair.tuning(settings)
-        )
+
+        def planned(elsewhere: int) -> tuple[fair.Inputs, Decision]:
+            given = fair.inputs(
+                window,
+                free=free,
+                free_elsewhere=capped(elsewhere, settings.internal_capacity_max),
+                settings=settings,
+                keys=self.rt.store.keys,
+                now=now,
+                projects=self.rt.config.shares,
+                booting_s=[max(at - now, 0.0) for at in self.booting()],
+            )
+            plan = plan_round(given.tasks, given.pool, given.shares, rooms, now, tuning)
+            return given, plan
+
+        tuning = fair.tuning(settings)
+        elsewhere = target.free_elsewhere()
+        given, decision = planned(elsewhere)
+        if any(decision.paid.values()):  # pay only against the others' latest word
+            fresh = await target.fresh_elsewhere()
+            if fresh > elsewhere:
+                given, decision = planned(fresh)
         # one pipelined write for all of them (the mux batches a turn's calls)
         await asyncio.gather(*(self.lifecycle.start_missed(t) for t in decision.expired))
         if decision.recheck_at is not None:

@@ -46,5 +46,6 @@ def failure_class(outcome: Failed) -> str:
 EndListener = Callable[[str, str, TaskEnd, "int | None"], None]
 
 #: asked before a machine failure's retry is queued: (taskId, target, attempt) -> whether
-#: the slot that attempt took is freed by another process, which then lets the retry run
+#: the slot that attempt took is freed after (by the process holding its bridge, this one or
+#: another), which then lets the retry run
 SlotElsewhere = Callable[[str, str, int], Awaitable[bool]]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from redis.exceptions import RedisError
@@ -111,19 +111,30 @@ class Lifecycle:
         self.retry_failures = retry_failures
         self._listeners: list[EndListener] = []
         self._slot_elsewhere: SlotElsewhere | None = None
+        self._told: Callable[[str], Awaitable[None]] | None = None
 
     def subscribe(self, listener: EndListener) -> None:
         """``listener`` hears of every task's end from now on (see :class:`TaskEnd`)."""
         self._listeners.append(listener)
 
-    def retries_wait_for(self, slot_elsewhere: SlotElsewhere) -> None:
-        """Before a machine failure's retry is queued, ``slot_elsewhere`` says whether
-        the slot of the attempt that failed is freed by another process (the one holding
-        its bridge, which hears of the end after this process). Then the retry waits out
-        of its queue, dispatched by no one, until that process has freed the slot and
-        called :meth:`released` (at most ``RELEASE_WAIT_S``): queued at once, it was
-        routed while the slot still looked taken, and paid for on a paid platform."""
-        self._slot_elsewhere = slot_elsewhere
+    def retries_wait_for(self, slot_freed_later: SlotElsewhere) -> None:
+        """Before a machine failure's retry is queued, ``slot_freed_later`` says whether
+        the slot of the attempt that failed is freed after it (by the process holding its
+        bridge, this one or another, when it hears of the end). Then the retry waits out
+        of its queue, dispatched by no one, until that process has freed the slot, written
+        its free slots for the others and called :meth:`released` (at most
+        ``RELEASE_WAIT_S``): queued at once, it was routed while the slot still looked
+        taken (to the other processes, or to all when the end was heard elsewhere), and
+        paid for on a paid platform."""
+        self._slot_elsewhere = slot_freed_later
+
+    def cancels_wait_for(self, told: Callable[[str], Awaitable[None]]) -> None:
+        """A cancel is answered once ``told(taskId)`` returns: the process holding the
+        bridge that runs the task has heard of it, and counts its slot as stopping (free
+        within about a second) before it plans what the client submits next. Answered
+        at once, the next task was planned while that slot still looked busy, and paid
+        for on a paid platform."""
+        self._told = told
 
     def announce(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
         for listener in self._listeners:
@@ -565,6 +576,8 @@ class Lifecycle:
         if task.attempt and task.state is not TaskState.PENDING:
             self.traces.attempt_over(task.task_id, task.attempt, "cancelled")
         self.announce(task.task_id, task.target, TaskEnd.CANCELLED, task.attempt)
+        if self._told is not None:
+            await self._told(task.task_id)
         adapter = self.rt.platforms.adapters.get(task.target)
         if done.orphan:
             await self._cancel_orphan(task.task_id, done)
@@ -695,8 +708,8 @@ class Lifecycle:
     ) -> bool:
         """With ``retry_failures``, or for a failure worth another attempt (``again``: a
         machine's, or one its platform documents as retryable): requeue a failed task
-        that has attempts left; at once, unless its slot on ``target`` is freed by another
-        process (see :meth:`retries_wait_for`)."""
+        that has attempts left; at once, unless its slot on ``target`` is freed after
+        (see :meth:`retries_wait_for`)."""
         if not (self.retry_failures or again):
             return False
         task = await self.rt.store.get(task_id)
@@ -708,7 +721,7 @@ class Lifecycle:
         held = self._slot_elsewhere
         wait = held is not None and await held(task_id, target or task.target, live)
         if wait:
-            _say(logging.INFO, task_id, "its retry waits for its slot elsewhere to be freed")
+            _say(logging.INFO, task_id, "its retry waits for its slot to be freed")
         delay_s = RELEASE_WAIT_S if wait else 0.0
         return await self._requeue(task_id, live, reason, delay_s=delay_s, ended=True)
 

@@ -90,6 +90,11 @@ class InternalTarget(Target, Protocol):
         process sees the same capacity, as through a message-dispatcher)."""
         ...
 
+    async def fresh_elsewhere(self) -> int:
+        """:meth:`free_elsewhere`, read again now: asked before a round pays for a task
+        that such a slot could run."""
+        ...
+
     async def choose(
         self,
         aigc: str,

@@ -106,10 +106,11 @@ class Spawner:
     def __init__(self) -> None:
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def __call__(self, coro: Coroutine[Any, Any, None]) -> None:
+    def __call__(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        return task
 
 
 def backoff_delay(attempt: int, cap: float) -> float:
