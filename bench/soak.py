@@ -23,10 +23,15 @@ Redis ``used_memory`` and its key count. At the end it prints JSON: the samples;
 for one task, a late success after an ``UncertainSubmit`` failure aside), ``double_paid``
 (created on RunningHub twice), ``paid_but_failed``, ``charged_not_billed``,
 ``leaked_slots`` (as in the chaos run; all must be 0); and ``flat``: per series (each
-serve's RSS and sockets, Redis memory), whether every sample after the warm-up (the
-first two dropped) is within 10 % of their median, and how far the farthest is —
-computed and reported, not asserted. A serve's RSS falls at the kill that restarts it:
-each sample names each serve's pid.
+serve's RSS and sockets, both serves' sockets, Redis memory and its bytes per key),
+whether every sample after the warm-up (the first two dropped) is within 10 % of their
+median, and how far the farthest is — computed and reported, not asserted; ``all``
+leaves out each serve's own socket count, which moves at every kill (the front's
+kept-alive webhook connections and the client go over to the serve that stayed up:
+``socket_kinds`` splits them into accepted, made, and the rest). Redis holds the tasks
+of the last ``--retention-s``, so its memory follows the rate the host allowed; per key
+it should not move. A serve's RSS falls at the kill that restarts it: each sample names
+each serve's pid.
 
 The client's own bookkeeping is a byte and a hash per task (no per-task lists), so a
 run of 1,000,000 tasks keeps it to about 10 MB.
@@ -171,14 +176,30 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
-def sockets(pid: int) -> int:
-    """The process's open socket fds."""
-    count = 0
+def sockets(pid: int, port: int) -> dict[str, int]:
+    """The process's open socket fds, by kind: TCP connections accepted on ``port``
+    (``in``: the client, the bridge, webhooks through the front), TCP connections it
+    made (``out``: RunningHub, bridges' files), and the rest (``other``: Redis's Unix
+    socket, the listening socket)."""
+    tcp: dict[str, tuple[int, str]] = {}  # inode -> (local port, state)
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                cols = line.split()
+                tcp[cols[9]] = (int(cols[1].rpartition(":")[2], 16), cols[3])
+    kinds = {"in": 0, "out": 0, "other": 0}
     with contextlib.suppress(OSError):
         for fd in os.scandir(f"/proc/{pid}/fd"):
             with contextlib.suppress(OSError):
-                count += os.readlink(fd.path).startswith("socket:")
-    return count
+                link = os.readlink(fd.path)
+                if not link.startswith("socket:["):
+                    continue
+                local, state = tcp.get(link[8:-1], (0, ""))
+                if not state or state == "0A":  # not TCP, or listening
+                    kinds["other"] += 1
+                else:
+                    kinds["in" if local == port else "out"] += 1
+    return kinds
 
 
 class Soak:
@@ -230,13 +251,15 @@ class Soak:
             await self._killing
         serves = {str(port): proc.p.pid for port, proc in self.chaos.serves.items() if proc.p}
         memory = await self.redis.info("memory")
+        fds = {port: sockets(pid, int(port)) for port, pid in serves.items()}
         row = {
             "tasks": self.load.sent,
             "ended": self.load.ended,
             "in_flight": self.load.in_flight,
             "s": round(time.monotonic() - self.started, 1),
             "rss_kb": {port: rss_kb(pid) for port, pid in serves.items()},
-            "sockets": {port: sockets(pid) for port, pid in serves.items()},
+            "sockets": {port: sum(kinds.values()) for port, kinds in fds.items()},
+            "socket_kinds": fds,
             "redis_used_memory": int(memory["used_memory"]),
             "redis_keys": int(await self.redis.dbsize()),
             "pids": serves,
@@ -275,14 +298,23 @@ def flatness(series: list[float]) -> dict[str, Any]:
 
 
 def flat(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """:func:`flatness` of each series: each serve's RSS and sockets, Redis memory."""
+    """:func:`flatness` of each series: each serve's RSS and sockets, both serves'
+    sockets, Redis memory; ``all``: whether every one is flat but each serve's sockets."""
     out: dict[str, Any] = {
         f"{what}_{port}": flatness([s[what][port] for s in samples])
         for what in ("rss_kb", "sockets")
         for port in samples[0][what]
     }
+    out["sockets_both"] = flatness([sum(s["sockets"].values()) for s in samples])
     out["redis_used_memory"] = flatness([s["redis_used_memory"] for s in samples])
-    out["all"] = all(v["flat"] is not False for v in out.values())
+    # what Redis holds is the tasks of the last retention window, so it follows the rate
+    # the host allowed; per key it does not
+    per_key = [s["redis_used_memory"] / max(s["redis_keys"], 1) for s in samples]
+    out["redis_bytes_per_key"] = flatness([round(b) for b in per_key])
+    # a serve's share of the sockets moves at each kill (the front's kept-alive webhook
+    # connections and the client go over to the serve that stayed up): judged together
+    judged = [v for k, v in out.items() if not k.startswith("sockets_") or k == "sockets_both"]
+    out["all"] = all(v["flat"] is not False for v in judged)
     return out
 
 
@@ -343,6 +375,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "failed": len(load.failed),
             },
             "failures": dict(load.codes),
+            "failed_tasks": [f"soak-{i}" for i in sorted(load.failed)[:20]],
             "paid_runs": sum(runs.values()),
             "kills": soak.kills,
             "flat": flat(soak.samples[:-1]),
