@@ -270,6 +270,12 @@ class Chaos:
         self.serves[port] = proc
         return port
 
+    async def kill_serve(self, port: int, down_s: float) -> None:
+        """SIGKILL the serve on ``port``; start it again on that port ``down_s`` later."""
+        self.serves[port].kill()
+        await asyncio.sleep(down_s)
+        await asyncio.to_thread(self.start_serve, port)
+
     async def strike(self) -> None:
         action = self.rng.choice(self.faults)
         self.done[action] += 1
@@ -281,9 +287,7 @@ class Chaos:
             await self._back(action, bridge.server_port, struck, bridge.comfyui)
         elif action == "kill_serve":
             port = self.rng.choice(sorted(self.serves))
-            self.serves[port].kill()
-            await asyncio.sleep(self.rng.uniform(0.5, 3.0))
-            await asyncio.to_thread(self.start_serve, port)
+            await self.kill_serve(port, self.rng.uniform(0.5, 3.0))
             await self._back(action, port, struck, self.fleet.instances(port))
         elif action == "kill_redis":
             self.redis.kill()

@@ -49,10 +49,13 @@ class Fleet:
         server_ports: list[int],
         instances: list[int],
         nodes: dict[tuple[int, int], tuple[str, ...]] | None = None,
+        steps: int = STEPS,
+        step_time: float = STEP_TIME,
     ) -> None:
         """One bridge per serve, ``instances[i]`` ComfyUI emulators behind bridge ``i``;
-        ``nodes[(i, j)]``: the only node classes instance ``j`` of bridge ``i`` has."""
-        args = ("--step-time", str(STEP_TIME), "--steps", str(STEPS))
+        ``nodes[(i, j)]``: the only node classes instance ``j`` of bridge ``i`` has; a
+        node runs ``steps`` progress steps of ``step_time`` s."""
+        args = ("--step-time", str(step_time), "--steps", str(steps))
         nodes = nodes or {}
 
         def only(i: int, j: int) -> list[str]:
@@ -79,9 +82,10 @@ class Fleet:
         if not b.bridge_id:
             b.bridge_id = httpx.get(f"http://127.0.0.1:{b.port}/api/status").json()["bridgeId"]
 
-    async def kill_one(self, rng: random.Random) -> Bridge:
-        """SIGKILL a bridge; start it again a moment later. Returns the bridge."""
-        b = rng.choice(self.bridges)
+    async def kill_one(self, rng: random.Random, b: Bridge | None = None) -> Bridge:
+        """SIGKILL a bridge (``b``, else one at random); start it again a moment later.
+        Returns the bridge."""
+        b = b or rng.choice(self.bridges)
         assert b.proc is not None
         b.proc.kill()
         await asyncio.sleep(rng.uniform(0.5, 3.0))
