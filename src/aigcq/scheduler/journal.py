@@ -21,6 +21,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -62,6 +63,8 @@ class AcceptedJournal:
         self._fd: int | None = None
         self._path: Path | None = None
         self._pending: set[str] = set()
+        #: the first appends run in threads at once: one of them makes the file
+        self._making = threading.Lock()
 
     async def append(self, entry: Entry) -> None:
         """On disk (fsynced) when this returns."""
@@ -98,17 +101,24 @@ class AcceptedJournal:
     def _own(self) -> int:
         """This process's file, made (and locked) at its first entry: locked under a
         temporary name, then renamed, so no other process ever finds it unlocked."""
-        if self._fd is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            name = f"{PREFIX}{uuid.uuid4().hex}"
-            temp = self.directory / f".{name}.tmp"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._path = self.directory / f"{name}{SUFFIX}"
-            os.rename(temp, self._path)
-            _sync_dir(self.directory)
-            self._fd = fd
+        if self._fd is not None:
+            return self._fd
+        with self._making:
+            if self._fd is None:
+                self._fd = self._made()
         return self._fd
+
+    def _made(self) -> int:
+        """A new journal file of this process, its lock held."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        name = f"{PREFIX}{uuid.uuid4().hex}"
+        temp = self.directory / f".{name}.tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._path = self.directory / f"{name}{SUFFIX}"
+        os.rename(temp, self._path)
+        _sync_dir(self.directory)
+        return fd
 
     def dead(self) -> Iterator[tuple[Path, int, list[Entry]]]:
         """Journals no live process holds: (path, its locked fd, its pending entries).
