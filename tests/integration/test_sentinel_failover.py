@@ -19,7 +19,7 @@ from aigcq.plumbing.events import EventBus
 from aigcq.plumbing.redis_client import redis_client
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.queue.store import TaskStore
-from aigcq.scheduler.reconcile import MasterWatch
+from aigcq.scheduler.reconcile import CHECK_S, MasterWatch
 from aigcq.serve.server import runtime
 from tests.fakes.sentinel import SentinelGroup
 from tests.fakes.waiting import wait_until
@@ -131,4 +131,24 @@ async def test_a_master_change_runs_one_reconcile_pass_that_moves_nothing(
         assert not await watch.check()  # one pass per change
     finally:
         await rt.store.aclose()
+        await redis.aclose()
+
+
+async def test_the_watch_reads_the_masters_identity_as_it_starts(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A failover in a serve's first second is a change too: the watch knows the master it
+    started on at once, not a check interval later (the failover bench's smoke run killed
+    the master before a serve's first check, and that serve never reconciled)."""
+    (tmp_path / "model.json").write_text("{}")
+    redis = redis_client(redis_url)
+    rt = runtime(
+        Settings(redis_url=redis_url, config_dir=tmp_path), PlatformConfig.load(tmp_path), redis
+    )
+    watch = MasterWatch(rt)
+    running = asyncio.create_task(watch.run())
+    try:
+        assert await wait_until(lambda: watch.seen, CHECK_S / 2, 0.01)
+    finally:
+        running.cancel()
         await redis.aclose()

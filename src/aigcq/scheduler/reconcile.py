@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from aigcq.domain import TaskState
 from aigcq.observability.jsonlog import ctx
-from aigcq.plumbing.background import every
+from aigcq.plumbing.background import every, one_round
 from aigcq.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,10 @@ class MasterWatch:
     changes: int = 0
 
     async def run(self) -> None:
-        await every(CHECK_S, self.check, log, "reading the Redis master's identity")
+        what = "reading the Redis master's identity"
+        with one_round(log, what):  # at once: a failover in the first second is a change too
+            await self.check()
+        await every(CHECK_S, self.check, log, what)
 
     async def check(self) -> bool:
         """Read the master's identity; on a change, reconcile. True: it had changed."""
