@@ -176,9 +176,10 @@ class DispatchLoop:
         rooms = {key: self._paid_room(q) for key, q in busy.items()}
         if not busy or (free <= 0 and not any(rooms.values())):
             return rest  # nothing can be claimed (the sweep expires what is past its start)
-        # the users the places of this round go to (and who is next); if the free instances
-        # can run none of their tasks (node classes, models) while users were left unread,
-        # the places left are planned again over every ready key
+        # the users the places of this round go to (and who is next); if the plan gave our
+        # GPUs tasks no free instance can run (node classes, models) while users were left
+        # unread, those places are planned again over every ready key (a project at its
+        # ``max`` or a user at its limit is given no place, so it costs no second read)
         users = max(free, 0) + sum(rooms.values()) + 1
         left, truncated = await self._plan_and_claim(target, busy, free, rooms, users)
         if left > 0 and truncated:
@@ -195,7 +196,8 @@ class DispatchLoop:
     ) -> tuple[int, bool]:
         """Read the window (the ready keys of ``users_max`` users per queue, 0: all), plan
         ``free`` slots and the paid ``rooms``, and claim: the free slots no task was
-        claimed for, and whether the window left users unread."""
+        claimed for though the plan gave them a task, and whether the window left users
+        unread."""
         settings = self.rt.settings
         room = sum(rooms.values())
         window = await self.rt.store.window(
@@ -235,10 +237,10 @@ class DispatchLoop:
         await asyncio.gather(*(self.lifecycle.start_missed(t) for t in decision.expired))
         if decision.recheck_at is not None:
             self._wake_in(max(decision.recheck_at - now, 0.0))
-        taken = await self._claim_planned(
+        unclaimed = await self._claim_planned(
             target, busy, decision, {t.task_id: t for t in given.tasks}
         )
-        return max(free, 0) - taken, window.truncated
+        return unclaimed, window.truncated
 
     def _paid_room(self, load: QueueLoad) -> int:
         """How many more tasks the queue's paid platform takes now (none while its account
@@ -260,12 +262,13 @@ class DispatchLoop:
         slot to the next that one can; slots a queue's tasks could not use go to the next
         queue), then the paid ones it did not take. Nothing is charged here: a run on our
         GPUs charges its project and user when it starts (``mark_running.lua``), corrected
-        to its real run time when it ends. Returns how many it claimed for our GPUs."""
+        to its real run time when it ends. Returns how many of the places the plan gave
+        our GPUs no task could take (no free instance could run one)."""
         order: dict[Queue, list[str]] = {key: [] for key in loads}
         for task_id in decision.order:
             order[tasks[task_id].queue].append(task_id)
         limit = self.rt.settings.user_max_running
-        spare = internal = 0
+        spare = 0
         for key, load in loads.items():
             paid = decision.paid.get(key, [])
             n = len(decision.internal.get(key, [])) + spare
@@ -277,7 +280,6 @@ class DispatchLoop:
                 else []
             )
             spare = n - min(len(taken), n)
-            internal += min(len(taken), n)
             gone = {c.task_id for c in taken}
             paid = [i for i in paid if i not in gone]
             if paid and load.paid:
@@ -293,7 +295,7 @@ class DispatchLoop:
                 )
                 for c in claimed:
                     self._spawn(self._hand_over(self.paid, load.aigc, load.platform, [c]), [c])
-        return internal
+        return spare
 
     async def _loads(self) -> list[QueueLoad]:
         """Every configured queue's backlog and paid in-flight count, and the pauses, in
