@@ -102,6 +102,28 @@ async def test_http_and_comfy_v2_submits_continue_the_header_s_trace(
     assert f"trace: {http_trace}" in console.export_text()  # `aigcq tasks show`
 
 
+async def test_a_client_parent_not_sampled_records_nothing_and_shows_no_trace(
+    gpu: Fleet, receiver: OtlpReceiver
+) -> None:
+    """The client's parent says "not sampled" (flags 00): no span of the task is exported,
+    and the task's view names no trace id an operator would look for in vain."""
+    auth = {"Authorization": f"Bearer {issue_client_token(SECRET, 'b1')}"}
+    sampled, sampled_trace, _ = context()
+    trace_id = secrets.token_hex(16)
+    unsampled = f"00-{trace_id}-{secrets.token_hex(8)}-00"
+    async with httpx.AsyncClient(base_url=_base(gpu)) as http:
+        for task_id, parent in (("quiet", unsampled), ("loud", sampled)):
+            task = generate(task_id, aigc="aigcq", workflowId="e2e-inline", workflow=E2E_GRAPH)
+            body = {k: v for k, v in task.items() if k != "type"}
+            sent = await http.post("/api/tasks", json=body, headers={**auth, "traceparent": parent})
+            assert sent.status_code == 202, sent.text
+        await receiver.until(sampled_trace, ran)  # the sampled one ran to its end, exported
+        await until(lambda: gpu.task("quiet"), lambda t: t.state.value == "success", within=15)
+        shown = (await http.get("/api/tasks/quiet", headers=auth)).json()
+    assert shown["traceId"] is None
+    assert receiver.trace(trace_id) == []
+
+
 async def test_a_dispatcher_api_submit_continues_the_header_s_trace(
     md: Md, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,6 +16,7 @@ from aigcq.gateway.errors import ClientError, as_client_error, error_responses
 from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.queue_view import InternalCapacity, queue_rows
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
+from aigcq.observability import tracing
 from aigcq.plumbing.auth import ADMIN_TOKEN_HINT, BRIDGE_TOKEN_HINT, Principal, bearer
 from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
 from aigcq.scheduler.estimates import UNKNOWN
@@ -181,7 +182,7 @@ def _task_routes(
             "failure": task.failure,  # the error's class, code and message, as shown
             "timeline": await gw.rt.store.timeline(task_id),
             # its OpenTelemetry trace's id (null: not traced; docs/tracing.md)
-            "traceId": task.trace.split("-")[1] if task.trace.count("-") == 3 else None,
+            "traceId": _trace_id(task.trace),
             # where it stands while it waits (both null otherwise): docs/client-protocol.md
             **(await gw.queue_updates.waiting(task_id, queue) if waiting else UNKNOWN.wire(0)),
         }
@@ -274,3 +275,9 @@ def client_error_handler(gw: Gateway) -> Any:
         return JSONResponse(exc.body(gw.messages), status_code=exc.status)
 
     return handle
+
+
+def _trace_id(traceparent: str) -> str | None:
+    """The task's trace id, when its trace is recorded (sampled); None otherwise."""
+    found = tracing.parse(traceparent)
+    return f"{found[0]:032x}" if found and found[2] & 1 else None

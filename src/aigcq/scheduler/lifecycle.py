@@ -449,13 +449,15 @@ class Lifecycle:
         """No target can run the task (an invalid payload, a workflow nobody knows): it
         fails for its client at once, and no target's health is touched."""
         error = {"code": code, "message": message, "detail": detail}
-        await self.rt.store.finish(
+        done = await self.rt.store.finish(
             task_id,
             TaskState.FAILED,
             error=error,
             message=self.error_body(ErrorCode.TASK_FAILED, error),
             note=f"bridge: {code}",
         )
+        if not done.applied:  # it had ended or moved on: that attempt's span is not this one
+            return
         _say(logging.WARNING, task_id, "fails, %s: %s (%s)", code, message, detail)
         self.traces.attempt_over(task_id, None, "unrunnable", error=f"{code}: {message}")
 

@@ -31,8 +31,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import orjson
-
 from aigcq.observability import tracing
 from aigcq.platforms.base import Cost
 from aigcq.plumbing.text import text
@@ -92,7 +90,10 @@ class TaskTraces:
         with tracing.span(
             f"create {dest}", parent, kind="producer", attributes=attrs, root=True
         ) as s:
-            yield tracing.traceparent_of(s) if s is not None else ""
+            trace = tracing.traceparent_of(s) if s is not None else ""
+            if trace:  # whether it is sampled, known here without a read
+                self._remember(task_id, trace)
+            yield trace
 
     # ---- dispatch -----------------------------------------------------------------------
 
@@ -197,18 +198,17 @@ class TaskTraces:
         cost: Cost | None,
         end: float,
     ) -> None:
-        keys = self.rt.store.keys
-        pipe = self.rt.redis.pipeline(transaction=False)
-        pipe.hmget(keys.task(task_id), "trace", "AIGC", "platform", "target", "attempt")
-        pipe.lrange(keys.timeline(task_id), 0, -1)
-        fields, rows = await pipe.execute()
+        store = self.rt.store
+        fields = await store.mux.command(
+            "HMGET", store.keys.task(task_id), "trace", "AIGC", "platform", "target", "attempt"
+        )
         trace, aigc, platform, target, live = (text(v) if v is not None else "" for v in fields)
         if not tracing.sampled(trace):
-            return
+            return  # not recorded: its timeline is not read
         n = attempt if attempt is not None else int(live or 0)
         if n <= 0:
             return
-        notes = [orjson.loads(r) for r in rows if r != b"-" and r != "-"]
+        notes = await store.timeline(task_id)
         mine = [x for x in notes if int(x.get("attempt") or 0) == n]
         started = [x["t"] for x in mine if x.get("state") == "dispatching"]
         start = float(started[0]) if started else end
@@ -287,10 +287,11 @@ class TaskTraces:
         end: float,
     ) -> None:
         task_id = str(message["taskId"])
+        store = self.rt.store
         trace, aigc, platform = (
             text(v) if v is not None else ""
-            for v in await self.rt.redis.hmget(
-                self.rt.store.keys.task(task_id), "trace", "AIGC", "platform"
+            for v in await store.mux.command(
+                "HMGET", store.keys.task(task_id), "trace", "AIGC", "platform"
             )
         )
         if not tracing.sampled(trace):

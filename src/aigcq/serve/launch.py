@@ -155,7 +155,6 @@ async def serve(
         try:
             await server.serve(sockets=sockets)
         finally:
-            await service.lifecycle.traces.drain()
             await redis.aclose()
 
 

@@ -233,6 +233,9 @@ class ServeProcess:
             await shutdown.hand_back(self, self.shutdown_grace_s)
             # Bounded: a loop stuck in a client library's cleanup must not hang shutdown.
             await cancel_and_wait(self._running, timeout=5.0)
+            # the spans of the attempts that just ended (hand-backs too), while Redis is open
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.lifecycle.traces.drain(), 5.0)
             await self.gateway.aclose()
             await self.comfy_v2.aclose()
             await self.rt.platforms.aclose()
