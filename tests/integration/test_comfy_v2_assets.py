@@ -115,6 +115,7 @@ async def test_an_uploaded_image_reaches_the_comfyui_that_runs_the_job(
     await second.result()
     assert second.status == "succeeded"
     assert len(_stored(gpu)) == 1
+    assert emulator.uploads == [name]  # that ComfyUI has it: not uploaded for every task
     fetched = await sdk.assets.get(image.id)  # GET /assets/{id}
     assert (fetched.hash, fetched.file_path) == (image.hash, "photo.png")
     url = await image.get_download_url()  # GET /assets/{id}/content, self-hosted: itself

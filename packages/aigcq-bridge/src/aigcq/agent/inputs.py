@@ -5,8 +5,9 @@ A Comfy API v2 job names an uploaded file where a filename would go (a ``LoadIma
 "file_path"}}``. Before the prompt goes to an instance, each is fetched from aigcq by its
 hash (:meth:`~aigcq.agent.workflow.WorkflowSource.input`), uploaded to that instance
 (``/upload/image``, under a name made of its hash, so the same content always has the same
-name) and replaced by the name ComfyUI gave it. On another instance (the first went down)
-it is uploaded there again.
+name) and replaced by the name ComfyUI gave it, once per instance: the instance remembers
+it until it goes down (:attr:`~aigcq.agent.instances.ComfyInstance.inputs`). On another
+instance it is uploaded there again.
 """
 
 from __future__ import annotations
@@ -53,28 +54,28 @@ async def place_inputs(
     (an input aigcq no longer has, or ComfyUI refuses) or ``InstanceDown``."""
     if not has_inputs(workflow):
         return workflow
-    placed: dict[str, str] = {}
 
     async def one(info: Any) -> str:
         digest = info.get("hash") if isinstance(info, dict) else None
         found = _HASH.fullmatch(digest) if isinstance(digest, str) else None
         if found is None or not isinstance(digest, str):
             raise TaskFailed("task", "MissingAsset", f"a core/ASSET reference has no hash: {info}")
-        if digest not in placed:
-            try:
-                fetched = await source.input(digest)
-            except httpx.HTTPError as e:
-                raise machine_failure("InputUnavailable", f"input {digest}: {e}") from None
-            if fetched is None:
-                raise TaskFailed("task", "MissingAsset", f"aigcq no longer has input {digest}")
-            data, media = fetched
-            name = input_name(found.group(1), info.get("file_path"), media)
-            try:
-                placed[digest] = await instance.upload_input(name, data, media)
-            except InputRefused as e:
-                message = f"{instance.instance_id} refused input {digest}: {e}"
-                raise TaskFailed("task", "InputRefused", message) from None
-        return placed[digest]
+        if digest in instance.inputs:  # uploaded to it already (this task or an earlier one)
+            return instance.inputs[digest]
+        try:
+            fetched = await source.input(digest)
+        except httpx.HTTPError as e:
+            raise machine_failure("InputUnavailable", f"input {digest}: {e}") from None
+        if fetched is None:
+            raise TaskFailed("task", "MissingAsset", f"aigcq no longer has input {digest}")
+        data, media = fetched
+        name = input_name(found.group(1), info.get("file_path"), media)
+        try:
+            instance.inputs[digest] = await instance.upload_input(name, data, media)
+        except InputRefused as e:
+            message = f"{instance.instance_id} refused input {digest}: {e}"
+            raise TaskFailed("task", "InputRefused", message) from None
+        return instance.inputs[digest]
 
     async def walk(value: Any) -> Any:
         if isinstance(value, dict):

@@ -168,6 +168,9 @@ class ComfyInstance:
         self.offer: Needs | None = None  # from /object_info (None: not known yet)
         self.loaded: frozenset[str] = frozenset()  # model files its last prompt of ours used
         self.device: Device | None = None  # from /system_stats, at each health check
+        #: uploaded inputs it has (their hash -> its name for them), forgotten when it goes
+        #: down: each input is fetched and uploaded to it once, not for every task
+        self.inputs: dict[str, str] = {}
         self.ws_connected = asyncio.Event()
         self._done: list[str] = []  # prompt ids whose history entry is to be deleted
         self._batch_full = asyncio.Event()
@@ -241,6 +244,7 @@ class ComfyInstance:
     def _set_healthy(self, healthy: bool) -> None:
         self.healthy = healthy
         if not healthy:
+            self.inputs.clear()
             for queue in self._watchers.values():
                 queue.put_nowait({"type": INSTANCE_DOWN, "data": {}})
         self.on_change()
