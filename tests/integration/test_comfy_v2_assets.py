@@ -141,6 +141,11 @@ async def test_by_hash_is_per_caller_and_from_hash_needs_the_callers_bytes(
             f"{base}/from-hash", json={"hash": digest}, headers=_token("v2-user")
         )
         assert miss.status_code == 404 and miss.json()["error"]["code"] == "blob_not_found"
+        huge = await http.post(  # its body is a hash and a name: read bounded
+            f"{base}/from-hash", content=b'{"hash": "' + b"x" * 100_000 + b'"}',
+            headers=_token("v2-user"),
+        )  # fmt: skip
+        assert huge.status_code == 413, huge.text
         asset = sdk.assets.from_bytes(png, filename="x.png")
         await asset.commit()
         assert (

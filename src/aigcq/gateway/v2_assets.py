@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import blake3
+import orjson
 from fastapi import Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
@@ -214,9 +215,13 @@ class Assets:
 
     async def from_hash(self, request: Request, owner: str) -> dict[str, str]:
         """``POST from-hash {hash, file_path?}``: the caller's asset of bytes it uploaded."""
-        try:
-            body = await request.json()
-        except (ValueError, UnicodeDecodeError) as exc:
+        try:  # bounded, as every other body: a hash and a name
+            body = orjson.loads(await request_body(request, FIELDS_ALLOWANCE))
+        except BodyTooLarge as exc:
+            raise V2Error(413, "payload_too_large", "from-hash takes a hash and a name") from exc
+        except Disconnected as exc:
+            raise V2Error(400, "invalid_request", "the request body did not arrive") from exc
+        except orjson.JSONDecodeError as exc:
             raise V2Error(400, "invalid_request", "the body must be JSON") from exc
         if not isinstance(body, dict):
             raise V2Error(400, "invalid_request", "the body must be a JSON object")
@@ -400,15 +405,14 @@ class Assets:
         top = self.storage.path_of(FOLDER)
         before = time.time() - self.ttl - 3600
         old = await asyncio.to_thread(_older_files, top, before)
-        removed = 0
+        if not old:
+            return 0
+        pipe = self.rt.redis.pipeline(transaction=False)  # one round trip for them all
         for path in old:
-            if await self.rt.redis.exists(self._blob_key(path.name)):
-                continue
-            try:
-                path.unlink()
-                removed += 1
-            except OSError:
-                continue
+            pipe.exists(self._blob_key(path.name))
+        named = await pipe.execute()
+        orphans = [p for p, n in zip(old, named, strict=True) if not n]
+        removed = await asyncio.to_thread(_unlink_older, orphans, before)
         if removed:
             log.info("comfy v2 assets: %d uploaded files past their retention deleted", removed)
         return removed
@@ -419,6 +423,20 @@ async def _blake3(data: bytes) -> str:
     if len(data) <= 1 << 20:
         return blake3.blake3(data).hexdigest()
     return await asyncio.to_thread(lambda: blake3.blake3(data).hexdigest())
+
+
+def _unlink_older(paths: list[Any], before: float) -> int:
+    """Delete ``paths`` still older than ``before`` (one uploaded again meanwhile stays);
+    how many went."""
+    removed = 0
+    for path in paths:
+        try:
+            if path.stat().st_mtime < before:
+                path.unlink()
+                removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 def _older_files(top: Any, before: float) -> list[Any]:
