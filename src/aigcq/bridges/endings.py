@@ -63,6 +63,7 @@ class TaskEnds:
         wake: Callable[[], None],
         *,
         freed_elsewhere: Callable[[], None] = lambda: None,
+        bridges_elsewhere: Callable[[], bool] = lambda: False,
         released: Callable[[str], Awaitable[bool]],
         published: Callable[[], Awaitable[None]] = _nothing,
     ) -> None:
@@ -73,6 +74,8 @@ class TaskEnds:
         self.wake = wake
         #: a slot on another process's bridge is free now (that process is told)
         self.freed_elsewhere = freed_elsewhere
+        #: whether other processes hold bridges now
+        self.bridges_elsewhere = bridges_elsewhere
         #: the slot a machine failure's retry waited for is free: it may be dispatched
         self.released = released
         #: writes this process's free slots for the others now (:meth:`.PeerCapacity.write`)
@@ -105,14 +108,17 @@ class TaskEnds:
         if end is TaskEnd.GONE:
             return  # a bridge elsewhere frees it when it stops listing the task
         # held by a bridge of another process: its slot is free there, or stopping (free
-        # within about a second), once that process hears of the end; counted free
-        # elsewhere from now, not after the count's round trip: a task submitted with a
-        # cancel, planned meanwhile, was paid for while that slot was about to be free
+        # within about a second), once that process hears of the end; a cancel's or a
+        # timeout's is counted free elsewhere from now, not after the count's round trip (a
+        # task submitted with a cancel, planned meanwhile, was paid for while that slot was
+        # about to be free); any other end once the count names the bridge that ran it (a
+        # TASK_END after a report freed the slot, or for a bridge gone, frees nothing)
         elsewhere = not holders
-        if elsewhere:
+        now = elsewhere and end in STOPPED and self.bridges_elsewhere()
+        if now:
             self.freed_elsewhere()
         counting = self._spawn(
-            self._count(task_id, end, ran, attempt, free_after=last_straw, expected=elsewhere)
+            self._count(task_id, end, ran, attempt, free_after=last_straw, expected=now)
         )
         if elsewhere:  # told once the holding process has its bridge-end events
             telling = counting

@@ -127,6 +127,7 @@ class BridgeHub:
             self.rotation,
             self.wake,
             freed_elsewhere=self.peers.expect,
+            bridges_elsewhere=lambda: bool(self.peers.bridges_elsewhere),
             released=lifecycle.released,
             published=self.peers.write,
         )

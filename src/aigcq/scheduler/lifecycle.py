@@ -578,7 +578,7 @@ class Lifecycle:
         if task.attempt and task.state is not TaskState.PENDING:
             self.traces.attempt_over(task.task_id, task.attempt, "cancelled")
         self.announce(task.task_id, task.target, TaskEnd.CANCELLED, task.attempt)
-        if self._told is not None:
+        if by_client and self._told is not None:  # orders its client's next submit after it
             await self._told(task.task_id)
         adapter = self.rt.platforms.adapters.get(task.target)
         if done.orphan:
