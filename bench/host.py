@@ -32,3 +32,14 @@ def python_speed_ms() -> float:
         sum(range(LOOP))
         best = min(best, time.perf_counter() - start)
     return round(best * 1000, 1)
+
+
+def rss_kib(pid: int) -> int:
+    """The process's resident set (``VmRSS``), in KiB; 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0

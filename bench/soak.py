@@ -68,6 +68,7 @@ from bench.chaos import (
     Load,
     billed,
     charged,
+    failures,
     leaked_slots,
     records,
     rh_stats,
@@ -167,15 +168,6 @@ class Tally(Load):
         return self.sent - self.ended
 
 
-def rss_kb(pid: int) -> int:
-    """The process's resident set (``VmRSS``), in KiB; 0 when it is gone."""
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def sockets(pid: int, port: int) -> dict[str, int]:
     """The process's open socket fds, by kind: TCP connections accepted on ``port``
     (``in``: the client, the bridge, webhooks through the front), TCP connections it
@@ -257,7 +249,7 @@ class Soak:
             "ended": self.load.ended,
             "in_flight": self.load.in_flight,
             "s": round(time.monotonic() - self.started, 1),
-            "rss_kb": {port: rss_kb(pid) for port, pid in serves.items()},
+            "rss_kb": {port: host.rss_kib(pid) for port, pid in serves.items()},
             "sockets": {port: sum(kinds.values()) for port, kinds in fds.items()},
             "socket_kinds": fds,
             "redis_used_memory": int(memory["used_memory"]),
@@ -417,4 +409,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(parse())), indent=2))
+    soaked = asyncio.run(main(parse()))
+    print(json.dumps(soaked, indent=2))
+    sys.exit(1 if failures(soaked) else 0)  # a figure that must be 0 is not

@@ -28,19 +28,12 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import smoke
-from bench.host import cpu_seconds, python_speed_ms
+from bench.host import cpu_seconds, python_speed_ms, rss_kib
 from tests.fakes.client import Client, generate
 from tests.fakes.processes import Cluster
 from tests.fakes.sentinel import SentinelGroup
 
 from aigcq.embedded.redis import EmbeddedRedis
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 async def run_load(
