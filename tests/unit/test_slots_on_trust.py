@@ -19,11 +19,14 @@ class LedgerOnTrust(Ledger):
     @rule(task_id=TASKS, attempt=st.none() | st.integers(1, 3))
     def end_on_trust(self, task_id: str, attempt: int | None) -> None:
         held = self.ledger.attempt_of(task_id)
+        stopping_before = self.ledger.stopping.get(task_id, 0)
         ended = self.ledger.end(task_id, attempt, on_trust=True)
         assert ended == (held is not None and attempt in (None, held))
         if ended:
             self._gave_back(task_id)
-            assert task_id not in self.ledger.stopping
+            # its slot is free now: an earlier attempt of the same id may still be
+            # stopping, this one is not added to it
+            assert self.ledger.stopping.get(task_id, 0) == stopping_before
 
 
 LedgerOnTrust.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
@@ -64,3 +67,12 @@ def test_a_task_ended_otherwise_is_not_stopping_when_listed() -> None:
     assert ledger.end("done", 1)  # its TASK_END: the result is on its way, not stopping
     ledger.report(2, 1, held=["done", "runs"])
     assert (ledger.free, ledger.stopped) == (1, 0)
+
+
+def test_an_earlier_attempt_still_stopping_is_not_freed_by_a_later_end_on_trust() -> None:
+    ledger = SlotLedger(2, 2)
+    running(ledger, "t0")
+    assert ledger.end("t0", 1, stopping=True)  # cancelled on a bridge that reports it
+    ledger.adopt("t0", 2)  # the bridge reconnects and still holds a newer attempt
+    assert ledger.end("t0", 2, on_trust=True)
+    assert ledger.stopping == {"t0": 1}  # the first attempt's instance is still stopping
