@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import smoke
 from bench.host import python_speed_ms
@@ -28,6 +26,7 @@ from bench.host import python_speed_ms
 from aigcq.config import PlatformConfig, Settings
 from aigcq.domain import TaskState
 from aigcq.embedded.redis import EmbeddedRedis
+from aigcq.plumbing.redis_client import redis_client
 from aigcq.runtime import Runtime
 from aigcq.serve.live_tasks import LiveFilter, live_page
 from aigcq.serve.server import ServeProcess
@@ -66,7 +65,7 @@ async def run(waiting: int, in_flight: int, rounds: int) -> dict[str, Any]:
         server.start()
         try:
             (root / "model.json").write_text('{"proj": {"comfyui": {"apikey": "k"}}}')
-            redis = aioredis.Redis.from_url(server.url, decode_responses=True)
+            redis = redis_client(server.url)
             settings = Settings(redis_url=server.url, token_secret="b" * 32, config_dir=root)
             rt = ServeProcess(settings, PlatformConfig.load(root), redis).rt
             await fill(rt, waiting, in_flight)

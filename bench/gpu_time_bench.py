@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import smoke
@@ -42,6 +41,7 @@ from aigcq.config import PlatformConfig, Settings
 from aigcq.embedded.redis import EmbeddedRedis
 from aigcq.emulators.comfyui import ComfyUIConfig, ComfyUIEmulator, create_app
 from aigcq.plumbing.auth import issue_client_token
+from aigcq.plumbing.redis_client import redis_client
 from aigcq.serve.server import ServeProcess
 
 SECRET = "gpu-bench-secret-with-at-least-32-bytes"
@@ -62,7 +62,7 @@ def pct(values: list[float], q: float) -> float:
 async def one_run(
     tmp: Path, redis_url: str, args: argparse.Namespace, affinity: bool, order: list[str]
 ) -> dict[str, Any]:
-    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    redis = redis_client(redis_url)
     await redis.flushall()
     models = {"proj": {"comfyui": {"apikey": "k", "concurrency": 0}}}
     run_dir = tmp / ("affinity" if affinity else "least-loaded")

@@ -41,6 +41,7 @@ from bench.host import python_speed_ms
 from aigcq.config import Settings
 from aigcq.domain import Ordering
 from aigcq.embedded.redis import EmbeddedRedis
+from aigcq.plumbing.redis_client import redis_client
 from aigcq.queue.store import TaskStore
 from aigcq.scheduler import fair
 from aigcq.scheduler.dispatch import key_head
@@ -157,7 +158,7 @@ async def at_depth(redis: aioredis.Redis, depth: int, kind: str, rounds: int) ->
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="aigcq-round-"))
     server = EmbeddedRedis(tmp / "redis", persist=False)
-    redis = aioredis.Redis.from_url(server.start(), decode_responses=True)
+    redis = redis_client(server.start())
     try:
         report: dict[str, Any] = {"host_python_ms": [python_speed_ms()]}
         for kind in ("paused", "user_limit", "users"):
