@@ -15,8 +15,8 @@ class (``ImageInvert``): every fifth task needs it, the others run anywhere. Pri
 all of which must be 0, plus what happened (faults, outcomes, targets, seconds).
 ``charged_not_billed`` is how far the runs aigcq charged (its spend's task counts) are
 from the runs RunningHub ended and so billed (``billed_runs``: successes, failures and
-cancels, late webhooks included): reported, to be 0 once a run's charge is written with
-its finish (:data:`MUST_BE_ZERO`).
+cancels, late webhooks included): 0 too (:data:`MUST_BE_ZERO`; a run's charge is made due
+with its end, so a serve killed between the two leaves it to a sweep, not lost).
 ``paid_but_failed`` counts tasks RunningHub created (and so bills) whose client was told
 they failed, and never told otherwise.
 ``paid_uncertain`` counts those of them that ended ``UncertainSubmit``: the window a
@@ -368,6 +368,16 @@ async def leaked_slots(redis_url: str) -> int:
         await client.aclose()
 
 
+async def charges_due(redis_url: str) -> int:
+    """Tasks with a billed run's charge still due (made by the process that ended it, else
+    by a sweep once it is overdue): 0 once every charge is made."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        return int(await client.zcard("aigcq:dues"))
+    finally:
+        await client.aclose()
+
+
 async def held_records(redis_url: str) -> int:
     """Tasks Redis still records as held by a bridge (``bridge:{id}:tasks`` entries and
     ``bridgesof:{taskId}`` keys) once all have ended. Not a slot, so not in ``leaked_slots``:
@@ -483,8 +493,8 @@ async def charged(redis_url: str) -> int:
 
 
 async def settle(load: Load, fleet: Fleet, rh: str, redis_url: str, within: float) -> None:
-    """Wait until every task has a result, nothing runs or is counted any more, and every
-    webhook RunningHub owes (a late one too) was sent."""
+    """Wait until every task has a result, nothing runs or is counted any more, every
+    webhook RunningHub owes (a late one too) was sent, and every charge is made."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         await load.resend_unacked()
@@ -494,6 +504,7 @@ async def settle(load: Load, fleet: Fleet, rh: str, redis_url: str, within: floa
         done = all(t in load.results for t in load.submitted)
         try:
             idle = running == 0 and await leaked_slots(redis_url) == 0
+            idle = idle and await charges_due(redis_url) == 0
         except RedisError:  # the last restart may still be loading its AOF: look again
             idle = False
         if done and idle and not any((await fleet.slots_taken()).values()):
@@ -593,15 +604,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 #: the figures that must be 0 (those a report has: the soak's ``duplicated`` is this run's
-#: ``duplicated_to_client``). ``charged_not_billed`` is reported, not yet one of them: a
-#: run's charge is written after its finish, so a serve killed between the two (or Redis
-#: restarted from an AOF that kept the finish only) loses it, a known gap (CHANGELOG)
+#: ``duplicated_to_client``)
 MUST_BE_ZERO = (
     "lost",
     "duplicated_to_client",
     "duplicated",
     "double_paid",
     "paid_but_failed",
+    "charged_not_billed",
     "peak_over_cap",
     "leaked_slots",
 )

@@ -68,6 +68,7 @@ from bench.chaos import (
     Load,
     billed,
     charged,
+    charges_due,
     failures,
     leaked_slots,
     records,
@@ -274,6 +275,7 @@ class Soak:
             if self.load.lost() == 0 and running == 0:
                 with contextlib.suppress(RedisError, OSError):
                     leaked = await leaked_slots(self.chaos.cluster.redis_url)
+                    leaked += await charges_due(self.chaos.cluster.redis_url)
                     if leaked == 0 and not any((await self.chaos.fleet.slots_taken()).values()):
                         return
             await asyncio.sleep(1.0)

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import redis.asyncio as aioredis
 
 from aigcq.domain import Task, TaskState
 from aigcq.emulators.runninghub import RunningHubEmulatorConfig
-from aigcq.scheduler.spend import SpendLedger
+from aigcq.platforms.base import Cost, Failed, Succeeded
+from aigcq.scheduler.spend import SpendLedger, due_cost
 from tests.fakes.client import generate
 from tests.fakes.paid import (
     COZE_KEY,
@@ -234,3 +236,59 @@ async def test_a_superseded_runs_webhook_is_charged_beside_the_winner(
         ledger = SpendLedger(env.service.rt)
         day = await until(lambda: ledger.view("day"), lambda d: d["total"]["tasks"] == 2)
         assert day["total"]["amount"] == pytest.approx(0.35 + 0.1)  # its success, the cancel
+
+
+async def test_a_charge_left_due_by_a_process_that_died_is_made_once_by_the_sweep(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """The end that bills a run makes its charge due in the same step; a process that dies
+    right after (before it charges) leaves it due, and the sweep makes it, once, in the
+    period the run ended in, with the cost the platform reported."""
+    rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
+    async with paid_stack(
+        tmp_path, redis, redis_url, rh=rh, overflow_price=PRICES, **NO_RECHECK
+    ) as env:
+        rt = env.service.rt
+        await env.client.request(generate("d1"))
+        task = await until(partial(env.task, "d1"), lambda t: t.state is TaskState.RUNNING)
+        reported = Cost(money=0.7, coins=20, seconds=3.0)
+        # what the webhook's settle does, up to its death: the end applied, nothing charged
+        done = await rt.store.finish(
+            "d1",
+            TaskState.SUCCESS,
+            result=[],
+            from_attempt=task.attempt,
+            ended=True,
+            cost=due_cost(Succeeded([], cost=reported)),
+        )
+        assert done.applied
+        ledger = SpendLedger(rt)
+        assert (await ledger.view("day"))["total"].get("tasks", 0) == 0
+        assert await ledger.charge_overdue(grace_s=3600) == 0  # not overdue yet
+        charged = await asyncio.gather(*(ledger.charge_overdue(grace_s=0) for _ in range(3)))
+        assert sum(charged) == 1  # three sweeps at once (two serves and more): one charge
+        day = (await ledger.view("day"))["total"]
+        assert (day["tasks"], day["amount"], day["coins"]) == (1, pytest.approx(0.7), 20.0)
+        assert orjson.loads(await rt.redis.hget(rt.store.keys.task("d1"), "cost"))["amount"] == 0.7
+        assert await redis.zcard(rt.store.keys.dues) == 0
+        assert await ledger.charge_due("d1") == 0  # and never again
+
+
+async def test_a_retried_paid_failure_is_charged_with_its_requeue(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str
+) -> None:
+    """A paid run that failed and is retried was billed: its charge is due with the
+    requeue (the same step), charged once though the retry runs on."""
+    rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
+    async with paid_stack(
+        tmp_path, redis, redis_url, rh=rh, overflow_price=PRICES, **NO_RECHECK
+    ) as env:
+        rt = env.service.rt
+        await env.client.request(generate("r1"))
+        task = await until(partial(env.task, "r1"), lambda t: t.state is TaskState.RUNNING)
+        failed = due_cost(Failed("805", "boom", cost=Cost(money=0.2)))
+        assert await rt.store.requeue_for_retry("r1", task.attempt, "failed", cost=failed)
+        ledger = SpendLedger(rt)
+        assert await ledger.charge_due("r1") == 1
+        assert await ledger.charge_due("r1") == 0
+        assert (await ledger.view("day"))["total"]["amount"] == pytest.approx(0.2)

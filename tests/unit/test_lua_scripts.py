@@ -75,11 +75,12 @@ def test_argv_is_in_declared_order_with_flags_as_numbers() -> None:
 
 def test_a_missing_or_unknown_name_is_refused_at_call_time() -> None:
     script = scripts.load("release_orphan")
-    late = {"late_class": "UncertainSubmit", "minid": 0}
+    late = {"late_class": "UncertainSubmit", "minid": 0, "cost": ""}
     given = {"remote_id": "r", "result_json": "", "now": 1, **late}
-    assert script.argv("p", given) == ["p", "r", "", 1, "UncertainSubmit", 0]
+    assert script.argv("p", given) == ["p", "r", "", 1, "UncertainSubmit", 0, ""]
     with pytest.raises(
-        TypeError, match=r"missing \['remote_id', 'result_json', 'now', 'late_class', 'minid'\]"
+        TypeError,
+        match=r"missing \['remote_id', 'result_json', 'now', 'late_class', 'minid', 'cost'\]",
     ):
         script.argv("p", {})
     with pytest.raises(TypeError, match=r"unknown \['extra'\]"):

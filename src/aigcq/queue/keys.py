@@ -88,6 +88,9 @@ class Keys:
     #: Waiting tasks with a start deadline that expire past it (ZSET id -> start deadline,
     #: epoch s; no ``keepWaiting`` ones): the sweeper's index of ``TaskExpired``.
     startby = _Fixed("startby")
+    #: Tasks with a billed run's charge due (ZSET id -> when the first became due): the
+    #: sweep's index of charges a process did not make after the end that billed them.
+    dues = _Fixed("dues")
     #: Each workflow's recent mean run time on our GPUs (HASH workflowId -> "<mean s>
     #: <runs>", :func:`aigcq.scheduler.policy.next_mean`), written as a task succeeds.
     runs = _Fixed("runs")

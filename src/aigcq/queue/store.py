@@ -518,15 +518,30 @@ class TaskStore:
         )
 
     async def requeue_for_retry(
-        self, task_id: str, attempt: int, reason: str, *, delay_s: float = 0.0, ended: bool = False
+        self,
+        task_id: str,
+        attempt: int,
+        reason: str,
+        *,
+        delay_s: float = 0.0,
+        ended: bool = False,
+        cost: bytes = b"",
     ) -> bool:
         """``attempt`` failed, timed out, or its target lost it: it stays charged, and the
         task waits for a new attempt at the head of its queue, or after ``delay_s``.
         ``ended``: its remote task is known to be over; otherwise one on a paid target (or
-        a create that may be out) is kept in its account's cap as an orphan. False:
-        ``attempt`` is no longer the live one, or the task is not dispatching or running."""
+        a create that may be out) is kept in its account's cap as an orphan. ``cost``: what
+        the failed run reported it cost (JSON): on a paid target its charge is due in the
+        same step (see :meth:`charge`). False: ``attempt`` is no longer the live one, or
+        the task is not dispatching or running."""
         return await self._requeue(
-            Move.REQUEUE_FOR_RETRY, task_id, attempt, reason, delay_s=delay_s, ended=ended
+            Move.REQUEUE_FOR_RETRY,
+            task_id,
+            attempt,
+            reason,
+            delay_s=delay_s,
+            ended=ended,
+            cost=cost,
         )
 
     async def requeue_handed_back(
@@ -553,6 +568,7 @@ class TaskStore:
         remote_id: str = "",
         unsent_only: bool = False,
         free_limit: int | None = None,
+        cost: bytes = b"",
     ) -> bool:
         now = time.time()
         result = await self._run(
@@ -569,6 +585,7 @@ class TaskStore:
             free_limit=self.free_requeues if free_limit is None else free_limit,
             ended=ended,
             paid_targets=self.paid_targets,
+            cost=cost,
         )
         return int(result) == 1
 
@@ -586,13 +603,15 @@ class TaskStore:
         from_attempt: int | None = None,
         fenced: bool = False,
         ended: bool = False,
+        cost: bytes = b"",
     ) -> MoveResult:
         """Move a live task to a terminal ``state`` and queue ``message`` for its client.
 
         ``from_attempt``: the attempt this end is about (None: none, e.g. a cancel);
         ``fenced``: only while that attempt is the live one (a failure); ``ended``: its
         run is over. Otherwise the live attempt's remote task on a paid target becomes an
-        orphan (``MoveResult.orphan``)."""
+        orphan (``MoveResult.orphan``). ``cost``: what the reporting run cost (JSON): the
+        charge of a paid run this end bills is due in the same step (see :meth:`charge`)."""
         if state not in TRANSITIONS[Move.FINISH][1]:
             raise ValueError(f"finish does not lead to {state}")
         now = time.time()
@@ -609,10 +628,11 @@ class TaskStore:
             fenced=fenced,
             ended=ended,
             late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
+            cost=cost,
         )
         code = int(applied)
         if code == 3:  # the success of the run a failure gave up on: it may win
-            released = await self.release_orphan(text(labels[0]), result)
+            released = await self.release_orphan(text(labels[0]), result, cost)
             ran_on = text(labels[1]) if released else ""
             return released.moved or MoveResult(False, TaskState(text(current)), released=ran_on)
         if code != 1:
@@ -640,6 +660,7 @@ class TaskStore:
         fenced: bool = False,
         ended: bool = False,
         late_class: str = "",
+        cost: bytes = b"",
     ) -> list[Any]:
         """One run of ``finish.lua`` as ``move`` (its other arguments are the store's)."""
         reply: list[Any] = await self._run(
@@ -660,6 +681,7 @@ class TaskStore:
             fenced=fenced,
             ended=ended,
             late_class=late_class,
+            cost=cost,
         )
         return reply
 
@@ -759,12 +781,15 @@ class TaskStore:
         due or not (no ``wake`` is published: the caller dispatches it)."""
         return int(await self._run("promote", now=time.time(), limit=1, only=task_id)) == 1
 
-    async def release_orphan(self, remote_id: str, result: Any = None) -> Released:
+    async def release_orphan(
+        self, remote_id: str, result: Any = None, cost: bytes = b""
+    ) -> Released:
         """The platform says this unwanted remote task ended: it leaves the cap. ``result``:
         the success it reported. It wins when its task failed ``UncertainSubmit`` and this
         orphan is the paid run of the attempt that failed (``Released.moved``): the task
         ends a success, and its client is sent it, marked ``late``, after the failure.
-        Otherwise it is kept on its task if that ended failed or cancelled."""
+        Otherwise it is kept on its task if that ended failed or cancelled. ``cost``: what
+        the platform says the run cost (JSON): its charge is due in the same step."""
         now = time.time()
         code, *labels = await self._run(
             "release_orphan",
@@ -773,6 +798,7 @@ class TaskStore:
             now=now,
             late_class=ErrorCode.UNCERTAIN_SUBMIT.value,
             minid=outbox_minid(now, self.outbox_retention_s),
+            cost=cost,
         )
         if int(code) != 2:
             return Released(int(code) == 1)
@@ -810,24 +836,56 @@ class TaskStore:
         key = self.keys.orphans(o.aigc, o.target)
         await self.redis.zadd(key, {o.remote_id: time.time() + delay_s}, xx=True)
 
-    async def record_cost(
+    async def dues(self, task_id: str) -> tuple[tuple[str, str], dict[str, str]]:
+        """A task's queue (AIGC, platform) and the charges due on it (field -> value, see
+        :meth:`charge`)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(self.keys.task(task_id), "AIGC", "platform")
+        pipe.hscan(self.keys.task(task_id), 0, match="due.*", count=1000)
+        (aigc, platform), (_, found) = await pipe.execute()
+        due = {text(k): text(v) for k, v in found.items()}
+        return (text(aigc or ""), text(platform or "")), due
+
+    async def overdue(self, before: float, limit: int = 100) -> list[str]:
+        """Tasks with a charge due since before ``before`` (its process died before it
+        charged, or Redis failed it then); an id whose task is gone leaves the index."""
+        ids = [
+            text(i)
+            for i in await self.redis.zrangebyscore(self.keys.dues, "-inf", before, 0, limit)
+        ]
+        if ids:
+            pipe = self.redis.pipeline(transaction=False)
+            for task_id in ids:
+                pipe.exists(self.keys.task(task_id))
+            gone = [i for i, there in zip(ids, await pipe.execute(), strict=True) if not there]
+            if gone:
+                await self.redis.zrem(self.keys.dues, *gone)
+            ids = [i for i in ids if i not in gone]
+        return ids
+
+    async def charge(
         self,
         task_id: str,
+        due: str,
         *,
         target: str,
         account: str,
         default_workflow: str,
         periods: Mapping[str, tuple[str, int]],
-        record: dict[str, Any] | None,
+        record: dict[str, Any],
         figures: Mapping[str, float],
     ) -> bool:
-        """Charge a finished task what it cost (``figures``: amount, estimated, coins,
-        seconds) in the spend hashes of ``periods`` (``day`` / ``month`` -> its name and how
-        long its hash is kept), and keep ``record`` on it (None: not), in one step
-        (``charge.lua``, laid out for :mod:`aigcq.scheduler.spend`). False: no such task."""
+        """Charge the billed run whose charge is ``due`` on the task (a field the end that
+        billed it wrote: ``due.<attempt>.<target>`` = "<ended at> <1: on the task, 0: a
+        run it no longer wanted> <cost JSON>") what it cost (``figures``: amount, estimated,
+        coins, seconds) in the spend hashes of ``periods`` (``day`` / ``month`` -> its name
+        and how long its hash is kept), keeping ``record`` on the task if the due says so,
+        and the due goes, in one step (``charge.lua``, laid out for
+        :mod:`aigcq.scheduler.spend`). False: not due (charged already, or no such task)."""
         done = await self._run(
             "charge",
             task_id=task_id,
+            due=due,
             target=target,
             account=account,
             default_workflow=default_workflow,
@@ -835,7 +893,7 @@ class TaskStore:
             month=periods["month"][0],
             day_keep=periods["day"][1],
             month_keep=periods["month"][1],
-            record=b"" if record is None else orjson.dumps(record),
+            record=orjson.dumps(record),
             amount=_decimal(figures["amount"]),
             estimated=_decimal(figures["estimated"]),
             coins=_decimal(figures["coins"]),

@@ -49,7 +49,7 @@ from aigcq.scheduler.ends import (
     failure_class,
 )
 from aigcq.scheduler.orphans import Orphans
-from aigcq.scheduler.spend import SpendLedger
+from aigcq.scheduler.spend import SpendLedger, due_cost
 from aigcq.scheduler.traces import TaskTraces
 
 log = logging.getLogger(__name__)
@@ -513,6 +513,7 @@ class Lifecycle:
         end is announced: applied, or refused as gone (that run is over all the same).
         A success's files are copied first where result custody wants them (on ``target``,
         or, when not known, if ``keep``: it came from a paid target whose files may be)."""
+        cost = due_cost(outcome) if isinstance(outcome, Succeeded | Failed) else b""
         match outcome:
             case Succeeded(data=data):
                 if self.custody is not None and (target or keep):
@@ -525,13 +526,14 @@ class Lifecycle:
                     note=note,
                     from_attempt=attempt,
                     ended=True,
+                    cost=cost,
                 )
             case Failed(code=code, message=message, detail=detail):
                 error = {"code": code, "message": message, "detail": detail}
                 again = outcome.retryable or failure_class(outcome) == INFRASTRUCTURE
                 why = f"failed: {code} {message}"
-                if await self._retried(task_id, why, attempt, target, again=again):
-                    await self.spend.ended(task_id, target, outcome)
+                if await self._retried(task_id, why, attempt, target, again=again, cost=cost):
+                    await self._charge_if_paid(task_id, target)
                     self.announce(task_id, target, end_of(outcome), attempt)
                     return MoveResult(True, TaskState.PENDING)
                 done = await self.rt.store.finish(
@@ -543,6 +545,7 @@ class Lifecycle:
                     from_attempt=attempt,
                     fenced=attempt is not None,
                     ended=True,
+                    cost=cost,
                 )
             case _:
                 return None
@@ -556,11 +559,11 @@ class Lifecycle:
             self.traces.attempt_over(
                 task_id, attempt, done.state or "", error=failure, cost=outcome.cost
             )
-            await self.spend.ended(task_id, ran_on, outcome, (done.aigc, done.platform))
+            await self._charge_if_paid(task_id, ran_on)
             self.announce(task_id, done.target or target, end_of(outcome), attempt)
         elif done.state is not None:
             if done.released:  # a run the task no longer wanted, billed all the same
-                await self.spend.ended(task_id, ran_on, outcome, run=True)
+                await self.spend.charge_due(task_id)
             self.announce(task_id, target, TaskEnd.GONE, attempt)
         return done
 
@@ -705,8 +708,22 @@ class Lifecycle:
         else:
             _say(logging.DEBUG, task_id, "orphan %s already released", done.orphan)
 
+    async def _charge_if_paid(self, task_id: str, target: str) -> None:
+        """The end just applied on ``target`` made its charge due if ``target`` is paid:
+        made now (a process that dies first leaves it to the sweep)."""
+        adapter = self.rt.platforms.adapters.get(target)
+        if adapter is not None and adapter.paid:
+            await self.spend.charge_due(task_id)
+
     async def _retried(
-        self, task_id: str, reason: str, attempt: int | None, target: str, *, again: bool
+        self,
+        task_id: str,
+        reason: str,
+        attempt: int | None,
+        target: str,
+        *,
+        again: bool,
+        cost: bytes = b"",
     ) -> bool:
         """With ``retry_failures``, or for a failure worth another attempt (``again``: a
         machine's, or one its platform documents as retryable): requeue a failed task
@@ -725,7 +742,7 @@ class Lifecycle:
         if wait:
             _say(logging.INFO, task_id, "its retry waits for its slot to be freed")
         delay_s = RELEASE_WAIT_S if wait else 0.0
-        return await self._requeue(task_id, live, reason, delay_s=delay_s, ended=True)
+        return await self._requeue(task_id, live, reason, delay_s=delay_s, ended=True, cost=cost)
 
     async def released(self, task_id: str) -> bool:
         """The slot a machine failure's retry waited for is free (see
@@ -737,11 +754,19 @@ class Lifecycle:
         return moved
 
     async def _requeue(
-        self, task_id: str, attempt: int, reason: str, *, delay_s: float, ended: bool
+        self,
+        task_id: str,
+        attempt: int,
+        reason: str,
+        *,
+        delay_s: float,
+        ended: bool,
+        cost: bytes = b"",
     ) -> bool:
-        """Put ``attempt`` back for another one (only while it is the live attempt)."""
+        """Put ``attempt`` back for another one (only while it is the live attempt);
+        ``cost``: what its run reported it cost (a paid run's charge is due with the move)."""
         moved = await self.rt.store.requeue_for_retry(
-            task_id, attempt, reason, delay_s=delay_s, ended=ended
+            task_id, attempt, reason, delay_s=delay_s, ended=ended, cost=cost
         )
         if moved:
             _say(logging.WARNING, task_id, "attempt %s %s, retrying", attempt, reason)
@@ -781,14 +806,20 @@ class Lifecycle:
 
     # ---- unwanted remote tasks (the orphan checks) --------------------------------------
 
-    async def orphan_ended(self, o: Orphan, result: Any = None) -> bool:
+    async def orphan_ended(
+        self, o: Orphan, result: Any = None, outcome: Succeeded | Failed | None = None
+    ) -> bool:
         """The platform says an unwanted remote task ended (or it cannot be asked): it
         leaves its account's cap. ``result``: the success it reported, kept for a replay
         if its task ended failed or cancelled meanwhile, or delivered at once when that
-        failure was ``UncertainSubmit`` and this is the run it gave up on (a late success)."""
-        released = await self.rt.store.release_orphan(o.remote_id, result)
+        failure was ``UncertainSubmit`` and this is the run it gave up on (a late success).
+        ``outcome``: what the platform answered, the run billed: charged."""
+        cost = due_cost(outcome) if outcome is not None else b""
+        released = await self.rt.store.release_orphan(o.remote_id, result, cost)
         if released.moved is not None:
             self.late(o.task_id, o.target, o.attempt)
+        if released.released and cost:
+            await self.spend.charge_due(o.task_id)
         return released.released
 
     def late(self, task_id: str, target: str, attempt: int | None) -> None:

@@ -104,11 +104,8 @@ class OrphanChecks:
                 extra=ctx(task=o.task_id),
             )
             kept = outcome.data if isinstance(outcome, Succeeded) and not outcome.files else None
-            released = await self.lifecycle.orphan_ended(o, kept)
-            if released and not isinstance(outcome, NotFound):
-                queue = (o.aigc, o.platform)
-                await self.lifecycle.spend.ended(o.task_id, o.target, outcome, queue, run=True)
-            return int(released)
+            billed = outcome if not isinstance(outcome, NotFound) else None
+            return int(await self.lifecycle.orphan_ended(o, kept, billed))
         if not o.awaited:  # (an awaited one's success still wins: let it run)
             await self.lifecycle.orphans.cancel(o)  # still running (or no answer): ask again
         await self.lifecycle.orphan_unresolved(o, RECHECK_S)

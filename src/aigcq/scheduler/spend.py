@@ -7,27 +7,31 @@ RunningHub's ``consumeMoney`` (plus ``thirdPartyConsumeMoney``) as the amount an
 billed in coins, a failure) the configured price, ``AIGCQ_OVERFLOW_PRICE`` per billed unit
 (a task; JimuAI's output images), marked as an estimate (0 without a price).
 
-The charge is added, in one step (``queue/lua/charge.lua``, through
-:meth:`aigcq.queue.store.TaskStore.record_cost`), to the hash of its day and of its month
-(in ``AIGCQ_SPEND_TIMEZONE``, UTC by default)
-(``Keys.spend``), per project, account and workflow (fields ``["w", AIGC, target, account,
-workflow, figure]``), with the project's (``["p", AIGC, figure]``) and the account's
-(``["a", target, account, figure]``) totals beside (what a budget reads), and kept on the
-task (its ``cost`` field). A run the task no longer wanted (an orphan: cancelled,
-superseded, given up on at its deadline) is charged too, once, by what frees its slot on
-seeing it ended with a result or a failure: its own TASK_END (``MoveResult.released``, see
+The end that bills a run makes its charge *due* in the same atomic step (a task end
+applied on a paid target, a retried paid failure, an unwanted run's release:
+``charge_due`` in ``queue/lua/_prelude.lua`` keeps the reported cost on the task and
+indexes it in ``{P}:dues``). The charge is then made, in one step that also removes the
+due (``queue/lua/charge.lua``, through :meth:`aigcq.queue.store.TaskStore.charge`), so it
+happens exactly once: right after the end by the process that applied it, or, if that
+process died (or Redis failed it) in between, by the sweep once it has been due
+:data:`DUE_GRACE_S`. It goes to the hash of the day and month the run ended in (in
+``AIGCQ_SPEND_TIMEZONE``, UTC by default) (``Keys.spend``), per project, account and
+workflow (fields ``["w", AIGC, target, account, workflow, figure]``), with the project's
+(``["p", AIGC, figure]``) and the account's (``["a", target, account, figure]``) totals
+beside (what a budget reads), and is kept on the task (its ``cost`` field). A run the task
+no longer wanted (an orphan: cancelled, superseded, given up on at its deadline) is
+charged too, once, by what frees its slot on seeing it ended with a result or a failure:
+its own TASK_END (``MoveResult.released``, see
 :meth:`aigcq.scheduler.lifecycle.Lifecycle.settle`) or the orphan check
-(:mod:`.orphan_checks`), whichever releases it (one atomic step); it adds to the ``tasks``
-figure, which counts charged runs. Every
-process sharing the Redis reads the same figures. It is written right after the task's
-end is applied, once (only the move that ended the task records it): a process that dies
-between the two loses that one charge.
+(:mod:`.orphan_checks`), whichever releases it; it adds to the ``tasks`` figure, which
+counts charged runs. Every process sharing the Redis reads the same figures.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
@@ -48,6 +52,8 @@ Period = Literal["day", "month"]
 KEEP_S: dict[str, int] = {"day": 93 * 86400, "month": 3 * 366 * 86400}
 #: the figures kept per row
 FIGURES = ("amount", "estimated", "coins", "seconds", "tasks")
+#: how long a charge may stay due before the sweep makes it (its process charges it at once)
+DUE_GRACE_S = 30.0
 #: rows a view lists per kind at most (the largest amounts)
 VIEW_ROWS = 50
 
@@ -71,6 +77,11 @@ def charge(cost: Cost, price: float | None) -> Charge:
     return Charge(round((price or 0.0) * cost.units, 6), True, coins, seconds)
 
 
+def due_cost(outcome: Succeeded | Failed) -> bytes:
+    """What a run's end reported it cost, as the scripts keep it on a charge due."""
+    return orjson.dumps(asdict(outcome.cost))
+
+
 def period_names(now: float, zone: str = "UTC") -> dict[str, str]:
     """The day and month ``now`` falls in, in time zone ``zone`` (``AIGCQ_SPEND_TIMEZONE``)."""
     day = datetime.fromtimestamp(now, ZoneInfo(zone)).strftime("%Y-%m-%d")
@@ -78,63 +89,62 @@ def period_names(now: float, zone: str = "UTC") -> dict[str, str]:
 
 
 class SpendLedger:
-    """Records each paid task's charge (:meth:`ended`) and reads a period's (:meth:`view`)."""
+    """Makes each billed run's charge (:meth:`charge_due`) and reads a period's (:meth:`view`)."""
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
 
-    async def ended(
-        self,
-        task_id: str,
-        target: str,
-        outcome: Succeeded | Failed,
-        queue: tuple[str, str] | None = None,
-        *,
-        run: bool = False,
-    ) -> None:
-        """The task (of ``queue``: AIGC, platform, when known) ended on ``target`` with
-        ``outcome``: charge it if ``target`` is paid. ``run``: a run of the task that it no
-        longer wanted (an orphan), charged without a record on the task. A Redis that does
-        not answer loses the charge (logged), never the task's end."""
-        adapter = self.rt.platforms.adapters.get(target)
-        if adapter is None or not adapter.paid:
-            return
+    async def charge_due(self, task_id: str) -> int:
+        """Charge every billed run of the task whose charge is due (the end that billed
+        it made it due, in the same step: ``charge_due`` in ``queue/lua/_prelude.lua``);
+        how many this call charged. Each is charged once, by whichever process gets there
+        first (this one, right after the end; the sweep, if it died between). A Redis
+        that does not answer leaves the charge due (logged) for the sweep."""
         try:
-            queue = queue or await self._queue(task_id)
-            await self._record(task_id, target, outcome.cost, queue, on_task=not run)
+            queue, dues = await self.rt.store.dues(task_id)
+            charged = 0
+            for due, value in dues.items():
+                charged += await self._charge(task_id, queue, due, value)
+            return charged
         except RedisError as exc:
             log.warning(
-                "task %s: its cost on %s is not recorded: %r",
+                "task %s: its charge is not recorded yet (the sweep retries): %r",
                 task_id,
-                target,
                 exc,
                 extra=ctx(task=task_id),
             )
+            return 0
 
-    async def _queue(self, task_id: str) -> tuple[str, str]:
-        aigc, platform = await self.rt.redis.hmget(
-            self.rt.store.keys.task(task_id), "AIGC", "platform"
-        )
-        return text(aigc or ""), text(platform or "")
+    async def charge_overdue(self, grace_s: float = DUE_GRACE_S) -> int:
+        """Charges due for longer than ``grace_s`` (a process died after the end that
+        billed a run, before it charged it): charged now; how many."""
+        ids = await self.rt.store.overdue(self.rt.clock() - grace_s)
+        return sum([await self.charge_due(task_id) for task_id in ids])
 
-    async def _record(
-        self, task_id: str, target: str, cost: Cost, queue: tuple[str, str], *, on_task: bool
-    ) -> None:
+    async def _charge(self, task_id: str, queue: tuple[str, str], due: str, value: str) -> int:
+        at, _, cost_json = value.split(" ", 2)
+        target = due.split(".", 2)[2]
         rt = self.rt
-        adapter, apikey = rt.platforms.adapters[target], rt.apikey(*queue)
-        account = adapter.account_id(apikey)
+        adapter = rt.platforms.adapters.get(target)
+        cost = Cost(**orjson.loads(cost_json))
+        apikey = rt.apikey(*queue)
+        # a platform no longer configured (restarted without it): charged, account unknown
+        account = adapter.account_id(apikey) if adapter is not None else ""
         c = charge(cost, rt.settings.overflow_price.get(target))
-        names = period_names(rt.clock(), rt.settings.spend_timezone)
+        # the period the run ended in, on the runtime's clock (``at`` is Redis-side time)
+        ended_at = rt.clock() - max(0.0, time.time() - float(at))
+        names = period_names(ended_at, rt.settings.spend_timezone)
         record = {"amount": c.amount, "estimate": c.estimate, "account": account}
         record |= {"coins": cost.coins, "seconds": cost.seconds, "tokens": cost.tokens}
         record["units"] = cost.units
-        await rt.store.record_cost(
+        charged = await rt.store.charge(
             task_id,
+            due,
             target=target,
             account=account,
-            default_workflow=adapter.workflow_of("", apikey),
+            default_workflow=adapter.workflow_of("", apikey) if adapter is not None else "",
             periods={p: (names[p], KEEP_S[p]) for p in names},
-            record=record if on_task else None,
+            record=record,
             figures={
                 "amount": c.amount,
                 "estimated": c.amount if c.estimate else 0.0,
@@ -142,6 +152,8 @@ class SpendLedger:
                 "seconds": c.seconds,
             },
         )
+        if not charged:
+            return 0
         metrics.spent(queue[0], target, account, c.amount, c.estimate, c.coins)
         log.debug(
             "task %s: cost %s on %s (%s)",
@@ -151,6 +163,7 @@ class SpendLedger:
             "estimate" if c.estimate else "reported",
             extra=ctx(task=task_id),
         )
+        return 1
 
     async def view(self, period: Period, now: float | None = None) -> dict[str, Any]:
         """A period's figures: its total, and per project, account and workflow (the

@@ -1,5 +1,10 @@
-"""The slow safety sweep: back-off expiry, start deadlines and in-flight deadlines
-(unwanted remote tasks are watched by :mod:`.orphan_checks`, in a loop of their own).
+"""The slow safety sweep: back-off expiry, charges left due, start deadlines and
+in-flight deadlines (unwanted remote tasks are watched by :mod:`.orphan_checks`, in a
+loop of their own).
+
+A billed run's charge is made due by the end that bills it, in the same step, and made by
+that process right after; one due for longer than
+:data:`aigcq.scheduler.spend.DUE_GRACE_S` (its process died between) is made here, once.
 
 A waiting task that never ran, past its start deadline (``maxWaitMs``, no
 ``keepWaiting``), ends ``TaskExpired`` wherever it is in its queue (a dispatch round
@@ -69,6 +74,7 @@ class Sweeper:
 
     async def sweep_once(self) -> None:
         await self.lifecycle.back_offs_over()
+        await self.lifecycle.spend.charge_overdue()
         missed = await self.rt.store.past_start_by()
         for start in range(0, len(missed), BATCH):  # a batch: one pipelined write
             await asyncio.gather(

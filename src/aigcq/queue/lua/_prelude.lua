@@ -236,6 +236,22 @@ local function paid(csv, target)
   return target and target ~= '' and allowed(csv, target)
 end
 
+-- A billed run's charge is due, written in the same step as the end that makes it so:
+-- kept on its task (``due.<attempt>.<target>`` = "<ended at> <1: its record goes on the
+-- task | 0: a run it no longer wanted> <cost JSON as reported>") and indexed in
+-- ``{P}:dues`` until charge.lua charges it, once (aigcq.scheduler.spend). ``cost`` '': the
+-- end reported none to charge (not a platform's answer).
+local function charge_due(id, attempt, target, cost, on_task, now)
+  if cost == '' or target == '' then return end
+  local k = tkey(id)
+  local written = redis.call('HSETNX', k, 'due.' .. attempt .. '.' .. target,
+    now .. ' ' .. (on_task and '1' or '0') .. ' ' .. cost)
+  if written == 1 then
+    redis.call('HINCRBY', k, 'dues', 1)
+    redis.call('ZADD', P .. ':dues', 'NX', now, id)
+  end
+end
+
 -- Tasks that count against a project's cap on ``target``: in flight there, and its
 -- unwanted remote tasks still running.
 local function cap_used(aigc, target)

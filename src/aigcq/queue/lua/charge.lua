@@ -1,11 +1,14 @@
--- Charge a finished paid task what it cost: add it to the spend hashes of its UTC day and
--- month, per project, account and workflow (fields ``["w", AIGC, target, account,
+-- Charge a billed run whose charge is due (``due``, a field charge_due wrote on its task
+-- with the end that billed it), once: the field goes in the same step. Add it to the
+-- spend hashes of its day and month, per project, account and workflow (fields ``["w", AIGC, target, account,
 -- workflow, figure]``) with the project's (``["p", AIGC, figure]``) and the account's
 -- (``["a", target, account, figure]``) totals beside, each a JSON list; keep the record on
--- the task (``cost``). Figures that are 0 are not added (a reader takes a missing one as
--- 0). The layout is read back by aigcq.scheduler.spend. Returns 1, 0 for an unknown task.
+-- the task (``cost``) when the due says so. Figures that are 0 are not added (a reader
+-- takes a missing one as 0). The layout is read back by aigcq.scheduler.spend. Returns 1,
+-- 0 when it is not due (charged already, or an unknown task).
 --! no move: it records what a finished task cost, not its state
 --! arg task_id
+--! arg due               the field of the due charge (``due.<attempt>.<target>``)
 --! arg target
 --! arg account
 --! arg default_workflow  the workflow a task that names none ran (JimuAI: the account's)
@@ -13,14 +16,19 @@
 --! arg month             e.g. 2026-12
 --! arg day_keep:num      seconds the day's hash is kept after its last charge
 --! arg month_keep:num
---! arg record            the task's cost record, JSON ('': none, a run it no longer wanted)
+--! arg record            the task's cost record, JSON (kept if the due says it goes on the task)
 --! arg amount            the figures, as decimal strings
 --! arg estimated
 --! arg coins
 --! arg seconds
 local k = tkey(task_id)
-local f = redis.call('HMGET', k, 'AIGC', 'workflowId')
-if not f[1] then return 0 end
+local f = redis.call('HMGET', k, 'AIGC', 'workflowId', due)
+if not f[1] or not f[3] then return 0 end
+redis.call('HDEL', k, due)
+if redis.call('HINCRBY', k, 'dues', -1) <= 0 then
+  redis.call('HDEL', k, 'dues')
+  redis.call('ZREM', P .. ':dues', task_id)
+end
 local aigc, workflow = f[1], f[2] or ''
 if workflow == '' then workflow = default_workflow end
 local figures = {{'amount', amount}, {'estimated', estimated}, {'coins', coins},
@@ -39,5 +47,5 @@ for _, period in ipairs({{':spend:day:' .. day, day_keep}, {':spend:month:' .. m
   end
   redis.call('EXPIRE', key, period[2])
 end
-if record ~= '' then redis.call('HSET', k, 'cost', record) end
+if string.match(f[3], '^%S+ 1 ') then redis.call('HSET', k, 'cost', record) end
 return 1

@@ -4,7 +4,9 @@
 -- the caller cancels it. A create whose outcome is unknown (recorded, no remote id) is
 -- kept likewise as ``create:<createId>``. Whether applied or not, an ended run of
 -- ``from_attempt`` releases that attempt's orphan, and its paid target is returned last
--- (``released``: that run was billed, and this is its one release, so the caller charges it).
+-- (``released``: that run was billed, and this is its one release: its charge is due).
+-- ``cost``: what the reporting run cost; its charge is made due here (charge_due) when
+-- this end is the one that bills it: applied on a paid target, or an orphan's release.
 -- A success of a paid run that comes after its task ended failed or cancelled (the run was
 -- an orphan) is kept on the task (keep_paid_result). ``replay_result`` ends such a task with
 -- that result (a replay that pays nothing, as a new attempt), its client told as for any
@@ -40,6 +42,7 @@
 --! arg fenced:flag      a failure: applied only while from_attempt is the live one
 --! arg ended:flag       the run of from_attempt has ended
 --! arg late_class       with to = success: the failure a late success of the same attempt overrides
+--! arg cost             the reported cost, JSON ('' = no platform's answer)
 -- policy.next_mean: the plain mean of a workflow's first RUN_WINDOW runs, then an
 -- exponential moving average (``{P}:runs``: workflowId -> "<mean s> <count>")
 local RUN_WINDOW = 20
@@ -66,15 +69,22 @@ if late ~= '' and h[1] == FAILED and from_attempt == h[2] and failed_as(k, late_
   return {3, h[1], redis.call('HGET', k, 'orphan.' .. from_attempt), late}
 end
 local released = ended and from_attempt ~= '' and orphan_ended(task_id, from_attempt) or ''
+local function orphan_billed()  -- a run the task no longer wanted, billed all the same
+  charge_due(task_id, from_attempt, released, cost, false, now)
+end
 if released ~= '' and from_attempt == h[2] then
   redis.call('HSET', k, 'endedAttempt', h[2])  -- a create reply still to come: nothing runs
 end
 if not allowed(FROM[move], h[1]) then
   if late ~= '' then keep_paid_result(task_id, result_json, late, from_attempt, now) end
   if move == 'expire' then redis.call('ZREM', P .. ':startby', task_id) end  -- it started
+  orphan_billed()
   return {0, h[1], released}
 end
-if fenced and (h[2] ~= from_attempt or h[1] == PENDING) then return {2, h[1], released} end
+if fenced and (h[2] ~= from_attempt or h[1] == PENDING) then
+  orphan_billed()
+  return {2, h[1], released}
+end
 if move == 'expire' and tonumber(redis.call('HGET', k, 'charged') or 0) > 0 then
   redis.call('ZREM', P .. ':startby', task_id)  -- it ran once: no start deadline any more
   return {0, h[1]}
@@ -126,6 +136,10 @@ end
 -- by every AIGC project, so freeing one always wakes them.
 if h[1] ~= PENDING and (h[5] == 'bridge' or redis.call('ZCARD', waitkey(h[3], h[4])) > 0) then
   redis.call('PUBLISH', P .. ':events', 'wake')
+end
+local ran_on = released ~= '' and released or (h[5] or '')
+if paid(paid_targets, ran_on) then
+  charge_due(task_id, from_attempt ~= '' and from_attempt or h[2], ran_on, cost, true, now)
 end
 -- the labels of the task's metrics: AIGC, platform, target, created
 return {1, to, h[3], h[4], h[5], redis.call('HGET', k, 'created'), orphaned, released}

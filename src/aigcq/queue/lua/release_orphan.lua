@@ -5,6 +5,8 @@
 -- that very attempt's paid run, still counted: the task ends a success, and its client is
 -- sent the result after the failure, marked ``late``. Otherwise it is kept on its task if
 -- that ended failed or cancelled meanwhile (a replay delivers it).
+-- With ``cost`` (what the platform says the run cost), the released run's charge is due
+-- in the same step: on its task when its success won, else as a run it no longer wanted.
 -- Returns {1, '', '', ''} (released), {0, '', '', ''} (not an orphan), or
 -- {2, AIGC, platform, target} (released, and the late success won).
 --! move late_success
@@ -13,6 +15,7 @@
 --! arg now
 --! arg late_class    the failure a late success of the same attempt overrides (its code)
 --! arg minid         the outbox's MINID (ms)
+--! arg cost          JSON ('' = no charge: not found, or no answer)
 -- The orphan record names the task and attempt, and that attempt's field on the task
 -- names the orphan: only then is it the run the failure gave up on.
 local function wins(o, k)
@@ -40,8 +43,8 @@ local function late_success(id, k, o)
   return {h[3], h[4], h[5]}
 end
 local labels = nil
+local o = redis.call('HMGET', P .. ':orphan:' .. remote_id, 'taskId', 'attempt', 'target')
 if result_json ~= '' then
-  local o = redis.call('HMGET', P .. ':orphan:' .. remote_id, 'taskId', 'attempt', 'target')
   local k = o[1] and tkey(o[1])
   local status = k and redis.call('HGET', k, 'status')
   if status and wins(o, k) then
@@ -51,5 +54,6 @@ if result_json ~= '' then
   end
 end
 local released = unorphan(remote_id)
+if released == 1 and o[1] then charge_due(o[1], o[2] or '', o[3] or '', cost, labels ~= nil, now) end
 if labels then return {2, labels[1], labels[2], labels[3]} end
 return {released, '', '', ''}

@@ -2,7 +2,8 @@
 -- next claim is a new attempt either way. One script for the moves back to waiting:
 -- ``move`` names the one made, and its TaskStore method sets the rest. ``uncharge`` gives
 -- back the attempt this one charged (the target never ran it), at most ``free_limit``
--- times per task. Returns 1, 0 (not now: moved on, or refused), -1 (no such task).
+-- times per task. A retried paid failure's charge is due in the same step (``cost``).
+-- Returns 1, 0 (not now: moved on, or refused), -1 (no such task).
 --! move requeue_unrun
 --! move requeue_unsent
 --! move requeue_for_retry
@@ -19,6 +20,7 @@
 --! arg free_limit:num
 --! arg ended:flag         its remote task is known to be over (else a paid one is an orphan)
 --! arg paid_targets       csv
+--! arg cost               a paid run's failure: what it cost, JSON, its charge due ('' none)
 local k = tkey(task_id)
 local h = redis.call('HMGET', k, unpack(FIELDS))
 if not h[1] then return -1 end
@@ -41,5 +43,6 @@ else
   enqueue(task_id, h[3], h[4])
 end
 note(task_id, now, TO[move], h[2], h[5], reason)
+if paid(paid_targets, h[5]) then charge_due(task_id, h[2], h[5], cost, true, now) end
 redis.call('PUBLISH', P .. ':events', 'wake')
 return 1
