@@ -53,7 +53,7 @@ class Fleet:
     cluster: Cluster
     rh: str
     comfy: list[str]
-    serves: tuple[int, int]  # A (the bridge's), B (the client's)
+    serves: tuple[int, ...]  # A (the bridge's), B (the client's), any others
     redis: redis.Redis
     bridge_port: int
 
@@ -100,7 +100,11 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def fleet(cluster: Cluster, *comfy_args: str) -> Iterator[Fleet]:
+def fleet(
+    cluster: Cluster, *comfy_args: str, serves: int = 2, far_s: float = 0.0
+) -> Iterator[Fleet]:
+    """Serves on one Redis, the bridge (2 ComfyUI emulators) on the first; with ``far_s``,
+    the first reaches Redis through a link that delays each way by that much."""
     c = cluster
     with ThreadPoolExecutor() as pool:  # start-up is CPU-bound imports: overlap them
         rh_f = pool.submit(c.emulator, "runninghub", "--max-concurrent", "5", "--duration", "60")
@@ -109,17 +113,22 @@ def fleet(cluster: Cluster, *comfy_args: str) -> Iterator[Fleet]:
         rh, comfy = rh_f.result(), [f.result() for f in comfy_f]
     c.write_models({"proj": {"comfyui": {"apikey": "k" * 32, "concurrency": 5}}})
     env = {"AIGCQ_RUNNINGHUB_URL": rh, "AIGCQ_HEALTH_INTERVAL_S": "0.2"}
+    link = SlowLink(c.redis_url, far_s) if far_s else None
+    first = {"AIGCQ_REDIS_URL": link.url} if link else {}
     with ThreadPoolExecutor() as pool:
-        a_f, b_f = pool.submit(c.server, **env), pool.submit(c.server, **env)
-        (_, a), (_, b) = a_f.result(), b_f.result()
-    _, bridge_port = c.bridge(a, comfy, "--heartbeat=0.5")
+        started = [pool.submit(c.server, **env, **(first if i == 0 else {})) for i in range(serves)]
+        procs, ports = zip(*(f.result() for f in started), strict=True)
+    _, bridge_port = c.bridge(ports[0], comfy, "--heartbeat=0.5")
     client = redis.Redis.from_url(c.redis_url, decode_responses=True)
-    f = Fleet(c, rh, comfy, (a, b), client, bridge_port)
-    asyncio.run(f.free_slots(2))
+    f = Fleet(c, rh, comfy, ports, client, bridge_port)
     try:
+        asyncio.run(f.free_slots(2))
         yield f
     finally:
         client.close()
+        if link is not None:
+            procs[0].stop()  # before its link to Redis goes
+            link.close()
 
 
 async def submitted(client: Client, task_id: str) -> None:
@@ -172,9 +181,19 @@ async def _machine_failures(f: Fleet) -> None:
     await client.close()
 
 
-@pytest.mark.parametrize("serve", [0, 1], ids=["on-the-bridges-serve", "on-the-other"])
-def test_the_next_task_waits_for_the_instance_a_cancel_frees(cluster: Cluster, serve: int) -> None:
-    with fleet(cluster, "--interrupt-latency", "0.95") as f:
+@pytest.mark.parametrize(
+    ("serve", "serves", "far_s"),
+    [(0, 2, 0.0), (1, 2, 0.0), (1, 3, 0.03)],
+    ids=["on-the-bridges-serve", "on-the-other", "a-third-serve-beside"],
+)
+def test_the_next_task_waits_for_the_instance_a_cancel_frees(
+    cluster: Cluster, serve: int, serves: int, far_s: float
+) -> None:
+    """The client cancels on ``serve``. With a third serve, which holds neither the bridge
+    nor the client, and the bridge's serve 30 ms farther from Redis (it writes its free
+    slots last): the third may plan the next task before that write, and must know from
+    the cancel's ``bridge-end`` that the slot is about to be free (was: paid)."""
+    with fleet(cluster, "--interrupt-latency", "0.95", serves=serves, far_s=far_s) as f:
         asyncio.run(_cancels(f, serve))
 
 

@@ -18,7 +18,8 @@ machine failure's retry dispatchable, which waited out of its queue for that slo
 :meth:`aigcq.scheduler.lifecycle.Lifecycle.released`). The process holding the bridge
 does the same for an end it heard itself: the slot freed, its free slots written for the
 others, then the retry made dispatchable. A slot elsewhere that an end heard here frees,
-or stops (free within about a second), counts as free elsewhere here at once.
+or stops (free within about a second), counts as free elsewhere here at once, and on every
+other process from the ``bridge-end`` event that names it (its ``from``: the sender).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class TaskEnds:
         bridges_elsewhere: Callable[[], bool] = lambda: False,
         released: Callable[[str], Awaitable[bool]],
         published: Callable[[], Awaitable[None]] = _nothing,
+        me: str = "",
     ) -> None:
         self.rt = rt
         self.name = name
@@ -80,6 +82,8 @@ class TaskEnds:
         self.released = released
         #: writes this process's free slots for the others now (:meth:`.PeerCapacity.write`)
         self.published = published
+        #: this process's id, named in the ``bridge-end`` events it sends
+        self.me = me
         self._spawn = Spawner()
         #: ends heard here of tasks a bridge of another process holds, being told there
         self._telling: dict[str, asyncio.Task[None]] = {}
@@ -191,7 +195,8 @@ class TaskEnds:
         ]
         if counted.ran and counted.ran not in here:
             ran = {"bridgeId": counted.ran, "taskId": task_id, "attempt": attempt}
-            events.append(ran | {"end": end.value, "ran": True, "failures": counted.failures})
+            ran |= {"end": end.value, "ran": True, "failures": counted.failures, "from": self.me}
+            events.append(ran)
             if not expected:
                 self.freed_elsewhere()
         if events:
@@ -243,7 +248,10 @@ class TaskEnds:
         slot may be dispatched now."""
         conn = self.registry.bridges.get(str(event.get("bridgeId")))
         task_id = str(event.get("taskId"))
-        if conn is None or not conn.slots.holds(task_id):
+        if conn is None:
+            self._freed_by_another(event)
+            return
+        if not conn.slots.holds(task_id):
             return
         end, attempt, ran = _end_of(event), event.get("attempt"), bool(event.get("ran"))
         failures = event.get("failures")
@@ -253,6 +261,16 @@ class TaskEnds:
         self.end_on(conn, task_id, end, attempt if isinstance(attempt, int) else held)
         if ran and end in _RETRIED:
             self._spawn(self._release(task_id))
+
+    def _freed_by_another(self, event: dict[str, Any]) -> None:
+        """A third process's view of a ``bridge-end`` between two others: the slot of the
+        bridge that ran the attempt, on the process holding it, counts as free elsewhere
+        here from now, as on the process that sent the event, before the holder's next
+        write of its free slots (with three processes or more, the one that neither heard
+        the end nor holds the bridge planned the next task for a paid platform meanwhile)."""
+        sender = event.get("from")
+        if event.get("ran") and sender and sender != self.me and self.bridges_elsewhere():
+            self.freed_elsewhere()
 
     async def _release(self, task_id: str) -> None:
         """The slot a machine failure's retry waited for is free here: our free slots are

@@ -130,6 +130,7 @@ class BridgeHub:
             bridges_elsewhere=lambda: bool(self.peers.bridges_elsewhere),
             released=lifecycle.released,
             published=self.peers.write,
+            me=self.peers.process_id,
         )
         self.assigner = Assigner(
             rt,
