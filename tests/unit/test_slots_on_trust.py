@@ -4,6 +4,8 @@ the refusal of the next task offered there says "still stopping", not "no capaci
 
 from __future__ import annotations
 
+import time
+
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
@@ -76,3 +78,15 @@ def test_an_earlier_attempt_still_stopping_is_not_freed_by_a_later_end_on_trust(
     ledger.adopt("t0", 2)  # the bridge reconnects and still holds a newer attempt
     assert ledger.end("t0", 2, on_trust=True)
     assert ledger.stopping == {"t0": 1}  # the first attempt's instance is still stopping
+
+
+def test_a_slot_stopping_for_long_is_no_longer_promised_as_about_to_be_free() -> None:
+    ledger = SlotLedger(2, 2)
+    running(ledger, "cancelled")
+    assert ledger.end("cancelled", 1, stopping=True)
+    now = time.monotonic()
+    assert ledger.stopping_soon(10.0, now) == 1
+    assert ledger.stopping_soon(10.0, now + 11) == 0  # the bridge never said it let go
+    assert (ledger.stopped, ledger.free) == (1, 1)  # still busy all the same
+    ledger.report(2, 2, held=[])
+    assert ledger.stopping_soon(10.0, now) == 0

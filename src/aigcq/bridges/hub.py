@@ -64,6 +64,9 @@ from aigcq.wire.bridge import (
 __all__ = ["CLOSE_AUTH", "CLOSE_FLOOD", "CLOSE_TIMEOUT", "BridgeHub", "HubConfig"]
 
 log = logging.getLogger(__name__)
+#: how long a slot whose instance is stopping a prompt counts as about to be free (ComfyUI
+#: lets a prompt go within about a second; a bridge that never says so is not waited for)
+STOPPING_SOON_S = 10.0
 
 
 class BridgeHub:
@@ -187,11 +190,13 @@ class BridgeHub:
         longer want (none while health is not ``healthy``): busy now, free when the bridge
         says so, within about a second. They count as free elsewhere for every process
         (published with our free slots, :mod:`.peers`): a task that one of them frees
-        for waits for it on any process, not on a paid platform."""
+        for waits for it on any process, not on a paid platform. Only for
+        :data:`STOPPING_SOON_S` after the stop: one stopping longer is not promised."""
         if not self.health.healthy:
             return 0
         live = self.registry.live()
-        return sum(c.slots.stopped for c in live if c.quarantined_at is None and not c.drained)
+        turning = (c for c in live if c.quarantined_at is None and not c.drained)
+        return sum(c.slots.stopping_soon(STOPPING_SOON_S) for c in turning)
 
     async def slot_freed_later(self, task_id: str, target: str, attempt: int) -> bool:
         """Whether the slot ``attempt`` of ``task_id`` took is on a bridge, here or held by

@@ -84,26 +84,28 @@ class PeerCapacity:
         the next sync: before this process makes dispatchable a task that a slot it has
         just freed may run, so that no other process plans that task while the slot
         still looks taken."""
-        free, bridges = self.mine()
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(self.key, self.process_id, f"{free} {bridges} {int(time.time() * 1000)}")
-        if free > self._written and self.channel:
-            pipe.publish(self.channel, "capacity")
+        free = self._write(pipe, int(time.time() * 1000))
         await pipe.execute()
         self._written = free
 
     async def sync(self) -> None:
         """Write our free slots and bridges, read everyone else's."""
         now_ms = int(time.time() * 1000)
-        free, bridges = self.mine()
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(self.key, self.process_id, f"{free} {bridges} {now_ms}")
+        free = self._write(pipe, now_ms)
         pipe.hgetall(self.key)
-        if free > self._written and self.channel:
-            pipe.publish(self.channel, "capacity")
-        entries = (await pipe.execute())[1]
+        entries = (await pipe.execute())[-1]
         self._written = free
         await self._apply(entries, now_ms, counted=True)
+
+    def _write(self, pipe: Any, now_ms: int) -> int:
+        """Our entry, and a ``capacity`` event if our free slots grew, into ``pipe``."""
+        free, bridges = self.mine()
+        pipe.hset(self.key, self.process_id, f"{free} {bridges} {now_ms}")
+        if free > self._written and self.channel:
+            pipe.publish(self.channel, "capacity")
+        return free
 
     async def read(self) -> None:
         """Read everyone else's entries now, before paying for a task a slot of theirs

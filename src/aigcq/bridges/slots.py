@@ -26,6 +26,7 @@ No I/O: the hub applies what the bridge and the queue say, this class keeps the 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ class SlotLedger:
         "_ended",
         "_ended_early",
         "_freed_on_trust",
+        "_stopping_since",
         "credited",
         "instances",
         "pending",
@@ -77,6 +79,8 @@ class SlotLedger:
         self.running: dict[str, int] = {}  # taskId -> attempt
         #: taskId -> its slots being stopped (an id may be stopped on two attempts)
         self.stopping: dict[str, int] = {}
+        #: taskId -> when it was first told to stop (monotonic s): see :meth:`stopping_soon`
+        self._stopping_since: dict[str, float] = {}
         self._ended_early: OrderedDict[str, None] = OrderedDict()
         #: acknowledged tasks that ended here lately: a report still listing one was built
         #: before its end, and counts its slot busy only because of that
@@ -100,6 +104,14 @@ class SlotLedger:
     def stopped(self) -> int:
         """Slots of tasks being stopped (their instance not yet free on the bridge)."""
         return sum(self.stopping.values())
+
+    def stopping_soon(self, within_s: float, now: float | None = None) -> int:
+        """Slots being stopped that were told to stop less than ``within_s`` ago: free
+        within about a second as ComfyUI lets a prompt go. One stopping longer (a bridge
+        that never reports it let go) stays busy here but is no longer promised to
+        anyone as about to be free."""
+        since = time.monotonic() - within_s if now is None else now - within_s
+        return sum(n for t, n in self.stopping.items() if self._stopping_since.get(t, 0) >= since)
 
     def holds(self, task_id: str) -> bool:
         return task_id in self.running or task_id in self.pending
@@ -137,11 +149,12 @@ class SlotLedger:
             listed = set(held)
             for task_id in list(self._freed_on_trust):
                 del self._freed_on_trust[task_id]
-                if task_id in listed and not self.holds(task_id):
-                    self.stopping.setdefault(task_id, 1)
+                if task_id in listed and not self.holds(task_id) and task_id not in self.stopping:
+                    self._stop(task_id)
         if held is not None:  # a stopped task it no longer holds: its instance is free
             for task_id in [t for t in self.stopping if t not in held]:
                 del self.stopping[task_id]
+                self._stopping_since.pop(task_id, None)
         self.instances = max(0, instances)
         busy = max(0, self.instances - max(0, available))
         busy = max(0, busy - sum(1 for t in set(busy_with) if self.over(t)))
@@ -223,7 +236,7 @@ class SlotLedger:
             return False
         if self.running.pop(task_id, None) is not None:
             if stopping:
-                self.stopping[task_id] = self.stopping.get(task_id, 0) + 1
+                self._stop(task_id)
             elif self.credited > 0:  # freed already when the bridge counted it free
                 self.credited -= 1
             elif on_trust:
@@ -233,13 +246,17 @@ class SlotLedger:
         if self._unpend(task_id) is None:
             return False
         if stopping:
-            self.stopping[task_id] = self.stopping.get(task_id, 0) + 1
+            self._stop(task_id)
         _remember(self._ended_early, task_id)
         return True
 
     def ended_early(self, task_id: str) -> bool:
         """Whether ``task_id`` ended before its TASK_ACK (asked once, by that ACK)."""
         return self._ended_early.pop(task_id, 0) is None
+
+    def _stop(self, task_id: str) -> None:
+        self.stopping[task_id] = self.stopping.get(task_id, 0) + 1
+        self._stopping_since.setdefault(task_id, time.monotonic())
 
     def _unpend(self, task_id: str) -> Assignment | None:
         assignment = self.pending.pop(task_id, None)
