@@ -9,8 +9,9 @@ import httpx
 import pytest
 from comfy_low import _multipart
 
-from aigcq.agent.inputs import has_inputs, input_name
+from aigcq.agent.inputs import input_name
 from aigcq.plumbing.multipart import MalformedMultipart, parse
+from aigcq.wire.assets import has_assets
 
 
 def test_parses_what_comfy_sdk_sends_with_the_boundary_inside_the_data() -> None:
@@ -78,5 +79,5 @@ def test_an_input_is_named_by_its_hash_with_the_clients_extension() -> None:
     assert input_name(hex_, "noext", "image/png") == f"aigcq_{hex_[:32]}.png"
     assert input_name(hex_, "evil.p/ng", "application/x-unknown") == f"aigcq_{hex_[:32]}"
     ref = {"__type": "core/ASSET", "info": {"id": "x"}}
-    assert has_inputs({"1": {"inputs": {"image": ref}}})
-    assert not has_inputs({"1": {"inputs": {"image": "a.png", "l": ["2", 0]}}})
+    assert has_assets({"1": {"inputs": {"image": ref}}})
+    assert not has_assets({"1": {"inputs": {"image": "a.png", "l": ["2", 0]}}})

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import mimetypes
-import re
 import time
 import uuid
 from collections.abc import Callable
@@ -49,6 +48,7 @@ from aigcq.plumbing.text import text
 from aigcq.runtime import Runtime
 from aigcq.storage import Storage, StorageError
 from aigcq.storage.local import LocalStorage
+from aigcq.wire.assets import ASSET_TYPE, asset_refs, digest_hex, replace_assets
 from aigcq.wire.links import INPUTS_FOLDER
 
 log = logging.getLogger(__name__)
@@ -57,23 +57,9 @@ log = logging.getLogger(__name__)
 FOLDER = INPUTS_FOLDER
 #: what a multipart body may carry besides its file (its fields and part headers)
 FIELDS_ALLOWANCE = 64 * 1024
-ASSET_TYPE = "core/ASSET"
-_HASH = re.compile(r"blake3:([0-9a-f]{64})")
 _MAX_FILE_PATH = 1024
 
 Reads = Callable[[str], bool]
-
-
-def digest_hex(value: Any) -> str | None:
-    """The hex of a ``blake3:<hex>`` digest (any case), else None."""
-    if not isinstance(value, str):
-        return None
-    found = _HASH.fullmatch(value.lower())
-    return found.group(1) if found else None
-
-
-def is_asset_ref(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("__type") == ASSET_TYPE
 
 
 def _iso(t: float) -> str:
@@ -132,14 +118,14 @@ class Assets:
             uuid.UUID(asset_id)
         except ValueError:
             return None
-        raw = await self.rt.redis.hgetall(self._asset_key(asset_id))
-        found = {text(k): text(v) for k, v in raw.items()}
+        raw = await self.rt.store.mux.command("HGETALL", self._asset_key(asset_id))
+        found = {text(k): text(v) for k, v in zip(raw[::2], raw[1::2], strict=True)}
         if "hex" not in found or not reads(found.get("owner", "")):  # none, or a stray touch
             return None
         return found
 
     async def _owned(self, owner: str, hex_: str) -> dict[str, str] | None:
-        asset_id = await self.rt.redis.get(self._owned_key(owner, hex_))
+        asset_id = await self.rt.store.mux.command("GET", self._owned_key(owner, hex_))
         if asset_id is None:
             return None
         return await self.record(text(asset_id), lambda o: o == owner)
@@ -349,44 +335,12 @@ class Assets:
         read, by ``id``; else its own, by ``hash``) and completed (its id, server-side hash,
         file_path); a reference that names none: ``422 missing_asset``. The assets named live a
         retention from now (a job waiting that long may still be run)."""
-        found: dict[str, dict[str, str]] = {}
-        missing: list[str] = []
-
-        async def one(ref: dict[str, Any]) -> dict[str, Any]:
-            info = ref.get("info")
-            if not isinstance(info, dict):
-                missing.append("<core/ASSET without info>")
-                return ref
-            record = None
-            if isinstance(info.get("id"), str):
-                record = await self.record(info["id"], reads)
-            elif (hex_ := digest_hex(info.get("hash"))) is not None:
-                record = await self._owned(owner, hex_)  # by content: the caller's own
-            if record is None:
-                missing.append(str(info.get("id") or info.get("hash") or "<no id>"))
-                return ref
-            found[record["id"]] = record
-            return {
-                "__type": ASSET_TYPE,
-                "info": {
-                    "id": record["id"],
-                    "hash": f"blake3:{record['hex']}",
-                    "file_path": record["file_path"],
-                },
-            }
-
-        async def walk(value: Any) -> Any:
-            if is_asset_ref(value):
-                return await one(value)
-            if isinstance(value, dict):
-                return {k: await walk(v) for k, v in value.items()}
-            if isinstance(value, list):
-                return [await walk(v) for v in value]
-            return value
-
-        if not _has_refs(graph):
+        refs = asset_refs(graph)
+        if not refs:
             return graph
-        resolved: dict[str, Any] = await walk(graph)
+        # every reference at once: the store's mux sends their reads in one write
+        records = await asyncio.gather(*(self._referenced(ref, owner, reads) for ref in refs))
+        missing = [_named(ref) for ref, record in zip(refs, records, strict=True) if not record]
         if missing:
             raise V2Error(
                 422,
@@ -394,8 +348,24 @@ class Assets:
                 f"core/ASSET references name no asset of yours: {', '.join(missing)}",
                 {"missing_ids": missing},
             )
-        await self._touch(list(found.values()))
+        found = {id(ref): record for ref, record in zip(refs, records, strict=True) if record}
+        await self._touch(list({r["id"]: r for r in found.values()}.values()))
+        resolved: dict[str, Any] = replace_assets(graph, lambda ref: _completed(found[id(ref)]))
         return resolved
+
+    async def _referenced(
+        self, ref: dict[str, Any], owner: str, reads: Reads
+    ) -> dict[str, str] | None:
+        """The asset a reference names: by ``id`` one the caller may read, else by
+        ``hash`` the caller's own (None: none)."""
+        info = ref.get("info")
+        if not isinstance(info, dict):
+            return None
+        if isinstance(info.get("id"), str):
+            return await self.record(info["id"], reads)
+        if (hex_ := digest_hex(info.get("hash"))) is not None:
+            return await self._owned(owner, hex_)
+        return None
 
     # -- retention ----------------------------------------------------------------------
     async def sweep(self) -> int:
@@ -452,14 +422,18 @@ def _older_files(top: Any, before: float) -> list[Any]:
     return old
 
 
-def _has_refs(value: Any) -> bool:
-    if is_asset_ref(value):
-        return True
-    if isinstance(value, dict):
-        return any(_has_refs(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_refs(v) for v in value)
-    return False
+def _named(ref: dict[str, Any]) -> str:
+    """How a reference that names no asset is listed in ``missing_asset``."""
+    info = ref.get("info")
+    if not isinstance(info, dict):
+        return "<core/ASSET without info>"
+    return str(info.get("id") or info.get("hash") or "<no id>")
+
+
+def _completed(record: dict[str, str]) -> dict[str, Any]:
+    """The reference to an asset as a job's graph keeps it (its id, server-side hash, name)."""
+    info = {"id": record["id"], "hash": f"blake3:{record['hex']}", "file_path": record["file_path"]}
+    return {"__type": ASSET_TYPE, "info": info}
 
 
 def _form(parts: list[Part]) -> tuple[Part, dict[str, str]]:

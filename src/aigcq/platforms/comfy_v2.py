@@ -30,6 +30,7 @@ import orjson
 from aigcq.domain import Task
 from aigcq.platforms import base
 from aigcq.platforms._parse import unreadable_create
+from aigcq.wire.assets import has_assets
 
 #: errors that say the job itself is wrong: sending it again cannot help
 _INVALID = frozenset({"invalid_workflow", "workflow_format_ui", "missing_asset", "not_found"})
@@ -69,15 +70,6 @@ def _graph(task: Task) -> Any:
         except orjson.JSONDecodeError:
             return graph
     return graph
-
-
-def _names_assets(value: Any) -> bool:
-    """Whether a graph holds a ``core/ASSET`` reference (an input uploaded to aigcq)."""
-    if isinstance(value, dict):
-        return value.get("__type") == "core/ASSET" or any(_names_assets(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_names_assets(v) for v in value)
-    return False
 
 
 def _error(body: Any) -> tuple[str, str, dict[str, Any]]:
@@ -128,7 +120,7 @@ class ComfyV2Adapter(base.PlatformAdapter):
         graph = _graph(task)
         if not isinstance(graph, dict):
             return "comfy_v2 takes an inline API-format workflow; this task names a workflowId"
-        if _names_assets(graph):  # aigcq's uploaded inputs: not (yet) uploaded there
+        if has_assets(graph):  # aigcq's uploaded inputs: not (yet) uploaded there
             return "comfy_v2: the graph names inputs uploaded to aigcq (core/ASSET)"
         return None
 

@@ -22,19 +22,9 @@ import httpx
 from aigcq.agent.following import TaskFailed, machine_failure
 from aigcq.agent.instances import ComfyInstance, InputRefused
 from aigcq.agent.workflow import Workflow, WorkflowSource
+from aigcq.wire.assets import asset_refs, digest_hex, replace_assets
 
-ASSET_TYPE = "core/ASSET"
-_HASH = re.compile(r"blake3:([0-9a-f]{64})")
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}")
-
-
-def has_inputs(value: Any) -> bool:
-    """Whether ``value`` (a graph) holds a ``core/ASSET`` reference."""
-    if isinstance(value, dict):
-        return value.get("__type") == ASSET_TYPE or any(has_inputs(v) for v in value.values())
-    if isinstance(value, list):
-        return any(has_inputs(v) for v in value)
-    return False
 
 
 def input_name(hex_: str, file_path: Any, content_type: str) -> str:
@@ -52,14 +42,15 @@ async def place_inputs(
     """A copy of ``workflow`` whose ``core/ASSET`` references name files uploaded to
     ``instance`` (``workflow`` itself when it has none). Raises :class:`TaskFailed`
     (an input aigcq no longer has, or ComfyUI refuses) or ``InstanceDown``."""
-    if not has_inputs(workflow):
+    refs = asset_refs(workflow)
+    if not refs:
         return workflow
 
     async def one(info: Any) -> str:
-        digest = info.get("hash") if isinstance(info, dict) else None
-        found = _HASH.fullmatch(digest) if isinstance(digest, str) else None
-        if found is None or not isinstance(digest, str):
+        hex_ = digest_hex(info.get("hash")) if isinstance(info, dict) else None
+        if hex_ is None:
             raise TaskFailed("task", "MissingAsset", f"a core/ASSET reference has no hash: {info}")
+        digest = f"blake3:{hex_}"
         if digest in instance.inputs:  # uploaded to it already (this task or an earlier one)
             return instance.inputs[digest]
         try:
@@ -69,7 +60,7 @@ async def place_inputs(
         if fetched is None:
             raise TaskFailed("task", "MissingAsset", f"aigcq no longer has input {digest}")
         data, media = fetched
-        name = input_name(found.group(1), info.get("file_path"), media)
+        name = input_name(hex_, info.get("file_path"), media)
         try:
             instance.inputs[digest] = await instance.upload_input(name, data, media)
         except InputRefused as e:
@@ -77,14 +68,6 @@ async def place_inputs(
             raise TaskFailed("task", "InputRefused", message) from None
         return instance.inputs[digest]
 
-    async def walk(value: Any) -> Any:
-        if isinstance(value, dict):
-            if value.get("__type") == ASSET_TYPE:
-                return await one(value.get("info"))
-            return {k: await walk(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [await walk(v) for v in value]
-        return value
-
-    out: Workflow = await walk(workflow)
+    names = {id(ref): await one(ref.get("info")) for ref in refs}  # in turn: each once
+    out: Workflow = replace_assets(workflow, lambda ref: names[id(ref)])
     return out
