@@ -271,3 +271,30 @@ async def test_uploaded_files_go_when_no_asset_named_them_for_a_retention(
     await gpu.service.rt.redis.delete(assets._blob_key(gone.hash.removeprefix("blake3:")))
     assert await assets.sweep() == 1
     assert [p.name for p in _stored(gpu)] == [kept.hash.removeprefix("blake3:")]
+
+
+async def test_an_input_whose_bytes_are_gone_fails_its_job_as_the_clients_not_the_gpus(
+    gpu: Fleet, sdk: AsyncComfy
+) -> None:
+    """The asset's record is there but its bytes went (a storage lifecycle rule, a sweep
+    racing the job): the bridge fetches it, aigcq answers 404, and the job fails
+    ``MissingAsset`` at once: not retried as a machine's failure, no GPU blamed."""
+    image = sdk.assets.from_bytes(tiny_png((1, 2, 3)), filename="gone.png")
+    await image.commit()
+    for path in _stored(gpu):
+        path.unlink()
+    job = await sdk.submit(Workflow(_load_graph(image, "gone")))
+    await job.wait(timeout=20)
+    assert job.status == "failed"
+    assert job.error is not None and "MissingAsset" in f"{job.error.code} {job.error.message}"
+    task = await gpu.task(job.id)
+    assert task.attempt == 1  # failed for good, not sent again
+    assert gpu.comfy[0].uploads == []
+    # the by-hash probe no longer says it has them: the SDK uploads the bytes again
+    again = sdk.assets.from_bytes(tiny_png((1, 2, 3)), filename="gone.png")
+    await again.commit()
+    assert again.created_new is False and again.id == image.id  # the same asset
+    assert len(_stored(gpu)) == 1
+    job = await sdk.submit(Workflow(_load_graph(again, "back")))
+    await job.wait(timeout=20)
+    assert job.status == "succeeded"

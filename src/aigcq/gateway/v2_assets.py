@@ -193,11 +193,13 @@ class Assets:
 
     # -- the routes' work ----------------------------------------------------------------
     async def known(self, digest: str, owner: str) -> bool:
-        """``HEAD by-hash``: whether the caller has an asset of these bytes."""
+        """``HEAD by-hash``: whether the caller has an asset of these bytes, and they are
+        still stored (bytes a storage rule or a sweep took: no, so the client uploads them
+        again rather than naming bytes its job would not find)."""
         hex_ = digest_hex(digest)
         if hex_ is None:
             raise V2Error(400, "invalid_request", "the hash must be blake3:<64 hex digits>")
-        return await self._owned(owner, hex_) is not None
+        return await self._owned(owner, hex_) is not None and self._present(hex_)
 
     async def from_hash(self, request: Request, owner: str) -> dict[str, str]:
         """``POST from-hash {hash, file_path?}``: the caller's asset of bytes it uploaded."""
@@ -218,7 +220,8 @@ class Assets:
         if file_path is not None and not isinstance(file_path, str):
             raise V2Error(422, "invalid_request", "file_path: a string")
         record = await self._owned(owner, hex_)
-        if record is None or not await self.rt.redis.exists(self._blob_key(hex_)):
+        stored = await self.rt.redis.exists(self._blob_key(hex_)) and self._present(hex_)
+        if record is None or not stored:
             raise V2Error(404, "blob_not_found", "no bytes of that hash this caller may use")
         await self._touch([record])
         return record
