@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,9 @@ from rich.console import Console
 
 from aigcq.cli.http_api import Api
 from aigcq.cli.status import timeline
+from aigcq.domain import TaskState
+from aigcq.emulators.runninghub import RunningHubEmulatorConfig
+from aigcq.platforms.base import Cost, Failed
 from aigcq.plumbing.auth import issue_client_token
 from tests.fakes.bridge import Bridge
 from tests.fakes.client import generate
@@ -33,6 +37,7 @@ from tests.fakes.message_dispatcher import (
     serve_split_with_runninghub,
 )
 from tests.fakes.otlp import OtlpReceiver, Span, exporting
+from tests.fakes.paid import paid_stack
 from tests.fakes.waiting import until
 
 __all__ = ["fast_checks", "md"]  # fixtures: imported for pytest to find
@@ -224,3 +229,31 @@ async def test_an_overflow_to_runninghub_in_process_has_its_paid_spans(
         assert send.attributes["aigcq.create.outcome"] == "Accepted"
         receives = [s for s in spans if s.name == "receive proj:comfyui"]
         assert receives[-1].attributes["aigcq.target"] == "runninghub"
+
+
+async def test_a_retried_paid_attempt_s_span_carries_what_it_cost(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, receiver: OtlpReceiver
+) -> None:
+    """A paid run fails with a failure its platform documents as retryable: the task is
+    sent again, and the span of the attempt that failed says what that run cost, as any
+    paid attempt's does (was: no cost on a retried attempt)."""
+    rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
+    async with paid_stack(tmp_path, redis, redis_url, rh=rh, sweep_interval_s=3600) as env:
+        parent, trace_id, _ = context()
+        await env.client.request({**generate("retried"), "traceparent": parent})
+        task = await until(partial(env.task, "retried"), lambda t: t.state is TaskState.RUNNING)
+        failed = Failed("805", "busy, try again", retryable=True, cost=Cost(money=0.25))
+        moved = await env.service.lifecycle.settle(
+            "retried", failed, "callback", task.attempt, target="runninghub"
+        )
+        assert moved is not None and moved.state is TaskState.PENDING
+
+        def retried(spans: list[Span]) -> bool:
+            return any(s.attributes.get("aigcq.outcome") == "retry" for s in spans)
+
+        spans = await receiver.until(trace_id, retried)
+        [attempt] = [s for s in spans if s.attributes.get("aigcq.outcome") == "retry"]
+        assert attempt.attributes["aigcq.attempt"] == task.attempt
+        assert attempt.attributes["aigcq.paid"] is True
+        assert attempt.attributes["aigcq.cost"] == 0.25
+        assert attempt.attributes["aigcq.cost.estimate"] is False

@@ -532,7 +532,7 @@ class Lifecycle:
                 error = {"code": code, "message": message, "detail": detail}
                 again = outcome.retryable or failure_class(outcome) == INFRASTRUCTURE
                 why = f"failed: {code} {message}"
-                if await self._retried(task_id, why, attempt, target, again=again, cost=cost):
+                if await self._retried(task_id, why, attempt, target, again=again, ran=outcome):
                     await self._charge_if_paid(task_id, target)
                     self.announce(task_id, target, end_of(outcome), attempt)
                     return MoveResult(True, TaskState.PENDING)
@@ -723,7 +723,7 @@ class Lifecycle:
         target: str,
         *,
         again: bool,
-        cost: bytes = b"",
+        ran: Failed | None = None,
     ) -> bool:
         """With ``retry_failures``, or for a failure worth another attempt (``again``: a
         machine's, or one its platform documents as retryable): requeue a failed task
@@ -742,7 +742,7 @@ class Lifecycle:
         if wait:
             _say(logging.INFO, task_id, "its retry waits for its slot to be freed")
         delay_s = RELEASE_WAIT_S if wait else 0.0
-        return await self._requeue(task_id, live, reason, delay_s=delay_s, ended=True, cost=cost)
+        return await self._requeue(task_id, live, reason, delay_s=delay_s, ended=True, ran=ran)
 
     async def released(self, task_id: str) -> bool:
         """The slot a machine failure's retry waited for is free (see
@@ -761,16 +761,19 @@ class Lifecycle:
         *,
         delay_s: float,
         ended: bool,
-        cost: bytes = b"",
+        ran: Failed | None = None,
     ) -> bool:
         """Put ``attempt`` back for another one (only while it is the live attempt);
-        ``cost``: what its run reported it cost (a paid run's charge is due with the move)."""
+        ``ran``: the failure its run reported (a paid run's charge is due with the move,
+        and its span carries what it cost)."""
+        cost = due_cost(ran) if ran is not None else b""
         moved = await self.rt.store.requeue_for_retry(
             task_id, attempt, reason, delay_s=delay_s, ended=ended, cost=cost
         )
         if moved:
             _say(logging.WARNING, task_id, "attempt %s %s, retrying", attempt, reason)
-            self.traces.attempt_over(task_id, attempt, "retry", error=reason)
+            spent = ran.cost if ran is not None else None
+            self.traces.attempt_over(task_id, attempt, "retry", error=reason, cost=spent)
         return moved
 
     # ---- deadlines (the sweeper) ---------------------------------------------------------
