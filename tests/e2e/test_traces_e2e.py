@@ -144,16 +144,26 @@ async def test_a_task_overflowed_to_runninghub_has_a_paid_span_with_its_cost(
     assert send.attributes["aigcq.remote_id"] == paid.attributes["aigcq.remote_id"]
 
 
-def test_tracing_is_off_without_otel_variables() -> None:
-    """No OTEL_* asking for traces: the serve process has it off (the default)."""
-    from aigcq.observability import tracing
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    assert not tracing.wanted(env)
-    assert tracing.wanted({"OTEL_TRACES_EXPORTER": "otlp"})
-    assert not tracing.wanted({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"})
-    assert not tracing.wanted({"OTEL_TRACES_EXPORTER": "none"})
-    assert tracing.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+async def test_tracing_is_off_without_otel_variables(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No OTEL_* asking for traces (the default): a serve process records nothing of a task
+    a client sent with its traceparent: no trace is kept with the task."""
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    s = Setup(cluster).start(rh_cap=0)
+    parent, _, _ = client_context()
+    client = await Client(s.port, "biz-untraced").connect()
+    reply = await client.request({**bridge_task("tr-off"), "traceparent": parent})
+    assert reply["type"] == "submitted", reply
+    await client.collect(1, timeout=20)
+    assert client.results["tr-off"][0]["status"] == "success"
+    await client.close()
+    task = redis.Redis.from_url(cluster.redis_url, decode_responses=True)
+    try:
+        assert task.hget("aigcq:task:tr-off", "trace") in (None, "")
+    finally:
+        task.close()
 
 
 async def test_a_task_retried_on_another_serve_after_a_kill_is_still_one_trace(

@@ -3,6 +3,7 @@ off, and what it exports when on (to a real OTLP receiver, tests/fakes/otlp.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import pytest
 from aigcq.observability import tracing
 from aigcq.observability.jsonlog import JsonFormatter, TraceIds
 from aigcq.queue.store import Claimed
+from aigcq.scheduler import traces as traces_module
 from aigcq.scheduler.traces import TaskTraces, attempt_parent
 from tests.fakes import otlp
 from tests.fakes.otlp import OtlpReceiver
@@ -184,3 +186,34 @@ def test_a_failing_tracer_never_stands_in_a_tasks_way(
     assert ran == [None]
     with TaskTraces(None).creating("t-1", ("p", "comfyui"), "b", PARENT) as context:  # type: ignore[arg-type]
         assert context == ""
+
+
+async def test_spans_past_the_bound_being_recorded_are_dropped_not_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Redis slow to answer the spans' reads: at most ``JOBS_MAX`` wait, the next is
+    dropped (and counted), as the SDK's own full queue drops spans."""
+    monkeypatch.setattr(traces_module, "JOBS_MAX", 2)
+    traces = TaskTraces(None)  # type: ignore[arg-type]
+    slow = asyncio.Event()
+
+    async def recording() -> None:
+        await slow.wait()
+
+    jobs = [recording() for _ in range(3)]
+    for job in jobs:
+        traces._spawn(job)
+    assert (len(traces._jobs), traces.dropped) == (2, 1)
+    assert jobs[2].cr_frame is None  # closed: never left pending un-awaited
+    slow.set()
+    await traces.drain()
+    assert not traces._jobs
+
+
+def test_only_otel_variables_that_ask_for_traces_turn_them_on() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    assert not tracing.wanted(env)
+    assert tracing.wanted({"OTEL_TRACES_EXPORTER": "otlp"})
+    assert not tracing.wanted({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"})
+    assert not tracing.wanted({"OTEL_TRACES_EXPORTER": "none"})
+    assert tracing.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})

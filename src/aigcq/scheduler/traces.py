@@ -48,6 +48,8 @@ def destination(aigc: str, platform: str) -> str:
 
 #: tasks whose trace a process remembers from its claims (the latest)
 KNOWN_MAX = 65536
+#: spans being recorded at most (each reads its task from Redis first); more are dropped
+JOBS_MAX = 4096
 
 #: a submit's context while tracing is off: no trace to keep
 _UNTRACED = contextlib.nullcontext("")
@@ -66,6 +68,8 @@ class TaskTraces:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self._jobs: set[asyncio.Task[None]] = set()
+        #: spans dropped because :data:`JOBS_MAX` were being recorded
+        self.dropped = 0
         #: the trace of each task this process claimed lately ("": none): the end of an
         #: attempt, or the delivery, of a task known not to be sampled reads nothing
         self._known: OrderedDict[str, str] = OrderedDict()
@@ -327,6 +331,15 @@ class TaskTraces:
         return trace is None or tracing.sampled(trace)
 
     def _spawn(self, job: Any) -> None:
+        """Record a span in the background; past :data:`JOBS_MAX` being recorded (Redis
+        slow to answer their reads) it is dropped, as the SDK's own queue drops spans
+        when full: tracing never holds memory a task needs."""
+        if len(self._jobs) >= JOBS_MAX:
+            job.close()
+            self.dropped += 1
+            if self.dropped in (1, 100) or self.dropped % 10_000 == 0:
+                log.warning("tracing: %d spans dropped, %d being recorded", self.dropped, JOBS_MAX)
+            return
         task = asyncio.ensure_future(_quietly(job))
         self._jobs.add(task)
         task.add_done_callback(self._jobs.discard)
