@@ -19,6 +19,10 @@ from aigcq.embedded.ownership import EmbeddedServerError, PrivateServer, stop_le
 log = logging.getLogger(__name__)
 
 
+#: the largest hash value kept compact (``hash-max-ziplist-value``; docs/operations.md)
+HASH_VALUE_MAX = 1024
+
+
 class EmbeddedRedisError(EmbeddedServerError):
     pass
 
@@ -73,6 +77,10 @@ class EmbeddedRedis(PrivateServer):
             "yes" if self.persist else "no",
             "--appendfsync",
             "everysec",
+            # a task's hash stays compact with its payload in it (Redis's default, 64
+            # bytes, makes every real task's hash a hash table: 1,152 B, not 380 B)
+            "--hash-max-ziplist-value",
+            str(HASH_VALUE_MAX),
             "--logfile",
             str(self.data_dir / "redis.log"),
         ]
