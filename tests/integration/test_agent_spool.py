@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from aigcq.agent import spool as spool_module
 from aigcq.agent.spool import Spool, SpooledResult, WebhookSender
 from aigcq.wire.bridge import TaskEndBody, TaskEndResult
 from tests.fakes.servers import Recorder, serve_app
@@ -57,3 +58,35 @@ async def test_a_slow_fsync_leaves_the_event_loop_free_and_comes_before_the_task
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert max(gaps) < FSYNC_S / 2, max(gaps)  # the loop ran on while the disk worked
     assert received.path == "/callback/t1"
+
+
+async def test_a_result_readdressed_while_a_try_is_out_is_sent_to_the_new_address_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer attempt takes over a finished task's undelivered TASK_END while a try of it
+    is out: that try fails, and the next goes to the newer attempt's address at once, not
+    after the try's back-off (which a hub away for long makes up to a minute: was lost, the
+    readdress's wake came while the try was out)."""
+    monkeypatch.setattr(spool_module, "retry_delay", lambda *_: 3600.0)  # a long back-off
+    held, release = asyncio.Event(), asyncio.Event()
+    recorder = Recorder()
+
+    async def old_address(scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] == "http" and scope["path"] == "/old":
+            held.set()
+            await release.wait()
+            await send({"type": "http.response.start", "status": 500, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await recorder.app(scope, receive, send)
+
+    async with serve_app(old_address) as hub, httpx.AsyncClient() as http:
+        sender = WebhookSender(http, Spool(tmp_path / "spool"))
+        body = TaskEndBody.build("t1", TaskEndResult(code=0, msg="success"))
+        await sender.send(SpooledResult(f"{hub}/old", body))
+        await asyncio.wait_for(held.wait(), 10)
+        await sender.readdress("t1", f"{hub}/new")  # while the try to /old is out
+        release.set()
+        [received] = await recorder.wait_for(1, within=10)
+        assert received.path == "/new"
+        await sender.close()

@@ -203,6 +203,9 @@ class WebhookSender:
         attempt = 0
         while True:
             attempt += 1
+            # a wake from here on (a readdress, the hub back) cuts this try's back-off short,
+            # even one that comes while the try is out
+            woken = self._woken
             item = self._items[task_id]
             status, outcome = await self._post(item, item.body.model_dump(mode="json"))
             if status is not None and _refused_for_good(status):
@@ -233,7 +236,6 @@ class WebhookSender:
                 delay,
                 extra=ctx(task=item.task_id),
             )
-            woken = self._woken
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), delay)
 
