@@ -31,11 +31,9 @@ from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
 from aigcq.plumbing.events import progress_event, running_message
 from aigcq.queue.store import (
-    Begun,
     Claimed,
     MoveResult,
     NotReplicated,
-    Orphan,
     Retried,
     Submitted,
 )
@@ -59,6 +57,18 @@ def _say(level: int, task_id: str, message: str, *args: object) -> None:
     """One log line about a task: ``task <id>: <message>``, the id in the record too."""
     if log.isEnabledFor(level):  # the hot path's debug lines cost nothing when off
         log.log(level, "task %s: " + message, task_id, *args, extra=ctx(task=task_id))
+
+
+def said_late(task_id: str, target: str, attempt: int | None) -> None:
+    """A success of ``attempt`` on ``target`` won over the task's ``UncertainSubmit``."""
+    _say(
+        logging.WARNING,
+        task_id,
+        "attempt %s's result on %s came after it failed UncertainSubmit: sent to its "
+        "client as a late success",
+        attempt,
+        target,
+    )
 
 
 class Dispatched(Protocol):
@@ -278,18 +288,6 @@ class Lifecycle:
             self.traces.retargeted(c, queue, source, target, reason)
         return moved
 
-    async def creating(self, c: Claimed, create_id: str, *, gate: str = "") -> Begun:
-        """A paid create is about to be sent (from here on it may be out), within the
-        budgets of ``gate`` (:mod:`aigcq.scheduler.budgets`); False: send nothing (the task
-        moved on, a budget is reached, or its intent is not on the replicas: a failover now
-        would lose the record and pay it again; it waits and is tried again)."""
-        begun = await self.rt.store.begin_create(
-            c.task_id, c.attempt, create_id, deadline_s=self.rt.dispatch_deadline_s, gate=gate
-        )
-        if begun and not await self._replicated(c.task_id, "its create intent"):
-            return Begun(recorded=False)
-        return begun
-
     async def accepted(
         self,
         run: Dispatched,
@@ -381,23 +379,6 @@ class Lifecycle:
             self.traces.attempt_over(c.task_id, c.attempt, "held")
         return moved
 
-    async def never_created(self, c: Claimed, create_id: str) -> None:
-        """A paid platform answered a create with a definite "not created" (full, refused,
-        never sent) after the task had moved on (a cancel): the create kept its account's
-        slot as an orphan, free now, not at the deadline. (While the task is live there is
-        no such orphan: the answer's own move is enough.)"""
-        if await self.rt.store.release_create(create_id):
-            _say(logging.INFO, c.task_id, "its create %s was not made; its slot is free", create_id)
-
-    async def not_sent(self, c: Claimed, queue: tuple[str, str], reason: str) -> bool:
-        """A paid platform was full or never got the create: back to waiting after a
-        back-off, uncharged while the task has free requeues left; then it uses attempts.
-        False: the task had moved on."""
-        if c.uncharged >= self.rt.store.free_requeues:
-            return await self.refused(c, queue, reason)
-        delay_s = self.rt.settings.full_backoff_s
-        return await self.not_run(c.task_id, c.attempt, reason, delay_s=delay_s)
-
     async def refused(self, c: Claimed, queue: tuple[str, str], reason: str, **error: Any) -> bool:
         """Its target refused the task (ran nothing): another attempt while the budget
         lasts, else it fails (``error``: the failure's ``code`` and ``detail``)."""
@@ -412,38 +393,6 @@ class Lifecycle:
             ended=True,
             **error,
         )
-
-    async def rejected(self, c: Claimed, target: str, error: dict[str, Any]) -> bool:
-        """A paid platform rejected the task for good: it fails. False: it had moved on."""
-        done = await self.fail(
-            c.task_id,
-            c.attempt,
-            ErrorCode.TASK_FAILED,
-            error,
-            f"{target} rejected: {error['code']}",
-            ended=True,
-        )
-        _say(logging.WARNING, c.task_id, "rejected by %s: %s", target, error)
-        return done.applied
-
-    async def priced_out(self, c: Claimed, reason: str) -> bool:
-        """The task's expected cost on the paid platform that would run it is above its
-        ``maxCost``, and nothing else runs its platform: it fails, nothing sent. False: it
-        had moved on."""
-        error = {"code": ErrorCode.MAX_COST.value, "message": reason, "detail": None}
-        done = await self.fail(c.task_id, c.attempt, ErrorCode.MAX_COST, error, reason, ended=True)
-        if done.applied:
-            _say(logging.WARNING, c.task_id, "not sent: %s", reason)
-        return done.applied
-
-    async def over_budget(self, c: Claimed, reason: str) -> bool:
-        """A budget of the task's project or account is reached and its project fails its
-        tasks then: it fails ``BudgetExceeded``, nothing sent. False: it had moved on."""
-        error = {"code": ErrorCode.BUDGET.value, "message": reason, "detail": None}
-        done = await self.fail(c.task_id, c.attempt, ErrorCode.BUDGET, error, reason, ended=True)
-        if done.applied:
-            _say(logging.WARNING, c.task_id, "not sent: %s", reason)
-        return done.applied
 
     async def unrunnable(self, task_id: str, code: str, message: str, detail: Any) -> None:
         """No target can run the task (an invalid payload, a workflow nobody knows): it
@@ -551,7 +500,7 @@ class Lifecycle:
                 return None
         _say(logging.DEBUG, task_id, "%s via %s (applied=%s)", done.state, note, done.applied)
         if done.late:
-            self.late(task_id, done.target or target, attempt)
+            said_late(task_id, done.target or target, attempt)
         await self._cancel_orphan(task_id, done)
         ran_on = done.released or done.target or target  # an orphan's run: where it ran
         if done.applied:
@@ -775,67 +724,3 @@ class Lifecycle:
             spent = ran.cost if ran is not None else None
             self.traces.attempt_over(task_id, attempt, "retry", error=reason, cost=spent)
         return moved
-
-    # ---- deadlines (the sweeper) ---------------------------------------------------------
-
-    async def awaiting_webhook(self, task: Task, left_s: float, kind: str) -> bool:
-        """Its process died while a create may have been out: the task waits as running
-        for the create's webhook, until the task's own deadline from the create."""
-        moved = await self.rt.store.mark_running(
-            task.task_id, task.attempt, "", deadline_s=max(left_s, 1.0), kind=kind
-        )
-        if moved:
-            _say(
-                logging.WARNING,
-                task.task_id,
-                "its create on %s may be out; waiting for its webhook",
-                task.target,
-            )
-        return bool(moved)
-
-    async def no_answer(self, task: Task, reason: str, *, max_delay_s: float) -> float:
-        """Its platform gave no usable answer about the task: asked again later, with
-        back-off; the delay."""
-        delay = await self.rt.store.postpone(task.task_id, task.attempt, max_delay_s=max_delay_s)
-        _say(
-            logging.WARNING,
-            task.task_id,
-            "%s gave no usable answer (%s); asking again in %.1f s",
-            task.target,
-            reason,
-            delay,
-        )
-        return delay
-
-    # ---- unwanted remote tasks (the orphan checks) --------------------------------------
-
-    async def orphan_ended(
-        self, o: Orphan, result: Any = None, outcome: Succeeded | Failed | None = None
-    ) -> bool:
-        """The platform says an unwanted remote task ended (or it cannot be asked): it
-        leaves its account's cap. ``result``: the success it reported, kept for a replay
-        if its task ended failed or cancelled meanwhile, or delivered at once when that
-        failure was ``UncertainSubmit`` and this is the run it gave up on (a late success).
-        ``outcome``: what the platform answered, the run billed: charged."""
-        cost = due_cost(outcome) if outcome is not None else b""
-        released = await self.rt.store.release_orphan(o.remote_id, result, cost)
-        if released.moved is not None:
-            self.late(o.task_id, o.target, o.attempt)
-        if released.released and cost:
-            await self.spend.charge_due(o.task_id)
-        return released.released
-
-    def late(self, task_id: str, target: str, attempt: int | None) -> None:
-        """A success of ``attempt`` on ``target`` won over the task's ``UncertainSubmit``."""
-        _say(
-            logging.WARNING,
-            task_id,
-            "attempt %s's result on %s came after it failed UncertainSubmit: sent to its "
-            "client as a late success",
-            attempt,
-            target,
-        )
-
-    async def orphan_unresolved(self, o: Orphan, delay_s: float) -> None:
-        """An unwanted remote task still runs (or gave no answer): checked again later."""
-        await self.rt.store.check_orphan_later(o, delay_s)

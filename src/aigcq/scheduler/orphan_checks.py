@@ -27,6 +27,7 @@ from aigcq.queue.store import Orphan
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.orphans import as_task
+from aigcq.scheduler.paid_runs import PaidRuns
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,9 @@ class OrphanChecks:
     lifecycle: Lifecycle
     #: remote id -> checks in a row that failed (for their back-off; this process's view)
     _failures: dict[str, int] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.paid_runs = PaidRuns(self.lifecycle)
 
     async def run(self) -> None:
         await every(self.rt.settings.sweep_interval_s, self.check_due, log, "orphan checks")
@@ -80,7 +84,7 @@ class OrphanChecks:
                 exc_info=not isinstance(exc, REDIS_OUTAGE),
                 extra=ctx(task=o.task_id),
             )
-            await self.lifecycle.orphan_unresolved(o, delay)
+            await self.paid_runs.orphan_unresolved(o, delay)
             return 0
         self._failures.pop(o.remote_id, None)
         return released
@@ -88,7 +92,7 @@ class OrphanChecks:
     async def _check(self, o: Orphan) -> int:
         adapter = self.rt.platforms.adapters.get(o.target)
         if adapter is None:
-            return int(await self.lifecycle.orphan_ended(o))
+            return int(await self.paid_runs.orphan_ended(o))
         if o.awaiting_create:
             return await self._check_create(o)
         # peek: inline files are not stored (such a result is not kept for a replay)
@@ -105,10 +109,10 @@ class OrphanChecks:
             )
             kept = outcome.data if isinstance(outcome, Succeeded) and not outcome.files else None
             billed = outcome if not isinstance(outcome, NotFound) else None
-            return int(await self.lifecycle.orphan_ended(o, kept, billed))
+            return int(await self.paid_runs.orphan_ended(o, kept, billed))
         if not o.awaited:  # (an awaited one's success still wins: let it run)
             await self.lifecycle.orphans.cancel(o)  # still running (or no answer): ask again
-        await self.lifecycle.orphan_unresolved(o, RECHECK_S)
+        await self.paid_runs.orphan_unresolved(o, RECHECK_S)
         return 0
 
     async def _check_create(self, o: Orphan) -> int:
@@ -121,7 +125,7 @@ class OrphanChecks:
         max_run_s = self.rt.max_run_s(o.target)
         left = o.create_at + max_run_s - time.time()
         if left > 0 and not await self._runs_nothing(o):
-            await self.lifecycle.orphan_unresolved(o, min(left, RECHECK_S))
+            await self.paid_runs.orphan_unresolved(o, min(left, RECHECK_S))
             return 0
         why = "its account runs nothing" if left > 0 else f"not resolved in {max_run_s:.0f} s"
         log.warning(
@@ -131,7 +135,7 @@ class OrphanChecks:
             why,
             extra=ctx(task=o.task_id),
         )
-        return int(await self.lifecycle.orphan_ended(o))
+        return int(await self.paid_runs.orphan_ended(o))
 
     async def _runs_nothing(self, o: Orphan) -> bool:
         """The platform says the account runs no task, asked only once the create's

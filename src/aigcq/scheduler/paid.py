@@ -3,7 +3,7 @@
 A queue's platform is served by one adapter (:meth:`PlatformClient.adapter_for`) under the
 AIGC project's account (``config/model.json``: apikey, concurrency). The account's cap holds
 in the claim script: its running tasks plus the unwanted remote tasks still counted
-(orphans). Before each create its intent is recorded (:meth:`Lifecycle.creating`), so a
+(orphans). Before each create its intent is recorded (:meth:`PaidRuns.creating`), so a
 process that dies while the create is out is known to have one out; what the platform
 answers is the lifecycle's to apply. An acceptance is in this process's journal
 (:mod:`aigcq.scheduler.journal`) before anything else, so a process that dies before Redis
@@ -44,6 +44,7 @@ from aigcq.scheduler.budgets import Budgets
 from aigcq.scheduler.ends import TaskEnd
 from aigcq.scheduler.journal import SCAN_S, AcceptedJournal, Entry, forget
 from aigcq.scheduler.lifecycle import Lifecycle
+from aigcq.scheduler.paid_runs import PaidRuns
 from aigcq.scheduler.routing import capped
 from aigcq.scheduler.targets import HandBack
 from aigcq.scheduler.traces import sent
@@ -61,6 +62,7 @@ class PaidPlatforms:
     ) -> None:
         self.rt = rt
         self.lifecycle = lifecycle
+        self.runs = PaidRuns(lifecycle)
         self.journal = AcceptedJournal(rt.settings.data_dir / "accepted")
         self.budgets = Budgets(rt)
         #: task platforms an internal target runs too: a task priced out of its paid
@@ -91,7 +93,7 @@ class PaidPlatforms:
             c, source, adapter.name, cap=cap, reason=reason, queue=(aigc, platform)
         )
         if moved == 0:
-            await self.lifecycle.not_sent(c, (aigc, platform), f"{adapter.name} full; {reason}")
+            await self.runs.not_sent(c, (aigc, platform), f"{adapter.name} full; {reason}")
         return moved
 
     async def hand_over(self, aigc: str, platform: str, tasks: list[Claimed]) -> list[HandBack]:
@@ -148,7 +150,7 @@ class PaidPlatforms:
         gate, refused = self.budgets.gate(aigc, platform, name), []
 
         async def begin() -> bool:  # the create may be out from here on
-            begun = await lifecycle.creating(c, create_id, gate=gate)
+            begun = await self.runs.creating(c, create_id, gate=gate)
             if begun.reached:
                 refused.append(begun)
             return bool(begun)
@@ -177,17 +179,17 @@ class PaidPlatforms:
                 await lifecycle.uncertain(c, queue, kind, reason)
                 return
             case Full(reason=reason):
-                moved = await lifecycle.not_sent(c, queue, f"{name} full: {reason}")
+                moved = await self.runs.not_sent(c, queue, f"{name} full: {reason}")
             case NotSent(reason=reason):
-                moved = await lifecycle.not_sent(c, queue, f"not sent to {name}: {reason}")
+                moved = await self.runs.not_sent(c, queue, f"not sent to {name}: {reason}")
             case Rejected(retryable=True) as rej:
                 reason = f"{name}: {rej.code} {rej.message}"
                 moved = await lifecycle.refused(c, queue, reason, detail=rej.detail)
             case Rejected() as rej:
                 error = {"code": rej.code, "message": rej.message, "detail": rej.detail}
-                moved = await lifecycle.rejected(c, name, error)
+                moved = await self.runs.rejected(c, name, error)
         if not moved:  # it moved on while the create was out: free what that kept
-            await lifecycle.never_created(c, create_id)
+            await self.runs.never_created(c, create_id)
 
     async def _resent(
         self, adapter: PlatformAdapter, task: Task, apikey: str, hook: str, lost: SubmitOutcome
@@ -229,7 +231,7 @@ class PaidPlatforms:
                 )
             else:
                 error = {"code": f"{adapter.name.upper()}_unsendable", "message": why}
-                await self.lifecycle.rejected(c, adapter.name, {**error, "detail": None})
+                await self.runs.rejected(c, adapter.name, {**error, "detail": None})
             return True
         price = self.rt.settings.overflow_price.get(adapter.name)
         if price is None:
@@ -245,7 +247,7 @@ class PaidPlatforms:
                 c.task_id, c.attempt, f"{reason}: waits for internal capacity", delay_s=delay_s
             )
         else:
-            await self.lifecycle.priced_out(c, reason)
+            await self.runs.priced_out(c, reason)
         return True
 
     async def _over_budget(self, aigc: str, target: str, c: Claimed, begun: Begun) -> None:
@@ -253,7 +255,7 @@ class PaidPlatforms:
         (its attempt given back) while its project's hold keeps the paid target from it."""
         self.budgets.refused(aigc, target, begun)
         if self.budgets.fails(aigc):
-            await self.lifecycle.over_budget(c, begun.reached)
+            await self.runs.over_budget(c, begun.reached)
         else:
             await self.lifecycle.held(c, f"{begun.reached}: waits", delay_s=0.0)
 

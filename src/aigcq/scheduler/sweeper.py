@@ -55,6 +55,7 @@ from aigcq.plumbing.background import every
 from aigcq.runtime import Runtime
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.orphans import orphan_of
+from aigcq.scheduler.paid_runs import PaidRuns
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class Sweeper:
     def __init__(self, rt: Runtime, lifecycle: Lifecycle) -> None:
         self.rt = rt
         self.lifecycle = lifecycle
+        self.paid_runs = PaidRuns(lifecycle)
 
     async def run(self) -> None:
         await every(self.rt.settings.sweep_interval_s, self.sweep_once, log, "sweep failed")
@@ -140,7 +142,7 @@ class Sweeper:
         # A create may be out: wait for its webhook (its URL still names this attempt).
         account = self.rt.config.account(task.aigc, task.platform)
         left = task.create_at + self.rt.deadline_s(account) - time.time()
-        await self.lifecycle.awaiting_webhook(task, left, adapter.kind)
+        await self.paid_runs.awaiting_webhook(task, left, adapter.kind)
 
     async def _uncertain(self, task: Task) -> None:
         """Running with no remote id at the deadline: the create's outcome is unknown."""
@@ -177,7 +179,7 @@ class Sweeper:
             case NotFound():
                 await self.lifecycle.timed_out(task, ended=True)
             case Unknown(reason=reason):
-                await self.lifecycle.no_answer(task, reason, max_delay_s=MAX_UNKNOWN_BACKOFF_S)
+                await self.paid_runs.no_answer(task, reason, max_delay_s=MAX_UNKNOWN_BACKOFF_S)
             case _:  # still running past its deadline: retry, and cancel this run
                 if await self.lifecycle.timed_out(task):
                     await self.lifecycle.orphans.cancel(orphan_of(task, task.remote_id))
