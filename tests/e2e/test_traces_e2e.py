@@ -104,6 +104,10 @@ async def test_a_bridge_task_is_one_trace_inside_the_clients(
     assert settle.attributes["messaging.operation.type"] == "settle"
     assert settle.start_ns >= attempt.end_ns
     assert {s.trace_id for s in spans} == {trace_id}
+    # the serve's metrics go through OTLP too: the task counted where /metrics counts it
+    done = {"aigc": "proj", "platform": "comfyui", "target": "bridge", "outcome": "success"}
+    export = await receiver.metrics_until(lambda e: e.value("aigcq_tasks_finished", **done) == 1)
+    assert export.resource["service.name"] == "aigcq"
 
 
 async def test_a_task_overflowed_to_runninghub_has_a_paid_span_with_its_cost(

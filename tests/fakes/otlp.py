@@ -1,9 +1,10 @@
-"""A real OTLP/HTTP trace receiver: what a collector decodes, kept for the tests to read.
+"""A real OTLP/HTTP receiver: what a collector decodes, kept for the tests to read.
 
-``OtlpReceiver().start()`` listens on 127.0.0.1 (a free port) for ``POST /v1/traces``
-(``application/x-protobuf``, gzip or not), decodes each ``ExportTraceServiceRequest`` with
-``opentelemetry-proto`` and keeps its spans (:class:`Span`), answering as a collector
-does. :meth:`OtlpReceiver.tree` prints a trace as a viewer draws it.
+``OtlpReceiver().start()`` listens on 127.0.0.1 (a free port) for ``POST /v1/traces`` and
+``POST /v1/metrics`` (``application/x-protobuf``, gzip or not), decodes each
+``ExportTraceServiceRequest`` / ``ExportMetricsServiceRequest`` with ``opentelemetry-proto``
+and keeps its spans (:class:`Span`) or its metrics (:class:`MetricsExport`), answering as
+a collector does. :meth:`OtlpReceiver.tree` prints a trace as a viewer draws it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -91,10 +96,82 @@ def decode(body: bytes) -> list[Span]:
     return spans
 
 
+@dataclass
+class Buckets:
+    """A histogram point: explicit bounds and each bucket's own count."""
+
+    count: int
+    sum: float
+    bounds: list[float]
+    counts: list[int]
+
+
+@dataclass
+class Point:
+    attributes: dict[str, Any]
+    value: float | Buckets  # a sum's or a gauge's number, a histogram's buckets
+
+
+@dataclass
+class Series:
+    """One metric of an export: its kind (``sum``, ``gauge``, ``histogram``) and points."""
+
+    kind: str
+    points: list[Point]
+    monotonic: bool = False
+    cumulative: bool = False
+    start_ns: int = 0  # its points' start time (a sum's, a histogram's)
+
+
+@dataclass
+class MetricsExport:
+    """One ``ExportMetricsServiceRequest``: its resource, scopes and metrics by name."""
+
+    resource: dict[str, Any]
+    scopes: set[str]
+    metrics: dict[str, Series]
+
+    def value(self, name: str, **attributes: str) -> float | Buckets | None:
+        """The value of ``name``'s point with exactly ``attributes``, if it has one."""
+        series = self.metrics.get(name)
+        found = [p.value for p in series.points if p.attributes == attributes] if series else []
+        return found[0] if found else None
+
+
+def _series(metric: Any) -> Series:
+    kind = metric.WhichOneof("data")
+    data = getattr(metric, kind)
+    points: list[Point] = []
+    for p in data.data_points:
+        if kind == "histogram":
+            buckets = Buckets(p.count, p.sum, list(p.explicit_bounds), list(p.bucket_counts))
+            points.append(Point(_attrs(p.attributes), buckets))
+        else:
+            points.append(Point(_attrs(p.attributes), getattr(p, p.WhichOneof("value"))))
+    cumulative = getattr(data, "aggregation_temporality", 0) == 2  # CUMULATIVE
+    start = data.data_points[0].start_time_unix_nano if data.data_points else 0
+    return Series(kind, points, getattr(data, "is_monotonic", False), cumulative, start)
+
+
+def decode_metrics(body: bytes) -> list[MetricsExport]:
+    """The metrics of one ``ExportMetricsServiceRequest``, one export per resource."""
+    request = ExportMetricsServiceRequest()
+    request.ParseFromString(body)
+    return [
+        MetricsExport(
+            resource=_attrs(rm.resource.attributes),
+            scopes={sm.scope.name for sm in rm.scope_metrics},
+            metrics={m.name: _series(m) for sm in rm.scope_metrics for m in sm.metrics},
+        )
+        for rm in request.resource_metrics
+    ]
+
+
 class OtlpReceiver:
     def __init__(self) -> None:
         self.spans: list[Span] = []
         self.requests = 0
+        self.exports: list[MetricsExport] = []  # every metrics export, in order
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -106,15 +183,21 @@ class OtlpReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
-                if self.path != "/v1/traces":
+                if self.path == "/v1/traces":
+                    spans = decode(body)
+                    with receiver._lock:
+                        receiver.spans.extend(spans)
+                        receiver.requests += 1
+                    reply = ExportTraceServiceResponse().SerializeToString()
+                elif self.path == "/v1/metrics":
+                    exports = decode_metrics(body)
+                    with receiver._lock:
+                        receiver.exports.extend(exports)
+                    reply = ExportMetricsServiceResponse().SerializeToString()
+                else:
                     self.send_response(404)
                     self.end_headers()
                     return
-                spans = decode(body)
-                with receiver._lock:
-                    receiver.spans.extend(spans)
-                    receiver.requests += 1
-                reply = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(reply)))
@@ -139,13 +222,29 @@ class OtlpReceiver:
             self._server.server_close()
 
     def env(self, **extra: str) -> dict[str, str]:
-        """The ``OTEL_*`` of a process that exports here, at once (a 100 ms batch)."""
+        """The ``OTEL_*`` of a process that exports here, at once (a 100 ms batch; its
+        metrics every 500 ms)."""
         return {
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_EXPORTER_OTLP_ENDPOINT": self.url,
             "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_METRIC_EXPORT_INTERVAL": "500",
             **extra,
         }
+
+    async def metrics_until(
+        self, done: Callable[[MetricsExport], bool], timeout: float = 15.0
+    ) -> MetricsExport:
+        """The latest metrics export once ``done`` holds for it (else AssertionError), for
+        a test whose event loop runs the servers that export."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                latest = self.exports[-1] if self.exports else None
+            if latest is not None and done(latest):
+                return latest
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{len(self.exports)} metrics exports, none as expected")
 
     def trace(self, trace_id: str) -> list[Span]:
         with self._lock:

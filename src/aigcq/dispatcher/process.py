@@ -67,7 +67,12 @@ class MessageDispatcher:
         self.md = md
         self.auth = DispatcherAuth(md.username, md.password, md.jwt_secret, md.jwt_ttl_s)
         self.service = ServeProcess(
-            settings, dispatcher_config(md), redis, retry_failures=True, extend=self._parts
+            settings,
+            dispatcher_config(md),
+            redis,
+            retry_failures=True,
+            extend=self._parts,
+            service_name="aigcq-dispatcher",
         )
 
     def _parts(self, service: ServeParts) -> Extension:

@@ -227,20 +227,25 @@ class _Snapshot:
         return []
 
 
-async def exposition(sources: Iterable[Source]) -> bytes:
-    """The text format: process-wide event metrics, then each source's state.
+async def families(sources: Iterable[Source]) -> list[Metric]:
+    """What ``/metrics`` shows: the process-wide event metrics, then each source's state.
 
     The sources are read first and the counters after, so a task that ends during a scrape
     can show both in a state gauge (in flight) and in a counter (finished)."""
-    families: list[Metric] = []
+    state: list[Metric] = []
     for source in sources:
         try:
-            families += await source()
+            state += await source()
         except Exception:  # a scrape must not fail because one source did
             log.exception("metrics source %s failed", getattr(source, "__qualname__", source))
+    return [*REGISTRY.collect(), *state]
+
+
+async def exposition(sources: Iterable[Source]) -> bytes:
+    """The text format of :func:`families`."""
     scrape = CollectorRegistry(auto_describe=False)
-    scrape.register(_Snapshot(families))
-    return generate_latest(REGISTRY) + generate_latest(scrape)
+    scrape.register(_Snapshot(await families(sources)))
+    return generate_latest(scrape)
 
 
 def endpoint(*sources: Source, token: str = "") -> Callable[[Request], Awaitable[Response]]:

@@ -30,7 +30,7 @@ from aigcq.gateway.queue_view import internal_capacity
 from aigcq.gateway.result_links import result_links_route
 from aigcq.gateway.v2_errors import V2Error, v2_error_handler
 from aigcq.gateway.ws import client_endpoint
-from aigcq.observability import metrics
+from aigcq.observability import metrics, otel_metrics
 from aigcq.platforms.base import PlatformAdapter, registered
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.result_files import files_route, result_storage
@@ -115,10 +115,13 @@ class ServeProcess:
         *,
         retry_failures: bool = False,
         extend: Extend | None = None,
+        service_name: str = "aigcq",
     ) -> None:
         """``internal`` builds the internal target (default: a bridge hub at ``/ws``);
         ``retry_failures``: a failed result is retried while attempts last (the
-        message-dispatcher's rule); ``extend`` adds routes and loops (see :class:`Extension`)."""
+        message-dispatcher's rule); ``extend`` adds routes and loops (see :class:`Extension`);
+        ``service_name``: its telemetry's unless ``OTEL_SERVICE_NAME`` names one."""
+        self.service_name = service_name
         self.rt = runtime(settings, config, redis)
         storage = self.rt.platforms.storage
         assert storage is not None  # runtime() always gives the platforms one
@@ -195,6 +198,8 @@ class ServeProcess:
         self._running: list[asyncio.Task[None]] = []
         self.shutdown_grace_s = 5.0  # hand-offs under way at shutdown may finish this long
         self.callbacks = callback_routes(self.gateway)
+        #: what /metrics shows besides the event metrics (and OpenTelemetry exports)
+        self.metric_sources = [ServeState(self, self.capacity.desired)]
         self.api = self._build_app(extension)
         self.app = self._hot_paths(self.api)
 
@@ -227,21 +232,30 @@ class ServeProcess:
         self._running = [asyncio.create_task(loop()) for loop in self.loops]
         log.info("aigcq serving (prefix %s)", self.rt.settings.project_prefix)
         try:
-            yield
+            # metrics through OpenTelemetry if OTEL_* asks: the last export after the
+            # hand-backs, while Redis is open
+            async with otel_metrics.exporting(self.service_name, self.metric_sources):
+                try:
+                    yield
+                finally:
+                    await self._wind_down()
         finally:
-            # Stop claiming, let hand-offs finish, requeue what never reached a target.
-            await shutdown.hand_back(self, self.shutdown_grace_s)
-            # Bounded: a loop stuck in a client library's cleanup must not hang shutdown.
-            await cancel_and_wait(self._running, timeout=5.0)
-            # the spans of the attempts that just ended (hand-backs too), while Redis is open
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.lifecycle.traces.drain(), 5.0)
             await self.gateway.aclose()
             await self.comfy_v2.aclose()
             await self.rt.platforms.aclose()
             await self.custody.aclose()
             await self.rt.store.aclose()
             log.info("aigcq stopped")
+
+    async def _wind_down(self) -> None:
+        """The loops' end, before the connections close."""
+        # Stop claiming, let hand-offs finish, requeue what never reached a target.
+        await shutdown.hand_back(self, self.shutdown_grace_s)
+        # Bounded: a loop stuck in a client library's cleanup must not hang shutdown.
+        await cancel_and_wait(self._running, timeout=5.0)
+        # the spans of the attempts that just ended (hand-backs too), while Redis is open
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.lifecycle.traces.drain(), 5.0)
 
     def _progress(self, backend_id: str, message: dict[str, Any]) -> None:
         """Live news of a task: to its client's sockets and to its v2 event streams."""
@@ -304,9 +318,7 @@ class ServeProcess:
 
         app.add_api_route("/healthz", healthz, methods=["GET"])
         app.add_api_route("/readyz", readyz, methods=["GET"])
-        scrape = metrics.endpoint(
-            ServeState(self, self.capacity.desired), token=self.rt.settings.metrics_token
-        )
+        scrape = metrics.endpoint(*self.metric_sources, token=self.rt.settings.metrics_token)
         app.add_route("/metrics", scrape, include_in_schema=False)
         app.router.routes.append(files_route(self.rt.platforms.storage))
         app.router.routes.append(result_links_route(self.custody, self.gateway.messages))

@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import re
+import socket
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -56,7 +57,7 @@ _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f
 def wanted(env: Mapping[str, str] | None = None) -> bool:
     """Whether ``env`` (the environment) asks for traces."""
     env = os.environ if env is None else env
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() in _TRUE:
+    if sdk_disabled(env):
         return False
     exporters = {e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "").split(",")}
     exporters.discard("")
@@ -67,6 +68,11 @@ def wanted(env: Mapping[str, str] | None = None) -> bool:
     )
 
 
+def sdk_disabled(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` turns every signal off (``OTEL_SDK_DISABLED=true``)."""
+    return env.get("OTEL_SDK_DISABLED", "").strip().lower() in _TRUE
+
+
 def setup(service: str = "aigcq") -> bool:
     """Turn tracing on in this process when the environment asks for it (see the module's
     text); ``service``: the service name unless ``OTEL_SERVICE_NAME`` names one. Once per
@@ -75,7 +81,6 @@ def setup(service: str = "aigcq") -> bool:
     if ON or not wanted():
         return ON
     try:
-        from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -86,8 +91,7 @@ def setup(service: str = "aigcq") -> bool:
     if not exporters:
         log.warning("OTEL_TRACES_EXPORTER names no exporter aigcq ships (otlp, console)")
         return False
-    attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service}
-    provider = TracerProvider(resource=Resource.create(attributes), id_generator=_ids())
+    provider = TracerProvider(resource=resource(service), id_generator=_ids())
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     # Not the global provider: the libraries that trace on their own once one is set
@@ -97,6 +101,21 @@ def setup(service: str = "aigcq") -> bool:
     ON = True
     log.info("OpenTelemetry traces on (%s)", os.environ.get("OTEL_TRACES_EXPORTER") or "otlp")
     return True
+
+
+def resource(service: str) -> Any:
+    """The Resource of this process's telemetry (traces and metrics): ``OTEL_SERVICE_NAME``
+    and ``OTEL_RESOURCE_ATTRIBUTES``; the service name ``service`` unless one is named, and
+    a ``service.instance.id`` (host-pid) unless one is or the SDK made one (recent SDKs
+    do): the workers of one ``aigcq serve`` share their environment, and each one's
+    counters must be series of their own."""
+    from opentelemetry.sdk.resources import Resource
+
+    attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service}
+    created = Resource.create(attributes)
+    if "service.instance.id" in created.attributes:
+        return created
+    return created.merge(Resource({"service.instance.id": f"{socket.gethostname()}-{os.getpid()}"}))
 
 
 def _exporters() -> list[Any]:
