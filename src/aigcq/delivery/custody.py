@@ -1,6 +1,7 @@
 """Result custody: a paid platform's result files copied into aigcq's storage before the
 result is delivered, so a client that comes back after the vendor's links expired (about a
-day for RunningHub and JimuAI; the outbox keeps results two) can still fetch them.
+day where a platform's spec says they expire, ``expiring_links``; the outbox keeps results
+two) can still fetch them.
 
 Which results (``AIGCQ_RESULT_CUSTODY``): ``offline`` (the default) those of a client that
 is not connected when the result comes (:mod:`aigcq.delivery.presence`; a client connected
@@ -230,7 +231,8 @@ class Custody:
 
 def _file_entries(result: Any) -> list[dict[str, Any]]:
     """The entries of a result in RunningHub's ``/outputs`` shape (``data`` a list, or the
-    list under ``data["data"]``, JimuAI's too) that have a ``fileUrl``; [] for another shape."""
+    list under ``data["data"]``, as adapters give files) that have a ``fileUrl``; [] for
+    another shape."""
     listed = result.get("data") if isinstance(result, dict) else result
     if not isinstance(listed, list):
         return []

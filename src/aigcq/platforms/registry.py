@@ -31,7 +31,8 @@ class PlatformSpec:
     url: str = ""
     #: the payload field naming the workflow or model a task runs ("": none)
     workflow_field: str = ""
-    #: its entry in model.json (:class:`aigcq.config.JimuAIAccount`: more than an apikey)
+    #: its entry in model.json (a subclass where it needs more than an apikey, listed in
+    #: :data:`aigcq.config.ACCOUNT_MODELS`)
     account: type[PlatformAccount] = PlatformAccount
     #: the figures of :class:`~aigcq.platforms.base.Cost` its answers report (``units``
     #: alone: charged by the configured price per unit, ``AIGCQ_OVERFLOW_PRICE``)

@@ -69,7 +69,7 @@ assert platforms  # the package import registers every adapter
 
 
 def build_adapters(settings: Settings) -> dict[str, PlatformAdapter]:
-    """Every registered adapter, but an opt-in one (``comfy_v2``) only where its URL is
+    """Every registered platform's adapter, but an opt-in one only where its URL is
     configured, and then first: it takes the task platforms it serves (``comfyui``)."""
     built = {
         spec.name: spec.build(settings)
@@ -97,7 +97,7 @@ def runtime(settings: Settings, config: PlatformConfig, redis: Redis) -> Runtime
         adapters,
         timeout_s=settings.http_timeout_s,
         max_in_flight=settings.platform_max_in_flight,
-        storage=result_storage(settings),  # inline (base64) results, e.g. JimuAI's
+        storage=result_storage(settings),  # inline (base64) result files
         file_key=settings.signing_key(),
     )
     store.shared_keys = shared_keys(config, client, settings.external_capacity_max)
