@@ -256,10 +256,11 @@ class Settings(HttpLimits):
         "client is not connected (offline) or for all; the client gets a signed aigcq link "
         "and the vendor's as sourceUrl (their links expire in about a day).",
     )
-    result_custody_targets: list[str] = Field(
-        default_factory=lambda: ["runninghub", "jimuai", "comfy_v2"],
+    result_custody_targets: list[str] | None = Field(
+        None,
         validation_alias=_env("RESULT_CUSTODY_TARGETS"),
-        description="Paid targets whose result links expire (JSON list).",
+        description="Paid targets whose result links expire (JSON list; unset: every "
+        "platform whose spec says so, runninghub, jimuai and comfy_v2).",
     )
     result_custody_max_bytes: int = Field(
         100 << 20,
@@ -661,12 +662,6 @@ class Settings(HttpLimits):
         """The start deadline of a task of ``aigc`` that carries no ``maxWaitMs`` (s)."""
         ms = self.max_wait_ms.get(aigc, self.max_wait_ms.get("*"))
         return None if ms is None else ms / 1000
-
-    def keeps_results_of(self, target: str) -> bool:
-        """Whether results of ``target`` may have their files copied (result custody)."""
-        return (
-            self.result_custody is not ResultCustody.OFF and target in self.result_custody_targets
-        )
 
     def public_callback_base(self) -> str:
         return (self.callback_url or f"http://{self.host}:{self.callback_port}").rstrip("/")

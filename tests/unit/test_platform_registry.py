@@ -17,6 +17,7 @@ import typer
 from aigcq.cli.common import unknown_platform
 from aigcq.cli.emulate import emulate_app
 from aigcq.config import ACCOUNT_MODELS, PlatformAccount, PlatformConfig, PlatformKinds, Settings
+from aigcq.delivery.custody import keeps_results_of
 from aigcq.domain import Task
 from aigcq.platforms import base, registry
 from aigcq.platforms.registry import CostField, PlatformSpec, specs
@@ -67,7 +68,8 @@ def test_the_settings_that_name_platforms_agree_with_the_specs() -> None:
     assert kinds.polling == [p for s in builtin if s.kind == "polling" for p in s.adapter.serves]
     callback = ["comfyui", *(p for s in builtin if s.kind == "callback" for p in s.adapter.serves)]
     assert kinds.callback == list(dict.fromkeys(callback))
-    assert Settings().result_custody_targets == [s.name for s in SPECS if s.expiring_links]
+    kept = [s.name for s in SPECS if keeps_results_of(Settings(), s.name)]
+    assert kept == ["runninghub", "jimuai", "comfy_v2"]  # the former default list
 
 
 # ---- the recipe, done: a platform added by its module alone -------------------------------
@@ -94,7 +96,11 @@ class _FakeAdapter(base.PlatformAdapter):
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> PlatformSpec:
     spec = PlatformSpec(
-        _FakeAdapter, url="https://fake.test", workflow_field="fake_model", cost=("units",)
+        _FakeAdapter,
+        url="https://fake.test",
+        workflow_field="fake_model",
+        cost=("units",),
+        expiring_links=True,
     )
     monkeypatch.setattr(registry, "_SPECS", {**registry._SPECS})
     return registry.register(spec)
@@ -108,3 +114,4 @@ def test_a_new_platform_needs_no_other_module(fake: PlatformSpec, tmp_path: Any)
     (tmp_path / "model.json").write_text('{"p": {"fakeplat": {"apikey": "k"}}}')
     assert unknown_platform(PlatformConfig.load(tmp_path)) == ""
     assert workflow_of({"fake_model": "m1"}) == "m1"
+    assert keeps_results_of(Settings(), "fakeplat")

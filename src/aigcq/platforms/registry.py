@@ -85,6 +85,10 @@ def specs() -> tuple[PlatformSpec, ...]:
     return tuple(_SPECS.values())
 
 
+def spec_of(name: str) -> PlatformSpec | None:
+    return _SPECS.get(name)
+
+
 def workflow_fields() -> tuple[str, ...]:
     """The payload fields that may name a task's workflow or model, first match first."""
     return tuple(dict.fromkeys(s.workflow_field for s in _SPECS.values() if s.workflow_field))
