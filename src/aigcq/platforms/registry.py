@@ -55,11 +55,6 @@ class PlatformSpec:
     def paid(self) -> bool:
         return self.adapter.paid
 
-    @property
-    def idempotent_create(self) -> bool:
-        """A create sent again for one attempt makes no second remote task."""
-        return self.adapter.resend_same_attempt
-
     def base_url(self, settings: Settings) -> str:
         """Its base URL: ``AIGCQ_PLATFORM_URLS``' or its own setting's, else :attr:`url`."""
         return settings.platform_url(self.name) or self.url
