@@ -43,6 +43,9 @@ def _env(name: str, *seed_names: str) -> AliasChoices:
 
 _M = TypeVar("_M", bound=BaseModel)
 
+#: marks a platform's own base-URL setting, ``<name>_url`` (:meth:`Settings.platform_url`)
+PLATFORM_URL: dict[str, Any] = {"platform_url": True}
+
 
 class IdBinding(enum.StrEnum):
     """Which backendIds a client JWT may use (``AIGCQ_BIND_CLIENT_IDS``)."""
@@ -185,15 +188,23 @@ class Settings(HttpLimits):
         validation_alias=_env("ASYNCH_URL"),
         description="Base URL of model-asynch: the dashboard shows its /admin/overview.",
     )
+    # the platforms' own URL settings (the seed's names; another platform's URL is set in
+    # AIGCQ_PLATFORM_URLS): each agrees with its spec (tests/unit/test_platform_registry.py)
     runninghub_url: str = Field(
         "https://www.runninghub.cn",
         validation_alias=_env("RUNNINGHUB_URL", "RunningHub_URL", "RUNNINGHUB_URL"),
+        json_schema_extra=PLATFORM_URL,
     )
-    coze_url: str = Field("https://api.coze.cn", validation_alias=_env("COZE_URL", "COZE_URL"))
+    coze_url: str = Field(
+        "https://api.coze.cn",
+        validation_alias=_env("COZE_URL", "COZE_URL"),
+        json_schema_extra=PLATFORM_URL,
+    )
     jimuai_url: str = Field(
         "https://visual.volcengineapi.com",
         validation_alias=_env("JIMUAI_URL", "JIMUAI_URL"),
         description="JimuAI (即梦) = Volcengine's visual API; point at `aigcq emulate jimuai`.",
+        json_schema_extra=PLATFORM_URL,
     )
     platform_urls: dict[str, str] = Field(
         default_factory=dict,
@@ -201,7 +212,9 @@ class Settings(HttpLimits):
         description="Base URL per platform adapter (JSON), for platforms without a field.",
     )
     message_dispatcher_url: str = Field(
-        "", validation_alias=_env("MESSAGE_DISPATCHER_URL", "MESSAGE_DISPATCHER_URL")
+        "",
+        validation_alias=_env("MESSAGE_DISPATCHER_URL", "MESSAGE_DISPATCHER_URL"),
+        json_schema_extra=PLATFORM_URL,
     )
 
     config_dir: Path = Field(Path("config"), validation_alias=_env("CONFIG_DIR"))
@@ -243,10 +256,11 @@ class Settings(HttpLimits):
         "client is not connected (offline) or for all; the client gets a signed aigcq link "
         "and the vendor's as sourceUrl (their links expire in about a day).",
     )
-    result_custody_targets: list[str] = Field(
-        default_factory=lambda: ["runninghub", "jimuai", "comfy_v2"],
+    result_custody_targets: list[str] | None = Field(
+        None,
         validation_alias=_env("RESULT_CUSTODY_TARGETS"),
-        description="Paid targets whose result links expire (JSON list).",
+        description="Paid targets whose result links expire (JSON list; unset: every "
+        "platform whose spec says so, runninghub, jimuai and comfy_v2).",
     )
     result_custody_max_bytes: int = Field(
         100 << 20,
@@ -566,13 +580,13 @@ class Settings(HttpLimits):
     billing_url: str = Field("", validation_alias=_env("BILLING_URL"))
 
     def platform_url(self, name: str) -> str:
-        defaults = {
-            "runninghub": self.runninghub_url,
-            "coze": self.coze_url,
-            "jimuai": self.jimuai_url,
-            "message_dispatcher": self.message_dispatcher_url,
-        }
-        return self.platform_urls.get(name) or defaults.get(name, "")
+        """Platform ``name``'s base URL: its ``AIGCQ_PLATFORM_URLS`` entry, else its own
+        ``<name>_url`` setting's ("": neither)."""
+        own = type(self).model_fields.get(f"{name}_url")
+        setting = (
+            getattr(self, f"{name}_url") if own and own.json_schema_extra == PLATFORM_URL else ""
+        )
+        return self.platform_urls.get(name) or str(setting)
 
     @model_validator(mode="after")
     def _removed(self) -> Settings:
@@ -648,12 +662,6 @@ class Settings(HttpLimits):
         """The start deadline of a task of ``aigc`` that carries no ``maxWaitMs`` (s)."""
         ms = self.max_wait_ms.get(aigc, self.max_wait_ms.get("*"))
         return None if ms is None else ms / 1000
-
-    def keeps_results_of(self, target: str) -> bool:
-        """Whether results of ``target`` may have their files copied (result custody)."""
-        return (
-            self.result_custody is not ResultCustody.OFF and target in self.result_custody_targets
-        )
 
     def public_callback_base(self) -> str:
         return (self.callback_url or f"http://{self.host}:{self.callback_port}").rstrip("/")

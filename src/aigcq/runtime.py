@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from aigcq.config import PlatformAccount, PlatformConfig, Settings
+from aigcq.delivery.custody import keeps_results_of
 from aigcq.platforms.client import PlatformClient
 from aigcq.plumbing.signing import webhook_url
 from aigcq.queue.store import TaskStore
@@ -58,7 +59,7 @@ class Runtime:
     def webhook_url(self, task_id: str, attempt: int, target: str = "") -> str:
         """The signed TASK_END URL handed to ``target`` for one attempt of a task."""
         base = self.settings.public_callback_base()
-        keep = self.settings.keeps_results_of(target)
+        keep = keeps_results_of(self.settings, target)
         return webhook_url(base, self.settings.signing_key(), task_id, attempt, keep=keep)
 
     @property

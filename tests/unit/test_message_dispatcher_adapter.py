@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from aigcq.domain import Task
-from aigcq.platforms.base import Accepted, Full, Rejected, Succeeded, registered
+from aigcq.platforms.base import Accepted, Full, Rejected, Succeeded
 from aigcq.platforms.client import PlatformClient
 from aigcq.platforms.message_dispatcher import TOKEN_REFUSED, MessageDispatcherAdapter
+from aigcq.platforms.registry import registered
 from aigcq.platforms.runninghub import RunningHubAdapter
 
 PAYLOAD: dict[str, Any] = {

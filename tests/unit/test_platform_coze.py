@@ -18,12 +18,12 @@ from aigcq.platforms.base import (
     Succeeded,
     Uncertain,
     Unknown,
-    registered,
 )
 from aigcq.platforms.coze import (
     CozeAdapter,
     decode_output,
 )
+from aigcq.platforms.registry import registered
 
 BASE = "https://api.coze.cn"
 PAYLOAD = {"workflow_id": "7428", "parameters": {"prompt": "a cat"}, "bot_id": "b9"}

@@ -22,9 +22,9 @@ from aigcq.platforms.base import (
     Succeeded,
     Uncertain,
     Unknown,
-    registered,
 )
 from aigcq.platforms.jimuai import JimuAIAdapter, JimuCredentials, files_result
+from aigcq.platforms.registry import registered
 from aigcq.queue.store import workflow_of
 from aigcq.wire.volc_sign import parse_authorization
 

@@ -19,8 +19,8 @@ from aigcq.platforms.base import (
     Succeeded,
     Uncertain,
     Unknown,
-    registered,
 )
+from aigcq.platforms.registry import registered
 from aigcq.platforms.runninghub import RunningHubAdapter
 
 BASE = "https://www.runninghub.cn/"

@@ -102,9 +102,9 @@ def load_config(workers: int = 0) -> tuple[Settings, PlatformConfig]:
 
 def unknown_platform(config: PlatformConfig) -> str:
     """What names a platform nothing here runs (``""``: none does), e.g. ``comfyiu``."""
-    from aigcq.platforms.base import registered
+    from aigcq.platforms.registry import specs
 
-    known = {"comfyui"} | {p for cls in registered().values() for p in cls.serves}
+    known = {"comfyui"} | {p for spec in specs() for p in spec.adapter.serves}
     for aigc, platform in config.queues():
         if platform not in known:
             close = difflib.get_close_matches(platform, sorted(known), n=1)

@@ -1,6 +1,7 @@
 """Result custody: a paid platform's result files copied into aigcq's storage before the
 result is delivered, so a client that comes back after the vendor's links expired (about a
-day for RunningHub and JimuAI; the outbox keeps results two) can still fetch them.
+day where a platform's spec says they expire, ``expiring_links``; the outbox keeps results
+two) can still fetch them.
 
 Which results (``AIGCQ_RESULT_CUSTODY``): ``offline`` (the default) those of a client that
 is not connected when the result comes (:mod:`aigcq.delivery.presence`; a client connected
@@ -45,6 +46,7 @@ from aigcq.delivery.presence import Presence
 from aigcq.domain import TaskState
 from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
+from aigcq.platforms.registry import spec_of
 from aigcq.plumbing.text import text
 from aigcq.queue.keys import Keys
 from aigcq.storage import Storage, StorageError
@@ -59,6 +61,18 @@ COPIES_AT_ONCE = 8
 SWEEP_S = 600.0
 #: a task in one of these states takes no result any more
 ENDED = frozenset(s.value for s in TaskState if s.terminal)
+
+
+def keeps_results_of(settings: Settings, target: str) -> bool:
+    """Whether results of ``target`` may have their files copied: custody is on, and the
+    target is one of ``AIGCQ_RESULT_CUSTODY_TARGETS``, by default a platform whose spec says
+    its links expire."""
+    if settings.result_custody is ResultCustody.OFF:
+        return False
+    if settings.result_custody_targets is not None:
+        return target in settings.result_custody_targets
+    spec = spec_of(target)
+    return spec is not None and spec.expiring_links
 
 
 class CopyFailed(Exception):
@@ -96,7 +110,7 @@ class Custody:
         """``result`` (a success's answer) with its files in custody when the rules want
         them there, else as it is. ``target``: the task's, or ``""`` when not known."""
         entries = _file_entries(result) if self.link_key else []
-        if not entries or (target and not self.settings.keeps_results_of(target)):
+        if not entries or (target and not keeps_results_of(self.settings, target)):
             return result
         if not any(self._foreign(e["fileUrl"]) for e in entries):
             return result
@@ -141,7 +155,7 @@ class Custody:
         fields = ["status", "target", "backendId", "deliver"]
         raw = await self.redis.hmget(self.keys.task(task_id), fields)
         status, found, backend_id, deliver = (text(v) if v is not None else "" for v in raw)
-        if status in ENDED or not self.settings.keeps_results_of(found or target):
+        if status in ENDED or not keeps_results_of(self.settings, found or target):
             return ""  # over already (finish will refuse this result), or not a custody target
         if self.settings.result_custody is ResultCustody.ALWAYS:
             return found or target
@@ -230,7 +244,8 @@ class Custody:
 
 def _file_entries(result: Any) -> list[dict[str, Any]]:
     """The entries of a result in RunningHub's ``/outputs`` shape (``data`` a list, or the
-    list under ``data["data"]``, JimuAI's too) that have a ``fileUrl``; [] for another shape."""
+    list under ``data["data"]``, as adapters give files) that have a ``fileUrl``; [] for
+    another shape."""
     listed = result.get("data") if isinstance(result, dict) else result
     if not isinstance(listed, list):
         return []

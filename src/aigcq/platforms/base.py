@@ -1,8 +1,8 @@
 """The platform adapter interface (seed 000 §3.2.1's method set), kept free of I/O.
 
 An adapter only *builds* requests and *parses* responses; :mod:`aigcq.platforms.client`
-performs the HTTP calls. That keeps every adapter a pure, unit-testable module, and a new
-platform (seed 001 names JimuAI) is one new module registered with :func:`register`.
+performs the HTTP calls. That keeps every adapter a pure, unit-testable module; its module also
+registers what else the platform is (:mod:`aigcq.platforms.registry`).
 
 seed name            -> here
 getGenerateUrl/Header/Body -> submit_request
@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal
 
 from aigcq.domain import Task
 
@@ -255,18 +255,3 @@ class PlatformAdapter(ABC):
         answer."""
         tasks = self.parse_running(status, body)
         return None if tasks is None else AccountState(tasks)
-
-
-_REGISTRY: dict[str, type[PlatformAdapter]] = {}
-
-
-_A = TypeVar("_A", bound=type[PlatformAdapter])
-
-
-def register(cls: _A) -> _A:
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def registered() -> dict[str, type[PlatformAdapter]]:
-    return dict(_REGISTRY)

@@ -30,6 +30,7 @@ import orjson
 from aigcq.domain import Task
 from aigcq.platforms import base
 from aigcq.platforms._parse import unreadable_create
+from aigcq.platforms.registry import PlatformSpec, register
 from aigcq.wire.assets import has_assets
 
 #: errors that say the job itself is wrong: sending it again cannot help
@@ -98,7 +99,6 @@ def _file(output: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-@base.register
 class ComfyV2Adapter(base.PlatformAdapter):
     name = "comfy_v2"
     kind = "polling"
@@ -200,3 +200,8 @@ class ComfyV2Adapter(base.PlatformAdapter):
             return None
         url = self._url(f"/jobs/{quote(task.remote_id, safe='')}/cancel")
         return base.HttpRequest("POST", url, self._headers(apikey))
+
+
+SPEC = register(
+    PlatformSpec(ComfyV2Adapter, cost=("units",), expiring_links=True, emulator="comfyui")
+)

@@ -13,6 +13,7 @@ from urllib.parse import quote
 from aigcq.domain import Task
 from aigcq.platforms import base
 from aigcq.platforms._parse import as_int, loads_if_json, unreadable_create
+from aigcq.platforms.registry import PlatformSpec, register
 
 #: rate limits: system request limit ("retry later"), RPM exceeded.
 FULL_CODES = frozenset({4009, 4020})
@@ -50,7 +51,6 @@ def _failed(record: dict[str, Any]) -> base.Failed:
     return base.Failed(str(code) if code not in (None, "") else "Fail", str(message), detail=detail)
 
 
-@base.register
 class CozeAdapter(base.PlatformAdapter):
     name = "coze"
     kind = "polling"
@@ -109,3 +109,14 @@ class CozeAdapter(base.PlatformAdapter):
                 return _failed(record)
             case _:
                 return base.Pending(status_text or "Running")
+
+
+SPEC = register(
+    PlatformSpec(
+        CozeAdapter,
+        url="https://api.coze.cn",
+        workflow_field="workflow_id",
+        cost=("tokens",),
+        emulator="coze",
+    )
+)

@@ -51,9 +51,11 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 
+from aigcq.config import JimuAIAccount
 from aigcq.domain import Task
 from aigcq.platforms import base
 from aigcq.platforms._parse import as_int, unreadable_create
+from aigcq.platforms.registry import PlatformSpec, register
 from aigcq.wire.volc_sign import Credentials, sign
 
 DEFAULT_URL = "https://visual.volcengineapi.com"
@@ -221,7 +223,6 @@ def _failed(code: str, message: str, body: Any = None, *, retryable: bool = Fals
     return base.Failed(code, message, detail, retryable, cost=base.Cost(units=0))
 
 
-@base.register
 class JimuAIAdapter(base.PlatformAdapter):
     name = "jimuai"
     kind = "polling"
@@ -348,3 +349,16 @@ class JimuAIAdapter(base.PlatformAdapter):
                 return _failed("JIMUAI_EXPIRED", "task expired on JimuAI", body)
             case _:
                 return base.Unknown(f"undocumented status {state!r}")
+
+
+SPEC = register(
+    PlatformSpec(
+        JimuAIAdapter,
+        url=DEFAULT_URL,
+        workflow_field="req_key",
+        account=JimuAIAccount,
+        cost=("units",),
+        expiring_links=True,
+        emulator="jimuai",
+    )
+)

@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 
 from aigcq.domain import Task
 from aigcq.platforms._parse import http_outcome
-from aigcq.platforms.base import Full, HttpRequest, Rejected, SubmitOutcome, register
+from aigcq.platforms.base import Full, HttpRequest, Rejected, SubmitOutcome
+from aigcq.platforms.registry import PlatformSpec, register
 from aigcq.platforms.runninghub import RunningHubAdapter
 
 SUBMIT_PATH = "/api/task"
@@ -35,7 +36,6 @@ def to_runninghub(body: dict[str, Any]) -> dict[str, Any]:
     return {"code": 0, "msg": "success", "data": {"taskId": request_id}}
 
 
-@register
 class MessageDispatcherAdapter(RunningHubAdapter):
     name = "message_dispatcher"
     paid = False
@@ -76,3 +76,6 @@ class MessageDispatcherAdapter(RunningHubAdapter):
             return Full(f"MD {code} {message}".rstrip())
         retryable = status >= 500  # transient
         return Rejected(f"MD_{code}", message, retryable=retryable, detail=body.get("error"))
+
+
+SPEC = register(PlatformSpec(MessageDispatcherAdapter))

@@ -1,5 +1,5 @@
-"""Where ``aigcq serve`` keeps result files a platform sends inline (JimuAI's
-``binary_data_base64``), and the ``GET /files/{name}`` route that serves them.
+"""Where ``aigcq serve`` keeps result files a platform sends inline (an adapter's
+``Succeeded.files``), and the ``GET /files/{name}`` route that serves them.
 
 The backend is chosen by ``AIGCQ_STORAGE_*`` (:class:`aigcq.storage.StorageSettings`), as
 for model-asynch: by default a folder ``<data_dir>/files`` served by serve itself at

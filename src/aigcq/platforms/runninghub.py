@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from aigcq.domain import Task
 from aigcq.platforms import base
 from aigcq.platforms._parse import as_amount, as_int, loads_if_json, unreadable_create
+from aigcq.platforms.registry import PlatformSpec, register
 
 #: success codes: 0 as documented; some deployments answer 200.
 SUCCESS_CODES = frozenset({0, 200})
@@ -103,7 +104,6 @@ def _outputs_outcome(body: dict[str, Any], ended: bool) -> base.ResultOutcome:
     return base.Unknown(f"RH_{code} {msg}".rstrip())
 
 
-@base.register
 class RunningHubAdapter(base.PlatformAdapter):
     name = "runninghub"
     kind = "callback"
@@ -192,3 +192,15 @@ class RunningHubAdapter(base.PlatformAdapter):
         except ValueError:
             coins = None
         return base.AccountState(tasks, coins)
+
+
+SPEC = register(
+    PlatformSpec(
+        RunningHubAdapter,
+        url="https://www.runninghub.cn",
+        workflow_field="workflowId",
+        cost=("money", "coins", "seconds"),
+        expiring_links=True,
+        emulator="runninghub",
+    )
+)

@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 
 from aigcq.domain import AS_SUBMITTED, TRANSITIONS, ErrorCode, Move, Ordering, Task, TaskState
 from aigcq.observability import metrics
+from aigcq.platforms.registry import workflow_fields
 from aigcq.plumbing.redis_mux import RedisMux
 from aigcq.plumbing.text import text
 from aigcq.queue import scripts
@@ -1018,10 +1019,6 @@ _HEAD = [
 ]
 
 
-#: payload fields naming the workflow or model a task runs (RunningHub, Coze, JimuAI)
-WORKFLOW_FIELDS = ("workflowId", "workflow_id", "req_key")
-
-
 def _decimal(value: float) -> str:
     """A figure as ``HINCRBYFLOAT`` reads it (shortest exact decimal)."""
     return repr(float(value))
@@ -1071,8 +1068,8 @@ def _from_head(values: list[Any]) -> Task | None:
 
 def workflow_of(payload: dict[str, Any]) -> str:
     """The workflow or model a payload names; kept in the task (and in its orphans), as a
-    platform's status query may need it (Coze's ``workflow_id``, JimuAI's ``req_key``)."""
-    return next((str(payload[f]) for f in WORKFLOW_FIELDS if payload.get(f)), "")
+    platform's status query may need it (its spec's ``workflow_field``)."""
+    return next((str(payload[f]) for f in workflow_fields() if payload.get(f)), "")
 
 
 def _orphan(remote_id: str, raw: dict[Any, Any]) -> Orphan:

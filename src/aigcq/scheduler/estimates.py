@@ -6,8 +6,8 @@ internal pool (every process's free slots, and the expected time left of each bu
 and each task's place in that order is its **position** (0-based: how many waiting tasks
 are expected to start on our GPUs before it; 0 = it starts next) and its start there its
 **ETA** (epoch seconds; None = unknown: nothing of ours can run it, or it is further back
-than the window). A queue our GPUs do not serve (Coze, JimuAI) has positions by its list
-alone (the tasks ahead of it in its queue) and no ETA.
+than the window). A queue our GPUs do not serve (a paid platform's own) has positions by
+its list alone (the tasks ahead of it in its queue) and no ETA.
 
 A task submitted after the last layout is placed by :func:`place_new`: each fully read
 queue gets a probe at its tail in the layout (a task of the queue's project submitted

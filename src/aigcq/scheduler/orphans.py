@@ -3,8 +3,9 @@
 A remote task becomes an orphan when its task moved on while it may still run on a paid
 platform (a client cancel, an older attempt's success, a create accepted after the task
 left ``dispatching``, a retry after the deadline). The queue scripts keep it in its
-account's cap atomically with that move; here it is cancelled (RunningHub's cancel; Coze
-has none, so it is left to finish) and then watched: each check asks the platform, and
+account's cap atomically with that move; here it is cancelled (the adapter's
+``cancel_request``; a platform with none lets it finish) and then watched: each check asks
+the platform, and
 only its word that the task ended (a result, a failure, "not found") frees the slot —
 or the run's own webhook, whose TASK_END releases that attempt's orphan in the finishing
 script. A create still out when its task moved on (no remote id yet) is counted as

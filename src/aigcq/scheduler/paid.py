@@ -1,4 +1,5 @@
-"""The paid platforms (RunningHub, Coze, JimuAI) as one target: per-account caps, creates.
+"""The paid platforms (every registered one whose adapter is ``paid``) as one target:
+per-account caps, creates.
 
 A queue's platform is served by one adapter (:meth:`PlatformClient.adapter_for`) under the
 AIGC project's account (``config/model.json``: apikey, concurrency). The account's cap holds
@@ -10,8 +11,8 @@ answers is the lifecycle's to apply. An acceptance is in this process's journal
 has it does not forget a task the platform bills; dead processes' journals are replayed.
 
 Before a create, a task's ``maxCost`` is checked where its platform's price is known
-(``AIGCQ_OVERFLOW_PRICE``, per task, or per output image for JimuAI: the most the create
-may make, after the project's ``max_outputs``): one expected to cost more is not sent. It
+(``AIGCQ_OVERFLOW_PRICE``, per unit: the most units the create may be billed for, the
+adapter's ``billed_units``): one expected to cost more is not sent. It
 waits for internal capacity when an internal target runs its platform, else fails
 ``MaxCostExceeded``.
 
@@ -220,7 +221,7 @@ class PaidPlatforms:
         """Whether the task's expected cost on ``adapter`` is above its ``maxCost`` (then
         nothing is sent: it waits for internal capacity, or fails). False: no price known
         for the platform, no ``maxCost``, or within it. A task the adapter cannot send at
-        all (``unsendable``: comfy_v2 and a task with no inline graph) is held the same way,
+        all (the adapter's ``unsendable``) is held the same way,
         or fails as the platform's refusal would."""
         why = adapter.unsendable(task)
         if why is not None:

@@ -9,10 +9,10 @@ failed, and they run once it is resumed.
   queues' tasks wait for our GPUs instead (tasks already created there run to their end).
   An account is its key: pausing one project's account pauses every project that uses the
   same key on that platform.
-* ``workflow`` (the ``workflowId`` a payload names, or Coze's ``workflow_id``, JimuAI's
-  ``req_key``): its waiting keys leave the queue's ready keys (``pause_workflow.lua``, in
-  the step that writes the pause), so the
-  other tasks of the queue run, however many of its tasks wait.
+* ``workflow`` (what a payload names in its platform's ``workflow_field``, RunningHub's
+  ``workflowId``): its waiting keys leave the queue's ready keys (``pause_workflow.lua``,
+  in the step that writes the pause), so the other tasks of the queue run, however many of
+  its tasks wait.
 * ``bridge``: no new task is assigned to it (a drain); the ones it runs finish.
 * ``hold`` (automatic, never an operator's): one project's paid target takes no new create,
   as a paused account but for that project only (no other project with the same key).

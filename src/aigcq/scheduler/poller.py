@@ -1,4 +1,4 @@
-"""Result polling for polling-type platforms (Coze, JimuAI): batches of 100, adaptive interval.
+"""Result polling for platforms of ``kind`` polling: batches of 100, adaptive interval.
 
 Only one process polls a platform at a time (a short Redis lock per round); the others
 skip. Settling is idempotent, so a lost lock only costs a duplicate query.

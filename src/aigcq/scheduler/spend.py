@@ -3,9 +3,10 @@
 A task that ends on a paid platform (its result, or a failure the platform reported) is
 charged what the platform's answer says it cost (:class:`aigcq.platforms.base.Cost`):
 RunningHub's ``consumeMoney`` (plus ``thirdPartyConsumeMoney``) as the amount and its
-``consumeCoins`` as coins; where no money is reported (Coze, JimuAI, a RunningHub key
-billed in coins, a failure) the configured price, ``AIGCQ_OVERFLOW_PRICE`` per billed unit
-(a task; JimuAI's output images), marked as an estimate (0 without a price).
+``consumeCoins`` as coins; where no money is reported (a platform whose spec's ``cost`` has
+no ``money``, a RunningHub key billed in coins, a failure) the configured price,
+``AIGCQ_OVERFLOW_PRICE`` per billed unit (``Cost.units``: a task, or each output where the
+platform bills per output), marked as an estimate (0 without a price).
 
 The end that bills a run makes its charge *due* in the same atomic step (a task end
 applied on a paid target, a retried paid failure, an unwanted run's release:

@@ -31,8 +31,9 @@ from aigcq.gateway.result_links import result_links_route
 from aigcq.gateway.v2_errors import V2Error, v2_error_handler
 from aigcq.gateway.ws import client_endpoint
 from aigcq.observability import metrics, otel_metrics
-from aigcq.platforms.base import PlatformAdapter, registered
+from aigcq.platforms.base import PlatformAdapter
 from aigcq.platforms.client import PlatformClient
+from aigcq.platforms.registry import specs
 from aigcq.platforms.result_files import files_route, result_storage
 from aigcq.plumbing.background import every
 from aigcq.plumbing.cancel import cancel_and_wait
@@ -68,12 +69,12 @@ assert platforms  # the package import registers every adapter
 
 
 def build_adapters(settings: Settings) -> dict[str, PlatformAdapter]:
-    """Every registered adapter, but an opt-in one (``comfy_v2``) only where its URL is
+    """Every registered platform's adapter, but an opt-in one only where its URL is
     configured, and then first: it takes the task platforms it serves (``comfyui``)."""
     built = {
-        name: cls(settings.platform_url(name))
-        for name, cls in registered().items()
-        if not cls.opt_in or settings.platform_url(name)
+        spec.name: spec.build(settings)
+        for spec in specs()
+        if not spec.adapter.opt_in or spec.base_url(settings)
     }
     return dict(sorted(built.items(), key=lambda item: not item[1].opt_in))
 
@@ -96,7 +97,7 @@ def runtime(settings: Settings, config: PlatformConfig, redis: Redis) -> Runtime
         adapters,
         timeout_s=settings.http_timeout_s,
         max_in_flight=settings.platform_max_in_flight,
-        storage=result_storage(settings),  # inline (base64) results, e.g. JimuAI's
+        storage=result_storage(settings),  # inline (base64) result files
         file_key=settings.signing_key(),
     )
     store.shared_keys = shared_keys(config, client, settings.external_capacity_max)
