@@ -106,7 +106,7 @@ async def hold(store: TaskStore, kind: str) -> int:
 
 async def one_round(store: TaskStore, settings: Settings, limit: int) -> list[str]:
     """Read, plan and claim for the bridges: the ids claimed."""
-    window = await store.window(
+    window = await store.reads.window(
         [QUEUE], key_head(settings, FREE, 0), "bridge", dated=RESCUE_MAX, busy_max=0,
         user_limit=limit, users_max=FREE + 1,
     )  # fmt: skip

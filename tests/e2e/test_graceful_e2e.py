@@ -55,7 +55,7 @@ class SilentBridge:
 async def tasks(store: TaskStore, ids: list[str]) -> dict[str, Task]:
     out = {}
     for task_id in ids:
-        task = await store.get(task_id)
+        task = await store.reads.get(task_id)
         assert task is not None, f"{task_id} lost"
         out[task_id] = task
     return out
@@ -120,7 +120,7 @@ async def test_sigterm_hands_work_back_and_every_result_arrives_once(cluster: Cl
         for task_id in on_bridge:
             task = after[task_id]
             assert (task.state, task.attempt, task.charged) == (TaskState.PENDING, 1, 0), task
-            notes = [e.get("note", "") for e in await store.timeline(task_id)]
+            notes = [e.get("note", "") for e in await store.reads.timeline(task_id)]
             assert "br-graceful" in notes[-1], notes  # why it went back
         # Accepted by RunningHub: left alone, their TASK_END reaches the next server.
         for task_id in on_rh:

@@ -53,7 +53,7 @@ class Fleet:
         await self.bridges[index].start()
 
     async def task(self, task_id: str) -> Task:
-        task = await self.service.rt.store.get(task_id)
+        task = await self.service.rt.store.reads.get(task_id)
         assert task is not None
         return task
 

@@ -60,7 +60,7 @@ class Md:
         return token
 
     async def task(self, task_id: str) -> Task | None:
-        return await self.dispatcher.service.rt.store.get(task_id)
+        return await self.dispatcher.service.rt.store.reads.get(task_id)
 
 
 @pytest.fixture

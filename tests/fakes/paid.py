@@ -68,7 +68,7 @@ class Paid:
         return {t: n for t, n in paid_runs(await self.records(platform)).items() if n > 1}
 
     async def task(self, task_id: str) -> Task:
-        task = await self.service.rt.store.get(task_id)
+        task = await self.service.rt.store.reads.get(task_id)
         assert task is not None
         return task
 

@@ -228,7 +228,7 @@ async def test_a_task_whose_capable_bridge_is_busy_overflows_not_to_an_idle_inca
         await client.request(_needing("b-2", "b.safetensors"))
         result = await client.next(timeout=10)
         assert (result["taskId"], result["status"]) == ("b-2", "success"), result
-        task = await stack.service.rt.store.get("b-2")
+        task = await stack.service.rt.store.reads.get("b-2")
         assert task is not None and (task.target, task.attempt) == ("runninghub", 1)
         with pytest.raises(TimeoutError):
             await idle.next(timeout=0.3)

@@ -73,7 +73,7 @@ async def test_a_comfyui_task_overflows_to_comfy_v2_with_its_graph_and_is_cancel
 
         await f.client.request(task_of("by-id"))  # a registry workflowId, no graph
         await until(
-            lambda: f.service.rt.store.timeline("by-id"),
+            lambda: f.service.rt.store.reads.timeline("by-id"),
             lambda notes: any("waits for internal" in e["note"] for e in notes),
             within=10,
         )

@@ -111,7 +111,7 @@ async def test_max_cost_is_a_number_of_at_least_zero(
                 continue
             assert (reply["type"], reply["code"]) == ("error", "JSONError"), reply
             assert "maxCost" in reply["detail"]
-            assert await env.service.rt.store.get(f"bad-{bad}") is None
+            assert await env.service.rt.store.reads.get(f"bad-{bad}") is None
 
 
 def port(env: Paid) -> int:

@@ -138,7 +138,7 @@ async def test_a_priority_above_its_projects_bound_is_refused(pair: Pair) -> Non
     reply = await client.request(generate("too-high", aigc="calm") | {"priority": 10_000})
     assert reply["type"] == "error" and reply["code"] == "JSONError", reply
     assert "priority" in reply["detail"], reply
-    assert await pair.a.service.rt.store.get("too-high") is None
+    assert await pair.a.service.rt.store.reads.get("too-high") is None
 
 
 async def test_a_task_past_its_start_deadline_ends_task_expired_unpaid(
@@ -215,13 +215,13 @@ async def test_the_paid_cap_holds_with_two_processes_planning(
         ids = [f"t{i}" for i in range(8)]
         store = a.service.rt.store
         tasks = await until(
-            lambda: store.heads(ids),
+            lambda: store.reads.heads(ids),
             lambda ts: sum(t.target == "runninghub" for t in ts) >= 2,
             within=15,
         )
         await wait_until(lambda: pair.paid_creates(), 15)
         assert sum(t.target == "runninghub" for t in tasks) == 2
-        assert sum(t.target == "bridge" for t in await store.heads(ids)) == 2
+        assert sum(t.target == "bridge" for t in await store.reads.heads(ids)) == 2
         assert await pair.paid_creates() == 2
 
 
@@ -248,7 +248,7 @@ async def test_a_users_limit_holds_across_both_processes(
         ids = ["u-0", "u-1", "v-0"]
         store = a.service.rt.store
         tasks = await until(
-            lambda: store.heads(ids), lambda ts: sum(t.target == "bridge" for t in ts) == 2
+            lambda: store.reads.heads(ids), lambda ts: sum(t.target == "bridge" for t in ts) == 2
         )
         assert {t.task_id for t in tasks if t.target == "bridge"} == {"u-0", "v-0"}
         assert (await a.task("u-1")).state == "pending"

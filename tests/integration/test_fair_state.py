@@ -54,7 +54,7 @@ async def test_the_ordering_is_stored_and_read_back_in_the_window(redis: aioredi
     await submit(store, "a", Ordering(user="u1", credit_s=30, max_wait_s=5))
     await submit(store, "b", Ordering(max_wait_s=5, keep_waiting=True))
     await submit(store, "c")
-    window = await store.window([("p", "comfyui")], 10, "bridge")
+    window = await store.reads.window([("p", "comfyui")], 10, "bridge")
     a, b, c = window.tasks
     assert (a.task_id, a.user, a.credit_s, a.keep_waiting) == ("a", "u1", 30.0, False)
     assert a.start_by is not None and before + 5 <= a.start_by <= time.time() + 5
@@ -90,13 +90,13 @@ async def test_a_paused_workflow_hides_no_ready_task_at_any_depth(
     assert await store.pause_workflow("held", orjson.dumps({"since": 1.0}))
     assert await redis.hexists("t:pauses", "workflow:held")
     assert not await store.pause_workflow("held", orjson.dumps({"since": 2.0}))  # no change
-    window = await store.window([("p", "comfyui")], 4, "bridge")
+    window = await store.reads.window([("p", "comfyui")], 4, "bridge")
     assert [t.task_id for t in window.tasks] == ["ready0"]
     [claimed] = await store.claim("p", "comfyui", "runninghub", cap=-1, n=5, deadline_s=60)
     assert claimed.task_id == "ready0"
     assert await redis.zcard("t:p:comfyui:wait") == pipe_depth  # the paused ones wait on
     assert await store.pause_workflow("held", None)
-    window = await store.window([("p", "comfyui")], 2, "bridge")
+    window = await store.reads.window([("p", "comfyui")], 2, "bridge")
     assert [t.task_id for t in window.tasks] == ["held0", "held1"]
 
 
@@ -110,7 +110,7 @@ async def test_a_user_at_its_limit_hides_no_other_users_task(redis: aioredis.Red
         "p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60, ids=["batch0"], user_limit=1
     )
     assert first.task_id == "batch0"
-    window = await store.window([("p", "comfyui")], 4, "bridge", user_limit=1)
+    window = await store.reads.window([("p", "comfyui")], 4, "bridge", user_limit=1)
     assert [t.task_id for t in window.tasks] == ["single0"]
     assert window.users == {("p", "heavy"): 1, ("p", "light"): 0}
     refused = await store.claim(
@@ -128,14 +128,14 @@ async def test_a_deep_start_deadline_is_read(redis: aioredis.Redis) -> None:
         "urgent", aigc="p", platform="comfyui", backend_id="b1",
         payload={**PAYLOAD, "workflowId": "w"}, ordering=Ordering(max_wait_s=30),
     )  # fmt: skip
-    window = await store.window([("p", "comfyui")], 2, "bridge", dated=8)
+    window = await store.reads.window([("p", "comfyui")], 2, "bridge", dated=8)
     assert [t.task_id for t in window.tasks] == ["bulk0", "bulk1", "urgent"]
 
 
 async def test_expire_ends_a_waiting_task_that_never_ran(redis: aioredis.Redis) -> None:
     store = make_store(redis)
     await submit(store, "late", Ordering(max_wait_s=0))
-    assert await store.past_start_by() == ["late"]
+    assert await store.reads.past_start_by() == ["late"]
     done = await store.expire("late", error={"code": "TaskExpired"}, message={}, note="x")
     assert done.applied and done.state == TaskState.FAILED
     assert await redis.zcard("t:p:comfyui:wait") == 0
@@ -153,8 +153,8 @@ async def test_expire_leaves_a_task_that_ran_once(redis: aioredis.Redis) -> None
     assert await redis.zcard("t:startby") == 0  # it left the index
     await store.requeue_for_retry("ran", c.attempt, "lost")
     assert not (await store.expire("ran", error={}, message={}, note="x")).applied
-    assert (await store.get("ran")).state == TaskState.PENDING  # type: ignore[union-attr]
-    [seen] = (await store.window([("p", "comfyui")], 10, "bridge")).tasks
+    assert (await store.reads.get("ran")).state == TaskState.PENDING  # type: ignore[union-attr]
+    [seen] = (await store.reads.window([("p", "comfyui")], 10, "bridge")).tasks
     assert seen.start_by is None  # the planner does not expire it either
 
 
@@ -167,7 +167,7 @@ async def test_a_success_on_our_gpus_records_its_workflows_mean(redis: aioredis.
         await store.mark_running(f"t{i}", c.attempt, f"r{i}", deadline_s=60, kind="callback")
         await redis.hset(f"t:task:t{i}", "started", repr(time.time() - 10 * (i + 1)))
         await store.finish(f"t{i}", TaskState.SUCCESS, result={}, from_attempt=c.attempt)
-    window = await store.window([("p", "comfyui")], 10, "bridge")
+    window = await store.reads.window([("p", "comfyui")], 10, "bridge")
     mean, count = next_mean(*next_mean(0.0, 0, 10.0), 20.0)  # the paid run is not counted
     assert window.runs["1904136902449209346"] == pytest.approx(mean, abs=0.05)
     raw = await redis.hget("t:runs", "1904136902449209346")
@@ -183,7 +183,7 @@ async def test_the_window_sees_the_tasks_in_flight_on_the_internal_target(
     [c] = await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60)
     await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60)
     await store.mark_running("t0", c.attempt, "r0", deadline_s=60, kind="callback")
-    window = await store.window([("p", "comfyui")], 10, "bridge")
+    window = await store.reads.window([("p", "comfyui")], 10, "bridge")
     assert [t.task_id for t in window.tasks] == ["t2"]
     started = sorted(window.busy, key=lambda b: b[1] is None)
     assert started[0][1] is not None and started[1][1] is None
@@ -308,13 +308,13 @@ async def test_a_round_reads_the_users_fair_shares_put_first_however_many_wait(
         await submit(store, f"h{i}", Ordering(user=f"heavy{i}"))
     for task_id, user in (("m0", "mid"), ("l0", "light"), ("l1", "light")):
         await submit(store, task_id, Ordering(user=user))
-    window = await store.window([("p", "comfyui")], 3, "bridge", users_max=2)
+    window = await store.reads.window([("p", "comfyui")], 3, "bridge", users_max=2)
     assert [t.task_id for t in window.tasks] == ["l0", "l1", "m0"]
-    window = await store.window([("p", "comfyui")], 3, "bridge", users_max=2, by_rank=True)
+    window = await store.reads.window([("p", "comfyui")], 3, "bridge", users_max=2, by_rank=True)
     assert [t.task_id for t in window.tasks] == ["h0", "h1"]
     [ran] = await store.claim("p", "comfyui", "bridge", cap=-1, n=1, deadline_s=60, ids=["l0"])
     await store.mark_running("l0", ran.attempt, "", deadline_s=60, kind="callback")
-    window = await store.window([("p", "comfyui")], 3, "bridge", users_max=2)
+    window = await store.reads.window([("p", "comfyui")], 3, "bridge", users_max=2)
     assert [t.task_id for t in window.tasks] == ["l1", "m0"]  # light ran 10 s, mid 50
 
 

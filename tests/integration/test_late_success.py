@@ -59,4 +59,4 @@ async def test_a_late_create_reply_is_watched_and_its_success_wins(
         assert not [c for r in records.values() for c in r["cancels"] if c["remote"] == remote]
         assert len(await env.creates("p1")) == 1
         assert sum(r["current"] for r in records.values()) == 0
-        assert not await env.service.rt.store.orphans_of(remote)
+        assert not await env.service.rt.store.reads.orphans_of(remote)

@@ -76,7 +76,7 @@ async def test_excess_tasks_go_back_and_run_on_runninghub(
         assert stayed is not None and stayed.state is TaskState.PENDING
         assert stayed.created_at <= min(t.created_at for t in await _md_tasks(md, list(back)))
         await client.collect(3, timeout=20)  # the 3 handed back, on RunningHub
-        on_rh = [await service.rt.store.get(t) for t in client.results]
+        on_rh = [await service.rt.store.reads.get(t) for t in client.results]
         assert [t.target for t in on_rh if t is not None] == ["runninghub"] * 3
 
         for assign in assigns[:2]:
@@ -90,7 +90,7 @@ async def test_excess_tasks_go_back_and_run_on_runninghub(
         results = await _results(client, 6)
         assert set(results) == set(ids)
         assert all(len(r) == 1 and r[0]["status"] == "success" for r in results.values())
-        targets = [(await service.rt.store.get(t)) for t in ids]
+        targets = [(await service.rt.store.reads.get(t)) for t in ids]
         by_target = [t.target for t in targets if t is not None]
         assert by_target.count("runninghub") == 3, by_target
         assert by_target.count("message_dispatcher") == 3, by_target
@@ -98,7 +98,7 @@ async def test_excess_tasks_go_back_and_run_on_runninghub(
         # A late notice for tasks that have finished or moved on changes nothing.
         before = [(t.state, t.attempt, t.target) for t in targets if t is not None]
         assert await target.take_back([*back, *running, "unknown"]) == []
-        after = [(await service.rt.store.get(t)) for t in ids]
+        after = [(await service.rt.store.reads.get(t)) for t in ids]
         assert [(t.state, t.attempt, t.target) for t in after if t is not None] == before
     await bridge.ws.close()
 

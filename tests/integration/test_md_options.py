@@ -92,11 +92,11 @@ async def test_priority_false_puts_runninghub_first(
         assert isinstance(target, MessageDispatcherTarget) and target.preferred is False
         await wait_until(lambda: target.free_slots() == 2)
         await client.request(generate("p-1"))
-        first = await until(lambda: service.rt.store.get("p-1"), _running)
+        first = await until(lambda: service.rt.store.reads.get("p-1"), _running)
         assert first is not None and first.target == "runninghub"
         await client.request(generate("p-2"))
         assign = await bridge.next(timeout=10)
-        second = await until(lambda: service.rt.store.get("p-2"), _running)
+        second = await until(lambda: service.rt.store.reads.get("p-2"), _running)
         assert second is not None and second.target == "message_dispatcher"
         assert assign["data"]["taskId"] == second.remote_id
     await bridge.ws.close()
@@ -160,7 +160,7 @@ async def test_retry_count_resends_a_failed_submit_then_degrades_and_requeues(
         resends = [r for r in caplog.records if "), retry " in r.getMessage()]
         assert len(resends) == retries
         assert target.health.state is HealthState.DEGRADED and target.free_slots() == 0
-        task = await store.get("r-1")
+        task = await store.reads.get("r-1")
         assert task is not None and task.state is TaskState.PENDING
         assert (task.attempt, task.charged) == (1, 0)  # a new attempt next, not charged
         assert await redis.zrange(store.keys.wait("proj", "comfyui"), 0, 0) == ["r-1"]

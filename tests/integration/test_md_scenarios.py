@@ -88,7 +88,7 @@ async def test_scenario_2_more_tasks_sent_than_instances_left(
             await bridge.ack(assign["taskId"], code=1)  # no instance left for it
         assert await until(lambda: mds.cache_pending(md), lambda n: n == 2) == 2
         for task_id in (f"s2-{i}" for i in range(4)):
-            task = await service.rt.store.get(task_id)
+            task = await service.rt.store.reads.get(task_id)
             assert task is not None and task.state == "running"
             assert task.target == "message_dispatcher"
         for assign in assigns[:2]:

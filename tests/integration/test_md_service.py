@@ -220,7 +220,7 @@ async def test_split_topology_end_to_end(
         md_task_id = assign["data"]["taskId"]
         await bridge.ack(md_task_id)
         task = await until(
-            lambda: service.rt.store.get("split-1"),
+            lambda: service.rt.store.reads.get("split-1"),
             lambda t: t is not None and t.state == "running",
         )
         assert task is not None and task.target == "message_dispatcher"
@@ -242,7 +242,7 @@ async def test_unreachable_dispatcher_overflows_to_runninghub(
         await client.request(generate("over-1"))
         result = await client.next(timeout=10)
         assert result["type"] == "result" and result["status"] == "success", result
-        task = await service.rt.store.get("over-1")
+        task = await service.rt.store.reads.get("over-1")
         assert task is not None and task.target == "runninghub"
 
 

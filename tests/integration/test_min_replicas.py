@@ -84,7 +84,7 @@ async def test_a_paid_create_waits_until_its_intent_is_replicated(
 
 
 async def _noted(env: Paid, task_id: str, words: str) -> bool:
-    timeline = await env.service.rt.store.timeline(task_id)
+    timeline = await env.service.rt.store.reads.timeline(task_id)
     return any(words in str(entry) for entry in timeline)
 
 

@@ -61,7 +61,7 @@ async def refusals(f: Fleet, task_ids: list[str]) -> list[str]:
     """Every timeline note of ``task_ids`` that says a bridge refused the task."""
     notes = []
     for task_id in task_ids:
-        for entry in await f.service.rt.store.timeline(task_id):
+        for entry in await f.service.rt.store.reads.timeline(task_id):
             if "refused" in str(entry.get("note", "")):
                 notes.append(f"{task_id}: {entry['note']}")
     return notes

@@ -33,7 +33,7 @@ async def orphaned_attempts(env: Paid) -> list[int]:
     """The attempts whose runs are counted as orphans."""
     store = env.service.rt.store
     remotes = await env.service.rt.redis.zrange(store.keys.orphans("proj", "runninghub"), 0, -1)
-    found = [await store.orphans_of(text(r)) for r in remotes]
+    found = [await store.reads.orphans_of(text(r)) for r in remotes]
     return sorted(o.attempt for o in found if o is not None)
 
 

@@ -294,7 +294,7 @@ async def test_a_platform_that_is_always_full_fails_the_task_in_the_end(
         await env.client.request(generate("l1"))
         await env.client.collect(1, timeout=15)
         assert env.client.results["l1"][0]["status"] == "failed"
-        assert len(await env.service.rt.store.timeline("l1")) <= 100
+        assert len(await env.service.rt.store.reads.timeline("l1")) <= 100
 
 
 # ---- item 8: the sweeper sees every expired task ----------------------------------------

@@ -87,7 +87,7 @@ async def test_we_counting_more_is_settled_once_the_platform_says_the_task_ended
         await env.client.request(generate("stale"))
         await env.client.collect(1, timeout=30)
         assert env.client.results["stale"][0]["status"] == "success"
-        timeline = await env.service.rt.store.timeline("stale")
+        timeline = await env.service.rt.store.reads.timeline("stale")
         assert any("fewer on its account" in e["note"] for e in timeline), timeline
         row = await until(partial(account, env), lambda a: a["ours"] == 0, within=20)
         assert (row["theirs"], row["drift"]) == (0, 0)

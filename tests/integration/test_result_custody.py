@@ -68,7 +68,7 @@ class Stack:
         assert answer.status_code == 202, answer.text
 
     async def task(self, task_id: str) -> Task:
-        found = await self.service.rt.store.get(task_id)
+        found = await self.service.rt.store.reads.get(task_id)
         assert found is not None
         return found
 

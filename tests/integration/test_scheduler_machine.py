@@ -143,7 +143,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self._credit_stays_inside_tenants(claimed)
 
     async def _round(self, store: TaskStore, free: int) -> list[tuple[str, int]]:
-        window = await store.window(
+        window = await store.reads.window(
             QUEUES, key_head(self.settings, free, 0), "bridge", dated=RESCUE_MAX,
             busy_max=0, user_limit=USER_LIMIT, users_max=free + 1,
         )  # fmt: skip

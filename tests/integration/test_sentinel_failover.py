@@ -65,8 +65,8 @@ async def test_the_store_pool_and_subscription_follow_a_failover(group: Sentinel
         await wait_until(lambda: _submit(store, "later"), 10, what="a second submit")
         # the subscription moved too: the new master's wake events reach this process
         await wait_until(lambda: len(wakes) > heard, 10, what="a wake from the new master")
-        assert (await store.get("after")) is not None  # the pool's connections moved
-        assert (await store.head("later")) is not None  # and the hot path's (not a default host)
+        assert (await store.reads.get("after")) is not None  # the pool's connections moved
+        assert (await store.reads.head("later")) is not None  # and the hot path's (not a default host)
         assert new.client().exists(store.keys.task("after"), store.keys.task("later")) == 2
     finally:
         listening.cancel()
@@ -125,7 +125,7 @@ async def test_a_master_change_runs_one_reconcile_pass_that_moves_nothing(
             assert await wait_until(watch.check, 30, 0.2, ignore=(RedisError,))
         assert watch.changes == 1 and heard == [1]
         assert "task c1: create create-1 of attempt 1" in caplog.text
-        task = await store.get("c1")
+        task = await store.reads.get("c1")
         assert task is not None and task.state is TaskState.DISPATCHING
         assert task.create_id == "create-1"  # moved by nothing
         assert not await watch.check()  # one pass per change

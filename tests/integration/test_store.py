@@ -90,7 +90,7 @@ async def test_retarget_moves_a_claimed_task_in_its_attempt_within_the_new_cap(
     assert await store.retarget("t1", second.attempt, "bridge", "rh", cap=1, deadline_s=60) == 0
     assert await redis.zrange("t:running:p:rh", 0, -1) == ["t0"]
     assert await redis.zrange("t:running:p:bridge", 0, -1) == ["t1"]
-    task = await store.get("t0")
+    task = await store.reads.get("t0")
     assert task is not None and (task.state, task.target, task.attempt) == (
         TaskState.DISPATCHING,
         "rh",
@@ -104,19 +104,19 @@ async def test_lifecycle_to_success_queues_one_outbox_message(redis: aioredis.Re
     await submit(store, "a")
     [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
     assert await store.mark_running("a", c.attempt, "R1", deadline_s=60, kind="callback")
-    assert await store.task_for_remote("R1") == "a"
+    assert await store.reads.task_for_remote("R1") == "a"
     done = await store.finish("a", TaskState.SUCCESS, result={"x": 1}, message={"data": 1})
     assert done.applied and done.state is TaskState.SUCCESS
     again = await store.finish("a", TaskState.SUCCESS, result={"x": 2})
     assert not again.applied and again.state is TaskState.SUCCESS
-    task = await store.get("a")
+    task = await store.reads.get("a")
     assert task is not None and task.result == {"x": 1}
     assert await redis.xlen("t:outbox:b1") == 1
     assert await redis.zcard("t:inflight") == 0
     assert 0 < await redis.ttl("t:task:a") <= 60
-    states = [e["state"] for e in await store.timeline("a")]
+    states = [e["state"] for e in await store.reads.timeline("a")]
     assert states == ["pending", "dispatching", "running", "success"]
-    assert [t.task_id for t in await store.recent(10)] == ["a"]
+    assert [t.task_id for t in await store.reads.recent(10)] == ["a"]
 
 
 async def test_live_task_has_no_ttl(redis: aioredis.Redis) -> None:
@@ -131,7 +131,7 @@ async def test_requeue_with_stale_attempt_is_refused(redis: aioredis.Redis) -> N
     [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
     assert not await store.requeue_for_retry("a", c.attempt + 1, "stale")
     assert await store.requeue_unrun("a", c.attempt, "ran nothing")
-    task = await store.get("a")
+    task = await store.reads.get("a")
     # the attempt number stays (the next dispatch is attempt 2), the charge is given back
     assert task is not None and task.state is TaskState.PENDING
     assert (task.attempt, task.charged) == (1, 0)
@@ -173,7 +173,7 @@ async def test_a_timeline_is_bounded_and_keeps_its_first_entry(redis: aioredis.R
     for _ in range(80):
         [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
         await store.requeue_unrun("a", c.attempt, "ran nothing")
-    timeline = await store.timeline("a")
+    timeline = await store.reads.timeline("a")
     assert len(timeline) == 100
     assert timeline[0]["note"] == "submitted" and timeline[-1]["attempt"] == 80
 
@@ -234,7 +234,7 @@ async def test_a_retry_while_a_create_may_be_out_keeps_it_in_the_cap(
     await store.mark_running("u1", c.attempt, "", deadline_s=60, kind="callback")
     assert await store.requeue_for_retry("u1", c.attempt, "deadline passed")
     assert await redis.zrange("t:orphans:p:runninghub", 0, -1) == ["create:c1"]
-    orphan = await store.orphans_of("create:c1")
+    orphan = await store.reads.orphans_of("create:c1")
     assert orphan is not None and orphan.awaiting_create and orphan.attempt == c.attempt
     assert await store.claim("p", "comfyui", "runninghub", cap=1, n=1, deadline_s=60) == []
 
@@ -295,7 +295,7 @@ async def test_an_unsent_task_goes_back_only_while_nothing_may_be_out(
     await submit(store, "d")
     [c] = await store.claim("p", "comfyui", "rh", cap=-1, n=1, deadline_s=60)
     assert await store.requeue_unsent("d", c.attempt, "stopped")
-    task = await store.get("d")
+    task = await store.reads.get("d")
     assert task is not None and (task.state, task.charged) == (TaskState.PENDING, 0)
 
 
@@ -306,7 +306,7 @@ async def test_a_hand_back_names_the_remote_task_it_gives_back(redis: aioredis.R
     assert await store.mark_running("a", c.attempt, "r1", deadline_s=60, kind="callback")
     assert not await store.requeue_handed_back("a", c.attempt, "r2", "handed back")
     assert await store.requeue_handed_back("a", c.attempt, "r1", "handed back")
-    task = await store.get("a")
+    task = await store.reads.get("a")
     assert task is not None and (task.state, task.charged, task.remote_id) == (
         TaskState.PENDING,
         1,
@@ -386,7 +386,7 @@ async def test_a_late_success_of_the_same_attempt_wins_over_uncertain_submit_onl
         from_attempt=attempt, ended=True,
     )  # fmt: skip
     assert done.applied and done.late and done.state is TaskState.SUCCESS
-    task = await store.get("l1")
+    task = await store.reads.get("l1")
     assert task is not None and task.state is TaskState.SUCCESS and task.error is None
     assert task.result == [{"fileUrl": "u"}]
     entries = await redis.xrange("t:outbox:b1")
@@ -415,9 +415,9 @@ async def test_a_late_create_reply_after_uncertain_submit_is_awaited_and_its_pol
         "l3", attempt, "r3", deadline_s=60, kind="polling", where=where
     )
     assert not marked and marked.awaited and not marked.orphaned
-    orphan = await store.orphans_of("r3")
+    orphan = await store.reads.orphans_of("r3")
     assert orphan is not None and orphan.awaited
     assert await redis.zrange("t:orphans:p:runninghub", 0, -1) == ["r3"]
     released = await store.release_orphan("r3", {"outputs": 1})
     assert released and released.moved is not None and released.moved.late
-    assert (await store.get("l3")).state is TaskState.SUCCESS  # type: ignore[union-attr]
+    assert (await store.reads.get("l3")).state is TaskState.SUCCESS  # type: ignore[union-attr]

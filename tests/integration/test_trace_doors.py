@@ -167,7 +167,7 @@ async def test_in_the_split_topology_the_dispatchers_task_goes_on_in_the_attempt
             assert assign["data"]["traceparent"].split("-")[1] == trace_id
             await bridge.ack(assign["data"]["taskId"])
             await until(
-                lambda: service.rt.store.get("split-1"),
+                lambda: service.rt.store.reads.get("split-1"),
                 lambda t: t is not None and t.state == "running",
             )
             await md_task_end(md, assign["data"]["webhookUrl"])

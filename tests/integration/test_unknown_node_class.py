@@ -42,7 +42,7 @@ async def test_a_node_class_no_bridge_offers_is_the_clients_mistake(env: Env) ->
     assert error["detail"]["nodeClasses"] == ["NoSuchNode"]  # the missing one only
     assert error["message"] == env.service.rt.config.messages.get("UnknownNodeClass")
     assert "稍后再试" not in error["message"]
-    got = (await env.service.rt.store.get("u1")).failure  # type: ignore[union-attr]
+    got = (await env.service.rt.store.reads.get("u1")).failure  # type: ignore[union-attr]
     assert got == {"class": "task", "code": "UnknownNodeClass", "message": error["message"]}
 
 

@@ -441,7 +441,7 @@ class BridgeHub:
             running = dict(conn.slots.running)
             await self.registry.keep(conn.bridge_id, running, ttl)
             for task_id, attempt in running.items():
-                task = await self.rt.store.head(task_id)
+                task = await self.rt.store.reads.head(task_id)
                 if task is not None and task.attempt >= attempt and task.state in LIVE_STATES:
                     continue
                 log.warning(

@@ -135,7 +135,7 @@ class DispatcherApi:
     async def overview(self, request: Request) -> Response:
         if not self.auth.valid(bearer(request.headers.get("authorization"))):
             return md_error(401, "Unauthorized", TOKEN_REFUSAL)
-        recent = await self.rt.store.recent(RECENT)
+        recent = await self.rt.store.reads.recent(RECENT)
         return md_ok(
             {
                 **self._capacity(),
@@ -260,7 +260,7 @@ class DispatcherApi:
             return rh_reply(RH_PARAMS_INVALID)
         if not self.auth.valid(_api_key(body)):
             return rh_reply(RH_UNAUTHORIZED)
-        task = await self.rt.store.get(str(task_id))
+        task = await self.rt.store.reads.get(str(task_id))
         if task is None or task.backend_id != WEBHOOK_BACKEND or handed_back(task):
             return rh_reply(RH_NOT_FOUND)  # a task handed back is its backend's again
         return task

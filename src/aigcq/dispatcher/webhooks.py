@@ -73,7 +73,7 @@ class WebhookRelay:
         return retry.due if retry else 0.0
 
     async def _deliver(self, http: httpx.AsyncClient, entry_id: str, task_id: str) -> None:
-        task = await self.store.get(task_id)
+        task = await self.store.reads.get(task_id)
         url = task.payload.get("webhookUrl") if task else None
         if task is None or not isinstance(url, str) or not url:
             await self._done(entry_id)

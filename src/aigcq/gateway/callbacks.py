@@ -140,7 +140,7 @@ async def _repeated(gw: Gateway, task_id: str, attempt: int, outcome: ResultOutc
     """Whether a TASK_END the task is already over by is a repeat of the one that ended it
     (its attempt, its outcome): acknowledged, so a sender that retries until a 2xx (as
     RunningHub does) stops, and it changes nothing."""
-    task = await gw.rt.store.head(task_id)
+    task = await gw.rt.store.reads.head(task_id)
     ended = {TaskState.SUCCESS: Succeeded, TaskState.FAILED: Failed}
     kind = ended.get(task.state) if task is not None else None
     return (
@@ -191,7 +191,7 @@ async def _target_of(gw: Gateway, task_id: str) -> str:
     """The task's target (it exists). Whether it is still live, and whether a failure
     comes from the live attempt, is decided inside the finishing script, which also
     releases the orphan of that attempt, if any, even when the task is over."""
-    task = await gw.rt.store.head(task_id)  # routes on state and target only
+    task = await gw.rt.store.reads.head(task_id)  # routes on state and target only
     if task is None:
         raise ClientError(ErrorCode.NOT_FOUND, "unknown task", task_id)
     return task.target

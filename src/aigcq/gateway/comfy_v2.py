@@ -343,7 +343,7 @@ class ComfyV2:
         return principal
 
     async def _task(self, job_id: str, owner: Principal) -> Task:
-        task = await self.rt.store.get(job_id)
+        task = await self.rt.store.reads.get(job_id)
         if task is None or not _reads(owner, task.backend_id):
             raise _not_found(job_id)
         return task
@@ -354,7 +354,7 @@ class ComfyV2:
         failure = task.failure
         if status == "failed" and failure and failure["code"] == ErrorCode.TASK_EXPIRED:
             status = "expired"
-        timeline = await self.rt.store.timeline(task.task_id)
+        timeline = await self.rt.store.reads.timeline(task.task_id)
         started = next(
             (e["t"] for e in reversed(timeline) if e.get("state") == TaskState.RUNNING), None
         )
@@ -633,7 +633,7 @@ class ComfyV2:
         try:
             while feed.subscribers or said is None:
                 feed.wake.clear()
-                task = await self.rt.store.get(job_id)
+                task = await self.rt.store.reads.get(job_id)
                 if task is None:
                     return
                 job = await self.job(task, base)
@@ -665,7 +665,7 @@ class ComfyV2:
         if parsed is None:  # an uploaded input's id
             return await self.assets.content(value, functools.partial(_reads, owner))
         task_id, index = parsed
-        task = await self.rt.store.get(task_id)
+        task = await self.rt.store.reads.get(task_id)
         if task is None or not _reads(owner, task.backend_id):
             raise V2Error(404, "asset_not_found", f"no asset {value!r}")
         files = result_files(task) if task.state is TaskState.SUCCESS else []
@@ -824,7 +824,7 @@ class ComfyV2:
     async def _output_asset(self, value: str, owner: Principal, base: str) -> dict[str, Any]:
         """A job's output as an ``Asset`` (``GET /assets/{id}`` of an output's id)."""
         parsed = parse_asset_id(value)
-        task = None if parsed is None else await self.rt.store.get(parsed[0])
+        task = None if parsed is None else await self.rt.store.reads.get(parsed[0])
         if task is None or not _reads(owner, task.backend_id):
             raise V2Error(404, "asset_not_found", f"no asset {value!r}")
         job = await self.job(task, base)

@@ -48,7 +48,7 @@ class Gateway:
     async def owned_task(self, task_id: str, owners: frozenset[str] | None) -> Task:
         """The task, if one of ``owners`` (backendIds) owns it (None: any task). Someone
         else's task is ``TaskNotFound``, exactly like an unknown one."""
-        task = await self.rt.store.get(task_id)
+        task = await self.rt.store.reads.get(task_id)
         if task is None or (owners is not None and task.backend_id not in owners):
             raise ClientError(ErrorCode.NOT_FOUND, "no such task", task_id)
         return task

@@ -143,7 +143,7 @@ def _task_routes(
         principal = client_of(authorization)
         limit = max(0, min(limit, RECENT_KEPT))
         # the token's own among the last RECENT_KEPT (all it keeps): one pipelined read
-        recent = await gw.rt.store.recent(limit if principal.ids is None else RECENT_KEPT)
+        recent = await gw.rt.store.reads.recent(limit if principal.ids is None else RECENT_KEPT)
         return [
             {
                 "taskId": t.task_id,
@@ -180,7 +180,7 @@ def _task_routes(
             "result": task.result,
             "error": task.error,
             "failure": task.failure,  # the error's class, code and message, as shown
-            "timeline": await gw.rt.store.timeline(task_id),
+            "timeline": await gw.rt.store.reads.timeline(task_id),
             # its OpenTelemetry trace's id (null: not traced; docs/tracing.md)
             "traceId": _trace_id(task.trace),
             # where it stands while it waits (both null otherwise): docs/client-protocol.md

@@ -264,8 +264,8 @@ class MessageDispatcherTarget:
         the handed-back run is refused as superseded."""
         taken = []
         for remote_id in remote_ids:
-            task_id = await self.rt.store.task_for_remote(remote_id)
-            task = await self.rt.store.head(task_id) if task_id else None
+            task_id = await self.rt.store.reads.task_for_remote(remote_id)
+            task = await self.rt.store.reads.head(task_id) if task_id else None
             if task is None or task.target != self.name or task.remote_id != remote_id:
                 log.info("degrade notice for %s: not ours or moved on, ignored", remote_id)
                 continue

@@ -61,7 +61,7 @@ async def find_tasks(store: TaskStore, wanted: TaskFilter) -> list[Task]:
     found: list[Task] = []
     ids = await _candidates(store, wanted)
     for start in range(0, len(ids), PAGE):
-        found += [t for t in await store.heads(ids[start : start + PAGE]) if wanted.admits(t)]
+        found += [t for t in await store.reads.heads(ids[start : start + PAGE]) if wanted.admits(t)]
     return sorted(found, key=lambda t: (t.updated_at, t.task_id))
 
 
@@ -82,5 +82,5 @@ async def _candidates(store: TaskStore, wanted: TaskFilter) -> list[str]:
         pipe.lrange(keys.recent, 0, -1)
     lists = await pipe.execute()
     if states & {TaskState.DISPATCHING, TaskState.RUNNING}:
-        lists.append(await store.in_flight())
+        lists.append(await store.reads.in_flight())
     return list(dict.fromkeys(text(i) for ids in lists for i in ids))

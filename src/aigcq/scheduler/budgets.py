@@ -163,7 +163,7 @@ class Budgets:
                 continue
             queue = self._queue_of(where)
             gate = self.gate(*queue) if queue else ""
-            reached = await self.rt.store.budget_reached(gate) if gate else ""
+            reached = await self.rt.store.reads.budget_reached(gate) if gate else ""
             if not reached and await pauses.set(PauseKind.HOLD, p.name, False):
                 log.warning("budget: %s takes paid creates again (%s no longer holds)", where,
                             p.note)  # fmt: skip

@@ -200,7 +200,7 @@ class DispatchLoop:
         unread."""
         settings = self.rt.settings
         room = sum(rooms.values())
-        window = await self.rt.store.window(
+        window = await self.rt.store.reads.window(
             list(busy),
             key_head(settings, free, room),
             target.name,

@@ -1,7 +1,7 @@
 """The Redis side of the position and ETA estimates (:mod:`aigcq.scheduler.estimates`).
 
 :meth:`Estimator.refresh` reads what a dispatch round reads (``window.lua``:
-:meth:`aigcq.queue.store.TaskStore.window`, made the planner's inputs by
+:meth:`aigcq.queue.reads.TaskReads.window`, made the planner's inputs by
 :func:`aigcq.scheduler.fair.inputs`: each waiting task's workflow mean run time,
 priority credit, userId and start deadline, the tasks in flight on the internal target
 of every process, the decayed usage) for the ready keys of the first
@@ -88,7 +88,7 @@ class Estimator:
         ]
         beyond, shares, tuning = settings.share_default_run_s, Shares(), Tuning(lend_s=-1)
         if served and self.internal is not None:
-            window = await store.window(
+            window = await store.reads.window(
                 served, min(n, KEY_MAX), self.internal.name, dated=RESCUE_MAX,
                 busy_max=MAX_RUNNING, user_limit=settings.user_max_running,
                 users_max=n, by_rank=not settings.shares,

@@ -1,5 +1,5 @@
 """The scheduler's view of Redis (docs/scheduling.md): what a dispatch round reads
-(:meth:`aigcq.queue.store.TaskStore.window`) as the inputs of
+(:meth:`aigcq.queue.reads.TaskReads.window`) as the inputs of
 :func:`aigcq.scheduler.policy.plan_round`.
 
 * each waiting task of the window as a :class:`~aigcq.scheduler.policy.Waiting`: its

@@ -343,7 +343,7 @@ class Lifecycle:
                 remote_id,
             )
         elif marked.orphaned:
-            orphan = await self.rt.store.orphans_of(remote_id)
+            orphan = await self.rt.store.reads.orphans_of(remote_id)
             if orphan is not None:
                 await self.orphans.cancel(orphan)
         return marked.running
@@ -651,7 +651,7 @@ class Lifecycle:
         """Cancel the remote task a finishing move left unwanted (if any)."""
         if not done.orphan:
             return
-        found = await self.rt.store.orphans_of(done.orphan)
+        found = await self.rt.store.reads.orphans_of(done.orphan)
         if found is not None:
             await self.orphans.cancel(found)
         else:
@@ -680,7 +680,7 @@ class Lifecycle:
         (see :meth:`retries_wait_for`)."""
         if not (self.retry_failures or again):
             return False
-        task = await self.rt.store.get(task_id)
+        task = await self.rt.store.reads.get(task_id)
         if task is None or task.state.terminal:
             return False
         if task.charged >= self.rt.max_attempts(self.rt.config.account(task.aigc, task.platform)):

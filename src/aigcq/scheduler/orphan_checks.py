@@ -61,7 +61,7 @@ class OrphanChecks:
         number released."""
         released = 0
         for aigc, target in self.rt.paid_accounts():
-            due = await self.rt.store.orphans_due(aigc, target)
+            due = await self.rt.store.reads.orphans_due(aigc, target)
             for start in range(0, len(due), BATCH):
                 batch = due[start : start + BATCH]
                 released += sum(await asyncio.gather(*(self._check_or_later(o) for o in batch)))

@@ -237,7 +237,7 @@ class PaidPlatforms:
         price = self.rt.settings.overflow_price.get(adapter.name)
         if price is None:
             return False
-        limit = await self.rt.store.max_cost(c.task_id)
+        limit = await self.rt.store.reads.max_cost(c.task_id)
         expected = round(price * adapter.billed_units(task, apikey), 6)
         if limit is None or expected <= limit:
             return False

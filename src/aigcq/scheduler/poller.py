@@ -76,7 +76,7 @@ class Poller:
             await self.rt.redis.delete(lock)
 
     async def _poll(self, aigc: str, platform: str, task_id: str) -> None:
-        task = await self.rt.store.get(task_id)
+        task = await self.rt.store.reads.get(task_id)
         if task is None or task.state is not TaskState.RUNNING:
             return
         apikey = self.rt.apikey(aigc, platform)

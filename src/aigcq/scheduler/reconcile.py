@@ -76,8 +76,8 @@ class MasterWatch:
         """The pass: how many in-flight tasks had a create intent and no record of it."""
         store = self.rt.store
         unrecorded = 0
-        for task_id in await store.in_flight():
-            task = await store.get(task_id)
+        for task_id in await store.reads.in_flight():
+            task = await store.reads.get(task_id)
             if task is None or task.state is not TaskState.DISPATCHING or task.remote_id:
                 continue
             if task.create_id:

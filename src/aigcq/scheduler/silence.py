@@ -85,7 +85,7 @@ class SilentTasks:
     async def ask(self, task_id: str, adapter: PlatformAdapter, why: str) -> int:
         """Ask ``adapter`` about a running paid task (``why``: for the log); a result or
         failure it reports settles the task as its webhook would have. 1: it settled."""
-        task = await self.rt.store.get(task_id)
+        task = await self.rt.store.reads.get(task_id)
         if task is None or task.state is not TaskState.RUNNING or not task.remote_id:
             return 0
         apikey = self.rt.apikey(task.aigc, task.platform)

@@ -102,7 +102,7 @@ class SpendLedger:
         first (this one, right after the end; the sweep, if it died between). A Redis
         that does not answer leaves the charge due (logged) for the sweep."""
         try:
-            queue, dues = await self.rt.store.dues(task_id)
+            queue, dues = await self.rt.store.reads.dues(task_id)
             charged = 0
             for due, value in dues.items():
                 charged += await self._charge(task_id, queue, due, value)
@@ -119,7 +119,7 @@ class SpendLedger:
     async def charge_overdue(self, grace_s: float = DUE_GRACE_S) -> int:
         """Charges due for longer than ``grace_s`` (a process died after the end that
         billed a run, before it charged it): charged now; how many."""
-        ids = await self.rt.store.overdue(self.rt.clock() - grace_s)
+        ids = await self.rt.store.reads.overdue(self.rt.clock() - grace_s)
         return sum([await self.charge_due(task_id) for task_id in ids])
 
     async def _charge(self, task_id: str, queue: tuple[str, str], due: str, value: str) -> int:

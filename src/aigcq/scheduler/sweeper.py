@@ -77,12 +77,12 @@ class Sweeper:
     async def sweep_once(self) -> None:
         await self.lifecycle.back_offs_over()
         await self.lifecycle.spend.charge_overdue()
-        missed = await self.rt.store.past_start_by()
+        missed = await self.rt.store.reads.past_start_by()
         for start in range(0, len(missed), BATCH):  # a batch: one pipelined write
             await asyncio.gather(
                 *(self.lifecycle.start_missed(t) for t in missed[start : start + BATCH])
             )
-        expired = await self.rt.store.expired()
+        expired = await self.rt.store.reads.expired()
         for start in range(0, len(expired), BATCH):
             batch = expired[start : start + BATCH]
             done = await asyncio.gather(*(self._expire(t) for t in batch), return_exceptions=True)
@@ -98,7 +98,7 @@ class Sweeper:
 
     async def _expire(self, task_id: str) -> None:
         rt = self.rt
-        task = await rt.store.get(task_id)
+        task = await rt.store.reads.get(task_id)
         if task is None or task.state.terminal:
             await rt.redis.zrem(rt.store.keys.inflight, task_id)
             return

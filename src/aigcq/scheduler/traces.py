@@ -212,7 +212,7 @@ class TaskTraces:
         n = attempt if attempt is not None else int(live or 0)
         if n <= 0:
             return
-        notes = await store.timeline(task_id)
+        notes = await store.reads.timeline(task_id)
         mine = [x for x in notes if int(x.get("attempt") or 0) == n]
         started = [x["t"] for x in mine if x.get("state") == "dispatching"]
         start = float(started[0]) if started else end

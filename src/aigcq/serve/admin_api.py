@@ -131,7 +131,7 @@ class Monitor:
             "split": self.split.view(),
             "trends": self.trends.view(),
             "health": self._health(),
-            "recent": [task_row(t) for t in await rt.store.recent(RECENT_TASKS)],
+            "recent": [task_row(t) for t in await rt.store.reads.recent(RECENT_TASKS)],
             "overflow": overflow,
             "spend": spend,
             "asynch": await self.asynch.read(),

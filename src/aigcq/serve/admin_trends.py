@@ -60,7 +60,7 @@ class Trends:
                 "spend": round(overflow.get("totalCost", 0.0) - self._spend_base, 4),
             }
         )
-        finished = await store.recent(LATENCY_SAMPLE)
+        finished = await store.reads.recent(LATENCY_SAMPLE)
         seconds = sorted(
             t.updated_at - t.created_at for t in finished if t.state is TaskState.SUCCESS
         )

@@ -166,7 +166,7 @@ class CapacityPlanner:
         queues = [q for q in rt.config.queues() if q[1] in internal.serves]
         if not queues:
             return [], {}, settings.share_default_run_s
-        window = await store.window(
+        window = await store.reads.window(
             queues, WINDOW, internal.name, dated=WINDOW, busy_max=-1,
             users_max=WINDOW, by_rank=not settings.shares,
         )  # fmt: skip

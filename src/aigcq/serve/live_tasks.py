@@ -111,7 +111,7 @@ async def live_page(rt: Runtime, wanted: LiveFilter, offset: int, limit: int) ->
     start, room = max(0, offset - len(listed)), limit - len(ids)
     shown = [(q, n) for q, n in zip(queues, lengths, strict=True) if wanted.admits_queue(*q)]
     ids += await _waiting(rt, shown, start, room)
-    page = [t for t in await rt.store.heads(ids) if wanted.admits(t)]  # as they are now
+    page = [t for t in await rt.store.reads.heads(ids) if wanted.admits(t)]  # as they are now
     total = counts[wanted.state.value] if wanted.state else sum(counts.values())
     return {
         "time": now,

@@ -47,7 +47,7 @@ async def hand_back(service: ServeParts, grace_s: float) -> list[str]:
     for c in claims:
         if c.task_id in handed:
             continue
-        task = await service.rt.store.get(c.task_id)
+        task = await service.rt.store.reads.get(c.task_id)
         if task is None or task.state is not TaskState.DISPATCHING or task.attempt != c.attempt:
             continue
         if await service.lifecycle.unsent(c.task_id, c.attempt, REASON):
