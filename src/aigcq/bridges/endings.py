@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 _COUNTED = {TaskEnd.SUCCEEDED: True, TaskEnd.FAILED: False}
 #: ends whose retry may wait for the slot (a machine's failure; with ``retry_failures``,
-#: any failure: see :meth:`aigcq.scheduler.lifecycle.Lifecycle.retries_wait_for`)
+#: any failure: see :attr:`aigcq.scheduler.lifecycle.Lifecycle.slot_freed_later`)
 _RETRIED = frozenset({TaskEnd.FAILED, TaskEnd.REJECTED})
 #: longest :meth:`TaskEnds.told` waits for an end to be told to the other processes
 TELL_WAIT_S = 2.0

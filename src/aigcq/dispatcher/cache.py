@@ -27,6 +27,7 @@ from aigcq.domain import Task, TaskState
 from aigcq.plumbing.background import every
 from aigcq.queue.store import task_from_hash
 from aigcq.runtime import Runtime
+from aigcq.scheduler.deadlines import TaskDeadlines
 from aigcq.scheduler.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,9 @@ class CacheQueue:
         if waited < self.stale_after_s:
             return False
         message = f"pending for {waited:.0f} s"
-        await self.lifecycle.expired(task, EXPIRED, message, "expired in the cache queue")
+        await TaskDeadlines(self.lifecycle).expired(
+            task, EXPIRED, message, "expired in the cache queue"
+        )
         return True
 
     async def _tasks(self, ids: list[str]) -> list[Task]:

@@ -40,6 +40,7 @@ from aigcq.plumbing.cancel import cancel_and_wait
 from aigcq.queue.store import Claimed
 from aigcq.runtime import Runtime
 from aigcq.scheduler import fair
+from aigcq.scheduler.deadlines import TaskDeadlines
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.paid import PaidPlatforms
 from aigcq.scheduler.pauses import Paused, parse
@@ -106,6 +107,9 @@ class DispatchLoop:
     stopped: bool = field(init=False, default=False)  # graceful shutdown: claim nothing more
     #: the queues an aigcq before issue 37 wrote are kept by key (done by the first round)
     _keyed: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.deadlines = TaskDeadlines(self.lifecycle)
 
     def wake(self) -> None:
         self.wakeup.set()
@@ -234,7 +238,7 @@ class DispatchLoop:
             if fresh > elsewhere:
                 given, decision = planned(fresh)
         # one pipelined write for all of them (the mux batches a turn's calls)
-        await asyncio.gather(*(self.lifecycle.start_missed(t) for t in decision.expired))
+        await asyncio.gather(*(self.deadlines.start_missed(t) for t in decision.expired))
         if decision.recheck_at is not None:
             self._wake_in(max(decision.recheck_at - now, 0.0))
         unclaimed = await self._claim_planned(

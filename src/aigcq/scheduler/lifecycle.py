@@ -120,31 +120,24 @@ class Lifecycle:
         #: message-dispatcher's retries, seed 000 §9.3.2); otherwise it fails at once
         self.retry_failures = retry_failures
         self._listeners: list[EndListener] = []
-        self._slot_elsewhere: SlotElsewhere | None = None
-        self._told: Callable[[str], Awaitable[None]] | None = None
+        #: before a machine failure's retry is queued, says whether the slot of the attempt
+        #: that failed is freed after it (by the process holding its bridge, this one or
+        #: another, when it hears of the end). Then the retry waits out of its queue,
+        #: dispatched by no one, until that process has freed the slot, written its free
+        #: slots for the others and called :meth:`released` (at most ``RELEASE_WAIT_S``):
+        #: queued at once, it was routed while the slot still looked taken, and paid for
+        #: on a paid platform (None: no bridges)
+        self.slot_freed_later: SlotElsewhere | None = None
+        #: a client's cancel is answered once this returns for its task: the process
+        #: holding the bridge that runs it has heard of it and counts its slot as stopping
+        #: (free within about a second) before it plans what the client submits next;
+        #: answered at once, the next task was planned while that slot still looked busy,
+        #: and paid for (None: no bridges)
+        self.cancel_told: Callable[[str], Awaitable[None]] | None = None
 
     def subscribe(self, listener: EndListener) -> None:
         """``listener`` hears of every task's end from now on (see :class:`TaskEnd`)."""
         self._listeners.append(listener)
-
-    def retries_wait_for(self, slot_freed_later: SlotElsewhere) -> None:
-        """Before a machine failure's retry is queued, ``slot_freed_later`` says whether
-        the slot of the attempt that failed is freed after it (by the process holding its
-        bridge, this one or another, when it hears of the end). Then the retry waits out
-        of its queue, dispatched by no one, until that process has freed the slot, written
-        its free slots for the others and called :meth:`released` (at most
-        ``RELEASE_WAIT_S``): queued at once, it was routed while the slot still looked
-        taken (to the other processes, or to all when the end was heard elsewhere), and
-        paid for on a paid platform."""
-        self._slot_elsewhere = slot_freed_later
-
-    def cancels_wait_for(self, told: Callable[[str], Awaitable[None]]) -> None:
-        """A cancel is answered once ``told(taskId)`` returns: the process holding the
-        bridge that runs the task has heard of it, and counts its slot as stopping (free
-        within about a second) before it plans what the client submits next. Answered
-        at once, the next task was planned while that slot still looked busy, and paid
-        for on a paid platform."""
-        self._told = told
 
     def announce(self, task_id: str, target: str, end: TaskEnd, attempt: int | None) -> None:
         for listener in self._listeners:
@@ -224,10 +217,6 @@ class Lifecycle:
         elif done.paid_out:
             _say(logging.INFO, task_id, "not replayed: its paid run %s may be out", done.paid_out)
         return done
-
-    async def back_offs_over(self) -> int:
-        """Tasks whose back-off is over wait in their queues again."""
-        return await self.rt.store.promote_delayed()
 
     # ---- dispatching ----------------------------------------------------------------------
 
@@ -530,8 +519,8 @@ class Lifecycle:
         if task.attempt and task.state is not TaskState.PENDING:
             self.traces.attempt_over(task.task_id, task.attempt, "cancelled")
         self.announce(task.task_id, task.target, TaskEnd.CANCELLED, task.attempt)
-        if by_client and self._told is not None:  # orders its client's next submit after it
-            await self._told(task.task_id)
+        if by_client and self.cancel_told is not None:  # orders its client's next submit after it
+            await self.cancel_told(task.task_id)
         adapter = self.rt.platforms.adapters.get(task.target)
         if done.orphan:
             await self._cancel_orphan(task.task_id, done)
@@ -540,39 +529,6 @@ class Lifecycle:
             await self.rt.platforms.cancel(adapter, task, account.apikey if account else "")
         _say(logging.INFO, task.task_id, "cancelled")
         return done
-
-    async def expired(self, task: Task, code: str, message: str, note: str) -> bool:
-        """A task waited longer than it may: it fails (``TaskTimeout`` for its client)."""
-        error = {"code": code, "message": message, "detail": None}
-        done = await self.rt.store.finish(
-            task.task_id,
-            TaskState.FAILED,
-            error=error,
-            message=self.error_body(ErrorCode.TASK_TIMEOUT, error),
-            note=note,
-        )
-        if done.applied:
-            _say(logging.WARNING, task.task_id, "%s", message)
-            if task.attempt and task.state is not TaskState.PENDING:
-                self.traces.attempt_over(task.task_id, task.attempt, "expired", error=message)
-        return done.applied
-
-    async def start_missed(self, task_id: str) -> bool:
-        """A waiting task that never ran is past its start deadline (``maxWaitMs``, and
-        no ``keepWaiting``): it fails ``TaskExpired`` for its client, nothing paid. False:
-        it was not waiting, or it ran once (it has no start deadline any more)."""
-        message = "its start deadline (maxWaitMs) passed before it started"
-        error = {"code": ErrorCode.TASK_EXPIRED.value, "message": message, "detail": None}
-        done = await self.rt.store.expire(
-            task_id,
-            error=error,
-            message=self.error_body(ErrorCode.TASK_EXPIRED, error),
-            note="start deadline passed",
-        )
-        if done.applied:
-            metrics.start_expired(done.aigc, done.platform)
-            _say(logging.INFO, task_id, "expired: %s; nothing paid", message)
-        return done.applied
 
     async def retry_or_fail(
         self,
@@ -600,25 +556,6 @@ class Lifecycle:
         if done.applied:
             _say(logging.ERROR, task_id, "failed after %s attempts: %s", charged, reason)
         return done.applied
-
-    async def timed_out(self, task: Task, *, ended: bool = False) -> bool:
-        """The live attempt is past its deadline: another attempt, or the task fails
-        (:meth:`retry_or_fail`; ``ended``: its remote task is known to be over); the
-        attempt is stopped on its target (a bridge interrupts its prompt, and frees the
-        instance when it says so; a paid one's remote task is an orphan). True when the
-        task moved."""
-        moved = await self.retry_or_fail(
-            task.task_id,
-            aigc=task.aigc,
-            platform=task.platform,
-            attempt=task.attempt,
-            charged=task.charged,
-            reason=f"deadline passed on {task.target or 'dispatch'} ({task.state})",
-            ended=ended,
-        )
-        if moved:
-            self.announce(task.task_id, task.target, TaskEnd.TIMED_OUT, task.attempt)
-        return moved
 
     async def fail(
         self,
@@ -677,7 +614,7 @@ class Lifecycle:
         """With ``retry_failures``, or for a failure worth another attempt (``again``: a
         machine's, or one its platform documents as retryable): requeue a failed task
         that has attempts left; at once, unless its slot on ``target`` is freed after
-        (see :meth:`retries_wait_for`)."""
+        (see :attr:`slot_freed_later`)."""
         if not (self.retry_failures or again):
             return False
         task = await self.rt.store.reads.get(task_id)
@@ -686,7 +623,7 @@ class Lifecycle:
         if task.charged >= self.rt.max_attempts(self.rt.config.account(task.aigc, task.platform)):
             return False
         live = task.attempt if attempt is None else attempt
-        held = self._slot_elsewhere
+        held = self.slot_freed_later
         wait = held is not None and await held(task_id, target or task.target, live)
         if wait:
             _say(logging.INFO, task_id, "its retry waits for its slot to be freed")
@@ -695,7 +632,7 @@ class Lifecycle:
 
     async def released(self, task_id: str) -> bool:
         """The slot a machine failure's retry waited for is free (see
-        :meth:`retries_wait_for`): the retry waits at the head of its queue now. False:
+        :attr:`slot_freed_later`): the retry waits at the head of its queue now. False:
         it was not waiting for it (queued already, or moved on)."""
         moved = await self.rt.store.promote(task_id)
         if moved:

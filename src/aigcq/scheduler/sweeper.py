@@ -53,6 +53,7 @@ from aigcq.platforms.base import (
 )
 from aigcq.plumbing.background import every
 from aigcq.runtime import Runtime
+from aigcq.scheduler.deadlines import TaskDeadlines
 from aigcq.scheduler.lifecycle import Lifecycle
 from aigcq.scheduler.orphans import orphan_of
 from aigcq.scheduler.paid_runs import PaidRuns
@@ -70,17 +71,18 @@ class Sweeper:
         self.rt = rt
         self.lifecycle = lifecycle
         self.paid_runs = PaidRuns(lifecycle)
+        self.deadlines = TaskDeadlines(lifecycle)
 
     async def run(self) -> None:
         await every(self.rt.settings.sweep_interval_s, self.sweep_once, log, "sweep failed")
 
     async def sweep_once(self) -> None:
-        await self.lifecycle.back_offs_over()
+        await self.deadlines.back_offs_over()
         await self.lifecycle.spend.charge_overdue()
         missed = await self.rt.store.reads.past_start_by()
         for start in range(0, len(missed), BATCH):  # a batch: one pipelined write
             await asyncio.gather(
-                *(self.lifecycle.start_missed(t) for t in missed[start : start + BATCH])
+                *(self.deadlines.start_missed(t) for t in missed[start : start + BATCH])
             )
         expired = await self.rt.store.reads.expired()
         for start in range(0, len(expired), BATCH):
@@ -130,7 +132,7 @@ class Sweeper:
                     task.target,
                     extra=ctx(task=task.task_id),
                 )
-        moved = await self.lifecycle.timed_out(task)
+        moved = await self.deadlines.timed_out(task)
         if moved and adapter is not None and isinstance(outcome, Pending):
             await self.rt.platforms.cancel(adapter, task, self.rt.apikey(task.aigc, task.platform))
 
@@ -148,7 +150,7 @@ class Sweeper:
         """Running with no remote id at the deadline: the create's outcome is unknown."""
         account = self.rt.config.account(task.aigc, task.platform)
         if account is not None and account.retry_uncertain:
-            await self.lifecycle.timed_out(task)
+            await self.deadlines.timed_out(task)
             return
         reason = f"the create on {task.target} may or may not have been accepted"
         error = {"code": ErrorCode.UNCERTAIN_SUBMIT.value, "message": reason, "detail": None}
@@ -177,9 +179,9 @@ class Sweeper:
                     target=task.target,
                 )
             case NotFound():
-                await self.lifecycle.timed_out(task, ended=True)
+                await self.deadlines.timed_out(task, ended=True)
             case Unknown(reason=reason):
                 await self.paid_runs.no_answer(task, reason, max_delay_s=MAX_UNKNOWN_BACKOFF_S)
             case _:  # still running past its deadline: retry, and cancel this run
-                if await self.lifecycle.timed_out(task):
+                if await self.deadlines.timed_out(task):
                     await self.lifecycle.orphans.cancel(orphan_of(task, task.remote_id))

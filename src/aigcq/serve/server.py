@@ -138,8 +138,8 @@ class ServeProcess:
         for target in (self.paid, *([self.internal] if self.internal else [])):
             self.lifecycle.subscribe(target.task_ended)
         if self.hub is not None:
-            self.lifecycle.retries_wait_for(self.hub.slot_freed_later)
-            self.lifecycle.cancels_wait_for(self.hub.ends.told)
+            self.lifecycle.slot_freed_later = self.hub.slot_freed_later
+            self.lifecycle.cancel_told = self.hub.ends.told
         self.dispatch = DispatchLoop(
             self.rt,
             self.lifecycle,
