@@ -66,7 +66,8 @@ async def test_the_store_pool_and_subscription_follow_a_failover(group: Sentinel
         # the subscription moved too: the new master's wake events reach this process
         await wait_until(lambda: len(wakes) > heard, 10, what="a wake from the new master")
         assert (await store.reads.get("after")) is not None  # the pool's connections moved
-        assert (await store.reads.head("later")) is not None  # and the hot path's (not a default host)
+        # and the hot path's (not a default host)
+        assert (await store.reads.head("later")) is not None
         assert new.client().exists(store.keys.task("after"), store.keys.task("later")) == 2
     finally:
         listening.cancel()

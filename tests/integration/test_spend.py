@@ -6,6 +6,8 @@ A real service and the emulators; RunningHub's reports ``consumeCoins`` / ``cons
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -238,19 +240,27 @@ async def test_a_superseded_runs_webhook_is_charged_beside_the_winner(
         assert day["total"]["amount"] == pytest.approx(0.35 + 0.1)  # its success, the cancel
 
 
+@asynccontextmanager
+async def running_paid(
+    tmp_path: Path, redis: aioredis.Redis, redis_url: str, task_id: str
+) -> AsyncIterator[tuple[Paid, Task]]:
+    """A paid stack whose RunningHub runs ``task_id`` (for a minute), once it runs."""
+    rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
+    async with paid_stack(
+        tmp_path, redis, redis_url, rh=rh, overflow_price=PRICES, **NO_RECHECK
+    ) as env:
+        await env.client.request(generate(task_id))
+        yield env, await until(partial(env.task, task_id), lambda t: t.state is TaskState.RUNNING)
+
+
 async def test_a_charge_left_due_by_a_process_that_died_is_made_once_by_the_sweep(
     tmp_path: Path, redis: aioredis.Redis, redis_url: str
 ) -> None:
     """The end that bills a run makes its charge due in the same step; a process that dies
     right after (before it charges) leaves it due, and the sweep makes it, once, in the
     period the run ended in, with the cost the platform reported."""
-    rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
-    async with paid_stack(
-        tmp_path, redis, redis_url, rh=rh, overflow_price=PRICES, **NO_RECHECK
-    ) as env:
+    async with running_paid(tmp_path, redis, redis_url, "d1") as (env, task):
         rt = env.service.rt
-        await env.client.request(generate("d1"))
-        task = await until(partial(env.task, "d1"), lambda t: t.state is TaskState.RUNNING)
         reported = Cost(money=0.7, coins=20, seconds=3.0)
         # what the webhook's settle does, up to its death: the end applied, nothing charged
         done = await rt.store.finish(
@@ -279,13 +289,8 @@ async def test_a_retried_paid_failure_is_charged_with_its_requeue(
 ) -> None:
     """A paid run that failed and is retried was billed: its charge is due with the
     requeue (the same step), charged once though the retry runs on."""
-    rh = RunningHubEmulatorConfig(duration_s=60, max_concurrent=5)
-    async with paid_stack(
-        tmp_path, redis, redis_url, rh=rh, overflow_price=PRICES, **NO_RECHECK
-    ) as env:
+    async with running_paid(tmp_path, redis, redis_url, "r1") as (env, task):
         rt = env.service.rt
-        await env.client.request(generate("r1"))
-        task = await until(partial(env.task, "r1"), lambda t: t.state is TaskState.RUNNING)
         failed = due_cost(Failed("805", "boom", cost=Cost(money=0.2)))
         assert await rt.store.requeue_for_retry("r1", task.attempt, "failed", cost=failed)
         ledger = SpendLedger(rt)

@@ -82,21 +82,16 @@ class PaidRuns:
         """The task's expected cost on the paid platform that would run it is above its
         ``maxCost``, and nothing else runs its platform: it fails, nothing sent. False: it
         had moved on."""
-        error = {"code": ErrorCode.MAX_COST.value, "message": reason, "detail": None}
-        done = await self.lifecycle.fail(
-            c.task_id, c.attempt, ErrorCode.MAX_COST, error, reason, ended=True
-        )
-        if done.applied:
-            _say(logging.WARNING, c.task_id, "not sent: %s", reason)
-        return done.applied
+        return await self._not_sent_for_good(c, ErrorCode.MAX_COST, reason)
 
     async def over_budget(self, c: Claimed, reason: str) -> bool:
         """A budget of the task's project or account is reached and its project fails its
         tasks then: it fails ``BudgetExceeded``, nothing sent. False: it had moved on."""
-        error = {"code": ErrorCode.BUDGET.value, "message": reason, "detail": None}
-        done = await self.lifecycle.fail(
-            c.task_id, c.attempt, ErrorCode.BUDGET, error, reason, ended=True
-        )
+        return await self._not_sent_for_good(c, ErrorCode.BUDGET, reason)
+
+    async def _not_sent_for_good(self, c: Claimed, code: ErrorCode, reason: str) -> bool:
+        error = {"code": code.value, "message": reason, "detail": None}
+        done = await self.lifecycle.fail(c.task_id, c.attempt, code, error, reason, ended=True)
         if done.applied:
             _say(logging.WARNING, c.task_id, "not sent: %s", reason)
         return done.applied
