@@ -102,17 +102,17 @@ class HttpServer:
     async def start(self, host: str, port: int) -> int:
         """Listen (``OSError`` if it cannot); the port bound."""
         self._server = await asyncio.start_server(self._accepted, host, port)
-        port = self._server.sockets[0].getsockname()[1]
-        assert isinstance(port, int)
-        return port
+        return int(self._server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
         """Stop listening and drop every connection."""
-        if self._server is not None:
-            self._server.close()
+        if self._server is None:
+            return  # never listened
+        self._server.close()
         for task in self.connections:
             task.cancel()
         await asyncio.gather(*self.connections, return_exceptions=True)
+        await self._server.wait_closed()
 
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -195,13 +195,16 @@ class _Connection:
             try:
                 event = self.h11.next_event()
             except h11.RemoteProtocolError as exc:
-                if exc.error_status_hint == 431:
+                if exc.error_status_hint == 431:  # still incomplete past the limit
                     self.server.refuse(self.writer, 431, "request head too large")
                 else:
                     self._malformed(str(exc))
                 return None
             if isinstance(event, h11.Request):
-                return event
+                if _head_size(event) <= limits.http_max_header_bytes:
+                    return event
+                self.server.refuse(self.writer, 431, "request head too large")
+                return None
             if event is not h11.NEED_DATA:  # the peer closed between requests
                 return None
             try:
@@ -268,6 +271,11 @@ class _Connection:
 
     def _send(self, event: h11.Event) -> None:
         self.writer.write(self.h11.send(event) or b"")
+
+
+def _head_size(head: h11.Request) -> int:
+    """The bytes of a request's target and headers (a whole head may come in one read)."""
+    return len(head.target) + sum(len(name) + len(value) for name, value in head.headers)
 
 
 async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
