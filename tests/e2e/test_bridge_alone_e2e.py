@@ -18,8 +18,11 @@ from tests.fakes.waiting import wait_until_sync
 
 pytestmark = pytest.mark.e2e
 
-#: none of these may be importable where the bridge runs alone
-ABSENT = ("redis", "psycopg", "psycopg_pool", "aigcq.queue", "aigcq.serve", "aigcq.asynch")
+#: none of these may be importable where the bridge runs alone (its HTTP server is h11's)
+ABSENT = (
+    "redis", "psycopg", "psycopg_pool", "uvicorn", "fastapi", "starlette",
+    "aigcq.queue", "aigcq.serve", "aigcq.asynch",
+)  # fmt: skip
 
 RUN_BRIDGE = f"""
 import importlib.util, runpy

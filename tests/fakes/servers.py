@@ -1,7 +1,7 @@
 """In-process HTTP servers for tests: serve an ASGI app on a socket bound first (no race
-for a free port) and kill it as a killed process goes, record incoming requests, a port
-that refuses connections, and the client side of a platform adapter's request or of a huge
-chunked upload."""
+for a free port) and kill it as a killed process goes, or a handler on the bridge's own
+server (:func:`serve_handler`); record incoming requests, a port that refuses connections,
+and the client side of a platform adapter's request or of a huge chunked upload."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from aigcq.agent.http_server import Handler, HttpServer
 from aigcq.platforms.base import HttpRequest
 from aigcq.plumbing.connection_limits import bounded_config
 from aigcq.plumbing.http_limits import HttpLimits
@@ -100,6 +101,20 @@ async def serve_app(
     """
     async with serve_killable(app, host, limits=limits) as served:
         yield served.url
+
+
+@contextlib.asynccontextmanager
+async def serve_handler(
+    handler: Handler, limits: HttpLimits | None = None, host: str = "127.0.0.1"
+) -> AsyncIterator[str]:
+    """Run ``handler`` on the bridge's HTTP server (:mod:`aigcq.agent.http_server`) on a
+    port of its own: yields ``http://host:<port>``, and closes it on exit."""
+    server = HttpServer(handler, limits or HttpLimits())
+    port = await server.start(host, 0)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await server.close()
 
 
 @dataclass(frozen=True)

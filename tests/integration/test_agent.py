@@ -22,7 +22,7 @@ from aigcq.emulators.comfyui import ComfyUIConfig, create_app
 from tests.fakes.agent import same_port
 from tests.fakes.agent_hub import TOKEN, Env, Hub, assign_three_to_two, env
 from tests.fakes.comfyui import GRAPH, model_graph, read_png
-from tests.fakes.servers import serve_app, stream_until_answered
+from tests.fakes.servers import serve_app, serve_handler, stream_until_answered
 from tests.fakes.waiting import wait_until
 
 __all__ = ["env"]  # a fixture: imported for pytest to find
@@ -206,11 +206,11 @@ async def test_the_admin_server_refuses_a_huge_chunked_body_before_reading_it(
     bearer: str, status: int
 ) -> None:
     """Issue 15 item 13: authenticate first (a bearer token), then read with a limit."""
-    from aigcq.agent.web import create_web_app
+    from aigcq.agent.web import bridge_routes
 
     control = _Control()
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
-    async with serve_app(create_web_app(control)) as base:
+    async with serve_handler(bridge_routes(control)) as base:
         upload = await stream_until_answered(base, "POST", "/api/server", headers, 32 << 20)
     assert upload.status == status and upload.sent < 32 << 20
     assert control.servers == []

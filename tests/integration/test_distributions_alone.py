@@ -13,12 +13,14 @@ import pytest
 from tests.fakes.distributions import DISTRIBUTIONS, alone, depends_on, isolated, third_party
 
 #: what each may not bring: the server's storage and database libraries, and for the SDK,
-#: any server at all (the bridge and the emulators serve HTTP of their own)
+#: any server at all, for the bridge any ASGI server (its own is on h11; the emulators
+#: serve HTTP with FastAPI)
 SERVER_SIDE = {"redis", "hiredis", "psycopg", "psycopg-binary", "psycopg-pool", "aigcq"}
+ASGI = {"uvicorn", "fastapi", "starlette"}
 FORBIDDEN = {
-    "aigcq-client": SERVER_SIDE | {"uvicorn", "fastapi", "starlette", "aigcq-asynch"},
-    "aigcq-bridge": SERVER_SIDE | {"aigcq-asynch"},
-    "aigcq-wire": SERVER_SIDE | {"uvicorn", "fastapi", "starlette", "websockets", "httpx"},
+    "aigcq-client": SERVER_SIDE | ASGI | {"aigcq-asynch"},
+    "aigcq-bridge": SERVER_SIDE | ASGI | {"aigcq-asynch"},
+    "aigcq-wire": SERVER_SIDE | ASGI | {"websockets", "httpx"},
     "aigcq-emulators": SERVER_SIDE | {"aigcq-asynch"},
 }
 

@@ -16,13 +16,13 @@ import pytest
 import redis.asyncio as aioredis
 import websockets
 
-from aigcq.agent.web import create_web_app
+from aigcq.agent.web import bridge_routes
 from aigcq.config import PlatformConfig, Settings
 from aigcq.plumbing.auth import issue_client_token
 from aigcq.serve.server import ServeProcess
 from tests.fakes.bridge import Bridge
 from tests.fakes.message_dispatcher import LOGIN, Md, md
-from tests.fakes.servers import serve_app
+from tests.fakes.servers import serve_app, serve_handler
 
 __all__ = ["md"]  # a fixture: imported for pytest to find
 
@@ -185,6 +185,6 @@ class _Control:
 
 
 async def test_the_bridge_admin_page_names_the_bridge_token() -> None:
-    async with serve_app(create_web_app(_Control())) as url, httpx.AsyncClient() as http:
+    async with serve_handler(bridge_routes(_Control())) as url, httpx.AsyncClient() as http:
         resp = await http.post(f"{url}/api/server", json={"url": "ws://x/ws"})
     assert resp.status_code == 401 and "AIGCQ_BRIDGE_TOKEN" in resp.json()["detail"]

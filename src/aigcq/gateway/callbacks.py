@@ -29,7 +29,8 @@ from aigcq.observability import metrics
 from aigcq.observability.jsonlog import ctx
 from aigcq.platforms.base import Failed, Pending, ResultOutcome, Succeeded
 from aigcq.platforms.runninghub import RunningHubAdapter
-from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, read_body
+from aigcq.plumbing.asgi_body import read_body
+from aigcq.plumbing.http_body import BodyTooLarge, Disconnected
 from aigcq.plumbing.signing import verify
 from aigcq.wire.bridge import failure_of
 

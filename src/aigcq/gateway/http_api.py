@@ -17,8 +17,9 @@ from aigcq.gateway.gateway import Gateway
 from aigcq.gateway.queue_view import InternalCapacity, queue_rows
 from aigcq.gateway.submission import MAX_BACKEND_ID, parse_generate
 from aigcq.observability import tracing
+from aigcq.plumbing.asgi_body import request_body
 from aigcq.plumbing.auth import ADMIN_TOKEN_HINT, BRIDGE_TOKEN_HINT, Principal, bearer
-from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
+from aigcq.plumbing.http_body import BodyTooLarge, Disconnected
 from aigcq.scheduler.estimates import UNKNOWN
 
 Authorization = Annotated[str | None, Header()]

@@ -42,7 +42,8 @@ from fastapi import Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
 from aigcq.gateway.v2_errors import V2Error
-from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
+from aigcq.plumbing.asgi_body import request_body
+from aigcq.plumbing.http_body import BodyTooLarge, Disconnected
 from aigcq.plumbing.multipart import MalformedMultipart, Part, parse
 from aigcq.plumbing.text import text
 from aigcq.runtime import Runtime

@@ -7,7 +7,6 @@ WebSockets, the hub link, and re-sends spooled results; leaving the block stops 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import signal
@@ -19,21 +18,20 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-import uvicorn
 
 from aigcq.agent.connection import HubLink, redact
 from aigcq.agent.following import RunnerSettings
+from aigcq.agent.http_server import HttpServer
 from aigcq.agent.instances import ComfyInstance, InstancePool
 from aigcq.agent.runner import TaskRunner
 from aigcq.agent.settings import BridgeSettings, http_base
 from aigcq.agent.spool import Spool, WebhookSender
-from aigcq.agent.web import FILES, create_web_app
+from aigcq.agent.web import FILES, bridge_routes
 from aigcq.agent.workflow import WorkflowSource
 from aigcq.observability import tracing
 from aigcq.observability.jsonlog import ctx
 from aigcq.plumbing.background import Spawner
 from aigcq.plumbing.cancel import cancel_and_wait
-from aigcq.plumbing.connection_limits import bounded_config
 from aigcq.wire.bridge import (
     BridgeMessage,
     CapacityData,
@@ -132,7 +130,7 @@ class Bridge:
             settings.reconnect_down_max,
             self.sender.wake,  # the hub is back: undelivered TASK_ENDs now
         )
-        self._server: uvicorn.Server | None = None
+        self._web = HttpServer(bridge_routes(self), settings, f"bridge {self.bridge_id}")
         self._tasks: list[asyncio.Task[Any]] = []
         self._changes = Spawner()
         for instance in self.pool.instances:
@@ -263,18 +261,11 @@ class Bridge:
 
     async def _start_web(self) -> None:
         s = self.settings
-        config = bounded_config(
-            create_web_app(self), s, host=s.host, port=s.http_port, log_config=None, lifespan="off"
-        )
-        self._server = uvicorn.Server(config)
-        task = asyncio.create_task(self._server.serve(), name="bridge-web")
-        while not self._server.started:
-            if task.done():
-                where = f"{s.host}:{s.http_port}"
-                raise RuntimeError(f"bridge {self.bridge_id}: cannot listen on {where}")
-            await asyncio.sleep(0.01)
-        self._tasks.append(task)
-        port = self._server.servers[0].sockets[0].getsockname()[1]
+        try:
+            port = await self._web.start(s.host, s.http_port)
+        except OSError as exc:
+            where = f"{s.host}:{s.http_port}"
+            raise RuntimeError(f"bridge {self.bridge_id}: cannot listen on {where}") from exc
         if not self.public_url:
             self.public_url = f"http://{s.host}:{port}"
             if s.host in ("0.0.0.0", "::"):
@@ -286,14 +277,10 @@ class Bridge:
                 )
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
+        await self._web.close()
         await self.link.close()
         await self.sender.close()
-        web = [t for t in self._tasks if t.get_name() == "bridge-web"]  # ends by itself
-        await cancel_and_wait([t for t in self._tasks if t not in web])
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*web)
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         await self.http.aclose()
         log.info("bridge %s: stopped", self.bridge_id, extra=ctx(bridge=self.bridge_id))

@@ -1,8 +1,9 @@
-"""The bridge's own HTTP server: admin page, status API, server-address change, output files.
+"""The bridge's own HTTP routes, served by :mod:`aigcq.agent.http_server`: admin page, status
+API, server-address change, output files.
 
 * ``GET /`` — small HTML page: aigcq address and connection state, instances, running
   tasks, and a form to change the address.
-* ``GET /api/status`` — the same as JSON.
+* ``GET /api/status`` — the same as JSON; ``GET /healthz`` — liveness.
 * ``POST /api/server`` — ``{"url": "ws://host:port/ws"}`` (JSON or form). When the bridge
   has a token, the request must carry it (``Authorization: Bearer`` or a ``token`` field).
 * ``GET /files/{expires}-{signature}/{taskId}/{filename}`` — the output files named in
@@ -16,15 +17,14 @@ from __future__ import annotations
 import hmac
 import html
 import json
+import mimetypes
 import time
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, quote, urlsplit
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
-
-from aigcq.plumbing.http_body import BodyTooLarge, Disconnected, request_body
+from aigcq.agent.http_server import Handler, Request, Response, json_response
+from aigcq.plumbing.http_body import BodyTooLarge
 from aigcq.wire.errors import ErrorCode
 from aigcq.wire.links import refusal
 
@@ -77,21 +77,27 @@ TOKEN_REQUIRED = (
 )
 
 
+class _Refused(Exception):
+    """Answered ``{"detail": ...}`` with ``status``."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
 async def _server_request(request: Request) -> tuple[str, str, bool]:
     """(url, token, is_form) from a JSON or form body (413 past its small limit)."""
     try:
-        raw = (await request_body(request, SERVER_BODY_LIMIT)).decode("utf-8", "replace")
+        raw = (await request.body(SERVER_BODY_LIMIT)).decode("utf-8", "replace")
     except BodyTooLarge as exc:
-        raise HTTPException(413, str(exc)) from None
-    except Disconnected:
-        raise HTTPException(400, "the request body did not arrive") from None
+        raise _Refused(413, str(exc)) from None
     if request.headers.get("content-type", "").startswith("application/json"):
         try:
             body = json.loads(raw)
         except ValueError:
-            raise HTTPException(400, "malformed JSON") from None
+            raise _Refused(400, "malformed JSON") from None
         if not isinstance(body, dict):
-            raise HTTPException(400, "a JSON object is required")
+            raise _Refused(400, "a JSON object is required")
         return str(body.get("url", "")), str(body.get("token", "")), False
     form = dict(parse_qsl(raw))
     return form.get("url", ""), form.get("token", ""), True
@@ -112,57 +118,90 @@ def _authorized(request: Request, given: str, expected: str) -> bool:
     )
 
 
-def _forbidden(detail: str) -> JSONResponse:
-    return JSONResponse({"code": ErrorCode.SIGNATURE.value, "detail": detail}, 403)
+def _forbidden(detail: str) -> Response:
+    return json_response({"code": ErrorCode.SIGNATURE.value, "detail": detail}, 403)
 
 
-def create_web_app(bridge: BridgeControl) -> FastAPI:
-    app = FastAPI(title="aigcq bridge")
+def _inline(path: Path, filename: str) -> Response:
+    """``path`` whole, shown in the browser as ``filename``."""
+    quoted = quote(filename)
+    if quoted == filename:
+        disposition = f'inline; filename="{filename}"'
+    else:
+        disposition = f"inline; filename*=utf-8''{quoted}"
+    kind = mimetypes.guess_type(filename)[0] or "text/plain"
+    if kind.startswith("text/"):
+        kind += "; charset=utf-8"
+    return Response(200, path, [("content-type", kind), ("content-disposition", disposition)])
 
-    @app.get("/", response_class=HTMLResponse)
-    async def index() -> str:
-        return _page(bridge.status())
 
-    @app.get("/api/status")
-    async def status() -> dict[str, Any]:
-        return bridge.status()
+def bridge_routes(bridge: BridgeControl) -> Handler:
+    """The handler of the bridge's routes (see the module)."""
+    return _Routes(bridge).handle
 
-    @app.get("/healthz")  # liveness, as every aigcq process answers
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
 
-    @app.post("/api/server")
-    async def set_server(request: Request) -> Response:
-        if _bearer(request) and not _authorized(request, "", bridge.token):
-            raise HTTPException(401, TOKEN_REQUIRED)  # before reading the body
+class _Routes:
+    def __init__(self, bridge: BridgeControl) -> None:
+        self.bridge = bridge
+
+    async def handle(self, request: Request) -> Response:
+        try:
+            return await self._route(request)
+        except _Refused as exc:
+            return json_response({"detail": exc.detail}, exc.status)
+
+    async def _route(self, request: Request) -> Response:
+        segments = request.path.split("/")[1:]
+        match request.method, segments:
+            case "GET", [""]:
+                page = _page(self.bridge.status()).encode()
+                return Response(200, page, [("content-type", "text/html; charset=utf-8")])
+            case "GET", ["api", "status"]:
+                return json_response(self.bridge.status())
+            case "GET", ["healthz"]:  # liveness, as every aigcq process answers
+                return json_response({"status": "ok"})
+            case "POST", ["api", "server"]:
+                return await self._set_server(request)
+            case "GET", ["files", task_id, filename] if task_id and filename:
+                return _forbidden("unsigned link: fetch the fileUrl its TASK_END carried, as given")
+            case "GET", ["files", token, task_id, filename] if token and task_id and filename:
+                return self._signed_file(token, task_id, filename)
+        return _unrouted(segments)
+
+    async def _set_server(self, request: Request) -> Response:
+        token_of_bridge = self.bridge.token
+        if _bearer(request) and not _authorized(request, "", token_of_bridge):
+            raise _Refused(401, TOKEN_REQUIRED)  # before reading the body
         url, token, is_form = await _server_request(request)
-        if not _authorized(request, token, bridge.token):
-            raise HTTPException(401, TOKEN_REQUIRED)
+        if not _authorized(request, token, token_of_bridge):
+            raise _Refused(401, TOKEN_REQUIRED)
         if urlsplit(url).scheme not in ("ws", "wss") or not urlsplit(url).netloc:
-            raise HTTPException(400, "url must be ws://host:port/path or wss://…")
-        await bridge.set_server(url)
+            raise _Refused(400, "url must be ws://host:port/path or wss://…")
+        await self.bridge.set_server(url)
         if is_form:
-            return RedirectResponse("/", status_code=303)
-        return JSONResponse({"server": url})
+            return Response(303, b"", [("location", "/")])
+        return json_response({"server": url})
 
-    _file_routes(app, bridge)
-    return app
-
-
-def _file_routes(app: FastAPI, bridge: BridgeControl) -> None:
-    """Result files, behind their signed links only."""
-
-    @app.get(FILES + "/{task_id}/{filename}")
-    async def unsigned_file(task_id: str, filename: str) -> Response:
-        return _forbidden("unsigned link: fetch the fileUrl its TASK_END carried, as given")
-
-    @app.get(FILES + "/{token}/{task_id}/{filename}")
-    async def files(token: str, task_id: str, filename: str) -> Response:
-        why = refusal(bridge.file_key, token, f"{task_id}/{filename}", time.time())
+    def _signed_file(self, token: str, task_id: str, filename: str) -> Response:
+        why = refusal(self.bridge.file_key, token, f"{task_id}/{filename}", time.time())
         if why is not None:
             return _forbidden(f"{why} link: only a TASK_END's fileUrl, within its expiry")
-        root = bridge.files_dir.resolve()
+        root = self.bridge.files_dir.resolve()
         path = (root / quote(task_id, safe="") / filename).resolve()
         if path.parent.parent != root or not path.is_file():  # only files it produced
-            raise HTTPException(404, "no such file")
-        return FileResponse(path, filename=filename, content_disposition_type="inline")
+            raise _Refused(404, "no such file")
+        return _inline(path, filename)
+
+
+def _unrouted(segments: list[str]) -> Response:
+    """405 on a route's path with another method, else 404 (as Starlette's router)."""
+    match segments:
+        case [""] | ["api", "status"] | ["healthz"]:
+            allow = "GET"
+        case ["files", *rest] if len(rest) in (2, 3) and all(rest):
+            allow = "GET"
+        case ["api", "server"]:
+            allow = "POST"
+        case _:
+            return json_response({"detail": "Not Found"}, 404)
+    return json_response({"detail": "Method Not Allowed"}, 405, ("allow", allow))

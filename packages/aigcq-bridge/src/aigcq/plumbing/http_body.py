@@ -1,4 +1,6 @@
-"""Reading an HTTP request body with a size limit, on every HTTP surface of every process.
+"""Reading an HTTP request body with a size limit, on every HTTP surface of every process
+(the server's ASGI apps through :mod:`aigcq.plumbing.asgi_body`, the bridge's own server
+through :mod:`aigcq.agent.http_server`).
 
 A body is read only after the request is authenticated (where the credential is outside
 the body), and never whole before its size is known: a ``Content-Length`` over the limit
@@ -10,9 +12,6 @@ pass the limit, so the answer (413) leaves while the sender is still sending and
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-
-from starlette.requests import ClientDisconnect, Request
-from starlette.types import Receive, Scope
 
 
 class BodyTooLarge(Exception):
@@ -27,39 +26,14 @@ class Disconnected(Exception):
     """The sender went away before its body arrived: nothing to answer."""
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The body of a plain ASGI request of at most ``limit`` bytes."""
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            _check_length(value.decode("latin-1"), limit)
-    return await _collect(_chunks(receive), limit)
-
-
-async def request_body(request: Request, limit: int) -> bytes:
-    """The body of a Starlette request of at most ``limit`` bytes."""
-    _check_length(request.headers.get("content-length", ""), limit)
-    try:
-        return await _collect(request.stream(), limit)
-    except ClientDisconnect as exc:
-        raise Disconnected from exc
-
-
-def _check_length(declared: str, limit: int) -> None:
+def check_length(declared: str, limit: int) -> None:
+    """Raise :class:`BodyTooLarge` if a ``Content-Length`` of ``declared`` is over ``limit``."""
     if declared.isascii() and declared.isdigit() and len(declared) < 20 and int(declared) > limit:
         raise BodyTooLarge(limit)
 
 
-async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise Disconnected
-        yield message.get("body", b"")
-        if not message.get("more_body", False):
-            return
-
-
-async def _collect(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+async def collect(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The chunks joined, :class:`BodyTooLarge` as soon as they pass ``limit``."""
     parts: list[bytes] = []
     size = 0
     async for chunk in chunks:

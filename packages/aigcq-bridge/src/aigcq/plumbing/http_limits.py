@@ -1,15 +1,19 @@
-"""The bounds of a server process's listening surfaces, as settings (``AIGCQ_*``): what
-:mod:`aigcq.plumbing.connection_limits` applies. Apart from it so that reading the settings
-(every command's :class:`~aigcq.config.Settings`) loads no uvicorn.
+"""The bounds of a process's listening surfaces, as settings (``AIGCQ_*``), and the answer
+that names them: what the server's uvicorn (:mod:`aigcq.plumbing.connection_limits`) and the
+bridge's own HTTP server (:mod:`aigcq.agent.http_server`) apply. Apart from both, so that
+reading the settings (every command's :class:`~aigcq.config.Settings`) loads neither.
 """
 
 from __future__ import annotations
 
 import resource
+from http import HTTPStatus
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+#: paths answered even beyond the connection limit (liveness and readiness probes)
+PROBES = frozenset({"/healthz", "/readyz", "/health", "/api/health"})
 #: connections beyond the limit still read, so a probe among them is answered
 PROBE_RESERVE = 32
 #: file descriptors kept for everything but listening sockets (Redis, PostgreSQL, files…)
@@ -72,3 +76,22 @@ class HttpLimits(BaseSettings):
         if soft == resource.RLIM_INFINITY:
             return self.max_connections
         return min(self.max_connections, max(16, soft - FD_RESERVE - PROBE_RESERVE))
+
+    def refusal(self, status: int, why: str) -> bytes:
+        """A whole ``Connection: close`` answer of ``status`` (408, 431 or 503, with
+        ``Retry-After``) whose text names ``why`` and the setting to change."""
+        setting = {
+            408: f"AIGCQ_HTTP_HEADER_TIMEOUT_S={self.http_header_timeout_s:g}",
+            431: f"AIGCQ_HTTP_MAX_HEADER_BYTES={self.http_max_header_bytes}",
+            503: f"AIGCQ_MAX_CONNECTIONS={self.connection_limit()} per process",
+        }[status]
+        body = f"{why} ({setting})\n".encode()
+        head = [
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+            "content-type: text/plain; charset=utf-8",
+            f"content-length: {len(body)}",
+            "connection: close",
+        ]
+        if status == 503:
+            head.append("retry-after: 1")
+        return "\r\n".join(head).encode() + b"\r\n\r\n" + body

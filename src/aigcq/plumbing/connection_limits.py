@@ -15,8 +15,9 @@ counts those idle sockets too, so a health probe behind them would get 503. Henc
 * a **connection limit** per process, ``max_connections`` (HTTP and WebSocket together,
   at most the file-descriptor limit minus ``FD_RESERVE``): a request on a connection
   beyond it gets 503 with ``Retry-After`` and the connection is closed, except the health
-  probes (:data:`PROBES`), which are still answered; beyond it by more than
-  :data:`PROBE_RESERVE` a connection is answered 503 and closed as soon as it is accepted.
+  probes (:data:`~aigcq.plumbing.http_limits.PROBES`), which are still answered; beyond
+  it by more than :data:`PROBE_RESERVE` a connection is answered 503 and closed as soon as
+  it is accepted.
 
 ``timeout_keep_alive`` and the WebSocket ping interval/timeout are uvicorn's own, set from
 the same settings (:class:`~aigcq.plumbing.http_limits.HttpLimits`) by
@@ -28,18 +29,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from http import HTTPStatus
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from aigcq.plumbing.http_limits import PROBE_RESERVE, HttpLimits
+from aigcq.plumbing.http_limits import PROBE_RESERVE, PROBES, HttpLimits
 
 log = logging.getLogger(__name__)
 
-#: paths answered even beyond the connection limit (liveness and readiness probes)
-PROBES = frozenset({b"/healthz", b"/readyz", b"/health", b"/api/health"})
 _WARN_EVERY_S = 10.0
 
 
@@ -104,7 +102,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         self._head_started = False
         over = len(self.connections) > self.limit
-        if over and self.url.split(b"?", 1)[0] not in PROBES:
+        if over and self.url.split(b"?", 1)[0].decode("latin-1") not in PROBES:
             self._refuse(503, "too many connections")
             return
         super().on_headers_complete()
@@ -154,27 +152,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         """Answer ``status`` (a short text naming the setting) and close."""
         self._refused = True
         self._cancel_head_timer()
-        body = _refusal_text(status, why, self.limits, self.limit).encode()
-        head = [
-            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
-            "content-type: text/plain; charset=utf-8",
-            f"content-length: {len(body)}",
-            "connection: close",
-        ]
-        if status == 503:
-            head.append("retry-after: 1")
-        self.transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
+        answer = self.limits.refusal(status, why)
+        self.transport.write(answer)
         self.transport.close()
-        _warn(f"refused a connection, {status}: {body.decode().strip()}")
-
-
-def _refusal_text(status: int, why: str, limits: HttpLimits, limit: int) -> str:
-    setting = {
-        408: f"AIGCQ_HTTP_HEADER_TIMEOUT_S={limits.http_header_timeout_s:g}",
-        431: f"AIGCQ_HTTP_MAX_HEADER_BYTES={limits.http_max_header_bytes}",
-        503: f"AIGCQ_MAX_CONNECTIONS={limit} per process",
-    }[status]
-    return f"{why} ({setting})\n"
+        text = answer.partition(b"\r\n\r\n")[2].decode().strip()
+        _warn(f"refused a connection, {status}: {text}")
 
 
 _warned = {"at": 0.0, "count": 0}
