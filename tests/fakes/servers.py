@@ -137,6 +137,9 @@ class Recorder:
         self.received: list[Received] = []
         self.fail_first = fail_first
         self.fail_status = fail_status
+        #: requests with one of these query strings always get ``fail_status`` (a hub that
+        #: no longer takes an attempt's webhook URL)
+        self.refused_queries: set[str] = set()
         self._changed = asyncio.Condition()
         methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
         self.app = Starlette(routes=[Route("/{path:path}", self._handle, methods=methods)])
@@ -149,7 +152,7 @@ class Recorder:
         async with self._changed:
             self.received.append(item)
             self._changed.notify_all()
-        failing = len(self.received) <= self.fail_first
+        failing = len(self.received) <= self.fail_first or item.query in self.refused_queries
         return Response(status_code=self.fail_status if failing else 200)
 
     async def wait_for(self, count: int, within: float = 5.0) -> list[Received]:

@@ -235,3 +235,26 @@ async def test_a_signed_result_file_is_served_whole_and_inline(
     assert got.headers["content-length"] == str(len(content))
     assert got.headers["content-disposition"] == 'inline; filename="out.png"'
     assert gone.status_code == 403  # signed for out.png only
+    assert got.headers["accept-ranges"] == "bytes"
+
+
+async def test_a_result_file_s_byte_range_is_served_alone(quick: Served, tmp_path: Path) -> None:
+    """Comfy API v2's asset download asks the bridge for a byte range (Range): 206 with
+    that range, the last bytes with ``-n``, 416 past the end."""
+    (tmp_path / "t-2").mkdir()
+    content = bytes(range(256)) * 8000  # two file chunks and more
+    (tmp_path / "t-2" / "out.png").write_bytes(content)
+    url = signed_url(quick.url, quick.control.file_key, "t-2/out.png", int(time.time()) + 60, FILES)
+    size = len(content)
+    async with httpx.AsyncClient() as http:
+        head = await http.get(url, headers={"Range": "bytes=0-7"})
+        middle = await http.get(url, headers={"Range": f"bytes=1048570-{size + 10}"})
+        tail = await http.get(url, headers={"Range": "bytes=-5"})
+        past = await http.get(url, headers={"Range": f"bytes={size}-"})
+        several = await http.get(url, headers={"Range": "bytes=0-1,4-5"})
+    assert (head.status_code, head.content) == (206, content[:8])
+    assert head.headers["content-range"] == f"bytes 0-7/{size}"
+    assert (middle.status_code, middle.content) == (206, content[1048570:])
+    assert (tail.status_code, tail.content) == (206, content[-5:])
+    assert (past.status_code, past.headers["content-range"]) == (416, f"bytes */{size}")
+    assert (several.status_code, several.content) == (200, content)  # served whole

@@ -9,7 +9,7 @@ from importlib import resources
 
 import pytest
 
-from aigcq.queue import scripts, store
+from aigcq.queue import reads, scripts, store
 from aigcq.queue.scripts import Arg, DeclarationError, parse
 from aigcq.queue.store import SCRIPTS
 
@@ -36,9 +36,11 @@ def _body(name: str) -> str:
 
 
 def _run_calls() -> dict[str, list[set[str]]]:
-    """Every ``self._run("<script>", name=...)`` in the store: the names it passes."""
+    """Every ``self._run("<script>", name=...)`` in the store and its reads: the names it
+    passes."""
     calls: dict[str, list[set[str]]] = {}
-    for node in ast.walk(ast.parse(inspect.getsource(store))):
+    source = inspect.getsource(store) + "\n" + inspect.getsource(reads)
+    for node in ast.walk(ast.parse(source)):
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)

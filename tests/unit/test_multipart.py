@@ -9,6 +9,7 @@ import httpx
 import pytest
 from comfy_low import _multipart
 
+from aigcq.agent.http_server import byte_range
 from aigcq.agent.inputs import input_name
 from aigcq.plumbing.multipart import MalformedMultipart, parse
 from aigcq.wire.assets import has_assets
@@ -81,3 +82,17 @@ def test_an_input_is_named_by_its_hash_with_the_clients_extension() -> None:
     ref = {"__type": "core/ASSET", "info": {"id": "x"}}
     assert has_assets({"1": {"inputs": {"image": ref}}})
     assert not has_assets({"1": {"inputs": {"image": "a.png", "l": ["2", 0]}}})
+
+
+def test_a_range_header_names_one_byte_range_or_the_whole() -> None:
+    assert byte_range("", 100) is None
+    assert byte_range("bytes=0-9", 100) == (0, 9)
+    assert byte_range("bytes=90-", 100) == (90, 99)
+    assert byte_range("bytes=95-200", 100) == (95, 99)
+    assert byte_range("bytes=-10", 100) == (90, 99)
+    assert byte_range("bytes=-200", 100) == (0, 99)
+    for ignored in ("items=0-1", "bytes=0-1,3-4", "bytes=5-2", "bytes=a-b", "bytes=7"):
+        assert byte_range(ignored, 100) is None, ignored
+    for unsatisfiable in ("bytes=100-", "bytes=-0"):
+        with pytest.raises(ValueError):
+            byte_range(unsatisfiable, 100)

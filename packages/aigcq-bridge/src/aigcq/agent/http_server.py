@@ -54,6 +54,32 @@ class Response:
     status: int
     body: bytes | Path = b""
     headers: list[tuple[str, str]] = field(default_factory=list)
+    #: of a file body, the bytes sent (first, last), both included; None: all of it
+    span: tuple[int, int] | None = None
+
+
+def byte_range(header: str, size: int) -> tuple[int, int] | None:
+    """The one byte range a ``Range`` header asks of ``size`` bytes, as (first, last):
+    ``bytes=a-b``, ``bytes=a-`` or ``bytes=-n``. None: the whole (no header, or one not
+    served here: several ranges, another unit, bad syntax, which RFC 9110 says to ignore).
+    ``ValueError``: a range none of those bytes satisfies (416)."""
+    unit, _, spec = header.strip().partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None
+    first, dash, last = spec.strip().partition("-")
+    if not dash or not (first.isdigit() or last.isdigit()):
+        return None
+    if not first.isdigit():  # the last n bytes
+        n = int(last)
+        if n == 0 or size == 0:
+            raise ValueError(header)
+        return max(size - n, 0), size - 1
+    start, end = int(first), int(last) if last.isdigit() else size - 1
+    if last.isdigit() and end < start:
+        return None
+    if start >= size:
+        raise ValueError(header)
+    return start, min(end, size - 1)
 
 
 def json_response(content: object, status: int = 200, *headers: tuple[str, str]) -> Response:
@@ -125,6 +151,8 @@ class HttpServer:
                 await _Connection(self, reader, writer).serve()
         except (ConnectionError, h11.ProtocolError):
             pass  # the peer went away, or broke HTTP mid-body: nothing more to say
+        except asyncio.CancelledError:  # the server closes: this connection ends with it
+            pass  # (ended, not cancelled: asyncio 3.11 logs a cancelled one as an error)
         finally:
             self.connections.discard(task)
             writer.close()
@@ -253,15 +281,20 @@ class _Connection:
         # what of the request's body already came is skipped; more unread closes it
         while self.h11.their_state is h11.SEND_BODY and self.h11.next_event() is not h11.NEED_DATA:
             pass
-        body = response.body
-        size = (await asyncio.to_thread(body.stat)).st_size if isinstance(body, Path) else len(body)
+        body, first = response.body, 0
+        if isinstance(body, Path):
+            whole = (await asyncio.to_thread(body.stat)).st_size
+            first, last = response.span or (0, whole - 1)
+            size = last - first + 1
+        else:
+            size = len(body)
         headers = [*response.headers, ("content-length", str(size))]
         if self.h11.their_state is not h11.DONE:
             headers.append(("connection", "close"))
         phrase = HTTPStatus(response.status).phrase.encode()
         self._send(h11.Response(status_code=response.status, headers=headers, reason=phrase))
         if isinstance(body, Path):
-            async for chunk in _file_chunks(body):
+            async for chunk in _file_chunks(body, first, size):
                 self._send(h11.Data(data=chunk))
                 await self.writer.drain()
         elif body:
@@ -278,11 +311,15 @@ def _head_size(head: h11.Request) -> int:
     return len(head.target) + sum(len(name) + len(value) for name, value in head.headers)
 
 
-async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
-    """``path``'s bytes, each chunk read in a thread."""
+async def _file_chunks(path: Path, start: int, length: int) -> AsyncIterator[bytes]:
+    """``length`` bytes of ``path`` from ``start``, each chunk read in a thread."""
     file: BinaryIO = await asyncio.to_thread(path.open, "rb")
     try:
-        while chunk := await asyncio.to_thread(file.read, _FILE_CHUNK):
+        await asyncio.to_thread(file.seek, start)
+        while length > 0 and (
+            chunk := await asyncio.to_thread(file.read, min(_FILE_CHUNK, length))
+        ):
+            length -= len(chunk)
             yield chunk
     finally:
         file.close()

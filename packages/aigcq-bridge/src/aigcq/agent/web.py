@@ -14,6 +14,7 @@ API, server-address change, output files.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import html
 import json
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, quote, urlsplit
 
-from aigcq.agent.http_server import Handler, Request, Response, json_response
+from aigcq.agent.http_server import Handler, Request, Response, byte_range, json_response
 from aigcq.plumbing.http_body import BodyTooLarge
 from aigcq.wire.errors import ErrorCode
 from aigcq.wire.links import refusal
@@ -122,8 +123,9 @@ def _forbidden(detail: str) -> Response:
     return json_response({"code": ErrorCode.SIGNATURE.value, "detail": detail}, 403)
 
 
-def _inline(path: Path, filename: str) -> Response:
-    """``path`` whole, shown in the browser as ``filename``."""
+async def _inline(path: Path, filename: str, range_header: str) -> Response:
+    """``path`` (whole, or the one byte range asked), shown in the browser as
+    ``filename``."""
     quoted = quote(filename)
     if quoted == filename:
         disposition = f'inline; filename="{filename}"'
@@ -132,7 +134,17 @@ def _inline(path: Path, filename: str) -> Response:
     kind = mimetypes.guess_type(filename)[0] or "text/plain"
     if kind.startswith("text/"):
         kind += "; charset=utf-8"
-    return Response(200, path, [("content-type", kind), ("content-disposition", disposition)])
+    size = (await asyncio.to_thread(path.stat)).st_size
+    try:
+        span = byte_range(range_header, size)
+    except ValueError:
+        return Response(416, b"", [("content-range", f"bytes */{size}")])
+    headers = [("content-type", kind), ("content-disposition", disposition)]
+    headers.append(("accept-ranges", "bytes"))
+    if span is None:
+        return Response(200, path, headers)
+    headers.append(("content-range", f"bytes {span[0]}-{span[1]}/{size}"))
+    return Response(206, path, headers, span)
 
 
 def bridge_routes(bridge: BridgeControl) -> Handler:
@@ -165,7 +177,7 @@ class _Routes:
             case "GET", ["files", task_id, filename] if task_id and filename:
                 return _forbidden("unsigned link: fetch the fileUrl its TASK_END carried, as given")
             case "GET", ["files", token, task_id, filename] if token and task_id and filename:
-                return self._signed_file(token, task_id, filename)
+                return await self._signed_file(token, task_id, filename, request)
         return _unrouted(segments)
 
     async def _set_server(self, request: Request) -> Response:
@@ -182,7 +194,9 @@ class _Routes:
             return Response(303, b"", [("location", "/")])
         return json_response({"server": url})
 
-    def _signed_file(self, token: str, task_id: str, filename: str) -> Response:
+    async def _signed_file(
+        self, token: str, task_id: str, filename: str, request: Request
+    ) -> Response:
         why = refusal(self.bridge.file_key, token, f"{task_id}/{filename}", time.time())
         if why is not None:
             return _forbidden(f"{why} link: only a TASK_END's fileUrl, within its expiry")
@@ -190,7 +204,7 @@ class _Routes:
         path = (root / quote(task_id, safe="") / filename).resolve()
         if path.parent.parent != root or not path.is_file():  # only files it produced
             raise _Refused(404, "no such file")
-        return _inline(path, filename)
+        return await _inline(path, filename, request.headers.get("range", ""))
 
 
 def _unrouted(segments: list[str]) -> Response:
