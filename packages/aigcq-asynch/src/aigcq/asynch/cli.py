@@ -101,8 +101,10 @@ async def _serve(
     import uvicorn
 
     from aigcq.asynch.app import create_app
+    from aigcq.asynch.metrics import asynch_state
     from aigcq.asynch.migrate import migrate
     from aigcq.asynch.process import open_process
+    from aigcq.observability import otel_metrics
     from aigcq.plumbing.connection_limits import bounded_config
 
     applied = await migrate(database_url)
@@ -113,8 +115,9 @@ async def _serve(
         ) as svc,
         svc.background(),
     ):
+        app = create_app(svc, admin_token=base.admin_token, metrics_token=base.metrics_token)
         config = bounded_config(
-            create_app(svc, admin_token=base.admin_token, metrics_token=base.metrics_token),
+            app,
             base,
             host=settings.host,
             port=settings.port,
@@ -122,7 +125,9 @@ async def _serve(
             access_log=False,
             lifespan="off",
         )
-        await uvicorn.Server(config).serve()
+        # what /metrics shows, pushed through OTel too when OTEL_* asks (docs/tracing.md)
+        async with otel_metrics.exporting("aigcq-asynch", [asynch_state(app)]):
+            await uvicorn.Server(config).serve()
 
 
 @asynch_app.command("migrate")
