@@ -64,6 +64,7 @@ class CacheQueue:
         self.pending_key = keys.cache_pending
         self.processing_key = keys.cache_processing
         self.completed_key = keys.cache_completed
+        self.deadlines = TaskDeadlines(self.lifecycle)
 
     async def run(self) -> None:
         await every(self.interval_s, self.pass_once, log, "cache queue pass failed")

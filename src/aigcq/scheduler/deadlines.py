@@ -6,19 +6,19 @@ and announces through the lifecycle, as :mod:`aigcq.scheduler.lifecycle`'s own m
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from aigcq.domain import ErrorCode, Task, TaskState
 from aigcq.observability import metrics
-from aigcq.observability.jsonlog import ctx
+from aigcq.observability.jsonlog import say_task
 from aigcq.scheduler.ends import TaskEnd
 from aigcq.scheduler.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
 
-def _say(level: int, task_id: str, message: str, *args: object) -> None:
-    log.log(level, "task %s: " + message, task_id, *args, extra=ctx(task=task_id))
+_say = functools.partial(say_task, log)  # one line about a task
 
 
 class TaskDeadlines:

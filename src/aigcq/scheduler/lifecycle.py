@@ -17,6 +17,7 @@ decision about a task is read here, in the order of a task's life.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -27,7 +28,7 @@ from redis.exceptions import RedisError
 from aigcq.delivery.custody import Custody
 from aigcq.domain import AS_SUBMITTED, ErrorCode, Ordering, Task, TaskState
 from aigcq.observability import metrics
-from aigcq.observability.jsonlog import ctx
+from aigcq.observability.jsonlog import say_task
 from aigcq.platforms.base import Failed, ResultOutcome, Succeeded
 from aigcq.plumbing.events import progress_event, running_message
 from aigcq.queue.store import (
@@ -53,10 +54,7 @@ from aigcq.scheduler.traces import TaskTraces
 log = logging.getLogger(__name__)
 
 
-def _say(level: int, task_id: str, message: str, *args: object) -> None:
-    """One log line about a task: ``task <id>: <message>``, the id in the record too."""
-    if log.isEnabledFor(level):  # the hot path's debug lines cost nothing when off
-        log.log(level, "task %s: " + message, task_id, *args, extra=ctx(task=task_id))
+_say = functools.partial(say_task, log)  # one line about a task
 
 
 def said_late(task_id: str, target: str, attempt: int | None) -> None:

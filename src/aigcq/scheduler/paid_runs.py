@@ -9,11 +9,12 @@ lifecycle's own methods do, and announces and fails through the lifecycle.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 from aigcq.domain import ErrorCode, Task
-from aigcq.observability.jsonlog import ctx
+from aigcq.observability.jsonlog import say_task
 from aigcq.platforms.base import Failed, Succeeded
 from aigcq.queue.store import Begun, Claimed, NotReplicated, Orphan
 from aigcq.scheduler.lifecycle import Lifecycle, said_late
@@ -22,8 +23,7 @@ from aigcq.scheduler.spend import due_cost
 log = logging.getLogger(__name__)
 
 
-def _say(level: int, task_id: str, message: str, *args: object) -> None:
-    log.log(level, "task %s: " + message, task_id, *args, extra=ctx(task=task_id))
+_say = functools.partial(say_task, log)  # one line about a task
 
 
 class PaidRuns:

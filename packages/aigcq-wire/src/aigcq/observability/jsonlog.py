@@ -13,6 +13,13 @@ from aigcq.observability import tracing
 CONTEXT_FIELDS = ("taskId", "bridgeId")
 
 
+def say_task(log: logging.Logger, level: int, task_id: str, message: str, *args: object) -> None:
+    """One line of ``log`` about a task: ``task <id>: <message>``, the id in the record too
+    (nothing is formatted when ``level`` is off)."""
+    if log.isEnabledFor(level):
+        log.log(level, "task %s: " + message, task_id, *args, extra=ctx(task=task_id))
+
+
 def ctx(task: object = None, bridge: object = None) -> dict[str, str]:
     """The ``extra`` for a log line about a task and/or a bridge:
     ``log.info("...", task_id, extra=ctx(task=task_id))``; ``None`` keys are left out."""
